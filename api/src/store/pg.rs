@@ -1,0 +1,41 @@
+//! The Postgres store: production, and several server replicas.
+
+use super::sql::Dialect;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    const MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, sqlx::Error> {
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(url)
+            .await?;
+        Ok(Self { pool })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Jobs carrying every one of these labels: a containment test the GIN index answers.
+    fn push_label_filter(
+        query: &mut sqlx::QueryBuilder<sqlx::Postgres>,
+        labels: &BTreeMap<String, String>,
+    ) {
+        query.push(" AND j.labels @> ").push_bind(Json(labels.clone()));
+    }
+}
+
+impl Dialect for PgStore {
+    const BEGIN_WRITE: &'static str = "BEGIN";
+}
+
+super::sql::impl_store!(PgStore, sqlx::Postgres, Backend::Postgres);

@@ -1,0 +1,48 @@
+//! The SQLite store: the embedded default for `drover dev` and single-node installs.
+
+use super::sql::Dialect;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use std::str::FromStr;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    const MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+
+    /// Opens (creating when missing) the database at `sqlite://path`, in WAL mode with full fsync.
+    pub async fn connect(url: &str) -> Result<Self, sqlx::Error> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options).await?;
+        Ok(Self { pool })
+    }
+
+    /// Jobs carrying every one of these labels. Keys go in as bound JSON paths, quoted, so a key with
+    /// dots or slashes matches literally.
+    fn push_label_filter(
+        query: &mut sqlx::QueryBuilder<sqlx::Sqlite>,
+        labels: &BTreeMap<String, String>,
+    ) {
+        for (key, value) in labels {
+            query
+                .push(" AND json_extract(j.labels, ")
+                .push_bind(format!("$.\"{}\"", key.replace('"', "")))
+                .push(") = ")
+                .push_bind(value.clone());
+        }
+    }
+}
+
+impl Dialect for SqliteStore {
+    const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+}
+
+super::sql::impl_store!(SqliteStore, sqlx::Sqlite, Backend::Sqlite);

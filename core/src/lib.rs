@@ -1,0 +1,18 @@
+//! Drover's shared vocabulary, used by the control plane, the CLI and (later) the scheduler and executors:
+//!
+//! - [`spec`]: the `DroverJob` document, parsed from JSON or YAML, and its validation ([`validate`]);
+//! - [`state`]: the job state machine (the one place that knows which transitions are legal) and the
+//!   typed reason codes every transition carries;
+//! - [`tenancy`]: roles within a tenant;
+//! - [`ids`]: typed ids, so a tenant id cannot be passed where a job id is meant.
+
+pub mod ids;
+pub mod spec;
+pub mod state;
+pub mod tenancy;
+pub mod validate;
+
+pub use ids::{JobId, TenantId, TokenId, UserId};
+pub use spec::{DroverJob, JobSpec, SpecError};
+pub use state::{IllegalTransition, JobState, ReasonCode};
+pub use tenancy::Role;

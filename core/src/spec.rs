@@ -1,0 +1,549 @@
+//! The `DroverJob` document (DESIGN.md, "Contracts"): one shape for REST, the CLI and Kubernetes.
+//!
+//! Parsing is strict: unknown fields and wrong types are errors that name the field. Everything a user
+//! may leave out has the default the design gives. Semantic checks (ranges, combinations) live in
+//! [`crate::validate`]; [`DroverJob::parse`] runs both.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
+
+/// The `apiVersion` this build understands.
+pub const API_VERSION: &str = "drover.dev/v1";
+/// The `kind` of a job document.
+pub const KIND: &str = "DroverJob";
+/// Version of the stored document's schema, kept beside it so later versions can upgrade old rows.
+pub const SPEC_SCHEMA_VERSION: i32 = 1;
+
+/// A problem with a submitted document: the field (dotted path, as in the document) and the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct SpecError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl SpecError {
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self { field: field.into(), reason: reason.into() }
+    }
+}
+
+/// The format of a submitted document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Yaml,
+}
+
+/// A training job or a command job, as submitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DroverJob {
+    /// Always `drover.dev/v1`.
+    #[serde(rename = "apiVersion")]
+    pub api_version: String,
+    /// Always `DroverJob`.
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: JobSpec,
+    /// Written by Drover; ignored on submit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub status: Option<serde_json::Value>,
+}
+
+/// Name and labels. `namespace` and `annotations` are accepted so a file written for `kubectl apply`
+/// can be submitted unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectMeta {
+    /// A DNS-1123 label, unique within the tenant.
+    pub name: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum JobType {
+    /// Drover's training engine.
+    Train,
+    /// An arbitrary process.
+    Command,
+}
+
+impl JobType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobType::Train => "train",
+            JobType::Command => "command",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    #[serde(rename = "type")]
+    pub job_type: JobType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train: Option<TrainSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<CommandSpec>,
+    #[serde(default)]
+    pub resources: Resources,
+    #[serde(default)]
+    pub distributed: Distributed,
+    #[serde(default)]
+    pub scheduling: Scheduling,
+    #[serde(default)]
+    pub checkpoint: CheckpointPolicy,
+    #[serde(default = "defaults::max_restarts")]
+    pub max_restarts: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TrainSpec {
+    pub model: ModelSpec,
+    pub dataset: DatasetSpec,
+    #[serde(default)]
+    pub optimizer: OptimizerSpec,
+    #[serde(default)]
+    pub lr_schedule: LrSchedule,
+    /// Clip the global gradient norm to this value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_clip_norm: Option<f64>,
+    /// The GLOBAL batch, split across workers and unchanged by resizes.
+    pub batch_size: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Target>,
+    #[serde(default = "defaults::eval_every")]
+    pub eval_every: u64,
+    #[serde(default = "defaults::seed")]
+    pub seed: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_from: Option<InitFrom>,
+}
+
+/// The model and its size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ModelSpec {
+    /// A multi-layer perceptron.
+    Mlp {
+        #[serde(default = "defaults::mlp_hidden")]
+        hidden: Vec<u32>,
+        #[serde(default)]
+        dropout: f64,
+    },
+    /// A LeNet-5 class convolutional network; its input size comes from the dataset.
+    Cnn {
+        #[serde(default = "defaults::cnn_channels")]
+        channels: Vec<u32>,
+        #[serde(default = "defaults::cnn_hidden")]
+        hidden: Vec<u32>,
+        #[serde(default)]
+        dropout: f64,
+    },
+    /// A character-level transformer language model.
+    Charlm {
+        #[serde(default = "defaults::charlm_layers")]
+        layers: u32,
+        #[serde(default = "defaults::charlm_heads")]
+        heads: u32,
+        #[serde(default = "defaults::charlm_d_model")]
+        d_model: u32,
+        #[serde(default = "defaults::charlm_context")]
+        context: u32,
+        #[serde(default)]
+        dropout: f64,
+    },
+}
+
+/// Where the training data comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum DatasetSpec {
+    /// The UCI handwritten digits shipped with Drover.
+    Digits {},
+    /// A directory in IDX format (the MNIST family).
+    Idx { path: String },
+    /// A CSV file of numeric features and a label column.
+    Csv {
+        path: String,
+        /// The label column's name; the last column when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        label_column: Option<String>,
+    },
+    /// Plain text, for language models.
+    Text { path: String },
+    /// Generated data, for tests and demos.
+    Synthetic {
+        #[serde(default = "defaults::synthetic_samples")]
+        samples: u64,
+        #[serde(default = "defaults::synthetic_features")]
+        features: u32,
+        #[serde(default = "defaults::synthetic_classes")]
+        classes: u32,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum OptimizerSpec {
+    Sgd {
+        lr: f64,
+        #[serde(default)]
+        momentum: f64,
+        #[serde(default)]
+        nesterov: bool,
+        #[serde(default)]
+        weight_decay: f64,
+    },
+    Adamw {
+        #[serde(default = "defaults::adamw_lr")]
+        lr: f64,
+        #[serde(default = "defaults::adamw_weight_decay")]
+        weight_decay: f64,
+        #[serde(default = "defaults::beta1")]
+        beta1: f64,
+        #[serde(default = "defaults::beta2")]
+        beta2: f64,
+        #[serde(default = "defaults::eps")]
+        eps: f64,
+    },
+}
+
+impl Default for OptimizerSpec {
+    fn default() -> Self {
+        OptimizerSpec::Adamw {
+            lr: defaults::adamw_lr(),
+            weight_decay: defaults::adamw_weight_decay(),
+            beta1: defaults::beta1(),
+            beta2: defaults::beta2(),
+            eps: defaults::eps(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LrSchedule {
+    #[serde(default)]
+    pub warmup_steps: u64,
+    #[serde(default)]
+    pub decay: Decay,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Decay {
+    #[default]
+    None,
+    Cosine,
+}
+
+/// Stop when a metric reaches a value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    pub metric: String,
+    pub value: f64,
+    #[serde(default)]
+    pub mode: TargetMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TargetMode {
+    #[default]
+    Max,
+    Min,
+}
+
+/// Start from another job's checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InitFrom {
+    pub checkpoint: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CommandSpec {
+    pub argv: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default = "defaults::workdir")]
+    pub workdir: String,
+}
+
+/// An inclusive range of task counts; `min < max` makes the job elastic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskRange {
+    pub min: u32,
+    pub max: u32,
+}
+
+impl TaskRange {
+    pub fn is_elastic(self) -> bool {
+        self.min < self.max
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    #[serde(default = "defaults::workers")]
+    pub workers: TaskRange,
+    #[serde(default = "defaults::ps")]
+    pub ps: TaskRange,
+    #[serde(default = "defaults::gpus_per_worker")]
+    pub gpus_per_worker: u32,
+    /// What one worker needs of a GPU's memory; lets Gandiva pack two jobs on one GPU. Absent: a whole GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_gb: Option<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_types: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default = "defaults::cpus_per_worker")]
+    pub cpus_per_worker: u32,
+    #[serde(default = "defaults::cpus_per_ps")]
+    pub cpus_per_ps: u32,
+    #[serde(default = "defaults::memory_gb_per_task")]
+    pub memory_gb_per_task: u32,
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Resources {
+            workers: defaults::workers(),
+            ps: defaults::ps(),
+            gpus_per_worker: defaults::gpus_per_worker(),
+            gpu_memory_gb: None,
+            gpu_types: Vec::new(),
+            node_selector: BTreeMap::new(),
+            cpus_per_worker: defaults::cpus_per_worker(),
+            cpus_per_ps: defaults::cpus_per_ps(),
+            memory_gb_per_task: defaults::memory_gb_per_task(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Distributed {
+    #[serde(default)]
+    pub mode: DistributedMode,
+    #[serde(default)]
+    pub sync: SyncMode,
+    /// SSP's bound: no worker more than this many steps ahead of the slowest.
+    #[serde(default = "defaults::staleness")]
+    pub staleness: u32,
+    #[serde(default)]
+    pub compression: Compression,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DistributedMode {
+    #[default]
+    Ps,
+    Allreduce,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    #[default]
+    Bsp,
+    Ssp,
+    Async,
+}
+
+/// Gradient compression, each with error feedback.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Compression {
+    #[default]
+    None,
+    /// Keep the largest `ratio` of gradient entries.
+    Topk { ratio: f64 },
+    /// 1-bit sign with a per-tensor scale.
+    Onebit,
+    /// QSGD-style stochastic quantisation to `bits` bits.
+    Qsgd { bits: u32 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Scheduling {
+    /// Higher runs first and may preempt lower; -1000 to 1000.
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default = "defaults::yes")]
+    pub preemptible: bool,
+}
+
+impl Default for Scheduling {
+    fn default() -> Self {
+        Scheduling { priority: 0, preemptible: true }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointPolicy {
+    #[serde(default = "defaults::checkpoint_every_steps")]
+    pub every_steps: u64,
+    #[serde(default = "defaults::keep_last")]
+    pub keep_last: u32,
+    #[serde(default = "defaults::keep_best")]
+    pub keep_best: u32,
+}
+
+impl Default for CheckpointPolicy {
+    fn default() -> Self {
+        CheckpointPolicy {
+            every_steps: defaults::checkpoint_every_steps(),
+            keep_last: defaults::keep_last(),
+            keep_best: defaults::keep_best(),
+        }
+    }
+}
+
+impl DroverJob {
+    /// Parses and validates a document. The error names the first problem found.
+    pub fn parse(bytes: &[u8], format: Format) -> Result<DroverJob, SpecError> {
+        let job = match format {
+            Format::Json => {
+                let mut de = serde_json::Deserializer::from_slice(bytes);
+                let job: DroverJob = serde_path_to_error::deserialize(&mut de).map_err(path_error)?;
+                de.end().map_err(|err| SpecError::new("(document)", err.to_string()))?;
+                job
+            }
+            Format::Yaml => {
+                let de = serde_yaml::Deserializer::from_slice(bytes);
+                serde_path_to_error::deserialize(de).map_err(path_error)?
+            }
+        };
+        crate::validate::validate(&job)?;
+        Ok(job)
+    }
+
+    /// Total GPUs the job asks for at its largest shape.
+    pub fn max_gpus(&self) -> u64 {
+        u64::from(self.spec.resources.workers.max) * u64::from(self.spec.resources.gpus_per_worker)
+    }
+}
+
+fn path_error<E: std::fmt::Display>(err: serde_path_to_error::Error<E>) -> SpecError {
+    let path = err.path().to_string();
+    let field = if path == "." || path.is_empty() { "(document)".to_owned() } else { path };
+    SpecError::new(field, err.inner().to_string())
+}
+
+mod defaults {
+    use super::TaskRange;
+
+    pub fn max_restarts() -> u32 {
+        5
+    }
+    pub fn eval_every() -> u64 {
+        200
+    }
+    pub fn seed() -> u64 {
+        1
+    }
+    pub fn mlp_hidden() -> Vec<u32> {
+        vec![256, 128]
+    }
+    pub fn cnn_channels() -> Vec<u32> {
+        vec![6, 16]
+    }
+    pub fn cnn_hidden() -> Vec<u32> {
+        vec![120, 84]
+    }
+    pub fn charlm_layers() -> u32 {
+        2
+    }
+    pub fn charlm_heads() -> u32 {
+        4
+    }
+    pub fn charlm_d_model() -> u32 {
+        128
+    }
+    pub fn charlm_context() -> u32 {
+        64
+    }
+    pub fn synthetic_samples() -> u64 {
+        10_000
+    }
+    pub fn synthetic_features() -> u32 {
+        64
+    }
+    pub fn synthetic_classes() -> u32 {
+        10
+    }
+    pub fn adamw_lr() -> f64 {
+        0.001
+    }
+    pub fn adamw_weight_decay() -> f64 {
+        0.01
+    }
+    pub fn beta1() -> f64 {
+        0.9
+    }
+    pub fn beta2() -> f64 {
+        0.999
+    }
+    pub fn eps() -> f64 {
+        1e-8
+    }
+    pub fn workdir() -> String {
+        ".".to_owned()
+    }
+    pub fn workers() -> TaskRange {
+        TaskRange { min: 1, max: 1 }
+    }
+    pub fn ps() -> TaskRange {
+        TaskRange { min: 0, max: 0 }
+    }
+    pub fn gpus_per_worker() -> u32 {
+        1
+    }
+    pub fn cpus_per_worker() -> u32 {
+        4
+    }
+    pub fn cpus_per_ps() -> u32 {
+        2
+    }
+    pub fn memory_gb_per_task() -> u32 {
+        8
+    }
+    pub fn staleness() -> u32 {
+        4
+    }
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn checkpoint_every_steps() -> u64 {
+        500
+    }
+    pub fn keep_last() -> u32 {
+        3
+    }
+    pub fn keep_best() -> u32 {
+        1
+    }
+}
