@@ -1,3 +1,17 @@
 //! Drover's control plane: the store (Postgres and SQLite), authentication and tenancy, and the REST API.
+//!
+//! [`routes::app`] builds the whole HTTP application from an [`state::AppState`]; [`server::start`] opens
+//! the store, migrates, makes sure a cluster administrator exists and serves.
 
+pub mod auth;
+pub mod error;
+pub mod extract;
+pub mod metrics;
+pub mod routes;
+pub mod server;
+pub mod state;
 pub mod store;
+pub mod views;
+
+pub use routes::app;
+pub use state::AppState;

@@ -1,1 +1,115 @@
-fn main() {}
+//! The `drover` binary: the control-plane server, a one-command dev mode, migrations, and the client CLI.
+
+mod client;
+mod commands;
+mod output;
+mod serve;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(name = "drover", version, about = "Drover: a multi-tenant GPU cluster scheduler and training job manager")]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every client verb takes.
+#[derive(Debug, clap::Args)]
+pub struct GlobalArgs {
+    /// The Drover server's URL.
+    #[arg(long, global = true, env = "DROVER_SERVER", default_value = "http://127.0.0.1:8080")]
+    pub server: String,
+    /// API token. Without one, the token `drover dev` keeps in its data directory is used if present.
+    #[arg(long, global = true, env = "DROVER_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = output::Format::Table)]
+    pub output: output::Format,
+    /// Where `drover dev` keeps its data (used to find its admin token).
+    #[arg(long, global = true, env = "DROVER_DATA_DIR", default_value = ".drover")]
+    pub data_dir: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the control plane (production: Postgres).
+    Server(serve::ServerArgs),
+    /// Run a local control plane on SQLite in the data directory, and print its URL and admin token.
+    Dev(serve::DevArgs),
+    /// Apply database migrations and exit.
+    Migrate(serve::MigrateArgs),
+    /// Submit a job from a YAML or JSON file (`-` reads standard input).
+    Submit(commands::SubmitArgs),
+    /// List jobs, newest first.
+    Jobs(commands::JobsArgs),
+    /// Show one job with its spec.
+    Job(commands::JobIdArg),
+    /// Cancel a job.
+    Cancel(commands::JobIdArg),
+    /// Show a job's state changes with their reasons.
+    Events(commands::JobIdArg),
+    /// List tenants.
+    Tenants,
+    /// Manage tenants (cluster administrators).
+    #[command(subcommand)]
+    Tenant(commands::TenantCommand),
+    /// List users.
+    Users,
+    /// Manage users.
+    #[command(subcommand)]
+    User(commands::UserCommand),
+    /// List your API tokens.
+    Tokens,
+    /// Manage API tokens.
+    #[command(subcommand)]
+    Token(commands::TokenCommand),
+    /// List GPU nodes.
+    Nodes,
+    /// Show who the token belongs to.
+    Whoami,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let global = cli.global;
+    match cli.command {
+        Command::Server(args) => serve::server(args).await,
+        Command::Dev(args) => serve::dev(args, &global).await,
+        Command::Migrate(args) => serve::migrate(args).await,
+        Command::Submit(args) => commands::submit(&global, args).await,
+        Command::Jobs(args) => commands::jobs(&global, args).await,
+        Command::Job(args) => commands::job(&global, args).await,
+        Command::Cancel(args) => commands::cancel(&global, args).await,
+        Command::Events(args) => commands::events(&global, args).await,
+        Command::Tenants => commands::tenants(&global).await,
+        Command::Tenant(cmd) => commands::tenant(&global, cmd).await,
+        Command::Users => commands::users(&global).await,
+        Command::User(cmd) => commands::user(&global, cmd).await,
+        Command::Tokens => commands::tokens(&global).await,
+        Command::Token(cmd) => commands::token(&global, cmd).await,
+        Command::Nodes => commands::nodes(&global).await,
+        Command::Whoami => commands::whoami(&global).await,
+    }
+}

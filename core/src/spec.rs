@@ -21,11 +21,17 @@ pub const SPEC_SCHEMA_VERSION: i32 = 1;
 pub struct SpecError {
     pub field: String,
     pub reason: String,
+    /// The bytes are not JSON/YAML at all (as opposed to a well-formed document with a bad value).
+    pub malformed: bool,
 }
 
 impl SpecError {
     pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self { field: field.into(), reason: reason.into() }
+        Self { field: field.into(), reason: reason.into(), malformed: false }
+    }
+
+    fn malformed(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self { malformed: true, ..Self::new(field, reason) }
     }
 }
 
@@ -428,13 +434,24 @@ impl DroverJob {
         let job = match format {
             Format::Json => {
                 let mut de = serde_json::Deserializer::from_slice(bytes);
-                let job: DroverJob = serde_path_to_error::deserialize(&mut de).map_err(path_error)?;
-                de.end().map_err(|err| SpecError::new("(document)", err.to_string()))?;
+                let job: DroverJob = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+                    let malformed = !err.inner().is_data();
+                    let mut spec_err = path_error(err);
+                    spec_err.malformed = malformed;
+                    spec_err
+                })?;
+                de.end().map_err(|err| SpecError::malformed("(document)", err.to_string()))?;
                 job
             }
             Format::Yaml => {
                 let de = serde_yaml::Deserializer::from_slice(bytes);
-                serde_path_to_error::deserialize(de).map_err(path_error)?
+                serde_path_to_error::deserialize(de).map_err(|err| {
+                    // serde_yaml reports syntax errors with a location and no path.
+                    let malformed = err.inner().location().is_some() && err.path().iter().next().is_none();
+                    let mut spec_err = path_error(err);
+                    spec_err.malformed = malformed;
+                    spec_err
+                })?
             }
         };
         crate::validate::validate(&job)?;
@@ -449,7 +466,7 @@ impl DroverJob {
 
 fn path_error<E: std::fmt::Display>(err: serde_path_to_error::Error<E>) -> SpecError {
     let path = err.path().to_string();
-    let field = if path == "." || path.is_empty() { "(document)".to_owned() } else { path };
+    let field = if matches!(path.as_str(), "." | "?" | "") { "(document)".to_owned() } else { path };
     SpecError::new(field, err.inner().to_string())
 }
 

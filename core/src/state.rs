@@ -43,7 +43,7 @@ pub enum JobState {
 
 /// A transition the state machine does not allow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("a job cannot go from `{from}` to `{to}`")]
+#[error("the job is `{from}` and cannot become `{to}`")]
 pub struct IllegalTransition {
     pub from: JobState,
     pub to: JobState,

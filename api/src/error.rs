@@ -1,0 +1,129 @@
+//! The API's one error type. Every failure leaves as `{"error": {"code", "message", "field"?}}` with a
+//! 4xx that says what the client got wrong, or a generic 5xx whose cause is logged once, here.
+
+use crate::store::StoreError;
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use drover_core::SpecError;
+use serde::Serialize;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub field: Option<String>,
+}
+
+/// The JSON body of every error.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// Stable, machine-readable: `invalid_spec`, `not_found`, `unauthenticated`, …
+    pub code: &'static str,
+    pub message: String,
+    /// The offending field, as a dotted path into the request, when one is to blame.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into(), field: None }
+    }
+
+    pub fn with_field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    pub fn bad_request(field: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message).with_field(field)
+    }
+
+    pub fn invalid(field: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", message).with_field(field)
+    }
+
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    pub fn not_found(what: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", what)
+    }
+
+    pub fn internal() -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal server error")
+    }
+
+    /// A store error on a lookup of `what`; missing rows become 404 with that name.
+    pub fn from_store(err: StoreError, what: impl FnOnce() -> String) -> Self {
+        match err {
+            StoreError::NotFound => Self::not_found(what()),
+            other => other.into(),
+        }
+    }
+}
+
+impl From<SpecError> for ApiError {
+    fn from(err: SpecError) -> Self {
+        let (status, code) = if err.malformed {
+            (StatusCode::BAD_REQUEST, "malformed_body")
+        } else {
+            (StatusCode::UNPROCESSABLE_ENTITY, "invalid_spec")
+        };
+        Self::new(status, code, err.reason).with_field(err.field)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::NotFound => Self::not_found("not found"),
+            StoreError::Conflict { field, message } => {
+                Self::new(StatusCode::CONFLICT, "conflict", message).with_field(field)
+            }
+            StoreError::IdempotencyMismatch => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "this Idempotency-Key was already used for a different request",
+            )
+            .with_field("Idempotency-Key"),
+            StoreError::IllegalTransition(illegal) => {
+                Self::new(StatusCode::CONFLICT, "illegal_transition", illegal.to_string())
+            }
+            err @ (StoreError::Corrupt(_) | StoreError::Database(_) | StoreError::Migrate(_)) => {
+                tracing::error!(error = %err, "store failure");
+                if matches!(&err, StoreError::Database(sqlx::Error::PoolTimedOut)) {
+                    Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the database is overloaded; retry")
+                } else {
+                    Self::internal()
+                }
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let unauthenticated = self.status == StatusCode::UNAUTHORIZED;
+        let body = ErrorBody { error: ErrorDetail { code: self.code, message: self.message, field: self.field } };
+        let mut response = (self.status, Json(body)).into_response();
+        if unauthenticated {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}

@@ -1,0 +1,126 @@
+//! Request extractors whose failures speak the API's error format (axum's own answer in plain text).
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+
+/// The raw body, bounded by the server's limit.
+#[derive(Debug)]
+pub struct Body(pub Bytes);
+
+impl FromRequest<AppState> for Body {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        Bytes::from_request(req, state).await.map(Body).map_err(|rejection| body_rejection(rejection, state))
+    }
+}
+
+fn body_rejection(rejection: BytesRejection, state: &AppState) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body exceeds {} bytes", state.max_body_bytes),
+        )
+    } else {
+        ApiError::new(rejection.status(), "bad_body", rejection.body_text())
+    }
+}
+
+/// A JSON body parsed strictly; errors name the field.
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let Body(bytes) = Body::from_request(req, state).await?;
+        let mut de = serde_json::Deserializer::from_slice(&bytes);
+        let parsed = serde_path_to_error::deserialize(&mut de);
+        let (field, err) = match parsed {
+            Ok(value) => match de.end() {
+                Ok(()) => return Ok(ApiJson(value)),
+                Err(err) => ("(body)".to_owned(), err),
+            },
+            Err(err) => {
+                let path = err.path().to_string();
+                let field = if matches!(path.as_str(), "." | "?" | "") { "(body)".to_owned() } else { path };
+                (field, err.into_inner())
+            }
+        };
+        Err(if err.is_data() {
+            ApiError::invalid(&field, err.to_string())
+        } else {
+            ApiError::new(StatusCode::BAD_REQUEST, "malformed_body", err.to_string()).with_field(field)
+        })
+    }
+}
+
+/// A path segment, parsed by the handler (so a malformed id is a 404 with a JSON body, not axum's text).
+#[derive(Debug)]
+pub struct PathParam(pub String);
+
+impl FromRequestParts<AppState> for PathParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(value)| PathParam(value))
+            .map_err(|rejection| ApiError::bad_request("(path)", rejection.body_text()))
+    }
+}
+
+/// The query string as ordered pairs (repeated keys allowed).
+#[derive(Debug, Default)]
+pub struct QueryPairs(pub Vec<(String, String)>);
+
+impl FromRequestParts<AppState> for QueryPairs {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &AppState) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or("");
+        serde_urlencoded::from_str(query)
+            .map(QueryPairs)
+            .map_err(|err| ApiError::bad_request("(query)", format!("malformed query string: {err}")))
+    }
+}
+
+impl QueryPairs {
+    pub fn all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.0.iter().filter(move |(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    pub fn get<'a>(&'a self, key: &'a str) -> Option<&'a str> {
+        self.all(key).last()
+    }
+
+    /// Rejects parameters the endpoint does not know, so a typo is not silently ignored.
+    pub fn only(&self, known: &[&str]) -> Result<(), ApiError> {
+        match self.0.iter().find(|(k, _)| !known.contains(&k.as_str())) {
+            Some((k, _)) => Err(ApiError::bad_request(
+                k,
+                format!("unknown query parameter `{k}` (expected one of: {})", known.join(", ")),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// A page size: `default` when absent, at most `max`.
+    pub fn limit(&self, default: u32, max: u32) -> Result<u32, ApiError> {
+        match self.get("limit") {
+            None => Ok(default),
+            Some(raw) => match raw.parse::<u32>() {
+                Ok(n) if (1..=max).contains(&n) => Ok(n),
+                _ => Err(ApiError::bad_request("limit", format!("must be an integer between 1 and {max}"))),
+            },
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! `/api/v1/jobs`: submit, read, list, cancel, and the events of a job.
+
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::extract::{Body, PathParam, QueryPairs};
+use crate::state::AppState;
+use crate::store::{JobFilter, NewJob, Scope, StateChange};
+use crate::views::{EventList, EventView, JobEnvelope, JobList, JobView, ListMeta};
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::Utc;
+use drover_core::spec::Format;
+use drover_core::{DroverJob, JobId, JobState, ReasonCode};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+const MAX_PAGE: u32 = 500;
+
+/// Submit a job (JSON or YAML `DroverJob`). With an `Idempotency-Key`, a retry returns the first job.
+#[utoipa::path(
+    post, path = "/api/v1/jobs", tag = "jobs",
+    request_body(content = DroverJob, description = "A DroverJob, as JSON (or YAML with Content-Type: application/yaml)", content_type = "application/json"),
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe: the same key returns the first job")),
+    responses(
+        (status = 201, description = "Created", body = JobEnvelope),
+        (status = 200, description = "A retry with the same Idempotency-Key: the first job", body = JobEnvelope),
+        (status = 400, description = "Malformed body", body = ErrorBody),
+        (status = 409, description = "A job with this name exists in the tenant", body = ErrorBody),
+        (status = 422, description = "Invalid spec; `field` names the problem", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn submit(
+    State(state): State<AppState>,
+    principal: Principal,
+    headers: HeaderMap,
+    Body(body): Body,
+) -> ApiResult<Response> {
+    principal.require_job_writer()?;
+    let format = body_format(&headers, &body)?;
+    let idempotency_key = idempotency_key(&headers)?;
+    let mut job = DroverJob::parse(&body, format)?;
+    job.status = None;
+    check_quota(&principal, &job)?;
+    let new_job = NewJob {
+        id: JobId::new(),
+        tenant_id: principal.user.tenant_id,
+        tenant_name: principal.user.tenant_name.clone(),
+        name: job.metadata.name.clone(),
+        job_type: job.spec.job_type,
+        priority: job.spec.scheduling.priority,
+        max_gpus: i64::try_from(job.max_gpus()).unwrap_or(i64::MAX),
+        labels: job.metadata.labels.clone(),
+        document: serde_json::to_value(&job).map_err(|err| {
+            tracing::error!(error = %err, "serialising a parsed job failed");
+            ApiError::internal()
+        })?,
+        submitted_by: principal.user.id,
+        request_hash: idempotency_key.as_ref().map(|_| Sha256::digest(&body).into()),
+        idempotency_key,
+        created_at: Utc::now(),
+    };
+    let outcome = state.store.create_job(&new_job).await?;
+    let job = outcome.value;
+    let location = HeaderValue::from_str(&format!("/api/v1/jobs/{}", job.id)).ok();
+    if outcome.created {
+        state.metrics.job_submitted();
+        tracing::info!(job.id = %job.id, tenant.id = %job.tenant_id, job.name = %job.name, "job submitted");
+    }
+    let status = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
+    let mut response = (status, Json(JobEnvelope { job: JobView::from(job) })).into_response();
+    if let Some(location) = location {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    if !outcome.created {
+        response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok(response)
+}
+
+fn body_format(headers: &HeaderMap, body: &[u8]) -> ApiResult<Format> {
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    match content_type.map(|ct| ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase()) {
+        Some(ct) if ct == "application/json" || ct.ends_with("+json") => Ok(Format::Json),
+        Some(ct) if matches!(ct.as_str(), "application/yaml" | "application/x-yaml" | "text/yaml" | "text/x-yaml") => {
+            Ok(Format::Yaml)
+        }
+        // Without a content type, a document that opens with `{` is JSON; anything else is read as YAML.
+        None => Ok(if body.trim_ascii_start().starts_with(b"{") { Format::Json } else { Format::Yaml }),
+        Some(other) => Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!("content type `{other}` is not accepted; send application/json or application/yaml"),
+        )
+        .with_field("Content-Type")),
+    }
+}
+
+fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else { return Ok(None) };
+    let key = value.to_str().map_err(|_| {
+        ApiError::bad_request("Idempotency-Key", "must be printable ASCII")
+    })?;
+    if key.is_empty() || key.len() > 255 {
+        return Err(ApiError::bad_request("Idempotency-Key", "must be 1 to 255 characters"));
+    }
+    Ok(Some(key.to_owned()))
+}
+
+/// A job whose smallest shape exceeds the tenant's GPU ceiling could never run: refuse it now.
+fn check_quota(principal: &Principal, job: &DroverJob) -> ApiResult<()> {
+    let Some(max_gpus) = principal.tenant_quota.max_gpus else { return Ok(()) };
+    let resources = &job.spec.resources;
+    let min_gpus = u64::from(resources.workers.min) * u64::from(resources.gpus_per_worker);
+    if min_gpus > u64::from(max_gpus) {
+        return Err(ApiError::invalid(
+            "spec.resources.workers.min",
+            format!(
+                "the job needs at least {min_gpus} GPUs but tenant `{}` may hold at most {max_gpus}",
+                principal.user.tenant_name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Parses a job id from a path; a malformed id is simply an unknown job.
+pub fn parse_job_id(raw: &str) -> ApiResult<JobId> {
+    raw.parse().map_err(|_| ApiError::not_found(format!("no job `{raw}`")))
+}
+
+/// Get one job, with its whole spec.
+#[utoipa::path(
+    get, path = "/api/v1/jobs/{id}", tag = "jobs",
+    params(("id" = String, Path, description = "Job id")),
+    responses((status = 200, body = JobEnvelope), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn get(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<Json<JobEnvelope>> {
+    let job_id = parse_job_id(&id)?;
+    let job = state
+        .store
+        .get_job(principal.scope(), job_id)
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
+    Ok(Json(JobEnvelope { job: job.into() }))
+}
+
+/// List jobs, newest first.
+#[utoipa::path(
+    get, path = "/api/v1/jobs", tag = "jobs",
+    params(
+        ("state" = Option<String>, Query, description = "Comma-separated states, e.g. `queued,running`"),
+        ("label" = Option<String>, Query, description = "`key=value` (comma-separated or repeated): jobs carrying all of them"),
+        ("tenant" = Option<String>, Query, description = "Cluster administrators: only this tenant's jobs"),
+        ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 50)"),
+        ("cursor" = Option<String>, Query, description = "`meta.next_cursor` of the previous page"),
+    ),
+    responses((status = 200, body = JobList), (status = 400, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    principal: Principal,
+    query: QueryPairs,
+) -> ApiResult<Json<JobList>> {
+    query.only(&["state", "label", "tenant", "limit", "cursor"])?;
+    let mut filter = JobFilter { limit: query.limit(50, MAX_PAGE)?, ..JobFilter::default() };
+    for raw in query.all("state").flat_map(|v| v.split(',')).filter(|s| !s.is_empty()) {
+        let state = raw.parse::<JobState>().map_err(|reason| ApiError::bad_request("state", reason))?;
+        if !filter.states.contains(&state) {
+            filter.states.push(state);
+        }
+    }
+    filter.labels = parse_label_selector(query.all("label"))?;
+    if let Some(cursor) = query.get("cursor") {
+        filter.before = Some(decode_cursor(cursor).ok_or_else(|| {
+            ApiError::bad_request("cursor", "not a cursor this server issued; pass meta.next_cursor unchanged")
+        })?);
+    }
+    let scope = match query.get("tenant") {
+        None => principal.scope(),
+        Some(name) => {
+            let tenant = state
+                .store
+                .get_tenant_by_name(name)
+                .await
+                .map_err(|err| ApiError::from_store(err, || format!("no tenant `{name}`")))?;
+            if !principal.user.cluster_admin && tenant.id != principal.user.tenant_id {
+                return Err(ApiError::forbidden("you may only list your own tenant's jobs").with_field("tenant"));
+            }
+            Scope::Tenant(tenant.id)
+        }
+    };
+    // One row more than asked tells whether another page exists.
+    let page = filter.limit;
+    filter.limit = page + 1;
+    let mut jobs = state.store.list_jobs(scope, &filter).await?;
+    let next_cursor = if jobs.len() > page as usize {
+        jobs.truncate(page as usize);
+        jobs.last().map(|job| encode_cursor(job.id))
+    } else {
+        None
+    };
+    Ok(Json(JobList { jobs: jobs.into_iter().map(JobView::from).collect(), meta: ListMeta { next_cursor } }))
+}
+
+/// `team=vision,env=prod` (repeatable) into a map; keys and values use label syntax.
+fn parse_label_selector<'a>(params: impl Iterator<Item = &'a str>) -> ApiResult<BTreeMap<String, String>> {
+    let mut labels = BTreeMap::new();
+    for term in params.flat_map(|v| v.split(',')).map(str::trim).filter(|t| !t.is_empty()) {
+        let (key, value) = term
+            .split_once('=')
+            .ok_or_else(|| ApiError::bad_request("label", format!("`{term}` is not `key=value`")))?;
+        let bad = |c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
+        if key.is_empty() || key.len() > 316 || key.contains(bad) || value.len() > 63 || value.contains(bad) {
+            return Err(ApiError::bad_request("label", format!("`{term}` is not a valid label selector")));
+        }
+        labels.insert(key.to_owned(), value.to_owned());
+    }
+    Ok(labels)
+}
+
+pub fn encode_cursor(id: JobId) -> String {
+    URL_SAFE_NO_PAD.encode(id.0.as_bytes())
+}
+
+fn decode_cursor(cursor: &str) -> Option<JobId> {
+    let bytes = URL_SAFE_NO_PAD.decode(cursor).ok()?;
+    uuid::Uuid::from_slice(&bytes).ok().map(JobId)
+}
+
+/// Cancel a job. Final jobs cannot be cancelled (409).
+#[utoipa::path(
+    post, path = "/api/v1/jobs/{id}/cancel", tag = "jobs",
+    params(("id" = String, Path, description = "Job id")),
+    responses(
+        (status = 200, body = JobEnvelope),
+        (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "The job is already final", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn cancel(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<Json<JobEnvelope>> {
+    let job_id = parse_job_id(&id)?;
+    principal.require_job_writer()?;
+    let change = StateChange {
+        to: JobState::Cancelled,
+        reason: ReasonCode::CancelledByUser,
+        message: format!("cancelled by {}", principal.user.name),
+        actor: Some(principal.user.id),
+    };
+    let job = state
+        .store
+        .transition_job(principal.scope(), job_id, &change)
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
+    state.metrics.job_transition(JobState::Cancelled);
+    tracing::info!(job.id = %job.id, user.id = %principal.user.id, "job cancelled");
+    Ok(Json(JobEnvelope { job: job.into() }))
+}
+
+/// Every state change of a job, oldest first, with its reason.
+#[utoipa::path(
+    get, path = "/api/v1/jobs/{id}/events", tag = "jobs",
+    params(
+        ("id" = String, Path, description = "Job id"),
+        ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 100)"),
+        ("cursor" = Option<String>, Query, description = "`meta.next_cursor` of the previous page"),
+    ),
+    responses((status = 200, body = EventList), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn events(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+    query: QueryPairs,
+) -> ApiResult<Json<EventList>> {
+    query.only(&["limit", "cursor"])?;
+    let job_id = parse_job_id(&id)?;
+    let page = query.limit(100, MAX_PAGE)?;
+    let after = match query.get("cursor") {
+        None => None,
+        Some(raw) => Some(raw.parse::<i64>().map_err(|_| {
+            ApiError::bad_request("cursor", "not a cursor this server issued; pass meta.next_cursor unchanged")
+        })?),
+    };
+    let mut events = state
+        .store
+        .list_job_events(principal.scope(), job_id, after, page + 1)
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
+    let next_cursor = if events.len() > page as usize {
+        events.truncate(page as usize);
+        events.last().map(|event| event.id.to_string())
+    } else {
+        None
+    };
+    Ok(Json(EventList { events: events.into_iter().map(EventView::from).collect(), meta: ListMeta { next_cursor } }))
+}

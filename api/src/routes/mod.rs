@@ -1,0 +1,93 @@
+//! The router: every route of API v1 in one place, plus health, metrics and the OpenAPI document.
+
+pub mod health;
+pub mod jobs;
+pub mod nodes;
+pub mod tenants;
+pub mod tokens;
+pub mod users;
+
+use crate::error::ApiError;
+use crate::metrics;
+use crate::state::AppState;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::routing::{get, post, put};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Drover API", description = "Multi-tenant GPU cluster scheduler and training job manager"),
+    paths(
+        health::healthz, health::readyz, health::metrics,
+        jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::events,
+        tenants::create, tenants::list, tenants::get, tenants::set_quota,
+        users::create, users::list, users::get, users::me,
+        tokens::create, tokens::list, tokens::revoke,
+        nodes::list, nodes::get,
+    ),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "jobs", description = "Training and command jobs"),
+        (name = "tenants", description = "Teams and their GPU quotas"),
+        (name = "users", description = "Users and their roles"),
+        (name = "tokens", description = "API tokens"),
+        (name = "nodes", description = "GPU nodes"),
+        (name = "health", description = "Liveness, readiness, metrics"),
+    )
+)]
+#[derive(Debug)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The whole HTTP application; tests drive it in-process.
+pub fn app(state: AppState) -> Router {
+    let max_body_bytes = state.max_body_bytes;
+    let api = Router::new()
+        .route("/api/v1/jobs", post(jobs::submit).get(jobs::list))
+        .route("/api/v1/jobs/{id}", get(jobs::get))
+        .route("/api/v1/jobs/{id}/cancel", post(jobs::cancel))
+        .route("/api/v1/jobs/{id}/events", get(jobs::events))
+        .route("/api/v1/tenants", post(tenants::create).get(tenants::list))
+        .route("/api/v1/tenants/{name}", get(tenants::get))
+        .route("/api/v1/tenants/{name}/quota", put(tenants::set_quota))
+        .route("/api/v1/users", post(users::create).get(users::list))
+        .route("/api/v1/users/{id}", get(users::get))
+        .route("/api/v1/me", get(users::me))
+        .route("/api/v1/tokens", post(tokens::create).get(tokens::list))
+        .route("/api/v1/tokens/{id}", axum::routing::delete(tokens::revoke))
+        .route("/api/v1/nodes", get(nodes::list))
+        .route("/api/v1/nodes/{name}", get(nodes::get))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics));
+    Router::new()
+        .merge(utoipa_swagger_ui::SwaggerUi::new("/api/v1/docs").url("/api/v1/openapi.json", ApiDoc::openapi()))
+        .merge(api)
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not accept that method")
+        })
+        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(TraceLayer::new_for_http())
+        .layer(CatchPanicLayer::custom(|_| {
+            axum::response::IntoResponse::into_response(ApiError::internal())
+        }))
+        .with_state(state)
+}

@@ -1,0 +1,181 @@
+//! Starting the control plane: open the store, migrate, make sure a cluster administrator exists, serve.
+
+use crate::auth::{display_prefix, generate_token, hash_token};
+use crate::routes::app;
+use crate::state::AppState;
+use crate::store::{self, NewTenant, NewToken, NewUser, Quota, Store, StoreError};
+use anyhow::Context;
+use drover_core::Role;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// The tenant and user the first start creates.
+pub const BOOTSTRAP_TENANT: &str = "default";
+pub const BOOTSTRAP_ADMIN: &str = "admin";
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub database_url: String,
+    pub max_db_connections: u32,
+    pub max_body_bytes: usize,
+    /// A token the cluster administrator must be able to use (from `DROVER_ADMIN_TOKEN`, or dev's file).
+    pub admin_token: Option<String>,
+}
+
+/// What start-up did about the cluster administrator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminBootstrap {
+    /// Created now, with a generated token to show once.
+    CreatedWithToken(String),
+    /// Created now, with the token the configuration gave.
+    CreatedWithGivenToken,
+    /// One existed already.
+    Existing,
+}
+
+/// A server listening and serving in the background.
+#[derive(Debug)]
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    pub admin: AdminBootstrap,
+    pub store: Arc<dyn Store>,
+    pub serving: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+pub async fn open_store(config: &ServerConfig) -> anyhow::Result<Arc<dyn Store>> {
+    let store = store::connect(&config.database_url, config.max_db_connections)
+        .await
+        .with_context(|| format!("cannot open the database at {}", redact_url(&config.database_url)))?;
+    store.migrate().await.context("cannot apply database migrations")?;
+    Ok(store)
+}
+
+/// Opens the store, migrates, bootstraps the administrator and starts serving until `shutdown` resolves.
+pub async fn start(
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<RunningServer> {
+    let store = open_store(&config).await?;
+    let admin = ensure_cluster_admin(store.as_ref(), config.admin_token.as_deref())
+        .await
+        .context("cannot create the cluster administrator")?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let router = app(AppState::new(store.clone(), config.max_body_bytes));
+    let serving = tokio::spawn(async move {
+        axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+    });
+    tracing::info!(%addr, backend = ?store.backend(), "drover server listening");
+    Ok(RunningServer { addr, admin, store, serving })
+}
+
+/// Makes sure a cluster administrator exists and that `given_token` (if any) logs in as one.
+pub async fn ensure_cluster_admin(store: &dyn Store, given_token: Option<&str>) -> Result<AdminBootstrap, StoreError> {
+    if let Some(admin) = store.first_cluster_admin().await? {
+        if let Some(token) = given_token
+            && store.find_token(&hash_token(token)).await?.is_none()
+        {
+            add_token(store, admin.id, token).await?;
+        }
+        return Ok(AdminBootstrap::Existing);
+    }
+    let tenant = match store
+        .create_tenant(&NewTenant { name: BOOTSTRAP_TENANT.to_owned(), quota: Quota::default() })
+        .await
+    {
+        Ok(tenant) => tenant,
+        Err(StoreError::Conflict { .. }) => store.get_tenant_by_name(BOOTSTRAP_TENANT).await?,
+        Err(err) => return Err(err),
+    };
+    let admin = store
+        .create_user(&NewUser {
+            tenant_id: tenant.id,
+            name: BOOTSTRAP_ADMIN.to_owned(),
+            role: Role::Admin,
+            cluster_admin: true,
+        })
+        .await?;
+    match given_token {
+        Some(token) => {
+            add_token(store, admin.id, token).await?;
+            Ok(AdminBootstrap::CreatedWithGivenToken)
+        }
+        None => {
+            let token = generate_token();
+            add_token(store, admin.id, &token).await?;
+            Ok(AdminBootstrap::CreatedWithToken(token))
+        }
+    }
+}
+
+async fn add_token(store: &dyn Store, user_id: drover_core::UserId, token: &str) -> Result<(), StoreError> {
+    store
+        .create_token(&NewToken {
+            user_id,
+            name: "bootstrap".to_owned(),
+            token_hash: hash_token(token),
+            prefix: display_prefix(token),
+            expires_at: None,
+        })
+        .await
+        .map(|_| ())
+}
+
+/// A database URL without its password, for messages.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let credentials = &url[scheme_end + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %err, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(redact_url("postgres://drover:s3cret@db:5432/drover"), "postgres://drover:***@db:5432/drover");
+        assert_eq!(redact_url("postgres://postgres@127.0.0.1/x"), "postgres://postgres@127.0.0.1/x");
+        assert_eq!(redact_url("sqlite://.drover/drover.db"), "sqlite://.drover/drover.db");
+    }
+}

@@ -1,0 +1,262 @@
+//! What the API returns: one item as `{"job": …}`, lists as `{"jobs": […], "meta": {…}}`.
+
+use crate::store::{Gpu, Job, JobEvent, Node, Quota, Tenant, TokenInfo, User};
+use chrono::{DateTime, Utc};
+use drover_core::spec::JobType;
+use drover_core::{JobState, ReasonCode, Role};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ListMeta {
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobView {
+    pub id: Uuid,
+    pub tenant: String,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub job_type: JobType,
+    pub state: JobState,
+    pub reason: ReasonCode,
+    pub message: String,
+    pub priority: i32,
+    /// GPUs at the job's largest shape.
+    pub max_gpus: i64,
+    pub labels: BTreeMap<String, String>,
+    pub submitted_by: Uuid,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// The whole `DroverJob` as stored, defaults filled in; only on single reads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub spec: Option<serde_json::Value>,
+}
+
+impl From<Job> for JobView {
+    fn from(job: Job) -> Self {
+        JobView {
+            id: job.id.0,
+            tenant: job.tenant_name,
+            name: job.name,
+            job_type: job.job_type,
+            state: job.state,
+            reason: job.reason,
+            message: job.message,
+            priority: job.priority,
+            max_gpus: job.max_gpus,
+            labels: job.labels,
+            submitted_by: job.submitted_by.0,
+            created_at: job.created_at,
+            updated_at: job.updated_at,
+            spec: job.document,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobEnvelope {
+    pub job: JobView,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobList {
+    pub jobs: Vec<JobView>,
+    pub meta: ListMeta,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventView {
+    pub id: i64,
+    pub job_id: Uuid,
+    /// Absent for the submission.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<JobState>,
+    pub to: JobState,
+    pub reason: ReasonCode,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<JobEvent> for EventView {
+    fn from(event: JobEvent) -> Self {
+        EventView {
+            id: event.id,
+            job_id: event.job_id.0,
+            from: event.from_state,
+            to: event.to_state,
+            reason: event.reason,
+            message: event.message,
+            actor: event.actor.map(|a| a.0),
+            created_at: event.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventList {
+    pub events: Vec<EventView>,
+    pub meta: ListMeta,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantView {
+    pub id: Uuid,
+    pub name: String,
+    pub quota: Quota,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<Tenant> for TenantView {
+    fn from(tenant: Tenant) -> Self {
+        TenantView { id: tenant.id.0, name: tenant.name, quota: tenant.quota, created_at: tenant.created_at }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantEnvelope {
+    pub tenant: TenantView,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantList {
+    pub tenants: Vec<TenantView>,
+    pub meta: ListMeta,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserView {
+    pub id: Uuid,
+    pub name: String,
+    pub tenant: String,
+    pub role: Role,
+    pub cluster_admin: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<User> for UserView {
+    fn from(user: User) -> Self {
+        UserView {
+            id: user.id.0,
+            name: user.name,
+            tenant: user.tenant_name,
+            role: user.role,
+            cluster_admin: user.cluster_admin,
+            created_at: user.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserEnvelope {
+    pub user: UserView,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserList {
+    pub users: Vec<UserView>,
+    pub meta: ListMeta,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Me {
+    pub user: UserView,
+    pub quota: Quota,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenView {
+    pub id: Uuid,
+    pub user_id: Uuid,
+    pub name: String,
+    /// The first characters of the token, to tell tokens apart.
+    pub prefix: String,
+    pub created_at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+impl From<TokenInfo> for TokenView {
+    fn from(token: TokenInfo) -> Self {
+        TokenView {
+            id: token.id.0,
+            user_id: token.user_id.0,
+            name: token.name,
+            prefix: token.prefix,
+            created_at: token.created_at,
+            expires_at: token.expires_at,
+            revoked_at: token.revoked_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenEnvelope {
+    pub token: TokenView,
+}
+
+/// A new token: `secret` is shown this once and never again.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenCreated {
+    pub token: TokenView,
+    pub secret: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenList {
+    pub tokens: Vec<TokenView>,
+    pub meta: ListMeta,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NodeView {
+    pub id: Uuid,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub gpus: Vec<Gpu>,
+    pub cpus: u32,
+    pub memory_gb: u32,
+    pub health: String,
+    pub cordoned: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<Node> for NodeView {
+    fn from(node: Node) -> Self {
+        NodeView {
+            id: node.id,
+            name: node.name,
+            labels: node.labels,
+            gpus: node.gpus,
+            cpus: node.cpus,
+            memory_gb: node.memory_gb,
+            health: node.health,
+            cordoned: node.cordoned,
+            last_heartbeat_at: node.last_heartbeat_at,
+            created_at: node.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NodeEnvelope {
+    pub node: NodeView,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NodeList {
+    pub nodes: Vec<NodeView>,
+    pub meta: ListMeta,
+}

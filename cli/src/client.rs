@@ -1,0 +1,124 @@
+//! A small HTTP client for the REST API: bearer auth, the API's error format turned into one-line
+//! messages, and a retry of submissions that is safe because it reuses the Idempotency-Key.
+
+use crate::GlobalArgs;
+use anyhow::{Context, anyhow, bail};
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+use std::time::Duration;
+
+#[derive(Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Client {
+    pub fn new(global: &GlobalArgs) -> anyhow::Result<Self> {
+        let token = match &global.token {
+            Some(token) => token.clone(),
+            None => dev_token(global).ok_or_else(|| {
+                anyhow!("no API token: pass --token or set DROVER_TOKEN (`drover dev` prints one)")
+            })?,
+        };
+        let base = global.server.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            bail!("--server must be an http:// or https:// URL, got `{base}`");
+        }
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .context("cannot build the HTTP client")?;
+        Ok(Self { http, base, token })
+    }
+
+    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        self.send(Method::GET, path, None, &[]).await
+    }
+
+    pub async fn post_json(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        let bytes = serde_json::to_vec(body)?;
+        self.send(Method::POST, path, Some(("application/json", bytes)), &[]).await
+    }
+
+    pub async fn put_json(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        let bytes = serde_json::to_vec(body)?;
+        self.send(Method::PUT, path, Some(("application/json", bytes)), &[]).await
+    }
+
+    pub async fn delete(&self, path: &str) -> anyhow::Result<Value> {
+        self.send(Method::DELETE, path, None, &[]).await
+    }
+
+    /// Sends a request; on a connection failure or a 502/503/504 it retries (three tries in all) when
+    /// `idempotent`, which every verb but a keyless POST is.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<Value> {
+        let url = format!("{}{path}", self.base);
+        let idempotent = method != Method::POST || headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("idempotency-key"));
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut request = self.http.request(method.clone(), &url).bearer_auth(&self.token);
+            for (key, value) in headers {
+                request = request.header(*key, *value);
+            }
+            if let Some((content_type, bytes)) = &body {
+                request = request.header("content-type", *content_type).body(bytes.clone());
+            }
+            let retriable = |status: StatusCode| {
+                matches!(status, StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT)
+            };
+            match request.send().await {
+                Ok(response) if idempotent && attempt < 3 && retriable(response.status()) => {}
+                Ok(response) => return decode(response).await,
+                Err(err) if idempotent && attempt < 3 && (err.is_connect() || err.is_timeout()) => {
+                    tracing::debug!(error = %err, attempt, "retrying");
+                }
+                Err(err) if err.is_connect() => {
+                    bail!("cannot reach the Drover server at {} (is it running? set --server or DROVER_SERVER)", self.base)
+                }
+                Err(err) => return Err(anyhow!(err).context(format!("request to {url} failed"))),
+            }
+            tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+        }
+    }
+}
+
+async fn decode(response: reqwest::Response) -> anyhow::Result<Value> {
+    let status = response.status();
+    let bytes = response.bytes().await.context("reading the server's response failed")?;
+    let body: Value = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+    };
+    if status.is_success() {
+        return Ok(body);
+    }
+    let error = &body["error"];
+    let message = error["message"].as_str().map_or_else(|| body.to_string(), str::to_owned);
+    match error["field"].as_str() {
+        Some(field) => bail!("{message} (field `{field}`, HTTP {})", status.as_u16()),
+        None => bail!("{message} (HTTP {})", status.as_u16()),
+    }
+}
+
+/// The admin token `drover dev` keeps in its data directory, when talking to a local server.
+fn dev_token(global: &GlobalArgs) -> Option<String> {
+    let local = global.server.contains("://127.0.0.1") || global.server.contains("://localhost");
+    if !local {
+        return None;
+    }
+    std::fs::read_to_string(global.data_dir.join(crate::serve::TOKEN_FILE))
+        .ok()
+        .map(|token| token.trim().to_owned())
+        .filter(|token| !token.is_empty())
+}

@@ -1,0 +1,430 @@
+//! The client verbs: each calls the REST API and prints a table (or JSON with `-o json`).
+
+use crate::GlobalArgs;
+use crate::output::out;
+use crate::client::Client;
+use crate::output::{self, Format};
+use anyhow::Context;
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::io::Read;
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+pub struct SubmitArgs {
+    /// A DroverJob as YAML or JSON; `-` reads standard input.
+    pub file: PathBuf,
+    /// Makes the submission safe to repeat: the same key returns the first job. A random one is used
+    /// when absent, so the CLI's own retries never create twins.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct JobsArgs {
+    /// Only jobs in these states (comma-separated).
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Only jobs with these labels (`key=value`, comma-separated or repeated).
+    #[arg(short = 'l', long = "label")]
+    pub labels: Vec<String>,
+    /// Only this tenant's jobs (cluster administrators).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Jobs per page.
+    #[arg(long, default_value_t = 50)]
+    pub limit: u32,
+    /// Follow the cursor through every page.
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct JobIdArg {
+    /// The job's id.
+    pub id: String,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant.
+    Create {
+        name: String,
+        #[arg(long, default_value_t = 0)]
+        guaranteed_gpus: u32,
+        #[arg(long)]
+        max_gpus: Option<u32>,
+    },
+    /// Set a tenant's quota.
+    Quota {
+        name: String,
+        #[arg(long)]
+        guaranteed_gpus: u32,
+        #[arg(long)]
+        max_gpus: Option<u32>,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum UserCommand {
+    /// Create a user.
+    Create {
+        name: String,
+        /// admin, member or viewer.
+        #[arg(long, default_value = "member")]
+        role: String,
+        /// The tenant (yours when absent).
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long)]
+        cluster_admin: bool,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum TokenCommand {
+    /// Create a token; its secret is printed once.
+    Create {
+        name: String,
+        /// For another user (tenant admins, cluster administrators).
+        #[arg(long)]
+        user: Option<String>,
+        /// Lifetime, e.g. `30d`.
+        #[arg(long)]
+        expires_in: Option<String>,
+    },
+    /// Revoke a token.
+    Revoke { id: String },
+}
+
+fn segment(id: &str) -> String {
+    id.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')).collect()
+}
+
+pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<()> {
+    let (bytes, name) = if args.file.as_os_str() == "-" {
+        let mut bytes = Vec::new();
+        std::io::stdin().read_to_end(&mut bytes).context("cannot read standard input")?;
+        (bytes, "stdin".to_owned())
+    } else {
+        let bytes = std::fs::read(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
+        (bytes, args.file.display().to_string())
+    };
+    let is_json = args.file.extension().is_some_and(|ext| ext == "json")
+        || (args.file.as_os_str() == "-" && bytes.trim_ascii_start().starts_with(b"{"));
+    let content_type = if is_json { "application/json" } else { "application/yaml" };
+    let key = args.idempotency_key.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let client = Client::new(global)?;
+    let response = client
+        .send(Method::POST, "/api/v1/jobs", Some((content_type, bytes)), &[("idempotency-key", &key)])
+        .await
+        .with_context(|| format!("submitting {name} failed"))?;
+    match global.output {
+        Format::Json => output::json(&response),
+        Format::Table => {
+            let job = &response["job"];
+            out!("job {} submitted: {} ({})", output::text(&job["name"]), output::text(&job["id"]), output::text(&job["state"]));
+        }
+    }
+    Ok(())
+}
+
+pub async fn jobs(global: &GlobalArgs, args: JobsArgs) -> anyhow::Result<()> {
+    let client = Client::new(global)?;
+    let mut params = vec![("limit".to_owned(), args.limit.to_string())];
+    if let Some(state) = args.state {
+        params.push(("state".to_owned(), state));
+    }
+    for label in args.labels {
+        params.push(("label".to_owned(), label));
+    }
+    if let Some(tenant) = args.tenant {
+        params.push(("tenant".to_owned(), tenant));
+    }
+    let mut jobs = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut page_params = params.clone();
+        if let Some(cursor) = &cursor {
+            page_params.push(("cursor".to_owned(), cursor.clone()));
+        }
+        let query = serde_urlencoded::to_string(&page_params)?;
+        let page = client.get(&format!("/api/v1/jobs?{query}")).await?;
+        jobs.extend(page["jobs"].as_array().cloned().unwrap_or_default());
+        cursor = page["meta"]["next_cursor"].as_str().map(str::to_owned);
+        if !args.all || cursor.is_none() {
+            if global.output == Format::Table && cursor.is_some() {
+                eprintln!("(more jobs: use --all or --limit)");
+            }
+            break;
+        }
+    }
+    match global.output {
+        Format::Json => output::json(&json!({ "jobs": jobs })),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = jobs
+                .iter()
+                .map(|job| {
+                    vec![
+                        output::text(&job["id"]),
+                        output::text(&job["name"]),
+                        output::text(&job["tenant"]),
+                        output::text(&job["type"]),
+                        output::text(&job["state"]),
+                        output::text(&job["max_gpus"]),
+                        output::labels(&job["labels"]),
+                        output::age(&job["created_at"]),
+                    ]
+                })
+                .collect();
+            output::table(&["ID", "NAME", "TENANT", "TYPE", "STATE", "GPUS", "LABELS", "AGE"], &rows);
+        }
+    }
+    Ok(())
+}
+
+pub async fn job(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
+    let client = Client::new(global)?;
+    let response = client.get(&format!("/api/v1/jobs/{}", segment(&args.id))).await?;
+    match global.output {
+        Format::Json => output::json(&response),
+        Format::Table => {
+            let job = &response["job"];
+            for (key, field) in [
+                ("ID", "id"),
+                ("Name", "name"),
+                ("Tenant", "tenant"),
+                ("Type", "type"),
+                ("State", "state"),
+                ("Reason", "reason"),
+                ("Message", "message"),
+                ("Priority", "priority"),
+                ("Max GPUs", "max_gpus"),
+                ("Created", "created_at"),
+                ("Updated", "updated_at"),
+            ] {
+                out!("{:<10} {}", format!("{key}:"), output::text(&job[field]));
+            }
+            out!("{:<10} {}", "Labels:", output::labels(&job["labels"]));
+            out!("Spec:");
+            let spec = serde_yaml::to_string(&job["spec"]).unwrap_or_else(|_| job["spec"].to_string());
+            for line in spec.lines() {
+                out!("  {line}");
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn cancel(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
+    let client = Client::new(global)?;
+    let response = client.post_json(&format!("/api/v1/jobs/{}/cancel", segment(&args.id)), &json!({})).await?;
+    match global.output {
+        Format::Json => output::json(&response),
+        Format::Table => out!("job {} cancelled", output::text(&response["job"]["name"])),
+    }
+    Ok(())
+}
+
+pub async fn events(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
+    let client = Client::new(global)?;
+    let mut events = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = format!("/api/v1/jobs/{}/events?limit=500", segment(&args.id));
+        if let Some(cursor) = &cursor {
+            path.push_str(&format!("&cursor={cursor}"));
+        }
+        let page = client.get(&path).await?;
+        events.extend(page["events"].as_array().cloned().unwrap_or_default());
+        cursor = page["meta"]["next_cursor"].as_str().map(str::to_owned);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    match global.output {
+        Format::Json => output::json(&json!({ "events": events })),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = events
+                .iter()
+                .map(|e| {
+                    vec![
+                        output::text(&e["created_at"]),
+                        output::text(&e["from"]),
+                        output::text(&e["to"]),
+                        output::text(&e["reason"]),
+                        output::text(&e["message"]),
+                    ]
+                })
+                .collect();
+            output::table(&["TIME", "FROM", "TO", "REASON", "MESSAGE"], &rows);
+        }
+    }
+    Ok(())
+}
+
+fn print_tenants(global: &GlobalArgs, tenants: &[Value]) {
+    let rows: Vec<Vec<String>> = tenants
+        .iter()
+        .map(|t| {
+            vec![
+                output::text(&t["name"]),
+                output::text(&t["quota"]["guaranteed_gpus"]),
+                t["quota"]["max_gpus"].as_u64().map_or_else(|| "unlimited".to_owned(), |m| m.to_string()),
+                output::age(&t["created_at"]),
+            ]
+        })
+        .collect();
+    match global.output {
+        Format::Json => output::json(&json!({ "tenants": tenants })),
+        Format::Table => output::table(&["NAME", "GUARANTEED GPUS", "MAX GPUS", "AGE"], &rows),
+    }
+}
+
+pub async fn tenants(global: &GlobalArgs) -> anyhow::Result<()> {
+    let response = Client::new(global)?.get("/api/v1/tenants").await?;
+    print_tenants(global, response["tenants"].as_array().map_or(&[], Vec::as_slice));
+    Ok(())
+}
+
+pub async fn tenant(global: &GlobalArgs, command: TenantCommand) -> anyhow::Result<()> {
+    let client = Client::new(global)?;
+    let response = match command {
+        TenantCommand::Create { name, guaranteed_gpus, max_gpus } => {
+            let body = json!({"name": name, "quota": {"guaranteed_gpus": guaranteed_gpus, "max_gpus": max_gpus}});
+            client.post_json("/api/v1/tenants", &body).await?
+        }
+        TenantCommand::Quota { name, guaranteed_gpus, max_gpus } => {
+            let body = json!({"guaranteed_gpus": guaranteed_gpus, "max_gpus": max_gpus});
+            client.put_json(&format!("/api/v1/tenants/{}/quota", segment(&name)), &body).await?
+        }
+    };
+    print_tenants(global, std::slice::from_ref(&response["tenant"]));
+    Ok(())
+}
+
+fn print_users(global: &GlobalArgs, users: &[Value]) {
+    let rows: Vec<Vec<String>> = users
+        .iter()
+        .map(|u| {
+            vec![
+                output::text(&u["id"]),
+                output::text(&u["name"]),
+                output::text(&u["tenant"]),
+                output::text(&u["role"]),
+                if u["cluster_admin"].as_bool() == Some(true) { "yes" } else { "no" }.to_owned(),
+            ]
+        })
+        .collect();
+    match global.output {
+        Format::Json => output::json(&json!({ "users": users })),
+        Format::Table => output::table(&["ID", "NAME", "TENANT", "ROLE", "CLUSTER ADMIN"], &rows),
+    }
+}
+
+pub async fn users(global: &GlobalArgs) -> anyhow::Result<()> {
+    let response = Client::new(global)?.get("/api/v1/users").await?;
+    print_users(global, response["users"].as_array().map_or(&[], Vec::as_slice));
+    Ok(())
+}
+
+pub async fn user(global: &GlobalArgs, command: UserCommand) -> anyhow::Result<()> {
+    let UserCommand::Create { name, role, tenant, cluster_admin } = command;
+    let body = json!({"name": name, "role": role, "tenant": tenant, "cluster_admin": cluster_admin});
+    let response = Client::new(global)?.post_json("/api/v1/users", &body).await?;
+    print_users(global, std::slice::from_ref(&response["user"]));
+    Ok(())
+}
+
+fn print_tokens(global: &GlobalArgs, tokens: &[Value]) {
+    let rows: Vec<Vec<String>> = tokens
+        .iter()
+        .map(|t| {
+            let status = if !t["revoked_at"].is_null() { "revoked" } else { "active" };
+            vec![
+                output::text(&t["id"]),
+                output::text(&t["name"]),
+                format!("{}…", output::text(&t["prefix"])),
+                output::text(&t["expires_at"]),
+                status.to_owned(),
+            ]
+        })
+        .collect();
+    match global.output {
+        Format::Json => output::json(&json!({ "tokens": tokens })),
+        Format::Table => output::table(&["ID", "NAME", "PREFIX", "EXPIRES", "STATUS"], &rows),
+    }
+}
+
+pub async fn tokens(global: &GlobalArgs) -> anyhow::Result<()> {
+    let response = Client::new(global)?.get("/api/v1/tokens").await?;
+    print_tokens(global, response["tokens"].as_array().map_or(&[], Vec::as_slice));
+    Ok(())
+}
+
+pub async fn token(global: &GlobalArgs, command: TokenCommand) -> anyhow::Result<()> {
+    let client = Client::new(global)?;
+    match command {
+        TokenCommand::Create { name, user, expires_in } => {
+            let body = json!({"name": name, "user_id": user, "expires_in": expires_in});
+            let response = client.post_json("/api/v1/tokens", &body).await?;
+            match global.output {
+                Format::Json => output::json(&response),
+                Format::Table => {
+                    out!("token {} created; its secret is shown this once:", output::text(&response["token"]["id"]));
+                    out!("{}", output::text(&response["secret"]));
+                }
+            }
+        }
+        TokenCommand::Revoke { id } => {
+            let response = client.delete(&format!("/api/v1/tokens/{}", segment(&id))).await?;
+            print_tokens(global, std::slice::from_ref(&response["token"]));
+        }
+    }
+    Ok(())
+}
+
+pub async fn nodes(global: &GlobalArgs) -> anyhow::Result<()> {
+    let response = Client::new(global)?.get("/api/v1/nodes").await?;
+    let nodes = response["nodes"].as_array().map_or(&[][..], Vec::as_slice);
+    match global.output {
+        Format::Json => output::json(&response),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = nodes
+                .iter()
+                .map(|n| {
+                    vec![
+                        output::text(&n["name"]),
+                        n["gpus"].as_array().map_or(0, Vec::len).to_string(),
+                        output::text(&n["cpus"]),
+                        output::text(&n["health"]),
+                        if n["cordoned"].as_bool() == Some(true) { "yes" } else { "no" }.to_owned(),
+                    ]
+                })
+                .collect();
+            output::table(&["NAME", "GPUS", "CPUS", "HEALTH", "CORDONED"], &rows);
+            if nodes.is_empty() {
+                eprintln!("(no nodes have registered)");
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn whoami(global: &GlobalArgs) -> anyhow::Result<()> {
+    let response = Client::new(global)?.get("/api/v1/me").await?;
+    match global.output {
+        Format::Json => output::json(&response),
+        Format::Table => {
+            let user = &response["user"];
+            let admin = if user["cluster_admin"].as_bool() == Some(true) { ", cluster administrator" } else { "" };
+            out!(
+                "{} ({} in tenant {}{admin})",
+                output::text(&user["name"]),
+                output::text(&user["role"]),
+                output::text(&user["tenant"])
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! Readable tables by default, JSON with `-o json`.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use std::io::Write;
+
+/// `println!` that ignores a closed pipe (`drover jobs | head`) instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+pub(crate) use out;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+/// Prints rows as aligned columns under upper-case headers, like `kubectl get`.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut text = String::new();
+        for (i, cell) in cells.enumerate() {
+            if i + 1 < widths.len() {
+                text.push_str(&format!("{cell:<width$}   ", width = widths[i]));
+            } else {
+                text.push_str(cell);
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&mut headers.iter().copied());
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+}
+
+pub fn json(value: &Value) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => out!("{text}"),
+        Err(_) => out!("{value}"),
+    }
+}
+
+/// A JSON field as display text: strings bare, null as `-`.
+pub fn text(value: &Value) -> String {
+    match value {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `3m`, `2h`, `5d` since an RFC 3339 timestamp.
+pub fn age(value: &Value) -> String {
+    let Some(then) = value.as_str().and_then(|s| s.parse::<DateTime<Utc>>().ok()) else { return "-".to_owned() };
+    let seconds = (Utc::now() - then).num_seconds().max(0);
+    match seconds {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m", s / 60),
+        s if s < 86_400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+pub fn labels(value: &Value) -> String {
+    match value.as_object() {
+        Some(map) if !map.is_empty() => {
+            map.iter().map(|(k, v)| format!("{k}={}", text(v))).collect::<Vec<_>>().join(",")
+        }
+        _ => "-".to_owned(),
+    }
+}

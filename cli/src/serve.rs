@@ -1,0 +1,196 @@
+//! `drover server`, `drover dev` and `drover migrate`.
+
+use crate::GlobalArgs;
+use crate::output::out;
+use anyhow::Context;
+use drover_api::server::{self, AdminBootstrap, ServerConfig};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// The file in the dev data directory that holds the admin token.
+pub const TOKEN_FILE: &str = "admin-token";
+
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
+    /// Address to listen on.
+    #[arg(long, env = "DROVER_LISTEN", default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// Database: postgres://user@host/db (production) or sqlite://path.
+    #[arg(long, env = "DROVER_DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+    /// Connections to the database, at most.
+    #[arg(long, env = "DROVER_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    db_max_connections: u32,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "DROVER_MAX_BODY_BYTES", default_value_t = 1 << 20)]
+    max_body_bytes: usize,
+    /// The cluster administrator's token. Without it, the first start generates one and prints it once.
+    #[arg(long, env = "DROVER_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Log format.
+    #[arg(long, env = "DROVER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DevArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Submit the example jobs in examples/ once the server is up, and list them.
+    #[arg(long)]
+    demo: bool,
+    /// Where the demo's example jobs are.
+    #[arg(long, default_value = "examples")]
+    examples: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    /// Database: postgres://user@host/db or sqlite://path.
+    #[arg(long, env = "DROVER_DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+}
+
+fn init_tracing(format: LogFormat, default_filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DROVER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+pub async fn server(args: ServerArgs) -> anyhow::Result<()> {
+    init_tracing(args.log_format, "info,sqlx=warn,tower_http=warn");
+    if let Some(token) = &args.admin_token
+        && token.len() < 16
+    {
+        anyhow::bail!("DROVER_ADMIN_TOKEN must be at least 16 characters");
+    }
+    let config = ServerConfig {
+        listen: args.listen,
+        database_url: args.database_url,
+        max_db_connections: args.db_max_connections,
+        max_body_bytes: args.max_body_bytes,
+        admin_token: args.admin_token,
+    };
+    let running = server::start(config, server::shutdown_signal()).await?;
+    if let AdminBootstrap::CreatedWithToken(token) = &running.admin {
+        out!(
+            "Created cluster administrator `{}` in tenant `{}`. Its API token, shown this once:\n{token}",
+            server::BOOTSTRAP_ADMIN,
+            server::BOOTSTRAP_TENANT
+        );
+    }
+    out!("drover server listening on http://{}", running.addr);
+    running.serving.await.context("the server task failed")?.context("serving failed")?;
+    Ok(())
+}
+
+pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    init_tracing(LogFormat::Text, "warn");
+    let config = ServerConfig {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        database_url: args.database_url,
+        max_db_connections: 2,
+        max_body_bytes: 0,
+        admin_token: None,
+    };
+    server::open_store(&config).await?;
+    out!("migrations applied to {}", server::redact_url(&config.database_url));
+    Ok(())
+}
+
+/// Reads the dev admin token, or creates one (mode 0600) on the first start.
+fn dev_admin_token(data_dir: &Path) -> anyhow::Result<String> {
+    let path = data_dir.join(TOKEN_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_owned()),
+        Ok(_) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
+    }
+    let token = drover_api::auth::generate_token();
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(&path).with_context(|| format!("cannot write {}", path.display()))?;
+    std::io::Write::write_all(&mut file, format!("{token}\n").as_bytes())?;
+    Ok(token)
+}
+
+pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
+    init_tracing(LogFormat::Text, "warn,drover_api=info");
+    let data_dir = &global.data_dir;
+    std::fs::create_dir_all(data_dir).with_context(|| format!("cannot create {}", data_dir.display()))?;
+    let token = dev_admin_token(data_dir)?;
+    let db_path = data_dir.join("drover.db");
+    let config = ServerConfig {
+        listen: args.listen,
+        database_url: format!("sqlite://{}", db_path.display()),
+        max_db_connections: 8,
+        max_body_bytes: 1 << 20,
+        admin_token: Some(token.clone()),
+    };
+    let running = server::start(config, server::shutdown_signal()).await?;
+    let url = format!("http://{}", running.addr);
+    out!("Drover dev server");
+    out!("  URL:          {url}");
+    out!("  Admin token:  {token}");
+    out!("  API docs:     {url}/api/v1/docs");
+    out!("  Database:     {} (SQLite)", db_path.display());
+    out!();
+    out!("In another terminal:");
+    out!("  export DROVER_SERVER={url} DROVER_TOKEN={token}");
+    out!("  drover submit examples/digits-mlp.yaml && drover jobs");
+    out!("Jobs stay queued: executors that run them arrive in a later release. Ctrl-C stops the server.");
+    if args.demo {
+        if let Err(err) = demo(&url, &token, &args.examples).await {
+            eprintln!("demo: {err:#}");
+        }
+    }
+    running.serving.await.context("the server task failed")?.context("serving failed")?;
+    Ok(())
+}
+
+/// Submits every example job (idempotently, so a restarted demo does not duplicate them) and lists jobs.
+async fn demo(url: &str, token: &str, examples: &Path) -> anyhow::Result<()> {
+    let global = GlobalArgs {
+        server: url.to_owned(),
+        token: Some(token.to_owned()),
+        output: crate::output::Format::Table,
+        data_dir: PathBuf::from(".drover"),
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(examples)
+        .with_context(|| format!("cannot read {}", examples.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml" || ext == "json"))
+        .collect();
+    files.sort();
+    out!();
+    for file in files {
+        let key = format!("demo-{}", file.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
+        let args = crate::commands::SubmitArgs { file: file.clone(), idempotency_key: Some(key) };
+        if let Err(err) = crate::commands::submit(&global, args).await {
+            eprintln!("demo: {err:#}");
+        }
+    }
+    out!();
+    crate::commands::jobs(&global, crate::commands::JobsArgs {
+        state: None,
+        labels: Vec::new(),
+        tenant: None,
+        limit: 50,
+        all: false,
+    })
+    .await
+}
