@@ -11,6 +11,7 @@ pub mod routes;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod testing;
 pub mod views;
 
 pub use routes::app;

@@ -80,15 +80,8 @@ pub(super) fn unique_violation(err: sqlx::Error, field: &'static str, message: S
     }
 }
 
-/// Whether a unique violation came from the idempotency-key index (rather than the name).
-pub(super) fn is_idempotency_violation(err: &sqlx::Error) -> bool {
-    match err {
-        sqlx::Error::Database(db) if db.is_unique_violation() => {
-            db.constraint().is_some_and(|name| name.contains("idempotency"))
-                || db.message().contains("idempotency_key")
-        }
-        _ => false,
-    }
+pub(super) fn is_unique_violation(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
 }
 
 pub(super) fn u32_column(value: i64, column: &str) -> StoreResult<u32> {
@@ -461,8 +454,9 @@ macro_rules! impl_store {
                     .await;
                 if let Err(err) = inserted {
                     drop(tx);
-                    if is_idempotency_violation(&err) {
-                        // A concurrent retry with the same key won the race: answer as it did.
+                    // A concurrent retry with the same key may have won the race; the database may
+                    // report either the key's or the name's index, so look for the twin on both.
+                    if is_unique_violation(&err) {
                         if let Some(first) = self.idempotent_replay(job).await? {
                             return Ok(Created { value: first, created: false });
                         }
