@@ -51,6 +51,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
             },
             Err(err) => {
                 let path = err.path().to_string();
+                let path = path.trim_end_matches(".?").to_owned();
                 let field = if matches!(path.as_str(), "." | "?" | "") { "(body)".to_owned() } else { path };
                 (field, err.into_inner())
             }

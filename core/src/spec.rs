@@ -446,8 +446,11 @@ impl DroverJob {
             Format::Yaml => {
                 let de = serde_yaml::Deserializer::from_slice(bytes);
                 serde_path_to_error::deserialize(de).map_err(|err| {
-                    // serde_yaml reports syntax errors with a location and no path.
-                    let malformed = err.inner().location().is_some() && err.path().iter().next().is_none();
+                    // serde_yaml does not classify its errors: anything that is not one of serde's
+                    // data errors (or ours, from validation) is a syntax error.
+                    let message = err.inner().to_string();
+                    let data = ["invalid type", "invalid value", "invalid length", "unknown variant", "unknown field", "missing field", "duplicate field"];
+                    let malformed = !data.iter().any(|prefix| message.contains(prefix));
                     let mut spec_err = path_error(err);
                     spec_err.malformed = malformed;
                     spec_err
@@ -466,6 +469,8 @@ impl DroverJob {
 
 fn path_error<E: std::fmt::Display>(err: serde_path_to_error::Error<E>) -> SpecError {
     let path = err.path().to_string();
+    // serde_path_to_error writes `?` for a position it could not name (inside a half-parsed value).
+    let path = path.trim_end_matches(".?").to_owned();
     let field = if matches!(path.as_str(), "." | "?" | "") { "(document)".to_owned() } else { path };
     SpecError::new(field, err.inner().to_string())
 }
