@@ -1,5 +1,7 @@
 //! The real `drover` binary against a real database, used through the CLI as a person would.
 
+#![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -8,7 +10,10 @@ use std::time::{Duration, Instant};
 const DROVER: &str = env!("CARGO_BIN_EXE_drover");
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// A server process, killed when dropped.
@@ -29,8 +34,15 @@ impl Drop for Server {
 /// Starts `drover <args>` and reads its stdout until it says where it listens.
 fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
     let mut command = Command::new(DROVER);
-    command.args(args).stdout(Stdio::piped()).stderr(Stdio::null()).current_dir(repo_root());
-    command.env_remove("DROVER_TOKEN").env_remove("DROVER_SERVER").env_remove("DROVER_ADMIN_TOKEN");
+    command
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .current_dir(repo_root());
+    command
+        .env_remove("DROVER_TOKEN")
+        .env_remove("DROVER_SERVER")
+        .env_remove("DROVER_ADMIN_TOKEN");
     for (key, value) in env {
         command.env(key, value);
     }
@@ -52,7 +64,9 @@ fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
     let is_dev = args.contains(&"dev");
     while url.is_none() || (is_dev && printed_token.is_none()) {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let line = receiver.recv_timeout(remaining).unwrap_or_else(|_| panic!("server did not start; it printed {lines:?}"));
+        let line = receiver
+            .recv_timeout(remaining)
+            .unwrap_or_else(|_| panic!("server did not start; it printed {lines:?}"));
         if let Some(rest) = line.strip_prefix("drover server listening on ") {
             url = Some(rest.trim().to_owned());
         } else if let Some(rest) = line.trim().strip_prefix("URL:") {
@@ -64,7 +78,11 @@ fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
         }
         lines.push(line);
     }
-    Server { child, url: url.unwrap(), printed_token }
+    Server {
+        child,
+        url: url.unwrap(),
+        printed_token,
+    }
 }
 
 fn drover(server: &str, token: &str, args: &[&str]) -> Output {
@@ -79,71 +97,186 @@ fn drover(server: &str, token: &str, args: &[&str]) -> Output {
 
 fn ok(output: Output) -> String {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "drover failed: {}\n{stdout}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "drover failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     stdout
 }
 
 /// A failing command: exit code 1 and one line on stderr, which is returned.
 fn fails(output: Output) -> String {
-    assert_eq!(output.status.code(), Some(1), "expected failure, got {:?}: {}", output.status, String::from_utf8_lossy(&output.stdout));
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "expected failure, got {:?}: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout)
+    );
     let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
-    assert_eq!(stderr.lines().count(), 1, "one line of error, got: {stderr}");
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "one line of error, got: {stderr}"
+    );
     assert!(stderr.starts_with("error: "), "{stderr}");
     stderr
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_on_postgres_through_the_cli() {
-    let database_url = drover_api::testing::create_postgres_database().await;
-    assert!(ok(Command::new(DROVER).args(["migrate", "--database-url", &database_url]).output().unwrap()).contains("migrations applied"));
+    let database = drover_api::testing::create_postgres_database().await;
+    let database_url = database.url.clone();
+    assert!(
+        ok(Command::new(DROVER)
+            .args(["migrate", "--database-url", &database_url])
+            .output()
+            .unwrap())
+        .contains("migrations applied")
+    );
 
-    let server = start(&["server", "--listen", "127.0.0.1:0", "--database-url", &database_url], &[]);
-    let admin = server.printed_token.clone().expect("the first start prints the admin token");
+    let server = start(
+        &[
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            &database_url,
+        ],
+        &[],
+    );
+    let admin = server
+        .printed_token
+        .clone()
+        .expect("the first start prints the admin token");
     let url = server.url.clone();
-    assert!(ok(drover(&url, &admin, &["whoami"])).contains("admin (admin in tenant default, cluster administrator)"));
+    assert!(
+        ok(drover(&url, &admin, &["whoami"]))
+            .contains("admin (admin in tenant default, cluster administrator)")
+    );
 
-    let submitted = ok(drover(&url, &admin, &["submit", "examples/digits-mlp.yaml"]));
-    assert!(submitted.starts_with("job digits-mlp submitted: "), "{submitted}");
+    let submitted = ok(drover(
+        &url,
+        &admin,
+        &["submit", "examples/digits-mlp.yaml"],
+    ));
+    assert!(
+        submitted.starts_with("job digits-mlp submitted: "),
+        "{submitted}"
+    );
     let table = ok(drover(&url, &admin, &["jobs"]));
     let header = table.lines().next().unwrap();
-    assert!(header.starts_with("ID") && header.contains("STATE"), "{table}");
-    assert!(table.lines().any(|line| line.contains("digits-mlp") && line.contains("queued")), "{table}");
-    let listed: serde_json::Value = serde_json::from_str(&ok(drover(&url, &admin, &["jobs", "-o", "json"]))).unwrap();
+    assert!(
+        header.starts_with("ID") && header.contains("STATE"),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|line| line.contains("digits-mlp") && line.contains("queued")),
+        "{table}"
+    );
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(drover(&url, &admin, &["jobs", "-o", "json"]))).unwrap();
     let id = listed["jobs"][0]["id"].as_str().unwrap().to_owned();
     let shown = ok(drover(&url, &admin, &["job", &id]));
-    assert!(shown.contains("State:     queued") && shown.contains("batch_size: 256"), "{shown}");
+    assert!(
+        shown.contains("State:     queued") && shown.contains("batch_size: 256"),
+        "{shown}"
+    );
 
     // A second tenant with a member: they see none of the admin's jobs.
-    ok(drover(&url, &admin, &["tenant", "create", "vision", "--guaranteed-gpus", "2", "--max-gpus", "8"]));
-    let user: serde_json::Value = serde_json::from_str(&ok(drover(&url, &admin, &["-o", "json", "user", "create", "alice", "--tenant", "vision", "--role", "member"]))).unwrap();
+    ok(drover(
+        &url,
+        &admin,
+        &[
+            "tenant",
+            "create",
+            "vision",
+            "--guaranteed-gpus",
+            "2",
+            "--max-gpus",
+            "8",
+        ],
+    ));
+    let user: serde_json::Value = serde_json::from_str(&ok(drover(
+        &url,
+        &admin,
+        &[
+            "-o", "json", "user", "create", "alice", "--tenant", "vision", "--role", "member",
+        ],
+    )))
+    .unwrap();
     let user_id = user["users"][0]["id"].as_str().unwrap();
-    let token: serde_json::Value = serde_json::from_str(&ok(drover(&url, &admin, &["-o", "json", "token", "create", "laptop", "--user", user_id]))).unwrap();
+    let token: serde_json::Value = serde_json::from_str(&ok(drover(
+        &url,
+        &admin,
+        &["-o", "json", "token", "create", "laptop", "--user", user_id],
+    )))
+    .unwrap();
     let alice = token["secret"].as_str().unwrap();
     assert!(ok(drover(&url, alice, &["whoami"])).contains("alice (member in tenant vision)"));
-    assert_eq!(ok(drover(&url, alice, &["jobs"])).lines().count(), 1, "only the header");
+    assert_eq!(
+        ok(drover(&url, alice, &["jobs"])).lines().count(),
+        1,
+        "only the header"
+    );
     assert!(fails(drover(&url, alice, &["job", &id])).contains("no job"));
     assert!(fails(drover(&url, alice, &["tenant", "create", "mine"])).contains("HTTP 403"));
 
     // Bad input: one clear line, non-zero exit, nothing stored.
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.yaml");
-    std::fs::write(&bad, std::fs::read_to_string(repo_root().join("examples/digits-mlp.yaml")).unwrap().replace("batch_size: 256", "batch_size: -3")).unwrap();
+    std::fs::write(
+        &bad,
+        std::fs::read_to_string(repo_root().join("examples/digits-mlp.yaml"))
+            .unwrap()
+            .replace("batch_size: 256", "batch_size: -3"),
+    )
+    .unwrap();
     let message = fails(drover(&url, &admin, &["submit", bad.to_str().unwrap()]));
-    assert!(message.contains("spec.train.batch_size") && message.contains("HTTP 422"), "{message}");
-    assert!(fails(drover(&url, &admin, &["submit", "no-such-file.yaml"])).contains("cannot read no-such-file.yaml"));
+    assert!(
+        message.contains("spec.train.batch_size") && message.contains("HTTP 422"),
+        "{message}"
+    );
+    assert!(
+        fails(drover(&url, &admin, &["submit", "no-such-file.yaml"]))
+            .contains("cannot read no-such-file.yaml")
+    );
     assert!(fails(drover(&url, "drv_wrong", &["jobs"])).contains("invalid token"));
-    assert!(fails(drover("http://127.0.0.1:9", &admin, &["jobs"])).contains("cannot reach the Drover server"));
-    assert_eq!(ok(drover(&url, &admin, &["jobs", "-o", "json"])).matches("\"id\"").count(), 1);
+    assert!(
+        fails(drover("http://127.0.0.1:9", &admin, &["jobs"]))
+            .contains("cannot reach the Drover server")
+    );
+    assert_eq!(
+        ok(drover(&url, &admin, &["jobs", "-o", "json"]))
+            .matches("\"id\"")
+            .count(),
+        1
+    );
 
     // Cancel, cancel again, and the events that tell the story.
     assert!(ok(drover(&url, &admin, &["cancel", &id])).contains("job digits-mlp cancelled"));
     assert!(fails(drover(&url, &admin, &["cancel", &id])).contains("cannot become `cancelled`"));
     let events = ok(drover(&url, &admin, &["events", &id]));
-    assert!(events.contains("submitted") && events.contains("cancelled_by_user"), "{events}");
+    assert!(
+        events.contains("submitted") && events.contains("cancelled_by_user"),
+        "{events}"
+    );
 
     // A restart keeps everything and prints no new token.
     drop(server);
-    let again = start(&["server", "--listen", "127.0.0.1:0", "--database-url", &database_url], &[]);
+    let again = start(
+        &[
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            &database_url,
+        ],
+        &[],
+    );
     assert_eq!(again.printed_token, None);
     assert!(ok(drover(&again.url, &admin, &["job", &id])).contains("State:     cancelled"));
     assert!(ok(drover(&again.url, alice, &["whoami"])).contains("alice"));
@@ -155,18 +288,32 @@ fn dev_mode_keeps_its_token_and_data() {
     let data_dir = dir.path().join("data");
     let data = data_dir.to_str().unwrap();
     let first = start(&["--data-dir", data, "dev", "--listen", "127.0.0.1:0"], &[]);
-    let token = std::fs::read_to_string(data_dir.join("admin-token")).unwrap().trim().to_owned();
+    let token = std::fs::read_to_string(data_dir.join("admin-token"))
+        .unwrap()
+        .trim()
+        .to_owned();
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(data_dir.join("admin-token")).unwrap().permissions().mode();
+        let mode = std::fs::metadata(data_dir.join("admin-token"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
     }
     assert_eq!(first.printed_token.as_deref(), Some(token.as_str()));
-    ok(drover(&first.url, &token, &["submit", "examples/sleep-command.yaml"]));
+    ok(drover(
+        &first.url,
+        &token,
+        &["submit", "examples/sleep-command.yaml"],
+    ));
     drop(first);
     let second = start(&["--data-dir", data, "dev", "--listen", "127.0.0.1:0"], &[]);
-    assert_eq!(second.printed_token.as_deref(), Some(token.as_str()), "the same token at every start");
+    assert_eq!(
+        second.printed_token.as_deref(),
+        Some(token.as_str()),
+        "the same token at every start"
+    );
     // Without --token, the CLI finds dev's token in the data directory.
     let output = Command::new(DROVER)
         .args(["--data-dir", data, "--server", &second.url, "jobs"])

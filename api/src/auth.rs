@@ -45,7 +45,11 @@ pub struct Principal {
 impl Principal {
     /// Cluster administrators see every tenant; everyone else only their own.
     pub fn scope(&self) -> Scope {
-        if self.user.cluster_admin { Scope::Cluster } else { Scope::Tenant(self.user.tenant_id) }
+        if self.user.cluster_admin {
+            Scope::Cluster
+        } else {
+            Scope::Tenant(self.user.tenant_id)
+        }
     }
 
     pub fn require_job_writer(&self) -> Result<(), ApiError> {
@@ -63,7 +67,9 @@ impl Principal {
         if self.user.cluster_admin {
             Ok(())
         } else {
-            Err(ApiError::forbidden("only cluster administrators may do this"))
+            Err(ApiError::forbidden(
+                "only cluster administrators may do this",
+            ))
         }
     }
 
@@ -76,18 +82,22 @@ impl Principal {
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let header = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .ok_or_else(|| ApiError::unauthenticated("missing `Authorization: Bearer <token>` header"))?;
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let header = parts.headers.get(header::AUTHORIZATION).ok_or_else(|| {
+            ApiError::unauthenticated("missing `Authorization: Bearer <token>` header")
+        })?;
         let token = header
             .to_str()
             .ok()
             .and_then(|value| value.strip_prefix("Bearer "))
             .map(str::trim)
             .filter(|token| !token.is_empty())
-            .ok_or_else(|| ApiError::unauthenticated("the Authorization header must be `Bearer <token>`"))?;
+            .ok_or_else(|| {
+                ApiError::unauthenticated("the Authorization header must be `Bearer <token>`")
+            })?;
         let record = state
             .store
             .find_token(&hash_token(token))
@@ -96,10 +106,18 @@ impl FromRequestParts<AppState> for Principal {
         if record.token.revoked_at.is_some() {
             return Err(ApiError::unauthenticated("this token was revoked"));
         }
-        if record.token.expires_at.is_some_and(|expiry| expiry <= Utc::now()) {
+        if record
+            .token
+            .expires_at
+            .is_some_and(|expiry| expiry <= Utc::now())
+        {
             return Err(ApiError::unauthenticated("this token has expired"));
         }
-        Ok(Principal { user: record.user, token_id: record.token.id, tenant_quota: record.tenant_quota })
+        Ok(Principal {
+            user: record.user,
+            token_id: record.token.id,
+            tenant_quota: record.tenant_quota,
+        })
     }
 }
 

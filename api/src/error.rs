@@ -36,7 +36,12 @@ pub type ApiResult<T> = Result<T, ApiError>;
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), field: None }
+        Self {
+            status,
+            code,
+            message: message.into(),
+            field: None,
+        }
     }
 
     pub fn with_field(mut self, field: impl Into<String>) -> Self {
@@ -65,7 +70,11 @@ impl ApiError {
     }
 
     pub fn internal() -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal server error")
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal server error",
+        )
     }
 
     /// A store error on a lookup of `what`; missing rows become 404 with that name.
@@ -101,13 +110,19 @@ impl From<StoreError> for ApiError {
                 "this Idempotency-Key was already used for a different request",
             )
             .with_field("Idempotency-Key"),
-            StoreError::IllegalTransition(illegal) => {
-                Self::new(StatusCode::CONFLICT, "illegal_transition", illegal.to_string())
-            }
+            StoreError::IllegalTransition(illegal) => Self::new(
+                StatusCode::CONFLICT,
+                "illegal_transition",
+                illegal.to_string(),
+            ),
             err @ (StoreError::Corrupt(_) | StoreError::Database(_) | StoreError::Migrate(_)) => {
                 tracing::error!(error = %err, "store failure");
                 if matches!(&err, StoreError::Database(sqlx::Error::PoolTimedOut)) {
-                    Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the database is overloaded; retry")
+                    Self::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "unavailable",
+                        "the database is overloaded; retry",
+                    )
                 } else {
                     Self::internal()
                 }
@@ -119,10 +134,18 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let unauthenticated = self.status == StatusCode::UNAUTHORIZED;
-        let body = ErrorBody { error: ErrorDetail { code: self.code, message: self.message, field: self.field } };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message,
+                field: self.field,
+            },
+        };
         let mut response = (self.status, Json(body)).into_response();
         if unauthenticated {
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }

@@ -17,7 +17,10 @@ impl FromRequest<AppState> for Body {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        Bytes::from_request(req, state).await.map(Body).map_err(|rejection| body_rejection(rejection, state))
+        Bytes::from_request(req, state)
+            .await
+            .map(Body)
+            .map_err(|rejection| body_rejection(rejection, state))
     }
 }
 
@@ -52,14 +55,19 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
             Err(err) => {
                 let path = err.path().to_string();
                 let path = path.trim_end_matches(".?").to_owned();
-                let field = if matches!(path.as_str(), "." | "?" | "") { "(body)".to_owned() } else { path };
+                let field = if matches!(path.as_str(), "." | "?" | "") {
+                    "(body)".to_owned()
+                } else {
+                    path
+                };
                 (field, err.into_inner())
             }
         };
         Err(if err.is_data() {
             ApiError::invalid(&field, err.to_string())
         } else {
-            ApiError::new(StatusCode::BAD_REQUEST, "malformed_body", err.to_string()).with_field(field)
+            ApiError::new(StatusCode::BAD_REQUEST, "malformed_body", err.to_string())
+                .with_field(field)
         })
     }
 }
@@ -71,7 +79,10 @@ pub struct PathParam(pub String);
 impl FromRequestParts<AppState> for PathParam {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         axum::extract::Path::<String>::from_request_parts(parts, state)
             .await
             .map(|axum::extract::Path(value)| PathParam(value))
@@ -86,17 +97,25 @@ pub struct QueryPairs(pub Vec<(String, String)>);
 impl FromRequestParts<AppState> for QueryPairs {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, _state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         let query = parts.uri.query().unwrap_or("");
         serde_urlencoded::from_str(query)
             .map(QueryPairs)
-            .map_err(|err| ApiError::bad_request("(query)", format!("malformed query string: {err}")))
+            .map_err(|err| {
+                ApiError::bad_request("(query)", format!("malformed query string: {err}"))
+            })
     }
 }
 
 impl QueryPairs {
     pub fn all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.0.iter().filter(move |(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .filter(move |(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn get<'a>(&'a self, key: &'a str) -> Option<&'a str> {
@@ -108,7 +127,10 @@ impl QueryPairs {
         match self.0.iter().find(|(k, _)| !known.contains(&k.as_str())) {
             Some((k, _)) => Err(ApiError::bad_request(
                 k,
-                format!("unknown query parameter `{k}` (expected one of: {})", known.join(", ")),
+                format!(
+                    "unknown query parameter `{k}` (expected one of: {})",
+                    known.join(", ")
+                ),
             )),
             None => Ok(()),
         }
@@ -120,7 +142,10 @@ impl QueryPairs {
             None => Ok(default),
             Some(raw) => match raw.parse::<u32>() {
                 Ok(n) if (1..=max).contains(&n) => Ok(n),
-                _ => Err(ApiError::bad_request("limit", format!("must be an integer between 1 and {max}"))),
+                _ => Err(ApiError::bad_request(
+                    "limit",
+                    format!("must be an integer between 1 and {max}"),
+                )),
             },
         }
     }

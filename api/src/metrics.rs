@@ -2,10 +2,11 @@
 //! input, so cardinality is bounded.
 
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 use drover_core::JobState;
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -16,20 +17,10 @@ use std::time::Instant;
 
 use crate::state::AppState;
 
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types, reason = "label values are written as Prometheus shows them")]
-enum Method {
-    GET,
-    POST,
-    PUT,
-    PATCH,
-    DELETE,
-    OTHER,
-}
-
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    method: Method,
+    /// One of a fixed set of method names (`OTHER` for the rest).
+    method: &'static str,
     /// The matched route template (`/api/v1/jobs/{id}`), or `unmatched`.
     route: String,
     status: u16,
@@ -69,14 +60,37 @@ impl Metrics {
         let latency = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0005, 2.0, 16))
         });
-        registry.register("http_request_duration_seconds", "HTTP request latency", latency.clone());
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency",
+            latency.clone(),
+        );
         let jobs_submitted = Counter::default();
-        registry.register("jobs_submitted", "Jobs accepted (idempotent replays not counted)", jobs_submitted.clone());
+        registry.register(
+            "jobs_submitted",
+            "Jobs accepted (idempotent replays not counted)",
+            jobs_submitted.clone(),
+        );
         let transitions = Family::<StateLabels, Counter>::default();
-        registry.register("job_transitions", "Job state changes made through this server, by new state", transitions.clone());
+        registry.register(
+            "job_transitions",
+            "Job state changes made through this server, by new state",
+            transitions.clone(),
+        );
         let jobs = Family::<StateLabels, Gauge>::default();
-        registry.register("jobs", "Jobs in the store, by state (read at scrape time)", jobs.clone());
-        Self { registry: Arc::new(registry), requests, latency, jobs_submitted, transitions, jobs }
+        registry.register(
+            "jobs",
+            "Jobs in the store, by state (read at scrape time)",
+            jobs.clone(),
+        );
+        Self {
+            registry: Arc::new(registry),
+            requests,
+            latency,
+            jobs_submitted,
+            transitions,
+            jobs,
+        }
     }
 
     pub fn job_submitted(&self) {
@@ -84,14 +98,23 @@ impl Metrics {
     }
 
     pub fn job_transition(&self, to: JobState) {
-        self.transitions.get_or_create(&StateLabels { state: to.as_str() }).inc();
+        self.transitions
+            .get_or_create(&StateLabels { state: to.as_str() })
+            .inc();
     }
 
     /// Sets the per-state job gauge (every state, zeros included) before a scrape.
     pub fn set_job_counts(&self, counts: &[(JobState, i64)]) {
         for state in JobState::ALL {
-            let n = counts.iter().find(|(s, _)| *s == state).map_or(0, |(_, n)| *n);
-            self.jobs.get_or_create(&StateLabels { state: state.as_str() }).set(n);
+            let n = counts
+                .iter()
+                .find(|(s, _)| *s == state)
+                .map_or(0, |(_, n)| *n);
+            self.jobs
+                .get_or_create(&StateLabels {
+                    state: state.as_str(),
+                })
+                .set(n);
         }
     }
 
@@ -108,12 +131,12 @@ impl Metrics {
 pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = match *request.method() {
-        axum::http::Method::GET => Method::GET,
-        axum::http::Method::POST => Method::POST,
-        axum::http::Method::PUT => Method::PUT,
-        axum::http::Method::PATCH => Method::PATCH,
-        axum::http::Method::DELETE => Method::DELETE,
-        _ => Method::OTHER,
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        _ => "OTHER",
     };
     let route = request
         .extensions()
@@ -123,8 +146,17 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
     let metrics = &state.metrics;
     metrics
         .latency
-        .get_or_create(&RouteLabels { route: route.clone() })
+        .get_or_create(&RouteLabels {
+            route: route.clone(),
+        })
         .observe(started.elapsed().as_secs_f64());
-    metrics.requests.get_or_create(&RequestLabels { method, route, status: response.status().as_u16() }).inc();
+    metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            method,
+            route,
+            status: response.status().as_u16(),
+        })
+        .inc();
     response
 }

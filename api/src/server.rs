@@ -47,8 +47,16 @@ pub struct RunningServer {
 pub async fn open_store(config: &ServerConfig) -> anyhow::Result<Arc<dyn Store>> {
     let store = store::connect(&config.database_url, config.max_db_connections)
         .await
-        .with_context(|| format!("cannot open the database at {}", redact_url(&config.database_url)))?;
-    store.migrate().await.context("cannot apply database migrations")?;
+        .with_context(|| {
+            format!(
+                "cannot open the database at {}",
+                redact_url(&config.database_url)
+            )
+        })?;
+    store
+        .migrate()
+        .await
+        .context("cannot apply database migrations")?;
     Ok(store)
 }
 
@@ -67,14 +75,24 @@ pub async fn start(
     let addr = listener.local_addr()?;
     let router = app(AppState::new(store.clone(), config.max_body_bytes));
     let serving = tokio::spawn(async move {
-        axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+        axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
     });
     tracing::info!(%addr, backend = ?store.backend(), "drover server listening");
-    Ok(RunningServer { addr, admin, store, serving })
+    Ok(RunningServer {
+        addr,
+        admin,
+        store,
+        serving,
+    })
 }
 
 /// Makes sure a cluster administrator exists and that `given_token` (if any) logs in as one.
-pub async fn ensure_cluster_admin(store: &dyn Store, given_token: Option<&str>) -> Result<AdminBootstrap, StoreError> {
+pub async fn ensure_cluster_admin(
+    store: &dyn Store,
+    given_token: Option<&str>,
+) -> Result<AdminBootstrap, StoreError> {
     if let Some(admin) = store.first_cluster_admin().await? {
         if let Some(token) = given_token
             && store.find_token(&hash_token(token)).await?.is_none()
@@ -84,7 +102,10 @@ pub async fn ensure_cluster_admin(store: &dyn Store, given_token: Option<&str>) 
         return Ok(AdminBootstrap::Existing);
     }
     let tenant = match store
-        .create_tenant(&NewTenant { name: BOOTSTRAP_TENANT.to_owned(), quota: Quota::default() })
+        .create_tenant(&NewTenant {
+            name: BOOTSTRAP_TENANT.to_owned(),
+            quota: Quota::default(),
+        })
         .await
     {
         Ok(tenant) => tenant,
@@ -112,7 +133,11 @@ pub async fn ensure_cluster_admin(store: &dyn Store, given_token: Option<&str>) 
     }
 }
 
-async fn add_token(store: &dyn Store, user_id: drover_core::UserId, token: &str) -> Result<(), StoreError> {
+async fn add_token(
+    store: &dyn Store,
+    user_id: drover_core::UserId,
+    token: &str,
+) -> Result<(), StoreError> {
     store
         .create_token(&NewToken {
             user_id,
@@ -174,8 +199,17 @@ mod tests {
 
     #[test]
     fn passwords_never_reach_messages() {
-        assert_eq!(redact_url("postgres://drover:s3cret@db:5432/drover"), "postgres://drover:***@db:5432/drover");
-        assert_eq!(redact_url("postgres://postgres@127.0.0.1/x"), "postgres://postgres@127.0.0.1/x");
-        assert_eq!(redact_url("sqlite://.drover/drover.db"), "sqlite://.drover/drover.db");
+        assert_eq!(
+            redact_url("postgres://drover:s3cret@db:5432/drover"),
+            "postgres://drover:***@db:5432/drover"
+        );
+        assert_eq!(
+            redact_url("postgres://postgres@127.0.0.1/x"),
+            "postgres://postgres@127.0.0.1/x"
+        );
+        assert_eq!(
+            redact_url("sqlite://.drover/drover.db"),
+            "sqlite://.drover/drover.db"
+        );
     }
 }

@@ -18,7 +18,11 @@ pub struct AppInner {
 
 impl AppState {
     pub fn new(store: Arc<dyn Store>, max_body_bytes: usize) -> Self {
-        Self(Arc::new(AppInner { store, metrics: Metrics::new(), max_body_bytes }))
+        Self(Arc::new(AppInner {
+            store,
+            metrics: Metrics::new(),
+            max_body_bytes,
+        }))
     }
 }
 

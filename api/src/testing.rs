@@ -18,18 +18,21 @@ pub fn postgres_admin_url() -> String {
 pub struct TestDb {
     pub url: String,
     pub store: Arc<dyn Store>,
-    cleanup: Cleanup,
+    /// Dropped with the test: the Postgres database or SQLite directory goes away.
+    _cleanup: Cleanup,
 }
 
 #[derive(Debug)]
 enum Cleanup {
-    Postgres { admin_url: String, name: String },
-    Sqlite(#[expect(dead_code, reason = "held so the directory lives as long as the database")] tempfile::TempDir),
+    Postgres(#[expect(dead_code, reason = "held for its Drop")] TempPostgres),
+    Sqlite(#[expect(dead_code, reason = "held for its Drop")] tempfile::TempDir),
 }
 
 /// Replaces the database name at the end of a Postgres URL.
 pub fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
     let scheme_end = base.find("://").map_or(0, |i| i + 3);
     let base = match base[scheme_end..].find('/') {
         Some(slash) => &base[..scheme_end + slash],
@@ -41,29 +44,76 @@ pub fn with_database(url: &str, name: &str) -> String {
     }
 }
 
-/// Creates an empty Postgres database, unique to the caller, and returns its URL.
-pub async fn create_postgres_database() -> String {
+/// A Postgres database that exists until this value is dropped.
+#[derive(Debug)]
+pub struct TempPostgres {
+    pub url: String,
+    admin_url: String,
+    name: String,
+}
+
+impl Drop for TempPostgres {
+    fn drop(&mut self) {
+        // Best effort, on a thread of its own (Drop may run inside a runtime).
+        let admin_url = self.admin_url.clone();
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                use sqlx::Connection;
+                if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
+                    let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                        .execute(&mut admin)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// Creates an empty Postgres database, unique to the caller.
+pub async fn create_postgres_database() -> TempPostgres {
     use sqlx::Connection;
     let admin_url = postgres_admin_url();
     let name = format!("drover_test_{}", uuid::Uuid::new_v4().simple());
     let mut admin = sqlx::PgConnection::connect(&admin_url)
         .await
-        .unwrap_or_else(|err| panic!("cannot reach Postgres at {admin_url} ({err}); run scripts/test, which starts one"));
+        .unwrap_or_else(|err| {
+            panic!(
+                "cannot reach Postgres at {admin_url} ({err}); run scripts/test, which starts one"
+            )
+        });
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&mut admin)
         .await
         .expect("create test database");
-    with_database(&admin_url, &name)
+    TempPostgres {
+        url: with_database(&admin_url, &name),
+        admin_url,
+        name,
+    }
 }
 
 impl TestDb {
     /// A migrated Postgres store in a new database.
     pub async fn postgres() -> TestDb {
-        let url = create_postgres_database().await;
-        let store = store::connect(&url, 8).await.expect("connect to the test database");
+        let database = create_postgres_database().await;
+        let store = store::connect(&database.url, 8)
+            .await
+            .expect("connect to the test database");
         store.migrate().await.expect("migrate");
-        let name = url.rsplit('/').next().unwrap_or_default().split('?').next().unwrap_or_default().to_owned();
-        TestDb { url, store, cleanup: Cleanup::Postgres { admin_url: postgres_admin_url(), name } }
+        TestDb {
+            url: database.url.clone(),
+            store,
+            _cleanup: Cleanup::Postgres(database),
+        }
     }
 
     /// A migrated SQLite store in a new temporary directory.
@@ -72,27 +122,10 @@ impl TestDb {
         let url = format!("sqlite://{}", dir.path().join("drover.db").display());
         let store = store::connect(&url, 8).await.expect("open SQLite");
         store.migrate().await.expect("migrate");
-        TestDb { url, store, cleanup: Cleanup::Sqlite(dir) }
-    }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        if let Cleanup::Postgres { admin_url, name } = &self.cleanup {
-            // Best effort, on a thread of its own (Drop may run inside a runtime).
-            let admin_url = admin_url.clone();
-            let name = name.clone();
-            let _ = std::thread::spawn(move || {
-                let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-                runtime.block_on(async move {
-                    use sqlx::Connection;
-                    if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
-                        let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut admin).await;
-                    }
-                });
-            })
-            .join();
+        TestDb {
+            url,
+            store,
+            _cleanup: Cleanup::Sqlite(dir),
         }
     }
 }
@@ -103,8 +136,14 @@ mod tests {
 
     #[test]
     fn database_names_are_replaced() {
-        assert_eq!(with_database("postgres://u@h:5/postgres", "x"), "postgres://u@h:5/x");
+        assert_eq!(
+            with_database("postgres://u@h:5/postgres", "x"),
+            "postgres://u@h:5/x"
+        );
         assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
-        assert_eq!(with_database("postgres://u@h/db?sslmode=disable", "x"), "postgres://u@h/x?sslmode=disable");
+        assert_eq!(
+            with_database("postgres://u@h/db?sslmode=disable", "x"),
+            "postgres://u@h/x?sslmode=disable"
+        );
     }
 }

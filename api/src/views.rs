@@ -117,7 +117,12 @@ pub struct TenantView {
 
 impl From<Tenant> for TenantView {
     fn from(tenant: Tenant) -> Self {
-        TenantView { id: tenant.id.0, name: tenant.name, quota: tenant.quota, created_at: tenant.created_at }
+        TenantView {
+            id: tenant.id.0,
+            name: tenant.name,
+            quota: tenant.quota,
+            created_at: tenant.created_at,
+        }
     }
 }
 

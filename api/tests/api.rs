@@ -1,6 +1,8 @@
 //! The REST API driven in-process (`app(state)` with `oneshot`), on a real SQLite store: auth, tenancy,
 //! job submission and its idempotency, the state machine, pagination, and every class of bad input.
 
+#![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
+
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
@@ -28,22 +30,35 @@ struct Reply {
 
 impl Reply {
     fn error_code(&self) -> &str {
-        self.body["error"]["code"].as_str().unwrap_or_else(|| panic!("not an error body: {}", self.body))
+        self.body["error"]["code"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not an error body: {}", self.body))
     }
     fn error_field(&self) -> &str {
-        self.body["error"]["field"].as_str().unwrap_or_else(|| panic!("no field in: {}", self.body))
+        self.body["error"]["field"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no field in: {}", self.body))
     }
 }
 
 impl TestApp {
     async fn new() -> TestApp {
         let db = TestDb::sqlite().await;
-        ensure_cluster_admin(db.store.as_ref(), Some(ADMIN_TOKEN)).await.unwrap();
+        ensure_cluster_admin(db.store.as_ref(), Some(ADMIN_TOKEN))
+            .await
+            .unwrap();
         let router = app(AppState::new(db.store.clone(), MAX_BODY));
         TestApp { router, db }
     }
 
-    async fn call(&self, method: Method, uri: &str, token: Option<&str>, body: Option<(&str, Vec<u8>)>, headers: &[(&str, &str)]) -> Reply {
+    async fn call(
+        &self,
+        method: Method,
+        uri: &str,
+        token: Option<&str>,
+        body: Option<(&str, Vec<u8>)>,
+        headers: &[(&str, &str)],
+    ) -> Reply {
         let mut request = Request::builder().method(method).uri(uri);
         if let Some(token) = token {
             request = request.header("authorization", format!("Bearer {token}"));
@@ -52,7 +67,9 @@ impl TestApp {
             request = request.header(*key, *value);
         }
         let request = match body {
-            Some((content_type, bytes)) => request.header("content-type", content_type).body(Body::from(bytes)),
+            Some((content_type, bytes)) => request
+                .header("content-type", content_type)
+                .body(Body::from(bytes)),
             None => request.body(Body::empty()),
         }
         .unwrap();
@@ -60,8 +77,13 @@ impl TestApp {
         let status = response.status();
         let headers = response.headers().clone();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-        Reply { status, headers, body }
+        let body = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        Reply {
+            status,
+            headers,
+            body,
+        }
     }
 
     async fn get(&self, uri: &str, token: &str) -> Reply {
@@ -69,11 +91,25 @@ impl TestApp {
     }
 
     async fn post(&self, uri: &str, token: &str, body: Value) -> Reply {
-        self.call(Method::POST, uri, Some(token), Some(("application/json", serde_json::to_vec(&body).unwrap())), &[]).await
+        self.call(
+            Method::POST,
+            uri,
+            Some(token),
+            Some(("application/json", serde_json::to_vec(&body).unwrap())),
+            &[],
+        )
+        .await
     }
 
     async fn submit_yaml(&self, token: &str, yaml: &str) -> Reply {
-        self.call(Method::POST, "/api/v1/jobs", Some(token), Some(("application/yaml", yaml.as_bytes().to_vec())), &[]).await
+        self.call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(token),
+            Some(("application/yaml", yaml.as_bytes().to_vec())),
+            &[],
+        )
+        .await
     }
 
     async fn job_count(&self) -> usize {
@@ -83,12 +119,33 @@ impl TestApp {
 
     /// Creates a tenant and a user with `role` in it, and returns a token of that user.
     async fn user_token(&self, tenant: &str, user: &str, role: &str) -> String {
-        let tenant_reply = self.post("/api/v1/tenants", ADMIN_TOKEN, json!({"name": tenant})).await;
-        assert!(matches!(tenant_reply.status, StatusCode::CREATED | StatusCode::CONFLICT), "{}", tenant_reply.body);
-        let created = self.post("/api/v1/users", ADMIN_TOKEN, json!({"name": user, "tenant": tenant, "role": role})).await;
+        let tenant_reply = self
+            .post("/api/v1/tenants", ADMIN_TOKEN, json!({"name": tenant}))
+            .await;
+        assert!(
+            matches!(
+                tenant_reply.status,
+                StatusCode::CREATED | StatusCode::CONFLICT
+            ),
+            "{}",
+            tenant_reply.body
+        );
+        let created = self
+            .post(
+                "/api/v1/users",
+                ADMIN_TOKEN,
+                json!({"name": user, "tenant": tenant, "role": role}),
+            )
+            .await;
         assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
         let user_id = created.body["user"]["id"].as_str().unwrap();
-        let token = self.post("/api/v1/tokens", ADMIN_TOKEN, json!({"name": "test", "user_id": user_id})).await;
+        let token = self
+            .post(
+                "/api/v1/tokens",
+                ADMIN_TOKEN,
+                json!({"name": "test", "user_id": user_id}),
+            )
+            .await;
         assert_eq!(token.status, StatusCode::CREATED, "{}", token.body);
         token.body["secret"].as_str().unwrap().to_owned()
     }
@@ -101,13 +158,27 @@ fn named(name: &str) -> String {
 #[tokio::test]
 async fn health_metrics_and_docs_need_no_token() {
     let app = TestApp::new().await;
-    for uri in ["/healthz", "/readyz", "/metrics", "/api/v1/openapi.json", "/api/v1/docs/"] {
+    for uri in [
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/api/v1/openapi.json",
+        "/api/v1/docs/",
+    ] {
         let reply = app.call(Method::GET, uri, None, None, &[]).await;
         assert_eq!(reply.status, StatusCode::OK, "{uri}");
     }
     let metrics = app.call(Method::GET, "/metrics", None, None, &[]).await;
-    assert!(metrics.body.as_str().unwrap().contains("drover_jobs{state=\"queued\"} 0"));
-    let doc = app.call(Method::GET, "/api/v1/openapi.json", None, None, &[]).await;
+    assert!(
+        metrics
+            .body
+            .as_str()
+            .unwrap()
+            .contains("drover_jobs{state=\"queued\"} 0")
+    );
+    let doc = app
+        .call(Method::GET, "/api/v1/openapi.json", None, None, &[])
+        .await;
     assert!(doc.body["paths"]["/api/v1/jobs"]["post"].is_object());
     insta::assert_json_snapshot!("openapi", doc.body);
 }
@@ -119,20 +190,41 @@ async fn every_api_call_needs_a_valid_token() {
     assert_eq!(missing.status, StatusCode::UNAUTHORIZED);
     assert_eq!(missing.error_code(), "unauthenticated");
     assert_eq!(missing.headers["www-authenticate"], "Bearer");
-    let basic = app.call(Method::GET, "/api/v1/jobs", None, None, &[("authorization", "Basic YWxpY2U6eA==")]).await;
+    let basic = app
+        .call(
+            Method::GET,
+            "/api/v1/jobs",
+            None,
+            None,
+            &[("authorization", "Basic YWxpY2U6eA==")],
+        )
+        .await;
     assert_eq!(basic.status, StatusCode::UNAUTHORIZED);
     let unknown = app.get("/api/v1/jobs", "drv_not-a-real-token").await;
     assert_eq!(unknown.status, StatusCode::UNAUTHORIZED);
     assert_eq!(unknown.body["error"]["message"], "invalid token");
 
-    let created = app.post("/api/v1/tokens", ADMIN_TOKEN, json!({"name": "short"})).await;
+    let created = app
+        .post("/api/v1/tokens", ADMIN_TOKEN, json!({"name": "short"}))
+        .await;
     assert_eq!(created.status, StatusCode::CREATED);
     let secret = created.body["secret"].as_str().unwrap().to_owned();
     assert_eq!(app.get("/api/v1/me", &secret).await.status, StatusCode::OK);
     let listed = app.get("/api/v1/tokens", ADMIN_TOKEN).await;
-    assert!(!listed.body.to_string().contains(&secret), "listings never show secrets");
+    assert!(
+        !listed.body.to_string().contains(&secret),
+        "listings never show secrets"
+    );
     let id = created.body["token"]["id"].as_str().unwrap();
-    let revoked = app.call(Method::DELETE, &format!("/api/v1/tokens/{id}"), Some(ADMIN_TOKEN), None, &[]).await;
+    let revoked = app
+        .call(
+            Method::DELETE,
+            &format!("/api/v1/tokens/{id}"),
+            Some(ADMIN_TOKEN),
+            None,
+            &[],
+        )
+        .await;
     assert_eq!(revoked.status, StatusCode::OK);
     let after = app.get("/api/v1/me", &secret).await;
     assert_eq!(after.status, StatusCode::UNAUTHORIZED);
@@ -155,8 +247,17 @@ async fn every_api_call_needs_a_valid_token() {
     let reply = app.get("/api/v1/me", expired).await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
     assert_eq!(reply.body["error"]["message"], "this token has expired");
-    let bad_expiry = app.post("/api/v1/tokens", ADMIN_TOKEN, json!({"name": "x", "expires_in": "soon"})).await;
-    assert_eq!((bad_expiry.status, bad_expiry.error_field()), (StatusCode::UNPROCESSABLE_ENTITY, "expires_in"));
+    let bad_expiry = app
+        .post(
+            "/api/v1/tokens",
+            ADMIN_TOKEN,
+            json!({"name": "x", "expires_in": "soon"}),
+        )
+        .await;
+    assert_eq!(
+        (bad_expiry.status, bad_expiry.error_field()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "expires_in")
+    );
 }
 
 #[tokio::test]
@@ -177,7 +278,15 @@ async fn submit_get_list_cancel_and_events() {
         "spec": {"type": "command", "command": {"argv": ["true"]}, "resources": {"gpus_per_worker": 0}}
     }))
     .unwrap();
-    let from_json = app.call(Method::POST, "/api/v1/jobs", Some(ADMIN_TOKEN), Some(("application/json", json_doc)), &[]).await;
+    let from_json = app
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(ADMIN_TOKEN),
+            Some(("application/json", json_doc)),
+            &[],
+        )
+        .await;
     assert_eq!(from_json.status, StatusCode::CREATED, "{}", from_json.body);
 
     let read = app.get(&format!("/api/v1/jobs/{id}"), ADMIN_TOKEN).await;
@@ -186,20 +295,38 @@ async fn submit_get_list_cancel_and_events() {
     let list = app.get("/api/v1/jobs", ADMIN_TOKEN).await;
     assert_eq!(list.body["jobs"].as_array().unwrap().len(), 2);
     assert_eq!(list.body["jobs"][0]["name"], "cmd", "newest first");
-    assert!(list.body["jobs"][0].get("spec").is_none(), "lists leave out the spec");
+    assert!(
+        list.body["jobs"][0].get("spec").is_none(),
+        "lists leave out the spec"
+    );
 
-    let cancelled = app.post(&format!("/api/v1/jobs/{id}/cancel"), ADMIN_TOKEN, json!({})).await;
+    let cancelled = app
+        .post(&format!("/api/v1/jobs/{id}/cancel"), ADMIN_TOKEN, json!({}))
+        .await;
     assert_eq!(cancelled.status, StatusCode::OK);
     assert_eq!(cancelled.body["job"]["state"], "cancelled");
     assert_eq!(cancelled.body["job"]["reason"], "cancelled_by_user");
-    let again = app.post(&format!("/api/v1/jobs/{id}/cancel"), ADMIN_TOKEN, json!({})).await;
-    assert_eq!((again.status, again.error_code()), (StatusCode::CONFLICT, "illegal_transition"));
+    let again = app
+        .post(&format!("/api/v1/jobs/{id}/cancel"), ADMIN_TOKEN, json!({}))
+        .await;
+    assert_eq!(
+        (again.status, again.error_code()),
+        (StatusCode::CONFLICT, "illegal_transition")
+    );
 
-    let events = app.get(&format!("/api/v1/jobs/{id}/events"), ADMIN_TOKEN).await;
+    let events = app
+        .get(&format!("/api/v1/jobs/{id}/events"), ADMIN_TOKEN)
+        .await;
     let events = events.body["events"].as_array().unwrap().clone();
     assert_eq!(events.len(), 2);
-    assert_eq!((events[0]["to"].as_str(), events[0]["reason"].as_str()), (Some("queued"), Some("submitted")));
-    assert_eq!((events[1]["from"].as_str(), events[1]["to"].as_str()), (Some("queued"), Some("cancelled")));
+    assert_eq!(
+        (events[0]["to"].as_str(), events[0]["reason"].as_str()),
+        (Some("queued"), Some("submitted"))
+    );
+    assert_eq!(
+        (events[1]["from"].as_str(), events[1]["to"].as_str()),
+        (Some("queued"), Some("cancelled"))
+    );
     let cancelled_only = app.get("/api/v1/jobs?state=cancelled", ADMIN_TOKEN).await;
     assert_eq!(cancelled_only.body["jobs"].as_array().unwrap().len(), 1);
     let by_label = app.get("/api/v1/jobs?label=team=vision", ADMIN_TOKEN).await;
@@ -212,7 +339,14 @@ async fn idempotency_key_returns_the_first_job_never_a_twin() {
     let send = |body: &'static str| {
         let app = &app;
         async move {
-            app.call(Method::POST, "/api/v1/jobs", Some(ADMIN_TOKEN), Some(("application/yaml", body.as_bytes().to_vec())), &[("idempotency-key", "retry-1")]).await
+            app.call(
+                Method::POST,
+                "/api/v1/jobs",
+                Some(ADMIN_TOKEN),
+                Some(("application/yaml", body.as_bytes().to_vec())),
+                &[("idempotency-key", "retry-1")],
+            )
+            .await
         }
     };
     let first = send(EXAMPLE).await;
@@ -222,28 +356,99 @@ async fn idempotency_key_returns_the_first_job_never_a_twin() {
     assert_eq!(retry.headers["idempotent-replayed"], "true");
     assert_eq!(retry.body["job"]["id"], first.body["job"]["id"]);
     let different = send("apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {name: other}\nspec: {type: command, command: {argv: [x]}}\n").await;
-    assert_eq!((different.status, different.error_code()), (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused"));
+    assert_eq!(
+        (different.status, different.error_code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
+    );
     assert_eq!(app.job_count().await, 1);
     let long_key = "k".repeat(300);
-    let too_long = app.call(Method::POST, "/api/v1/jobs", Some(ADMIN_TOKEN), Some(("application/yaml", EXAMPLE.as_bytes().to_vec())), &[("idempotency-key", &long_key)]).await;
-    assert_eq!((too_long.status, too_long.error_field()), (StatusCode::BAD_REQUEST, "Idempotency-Key"));
+    let too_long = app
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(ADMIN_TOKEN),
+            Some(("application/yaml", EXAMPLE.as_bytes().to_vec())),
+            &[("idempotency-key", &long_key)],
+        )
+        .await;
+    assert_eq!(
+        (too_long.status, too_long.error_field()),
+        (StatusCode::BAD_REQUEST, "Idempotency-Key")
+    );
 }
 
 #[tokio::test]
 async fn bad_submissions_get_a_4xx_naming_the_problem_and_store_nothing() {
     let app = TestApp::new().await;
-    let yaml = |doc: String| { let app = &app; async move { app.submit_yaml(ADMIN_TOKEN, &doc).await } };
+    let yaml = |doc: String| {
+        let app = &app;
+        async move { app.submit_yaml(ADMIN_TOKEN, &doc).await }
+    };
     let cases: Vec<(Reply, StatusCode, &str)> = vec![
-        (app.call(Method::POST, "/api/v1/jobs", Some(ADMIN_TOKEN), Some(("application/json", b"{\"apiVersion\": ".to_vec())), &[]).await, StatusCode::BAD_REQUEST, "apiVersion"),
-        (yaml("apiVersion: drover.dev/v1\nmetadata: {name: a\n".to_owned()).await, StatusCode::BAD_REQUEST, "metadata"),
-        (yaml(EXAMPLE.replace("batch_size: 256", "batch_size: 256\n    batchsize: 1")).await, StatusCode::UNPROCESSABLE_ENTITY, "spec.train.batchsize"),
-        (yaml(EXAMPLE.replace("batch_size: 256", "batch_size: many")).await, StatusCode::UNPROCESSABLE_ENTITY, "spec.train.batch_size"),
-        (yaml(EXAMPLE.replace("workers: {min: 1, max: 4}", "workers: {min: -1, max: 4}")).await, StatusCode::UNPROCESSABLE_ENTITY, "spec.resources.workers.min"),
-        (yaml(EXAMPLE.replace("workers: {min: 1, max: 4}", "workers: {min: 4, max: 1}")).await, StatusCode::UNPROCESSABLE_ENTITY, "spec.resources.workers"),
-        (yaml(EXAMPLE.replace("name: digits-mlp", "name: \"\"")).await, StatusCode::UNPROCESSABLE_ENTITY, "metadata.name"),
-        (yaml(EXAMPLE.replace("gpus_per_worker: 1", "gpus_per_worker: 100000")).await, StatusCode::UNPROCESSABLE_ENTITY, "spec.resources.gpus_per_worker"),
-        (yaml(EXAMPLE.replace("max_steps: 5000", "max_steps: 99999999999999")).await, StatusCode::UNPROCESSABLE_ENTITY, "spec.train.max_steps"),
-        (app.call(Method::POST, "/api/v1/jobs", Some(ADMIN_TOKEN), Some(("text/plain", EXAMPLE.as_bytes().to_vec())), &[]).await, StatusCode::UNSUPPORTED_MEDIA_TYPE, "Content-Type"),
+        (
+            app.call(
+                Method::POST,
+                "/api/v1/jobs",
+                Some(ADMIN_TOKEN),
+                Some(("application/json", b"{\"apiVersion\": ".to_vec())),
+                &[],
+            )
+            .await,
+            StatusCode::BAD_REQUEST,
+            "apiVersion",
+        ),
+        (
+            yaml("apiVersion: drover.dev/v1\nmetadata: {name: a\n".to_owned()).await,
+            StatusCode::BAD_REQUEST,
+            "metadata",
+        ),
+        (
+            yaml(EXAMPLE.replace("batch_size: 256", "batch_size: 256\n    batchsize: 1")).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.train.batchsize",
+        ),
+        (
+            yaml(EXAMPLE.replace("batch_size: 256", "batch_size: many")).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.train.batch_size",
+        ),
+        (
+            yaml(EXAMPLE.replace("workers: {min: 1, max: 4}", "workers: {min: -1, max: 4}")).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.resources.workers.min",
+        ),
+        (
+            yaml(EXAMPLE.replace("workers: {min: 1, max: 4}", "workers: {min: 4, max: 1}")).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.resources.workers",
+        ),
+        (
+            yaml(EXAMPLE.replace("name: digits-mlp", "name: \"\"")).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "metadata.name",
+        ),
+        (
+            yaml(EXAMPLE.replace("gpus_per_worker: 1", "gpus_per_worker: 100000")).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.resources.gpus_per_worker",
+        ),
+        (
+            yaml(EXAMPLE.replace("max_steps: 5000", "max_steps: 99999999999999")).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.train.max_steps",
+        ),
+        (
+            app.call(
+                Method::POST,
+                "/api/v1/jobs",
+                Some(ADMIN_TOKEN),
+                Some(("text/plain", EXAMPLE.as_bytes().to_vec())),
+                &[],
+            )
+            .await,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type",
+        ),
     ];
     for (i, (reply, status, field)) in cases.iter().enumerate() {
         assert_eq!(reply.status, *status, "case {i}: {}", reply.body);
@@ -252,26 +457,58 @@ async fn bad_submissions_get_a_4xx_naming_the_problem_and_store_nothing() {
     }
     let huge = format!("{EXAMPLE}\n# {}\n", "x".repeat(MAX_BODY));
     let too_big = app.submit_yaml(ADMIN_TOKEN, &huge).await;
-    assert_eq!((too_big.status, too_big.error_code()), (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"));
+    assert_eq!(
+        (too_big.status, too_big.error_code()),
+        (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large")
+    );
     assert_eq!(app.job_count().await, 0, "nothing was stored");
     // ... and the server keeps serving.
-    assert_eq!(app.submit_yaml(ADMIN_TOKEN, EXAMPLE).await.status, StatusCode::CREATED);
+    assert_eq!(
+        app.submit_yaml(ADMIN_TOKEN, EXAMPLE).await.status,
+        StatusCode::CREATED
+    );
     let twin = app.submit_yaml(ADMIN_TOKEN, EXAMPLE).await;
-    assert_eq!((twin.status, twin.error_field()), (StatusCode::CONFLICT, "metadata.name"));
+    assert_eq!(
+        (twin.status, twin.error_field()),
+        (StatusCode::CONFLICT, "metadata.name")
+    );
     assert_eq!(app.job_count().await, 1);
 }
 
 #[tokio::test]
 async fn unknown_ids_routes_and_parameters_are_4xx() {
     let app = TestApp::new().await;
-    for uri in ["/api/v1/jobs/01a1fb6a-7ae0-71e3-a726-d42f1ef51337", "/api/v1/jobs/not-a-uuid", "/api/v1/jobs/x/events", "/api/v1/nodes/nope", "/api/v1/tenants/nope", "/api/v1/users/nope", "/api/v1/nowhere"] {
+    for uri in [
+        "/api/v1/jobs/01a1fb6a-7ae0-71e3-a726-d42f1ef51337",
+        "/api/v1/jobs/not-a-uuid",
+        "/api/v1/jobs/x/events",
+        "/api/v1/nodes/nope",
+        "/api/v1/tenants/nope",
+        "/api/v1/users/nope",
+        "/api/v1/nowhere",
+    ] {
         let reply = app.get(uri, ADMIN_TOKEN).await;
-        assert_eq!((reply.status, reply.error_code()), (StatusCode::NOT_FOUND, "not_found"), "{uri}");
+        assert_eq!(
+            (reply.status, reply.error_code()),
+            (StatusCode::NOT_FOUND, "not_found"),
+            "{uri}"
+        );
     }
-    let cancel_unknown = app.post("/api/v1/jobs/01a1fb6a-7ae0-71e3-a726-d42f1ef51337/cancel", ADMIN_TOKEN, json!({})).await;
+    let cancel_unknown = app
+        .post(
+            "/api/v1/jobs/01a1fb6a-7ae0-71e3-a726-d42f1ef51337/cancel",
+            ADMIN_TOKEN,
+            json!({}),
+        )
+        .await;
     assert_eq!(cancel_unknown.status, StatusCode::NOT_FOUND);
-    let wrong_method = app.call(Method::DELETE, "/api/v1/jobs", Some(ADMIN_TOKEN), None, &[]).await;
-    assert_eq!((wrong_method.status, wrong_method.error_code()), (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"));
+    let wrong_method = app
+        .call(Method::DELETE, "/api/v1/jobs", Some(ADMIN_TOKEN), None, &[])
+        .await;
+    assert_eq!(
+        (wrong_method.status, wrong_method.error_code()),
+        (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed")
+    );
     for (uri, field) in [
         ("/api/v1/jobs?limit=0", "limit"),
         ("/api/v1/jobs?limit=100000", "limit"),
@@ -281,7 +518,11 @@ async fn unknown_ids_routes_and_parameters_are_4xx() {
         ("/api/v1/jobs?colour=red", "colour"),
     ] {
         let reply = app.get(uri, ADMIN_TOKEN).await;
-        assert_eq!((reply.status, reply.error_field()), (StatusCode::BAD_REQUEST, field), "{uri}");
+        assert_eq!(
+            (reply.status, reply.error_field()),
+            (StatusCode::BAD_REQUEST, field),
+            "{uri}"
+        );
     }
 }
 
@@ -289,7 +530,12 @@ async fn unknown_ids_routes_and_parameters_are_4xx() {
 async fn pages_follow_the_cursor() {
     let app = TestApp::new().await;
     for i in 0..5 {
-        assert_eq!(app.submit_yaml(ADMIN_TOKEN, &named(&format!("job-{i}"))).await.status, StatusCode::CREATED);
+        assert_eq!(
+            app.submit_yaml(ADMIN_TOKEN, &named(&format!("job-{i}")))
+                .await
+                .status,
+            StatusCode::CREATED
+        );
     }
     let mut names = Vec::new();
     let mut uri = "/api/v1/jobs?limit=2".to_owned();
@@ -297,7 +543,13 @@ async fn pages_follow_the_cursor() {
     loop {
         let page = app.get(&uri, ADMIN_TOKEN).await;
         pages += 1;
-        names.extend(page.body["jobs"].as_array().unwrap().iter().map(|j| j["name"].as_str().unwrap().to_owned()));
+        names.extend(
+            page.body["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|j| j["name"].as_str().unwrap().to_owned()),
+        );
         match page.body["meta"]["next_cursor"].as_str() {
             Some(cursor) => uri = format!("/api/v1/jobs?limit=2&cursor={cursor}"),
             None => break,
@@ -321,32 +573,107 @@ async fn members_see_and_change_only_their_tenant_and_viewers_only_read() {
 
     // Another tenant's member: the job does not exist for them.
     assert_eq!(app.get(&job_uri, &bob).await.status, StatusCode::NOT_FOUND);
-    assert_eq!(app.get(&format!("{job_uri}/events"), &bob).await.status, StatusCode::NOT_FOUND);
-    assert_eq!(app.post(&format!("{job_uri}/cancel"), &bob, json!({})).await.status, StatusCode::NOT_FOUND);
-    assert!(app.get("/api/v1/jobs", &bob).await.body["jobs"].as_array().unwrap().is_empty());
+    assert_eq!(
+        app.get(&format!("{job_uri}/events"), &bob).await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        app.post(&format!("{job_uri}/cancel"), &bob, json!({}))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    assert!(
+        app.get("/api/v1/jobs", &bob).await.body["jobs"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
     let other_tenant = app.get("/api/v1/jobs?tenant=vision", &bob).await;
-    assert_eq!((other_tenant.status, other_tenant.error_field()), (StatusCode::FORBIDDEN, "tenant"));
-    assert_eq!(app.get("/api/v1/tenants/vision", &bob).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        (other_tenant.status, other_tenant.error_field()),
+        (StatusCode::FORBIDDEN, "tenant")
+    );
+    assert_eq!(
+        app.get("/api/v1/tenants/vision", &bob).await.status,
+        StatusCode::NOT_FOUND
+    );
     // The same name in another tenant is fine.
-    assert_eq!(app.submit_yaml(&bob, EXAMPLE).await.status, StatusCode::CREATED);
+    assert_eq!(
+        app.submit_yaml(&bob, EXAMPLE).await.status,
+        StatusCode::CREATED
+    );
 
     // A viewer reads but changes nothing.
     assert_eq!(app.get(&job_uri, &victor).await.status, StatusCode::OK);
-    assert_eq!(app.get("/api/v1/jobs", &victor).await.body["jobs"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        app.get("/api/v1/jobs", &victor).await.body["jobs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
     let submit = app.submit_yaml(&victor, &named("viewer-job")).await;
-    assert_eq!((submit.status, submit.error_code()), (StatusCode::FORBIDDEN, "forbidden"));
-    assert_eq!(app.post(&format!("{job_uri}/cancel"), &victor, json!({})).await.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        (submit.status, submit.error_code()),
+        (StatusCode::FORBIDDEN, "forbidden")
+    );
+    assert_eq!(
+        app.post(&format!("{job_uri}/cancel"), &victor, json!({}))
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
 
     // Members cannot administer.
-    assert_eq!(app.post("/api/v1/tenants", &alice, json!({"name": "mine"})).await.status, StatusCode::FORBIDDEN);
-    assert_eq!(app.post("/api/v1/users", &alice, json!({"name": "eve", "role": "member"})).await.status, StatusCode::FORBIDDEN);
-    let quota = app.call(Method::PUT, "/api/v1/tenants/vision/quota", Some(&alice), Some(("application/json", b"{\"guaranteed_gpus\": 100}".to_vec())), &[]).await;
+    assert_eq!(
+        app.post("/api/v1/tenants", &alice, json!({"name": "mine"}))
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        app.post(
+            "/api/v1/users",
+            &alice,
+            json!({"name": "eve", "role": "member"})
+        )
+        .await
+        .status,
+        StatusCode::FORBIDDEN
+    );
+    let quota = app
+        .call(
+            Method::PUT,
+            "/api/v1/tenants/vision/quota",
+            Some(&alice),
+            Some(("application/json", b"{\"guaranteed_gpus\": 100}".to_vec())),
+            &[],
+        )
+        .await;
     assert_eq!(quota.status, StatusCode::FORBIDDEN);
 
     // The cluster administrator sees both tenants and can narrow to one.
-    assert_eq!(app.get("/api/v1/jobs", ADMIN_TOKEN).await.body["jobs"].as_array().unwrap().len(), 2);
-    assert_eq!(app.get("/api/v1/jobs?tenant=nlp", ADMIN_TOKEN).await.body["jobs"].as_array().unwrap().len(), 1);
-    assert_eq!(app.post(&format!("{job_uri}/cancel"), &alice, json!({})).await.status, StatusCode::OK);
+    assert_eq!(
+        app.get("/api/v1/jobs", ADMIN_TOKEN).await.body["jobs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        app.get("/api/v1/jobs?tenant=nlp", ADMIN_TOKEN).await.body["jobs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        app.post(&format!("{job_uri}/cancel"), &alice, json!({}))
+            .await
+            .status,
+        StatusCode::OK
+    );
 }
 
 #[tokio::test]
@@ -354,52 +681,151 @@ async fn tenant_admins_manage_their_own_users_only() {
     let app = TestApp::new().await;
     let ada = app.user_token("vision", "ada", "admin").await;
     app.user_token("nlp", "nick", "member").await;
-    let made = app.post("/api/v1/users", &ada, json!({"name": "carol", "role": "viewer"})).await;
+    let made = app
+        .post(
+            "/api/v1/users",
+            &ada,
+            json!({"name": "carol", "role": "viewer"}),
+        )
+        .await;
     assert_eq!(made.status, StatusCode::CREATED, "{}", made.body);
     assert_eq!(made.body["user"]["tenant"], "vision");
-    let elsewhere = app.post("/api/v1/users", &ada, json!({"name": "dan", "role": "member", "tenant": "nlp"})).await;
+    let elsewhere = app
+        .post(
+            "/api/v1/users",
+            &ada,
+            json!({"name": "dan", "role": "member", "tenant": "nlp"}),
+        )
+        .await;
     assert_eq!(elsewhere.status, StatusCode::FORBIDDEN);
-    let escalate = app.post("/api/v1/users", &ada, json!({"name": "root2", "role": "admin", "cluster_admin": true})).await;
+    let escalate = app
+        .post(
+            "/api/v1/users",
+            &ada,
+            json!({"name": "root2", "role": "admin", "cluster_admin": true}),
+        )
+        .await;
     assert_eq!(escalate.status, StatusCode::FORBIDDEN);
-    let twin = app.post("/api/v1/users", &ada, json!({"name": "carol", "role": "viewer"})).await;
+    let twin = app
+        .post(
+            "/api/v1/users",
+            &ada,
+            json!({"name": "carol", "role": "viewer"}),
+        )
+        .await;
     assert_eq!(twin.status, StatusCode::CONFLICT);
-    let bad_role = app.post("/api/v1/users", &ada, json!({"name": "x", "role": "owner"})).await;
-    assert_eq!((bad_role.status, bad_role.error_field()), (StatusCode::UNPROCESSABLE_ENTITY, "role"));
+    let bad_role = app
+        .post("/api/v1/users", &ada, json!({"name": "x", "role": "owner"}))
+        .await;
+    assert_eq!(
+        (bad_role.status, bad_role.error_field()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "role")
+    );
     let users = app.get("/api/v1/users", &ada).await;
-    let names: Vec<&str> = users.body["users"].as_array().unwrap().iter().map(|u| u["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = users.body["users"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["ada", "carol"]);
     // A token for carol, made by her tenant admin, works as carol.
     let carol_id = made.body["user"]["id"].as_str().unwrap();
-    let token = app.post("/api/v1/tokens", &ada, json!({"name": "carol", "user_id": carol_id})).await;
-    let me = app.get("/api/v1/me", token.body["secret"].as_str().unwrap()).await;
+    let token = app
+        .post(
+            "/api/v1/tokens",
+            &ada,
+            json!({"name": "carol", "user_id": carol_id}),
+        )
+        .await;
+    let me = app
+        .get("/api/v1/me", token.body["secret"].as_str().unwrap())
+        .await;
     assert_eq!(me.body["user"]["name"], "carol");
 }
 
 #[tokio::test]
 async fn tenants_and_quotas() {
     let app = TestApp::new().await;
-    let created = app.post("/api/v1/tenants", ADMIN_TOKEN, json!({"name": "vision", "quota": {"guaranteed_gpus": 2, "max_gpus": 2}})).await;
+    let created = app
+        .post(
+            "/api/v1/tenants",
+            ADMIN_TOKEN,
+            json!({"name": "vision", "quota": {"guaranteed_gpus": 2, "max_gpus": 2}}),
+        )
+        .await;
     assert_eq!(created.status, StatusCode::CREATED);
     assert_eq!(created.body["tenant"]["quota"]["max_gpus"], 2);
     for (body, field) in [
         (json!({"name": "Bad_Name"}), "name"),
-        (json!({"name": "ok", "quota": {"guaranteed_gpus": 4, "max_gpus": 2}}), "quota.max_gpus"),
-        (json!({"name": "ok", "quota": {"guaranteed_gpus": -1}}), "quota.guaranteed_gpus"),
+        (
+            json!({"name": "ok", "quota": {"guaranteed_gpus": 4, "max_gpus": 2}}),
+            "quota.max_gpus",
+        ),
+        (
+            json!({"name": "ok", "quota": {"guaranteed_gpus": -1}}),
+            "quota.guaranteed_gpus",
+        ),
         (json!({"name": "ok", "colour": "red"}), "colour"),
     ] {
         let reply = app.post("/api/v1/tenants", ADMIN_TOKEN, body).await;
-        assert_eq!((reply.status, reply.error_field()), (StatusCode::UNPROCESSABLE_ENTITY, field), "{}", reply.body);
+        assert_eq!(
+            (reply.status, reply.error_field()),
+            (StatusCode::UNPROCESSABLE_ENTITY, field),
+            "{}",
+            reply.body
+        );
     }
-    let twin = app.post("/api/v1/tenants", ADMIN_TOKEN, json!({"name": "vision"})).await;
+    let twin = app
+        .post("/api/v1/tenants", ADMIN_TOKEN, json!({"name": "vision"}))
+        .await;
     assert_eq!(twin.status, StatusCode::CONFLICT);
     // A job that needs more GPUs than the tenant may ever hold is refused up front.
     let alice = app.user_token("vision", "alice", "member").await;
-    let greedy = app.submit_yaml(&alice, &EXAMPLE.replace("workers: {min: 1, max: 4}", "workers: {min: 4, max: 4}")).await;
-    assert_eq!((greedy.status, greedy.error_field()), (StatusCode::UNPROCESSABLE_ENTITY, "spec.resources.workers.min"));
-    let raised = app.call(Method::PUT, "/api/v1/tenants/vision/quota", Some(ADMIN_TOKEN), Some(("application/json", b"{\"guaranteed_gpus\": 2, \"max_gpus\": 8}".to_vec())), &[]).await;
+    let greedy = app
+        .submit_yaml(
+            &alice,
+            &EXAMPLE.replace("workers: {min: 1, max: 4}", "workers: {min: 4, max: 4}"),
+        )
+        .await;
+    assert_eq!(
+        (greedy.status, greedy.error_field()),
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.resources.workers.min"
+        )
+    );
+    let raised = app
+        .call(
+            Method::PUT,
+            "/api/v1/tenants/vision/quota",
+            Some(ADMIN_TOKEN),
+            Some((
+                "application/json",
+                b"{\"guaranteed_gpus\": 2, \"max_gpus\": 8}".to_vec(),
+            )),
+            &[],
+        )
+        .await;
     assert_eq!(raised.status, StatusCode::OK, "{}", raised.body);
-    let fits = app.submit_yaml(&alice, &EXAMPLE.replace("workers: {min: 1, max: 4}", "workers: {min: 4, max: 4}")).await;
+    let fits = app
+        .submit_yaml(
+            &alice,
+            &EXAMPLE.replace("workers: {min: 1, max: 4}", "workers: {min: 4, max: 4}"),
+        )
+        .await;
     assert_eq!(fits.status, StatusCode::CREATED);
-    let malformed = app.call(Method::PUT, "/api/v1/tenants/vision/quota", Some(ADMIN_TOKEN), Some(("application/json", b"{\"guaranteed_gpus\": ".to_vec())), &[]).await;
-    assert_eq!((malformed.status, malformed.error_code()), (StatusCode::BAD_REQUEST, "malformed_body"));
+    let malformed = app
+        .call(
+            Method::PUT,
+            "/api/v1/tenants/vision/quota",
+            Some(ADMIN_TOKEN),
+            Some(("application/json", b"{\"guaranteed_gpus\": ".to_vec())),
+            &[],
+        )
+        .await;
+    assert_eq!(
+        (malformed.status, malformed.error_code()),
+        (StatusCode::BAD_REQUEST, "malformed_body")
+    );
 }

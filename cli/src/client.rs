@@ -40,12 +40,14 @@ impl Client {
 
     pub async fn post_json(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
         let bytes = serde_json::to_vec(body)?;
-        self.send(Method::POST, path, Some(("application/json", bytes)), &[]).await
+        self.send(Method::POST, path, Some(("application/json", bytes)), &[])
+            .await
     }
 
     pub async fn put_json(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
         let bytes = serde_json::to_vec(body)?;
-        self.send(Method::PUT, path, Some(("application/json", bytes)), &[]).await
+        self.send(Method::PUT, path, Some(("application/json", bytes)), &[])
+            .await
     }
 
     pub async fn delete(&self, path: &str) -> anyhow::Result<Value> {
@@ -62,19 +64,32 @@ impl Client {
         headers: &[(&str, &str)],
     ) -> anyhow::Result<Value> {
         let url = format!("{}{path}", self.base);
-        let idempotent = method != Method::POST || headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("idempotency-key"));
+        let idempotent = method != Method::POST
+            || headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("idempotency-key"));
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut request = self.http.request(method.clone(), &url).bearer_auth(&self.token);
+            let mut request = self
+                .http
+                .request(method.clone(), &url)
+                .bearer_auth(&self.token);
             for (key, value) in headers {
                 request = request.header(*key, *value);
             }
             if let Some((content_type, bytes)) = &body {
-                request = request.header("content-type", *content_type).body(bytes.clone());
+                request = request
+                    .header("content-type", *content_type)
+                    .body(bytes.clone());
             }
             let retriable = |status: StatusCode| {
-                matches!(status, StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT)
+                matches!(
+                    status,
+                    StatusCode::BAD_GATEWAY
+                        | StatusCode::SERVICE_UNAVAILABLE
+                        | StatusCode::GATEWAY_TIMEOUT
+                )
             };
             match request.send().await {
                 Ok(response) if idempotent && attempt < 3 && retriable(response.status()) => {}
@@ -83,7 +98,10 @@ impl Client {
                     tracing::debug!(error = %err, attempt, "retrying");
                 }
                 Err(err) if err.is_connect() => {
-                    bail!("cannot reach the Drover server at {} (is it running? set --server or DROVER_SERVER)", self.base)
+                    bail!(
+                        "cannot reach the Drover server at {} (is it running? set --server or DROVER_SERVER)",
+                        self.base
+                    )
                 }
                 Err(err) => return Err(anyhow!(err).context(format!("request to {url} failed"))),
             }
@@ -94,17 +112,23 @@ impl Client {
 
 async fn decode(response: reqwest::Response) -> anyhow::Result<Value> {
     let status = response.status();
-    let bytes = response.bytes().await.context("reading the server's response failed")?;
+    let bytes = response
+        .bytes()
+        .await
+        .context("reading the server's response failed")?;
     let body: Value = if bytes.is_empty() {
         Value::Null
     } else {
-        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
     };
     if status.is_success() {
         return Ok(body);
     }
     let error = &body["error"];
-    let message = error["message"].as_str().map_or_else(|| body.to_string(), str::to_owned);
+    let message = error["message"]
+        .as_str()
+        .map_or_else(|| body.to_string(), str::to_owned);
     match error["field"].as_str() {
         Some(field) => bail!("{message} (field `{field}`, HTTP {})", status.as_u16()),
         None => bail!("{message} (HTTP {})", status.as_u16()),

@@ -1,8 +1,8 @@
 //! The client verbs: each calls the REST API and prints a table (or JSON with `-o json`).
 
 use crate::GlobalArgs;
-use crate::output::out;
 use crate::client::Client;
+use crate::output::out;
 use crate::output::{self, Format};
 use anyhow::Context;
 use reqwest::Method;
@@ -98,32 +98,53 @@ pub enum TokenCommand {
 }
 
 fn segment(id: &str) -> String {
-    id.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')).collect()
+    id.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .collect()
 }
 
 pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<()> {
     let (bytes, name) = if args.file.as_os_str() == "-" {
         let mut bytes = Vec::new();
-        std::io::stdin().read_to_end(&mut bytes).context("cannot read standard input")?;
+        std::io::stdin()
+            .read_to_end(&mut bytes)
+            .context("cannot read standard input")?;
         (bytes, "stdin".to_owned())
     } else {
-        let bytes = std::fs::read(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
+        let bytes = std::fs::read(&args.file)
+            .with_context(|| format!("cannot read {}", args.file.display()))?;
         (bytes, args.file.display().to_string())
     };
     let is_json = args.file.extension().is_some_and(|ext| ext == "json")
         || (args.file.as_os_str() == "-" && bytes.trim_ascii_start().starts_with(b"{"));
-    let content_type = if is_json { "application/json" } else { "application/yaml" };
-    let key = args.idempotency_key.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let content_type = if is_json {
+        "application/json"
+    } else {
+        "application/yaml"
+    };
+    let key = args
+        .idempotency_key
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let client = Client::new(global)?;
     let response = client
-        .send(Method::POST, "/api/v1/jobs", Some((content_type, bytes)), &[("idempotency-key", &key)])
+        .send(
+            Method::POST,
+            "/api/v1/jobs",
+            Some((content_type, bytes)),
+            &[("idempotency-key", &key)],
+        )
         .await
         .with_context(|| format!("submitting {name} failed"))?;
     match global.output {
         Format::Json => output::json(&response),
         Format::Table => {
             let job = &response["job"];
-            out!("job {} submitted: {} ({})", output::text(&job["name"]), output::text(&job["id"]), output::text(&job["state"]));
+            out!(
+                "job {} submitted: {} ({})",
+                output::text(&job["name"]),
+                output::text(&job["id"]),
+                output::text(&job["state"])
+            );
         }
     }
     Ok(())
@@ -177,7 +198,12 @@ pub async fn jobs(global: &GlobalArgs, args: JobsArgs) -> anyhow::Result<()> {
                     ]
                 })
                 .collect();
-            output::table(&["ID", "NAME", "TENANT", "TYPE", "STATE", "GPUS", "LABELS", "AGE"], &rows);
+            output::table(
+                &[
+                    "ID", "NAME", "TENANT", "TYPE", "STATE", "GPUS", "LABELS", "AGE",
+                ],
+                &rows,
+            );
         }
     }
     Ok(())
@@ -185,7 +211,9 @@ pub async fn jobs(global: &GlobalArgs, args: JobsArgs) -> anyhow::Result<()> {
 
 pub async fn job(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
     let client = Client::new(global)?;
-    let response = client.get(&format!("/api/v1/jobs/{}", segment(&args.id))).await?;
+    let response = client
+        .get(&format!("/api/v1/jobs/{}", segment(&args.id)))
+        .await?;
     match global.output {
         Format::Json => output::json(&response),
         Format::Table => {
@@ -207,7 +235,8 @@ pub async fn job(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
             }
             out!("{:<10} {}", "Labels:", output::labels(&job["labels"]));
             out!("Spec:");
-            let spec = serde_yaml::to_string(&job["spec"]).unwrap_or_else(|_| job["spec"].to_string());
+            let spec =
+                serde_yaml::to_string(&job["spec"]).unwrap_or_else(|_| job["spec"].to_string());
             for line in spec.lines() {
                 out!("  {line}");
             }
@@ -218,7 +247,12 @@ pub async fn job(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
 
 pub async fn cancel(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
     let client = Client::new(global)?;
-    let response = client.post_json(&format!("/api/v1/jobs/{}/cancel", segment(&args.id)), &json!({})).await?;
+    let response = client
+        .post_json(
+            &format!("/api/v1/jobs/{}/cancel", segment(&args.id)),
+            &json!({}),
+        )
+        .await?;
     match global.output {
         Format::Json => output::json(&response),
         Format::Table => out!("job {} cancelled", output::text(&response["job"]["name"])),
@@ -270,7 +304,9 @@ fn print_tenants(global: &GlobalArgs, tenants: &[Value]) {
             vec![
                 output::text(&t["name"]),
                 output::text(&t["quota"]["guaranteed_gpus"]),
-                t["quota"]["max_gpus"].as_u64().map_or_else(|| "unlimited".to_owned(), |m| m.to_string()),
+                t["quota"]["max_gpus"]
+                    .as_u64()
+                    .map_or_else(|| "unlimited".to_owned(), |m| m.to_string()),
                 output::age(&t["created_at"]),
             ]
         })
@@ -283,20 +319,33 @@ fn print_tenants(global: &GlobalArgs, tenants: &[Value]) {
 
 pub async fn tenants(global: &GlobalArgs) -> anyhow::Result<()> {
     let response = Client::new(global)?.get("/api/v1/tenants").await?;
-    print_tenants(global, response["tenants"].as_array().map_or(&[], Vec::as_slice));
+    print_tenants(
+        global,
+        response["tenants"].as_array().map_or(&[], Vec::as_slice),
+    );
     Ok(())
 }
 
 pub async fn tenant(global: &GlobalArgs, command: TenantCommand) -> anyhow::Result<()> {
     let client = Client::new(global)?;
     let response = match command {
-        TenantCommand::Create { name, guaranteed_gpus, max_gpus } => {
+        TenantCommand::Create {
+            name,
+            guaranteed_gpus,
+            max_gpus,
+        } => {
             let body = json!({"name": name, "quota": {"guaranteed_gpus": guaranteed_gpus, "max_gpus": max_gpus}});
             client.post_json("/api/v1/tenants", &body).await?
         }
-        TenantCommand::Quota { name, guaranteed_gpus, max_gpus } => {
+        TenantCommand::Quota {
+            name,
+            guaranteed_gpus,
+            max_gpus,
+        } => {
             let body = json!({"guaranteed_gpus": guaranteed_gpus, "max_gpus": max_gpus});
-            client.put_json(&format!("/api/v1/tenants/{}/quota", segment(&name)), &body).await?
+            client
+                .put_json(&format!("/api/v1/tenants/{}/quota", segment(&name)), &body)
+                .await?
         }
     };
     print_tenants(global, std::slice::from_ref(&response["tenant"]));
@@ -312,7 +361,12 @@ fn print_users(global: &GlobalArgs, users: &[Value]) {
                 output::text(&u["name"]),
                 output::text(&u["tenant"]),
                 output::text(&u["role"]),
-                if u["cluster_admin"].as_bool() == Some(true) { "yes" } else { "no" }.to_owned(),
+                if u["cluster_admin"].as_bool() == Some(true) {
+                    "yes"
+                } else {
+                    "no"
+                }
+                .to_owned(),
             ]
         })
         .collect();
@@ -324,14 +378,25 @@ fn print_users(global: &GlobalArgs, users: &[Value]) {
 
 pub async fn users(global: &GlobalArgs) -> anyhow::Result<()> {
     let response = Client::new(global)?.get("/api/v1/users").await?;
-    print_users(global, response["users"].as_array().map_or(&[], Vec::as_slice));
+    print_users(
+        global,
+        response["users"].as_array().map_or(&[], Vec::as_slice),
+    );
     Ok(())
 }
 
 pub async fn user(global: &GlobalArgs, command: UserCommand) -> anyhow::Result<()> {
-    let UserCommand::Create { name, role, tenant, cluster_admin } = command;
-    let body = json!({"name": name, "role": role, "tenant": tenant, "cluster_admin": cluster_admin});
-    let response = Client::new(global)?.post_json("/api/v1/users", &body).await?;
+    let UserCommand::Create {
+        name,
+        role,
+        tenant,
+        cluster_admin,
+    } = command;
+    let body =
+        json!({"name": name, "role": role, "tenant": tenant, "cluster_admin": cluster_admin});
+    let response = Client::new(global)?
+        .post_json("/api/v1/users", &body)
+        .await?;
     print_users(global, std::slice::from_ref(&response["user"]));
     Ok(())
 }
@@ -340,7 +405,11 @@ fn print_tokens(global: &GlobalArgs, tokens: &[Value]) {
     let rows: Vec<Vec<String>> = tokens
         .iter()
         .map(|t| {
-            let status = if !t["revoked_at"].is_null() { "revoked" } else { "active" };
+            let status = if !t["revoked_at"].is_null() {
+                "revoked"
+            } else {
+                "active"
+            };
             vec![
                 output::text(&t["id"]),
                 output::text(&t["name"]),
@@ -358,26 +427,38 @@ fn print_tokens(global: &GlobalArgs, tokens: &[Value]) {
 
 pub async fn tokens(global: &GlobalArgs) -> anyhow::Result<()> {
     let response = Client::new(global)?.get("/api/v1/tokens").await?;
-    print_tokens(global, response["tokens"].as_array().map_or(&[], Vec::as_slice));
+    print_tokens(
+        global,
+        response["tokens"].as_array().map_or(&[], Vec::as_slice),
+    );
     Ok(())
 }
 
 pub async fn token(global: &GlobalArgs, command: TokenCommand) -> anyhow::Result<()> {
     let client = Client::new(global)?;
     match command {
-        TokenCommand::Create { name, user, expires_in } => {
+        TokenCommand::Create {
+            name,
+            user,
+            expires_in,
+        } => {
             let body = json!({"name": name, "user_id": user, "expires_in": expires_in});
             let response = client.post_json("/api/v1/tokens", &body).await?;
             match global.output {
                 Format::Json => output::json(&response),
                 Format::Table => {
-                    out!("token {} created; its secret is shown this once:", output::text(&response["token"]["id"]));
+                    out!(
+                        "token {} created; its secret is shown this once:",
+                        output::text(&response["token"]["id"])
+                    );
                     out!("{}", output::text(&response["secret"]));
                 }
             }
         }
         TokenCommand::Revoke { id } => {
-            let response = client.delete(&format!("/api/v1/tokens/{}", segment(&id))).await?;
+            let response = client
+                .delete(&format!("/api/v1/tokens/{}", segment(&id)))
+                .await?;
             print_tokens(global, std::slice::from_ref(&response["token"]));
         }
     }
@@ -398,7 +479,12 @@ pub async fn nodes(global: &GlobalArgs) -> anyhow::Result<()> {
                         n["gpus"].as_array().map_or(0, Vec::len).to_string(),
                         output::text(&n["cpus"]),
                         output::text(&n["health"]),
-                        if n["cordoned"].as_bool() == Some(true) { "yes" } else { "no" }.to_owned(),
+                        if n["cordoned"].as_bool() == Some(true) {
+                            "yes"
+                        } else {
+                            "no"
+                        }
+                        .to_owned(),
                     ]
                 })
                 .collect();
@@ -417,7 +503,11 @@ pub async fn whoami(global: &GlobalArgs) -> anyhow::Result<()> {
         Format::Json => output::json(&response),
         Format::Table => {
             let user = &response["user"];
-            let admin = if user["cluster_admin"].as_bool() == Some(true) { ", cluster administrator" } else { "" };
+            let admin = if user["cluster_admin"].as_bool() == Some(true) {
+                ", cluster administrator"
+            } else {
+                ""
+            };
             out!(
                 "{} ({} in tenant {}{admin})",
                 output::text(&user["name"]),

@@ -10,7 +10,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Parser)]
-#[command(name = "drover", version, about = "Drover: a multi-tenant GPU cluster scheduler and training job manager")]
+#[command(
+    name = "drover",
+    version,
+    about = "Drover: a multi-tenant GPU cluster scheduler and training job manager"
+)]
 struct Cli {
     #[command(flatten)]
     global: GlobalArgs,
@@ -22,7 +26,12 @@ struct Cli {
 #[derive(Debug, clap::Args)]
 pub struct GlobalArgs {
     /// The Drover server's URL.
-    #[arg(long, global = true, env = "DROVER_SERVER", default_value = "http://127.0.0.1:8080")]
+    #[arg(
+        long,
+        global = true,
+        env = "DROVER_SERVER",
+        default_value = "http://127.0.0.1:8080"
+    )]
     pub server: String,
     /// API token. Without one, the token `drover dev` keeps in its data directory is used if present.
     #[arg(long, global = true, env = "DROVER_TOKEN", hide_env_values = true)]
@@ -31,7 +40,12 @@ pub struct GlobalArgs {
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = output::Format::Table)]
     pub output: output::Format,
     /// Where `drover dev` keeps its data (used to find its admin token).
-    #[arg(long, global = true, env = "DROVER_DATA_DIR", default_value = ".drover")]
+    #[arg(
+        long,
+        global = true,
+        env = "DROVER_DATA_DIR",
+        default_value = ".drover"
+    )]
     pub data_dir: PathBuf,
 }
 

@@ -65,7 +65,9 @@ pub fn text(value: &Value) -> String {
 
 /// `3m`, `2h`, `5d` since an RFC 3339 timestamp.
 pub fn age(value: &Value) -> String {
-    let Some(then) = value.as_str().and_then(|s| s.parse::<DateTime<Utc>>().ok()) else { return "-".to_owned() };
+    let Some(then) = value.as_str().and_then(|s| s.parse::<DateTime<Utc>>().ok()) else {
+        return "-".to_owned();
+    };
     let seconds = (Utc::now() - then).num_seconds().max(0);
     match seconds {
         s if s < 60 => format!("{s}s"),
@@ -77,9 +79,11 @@ pub fn age(value: &Value) -> String {
 
 pub fn labels(value: &Value) -> String {
     match value.as_object() {
-        Some(map) if !map.is_empty() => {
-            map.iter().map(|(k, v)| format!("{k}={}", text(v))).collect::<Vec<_>>().join(",")
-        }
+        Some(map) if !map.is_empty() => map
+            .iter()
+            .map(|(k, v)| format!("{k}={}", text(v)))
+            .collect::<Vec<_>>()
+            .join(","),
         _ => "-".to_owned(),
     }
 }

@@ -61,7 +61,9 @@ pub struct MigrateArgs {
 fn init_tracing(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("DROVER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -91,7 +93,11 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<()> {
         );
     }
     out!("drover server listening on http://{}", running.addr);
-    running.serving.await.context("the server task failed")?.context("serving failed")?;
+    running
+        .serving
+        .await
+        .context("the server task failed")?
+        .context("serving failed")?;
     Ok(())
 }
 
@@ -105,7 +111,10 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         admin_token: None,
     };
     server::open_store(&config).await?;
-    out!("migrations applied to {}", server::redact_url(&config.database_url));
+    out!(
+        "migrations applied to {}",
+        server::redact_url(&config.database_url)
+    );
     Ok(())
 }
 
@@ -123,7 +132,9 @@ fn dev_admin_token(data_dir: &Path) -> anyhow::Result<String> {
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(&path).with_context(|| format!("cannot write {}", path.display()))?;
+    let mut file = options
+        .open(&path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
     std::io::Write::write_all(&mut file, format!("{token}\n").as_bytes())?;
     Ok(token)
 }
@@ -131,7 +142,8 @@ fn dev_admin_token(data_dir: &Path) -> anyhow::Result<String> {
 pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     init_tracing(LogFormat::Text, "warn,drover_api=info");
     let data_dir = &global.data_dir;
-    std::fs::create_dir_all(data_dir).with_context(|| format!("cannot create {}", data_dir.display()))?;
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create {}", data_dir.display()))?;
     let token = dev_admin_token(data_dir)?;
     let db_path = data_dir.join("drover.db");
     let config = ServerConfig {
@@ -152,13 +164,19 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     out!("In another terminal:");
     out!("  export DROVER_SERVER={url} DROVER_TOKEN={token}");
     out!("  drover submit examples/digits-mlp.yaml && drover jobs");
-    out!("Jobs stay queued: executors that run them arrive in a later release. Ctrl-C stops the server.");
-    if args.demo {
-        if let Err(err) = demo(&url, &token, &args.examples).await {
-            eprintln!("demo: {err:#}");
-        }
+    out!(
+        "Jobs stay queued: executors that run them arrive in a later release. Ctrl-C stops the server."
+    );
+    if args.demo
+        && let Err(err) = demo(&url, &token, &args.examples).await
+    {
+        eprintln!("demo: {err:#}");
     }
-    running.serving.await.context("the server task failed")?.context("serving failed")?;
+    running
+        .serving
+        .await
+        .context("the server task failed")?
+        .context("serving failed")?;
     Ok(())
 }
 
@@ -173,24 +191,38 @@ async fn demo(url: &str, token: &str, examples: &Path) -> anyhow::Result<()> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(examples)
         .with_context(|| format!("cannot read {}", examples.display()))?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml" || ext == "json"))
+        .filter(|path| {
+            path.extension()
+                .is_some_and(|ext| ext == "yaml" || ext == "json")
+        })
         .collect();
     files.sort();
     out!();
     for file in files {
-        let key = format!("demo-{}", file.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
-        let args = crate::commands::SubmitArgs { file: file.clone(), idempotency_key: Some(key) };
+        let key = format!(
+            "demo-{}",
+            file.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default()
+        );
+        let args = crate::commands::SubmitArgs {
+            file: file.clone(),
+            idempotency_key: Some(key),
+        };
         if let Err(err) = crate::commands::submit(&global, args).await {
             eprintln!("demo: {err:#}");
         }
     }
     out!();
-    crate::commands::jobs(&global, crate::commands::JobsArgs {
-        state: None,
-        labels: Vec::new(),
-        tenant: None,
-        limit: 50,
-        all: false,
-    })
+    crate::commands::jobs(
+        &global,
+        crate::commands::JobsArgs {
+            state: None,
+            labels: Vec::new(),
+            tenant: None,
+            limit: 50,
+            all: false,
+        },
+    )
     .await
 }

@@ -27,11 +27,18 @@ pub struct SpecError {
 
 impl SpecError {
     pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self { field: field.into(), reason: reason.into(), malformed: false }
+        Self {
+            field: field.into(),
+            reason: reason.into(),
+            malformed: false,
+        }
     }
 
     fn malformed(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self { malformed: true, ..Self::new(field, reason) }
+        Self {
+            malformed: true,
+            ..Self::new(field, reason)
+        }
     }
 }
 
@@ -403,7 +410,10 @@ pub struct Scheduling {
 
 impl Default for Scheduling {
     fn default() -> Self {
-        Scheduling { priority: 0, preemptible: true }
+        Scheduling {
+            priority: 0,
+            preemptible: true,
+        }
     }
 }
 
@@ -440,7 +450,8 @@ impl DroverJob {
                     spec_err.malformed = malformed;
                     spec_err
                 })?;
-                de.end().map_err(|err| SpecError::malformed("(document)", err.to_string()))?;
+                de.end()
+                    .map_err(|err| SpecError::malformed("(document)", err.to_string()))?;
                 job
             }
             Format::Yaml => {
@@ -449,7 +460,15 @@ impl DroverJob {
                     // serde_yaml does not classify its errors: anything that is not one of serde's
                     // data errors (or ours, from validation) is a syntax error.
                     let message = err.inner().to_string();
-                    let data = ["invalid type", "invalid value", "invalid length", "unknown variant", "unknown field", "missing field", "duplicate field"];
+                    let data = [
+                        "invalid type",
+                        "invalid value",
+                        "invalid length",
+                        "unknown variant",
+                        "unknown field",
+                        "missing field",
+                        "duplicate field",
+                    ];
                     let malformed = !data.iter().any(|prefix| message.contains(prefix));
                     let mut spec_err = path_error(err);
                     spec_err.malformed = malformed;
@@ -471,7 +490,11 @@ fn path_error<E: std::fmt::Display>(err: serde_path_to_error::Error<E>) -> SpecE
     let path = err.path().to_string();
     // serde_path_to_error writes `?` for a position it could not name (inside a half-parsed value).
     let path = path.trim_end_matches(".?").to_owned();
-    let field = if matches!(path.as_str(), "." | "?" | "") { "(document)".to_owned() } else { path };
+    let field = if matches!(path.as_str(), "." | "?" | "") {
+        "(document)".to_owned()
+    } else {
+        path
+    };
     SpecError::new(field, err.inner().to_string())
 }
 

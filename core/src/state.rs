@@ -19,7 +19,17 @@ use std::str::FromStr;
 
 /// Where a job is in its life.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
@@ -76,12 +86,18 @@ impl JobState {
 
     /// Succeeded, failed and cancelled jobs never change again.
     pub fn is_final(self) -> bool {
-        matches!(self, JobState::Succeeded | JobState::Failed | JobState::Cancelled)
+        matches!(
+            self,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled
+        )
     }
 
     /// Whether the job holds (or is acquiring) cluster resources.
     pub fn holds_resources(self) -> bool {
-        matches!(self, JobState::Starting | JobState::Running | JobState::Rescaling)
+        matches!(
+            self,
+            JobState::Starting | JobState::Running | JobState::Rescaling
+        )
     }
 
     /// The transition table of DESIGN.md ("Job states").
@@ -246,7 +262,10 @@ mod tests {
     fn final_states_never_move() {
         for from in [Succeeded, Failed, Cancelled] {
             for to in JobState::ALL {
-                assert_eq!(from.check_transition(to), Err(IllegalTransition { from, to }));
+                assert_eq!(
+                    from.check_transition(to),
+                    Err(IllegalTransition { from, to })
+                );
             }
         }
     }

@@ -29,7 +29,9 @@ pub fn validate(job: &DroverJob) -> Check {
     ensure(job.api_version == API_VERSION, "apiVersion", || {
         format!("must be `{API_VERSION}`, got `{}`", job.api_version)
     })?;
-    ensure(job.kind == KIND, "kind", || format!("must be `{KIND}`, got `{}`", job.kind))?;
+    ensure(job.kind == KIND, "kind", || {
+        format!("must be `{KIND}`, got `{}`", job.kind)
+    })?;
     validate_name(&job.metadata.name, "metadata.name")?;
     validate_labels(job)?;
     validate_resources(job)?;
@@ -44,11 +46,15 @@ pub fn validate(job: &DroverJob) -> Check {
             ensure(spec.train.is_none(), "spec.train", || {
                 "not allowed when spec.type is `command`".into()
             })?;
-            ensure(!command.argv.is_empty(), "spec.command.argv", || "must not be empty".into())?;
+            ensure(!command.argv.is_empty(), "spec.command.argv", || {
+                "must not be empty".into()
+            })?;
             for (i, arg) in command.argv.iter().enumerate() {
-                ensure(arg.len() <= 65_536, &format!("spec.command.argv[{i}]"), || {
-                    "longer than 65536 bytes".into()
-                })?;
+                ensure(
+                    arg.len() <= 65_536,
+                    &format!("spec.command.argv[{i}]"),
+                    || "longer than 65536 bytes".into(),
+                )?;
             }
             ensure(!command.argv[0].is_empty(), "spec.command.argv[0]", || {
                 "the program must not be empty".into()
@@ -59,39 +65,63 @@ pub fn validate(job: &DroverJob) -> Check {
                 })?;
             }
         }
-        (JobType::Command, _, None) => fail("spec.command", "required when spec.type is `command`")?,
+        (JobType::Command, _, None) => {
+            fail("spec.command", "required when spec.type is `command`")?
+        }
     }
     let distributed = &spec.distributed;
     if distributed.sync == SyncMode::Ssp {
-        ensure((1..=1000).contains(&distributed.staleness), "spec.distributed.staleness", || {
-            format!("must be between 1 and 1000 for ssp, got {}", distributed.staleness)
-        })?;
+        ensure(
+            (1..=1000).contains(&distributed.staleness),
+            "spec.distributed.staleness",
+            || {
+                format!(
+                    "must be between 1 and 1000 for ssp, got {}",
+                    distributed.staleness
+                )
+            },
+        )?;
     }
     match distributed.compression {
-        Compression::Topk { ratio } => {
-            ensure(ratio.is_finite() && ratio > 0.0 && ratio <= 1.0, "spec.distributed.compression.ratio", || {
-                format!("must be in (0, 1], got {ratio}")
-            })?
-        }
-        Compression::Qsgd { bits } => {
-            ensure((1..=16).contains(&bits), "spec.distributed.compression.bits", || {
-                format!("must be between 1 and 16, got {bits}")
-            })?
-        }
+        Compression::Topk { ratio } => ensure(
+            ratio.is_finite() && ratio > 0.0 && ratio <= 1.0,
+            "spec.distributed.compression.ratio",
+            || format!("must be in (0, 1], got {ratio}"),
+        )?,
+        Compression::Qsgd { bits } => ensure(
+            (1..=16).contains(&bits),
+            "spec.distributed.compression.bits",
+            || format!("must be between 1 and 16, got {bits}"),
+        )?,
         Compression::None | Compression::Onebit => {}
     }
     let scheduling = &spec.scheduling;
-    ensure((-1000..=1000).contains(&scheduling.priority), "spec.scheduling.priority", || {
-        format!("must be between -1000 and 1000, got {}", scheduling.priority)
-    })?;
+    ensure(
+        (-1000..=1000).contains(&scheduling.priority),
+        "spec.scheduling.priority",
+        || {
+            format!(
+                "must be between -1000 and 1000, got {}",
+                scheduling.priority
+            )
+        },
+    )?;
     let checkpoint = &spec.checkpoint;
-    ensure(checkpoint.every_steps >= 1, "spec.checkpoint.every_steps", || "must be at least 1".into())?;
-    ensure((1..=1000).contains(&checkpoint.keep_last), "spec.checkpoint.keep_last", || {
-        format!("must be between 1 and 1000, got {}", checkpoint.keep_last)
-    })?;
-    ensure(checkpoint.keep_best <= 1000, "spec.checkpoint.keep_best", || {
-        format!("must be at most 1000, got {}", checkpoint.keep_best)
-    })?;
+    ensure(
+        checkpoint.every_steps >= 1,
+        "spec.checkpoint.every_steps",
+        || "must be at least 1".into(),
+    )?;
+    ensure(
+        (1..=1000).contains(&checkpoint.keep_last),
+        "spec.checkpoint.keep_last",
+        || format!("must be between 1 and 1000, got {}", checkpoint.keep_last),
+    )?;
+    ensure(
+        checkpoint.keep_best <= 1000,
+        "spec.checkpoint.keep_best",
+        || format!("must be at most 1000, got {}", checkpoint.keep_best),
+    )?;
     ensure(spec.max_restarts <= 100, "spec.max_restarts", || {
         format!("must be at most 100, got {}", spec.max_restarts)
     })
@@ -103,11 +133,17 @@ pub fn validate_name(name: &str, field: &str) -> Check {
         return fail(field, "must not be empty");
     }
     if name.len() > 63 {
-        return fail(field, format!("must be at most 63 characters, got {}", name.len()));
+        return fail(
+            field,
+            format!("must be at most 63 characters, got {}", name.len()),
+        );
     }
-    let valid_chars = name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    let valid_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
     let bytes = name.as_bytes();
-    let alnum_ends = bytes[0].is_ascii_alphanumeric() && bytes[bytes.len() - 1].is_ascii_alphanumeric();
+    let alnum_ends =
+        bytes[0].is_ascii_alphanumeric() && bytes[bytes.len() - 1].is_ascii_alphanumeric();
     ensure(valid_chars && alnum_ends, field, || {
         format!(
             "`{name}` is not a DNS-1123 label (lowercase letters, digits and '-', starting and ending \
@@ -129,7 +165,9 @@ fn validate_labels(job: &DroverJob) -> Check {
                 .into()
         })?;
         ensure(is_label_value(value), &field, || {
-            format!("label value `{value}` must be at most 63 characters of letters, digits, '-', '_' and '.'")
+            format!(
+                "label value `{value}` must be at most 63 characters of letters, digits, '-', '_' and '.'"
+            )
         })?;
     }
     Ok(())
@@ -138,41 +176,65 @@ fn validate_labels(job: &DroverJob) -> Check {
 fn validate_resources(job: &DroverJob) -> Check {
     let resources = &job.spec.resources;
     let workers = resources.workers;
-    ensure(workers.min >= 1, "spec.resources.workers.min", || "must be at least 1".into())?;
+    ensure(workers.min >= 1, "spec.resources.workers.min", || {
+        "must be at least 1".into()
+    })?;
     ensure(workers.min <= workers.max, "spec.resources.workers", || {
-        format!("min ({}) must not exceed max ({})", workers.min, workers.max)
+        format!(
+            "min ({}) must not exceed max ({})",
+            workers.min, workers.max
+        )
     })?;
-    ensure(workers.max <= MAX_WORKERS, "spec.resources.workers.max", || {
-        format!("must be at most {MAX_WORKERS}, got {}", workers.max)
-    })?;
+    ensure(
+        workers.max <= MAX_WORKERS,
+        "spec.resources.workers.max",
+        || format!("must be at most {MAX_WORKERS}, got {}", workers.max),
+    )?;
     let ps = resources.ps;
     ensure(ps.min <= ps.max, "spec.resources.ps", || {
         format!("min ({}) must not exceed max ({})", ps.min, ps.max)
     })?;
-    ensure(ps.max <= MAX_PS, "spec.resources.ps.max", || format!("must be at most {MAX_PS}, got {}", ps.max))?;
+    ensure(ps.max <= MAX_PS, "spec.resources.ps.max", || {
+        format!("must be at most {MAX_PS}, got {}", ps.max)
+    })?;
     match job.spec.distributed.mode {
         DistributedMode::Allreduce => ensure(ps.max == 0, "spec.resources.ps", || {
             "must be {min: 0, max: 0} when spec.distributed.mode is `allreduce`".into()
         })?,
-        DistributedMode::Ps => ensure(workers.max == 1 || ps.max >= 1, "spec.resources.ps.max", || {
-            "a `ps` job with several workers needs at least one parameter-server shard".into()
-        })?,
+        DistributedMode::Ps => ensure(
+            workers.max == 1 || ps.max >= 1,
+            "spec.resources.ps.max",
+            || "a `ps` job with several workers needs at least one parameter-server shard".into(),
+        )?,
     }
-    ensure(resources.gpus_per_worker <= MAX_GPUS_PER_WORKER, "spec.resources.gpus_per_worker", || {
-        format!("must be at most {MAX_GPUS_PER_WORKER}, got {}", resources.gpus_per_worker)
-    })?;
+    ensure(
+        resources.gpus_per_worker <= MAX_GPUS_PER_WORKER,
+        "spec.resources.gpus_per_worker",
+        || {
+            format!(
+                "must be at most {MAX_GPUS_PER_WORKER}, got {}",
+                resources.gpus_per_worker
+            )
+        },
+    )?;
     if let Some(gb) = resources.gpu_memory_gb {
-        ensure(gb.is_finite() && gb > 0.0 && gb <= 1024.0, "spec.resources.gpu_memory_gb", || {
-            format!("must be greater than 0 and at most 1024, got {gb}")
-        })?;
-        ensure(resources.gpus_per_worker > 0, "spec.resources.gpu_memory_gb", || {
-            "only meaningful when gpus_per_worker is at least 1".into()
-        })?;
+        ensure(
+            gb.is_finite() && gb > 0.0 && gb <= 1024.0,
+            "spec.resources.gpu_memory_gb",
+            || format!("must be greater than 0 and at most 1024, got {gb}"),
+        )?;
+        ensure(
+            resources.gpus_per_worker > 0,
+            "spec.resources.gpu_memory_gb",
+            || "only meaningful when gpus_per_worker is at least 1".into(),
+        )?;
     }
     for (i, gpu_type) in resources.gpu_types.iter().enumerate() {
-        ensure(!gpu_type.trim().is_empty() && gpu_type.len() <= 128, &format!("spec.resources.gpu_types[{i}]"), || {
-            "must be a non-empty GPU model name of at most 128 characters".into()
-        })?;
+        ensure(
+            !gpu_type.trim().is_empty() && gpu_type.len() <= 128,
+            &format!("spec.resources.gpu_types[{i}]"),
+            || "must be a non-empty GPU model name of at most 128 characters".into(),
+        )?;
     }
     for (key, value) in &resources.node_selector {
         let field = format!("spec.resources.node_selector.{key}");
@@ -180,52 +242,94 @@ fn validate_resources(job: &DroverJob) -> Check {
             "node selectors use the same syntax as labels".into()
         })?;
     }
-    ensure((1..=1024).contains(&resources.cpus_per_worker), "spec.resources.cpus_per_worker", || {
-        format!("must be between 1 and 1024, got {}", resources.cpus_per_worker)
-    })?;
-    ensure((1..=1024).contains(&resources.cpus_per_ps), "spec.resources.cpus_per_ps", || {
-        format!("must be between 1 and 1024, got {}", resources.cpus_per_ps)
-    })?;
-    ensure((1..=4096).contains(&resources.memory_gb_per_task), "spec.resources.memory_gb_per_task", || {
-        format!("must be between 1 and 4096, got {}", resources.memory_gb_per_task)
-    })
+    ensure(
+        (1..=1024).contains(&resources.cpus_per_worker),
+        "spec.resources.cpus_per_worker",
+        || {
+            format!(
+                "must be between 1 and 1024, got {}",
+                resources.cpus_per_worker
+            )
+        },
+    )?;
+    ensure(
+        (1..=1024).contains(&resources.cpus_per_ps),
+        "spec.resources.cpus_per_ps",
+        || format!("must be between 1 and 1024, got {}", resources.cpus_per_ps),
+    )?;
+    ensure(
+        (1..=4096).contains(&resources.memory_gb_per_task),
+        "spec.resources.memory_gb_per_task",
+        || {
+            format!(
+                "must be between 1 and 4096, got {}",
+                resources.memory_gb_per_task
+            )
+        },
+    )
 }
 
 fn validate_train(train: &TrainSpec, job: &DroverJob) -> Check {
-    ensure((1..=1 << 20).contains(&train.batch_size), "spec.train.batch_size", || {
-        format!("must be between 1 and 1048576, got {}", train.batch_size)
-    })?;
+    ensure(
+        (1..=1 << 20).contains(&train.batch_size),
+        "spec.train.batch_size",
+        || format!("must be between 1 and 1048576, got {}", train.batch_size),
+    )?;
     let max_workers = job.spec.resources.workers.max;
-    ensure(train.batch_size >= max_workers, "spec.train.batch_size", || {
-        format!(
-            "the global batch ({}) must give every worker at least one sample (workers.max is {max_workers})",
-            train.batch_size
-        )
-    })?;
-    ensure(train.max_steps.is_some() || train.target.is_some(), "spec.train.max_steps", || {
-        "set max_steps, target, or both, so the job knows when it is done".into()
-    })?;
+    ensure(
+        train.batch_size >= max_workers,
+        "spec.train.batch_size",
+        || {
+            format!(
+                "the global batch ({}) must give every worker at least one sample (workers.max is {max_workers})",
+                train.batch_size
+            )
+        },
+    )?;
+    ensure(
+        train.max_steps.is_some() || train.target.is_some(),
+        "spec.train.max_steps",
+        || "set max_steps, target, or both, so the job knows when it is done".into(),
+    )?;
     if let Some(steps) = train.max_steps {
-        ensure((1..=10_000_000_000).contains(&steps), "spec.train.max_steps", || {
-            format!("must be between 1 and 10000000000, got {steps}")
-        })?;
+        ensure(
+            (1..=10_000_000_000).contains(&steps),
+            "spec.train.max_steps",
+            || format!("must be between 1 and 10000000000, got {steps}"),
+        )?;
     }
     if let Some(target) = &train.target {
-        ensure(TARGET_METRICS.contains(&target.metric.as_str()), "spec.train.target.metric", || {
-            format!("unknown metric `{}` (expected one of {})", target.metric, TARGET_METRICS.join(", "))
+        ensure(
+            TARGET_METRICS.contains(&target.metric.as_str()),
+            "spec.train.target.metric",
+            || {
+                format!(
+                    "unknown metric `{}` (expected one of {})",
+                    target.metric,
+                    TARGET_METRICS.join(", ")
+                )
+            },
+        )?;
+        ensure(target.value.is_finite(), "spec.train.target.value", || {
+            "must be a finite number".into()
         })?;
-        ensure(target.value.is_finite(), "spec.train.target.value", || "must be a finite number".into())?;
     }
-    ensure(train.eval_every >= 1, "spec.train.eval_every", || "must be at least 1".into())?;
+    ensure(train.eval_every >= 1, "spec.train.eval_every", || {
+        "must be at least 1".into()
+    })?;
     if let Some(norm) = train.grad_clip_norm {
-        ensure(norm.is_finite() && norm > 0.0, "spec.train.grad_clip_norm", || {
-            format!("must be a positive number, got {norm}")
-        })?;
+        ensure(
+            norm.is_finite() && norm > 0.0,
+            "spec.train.grad_clip_norm",
+            || format!("must be a positive number, got {norm}"),
+        )?;
     }
     if let Some(init) = &train.init_from {
-        ensure(!init.checkpoint.trim().is_empty(), "spec.train.init_from.checkpoint", || {
-            "must name a checkpoint".into()
-        })?;
+        ensure(
+            !init.checkpoint.trim().is_empty(),
+            "spec.train.init_from.checkpoint",
+            || "must name a checkpoint".into(),
+        )?;
     }
     validate_model(&train.model)?;
     validate_dataset(&train.dataset)?;
@@ -233,20 +337,28 @@ fn validate_train(train: &TrainSpec, job: &DroverJob) -> Check {
 }
 
 fn validate_layers(layers: &[u32], field: &str, allow_empty: bool) -> Check {
-    ensure(allow_empty || !layers.is_empty(), field, || "must list at least one layer".into())?;
-    ensure(layers.len() <= 32, field, || format!("at most 32 layers, got {}", layers.len()))?;
+    ensure(allow_empty || !layers.is_empty(), field, || {
+        "must list at least one layer".into()
+    })?;
+    ensure(layers.len() <= 32, field, || {
+        format!("at most 32 layers, got {}", layers.len())
+    })?;
     for (i, &width) in layers.iter().enumerate() {
-        ensure((1..=65_536).contains(&width), &format!("{field}[{i}]"), || {
-            format!("must be between 1 and 65536, got {width}")
-        })?;
+        ensure(
+            (1..=65_536).contains(&width),
+            &format!("{field}[{i}]"),
+            || format!("must be between 1 and 65536, got {width}"),
+        )?;
     }
     Ok(())
 }
 
 fn validate_dropout(dropout: f64) -> Check {
-    ensure((0.0..1.0).contains(&dropout), "spec.train.model.dropout", || {
-        format!("must be in [0, 1), got {dropout}")
-    })
+    ensure(
+        (0.0..1.0).contains(&dropout),
+        "spec.train.model.dropout",
+        || format!("must be in [0, 1), got {dropout}"),
+    )
 }
 
 fn validate_model(model: &ModelSpec) -> Check {
@@ -255,7 +367,11 @@ fn validate_model(model: &ModelSpec) -> Check {
             validate_layers(hidden, "spec.train.model.hidden", true)?;
             validate_dropout(*dropout)
         }
-        ModelSpec::Cnn { channels, hidden, dropout } => {
+        ModelSpec::Cnn {
+            channels,
+            hidden,
+            dropout,
+        } => {
             validate_layers(channels, "spec.train.model.channels", false)?;
             ensure(channels.len() <= 4, "spec.train.model.channels", || {
                 "at most 4 convolution blocks".into()
@@ -263,22 +379,32 @@ fn validate_model(model: &ModelSpec) -> Check {
             validate_layers(hidden, "spec.train.model.hidden", true)?;
             validate_dropout(*dropout)
         }
-        ModelSpec::Charlm { layers, heads, d_model, context, dropout } => {
+        ModelSpec::Charlm {
+            layers,
+            heads,
+            d_model,
+            context,
+            dropout,
+        } => {
             ensure((1..=48).contains(layers), "spec.train.model.layers", || {
                 format!("must be between 1 and 48, got {layers}")
             })?;
             ensure((1..=64).contains(heads), "spec.train.model.heads", || {
                 format!("must be between 1 and 64, got {heads}")
             })?;
-            ensure((1..=8192).contains(d_model), "spec.train.model.d_model", || {
-                format!("must be between 1 and 8192, got {d_model}")
-            })?;
+            ensure(
+                (1..=8192).contains(d_model),
+                "spec.train.model.d_model",
+                || format!("must be between 1 and 8192, got {d_model}"),
+            )?;
             ensure(d_model % heads == 0, "spec.train.model.d_model", || {
                 format!("must be divisible by heads ({heads}), got {d_model}")
             })?;
-            ensure((1..=8192).contains(context), "spec.train.model.context", || {
-                format!("must be between 1 and 8192, got {context}")
-            })?;
+            ensure(
+                (1..=8192).contains(context),
+                "spec.train.model.context",
+                || format!("must be between 1 and 8192, got {context}"),
+            )?;
             validate_dropout(*dropout)
         }
     }
@@ -288,56 +414,89 @@ fn validate_dataset(dataset: &DatasetSpec) -> Check {
     match dataset {
         DatasetSpec::Digits {} => Ok(()),
         DatasetSpec::Idx { path } | DatasetSpec::Csv { path, .. } | DatasetSpec::Text { path } => {
-            ensure(!path.trim().is_empty(), "spec.train.dataset.path", || "must not be empty".into())
-        }
-        DatasetSpec::Synthetic { samples, features, classes } => {
-            ensure((1..=100_000_000).contains(samples), "spec.train.dataset.samples", || {
-                format!("must be between 1 and 100000000, got {samples}")
-            })?;
-            ensure((1..=1_000_000).contains(features), "spec.train.dataset.features", || {
-                format!("must be between 1 and 1000000, got {features}")
-            })?;
-            ensure((2..=100_000).contains(classes), "spec.train.dataset.classes", || {
-                format!("must be between 2 and 100000, got {classes}")
+            ensure(!path.trim().is_empty(), "spec.train.dataset.path", || {
+                "must not be empty".into()
             })
+        }
+        DatasetSpec::Synthetic {
+            samples,
+            features,
+            classes,
+        } => {
+            ensure(
+                (1..=100_000_000).contains(samples),
+                "spec.train.dataset.samples",
+                || format!("must be between 1 and 100000000, got {samples}"),
+            )?;
+            ensure(
+                (1..=1_000_000).contains(features),
+                "spec.train.dataset.features",
+                || format!("must be between 1 and 1000000, got {features}"),
+            )?;
+            ensure(
+                (2..=100_000).contains(classes),
+                "spec.train.dataset.classes",
+                || format!("must be between 2 and 100000, got {classes}"),
+            )
         }
     }
 }
 
 fn validate_lr(lr: f64) -> Check {
-    ensure(lr.is_finite() && lr > 0.0 && lr <= 10.0, "spec.train.optimizer.lr", || {
-        format!("must be greater than 0 and at most 10, got {lr}")
-    })
+    ensure(
+        lr.is_finite() && lr > 0.0 && lr <= 10.0,
+        "spec.train.optimizer.lr",
+        || format!("must be greater than 0 and at most 10, got {lr}"),
+    )
 }
 
 fn validate_optimizer(optimizer: &OptimizerSpec) -> Check {
     let unit = |value: f64, field: &str| {
-        ensure(value.is_finite() && (0.0..1.0).contains(&value), field, || {
-            format!("must be in [0, 1), got {value}")
-        })
+        ensure(
+            value.is_finite() && (0.0..1.0).contains(&value),
+            field,
+            || format!("must be in [0, 1), got {value}"),
+        )
     };
     let weight_decay = |value: f64| {
-        ensure(value.is_finite() && value >= 0.0 && value <= 1.0, "spec.train.optimizer.weight_decay", || {
-            format!("must be between 0 and 1, got {value}")
-        })
+        ensure(
+            value.is_finite() && (0.0..=1.0).contains(&value),
+            "spec.train.optimizer.weight_decay",
+            || format!("must be between 0 and 1, got {value}"),
+        )
     };
     match *optimizer {
-        OptimizerSpec::Sgd { lr, momentum, nesterov, weight_decay: wd } => {
+        OptimizerSpec::Sgd {
+            lr,
+            momentum,
+            nesterov,
+            weight_decay: wd,
+        } => {
             validate_lr(lr)?;
             unit(momentum, "spec.train.optimizer.momentum")?;
-            ensure(!nesterov || momentum > 0.0, "spec.train.optimizer.nesterov", || {
-                "Nesterov momentum needs momentum greater than 0".into()
-            })?;
+            ensure(
+                !nesterov || momentum > 0.0,
+                "spec.train.optimizer.nesterov",
+                || "Nesterov momentum needs momentum greater than 0".into(),
+            )?;
             weight_decay(wd)
         }
-        OptimizerSpec::Adamw { lr, weight_decay: wd, beta1, beta2, eps } => {
+        OptimizerSpec::Adamw {
+            lr,
+            weight_decay: wd,
+            beta1,
+            beta2,
+            eps,
+        } => {
             validate_lr(lr)?;
             weight_decay(wd)?;
             unit(beta1, "spec.train.optimizer.beta1")?;
             unit(beta2, "spec.train.optimizer.beta2")?;
-            ensure(eps.is_finite() && eps > 0.0 && eps < 1.0, "spec.train.optimizer.eps", || {
-                format!("must be in (0, 1), got {eps}")
-            })
+            ensure(
+                eps.is_finite() && eps > 0.0 && eps < 1.0,
+                "spec.train.optimizer.eps",
+                || format!("must be in (0, 1), got {eps}"),
+            )
         }
     }
 }
@@ -350,9 +509,17 @@ fn is_env_name(name: &str) -> bool {
 
 fn is_label_value(value: &str) -> bool {
     value.len() <= 63
-        && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && value.chars().next().is_none_or(|c| c.is_ascii_alphanumeric())
-        && value.chars().last().is_none_or(|c| c.is_ascii_alphanumeric())
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && value
+            .chars()
+            .next()
+            .is_none_or(|c| c.is_ascii_alphanumeric())
+        && value
+            .chars()
+            .last()
+            .is_none_or(|c| c.is_ascii_alphanumeric())
 }
 
 fn is_label_key(key: &str) -> bool {
@@ -361,9 +528,7 @@ fn is_label_key(key: &str) -> bool {
         None => (None, key),
     };
     let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|part| validate_name(part, "").is_ok())
+        !p.is_empty() && p.len() <= 253 && p.split('.').all(|part| validate_name(part, "").is_ok())
     });
     prefix_ok && !name.is_empty() && is_label_value(name)
 }

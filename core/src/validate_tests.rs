@@ -8,12 +8,18 @@ fn parse_yaml(doc: &str) -> Result<DroverJob, SpecError> {
 
 /// The example with one line replaced: `from` must occur exactly once.
 fn example_with(from: &str, to: &str) -> String {
-    assert_eq!(EXAMPLE.matches(from).count(), 1, "`{from}` must occur once in the example");
+    assert_eq!(
+        EXAMPLE.matches(from).count(),
+        1,
+        "`{from}` must occur once in the example"
+    );
     EXAMPLE.replace(from, to)
 }
 
 fn error_field(doc: &str) -> String {
-    parse_yaml(doc).expect_err("document should be rejected").field
+    parse_yaml(doc)
+        .expect_err("document should be rejected")
+        .field
 }
 
 #[test]
@@ -24,7 +30,13 @@ fn the_design_example_parses_with_every_field() {
     assert_eq!(job.spec.job_type, JobType::Train);
     let train = job.spec.train.as_ref().unwrap();
     assert_eq!(train.batch_size, 256);
-    assert_eq!(train.model, ModelSpec::Mlp { hidden: vec![256, 128], dropout: 0.0 });
+    assert_eq!(
+        train.model,
+        ModelSpec::Mlp {
+            hidden: vec![256, 128],
+            dropout: 0.0
+        }
+    );
     assert_eq!(job.spec.resources.workers.max, 4);
     assert_eq!(job.max_gpus(), 4);
 }
@@ -53,18 +65,37 @@ fn defaults_fill_what_is_left_out() {
 
 #[test]
 fn unknown_fields_are_named() {
-    let err = parse_yaml(&example_with("batch_size: 256", "batch_size: 256\n    batchsize: 3")).unwrap_err();
+    let err = parse_yaml(&example_with(
+        "batch_size: 256",
+        "batch_size: 256\n    batchsize: 3",
+    ))
+    .unwrap_err();
     assert_eq!(err.field, "spec.train.batchsize");
     assert!(err.reason.contains("unknown field `batchsize`"), "{err}");
-    assert_eq!(error_field(&example_with("name: digits-mlp", "name: digits-mlp\n  owner: me")), "metadata.owner");
+    assert_eq!(
+        error_field(&example_with(
+            "name: digits-mlp",
+            "name: digits-mlp\n  owner: me"
+        )),
+        "metadata.owner"
+    );
 }
 
 #[test]
 fn wrong_types_are_named() {
     let err = parse_yaml(&example_with("batch_size: 256", "batch_size: lots")).unwrap_err();
     assert_eq!(err.field, "spec.train.batch_size");
-    assert_eq!(error_field(&example_with("workers: {min: 1, max: 4}", "workers: {min: -1, max: 4}")), "spec.resources.workers.min");
-    assert_eq!(error_field(&example_with("type: train", "type: sometimes")), "spec.type");
+    assert_eq!(
+        error_field(&example_with(
+            "workers: {min: 1, max: 4}",
+            "workers: {min: -1, max: 4}"
+        )),
+        "spec.resources.workers.min"
+    );
+    assert_eq!(
+        error_field(&example_with("type: train", "type: sometimes")),
+        "spec.type"
+    );
 }
 
 #[test]
@@ -73,48 +104,109 @@ fn malformed_documents_are_rejected() {
     assert!(DroverJob::parse(b"{\"apiVersion\": ", Format::Json).is_err());
     let err = DroverJob::parse(b"{} trailing", Format::Json).unwrap_err();
     assert!(!err.reason.is_empty());
-    assert_eq!(DroverJob::parse(b"[]", Format::Json).unwrap_err().field, "(document)");
+    assert_eq!(
+        DroverJob::parse(b"[]", Format::Json).unwrap_err().field,
+        "(document)"
+    );
 }
 
 #[test]
 fn out_of_range_values_name_their_field() {
     let cases = [
-        ("workers: {min: 1, max: 4}", "workers: {min: 0, max: 4}", "spec.resources.workers.min"),
-        ("workers: {min: 1, max: 4}", "workers: {min: 5, max: 4}", "spec.resources.workers"),
-        ("workers: {min: 1, max: 4}", "workers: {min: 1, max: 100000}", "spec.resources.workers.max"),
-        ("ps: {min: 1, max: 2}", "ps: {min: 3, max: 2}", "spec.resources.ps"),
-        ("ps: {min: 1, max: 2}", "ps: {min: 0, max: 0}", "spec.resources.ps.max"),
+        (
+            "workers: {min: 1, max: 4}",
+            "workers: {min: 0, max: 4}",
+            "spec.resources.workers.min",
+        ),
+        (
+            "workers: {min: 1, max: 4}",
+            "workers: {min: 5, max: 4}",
+            "spec.resources.workers",
+        ),
+        (
+            "workers: {min: 1, max: 4}",
+            "workers: {min: 1, max: 100000}",
+            "spec.resources.workers.max",
+        ),
+        (
+            "ps: {min: 1, max: 2}",
+            "ps: {min: 3, max: 2}",
+            "spec.resources.ps",
+        ),
+        (
+            "ps: {min: 1, max: 2}",
+            "ps: {min: 0, max: 0}",
+            "spec.resources.ps.max",
+        ),
         ("name: digits-mlp", "name: \"\"", "metadata.name"),
         ("name: digits-mlp", "name: Digits_MLP", "metadata.name"),
         ("name: digits-mlp", "name: -lead", "metadata.name"),
-        ("apiVersion: drover.dev/v1", "apiVersion: drover.dev/v2", "apiVersion"),
+        (
+            "apiVersion: drover.dev/v1",
+            "apiVersion: drover.dev/v2",
+            "apiVersion",
+        ),
         ("kind: DroverJob", "kind: Job", "kind"),
         ("batch_size: 256", "batch_size: 0", "spec.train.batch_size"),
         ("batch_size: 256", "batch_size: 2", "spec.train.batch_size"),
         ("max_steps: 5000", "max_steps: 0", "spec.train.max_steps"),
         ("lr: 0.001,", "lr: -1,", "spec.train.optimizer.lr"),
-        ("gpu_memory_gb: 8", "gpu_memory_gb: 100000", "spec.resources.gpu_memory_gb"),
-        ("gpus_per_worker: 1", "gpus_per_worker: 64", "spec.resources.gpus_per_worker"),
-        ("cpus_per_worker: 4", "cpus_per_worker: 0", "spec.resources.cpus_per_worker"),
+        (
+            "gpu_memory_gb: 8",
+            "gpu_memory_gb: 100000",
+            "spec.resources.gpu_memory_gb",
+        ),
+        (
+            "gpus_per_worker: 1",
+            "gpus_per_worker: 64",
+            "spec.resources.gpus_per_worker",
+        ),
+        (
+            "cpus_per_worker: 4",
+            "cpus_per_worker: 0",
+            "spec.resources.cpus_per_worker",
+        ),
         ("priority: 0", "priority: 5000", "spec.scheduling.priority"),
         ("keep_last: 3", "keep_last: 0", "spec.checkpoint.keep_last"),
         ("max_restarts: 5", "max_restarts: 1000", "spec.max_restarts"),
         ("team: vision", "team: \"not ok!\"", "metadata.labels.team"),
-        ("compression: {type: none}", "compression: {type: topk, ratio: 2}", "spec.distributed.compression.ratio"),
-        ("compression: {type: none}", "compression: {type: qsgd, bits: 0}", "spec.distributed.compression.bits"),
-        ("hidden: [256, 128]", "hidden: [256, 0]", "spec.train.model.hidden[1]"),
-        ("dataset: {type: digits}", "dataset: {type: csv, path: \"\"}", "spec.train.dataset.path"),
+        (
+            "compression: {type: none}",
+            "compression: {type: topk, ratio: 2}",
+            "spec.distributed.compression.ratio",
+        ),
+        (
+            "compression: {type: none}",
+            "compression: {type: qsgd, bits: 0}",
+            "spec.distributed.compression.bits",
+        ),
+        (
+            "hidden: [256, 128]",
+            "hidden: [256, 0]",
+            "spec.train.model.hidden[1]",
+        ),
+        (
+            "dataset: {type: digits}",
+            "dataset: {type: csv, path: \"\"}",
+            "spec.train.dataset.path",
+        ),
     ];
     for (from, to, field) in cases {
-        assert_eq!(error_field(&example_with(from, to)), field, "{from} -> {to}");
+        assert_eq!(
+            error_field(&example_with(from, to)),
+            field,
+            "{from} -> {to}"
+        );
     }
 }
 
 #[test]
 fn combinations_are_checked() {
-    let no_train = "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {name: a}\nspec: {type: train}\n";
+    let no_train =
+        "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {name: a}\nspec: {type: train}\n";
     assert_eq!(error_field(no_train), "spec.train");
-    let no_command = "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {name: a}\nspec: {type: command}\n";
+    let no_command =
+        "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {name: a}\nspec: {type: command}\n";
     assert_eq!(error_field(no_command), "spec.command");
     let empty_argv = "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {name: a}\n\
                       spec: {type: command, command: {argv: []}}\n";

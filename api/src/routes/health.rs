@@ -22,7 +22,10 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         Ok(()) => (StatusCode::OK, axum::Json(json!({"status": "ready"}))),
         Err(err) => {
             tracing::warn!(error = %err, "readiness check failed");
-            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"status": "unavailable", "reason": "database"})))
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(json!({"status": "unavailable", "reason": "database"})),
+            )
         }
     }
 }
@@ -34,5 +37,11 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         Ok(counts) => state.metrics.set_job_counts(&counts),
         Err(err) => tracing::warn!(error = %err, "counting jobs for metrics failed"),
     }
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.encode())
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
 }

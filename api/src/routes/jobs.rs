@@ -61,7 +61,9 @@ pub async fn submit(
             ApiError::internal()
         })?,
         submitted_by: principal.user.id,
-        request_hash: idempotency_key.as_ref().map(|_| Sha256::digest(&body).into()),
+        request_hash: idempotency_key
+            .as_ref()
+            .map(|_| Sha256::digest(&body).into()),
         idempotency_key,
         created_at: Utc::now(),
     };
@@ -72,49 +74,87 @@ pub async fn submit(
         state.metrics.job_submitted();
         tracing::info!(job.id = %job.id, tenant.id = %job.tenant_id, job.name = %job.name, "job submitted");
     }
-    let status = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
-    let mut response = (status, Json(JobEnvelope { job: JobView::from(job) })).into_response();
+    let status = if outcome.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let mut response = (
+        status,
+        Json(JobEnvelope {
+            job: JobView::from(job),
+        }),
+    )
+        .into_response();
     if let Some(location) = location {
         response.headers_mut().insert(header::LOCATION, location);
     }
     if !outcome.created {
-        response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     Ok(response)
 }
 
 fn body_format(headers: &HeaderMap, body: &[u8]) -> ApiResult<Format> {
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
-    match content_type.map(|ct| ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase()) {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    match content_type.map(|ct| {
+        ct.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase()
+    }) {
         Some(ct) if ct == "application/json" || ct.ends_with("+json") => Ok(Format::Json),
-        Some(ct) if matches!(ct.as_str(), "application/yaml" | "application/x-yaml" | "text/yaml" | "text/x-yaml") => {
+        Some(ct)
+            if matches!(
+                ct.as_str(),
+                "application/yaml" | "application/x-yaml" | "text/yaml" | "text/x-yaml"
+            ) =>
+        {
             Ok(Format::Yaml)
         }
         // Without a content type, a document that opens with `{` is JSON; anything else is read as YAML.
-        None => Ok(if body.trim_ascii_start().starts_with(b"{") { Format::Json } else { Format::Yaml }),
+        None => Ok(if body.trim_ascii_start().starts_with(b"{") {
+            Format::Json
+        } else {
+            Format::Yaml
+        }),
         Some(other) => Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
-            format!("content type `{other}` is not accepted; send application/json or application/yaml"),
+            format!(
+                "content type `{other}` is not accepted; send application/json or application/yaml"
+            ),
         )
         .with_field("Content-Type")),
     }
 }
 
 fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
-    let Some(value) = headers.get(IDEMPOTENCY_KEY) else { return Ok(None) };
-    let key = value.to_str().map_err(|_| {
-        ApiError::bad_request("Idempotency-Key", "must be printable ASCII")
-    })?;
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .map_err(|_| ApiError::bad_request("Idempotency-Key", "must be printable ASCII"))?;
     if key.is_empty() || key.len() > 255 {
-        return Err(ApiError::bad_request("Idempotency-Key", "must be 1 to 255 characters"));
+        return Err(ApiError::bad_request(
+            "Idempotency-Key",
+            "must be 1 to 255 characters",
+        ));
     }
     Ok(Some(key.to_owned()))
 }
 
 /// A job whose smallest shape exceeds the tenant's GPU ceiling could never run: refuse it now.
 fn check_quota(principal: &Principal, job: &DroverJob) -> ApiResult<()> {
-    let Some(max_gpus) = principal.tenant_quota.max_gpus else { return Ok(()) };
+    let Some(max_gpus) = principal.tenant_quota.max_gpus else {
+        return Ok(());
+    };
     let resources = &job.spec.resources;
     let min_gpus = u64::from(resources.workers.min) * u64::from(resources.gpus_per_worker);
     if min_gpus > u64::from(max_gpus) {
@@ -131,7 +171,8 @@ fn check_quota(principal: &Principal, job: &DroverJob) -> ApiResult<()> {
 
 /// Parses a job id from a path; a malformed id is simply an unknown job.
 pub fn parse_job_id(raw: &str) -> ApiResult<JobId> {
-    raw.parse().map_err(|_| ApiError::not_found(format!("no job `{raw}`")))
+    raw.parse()
+        .map_err(|_| ApiError::not_found(format!("no job `{raw}`")))
 }
 
 /// Get one job, with its whole spec.
@@ -174,9 +215,18 @@ pub async fn list(
     query: QueryPairs,
 ) -> ApiResult<Json<JobList>> {
     query.only(&["state", "label", "tenant", "limit", "cursor"])?;
-    let mut filter = JobFilter { limit: query.limit(50, MAX_PAGE)?, ..JobFilter::default() };
-    for raw in query.all("state").flat_map(|v| v.split(',')).filter(|s| !s.is_empty()) {
-        let state = raw.parse::<JobState>().map_err(|reason| ApiError::bad_request("state", reason))?;
+    let mut filter = JobFilter {
+        limit: query.limit(50, MAX_PAGE)?,
+        ..JobFilter::default()
+    };
+    for raw in query
+        .all("state")
+        .flat_map(|v| v.split(','))
+        .filter(|s| !s.is_empty())
+    {
+        let state = raw
+            .parse::<JobState>()
+            .map_err(|reason| ApiError::bad_request("state", reason))?;
         if !filter.states.contains(&state) {
             filter.states.push(state);
         }
@@ -184,7 +234,10 @@ pub async fn list(
     filter.labels = parse_label_selector(query.all("label"))?;
     if let Some(cursor) = query.get("cursor") {
         filter.before = Some(decode_cursor(cursor).ok_or_else(|| {
-            ApiError::bad_request("cursor", "not a cursor this server issued; pass meta.next_cursor unchanged")
+            ApiError::bad_request(
+                "cursor",
+                "not a cursor this server issued; pass meta.next_cursor unchanged",
+            )
         })?);
     }
     let scope = match query.get("tenant") {
@@ -196,7 +249,10 @@ pub async fn list(
                 .await
                 .map_err(|err| ApiError::from_store(err, || format!("no tenant `{name}`")))?;
             if !principal.user.cluster_admin && tenant.id != principal.user.tenant_id {
-                return Err(ApiError::forbidden("you may only list your own tenant's jobs").with_field("tenant"));
+                return Err(
+                    ApiError::forbidden("you may only list your own tenant's jobs")
+                        .with_field("tenant"),
+                );
             }
             Scope::Tenant(tenant.id)
         }
@@ -211,19 +267,36 @@ pub async fn list(
     } else {
         None
     };
-    Ok(Json(JobList { jobs: jobs.into_iter().map(JobView::from).collect(), meta: ListMeta { next_cursor } }))
+    Ok(Json(JobList {
+        jobs: jobs.into_iter().map(JobView::from).collect(),
+        meta: ListMeta { next_cursor },
+    }))
 }
 
 /// `team=vision,env=prod` (repeatable) into a map; keys and values use label syntax.
-fn parse_label_selector<'a>(params: impl Iterator<Item = &'a str>) -> ApiResult<BTreeMap<String, String>> {
+fn parse_label_selector<'a>(
+    params: impl Iterator<Item = &'a str>,
+) -> ApiResult<BTreeMap<String, String>> {
     let mut labels = BTreeMap::new();
-    for term in params.flat_map(|v| v.split(',')).map(str::trim).filter(|t| !t.is_empty()) {
-        let (key, value) = term
-            .split_once('=')
-            .ok_or_else(|| ApiError::bad_request("label", format!("`{term}` is not `key=value`")))?;
+    for term in params
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    {
+        let (key, value) = term.split_once('=').ok_or_else(|| {
+            ApiError::bad_request("label", format!("`{term}` is not `key=value`"))
+        })?;
         let bad = |c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
-        if key.is_empty() || key.len() > 316 || key.contains(bad) || value.len() > 63 || value.contains(bad) {
-            return Err(ApiError::bad_request("label", format!("`{term}` is not a valid label selector")));
+        if key.is_empty()
+            || key.len() > 316
+            || key.contains(bad)
+            || value.len() > 63
+            || value.contains(bad)
+        {
+            return Err(ApiError::bad_request(
+                "label",
+                format!("`{term}` is not a valid label selector"),
+            ));
         }
         labels.insert(key.to_owned(), value.to_owned());
     }
@@ -297,7 +370,10 @@ pub async fn events(
     let after = match query.get("cursor") {
         None => None,
         Some(raw) => Some(raw.parse::<i64>().map_err(|_| {
-            ApiError::bad_request("cursor", "not a cursor this server issued; pass meta.next_cursor unchanged")
+            ApiError::bad_request(
+                "cursor",
+                "not a cursor this server issued; pass meta.next_cursor unchanged",
+            )
         })?),
     };
     let mut events = state
@@ -311,5 +387,8 @@ pub async fn events(
     } else {
         None
     };
-    Ok(Json(EventList { events: events.into_iter().map(EventView::from).collect(), meta: ListMeta { next_cursor } }))
+    Ok(Json(EventList {
+        events: events.into_iter().map(EventView::from).collect(),
+        meta: ListMeta { next_cursor },
+    }))
 }

@@ -77,13 +77,23 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics));
     Router::new()
-        .merge(utoipa_swagger_ui::SwaggerUi::new("/api/v1/docs").url("/api/v1/openapi.json", ApiDoc::openapi()))
+        .merge(
+            utoipa_swagger_ui::SwaggerUi::new("/api/v1/docs")
+                .url("/api/v1/openapi.json", ApiDoc::openapi()),
+        )
         .merge(api)
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(|| async {
-            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not accept that method")
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not accept that method",
+            )
         })
-        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(TraceLayer::new_for_http())
         .layer(CatchPanicLayer::custom(|_| {

@@ -15,9 +15,15 @@ use axum::extract::State;
     responses((status = 200, body = NodeList)),
     security(("bearer" = []))
 )]
-pub async fn list(State(state): State<AppState>, _principal: Principal) -> ApiResult<Json<NodeList>> {
+pub async fn list(
+    State(state): State<AppState>,
+    _principal: Principal,
+) -> ApiResult<Json<NodeList>> {
     let nodes = state.store.list_nodes().await?;
-    Ok(Json(NodeList { nodes: nodes.into_iter().map(NodeView::from).collect(), meta: ListMeta { next_cursor: None } }))
+    Ok(Json(NodeList {
+        nodes: nodes.into_iter().map(NodeView::from).collect(),
+        meta: ListMeta { next_cursor: None },
+    }))
 }
 
 /// Get a node by name.

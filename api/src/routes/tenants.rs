@@ -27,16 +27,25 @@ pub struct CreateTenant {
 
 fn validate_quota(quota: &Quota) -> ApiResult<()> {
     if quota.guaranteed_gpus > MAX_QUOTA_GPUS {
-        return Err(ApiError::invalid("quota.guaranteed_gpus", format!("must be at most {MAX_QUOTA_GPUS}")));
+        return Err(ApiError::invalid(
+            "quota.guaranteed_gpus",
+            format!("must be at most {MAX_QUOTA_GPUS}"),
+        ));
     }
     if let Some(max) = quota.max_gpus {
         if max > MAX_QUOTA_GPUS {
-            return Err(ApiError::invalid("quota.max_gpus", format!("must be at most {MAX_QUOTA_GPUS}")));
+            return Err(ApiError::invalid(
+                "quota.max_gpus",
+                format!("must be at most {MAX_QUOTA_GPUS}"),
+            ));
         }
         if max < quota.guaranteed_gpus {
             return Err(ApiError::invalid(
                 "quota.max_gpus",
-                format!("must be at least guaranteed_gpus ({})", quota.guaranteed_gpus),
+                format!(
+                    "must be at least guaranteed_gpus ({})",
+                    quota.guaranteed_gpus
+                ),
             ));
         }
     }
@@ -59,9 +68,20 @@ pub async fn create(
     drover_core::validate::validate_name(&body.name, "name")
         .map_err(|err| ApiError::invalid(&err.field, err.reason))?;
     validate_quota(&body.quota)?;
-    let tenant = state.store.create_tenant(&NewTenant { name: body.name, quota: body.quota }).await?;
+    let tenant = state
+        .store
+        .create_tenant(&NewTenant {
+            name: body.name,
+            quota: body.quota,
+        })
+        .await?;
     tracing::info!(tenant.id = %tenant.id, tenant.name = %tenant.name, "tenant created");
-    Ok((StatusCode::CREATED, Json(TenantEnvelope { tenant: tenant.into() })))
+    Ok((
+        StatusCode::CREATED,
+        Json(TenantEnvelope {
+            tenant: tenant.into(),
+        }),
+    ))
 }
 
 /// List tenants: all of them for cluster administrators, one's own otherwise.
@@ -70,16 +90,26 @@ pub async fn create(
     responses((status = 200, body = TenantList)),
     security(("bearer" = []))
 )]
-pub async fn list(State(state): State<AppState>, principal: Principal) -> ApiResult<Json<TenantList>> {
+pub async fn list(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> ApiResult<Json<TenantList>> {
     let tenants = if principal.user.cluster_admin {
         state.store.list_tenants().await?
     } else {
         vec![state.store.get_tenant(principal.user.tenant_id).await?]
     };
-    Ok(Json(TenantList { tenants: tenants.into_iter().map(TenantView::from).collect(), meta: ListMeta { next_cursor: None } }))
+    Ok(Json(TenantList {
+        tenants: tenants.into_iter().map(TenantView::from).collect(),
+        meta: ListMeta { next_cursor: None },
+    }))
 }
 
-async fn visible_tenant(state: &AppState, principal: &Principal, name: &str) -> ApiResult<crate::store::Tenant> {
+async fn visible_tenant(
+    state: &AppState,
+    principal: &Principal,
+    name: &str,
+) -> ApiResult<crate::store::Tenant> {
     let tenant = state
         .store
         .get_tenant_by_name(name)
@@ -105,7 +135,9 @@ pub async fn get(
     PathParam(name): PathParam,
 ) -> ApiResult<Json<TenantEnvelope>> {
     let tenant = visible_tenant(&state, &principal, &name).await?;
-    Ok(Json(TenantEnvelope { tenant: tenant.into() }))
+    Ok(Json(TenantEnvelope {
+        tenant: tenant.into(),
+    }))
 }
 
 /// Set a tenant's quota (cluster administrators).
@@ -123,7 +155,10 @@ pub async fn set_quota(
     ApiJson(quota): ApiJson<QuotaBody>,
 ) -> ApiResult<Json<TenantEnvelope>> {
     principal.require_cluster_admin()?;
-    let quota = Quota { guaranteed_gpus: quota.guaranteed_gpus, max_gpus: quota.max_gpus };
+    let quota = Quota {
+        guaranteed_gpus: quota.guaranteed_gpus,
+        max_gpus: quota.max_gpus,
+    };
     validate_quota(&quota).map_err(|mut err| {
         err.field = err.field.map(|f| f.trim_start_matches("quota.").to_owned());
         err
@@ -131,7 +166,9 @@ pub async fn set_quota(
     let tenant = visible_tenant(&state, &principal, &name).await?;
     let tenant = state.store.set_tenant_quota(tenant.id, quota).await?;
     tracing::info!(tenant.id = %tenant.id, "tenant quota set");
-    Ok(Json(TenantEnvelope { tenant: tenant.into() }))
+    Ok(Json(TenantEnvelope {
+        tenant: tenant.into(),
+    }))
 }
 
 /// A quota as a request body, strictly parsed.

@@ -28,13 +28,21 @@ pub struct CreateToken {
 }
 
 /// The user a token call is about: the caller, or one the caller may manage.
-async fn target_user(state: &AppState, principal: &Principal, user_id: Option<UserId>) -> ApiResult<UserId> {
-    let Some(user_id) = user_id.filter(|id| *id != principal.user.id) else { return Ok(principal.user.id) };
+async fn target_user(
+    state: &AppState,
+    principal: &Principal,
+    user_id: Option<UserId>,
+) -> ApiResult<UserId> {
+    let Some(user_id) = user_id.filter(|id| *id != principal.user.id) else {
+        return Ok(principal.user.id);
+    };
     let user = state
         .store
         .get_user(Scope::Cluster, user_id)
         .await
-        .map_err(|err| ApiError::from_store(err, || format!("no user `{user_id}`")).with_field("user_id"))?;
+        .map_err(|err| {
+            ApiError::from_store(err, || format!("no user `{user_id}`")).with_field("user_id")
+        })?;
     if principal.can_manage_users_of(user.tenant_id) {
         Ok(user.id)
     } else {
@@ -59,12 +67,15 @@ pub async fn create(
     let expires_at = match &body.expires_in {
         None => None,
         Some(raw) => {
-            let duration = humantime::parse_duration(raw)
-                .map_err(|err| ApiError::invalid("expires_in", format!("`{raw}` is not a duration ({err})")))?;
+            let duration = humantime::parse_duration(raw).map_err(|err| {
+                ApiError::invalid("expires_in", format!("`{raw}` is not a duration ({err})"))
+            })?;
             let duration = chrono::Duration::from_std(duration)
                 .ok()
                 .filter(|d| *d > chrono::Duration::zero() && *d <= chrono::Duration::days(3650))
-                .ok_or_else(|| ApiError::invalid("expires_in", "must be between 1s and 10 years"))?;
+                .ok_or_else(|| {
+                    ApiError::invalid("expires_in", "must be between 1s and 10 years")
+                })?;
             Some(Utc::now() + duration)
         }
     };
@@ -81,7 +92,13 @@ pub async fn create(
         })
         .await?;
     tracing::info!(token.id = %token.id, user.id = %user_id, "token created");
-    Ok((StatusCode::CREATED, Json(TokenCreated { token: token.into(), secret })))
+    Ok((
+        StatusCode::CREATED,
+        Json(TokenCreated {
+            token: token.into(),
+            secret,
+        }),
+    ))
 }
 
 /// List a user's tokens (the caller's by default), without their secrets.
@@ -91,26 +108,44 @@ pub async fn create(
     responses((status = 200, body = TokenList), (status = 404, body = ErrorBody)),
     security(("bearer" = []))
 )]
-pub async fn list(State(state): State<AppState>, principal: Principal, query: QueryPairs) -> ApiResult<Json<TokenList>> {
+pub async fn list(
+    State(state): State<AppState>,
+    principal: Principal,
+    query: QueryPairs,
+) -> ApiResult<Json<TokenList>> {
     query.only(&["user_id"])?;
-    let user_id = match query.get("user_id") {
-        None => None,
-        Some(raw) => Some(raw.parse::<UserId>().map_err(|_| ApiError::not_found(format!("no user `{raw}`")).with_field("user_id"))?),
-    };
+    let user_id =
+        match query.get("user_id") {
+            None => None,
+            Some(raw) => Some(raw.parse::<UserId>().map_err(|_| {
+                ApiError::not_found(format!("no user `{raw}`")).with_field("user_id")
+            })?),
+        };
     let user_id = target_user(&state, &principal, user_id).await?;
     let tokens = state.store.list_tokens(user_id).await?;
-    Ok(Json(TokenList { tokens: tokens.into_iter().map(TokenView::from).collect(), meta: ListMeta { next_cursor: None } }))
+    Ok(Json(TokenList {
+        tokens: tokens.into_iter().map(TokenView::from).collect(),
+        meta: ListMeta { next_cursor: None },
+    }))
 }
 
 async fn visible_token(state: &AppState, principal: &Principal, raw: &str) -> ApiResult<TokenInfo> {
     let not_found = || ApiError::not_found(format!("no token `{raw}`"));
     let id: TokenId = raw.parse().map_err(|_| not_found())?;
-    let token = state.store.get_token(id).await.map_err(|err| ApiError::from_store(err, || format!("no token `{raw}`")))?;
+    let token = state
+        .store
+        .get_token(id)
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no token `{raw}`")))?;
     if token.user_id == principal.user.id {
         return Ok(token);
     }
     let owner = state.store.get_user(Scope::Cluster, token.user_id).await?;
-    if principal.can_manage_users_of(owner.tenant_id) { Ok(token) } else { Err(not_found()) }
+    if principal.can_manage_users_of(owner.tenant_id) {
+        Ok(token)
+    } else {
+        Err(not_found())
+    }
 }
 
 /// Revoke a token. Revoking twice is harmless.
@@ -128,5 +163,7 @@ pub async fn revoke(
     let token = visible_token(&state, &principal, &id).await?;
     let token = state.store.revoke_token(token.id).await?;
     tracing::info!(token.id = %token.id, "token revoked");
-    Ok(Json(TokenEnvelope { token: token.into() }))
+    Ok(Json(TokenEnvelope {
+        token: token.into(),
+    }))
 }

@@ -30,7 +30,10 @@ pub struct CreateUser {
 fn validate_user_name(name: &str) -> ApiResult<()> {
     let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@');
     if name.is_empty() || name.len() > 64 || !name.chars().all(ok_char) {
-        return Err(ApiError::invalid("name", "must be 1-64 characters of letters, digits, '.', '_', '-' and '@'"));
+        return Err(ApiError::invalid(
+            "name",
+            "must be 1-64 characters of letters, digits, '.', '_', '-' and '@'",
+        ));
     }
     Ok(())
 }
@@ -50,24 +53,33 @@ pub async fn create(
     validate_user_name(&body.name)?;
     let tenant = match &body.tenant {
         None => state.store.get_tenant(principal.user.tenant_id).await?,
-        Some(name) => state
-            .store
-            .get_tenant_by_name(name)
-            .await
-            .map_err(|err| ApiError::from_store(err, || format!("no tenant `{name}`")).with_field("tenant"))?,
+        Some(name) => state.store.get_tenant_by_name(name).await.map_err(|err| {
+            ApiError::from_store(err, || format!("no tenant `{name}`")).with_field("tenant")
+        })?,
     };
     if !principal.can_manage_users_of(tenant.id) {
-        return Err(ApiError::forbidden(format!("you may not create users in tenant `{}`", tenant.name)));
+        return Err(ApiError::forbidden(format!(
+            "you may not create users in tenant `{}`",
+            tenant.name
+        )));
     }
     if body.cluster_admin {
         principal.require_cluster_admin()?;
     }
     let user = state
         .store
-        .create_user(&NewUser { tenant_id: tenant.id, name: body.name, role: body.role, cluster_admin: body.cluster_admin })
+        .create_user(&NewUser {
+            tenant_id: tenant.id,
+            name: body.name,
+            role: body.role,
+            cluster_admin: body.cluster_admin,
+        })
         .await?;
     tracing::info!(user.id = %user.id, tenant.id = %user.tenant_id, "user created");
-    Ok((StatusCode::CREATED, Json(UserEnvelope { user: user.into() })))
+    Ok((
+        StatusCode::CREATED,
+        Json(UserEnvelope { user: user.into() }),
+    ))
 }
 
 /// List users: one's tenant, or every tenant for cluster administrators.
@@ -76,9 +88,15 @@ pub async fn create(
     responses((status = 200, body = UserList)),
     security(("bearer" = []))
 )]
-pub async fn list(State(state): State<AppState>, principal: Principal) -> ApiResult<Json<UserList>> {
+pub async fn list(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> ApiResult<Json<UserList>> {
     let users = state.store.list_users(principal.scope()).await?;
-    Ok(Json(UserList { users: users.into_iter().map(UserView::from).collect(), meta: ListMeta { next_cursor: None } }))
+    Ok(Json(UserList {
+        users: users.into_iter().map(UserView::from).collect(),
+        meta: ListMeta { next_cursor: None },
+    }))
 }
 
 /// Get a user by id.
@@ -93,7 +111,9 @@ pub async fn get(
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<Json<UserEnvelope>> {
-    let user_id: UserId = id.parse().map_err(|_| ApiError::not_found(format!("no user `{id}`")))?;
+    let user_id: UserId = id
+        .parse()
+        .map_err(|_| ApiError::not_found(format!("no user `{id}`")))?;
     let user = state
         .store
         .get_user(principal.scope(), user_id)
@@ -109,5 +129,8 @@ pub async fn get(
     security(("bearer" = []))
 )]
 pub async fn me(principal: Principal) -> Json<Me> {
-    Json(Me { quota: principal.tenant_quota, user: principal.user.into() })
+    Json(Me {
+        quota: principal.tenant_quota,
+        user: principal.user.into(),
+    })
 }

@@ -32,7 +32,10 @@ pub enum StoreError {
     NotFound,
     /// A uniqueness rule was broken: `field` names the offending input.
     #[error("{message}")]
-    Conflict { field: &'static str, message: String },
+    Conflict {
+        field: &'static str,
+        message: String,
+    },
     /// An `Idempotency-Key` was reused with a different request body.
     #[error("the idempotency key was already used for a different request")]
     IdempotencyMismatch,
@@ -113,7 +116,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Newest first, without documents; `filter.limit` rows at most.
     async fn list_jobs(&self, scope: Scope, filter: &JobFilter) -> StoreResult<Vec<Job>>;
     /// Moves a job to `to` if the state machine allows it, recording the event in the same transaction.
-    async fn transition_job(&self, scope: Scope, id: JobId, change: &StateChange) -> StoreResult<Job>;
+    async fn transition_job(
+        &self,
+        scope: Scope,
+        id: JobId,
+        change: &StateChange,
+    ) -> StoreResult<Job>;
     /// Events in order, after the event id `after`.
     async fn list_job_events(
         &self,

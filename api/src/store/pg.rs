@@ -30,7 +30,9 @@ impl PgStore {
         query: &mut sqlx::QueryBuilder<sqlx::Postgres>,
         labels: &BTreeMap<String, String>,
     ) {
-        query.push(" AND j.labels @> ").push_bind(Json(labels.clone()));
+        query
+            .push(" AND j.labels @> ")
+            .push_bind(Json(labels.clone()));
     }
 }
 

@@ -54,7 +54,9 @@ macro_rules! node_columns {
         "id, name, labels, gpus, cpus, memory_gb, health, cordoned, last_heartbeat_at, created_at"
     };
 }
-pub(super) use {event_columns, job_columns, node_columns, tenant_columns, token_columns, user_columns};
+pub(super) use {
+    event_columns, job_columns, node_columns, tenant_columns, token_columns, user_columns,
+};
 
 /// What differs between the databases.
 pub(super) trait Dialect {
@@ -73,9 +75,15 @@ pub(super) fn parse_state(value: &str) -> StoreResult<JobState> {
 }
 
 /// Maps a unique-constraint violation to a conflict naming the field; other errors pass through.
-pub(super) fn unique_violation(err: sqlx::Error, field: &'static str, message: String) -> StoreError {
+pub(super) fn unique_violation(
+    err: sqlx::Error,
+    field: &'static str,
+    message: String,
+) -> StoreError {
     match &err {
-        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict { field, message },
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            StoreError::Conflict { field, message }
+        }
         _ => StoreError::Database(err),
     }
 }
@@ -85,7 +93,8 @@ pub(super) fn is_unique_violation(err: &sqlx::Error) -> bool {
 }
 
 pub(super) fn u32_column(value: i64, column: &str) -> StoreResult<u32> {
-    u32::try_from(value).map_err(|_| StoreError::Corrupt(format!("{column} = {value} is out of range")))
+    u32::try_from(value)
+        .map_err(|_| StoreError::Corrupt(format!("{column} = {value} is out of range")))
 }
 
 /// Implements [`super::Store`] for a store type with a `pool` field of the given database.
