@@ -18,6 +18,7 @@ mod sqlite;
 
 pub use model::*;
 pub use pg::PgStore;
+pub use sql::{FIND_TOKEN, INSERT_EVENT, INSERT_JOB};
 pub use sqlite::SqliteStore;
 
 use async_trait::async_trait;
