@@ -4,6 +4,7 @@ mod client;
 mod commands;
 mod output;
 mod serve;
+mod sim;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -86,6 +87,8 @@ enum Command {
     Nodes,
     /// Show who the token belongs to.
     Whoami,
+    /// Replay a cluster trace through scheduling policies (the same code the server runs).
+    Sim(sim::SimArgs),
 }
 
 fn main() -> ExitCode {
@@ -125,5 +128,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(cmd) => commands::token(&global, cmd).await,
         Command::Nodes => commands::nodes(&global).await,
         Command::Whoami => commands::whoami(&global).await,
+        Command::Sim(args) => sim::run(args, global.output == output::Format::Json),
     }
 }

@@ -1,0 +1,272 @@
+//! `drover sim`: replay a cluster trace through one policy, or several side by side.
+
+use crate::output::out;
+use anyhow::{Context, bail};
+use drover_scheduler::cluster::uniform_cluster;
+use drover_scheduler::sim::{self, Report, SimConfig, Stopwatch, TraceFilter};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, clap::Args)]
+pub struct SimArgs {
+    /// Job trace: the Philly CSV or the native format (`submit_s,duration_s,gpus,tenant`).
+    #[arg(long, default_value = "../shared/traces/philly.csv")]
+    trace: PathBuf,
+    /// Measured PS/worker speeds that give simulated jobs their true speed.
+    #[arg(long, default_value = "../shared/models/ps_worker_speed.txt")]
+    models: PathBuf,
+    /// Cluster as NODESxGPUS, e.g. 48x8.
+    #[arg(long, default_value = "48x8")]
+    cluster: String,
+    /// CPUs per node.
+    #[arg(long, default_value_t = 64)]
+    cpus_per_node: u32,
+    /// Host memory per GPU, GB.
+    #[arg(long, default_value_t = 32)]
+    memory_per_gpu: u32,
+    /// Replay jobs submitted from this time (UTC, `YYYY-MM-DD HH:MM`).
+    #[arg(long)]
+    from: Option<String>,
+    /// ... until this time (exclusive).
+    #[arg(long)]
+    to: Option<String>,
+    /// Only this virtual cluster (tenant) of the trace.
+    #[arg(long)]
+    vc: Option<String>,
+    /// The policy to run.
+    #[arg(long, default_value = "tiresias")]
+    policy: String,
+    /// Run several policies on the same workload and seed (comma-separated, or `all`) and compare.
+    #[arg(long)]
+    compare: Option<String>,
+    /// Seed for every random draw (models, shapes, noise).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Time between scheduling rounds.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    round: Duration,
+    /// Directory for report.json, summary.csv, per-job CSVs and SVG charts.
+    #[arg(long, default_value = "sim-out")]
+    out: PathBuf,
+}
+
+struct WallClock(Instant);
+
+impl Stopwatch for WallClock {
+    fn now_ns(&self) -> u64 {
+        self.0.elapsed().as_nanos() as u64
+    }
+}
+
+fn parse_cluster(spec: &str) -> anyhow::Result<(u32, u32)> {
+    let (nodes, gpus) = spec
+        .split_once('x')
+        .context("--cluster must look like 48x8 (nodes x GPUs per node)")?;
+    let nodes: u32 = nodes
+        .parse()
+        .context("--cluster: the node count is not a number")?;
+    let gpus: u32 = gpus
+        .parse()
+        .context("--cluster: the GPUs per node is not a number")?;
+    if nodes == 0 || gpus == 0 || nodes > 100_000 || gpus > 64 {
+        bail!("--cluster: between 1 and 100000 nodes of 1 to 64 GPUs");
+    }
+    Ok((nodes, gpus))
+}
+
+fn time_arg(value: &Option<String>, flag: &str) -> anyhow::Result<Option<f64>> {
+    value
+        .as_deref()
+        .map(|text| {
+            sim::parse_time(text)
+                .with_context(|| format!("{flag}: `{text}` is not `YYYY-MM-DD HH:MM[:SS]`"))
+        })
+        .transpose()
+}
+
+pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
+    let (node_count, gpus_per_node) = parse_cluster(&args.cluster)?;
+    let filter = TraceFilter {
+        from_s: time_arg(&args.from, "--from")?,
+        to_s: time_arg(&args.to, "--to")?,
+        tenant: args.vc.clone(),
+    };
+    let trace_text = std::fs::read_to_string(&args.trace)
+        .with_context(|| format!("cannot read the trace {}", args.trace.display()))?;
+    let trace = sim::parse_trace(&trace_text, &filter)
+        .with_context(|| format!("in {}", args.trace.display()))?;
+    if trace.is_empty() {
+        bail!(
+            "no jobs in {} match the window and virtual cluster given",
+            args.trace.display()
+        );
+    }
+    let models_text = std::fs::read_to_string(&args.models)
+        .with_context(|| format!("cannot read {}", args.models.display()))?;
+    let models =
+        sim::parse_models(&models_text).with_context(|| format!("in {}", args.models.display()))?;
+    let nodes = uniform_cluster(
+        node_count,
+        gpus_per_node,
+        args.cpus_per_node,
+        args.memory_per_gpu,
+    );
+    let workload = sim::build_workload(&trace, &models, nodes, args.seed);
+    let config = SimConfig {
+        round_s: args.round.as_secs_f64().max(1.0),
+        seed: args.seed,
+        ..SimConfig::default()
+    };
+    let policies: Vec<String> = match args.compare.as_deref() {
+        None => vec![args.policy.clone()],
+        Some("all") => drover_scheduler::policy_names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+        Some(list) => list
+            .split(',')
+            .map(|p| p.trim().to_owned())
+            .filter(|p| !p.is_empty())
+            .collect(),
+    };
+    for name in &policies {
+        if !drover_scheduler::policy_names().contains(&name.as_str()) {
+            bail!(
+                "unknown policy `{name}` (expected one of: {})",
+                drover_scheduler::policy_names().join(", ")
+            );
+        }
+    }
+    eprintln!(
+        "workload: {} jobs ({} skipped: larger than the cluster), {} tenants, {}x{} GPUs, offered load {:.2}, seed {}",
+        workload.jobs.len(),
+        workload.skipped,
+        workload.tenants.len(),
+        node_count,
+        gpus_per_node,
+        workload.offered_load(),
+        args.seed
+    );
+    for model in &models {
+        eprintln!(
+            "  speed model {:<24} {:>3} points, Optimus fit median error {:>4.1}%, residual {:>4.1}%, peak at {} workers",
+            model.name,
+            model.points.len(),
+            100.0 * model.median_error,
+            100.0 * model.residual,
+            model.peak_workers()
+        );
+    }
+    let c = config.costs;
+    eprintln!(
+        "costs: checkpoint every {}s ({}s each), restart {}s, suspend/resume {}s, migration {}s; rounds every {}s",
+        c.checkpoint_every_s,
+        c.checkpoint_s,
+        c.restart_s,
+        c.suspend_resume_s,
+        c.migration_s,
+        config.round_s
+    );
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let mut reports = Vec::new();
+    let mut cdfs = Vec::new();
+    let mut timelines = Vec::new();
+    for name in &policies {
+        let started = Instant::now();
+        eprint!("running {name} ... ");
+        let clock = WallClock(Instant::now());
+        let (report, outcome) = sim::run_policy(name, &workload, config, &clock)
+            .with_context(|| format!("policy {name}"))?;
+        eprintln!(
+            "{} rounds in {:.1}s",
+            report.rounds,
+            started.elapsed().as_secs_f64()
+        );
+        let rows = sim::job_rows(&workload, &outcome);
+        std::fs::write(
+            args.out.join(format!("jobs-{name}.csv")),
+            sim::jobs_csv(&rows),
+        )?;
+        cdfs.push((
+            name.clone(),
+            rows.iter().map(|r| r.jct_s).collect::<Vec<f64>>(),
+        ));
+        timelines.push((
+            name.clone(),
+            outcome
+                .busy_timeline
+                .iter()
+                .map(|&(t, b)| (t, f64::from(b)))
+                .collect::<Vec<_>>(),
+        ));
+        reports.push(report);
+    }
+    let gpus = node_count * gpus_per_node;
+    std::fs::write(
+        args.out.join("report.json"),
+        serde_json::to_string_pretty(&reports)?,
+    )?;
+    std::fs::write(args.out.join("summary.csv"), sim::summary_csv(&reports))?;
+    std::fs::write(args.out.join("jct-cdf.svg"), sim::svg::jct_cdf(&cdfs))?;
+    std::fs::write(
+        args.out.join("utilisation.svg"),
+        sim::svg::utilisation(&timelines, gpus),
+    )?;
+    if json {
+        out!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        print_table(&reports);
+    }
+    eprintln!(
+        "wrote report.json, summary.csv, jobs-<policy>.csv, jct-cdf.svg and utilisation.svg to {}",
+        args.out.display()
+    );
+    Ok(())
+}
+
+fn print_table(reports: &[Report]) {
+    let baseline = reports
+        .iter()
+        .find(|r| r.policy == "fifo")
+        .map(|r| r.avg_jct_s);
+    let hours = |s: f64| format!("{:.2}h", s / 3600.0);
+    let rows: Vec<Vec<String>> = reports
+        .iter()
+        .map(|r| {
+            vec![
+                r.policy.clone(),
+                r.jobs.to_string(),
+                format!("{:.0}", r.avg_jct_s),
+                hours(r.median_jct_s),
+                hours(r.p99_jct_s),
+                hours(r.makespan_s),
+                hours(r.avg_queueing_s),
+                format!("{:.1}%", 100.0 * r.gpu_utilisation),
+                format!("{:.1}", r.max_rho),
+                format!("{:.3}", r.jain_index),
+                format!("{:.2}", r.restarts_per_job),
+                format!("{:.2}", r.round_latency_p99_us / 1000.0),
+                baseline.map_or_else(|| "-".to_owned(), |b| format!("{:.2}x", b / r.avg_jct_s)),
+            ]
+        })
+        .collect();
+    crate::output::table(
+        &[
+            "POLICY",
+            "JOBS",
+            "AVG JCT (s)",
+            "MEDIAN",
+            "P99",
+            "MAKESPAN",
+            "AVG QUEUE",
+            "GPU UTIL",
+            "MAX RHO",
+            "JAIN",
+            "RESTARTS/JOB",
+            "ROUND P99 (ms)",
+            "VS FIFO",
+        ],
+        &rows,
+    );
+}

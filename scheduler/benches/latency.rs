@@ -1,0 +1,147 @@
+//! Decision latency of every policy: one full round with 1,000 queued and 2,000 running jobs on 10,000
+//! GPUs (target p99 <= 50 ms), and one arrival placed incrementally (target <= 1 ms); then the same at
+//! ten times the size (10,000 queued, 20,000 running, 100,000 GPUs; target <= 1 s).
+//!
+//! Run: `cargo bench -p drover-scheduler --bench latency`
+
+use drover_core::JobId;
+use drover_scheduler::cluster::uniform_cluster;
+use drover_scheduler::snapshot::{ClusterSnapshot, JobView, Observations, Range, Shape, Tenant};
+use drover_scheduler::{Oracle, Plan, build_policy, policy_names};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::time::Instant;
+
+#[derive(Debug)]
+struct RandomOracle;
+
+impl Oracle for RandomOracle {
+    fn remaining_s(&self, job: JobId, _shape: Shape) -> f64 {
+        (job.0.as_u128() % 9973) as f64 * 37.0
+    }
+}
+
+fn job(i: usize, gpus: u32, tenant: u32, rng: &mut ChaCha8Rng) -> JobView {
+    JobView {
+        id: JobId(uuid::Uuid::from_u128(i as u128)),
+        tenant,
+        priority: 0,
+        submit_s: i as f64,
+        workers: Range {
+            min: gpus,
+            max: gpus,
+        },
+        ps: Range { min: 1, max: 1 },
+        preferred: Shape {
+            ps: 1,
+            workers: gpus,
+        },
+        gpus_per_worker: 1,
+        gpu_memory_gb: Some(16.0),
+        cpus_per_worker: 2,
+        cpus_per_ps: 2,
+        preemptible: true,
+        consolidate: rng.random_bool(0.3),
+        placement: None,
+        observed: Observations {
+            attained_gpu_s: rng.random_range(0.0..200_000.0),
+            executed_s: rng.random_range(0.0..50_000.0),
+            ..Observations::default()
+        },
+    }
+}
+
+fn build(gpus: u32, running: usize, queued: usize) -> ClusterSnapshot {
+    let mut rng = ChaCha8Rng::seed_from_u64(42);
+    let sizes = [1, 1, 1, 1, 2, 2, 4, 8];
+    let mut snapshot = ClusterSnapshot {
+        now_s: 1e6,
+        nodes: uniform_cluster(gpus / 8, 8, 96, 32),
+        tenants: (0..10)
+            .map(|t| Tenant {
+                name: format!("t{t}"),
+                guaranteed_gpus: gpus / 10,
+                max_gpus: None,
+            })
+            .collect(),
+        jobs: (0..running)
+            .map(|i| {
+                job(
+                    i,
+                    sizes[rng.random_range(0..sizes.len())],
+                    (i % 10) as u32,
+                    &mut rng,
+                )
+            })
+            .collect(),
+    };
+    // Place the running jobs with a FIFO round.
+    let plan = build_policy("fifo-backfill", None)
+        .expect("fifo")
+        .schedule(&snapshot, &Plan::default());
+    for job in &mut snapshot.jobs {
+        job.placement = plan.placement(job.id).cloned();
+    }
+    let placed = snapshot
+        .jobs
+        .iter()
+        .filter(|j| j.placement.is_some())
+        .count();
+    assert_eq!(placed, running, "the running jobs must fit");
+    for i in running..running + queued {
+        let j = job(
+            i,
+            sizes[rng.random_range(0..sizes.len())],
+            (i % 10) as u32,
+            &mut rng,
+        );
+        snapshot.jobs.push(j);
+    }
+    snapshot
+}
+
+fn percentile(mut values: Vec<f64>, p: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[((values.len() - 1) as f64 * p).round() as usize]
+}
+
+fn measure(label: &str, gpus: u32, running: usize, queued: usize, rounds: usize) {
+    let snapshot = build(gpus, running, queued);
+    println!(
+        "\n{label}: {queued} queued + {running} running jobs on {gpus} GPUs, {rounds} rounds each"
+    );
+    println!(
+        "{:<15} {:>14} {:>14} {:>16} {:>16}",
+        "policy", "round p50 ms", "round p99 ms", "arrival p50 us", "arrival p99 us"
+    );
+    for name in policy_names() {
+        let mut policy = build_policy(name, Some(Box::new(RandomOracle))).expect("policy");
+        let mut times = Vec::with_capacity(rounds);
+        let mut previous = Plan::default();
+        for _ in 0..rounds {
+            let started = Instant::now();
+            let plan = policy.schedule(&snapshot, &previous);
+            times.push(started.elapsed().as_secs_f64() * 1e3);
+            previous = plan;
+        }
+        let mut arrivals = Vec::new();
+        for job in snapshot.jobs.iter().rev().take(200) {
+            let started = Instant::now();
+            let decision = policy.place_arrival(&snapshot, job);
+            arrivals.push(started.elapsed().as_secs_f64() * 1e6);
+            std::hint::black_box(decision);
+        }
+        println!(
+            "{name:<15} {:>14.2} {:>14.2} {:>16.1} {:>16.1}",
+            percentile(times.clone(), 0.5),
+            percentile(times, 0.99),
+            percentile(arrivals.clone(), 0.5),
+            percentile(arrivals, 0.99)
+        );
+    }
+}
+
+fn main() {
+    measure("round", 10_000, 2_000, 1_000, 50);
+    measure("large round", 100_000, 20_000, 10_000, 5);
+}

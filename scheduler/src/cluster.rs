@@ -1,0 +1,57 @@
+//! The cluster model: nodes with GPUs, CPUs, memory and a rack.
+
+use serde::{Deserialize, Serialize};
+
+/// Index of a node in [`crate::ClusterSnapshot::nodes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct NodeId(pub u32);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gpu {
+    pub model: String,
+    pub memory_gb: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub id: NodeId,
+    pub name: String,
+    pub rack: u32,
+    pub gpus: Vec<Gpu>,
+    pub cpus: u32,
+    pub memory_gb: u32,
+    /// Unhealthy or cordoned nodes take no new tasks.
+    pub schedulable: bool,
+}
+
+impl Node {
+    pub fn num_gpus(&self) -> u32 {
+        self.gpus.len() as u32
+    }
+}
+
+/// `count` identical nodes of `gpus_per_node` GPUs each, `cpus_per_node` CPUs and `memory_gb_per_gpu`
+/// GB of host memory per GPU, eight nodes to a rack.
+pub fn uniform_cluster(
+    count: u32,
+    gpus_per_node: u32,
+    cpus_per_node: u32,
+    memory_gb_per_gpu: u32,
+) -> Vec<Node> {
+    (0..count)
+        .map(|i| Node {
+            id: NodeId(i),
+            name: format!("node-{i:04}"),
+            rack: i / 8,
+            gpus: (0..gpus_per_node)
+                .map(|_| Gpu {
+                    model: "V100".to_owned(),
+                    memory_gb: 32.0,
+                })
+                .collect(),
+            cpus: cpus_per_node,
+            memory_gb: memory_gb_per_gpu * gpus_per_node.max(1),
+            schedulable: true,
+        })
+        .collect()
+}

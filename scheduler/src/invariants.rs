@@ -1,0 +1,122 @@
+//! Checks every plan must pass, whatever the policy: each active job decided once; gangs whole and
+//! within their ranges; no CPU over-committed; no GPU shared without an explicit packing decision, by
+//! more than two jobs, or beyond its memory.
+
+use crate::plan::{JobPlan, Plan, Role};
+use crate::snapshot::ClusterSnapshot;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("plan invariant violated: {0}")]
+pub struct Violation(pub String);
+
+fn violation(message: String) -> Result<(), Violation> {
+    Err(Violation(message))
+}
+
+/// (job index, packed, GPU memory the job needs).
+type GpuUser = (usize, bool, Option<f64>);
+
+pub fn check(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), Violation> {
+    if plan.jobs.len() != snapshot.jobs.len() {
+        return violation(format!(
+            "{} decisions for {} jobs",
+            plan.jobs.len(),
+            snapshot.jobs.len()
+        ));
+    }
+    let mut cpus_used = vec![0u64; snapshot.nodes.len()];
+    // (node, gpu) -> [(job index, packed, memory)]
+    let mut gpu_users: BTreeMap<(u32, u16), Vec<GpuUser>> = BTreeMap::new();
+    for (i, job) in snapshot.jobs.iter().enumerate() {
+        let Some(decision) = plan.jobs.get(&job.id) else {
+            return violation(format!("job {} has no decision", job.id));
+        };
+        let JobPlan::Run { placement, .. } = decision else {
+            continue;
+        };
+        let shape = placement.shape();
+        if !job.workers.contains(shape.workers) || !job.ps.contains(shape.ps) {
+            return violation(format!(
+                "job {} placed at {shape:?}, outside its ranges",
+                job.id
+            ));
+        }
+        let mut seen_indices = std::collections::BTreeSet::new();
+        for task in &placement.tasks {
+            if !seen_indices.insert((task.role, task.index)) {
+                return violation(format!(
+                    "job {} has two {:?} tasks with index {}",
+                    job.id, task.role, task.index
+                ));
+            }
+            let Some(node) = snapshot.nodes.get(task.node.0 as usize) else {
+                return violation(format!("job {} uses unknown node {}", job.id, task.node.0));
+            };
+            let expected_gpus = if task.role == Role::Worker {
+                job.gpus_per_worker
+            } else {
+                0
+            };
+            if task.gpus.len() as u32 != expected_gpus {
+                return violation(format!(
+                    "job {} task holds {} GPUs, expected {expected_gpus}",
+                    job.id,
+                    task.gpus.len()
+                ));
+            }
+            cpus_used[task.node.0 as usize] += u64::from(task.cpus);
+            for &gpu in &task.gpus {
+                if usize::from(gpu) >= node.gpus.len() {
+                    return violation(format!(
+                        "job {} uses GPU {gpu} of node {} which has {}",
+                        job.id,
+                        node.name,
+                        node.gpus.len()
+                    ));
+                }
+                let users = gpu_users.entry((task.node.0, gpu)).or_default();
+                if users.iter().any(|(j, _, _)| *j == i) {
+                    return violation(format!(
+                        "job {} uses GPU {gpu} of node {} twice",
+                        job.id, node.name
+                    ));
+                }
+                users.push((i, task.packed, job.gpu_memory_gb));
+            }
+        }
+    }
+    for (node, used) in snapshot.nodes.iter().zip(&cpus_used) {
+        if *used > u64::from(node.cpus) {
+            return violation(format!(
+                "node {} has {used} CPUs committed of {}",
+                node.name, node.cpus
+            ));
+        }
+    }
+    for ((node, gpu), users) in gpu_users {
+        if users.len() < 2 {
+            continue;
+        }
+        let node = &snapshot.nodes[node as usize];
+        if users.len() > 2 || users.iter().any(|(_, packed, _)| !packed) {
+            return violation(format!(
+                "GPU {gpu} of node {} shared by {} jobs without a packing decision",
+                node.name,
+                users.len()
+            ));
+        }
+        let capacity = node.gpus[usize::from(gpu)].memory_gb;
+        let demand: f64 = users
+            .iter()
+            .map(|(_, _, memory)| memory.unwrap_or(capacity))
+            .sum();
+        if demand > capacity + 1e-9 {
+            return violation(format!(
+                "GPU {gpu} of node {} holds {demand} GB of {capacity}",
+                node.name
+            ));
+        }
+    }
+    Ok(())
+}

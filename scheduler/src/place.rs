@@ -1,0 +1,351 @@
+//! Free resources and gang placement, shared by every policy.
+//!
+//! Nodes are kept in buckets by free GPU count, so placing a job costs O(GPUs per node + nodes used)
+//! rather than a scan of the cluster; a job that cannot fit anywhere is refused in O(1) from the totals.
+
+use crate::cluster::NodeId;
+use crate::plan::{Placement, Role, TaskPlacement, WaitReason};
+use crate::snapshot::{ClusterSnapshot, JobView, Shape};
+use std::collections::BTreeSet;
+
+/// How a gang's workers are spread over nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// On as few nodes as the job's GPUs need, or not at all (Tiresias, for high-skew models).
+    Consolidate,
+    /// Best fit when the job fits on one node, else most-free nodes first.
+    Relaxed,
+}
+
+#[derive(Debug, Clone)]
+struct NodeFree {
+    gpu_free: Vec<bool>,
+    free_gpus: u32,
+    free_cpus: u32,
+    schedulable: bool,
+}
+
+/// What is left of the cluster as a plan is built.
+#[derive(Debug, Clone)]
+pub struct FreeResources {
+    nodes: Vec<NodeFree>,
+    /// `buckets[k]`: schedulable nodes with exactly `k` free GPUs.
+    buckets: Vec<BTreeSet<u32>>,
+    free_gpus: u32,
+    free_cpus: u32,
+    max_node_gpus: u32,
+}
+
+impl FreeResources {
+    /// The whole cluster, empty.
+    pub fn empty_cluster(snapshot: &ClusterSnapshot) -> Self {
+        let max_node_gpus = snapshot
+            .nodes
+            .iter()
+            .map(|n| n.num_gpus())
+            .max()
+            .unwrap_or(0);
+        let mut free = FreeResources {
+            nodes: Vec::with_capacity(snapshot.nodes.len()),
+            buckets: vec![BTreeSet::new(); max_node_gpus as usize + 1],
+            free_gpus: 0,
+            free_cpus: 0,
+            max_node_gpus,
+        };
+        for node in &snapshot.nodes {
+            let entry = NodeFree {
+                gpu_free: vec![true; node.gpus.len()],
+                free_gpus: node.num_gpus(),
+                free_cpus: node.cpus,
+                schedulable: node.schedulable,
+            };
+            if node.schedulable {
+                free.free_gpus += entry.free_gpus;
+                free.free_cpus += entry.free_cpus;
+                free.buckets[entry.free_gpus as usize].insert(node.id.0);
+            }
+            free.nodes.push(entry);
+        }
+        free
+    }
+
+    /// The cluster minus the placements of the running jobs `keep` selects.
+    pub fn with_running(
+        snapshot: &ClusterSnapshot,
+        mut keep: impl FnMut(usize, &JobView) -> bool,
+    ) -> Self {
+        let mut free = Self::empty_cluster(snapshot);
+        for (i, job) in snapshot.jobs.iter().enumerate() {
+            if let Some(placement) = &job.placement
+                && keep(i, job)
+            {
+                free.take(placement);
+            }
+        }
+        free
+    }
+
+    pub fn free_gpus(&self) -> u32 {
+        self.free_gpus
+    }
+
+    pub fn free_cpus(&self) -> u32 {
+        self.free_cpus
+    }
+
+    fn rebucket(&mut self, node: usize, before: u32) {
+        let entry = &self.nodes[node];
+        if entry.schedulable {
+            self.buckets[before as usize].remove(&(node as u32));
+            self.buckets[entry.free_gpus as usize].insert(node as u32);
+        }
+    }
+
+    /// Marks a placement's resources used. Packed GPUs already held by another job are not counted twice.
+    pub fn take(&mut self, placement: &Placement) {
+        for task in &placement.tasks {
+            let node = task.node.0 as usize;
+            let before = self.nodes[node].free_gpus;
+            let entry = &mut self.nodes[node];
+            for &gpu in &task.gpus {
+                if let Some(slot) = entry.gpu_free.get_mut(gpu as usize)
+                    && *slot
+                {
+                    *slot = false;
+                    entry.free_gpus -= 1;
+                    if entry.schedulable {
+                        self.free_gpus -= 1;
+                    }
+                }
+            }
+            let cpus = task.cpus.min(entry.free_cpus);
+            entry.free_cpus -= cpus;
+            if entry.schedulable {
+                self.free_cpus -= cpus;
+            }
+            self.rebucket(node, before);
+        }
+    }
+
+    /// Takes exactly these resources if every one is still free (a running job keeping its place).
+    pub fn try_take_exact(&mut self, placement: &Placement) -> bool {
+        let mut cpus_by_node: Vec<(u32, u32)> = Vec::new();
+        for task in &placement.tasks {
+            let Some(entry) = self.nodes.get(task.node.0 as usize) else {
+                return false;
+            };
+            if task
+                .gpus
+                .iter()
+                .any(|&g| !entry.gpu_free.get(g as usize).copied().unwrap_or(false))
+            {
+                return false;
+            }
+            match cpus_by_node.iter_mut().find(|(n, _)| *n == task.node.0) {
+                Some((_, cpus)) => *cpus += task.cpus,
+                None => cpus_by_node.push((task.node.0, task.cpus)),
+            }
+        }
+        if cpus_by_node
+            .iter()
+            .any(|&(n, cpus)| self.nodes[n as usize].free_cpus < cpus)
+        {
+            return false;
+        }
+        self.take(placement);
+        true
+    }
+
+    /// Places a gang of `shape` for `job`, or says why it cannot.
+    pub fn place(
+        &mut self,
+        job: &JobView,
+        shape: Shape,
+        strategy: Strategy,
+    ) -> Result<Placement, WaitReason> {
+        let per_worker_gpus = job.gpus_per_worker;
+        let gpus = shape.workers * per_worker_gpus;
+        let cpus = shape.workers * job.cpus_per_worker + shape.ps * job.cpus_per_ps;
+        if gpus > self.free_gpus || cpus > self.free_cpus {
+            return Err(WaitReason::InsufficientResources);
+        }
+        let worker_nodes = self.choose_worker_nodes(job, shape.workers, strategy)?;
+        let ps_nodes = self.choose_ps_nodes(job, shape.ps, &worker_nodes)?;
+        let mut tasks = Vec::with_capacity((shape.workers + shape.ps) as usize);
+        let mut index = 0;
+        for &(node, count) in &worker_nodes {
+            for _ in 0..count {
+                let entry = &self.nodes[node as usize];
+                let gpus: Vec<u16> = entry
+                    .gpu_free
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, free)| {
+                        **free
+                            && !tasks.iter().any(|t: &TaskPlacement| {
+                                t.node.0 == node && t.gpus.contains(&(*i as u16))
+                            })
+                    })
+                    .take(per_worker_gpus as usize)
+                    .map(|(i, _)| i as u16)
+                    .collect();
+                tasks.push(TaskPlacement {
+                    role: Role::Worker,
+                    index,
+                    node: NodeId(node),
+                    gpus,
+                    cpus: job.cpus_per_worker,
+                    packed: false,
+                });
+                index += 1;
+            }
+        }
+        for (i, node) in ps_nodes.into_iter().enumerate() {
+            tasks.push(TaskPlacement {
+                role: Role::Ps,
+                index: i as u32,
+                node: NodeId(node),
+                gpus: Vec::new(),
+                cpus: job.cpus_per_ps,
+                packed: false,
+            });
+        }
+        let placement = Placement { tasks };
+        self.take(&placement);
+        Ok(placement)
+    }
+
+    /// (node, workers) pairs for the gang's workers, without changing anything.
+    fn choose_worker_nodes(
+        &self,
+        job: &JobView,
+        workers: u32,
+        strategy: Strategy,
+    ) -> Result<Vec<(u32, u32)>, WaitReason> {
+        let g = job.gpus_per_worker;
+        let c = job.cpus_per_worker;
+        let fits_on = |node: &NodeFree| -> u32 {
+            let by_gpu = node.free_gpus.checked_div(g).unwrap_or(u32::MAX);
+            let by_cpu = node.free_cpus.checked_div(c).unwrap_or(u32::MAX);
+            by_gpu.min(by_cpu)
+        };
+        if g == 0 {
+            // CPU-only workers: most free CPUs first.
+            let mut order: Vec<u32> = (0..self.nodes.len() as u32)
+                .filter(|&n| self.nodes[n as usize].schedulable)
+                .collect();
+            order.sort_by_key(|&n| (std::cmp::Reverse(self.nodes[n as usize].free_cpus), n));
+            return take_in_order(order.into_iter(), workers, |n| {
+                fits_on(&self.nodes[n as usize])
+            });
+        }
+        let need = workers * g;
+        // Best fit on a single node: the fullest node that still holds the whole gang.
+        if need <= self.max_node_gpus {
+            for bucket in need..=self.max_node_gpus {
+                for &node in &self.buckets[bucket as usize] {
+                    if fits_on(&self.nodes[node as usize]) >= workers {
+                        return Ok(vec![(node, workers)]);
+                    }
+                }
+            }
+        }
+        // Across nodes, most free first.
+        let order = (1..=self.max_node_gpus)
+            .rev()
+            .flat_map(|b| self.buckets[b as usize].iter().copied());
+        let chosen = take_in_order(order, workers, |n| fits_on(&self.nodes[n as usize]))?;
+        if strategy == Strategy::Consolidate && self.max_node_gpus > 0 {
+            let fewest = need.div_ceil(self.max_node_gpus) as usize;
+            if chosen.len() > fewest {
+                return Err(WaitReason::Fragmented);
+            }
+        }
+        Ok(chosen)
+    }
+
+    /// Nodes for the PS shards: the workers' nodes round-robin first (less cross-node traffic), then the
+    /// nodes with the most free CPUs.
+    fn choose_ps_nodes(
+        &self,
+        job: &JobView,
+        shards: u32,
+        worker_nodes: &[(u32, u32)],
+    ) -> Result<Vec<u32>, WaitReason> {
+        if shards == 0 {
+            return Ok(Vec::new());
+        }
+        let mut cpus_left: Vec<(u32, u32)> = worker_nodes
+            .iter()
+            .map(|&(node, workers)| {
+                (
+                    node,
+                    self.nodes[node as usize]
+                        .free_cpus
+                        .saturating_sub(workers * job.cpus_per_worker),
+                )
+            })
+            .collect();
+        let mut chosen = Vec::with_capacity(shards as usize);
+        let mut i = 0;
+        let mut stalled = 0;
+        while chosen.len() < shards as usize && !cpus_left.is_empty() && stalled < cpus_left.len() {
+            let slot = &mut cpus_left[i % worker_nodes.len()];
+            if slot.1 >= job.cpus_per_ps {
+                slot.1 -= job.cpus_per_ps;
+                chosen.push(slot.0);
+                stalled = 0;
+            } else {
+                stalled += 1;
+            }
+            i += 1;
+        }
+        if chosen.len() < shards as usize {
+            let mut others: Vec<(u32, u32)> = self
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(n, node)| {
+                    node.schedulable && !worker_nodes.iter().any(|w| w.0 == *n as u32)
+                })
+                .map(|(n, node)| (n as u32, node.free_cpus))
+                .collect();
+            others.sort_by_key(|&(n, cpus)| (std::cmp::Reverse(cpus), n));
+            for (node, mut cpus) in others {
+                while cpus >= job.cpus_per_ps && chosen.len() < shards as usize {
+                    cpus -= job.cpus_per_ps;
+                    chosen.push(node);
+                }
+            }
+        }
+        if chosen.len() < shards as usize {
+            Err(WaitReason::InsufficientResources)
+        } else {
+            Ok(chosen)
+        }
+    }
+}
+
+fn take_in_order(
+    order: impl Iterator<Item = u32>,
+    workers: u32,
+    capacity: impl Fn(u32) -> u32,
+) -> Result<Vec<(u32, u32)>, WaitReason> {
+    let mut remaining = workers;
+    let mut chosen = Vec::new();
+    for node in order {
+        if remaining == 0 {
+            break;
+        }
+        let take = capacity(node).min(remaining);
+        if take > 0 {
+            chosen.push((node, take));
+            remaining -= take;
+        }
+    }
+    if remaining == 0 {
+        Ok(chosen)
+    } else {
+        Err(WaitReason::Fragmented)
+    }
+}

@@ -1,0 +1,112 @@
+//! Pieces several policies share.
+
+use crate::invariants;
+use crate::place::{FreeResources, Strategy};
+use crate::plan::{JobPlan, Plan, RunReason, WaitReason};
+use crate::snapshot::{ClusterSnapshot, JobView};
+
+/// Places `job` at its preferred shape in what running jobs leave free, or says why it waits.
+pub fn arrival_if_free(
+    snapshot: &ClusterSnapshot,
+    job: &JobView,
+    strategy: Strategy,
+    reason: RunReason,
+) -> JobPlan {
+    if job.gpus_at(job.preferred) > snapshot.total_gpus() {
+        return JobPlan::Wait {
+            reason: WaitReason::NeverFits,
+        };
+    }
+    let mut free = FreeResources::with_running(snapshot, |_, _| true);
+    match free.place(job, job.preferred, strategy) {
+        Ok(placement) => JobPlan::Run { placement, reason },
+        Err(reason) => JobPlan::Wait { reason },
+    }
+}
+
+/// A preemptive round in priority order (SRTF, Tiresias): the first jobs in `order` whose GPUs add up to
+/// the cluster's are chosen; chosen running jobs stay where they are, chosen waiting ones are placed;
+/// then whatever is left goes, in order, to the rest (running ones keep their place if it is still free).
+pub fn ordered_round(
+    snapshot: &ClusterSnapshot,
+    order: &[usize],
+    strategy: impl Fn(&JobView) -> Strategy,
+) -> Plan {
+    let total = snapshot.total_gpus();
+    let mut chosen = vec![false; snapshot.jobs.len()];
+    let mut budget = total;
+    for &i in order {
+        let need = snapshot.jobs[i].gpus_at(snapshot.jobs[i].preferred);
+        if need <= budget {
+            chosen[i] = true;
+            budget -= need;
+        }
+    }
+    let mut free = FreeResources::with_running(snapshot, |i, _| chosen[i]);
+    let mut plan = Plan::default();
+    // Chosen running jobs keep their placement.
+    for &i in order {
+        let job = &snapshot.jobs[i];
+        if chosen[i]
+            && let Some(placement) = &job.placement
+        {
+            plan.jobs.insert(
+                job.id,
+                JobPlan::Run {
+                    placement: placement.clone(),
+                    reason: RunReason::Continuing,
+                },
+            );
+        }
+    }
+    // Chosen waiting jobs are placed in order.
+    for &i in order {
+        let job = &snapshot.jobs[i];
+        if chosen[i] && job.placement.is_none() {
+            let decision = match free.place(job, job.preferred, strategy(job)) {
+                Ok(placement) => JobPlan::Run {
+                    placement,
+                    reason: RunReason::PriorityOrder,
+                },
+                Err(reason) => JobPlan::Wait { reason },
+            };
+            plan.jobs.insert(job.id, decision);
+        }
+    }
+    // The rest, in order, in what is left.
+    for &i in order {
+        let job = &snapshot.jobs[i];
+        if chosen[i] {
+            continue;
+        }
+        let decision = if job.gpus_at(job.preferred) > total {
+            JobPlan::Wait {
+                reason: WaitReason::NeverFits,
+            }
+        } else if let Some(placement) = &job.placement {
+            if free.try_take_exact(placement) {
+                JobPlan::Run {
+                    placement: placement.clone(),
+                    reason: RunReason::Continuing,
+                }
+            } else {
+                JobPlan::Wait {
+                    reason: WaitReason::Preempted,
+                }
+            }
+        } else {
+            match free.place(job, job.preferred, strategy(job)) {
+                Ok(placement) => JobPlan::Run {
+                    placement,
+                    reason: RunReason::Backfilled,
+                },
+                Err(_) => JobPlan::Wait {
+                    reason: WaitReason::LowerPriority,
+                },
+            }
+        };
+        plan.jobs.insert(job.id, decision);
+    }
+    debug_assert_eq!(invariants::check(snapshot, &plan), Ok(()));
+    plan
+}

@@ -1,0 +1,71 @@
+//! The policy interface, the oracle interface (for SRTF alone), and the registry that the simulator and
+//! the server's scheduling loop both choose from by name. Each policy is described in `README.md` here.
+
+mod common;
+mod drf;
+mod fifo;
+mod srtf;
+mod tiresias;
+
+pub use common::{arrival_if_free, ordered_round};
+pub use drf::Drf;
+pub use fifo::Fifo;
+pub use srtf::Srtf;
+pub use tiresias::Tiresias;
+
+use crate::plan::{JobPlan, Plan};
+use crate::snapshot::{ClusterSnapshot, JobView, Shape};
+use drover_core::JobId;
+
+/// A scheduling policy. State kept between rounds must be a deterministic function of the snapshots
+/// shown so far, so a restarted server rebuilds it by replaying them.
+pub trait Policy: std::fmt::Debug + Send {
+    fn name(&self) -> &'static str;
+    /// A full round: a decision for every job in the snapshot.
+    fn schedule(&mut self, snapshot: &ClusterSnapshot, previous: &Plan) -> Plan;
+    /// The incremental entry point: place one new arrival (already in `snapshot.jobs`, waiting) without
+    /// a full round, in what the running jobs leave free.
+    fn place_arrival(&mut self, snapshot: &ClusterSnapshot, job: &JobView) -> JobPlan;
+}
+
+/// The truth about a job's remaining work. Only SRTF takes one: it is an oracle baseline. In the
+/// simulator the implementation reads the hidden ground truth; nothing else can reach it.
+pub trait Oracle: std::fmt::Debug + Send {
+    /// Seconds the job still needs at `shape`, running alone.
+    fn remaining_s(&self, job: JobId, shape: Shape) -> f64;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("unknown policy `{0}` (expected one of: {names})", names = policy_names().join(", "))]
+    Unknown(String),
+    #[error(
+        "policy `{0}` is an oracle baseline and needs the true remaining times (the simulator has them)"
+    )]
+    NeedsOracle(&'static str),
+}
+
+/// Every policy's registered name.
+pub fn policy_names() -> Vec<&'static str> {
+    vec!["fifo", "fifo-backfill", "srtf", "drf", "tiresias"]
+}
+
+/// Whether the named policy is an oracle baseline (it needs the true remaining times).
+pub fn is_oracle_policy(name: &str) -> bool {
+    name == "srtf"
+}
+
+/// Builds a policy by name. `oracle` is handed to oracle baselines and dropped by every other policy.
+pub fn build_policy(
+    name: &str,
+    oracle: Option<Box<dyn Oracle>>,
+) -> Result<Box<dyn Policy>, PolicyError> {
+    Ok(match name {
+        "fifo" => Box::new(Fifo::strict()),
+        "fifo-backfill" => Box::new(Fifo::backfill()),
+        "srtf" => Box::new(Srtf::new(oracle.ok_or(PolicyError::NeedsOracle("srtf"))?)),
+        "drf" => Box::new(Drf),
+        "tiresias" => Box::new(Tiresias::default()),
+        other => return Err(PolicyError::Unknown(other.to_owned())),
+    })
+}

@@ -1,0 +1,118 @@
+//! Tiresias, discretised two-dimensional least-attained-service (2D-LAS), after Gu et al. (NSDI'19) and
+//! the two-queue configuration of the Pollux artifact's port: a job starts in Q0 and is demoted to Q1
+//! once it has attained 16 GPU-hours (GPUs × run time) since it entered Q0; Q0 runs before Q1, FIFO
+//! (by queue entry) within a queue; preemptive across queues. Starvation guard: a Q1 job that has
+//! waited `promote_knob` × its run time since it last entered Q0 is promoted back to Q0. Models with
+//! high tensor skew get consolidated placement (fewest nodes, or wait); the rest are placed anywhere.
+
+use super::{Policy, arrival_if_free, ordered_round};
+use crate::place::Strategy;
+use crate::plan::{JobPlan, Plan, RunReason};
+use crate::snapshot::{ClusterSnapshot, JobView};
+use drover_core::JobId;
+use std::collections::BTreeMap;
+
+/// Where a job stands in the queues. Kept between rounds; a deterministic function of the snapshots.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct QueueEntry {
+    queue: u8,
+    /// Order of entry into the queue (FIFO within a queue).
+    seq: u64,
+    /// Attained GPU-seconds and run seconds when the job entered Q0 (reset on promotion).
+    attained_at_entry: f64,
+    executed_at_entry: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Tiresias {
+    /// Attained service (GPU-seconds) that demotes a job from Q0 to Q1.
+    pub threshold_gpu_s: f64,
+    /// Promote a waiting Q1 job when its wait reaches this multiple of its run time since entering Q0;
+    /// 0 turns the guard off.
+    pub promote_knob: f64,
+    entries: BTreeMap<JobId, QueueEntry>,
+    next_seq: u64,
+}
+
+impl Default for Tiresias {
+    fn default() -> Self {
+        Tiresias {
+            threshold_gpu_s: 16.0 * 3600.0,
+            promote_knob: 8.0,
+            entries: BTreeMap::new(),
+            next_seq: 0,
+        }
+    }
+}
+
+impl Tiresias {
+    fn strategy(job: &JobView) -> Strategy {
+        if job.consolidate {
+            Strategy::Consolidate
+        } else {
+            Strategy::Relaxed
+        }
+    }
+
+    /// Brings every job's queue up to date with what the snapshot shows.
+    fn update_queues(&mut self, snapshot: &ClusterSnapshot) {
+        let live: std::collections::BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
+        self.entries.retain(|id, _| live.contains(id));
+        for job in &snapshot.jobs {
+            let observed = &job.observed;
+            let entry = self.entries.entry(job.id).or_insert_with(|| {
+                self.next_seq += 1;
+                QueueEntry {
+                    queue: 0,
+                    seq: self.next_seq,
+                    attained_at_entry: observed.attained_gpu_s,
+                    executed_at_entry: observed.executed_s,
+                }
+            });
+            if entry.queue == 0
+                && observed.attained_gpu_s - entry.attained_at_entry >= self.threshold_gpu_s
+            {
+                self.next_seq += 1;
+                *entry = QueueEntry {
+                    queue: 1,
+                    seq: self.next_seq,
+                    ..*entry
+                };
+            } else if entry.queue == 1 && job.placement.is_none() && self.promote_knob > 0.0 {
+                let ran = observed.executed_s - entry.executed_at_entry;
+                let waited = snapshot.now_s - observed.last_state_change_s;
+                if ran > 0.0 && waited >= self.promote_knob * ran {
+                    self.next_seq += 1;
+                    *entry = QueueEntry {
+                        queue: 0,
+                        seq: self.next_seq,
+                        attained_at_entry: observed.attained_gpu_s,
+                        executed_at_entry: observed.executed_s,
+                    };
+                }
+            }
+        }
+    }
+}
+
+impl Policy for Tiresias {
+    fn name(&self) -> &'static str {
+        "tiresias"
+    }
+
+    fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {
+        self.update_queues(snapshot);
+        let mut order: Vec<usize> = (0..snapshot.jobs.len()).collect();
+        let key = |i: usize| {
+            let entry = self.entries[&snapshot.jobs[i].id];
+            (entry.queue, entry.seq)
+        };
+        order.sort_by_key(|&i| key(i));
+        ordered_round(snapshot, &order, Self::strategy)
+    }
+
+    fn place_arrival(&mut self, snapshot: &ClusterSnapshot, job: &JobView) -> JobPlan {
+        // A new job enters Q0; it runs now if it fits in what is free, else at the next round.
+        arrival_if_free(snapshot, job, Self::strategy(job), RunReason::PriorityOrder)
+    }
+}

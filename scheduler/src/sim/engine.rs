@@ -1,0 +1,440 @@
+//! The event loop: a virtual clock advancing from event to event (arrivals, completions, scheduling
+//! rounds), jobs progressing at their hidden true speed, and the policy deciding from observations.
+
+use super::truth::{OracleState, checkpoint_factor};
+use super::workload::{Workload, noisy};
+use crate::invariants;
+use crate::plan::{JobPlan, Plan};
+use crate::policy::Policy;
+use crate::snapshot::{ClusterSnapshot, JobView, StepStats};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use std::sync::{Arc, Mutex};
+
+/// What moving a job costs, in seconds of lost progress. Printed in every report.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Costs {
+    pub checkpoint_every_s: f64,
+    pub checkpoint_s: f64,
+    pub restart_s: f64,
+    pub suspend_resume_s: f64,
+    pub migration_s: f64,
+}
+
+impl Default for Costs {
+    fn default() -> Self {
+        Costs {
+            checkpoint_every_s: 900.0,
+            checkpoint_s: 30.0,
+            restart_s: 30.0,
+            suspend_resume_s: 5.0,
+            migration_s: 45.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SimConfig {
+    /// Seconds between full scheduling rounds (rounds also follow every completion).
+    pub round_s: f64,
+    pub seed: u64,
+    pub costs: Costs,
+    /// Slowdown of each of two jobs packed on one GPU.
+    pub packing_slowdown: f64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            round_s: 60.0,
+            seed: 1,
+            costs: Costs::default(),
+            packing_slowdown: 0.25,
+        }
+    }
+}
+
+/// A wall clock for timing decisions, handed in so the library itself reads no clock.
+pub trait Stopwatch {
+    fn now_ns(&self) -> u64;
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SimError {
+    #[error(transparent)]
+    Invariant(#[from] invariants::Violation),
+    #[error("policy {policy} left no decision for job {job}")]
+    MissingDecision { policy: &'static str, job: String },
+    #[error("the simulation did not finish: {0} jobs never completed")]
+    Stuck(usize),
+}
+
+/// What happened to one job.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct JobOutcome {
+    pub submit_s: f64,
+    pub first_start_s: f64,
+    pub finish_s: f64,
+    pub restarts: u32,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub jobs: Vec<JobOutcome>,
+    /// (time, busy GPUs) after every change.
+    pub busy_timeline: Vec<(f64, u32)>,
+    pub busy_gpu_s: f64,
+    pub round_ns: Vec<u64>,
+    pub arrival_ns: Vec<u64>,
+    pub rounds: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Live {
+    steps: f64,
+    rate: f64,
+    productive_from: f64,
+    /// Overhead owed at the next start (a checkpoint taken when preempted).
+    owed_s: f64,
+    ran_before: bool,
+    first_start: Option<f64>,
+    finish: Option<f64>,
+    restarts: u32,
+}
+
+struct Engine<'a> {
+    workload: &'a Workload,
+    config: SimConfig,
+    snapshot: ClusterSnapshot,
+    live: Vec<Live>,
+    rng: ChaCha8Rng,
+    outcome: Outcome,
+    busy: u32,
+    oracle: Option<Arc<Mutex<OracleState>>>,
+}
+
+fn index_of(job: &JobView) -> usize {
+    job.id.0.as_u128() as usize
+}
+
+impl Engine<'_> {
+    fn ckpt_factor(&self) -> f64 {
+        checkpoint_factor(
+            self.config.costs.checkpoint_every_s,
+            self.config.costs.checkpoint_s,
+        )
+    }
+
+    fn rate_of(&self, index: usize, plan: &crate::plan::Placement) -> f64 {
+        let packed = plan.tasks.iter().any(|t| t.packed);
+        let slowdown = if packed {
+            1.0 - self.config.packing_slowdown
+        } else {
+            1.0
+        };
+        self.workload.truths[index].steps_per_s(plan.shape()) * self.ckpt_factor() * slowdown
+    }
+
+    fn completion_time(&self, index: usize, now: f64) -> f64 {
+        let live = &self.live[index];
+        if live.rate <= 0.0 {
+            return f64::INFINITY;
+        }
+        let remaining = (self.workload.truths[index].total_steps - live.steps).max(0.0);
+        live.productive_from.max(now) + remaining / live.rate
+    }
+
+    /// Progress of every running job from `from` to `to`.
+    fn advance(&mut self, from: f64, to: f64) {
+        let dt = to - from;
+        if dt <= 0.0 {
+            return;
+        }
+        self.outcome.busy_gpu_s += f64::from(self.busy) * dt;
+        for job in &mut self.snapshot.jobs {
+            let Some(placement) = &job.placement else {
+                continue;
+            };
+            let index = index_of(job);
+            let live = &mut self.live[index];
+            let productive = (to - from.max(live.productive_from)).max(0.0);
+            live.steps =
+                (live.steps + live.rate * productive).min(self.workload.truths[index].total_steps);
+            job.observed.attained_gpu_s += f64::from(placement.num_gpus()) * dt;
+            job.observed.executed_s += dt;
+            job.observed.executed_since_promotion_s += dt;
+        }
+    }
+
+    /// Noisy observations of every running job, as executors would report them.
+    fn observe(&mut self, now: f64) {
+        let every = self.config.costs.checkpoint_every_s + self.config.costs.checkpoint_s;
+        let ckpt_factor = self.ckpt_factor();
+        for job in &mut self.snapshot.jobs {
+            let Some(placement) = &job.placement else {
+                continue;
+            };
+            let index = index_of(job);
+            let live = &self.live[index];
+            job.observed.steps_done = live.steps as u64;
+            if now <= live.productive_from || live.rate <= 0.0 {
+                continue;
+            }
+            let truth = &self.workload.truths[index];
+            let shape = placement.shape();
+            let step_s = noisy(
+                &mut self.rng,
+                1.0 / (live.rate / ckpt_factor),
+                truth.step_noise,
+            );
+            match job
+                .observed
+                .step_stats
+                .iter_mut()
+                .find(|s| s.shape == shape)
+            {
+                Some(stats) => {
+                    stats.samples += 1;
+                    stats.mean_step_s += (step_s - stats.mean_step_s) / f64::from(stats.samples);
+                }
+                None => job.observed.step_stats.push(StepStats {
+                    shape,
+                    samples: 1,
+                    mean_step_s: step_s,
+                }),
+            }
+            let loss = noisy(&mut self.rng, truth.loss_at(live.steps), 0.05);
+            job.observed.loss_samples.push((live.steps as u64, loss));
+            if job.observed.loss_samples.len() > 256 {
+                // Keep a bounded, evenly thinned history.
+                let mut keep = false;
+                job.observed.loss_samples.retain(|_| {
+                    keep = !keep;
+                    keep
+                });
+            }
+            if every > 0.0 && now - live.productive_from >= every {
+                let done = ((now - live.productive_from) / every).floor();
+                job.observed.last_checkpoint_s = Some(live.productive_from + done * every);
+            }
+        }
+        if let Some(oracle) = &self.oracle
+            && let Ok(mut state) = oracle.lock()
+        {
+            for job in &self.snapshot.jobs {
+                let index = index_of(job);
+                state.steps_done[index] = self.live[index].steps;
+            }
+        }
+    }
+
+    /// Carries out one decision at `now`.
+    fn apply(&mut self, position: usize, decision: &JobPlan, now: f64) {
+        let costs = self.config.costs;
+        let job = &self.snapshot.jobs[position];
+        let index = index_of(job);
+        match (&job.placement, decision) {
+            (None, JobPlan::Run { placement, .. }) => {
+                let rate = self.rate_of(index, placement);
+                let live = &mut self.live[index];
+                let overhead = live.owed_s
+                    + if live.ran_before {
+                        costs.restart_s
+                    } else {
+                        0.0
+                    };
+                live.restarts += u32::from(live.ran_before);
+                live.ran_before = true;
+                live.owed_s = 0.0;
+                live.rate = rate;
+                live.productive_from = now + overhead;
+                live.first_start.get_or_insert(now);
+                self.busy += placement.num_gpus();
+                let job = &mut self.snapshot.jobs[position];
+                job.observed.restarts = live.restarts;
+                job.observed.last_state_change_s = now;
+                job.placement = Some(placement.clone());
+            }
+            (Some(old), JobPlan::Wait { .. }) => {
+                // Preempted: it checkpoints on the way out (paid at its next start) and keeps its work.
+                self.busy -= old.num_gpus();
+                let live = &mut self.live[index];
+                live.rate = 0.0;
+                live.owed_s = costs.checkpoint_s;
+                let job = &mut self.snapshot.jobs[position];
+                job.placement = None;
+                job.observed.last_state_change_s = now;
+            }
+            (Some(old), JobPlan::Run { placement, .. }) if !old.same_resources(placement) => {
+                let overhead = if old.shape() != placement.shape() {
+                    costs.checkpoint_s + costs.restart_s
+                } else {
+                    costs.migration_s
+                };
+                self.busy = self.busy - old.num_gpus() + placement.num_gpus();
+                let rate = self.rate_of(index, placement);
+                let live = &mut self.live[index];
+                live.rate = rate;
+                live.productive_from = now.max(live.productive_from) + overhead;
+                self.snapshot.jobs[position].placement = Some(placement.clone());
+            }
+            _ => {}
+        }
+    }
+
+    fn record_busy(&mut self, now: f64) {
+        if self
+            .outcome
+            .busy_timeline
+            .last()
+            .is_none_or(|&(_, busy)| busy != self.busy)
+        {
+            self.outcome.busy_timeline.push((now, self.busy));
+        }
+    }
+}
+
+/// Replays `workload` through `policy`. `oracle` is the state an oracle policy reads (SRTF).
+pub(crate) fn simulate(
+    workload: &Workload,
+    policy: &mut dyn Policy,
+    config: SimConfig,
+    oracle: Option<Arc<Mutex<OracleState>>>,
+    stopwatch: &dyn Stopwatch,
+) -> Result<Outcome, SimError> {
+    let n = workload.jobs.len();
+    if let Some(oracle) = &oracle
+        && let Ok(mut state) = oracle.lock()
+    {
+        state.steps_done = vec![0.0; n];
+    }
+    let mut engine = Engine {
+        workload,
+        config,
+        snapshot: ClusterSnapshot {
+            now_s: 0.0,
+            nodes: workload.nodes.clone(),
+            tenants: workload.tenants.clone(),
+            jobs: Vec::new(),
+        },
+        live: vec![Live::default(); n],
+        rng: ChaCha8Rng::seed_from_u64(config.seed ^ 0x5eed),
+        outcome: Outcome::default(),
+        busy: 0,
+        oracle,
+    };
+    let mut previous = Plan::default();
+    let mut next_arrival = 0;
+    let mut now = workload.jobs.first().map_or(0.0, |j| j.view.submit_s);
+    let mut last_round = f64::NEG_INFINITY;
+    let give_up_at = workload.jobs.last().map_or(0.0, |j| j.view.submit_s) + 400.0 * 86_400.0;
+    loop {
+        if next_arrival >= n && engine.snapshot.jobs.is_empty() {
+            break;
+        }
+        let arrival = workload
+            .jobs
+            .get(next_arrival)
+            .map_or(f64::INFINITY, |j| j.view.submit_s);
+        let completion = engine
+            .snapshot
+            .jobs
+            .iter()
+            .filter(|j| j.placement.is_some())
+            .map(|j| engine.completion_time(index_of(j), now))
+            .fold(f64::INFINITY, f64::min);
+        let round = if engine.snapshot.jobs.is_empty() {
+            f64::INFINITY
+        } else {
+            last_round + config.round_s
+        };
+        let next = arrival.min(completion).min(round).max(now);
+        if !next.is_finite() || next > give_up_at {
+            return Err(SimError::Stuck(engine.snapshot.jobs.len()));
+        }
+        engine.advance(now, next);
+        now = next;
+        engine.snapshot.now_s = now;
+        // Completions.
+        let mut completed = false;
+        let mut position = 0;
+        while position < engine.snapshot.jobs.len() {
+            let job = &engine.snapshot.jobs[position];
+            let index = index_of(job);
+            if job.placement.is_some() && engine.completion_time(index, now) <= now + 1e-6 {
+                let gpus = job.placement.as_ref().map_or(0, |p| p.num_gpus());
+                engine.busy -= gpus;
+                engine.live[index].finish = Some(now);
+                engine.snapshot.jobs.remove(position);
+                completed = true;
+            } else {
+                position += 1;
+            }
+        }
+        // Arrivals, placed incrementally.
+        while let Some(job) = workload.jobs.get(next_arrival)
+            && job.view.submit_s <= now
+        {
+            next_arrival += 1;
+            engine.snapshot.jobs.push(job.view.clone());
+            let position = engine.snapshot.jobs.len() - 1;
+            engine.snapshot.jobs[position].observed.last_state_change_s = now;
+            let started = stopwatch.now_ns();
+            let decision = policy.place_arrival(&engine.snapshot, &engine.snapshot.jobs[position]);
+            engine
+                .outcome
+                .arrival_ns
+                .push(stopwatch.now_ns().saturating_sub(started));
+            engine.apply(position, &decision, now);
+        }
+        // A full round after completions and on the tick.
+        if completed || now >= last_round + config.round_s - 1e-9 {
+            engine.observe(now);
+            let started = stopwatch.now_ns();
+            let plan = policy.schedule(&engine.snapshot, &previous);
+            engine
+                .outcome
+                .round_ns
+                .push(stopwatch.now_ns().saturating_sub(started));
+            engine.outcome.rounds += 1;
+            invariants::check(&engine.snapshot, &plan)?;
+            // Stops first, so starts find their resources free.
+            for pass in [false, true] {
+                for position in 0..engine.snapshot.jobs.len() {
+                    let id = engine.snapshot.jobs[position].id;
+                    let decision = plan
+                        .jobs
+                        .get(&id)
+                        .ok_or_else(|| SimError::MissingDecision {
+                            policy: policy.name(),
+                            job: id.to_string(),
+                        })?
+                        .clone();
+                    let is_start = matches!(decision, JobPlan::Run { .. });
+                    if is_start == pass {
+                        engine.apply(position, &decision, now);
+                    }
+                }
+            }
+            previous = plan;
+            last_round = now;
+        }
+        engine.record_busy(now);
+    }
+    engine.outcome.jobs = workload
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(i, job)| {
+            let live = &engine.live[i];
+            JobOutcome {
+                submit_s: job.view.submit_s,
+                first_start_s: live.first_start.unwrap_or(job.view.submit_s),
+                finish_s: live.finish.unwrap_or(f64::NAN),
+                restarts: live.restarts,
+            }
+        })
+        .collect();
+    Ok(engine.outcome)
+}

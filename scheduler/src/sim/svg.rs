@@ -1,0 +1,257 @@
+//! Charts as standalone SVG: the JCT CDF (log-scale time) and GPU utilisation over time.
+
+const WIDTH: f64 = 760.0;
+const HEIGHT: f64 = 420.0;
+const LEFT: f64 = 70.0;
+const RIGHT: f64 = 160.0;
+const TOP: f64 = 40.0;
+const BOTTOM: f64 = 50.0;
+const COLOURS: [&str; 8] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+];
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+struct Axes {
+    x_min: f64,
+    x_max: f64,
+    y_min: f64,
+    y_max: f64,
+    log_x: bool,
+}
+
+impl Axes {
+    fn x(&self, v: f64) -> f64 {
+        let (v, lo, hi) = if self.log_x {
+            (v.max(1e-9).log10(), self.x_min.log10(), self.x_max.log10())
+        } else {
+            (v, self.x_min, self.x_max)
+        };
+        LEFT + (v - lo) / (hi - lo).max(1e-12) * (WIDTH - LEFT - RIGHT)
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        HEIGHT
+            - BOTTOM
+            - (v - self.y_min) / (self.y_max - self.y_min).max(1e-12) * (HEIGHT - TOP - BOTTOM)
+    }
+}
+
+fn frame(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    axes: &Axes,
+    x_ticks: &[(f64, String)],
+    y_ticks: &[(f64, String)],
+) -> String {
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{HEIGHT}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{}\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">{}</text>\n",
+        (LEFT + WIDTH - RIGHT) / 2.0,
+        escape(title)
+    );
+    for (v, label) in x_ticks {
+        let x = axes.x(*v);
+        svg.push_str(&format!(
+            "<line x1=\"{x:.1}\" y1=\"{TOP}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#eee\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>\n",
+            HEIGHT - BOTTOM,
+            HEIGHT - BOTTOM + 16.0,
+            escape(label)
+        ));
+    }
+    for (v, label) in y_ticks {
+        let y = axes.y(*v);
+        svg.push_str(&format!(
+            "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#eee\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
+            WIDTH - RIGHT,
+            LEFT - 6.0,
+            y + 4.0,
+            escape(label)
+        ));
+    }
+    svg.push_str(&format!(
+        "<rect x=\"{LEFT}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"none\" stroke=\"#333\"/>\n\
+         <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>\n\
+         <text x=\"16\" y=\"{:.1}\" text-anchor=\"middle\" transform=\"rotate(-90 16 {:.1})\">{}</text>\n",
+        WIDTH - LEFT - RIGHT,
+        HEIGHT - TOP - BOTTOM,
+        (LEFT + WIDTH - RIGHT) / 2.0,
+        HEIGHT - 12.0,
+        escape(x_label),
+        (TOP + HEIGHT - BOTTOM) / 2.0,
+        (TOP + HEIGHT - BOTTOM) / 2.0,
+        escape(y_label)
+    ));
+    svg
+}
+
+fn series(svg: &mut String, axes: &Axes, index: usize, name: &str, points: &[(f64, f64)]) {
+    let colour = COLOURS[index % COLOURS.len()];
+    let path: Vec<String> = points
+        .iter()
+        .map(|(x, y)| format!("{:.1},{:.1}", axes.x(*x), axes.y(*y)))
+        .collect();
+    svg.push_str(&format!(
+        "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.8\" points=\"{}\"/>\n",
+        path.join(" ")
+    ));
+    let y = TOP + 16.0 + 18.0 * index as f64;
+    svg.push_str(&format!(
+        "<line x1=\"{:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"{colour}\" stroke-width=\"3\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>\n",
+        WIDTH - RIGHT + 12.0,
+        WIDTH - RIGHT + 32.0,
+        WIDTH - RIGHT + 38.0,
+        y + 4.0,
+        escape(name)
+    ));
+}
+
+/// CDF of job completion times, one line per policy.
+pub fn jct_cdf(policies: &[(String, Vec<f64>)]) -> String {
+    let all = policies
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .filter(|v| *v > 0.0);
+    let (lo, hi) = all.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    let lo = if lo.is_finite() {
+        10f64.powf(lo.log10().floor())
+    } else {
+        1.0
+    };
+    let hi = if hi > 0.0 {
+        10f64.powf(hi.log10().ceil())
+    } else {
+        10.0
+    };
+    let axes = Axes {
+        x_min: lo,
+        x_max: hi,
+        y_min: 0.0,
+        y_max: 1.0,
+        log_x: true,
+    };
+    let mut x_ticks = Vec::new();
+    let mut tick = lo;
+    while tick <= hi * 1.0001 {
+        x_ticks.push((tick, human_seconds(tick)));
+        tick *= 10.0;
+    }
+    let y_ticks: Vec<(f64, String)> = (0..=4)
+        .map(|i| (f64::from(i) / 4.0, format!("{}%", i * 25)))
+        .collect();
+    let mut svg = frame(
+        "Job completion time (CDF)",
+        "completion time (log scale)",
+        "fraction of jobs",
+        &axes,
+        &x_ticks,
+        &y_ticks,
+    );
+    for (i, (name, values)) in policies.iter().enumerate() {
+        let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len().max(1) as f64;
+        let step = (sorted.len() / 400).max(1);
+        let points: Vec<(f64, f64)> = sorted
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| k % step == 0 || *k + 1 == sorted.len())
+            .map(|(k, v)| (v.max(lo), (k + 1) as f64 / n))
+            .collect();
+        series(&mut svg, &axes, i, name, &points);
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// GPU utilisation over time (hourly means), one line per policy.
+pub fn utilisation(policies: &[(String, Vec<(f64, f64)>)], gpus: u32) -> String {
+    let end = policies
+        .iter()
+        .flat_map(|(_, v)| v.last().map(|p| p.0))
+        .fold(0.0, f64::max);
+    let start = policies
+        .iter()
+        .flat_map(|(_, v)| v.first().map(|p| p.0))
+        .fold(f64::INFINITY, f64::min);
+    let start = if start.is_finite() { start } else { 0.0 };
+    let axes = Axes {
+        x_min: 0.0,
+        x_max: ((end - start) / 3600.0).max(1.0),
+        y_min: 0.0,
+        y_max: 1.0,
+        log_x: false,
+    };
+    let days = ((end - start) / 86_400.0).ceil().max(1.0) as u32;
+    let every = (days / 10).max(1);
+    let x_ticks: Vec<(f64, String)> = (0..=days)
+        .step_by(every as usize)
+        .map(|d| (f64::from(d) * 24.0, format!("day {d}")))
+        .collect();
+    let y_ticks: Vec<(f64, String)> = (0..=4)
+        .map(|i| (f64::from(i) / 4.0, format!("{}%", i * 25)))
+        .collect();
+    let title = format!("GPU utilisation ({gpus} GPUs, hourly mean)");
+    let mut svg = frame(
+        &title,
+        "time since first submission",
+        "busy GPUs",
+        &axes,
+        &x_ticks,
+        &y_ticks,
+    );
+    for (i, (name, timeline)) in policies.iter().enumerate() {
+        let points: Vec<(f64, f64)> = hourly(timeline, start)
+            .into_iter()
+            .map(|(h, busy)| (h, busy / f64::from(gpus.max(1))))
+            .collect();
+        series(&mut svg, &axes, i, name, &points);
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// Hourly means of a step function given as (time, value) change points.
+fn hourly(timeline: &[(f64, f64)], start: f64) -> Vec<(f64, f64)> {
+    let Some(&(_, _)) = timeline.last() else {
+        return Vec::new();
+    };
+    let end = timeline.last().map_or(start, |p| p.0);
+    let hours = ((end - start) / 3600.0).ceil() as usize;
+    let mut sums = vec![0.0; hours.max(1)];
+    for window in timeline.windows(2) {
+        let (t0, v) = window[0];
+        let t1 = window[1].0;
+        let mut t = t0;
+        while t < t1 {
+            let hour = ((t - start) / 3600.0) as usize;
+            let boundary = start + (hour as f64 + 1.0) * 3600.0;
+            let until = boundary.min(t1);
+            if let Some(sum) = sums.get_mut(hour) {
+                *sum += v * (until - t);
+            }
+            t = until;
+        }
+    }
+    sums.into_iter()
+        .enumerate()
+        .map(|(h, s)| (h as f64 + 0.5, s / 3600.0))
+        .collect()
+}
+
+pub fn human_seconds(s: f64) -> String {
+    match s {
+        s if s < 60.0 => format!("{s:.0}s"),
+        s if s < 3600.0 => format!("{:.0}m", s / 60.0),
+        s if s < 86_400.0 => format!("{:.0}h", s / 3600.0),
+        s => format!("{:.0}d", s / 86_400.0),
+    }
+}

@@ -1,0 +1,92 @@
+//! The hidden ground truth of simulated jobs. Policies never see these types: they get observations
+//! (noisy step times and losses) through the snapshot, and SRTF alone gets remaining times through
+//! [`SimOracle`].
+
+use super::speed::MeasuredModel;
+use crate::policy::Oracle;
+use crate::snapshot::Shape;
+use drover_core::JobId;
+use std::sync::{Arc, Mutex};
+
+/// Seconds of run time between periodic checkpoints, and what one costs, fold into a job's true rate.
+pub(crate) fn checkpoint_factor(every_s: f64, cost_s: f64) -> f64 {
+    if every_s <= 0.0 {
+        1.0
+    } else {
+        every_s / (every_s + cost_s)
+    }
+}
+
+/// What is true of one job.
+#[derive(Debug, Clone)]
+pub struct JobTruth {
+    pub(crate) model: Arc<MeasuredModel>,
+    /// Stretch of the model's speed surface: g_job(p, w) = s · g(p / s, w / s).
+    pub(crate) stretch: f64,
+    /// Total steps to completion.
+    pub(crate) total_steps: f64,
+    /// Relative noise of observed step times.
+    pub(crate) step_noise: f64,
+    /// Loss curve a·(k + k0)^(−α) + c, flat after `total_steps`.
+    pub(crate) loss: (f64, f64, f64, f64),
+}
+
+impl JobTruth {
+    /// True throughput in steps/s at `shape`, alone on its GPUs.
+    pub(crate) fn steps_per_s(&self, shape: Shape) -> f64 {
+        if shape.workers == 0 {
+            return 0.0;
+        }
+        let s = self.stretch;
+        let samples = s * self
+            .model
+            .speed(f64::from(shape.ps.max(1)) / s, f64::from(shape.workers) / s);
+        samples / self.model.batch
+    }
+
+    pub(crate) fn loss_at(&self, step: f64) -> f64 {
+        let (a, k0, alpha, c) = self.loss;
+        a * (step.min(self.total_steps) + k0).powf(-alpha) + c
+    }
+
+    /// Scales the hidden truth (for tests that change it while observations stay put).
+    #[doc(hidden)]
+    pub fn scale_for_test(&mut self, speed: f64, steps: f64) {
+        self.stretch *= speed;
+        self.total_steps *= steps;
+    }
+}
+
+/// Live progress the oracle reads: steps done per job index, updated by the engine before each round.
+#[derive(Debug, Default)]
+pub struct OracleState {
+    pub(crate) steps_done: Vec<f64>,
+}
+
+/// SRTF's window on the truth.
+#[derive(Debug)]
+pub struct SimOracle {
+    pub(crate) truths: Arc<Vec<JobTruth>>,
+    pub(crate) state: Arc<Mutex<OracleState>>,
+    pub(crate) checkpoint_factor: f64,
+}
+
+impl Oracle for SimOracle {
+    fn remaining_s(&self, job: JobId, shape: Shape) -> f64 {
+        let index = job.0.as_u128() as usize;
+        let Some(truth) = self.truths.get(index) else {
+            return f64::INFINITY;
+        };
+        let done = self
+            .state
+            .lock()
+            .map(|s| s.steps_done.get(index).copied().unwrap_or(0.0))
+            .unwrap_or(0.0);
+        let rate = truth.steps_per_s(shape) * self.checkpoint_factor;
+        if rate <= 0.0 {
+            f64::INFINITY
+        } else {
+            (truth.total_steps - done).max(0.0) / rate
+        }
+    }
+}

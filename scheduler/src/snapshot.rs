@@ -1,0 +1,132 @@
+//! What a policy sees: the time, the nodes, the tenants and the jobs with their observed history only.
+
+use crate::cluster::Node;
+use crate::plan::Placement;
+use drover_core::JobId;
+use serde::{Deserialize, Serialize};
+
+/// A job's shape: parameter-server shards and workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Shape {
+    pub ps: u32,
+    pub workers: u32,
+}
+
+/// An inclusive range of task counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Range {
+    pub min: u32,
+    pub max: u32,
+}
+
+impl Range {
+    pub fn contains(self, n: u32) -> bool {
+        self.min <= n && n <= self.max
+    }
+}
+
+/// A tenant and its guaranteed share.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tenant {
+    pub name: String,
+    pub guaranteed_gpus: u32,
+    pub max_gpus: Option<u32>,
+}
+
+/// Mean observed step time at one shape (the snapshot keeps aggregates, not every sample).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StepStats {
+    pub shape: Shape,
+    pub samples: u32,
+    pub mean_step_s: f64,
+}
+
+/// What has been observed of a job; never its true speed or length.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Observations {
+    /// GPUs × seconds the job has held (Tiresias's 2D attained service).
+    pub attained_gpu_s: f64,
+    /// Seconds the job has run in total.
+    pub executed_s: f64,
+    /// Seconds the job has run since it last (re)entered its current priority queue.
+    pub executed_since_promotion_s: f64,
+    /// When the job last started or stopped running (for starvation checks).
+    pub last_state_change_s: f64,
+    pub steps_done: u64,
+    pub step_stats: Vec<StepStats>,
+    /// (step, loss) samples, oldest first, thinned to a bounded count.
+    pub loss_samples: Vec<(u64, f64)>,
+    /// When the last checkpoint was committed.
+    pub last_checkpoint_s: Option<f64>,
+    pub restarts: u32,
+}
+
+/// One job as the scheduler sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    pub id: JobId,
+    /// Index into [`ClusterSnapshot::tenants`].
+    pub tenant: u32,
+    pub priority: i32,
+    pub submit_s: f64,
+    pub workers: Range,
+    pub ps: Range,
+    /// The shape the user asked for; policies that do not resize run the job at it.
+    pub preferred: Shape,
+    pub gpus_per_worker: u32,
+    /// GPU memory one worker needs; `None` takes whole GPUs.
+    pub gpu_memory_gb: Option<f64>,
+    pub cpus_per_worker: u32,
+    pub cpus_per_ps: u32,
+    pub preemptible: bool,
+    /// The model has a few very large tensors (high skew): its workers should sit on as few nodes as
+    /// possible (Tiresias's consolidated placement).
+    pub consolidate: bool,
+    /// Where the job runs now; `None` while it waits.
+    pub placement: Option<Placement>,
+    pub observed: Observations,
+}
+
+impl JobView {
+    pub fn is_running(&self) -> bool {
+        self.placement.is_some()
+    }
+
+    pub fn is_elastic(&self) -> bool {
+        self.workers.min < self.workers.max || self.ps.min < self.ps.max
+    }
+
+    /// GPUs the job needs at `shape`.
+    pub fn gpus_at(&self, shape: Shape) -> u32 {
+        shape.workers * self.gpus_per_worker
+    }
+}
+
+/// Everything a policy decides from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterSnapshot {
+    /// Seconds on the scheduler's clock (virtual in the simulator).
+    pub now_s: f64,
+    pub nodes: Vec<Node>,
+    pub tenants: Vec<Tenant>,
+    /// Active jobs (waiting or running), in submission order.
+    pub jobs: Vec<JobView>,
+}
+
+impl ClusterSnapshot {
+    pub fn total_gpus(&self) -> u32 {
+        self.nodes
+            .iter()
+            .filter(|n| n.schedulable)
+            .map(Node::num_gpus)
+            .sum()
+    }
+
+    pub fn total_cpus(&self) -> u32 {
+        self.nodes
+            .iter()
+            .filter(|n| n.schedulable)
+            .map(|n| n.cpus)
+            .sum()
+    }
+}

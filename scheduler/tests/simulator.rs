@@ -1,0 +1,174 @@
+//! The simulator end to end on a small trace with the real speed measurements.
+
+#![expect(clippy::unwrap_used, reason = "tests")]
+
+use drover_scheduler::cluster::uniform_cluster;
+use drover_scheduler::sim::{self, SimConfig, Stopwatch, TraceFilter, Workload};
+use drover_scheduler::{Plan, build_policy, policy_names};
+
+const MODELS: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../shared/models/ps_worker_speed.txt"
+));
+
+/// A stopwatch that never moves: reports are then fully deterministic.
+struct Frozen;
+
+impl Stopwatch for Frozen {
+    fn now_ns(&self) -> u64 {
+        0
+    }
+}
+
+fn small_trace() -> String {
+    let mut text = String::from("submit_s,duration_s,gpus,tenant\n");
+    // 60 jobs over two hours, 1-8 GPUs, 10 minutes to 3 hours, three tenants.
+    for i in 0..60u32 {
+        let gpus = [1, 1, 2, 4, 1, 8, 2, 1][(i % 8) as usize];
+        let duration = 600 + (i * 7919) % 10_000;
+        text.push_str(&format!("{},{},{},vc{}\n", i * 120, duration, gpus, i % 3));
+    }
+    text
+}
+
+fn workload(seed: u64) -> Workload {
+    let trace = sim::parse_trace(&small_trace(), &TraceFilter::default()).unwrap();
+    let models = sim::parse_models(MODELS).unwrap();
+    sim::build_workload(&trace, &models, uniform_cluster(2, 8, 64, 32), seed)
+}
+
+#[test]
+fn the_speed_measurements_fit_the_optimus_model() {
+    let models = sim::parse_models(MODELS).unwrap();
+    assert_eq!(models.len(), 8);
+    assert_eq!(
+        models.iter().map(|m| m.points.len()).sum::<usize>(),
+        795,
+        "804 lines less 9 failed runs"
+    );
+    for model in &models {
+        assert!(
+            model.median_error < 0.17,
+            "{}: median error {:.3}",
+            model.name,
+            model.median_error
+        );
+        assert!(model.theta.iter().all(|&t| t >= 0.0));
+        // Inside the grid the surface goes through the measurements.
+        for (&(p, w), &speed) in &model.points {
+            assert!((model.speed(f64::from(p), f64::from(w)) - speed).abs() < 1e-9);
+        }
+    }
+}
+
+#[test]
+fn every_policy_completes_every_job_and_keeps_the_invariants() {
+    let workload = workload(7);
+    for name in policy_names() {
+        let (report, outcome) =
+            sim::run_policy(name, &workload, SimConfig::default(), &Frozen).unwrap();
+        assert_eq!(report.jobs, 60, "{name}");
+        assert!(
+            outcome
+                .jobs
+                .iter()
+                .all(|j| j.finish_s.is_finite() && j.finish_s >= j.first_start_s),
+            "{name}"
+        );
+        assert!(
+            report.avg_jct_s > 0.0 && report.gpu_utilisation > 0.0 && report.gpu_utilisation <= 1.0,
+            "{name}"
+        );
+        // No job finishes faster than its recorded duration allows at its recorded shape (minus noise-free
+        // checkpoint overhead only lengthens it).
+        let rows = sim::job_rows(&workload, &outcome);
+        assert!(
+            rows.iter().all(|r| r.rho >= 0.99),
+            "{name}: a job beat its own recorded duration"
+        );
+    }
+}
+
+#[test]
+fn the_same_seed_gives_the_same_result() {
+    for name in ["fifo", "tiresias", "srtf"] {
+        let a = sim::run_policy(name, &workload(3), SimConfig::default(), &Frozen)
+            .unwrap()
+            .0;
+        let b = sim::run_policy(name, &workload(3), SimConfig::default(), &Frozen)
+            .unwrap()
+            .0;
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            serde_json::to_string(&b).unwrap(),
+            "{name}"
+        );
+    }
+    let other = sim::run_policy("fifo", &workload(4), SimConfig::default(), &Frozen)
+        .unwrap()
+        .0;
+    let first = sim::run_policy("fifo", &workload(3), SimConfig::default(), &Frozen)
+        .unwrap()
+        .0;
+    assert_ne!(
+        first.avg_jct_s, other.avg_jct_s,
+        "another seed draws other models"
+    );
+}
+
+#[test]
+fn preemptive_policies_beat_strict_fifo_here() {
+    let workload = workload(11);
+    let jct = |name: &str| {
+        sim::run_policy(name, &workload, SimConfig::default(), &Frozen)
+            .unwrap()
+            .0
+            .avg_jct_s
+    };
+    let fifo = jct("fifo");
+    assert!(jct("srtf") < fifo);
+    assert!(jct("fifo-backfill") <= fifo);
+}
+
+#[test]
+fn changing_the_hidden_truth_changes_no_observing_policy_plan() {
+    // A snapshot with some observations, as the engine builds them.
+    let workload = workload(5);
+    let mut snapshot = drover_scheduler::ClusterSnapshot {
+        now_s: 3600.0,
+        nodes: workload.nodes.clone(),
+        tenants: workload.tenants.clone(),
+        jobs: workload
+            .jobs
+            .iter()
+            .take(20)
+            .map(|j| j.view.clone())
+            .collect(),
+    };
+    for (i, job) in snapshot.jobs.iter_mut().enumerate() {
+        job.observed.attained_gpu_s = 1000.0 * i as f64;
+        job.observed.executed_s = 100.0 * i as f64;
+    }
+    let mut changed = workload.clone();
+    let mut truths = (*changed.truths).clone();
+    for truth in &mut truths {
+        truth.scale_for_test(3.0, 0.25);
+    }
+    changed.truths = std::sync::Arc::new(truths.into_iter().rev().collect());
+    let config = SimConfig::default();
+    for name in policy_names() {
+        let (oracle_a, _) = sim::oracle_for(&workload, &config);
+        let (oracle_b, _) = sim::oracle_for(&changed, &config);
+        let plan_a = build_policy(name, Some(Box::new(oracle_a)))
+            .unwrap()
+            .schedule(&snapshot, &Plan::default());
+        let plan_b = build_policy(name, Some(Box::new(oracle_b)))
+            .unwrap()
+            .schedule(&snapshot, &Plan::default());
+        if drover_scheduler::is_oracle_policy(name) {
+            assert_ne!(plan_a, plan_b, "the oracle baseline does see the truth");
+        } else {
+            assert_eq!(plan_a, plan_b, "{name} must decide from observations only");
+        }
+    }
+}
