@@ -19,7 +19,8 @@ pub enum Strategy {
 
 #[derive(Debug, Clone)]
 struct NodeFree {
-    gpu_free: Vec<bool>,
+    /// Bit `i` set: GPU `i` is free (nodes have at most 64 GPUs).
+    gpu_free: u64,
     free_gpus: u32,
     free_cpus: u32,
     schedulable: bool,
@@ -39,34 +40,55 @@ pub struct FreeResources {
 impl FreeResources {
     /// The whole cluster, empty.
     pub fn empty_cluster(snapshot: &ClusterSnapshot) -> Self {
+        let mut free = Self::unbucketed(snapshot);
+        free.build_buckets();
+        free
+    }
+
+    fn unbucketed(snapshot: &ClusterSnapshot) -> Self {
         let max_node_gpus = snapshot
             .nodes
             .iter()
-            .map(|n| n.num_gpus())
+            .map(|n| n.num_gpus().min(64))
             .max()
             .unwrap_or(0);
         let mut free = FreeResources {
             nodes: Vec::with_capacity(snapshot.nodes.len()),
-            buckets: vec![BTreeSet::new(); max_node_gpus as usize + 1],
+            buckets: Vec::new(),
             free_gpus: 0,
             free_cpus: 0,
             max_node_gpus,
         };
         for node in &snapshot.nodes {
+            let gpus = node.num_gpus().min(64);
             let entry = NodeFree {
-                gpu_free: vec![true; node.gpus.len()],
-                free_gpus: node.num_gpus(),
+                gpu_free: if gpus == 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << gpus) - 1
+                },
+                free_gpus: gpus,
                 free_cpus: node.cpus,
                 schedulable: node.schedulable,
             };
             if node.schedulable {
                 free.free_gpus += entry.free_gpus;
                 free.free_cpus += entry.free_cpus;
-                free.buckets[entry.free_gpus as usize].insert(node.id.0);
             }
             free.nodes.push(entry);
         }
         free
+    }
+
+    fn build_buckets(&mut self) {
+        let mut buckets = vec![Vec::new(); self.max_node_gpus as usize + 1];
+        for (i, node) in self.nodes.iter().enumerate() {
+            if node.schedulable {
+                buckets[node.free_gpus as usize].push(i as u32);
+            }
+        }
+        // Nodes come in id order, so every bucket is built from sorted input.
+        self.buckets = buckets.into_iter().map(BTreeSet::from_iter).collect();
     }
 
     /// The cluster minus the placements of the running jobs `keep` selects.
@@ -74,14 +96,17 @@ impl FreeResources {
         snapshot: &ClusterSnapshot,
         mut keep: impl FnMut(usize, &JobView) -> bool,
     ) -> Self {
-        let mut free = Self::empty_cluster(snapshot);
+        let mut free = Self::unbucketed(snapshot);
         for (i, job) in snapshot.jobs.iter().enumerate() {
             if let Some(placement) = &job.placement
                 && keep(i, job)
             {
-                free.take(placement);
+                for task in &placement.tasks {
+                    free.take_task(task);
+                }
             }
         }
+        free.build_buckets();
         free
     }
 
@@ -105,25 +130,32 @@ impl FreeResources {
     pub fn take(&mut self, placement: &Placement) {
         for task in &placement.tasks {
             let node = task.node.0 as usize;
-            let before = self.nodes[node].free_gpus;
-            let entry = &mut self.nodes[node];
-            for &gpu in &task.gpus {
-                if let Some(slot) = entry.gpu_free.get_mut(gpu as usize)
-                    && *slot
-                {
-                    *slot = false;
-                    entry.free_gpus -= 1;
-                    if entry.schedulable {
-                        self.free_gpus -= 1;
-                    }
+            let Some(before) = self.nodes.get(node).map(|n| n.free_gpus) else {
+                continue;
+            };
+            self.take_task(task);
+            self.rebucket(node, before);
+        }
+    }
+
+    fn take_task(&mut self, task: &TaskPlacement) {
+        let Some(entry) = self.nodes.get_mut(task.node.0 as usize) else {
+            return;
+        };
+        for &gpu in &task.gpus {
+            let bit = 1u64.checked_shl(u32::from(gpu)).unwrap_or(0);
+            if entry.gpu_free & bit != 0 {
+                entry.gpu_free &= !bit;
+                entry.free_gpus -= 1;
+                if entry.schedulable {
+                    self.free_gpus -= 1;
                 }
             }
-            let cpus = task.cpus.min(entry.free_cpus);
-            entry.free_cpus -= cpus;
-            if entry.schedulable {
-                self.free_cpus -= cpus;
-            }
-            self.rebucket(node, before);
+        }
+        let cpus = task.cpus.min(entry.free_cpus);
+        entry.free_cpus -= cpus;
+        if entry.schedulable {
+            self.free_cpus -= cpus;
         }
     }
 
@@ -137,7 +169,7 @@ impl FreeResources {
             if task
                 .gpus
                 .iter()
-                .any(|&g| !entry.gpu_free.get(g as usize).copied().unwrap_or(false))
+                .any(|&g| entry.gpu_free & 1u64.checked_shl(u32::from(g)).unwrap_or(0) == 0)
             {
                 return false;
             }
@@ -175,20 +207,18 @@ impl FreeResources {
         let mut index = 0;
         for &(node, count) in &worker_nodes {
             for _ in 0..count {
-                let entry = &self.nodes[node as usize];
-                let gpus: Vec<u16> = entry
-                    .gpu_free
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, free)| {
-                        **free
-                            && !tasks.iter().any(|t: &TaskPlacement| {
-                                t.node.0 == node && t.gpus.contains(&(*i as u16))
-                            })
-                    })
-                    .take(per_worker_gpus as usize)
-                    .map(|(i, _)| i as u16)
-                    .collect();
+                let mut available = self.nodes[node as usize].gpu_free;
+                for task in tasks.iter().filter(|t: &&TaskPlacement| t.node.0 == node) {
+                    for &g in &task.gpus {
+                        available &= !(1u64 << g);
+                    }
+                }
+                let mut gpus = Vec::with_capacity(per_worker_gpus as usize);
+                while gpus.len() < per_worker_gpus as usize && available != 0 {
+                    let g = available.trailing_zeros();
+                    gpus.push(g as u16);
+                    available &= !(1u64 << g);
+                }
                 tasks.push(TaskPlacement {
                     role: Role::Worker,
                     index,

@@ -1,6 +1,5 @@
 //! Each baseline policy's behaviour on small, hand-made clusters.
 
-
 mod common;
 
 use common::{FixedOracle, apply, id, job, snapshot};

@@ -41,8 +41,7 @@ type RawModel = (f64, Vec<(u32, u32, f64)>, Vec<f64>, Vec<f64>);
 
 /// Parses the Python-literal tuples of the speed file, dropping failed (all-zero) runs.
 pub fn parse_models(text: &str) -> Result<Vec<MeasuredModel>, ParseError> {
-    let mut raw: BTreeMap<String, RawModel> =
-        BTreeMap::new();
+    let mut raw: BTreeMap<String, RawModel> = BTreeMap::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() {
