@@ -17,6 +17,7 @@ fn violation(message: String) -> Result<(), Violation> {
 /// (job index, packed, GPU memory the job needs).
 type GpuUser = (usize, bool, Option<f64>);
 
+/// The whole check: every active job decided, and [`check_placements`].
 pub fn check(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), Violation> {
     if plan.jobs.len() != snapshot.jobs.len() {
         return violation(format!(
@@ -25,12 +26,25 @@ pub fn check(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), Violation> {
             snapshot.jobs.len()
         ));
     }
+    if let Some(job) = snapshot
+        .jobs
+        .iter()
+        .find(|job| !plan.jobs.contains_key(&job.id))
+    {
+        return violation(format!("job {} has no decision", job.id));
+    }
+    check_placements(snapshot, plan)
+}
+
+/// What must hold of a plan at every phase of a policy, finished or not: gangs within their ranges, no
+/// CPU over-committed, no GPU shared without a packing decision or beyond its memory.
+pub fn check_placements(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), Violation> {
     let mut cpus_used = vec![0u64; snapshot.nodes.len()];
     // (node, gpu) -> [(job index, packed, memory)]
     let mut gpu_users: BTreeMap<(u32, u16), Vec<GpuUser>> = BTreeMap::new();
     for (i, job) in snapshot.jobs.iter().enumerate() {
         let Some(decision) = plan.jobs.get(&job.id) else {
-            return violation(format!("job {} has no decision", job.id));
+            continue;
         };
         let JobPlan::Run { placement, .. } = decision else {
             continue;

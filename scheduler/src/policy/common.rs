@@ -59,6 +59,11 @@ pub fn ordered_round(
             );
         }
     }
+    debug_assert_eq!(
+        invariants::check_placements(snapshot, &plan),
+        Ok(()),
+        "after keeping chosen jobs"
+    );
     // Chosen waiting jobs are placed in order.
     for &i in order {
         let job = &snapshot.jobs[i];
@@ -73,6 +78,11 @@ pub fn ordered_round(
             plan.jobs.insert(job.id, decision);
         }
     }
+    debug_assert_eq!(
+        invariants::check_placements(snapshot, &plan),
+        Ok(()),
+        "after placing chosen jobs"
+    );
     // The rest, in order, in what is left.
     for &i in order {
         let job = &snapshot.jobs[i];
