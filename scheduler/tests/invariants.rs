@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{apply, id, job, snapshot};
+use common::{FixedOracle, apply, id, job, snapshot};
 use drover_scheduler::plan::{JobPlan, Placement, Role, RunReason, TaskPlacement};
 use drover_scheduler::{NodeId, Plan, build_policy, invariants};
 
