@@ -110,4 +110,11 @@ fn plan_changes_name_starts_stops_and_moves() {
         plan.changes(&snap).is_empty(),
         "nothing changes once applied"
     );
+    let srtf = build_policy("srtf", Some(Box::new(FixedOracle::default())))
+        .unwrap()
+        .schedule(&snap, &plan);
+    assert!(
+        srtf.changes(&snap).is_empty(),
+        "SRTF keeps jobs that all fit where they are"
+    );
 }
