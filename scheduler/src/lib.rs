@@ -10,6 +10,7 @@
 
 pub mod cluster;
 pub mod invariants;
+pub mod perf;
 pub mod place;
 pub mod plan;
 pub mod policy;
