@@ -90,6 +90,10 @@ pub enum WaitReason {
     NeverFits,
     /// Its tenant's fair share is used up while others wait (DRF).
     FairShare,
+    /// Its time slice ended; it resumes when its turn comes again (Gandiva), at the suspend/resume cost.
+    Suspended,
+    /// Preempted without waiting for a checkpoint: the work since its last one is lost.
+    PreemptedWithoutCheckpoint,
 }
 
 /// Why a job runs where it runs.
@@ -106,6 +110,12 @@ pub enum RunReason {
     FairShare,
     /// Its priority queue (Tiresias) or remaining time (SRTF) put it ahead.
     PriorityOrder,
+    /// Its shape was chosen for the largest reduction in remaining time (Optimus-style allocation).
+    MarginalGain,
+    /// Packed onto GPUs another job uses, because both fit in memory and both progress (Gandiva).
+    Packed,
+    /// Its time slice came (Gandiva).
+    TimeSlice,
 }
 
 /// The decision for one job.

@@ -4,7 +4,7 @@
 use super::truth::{OracleState, checkpoint_factor};
 use super::workload::{Workload, noisy};
 use crate::invariants;
-use crate::plan::{JobPlan, Plan};
+use crate::plan::{JobPlan, Placement, Plan, WaitReason};
 use crate::policy::Policy;
 use crate::snapshot::{ClusterSnapshot, JobView, StepStats};
 use rand::SeedableRng;
@@ -97,7 +97,9 @@ struct Live {
     productive_from: f64,
     /// Overhead owed at the next start (a checkpoint taken when preempted).
     owed_s: f64,
-    ran_before: bool,
+    /// Steps at the last committed checkpoint (what a kill rolls back to).
+    checkpoint_steps: f64,
+    checkpoints_in_run: u64,
     first_start: Option<f64>,
     finish: Option<f64>,
     restarts: u32,
@@ -110,6 +112,8 @@ struct Engine<'a> {
     live: Vec<Live>,
     rng: ChaCha8Rng,
     outcome: Outcome,
+    /// Jobs using each GPU, `node * 64 + gpu`.
+    gpu_users: Vec<u8>,
     busy: u32,
     oracle: Option<Arc<Mutex<OracleState>>>,
 }
@@ -126,14 +130,55 @@ impl Engine<'_> {
         )
     }
 
-    fn rate_of(&self, index: usize, plan: &crate::plan::Placement) -> f64 {
-        let packed = plan.tasks.iter().any(|t| t.packed);
-        let slowdown = if packed {
+    /// True speed at a placement: slowed when any of its GPUs is shared with another job.
+    fn rate_of(&self, index: usize, placement: &Placement) -> f64 {
+        let shared = placement
+            .tasks
+            .iter()
+            .flat_map(|t| {
+                t.gpus
+                    .iter()
+                    .map(move |&g| t.node.0 as usize * 64 + usize::from(g))
+            })
+            .any(|slot| self.gpu_users.get(slot).copied().unwrap_or(0) > 1);
+        let slowdown = if shared {
             1.0 - self.config.packing_slowdown
         } else {
             1.0
         };
-        self.workload.truths[index].steps_per_s(plan.shape()) * self.ckpt_factor() * slowdown
+        self.workload.truths[index].steps_per_s(placement.shape()) * self.ckpt_factor() * slowdown
+    }
+
+    /// Counts a placement's GPUs in (`add`) or out.
+    fn occupy(&mut self, placement: &Placement, add: bool) {
+        for task in &placement.tasks {
+            for &gpu in &task.gpus {
+                let slot = task.node.0 as usize * 64 + usize::from(gpu);
+                if slot >= self.gpu_users.len() {
+                    continue;
+                }
+                let users = &mut self.gpu_users[slot];
+                if add {
+                    *users += 1;
+                    self.busy += u32::from(*users == 1);
+                } else {
+                    *users = users.saturating_sub(1);
+                    self.busy -= u32::from(*users == 0);
+                }
+            }
+        }
+    }
+
+    /// Speeds change when jobs start sharing GPUs or stop: recompute every running job's.
+    fn refresh_rates(&mut self) {
+        for position in 0..self.snapshot.jobs.len() {
+            let Some(placement) = &self.snapshot.jobs[position].placement else {
+                continue;
+            };
+            let index = index_of(&self.snapshot.jobs[position]);
+            let rate = self.rate_of(index, placement);
+            self.live[index].rate = rate;
+        }
     }
 
     fn completion_time(&self, index: usize, now: f64) -> f64 {
@@ -152,6 +197,7 @@ impl Engine<'_> {
             return;
         }
         self.outcome.busy_gpu_s += f64::from(self.busy) * dt;
+        let every = self.config.costs.checkpoint_every_s + self.config.costs.checkpoint_s;
         for job in &mut self.snapshot.jobs {
             let Some(placement) = &job.placement else {
                 continue;
@@ -161,6 +207,15 @@ impl Engine<'_> {
             let productive = (to - from.max(live.productive_from)).max(0.0);
             live.steps =
                 (live.steps + live.rate * productive).min(self.workload.truths[index].total_steps);
+            if every > 0.0 && to > live.productive_from {
+                let done = ((to - live.productive_from) / every).floor() as u64;
+                if done > live.checkpoints_in_run {
+                    live.checkpoints_in_run = done;
+                    let since = (to - live.productive_from) - done as f64 * every;
+                    live.checkpoint_steps =
+                        (live.steps - live.rate * since).max(live.checkpoint_steps);
+                }
+            }
             job.observed.attained_gpu_s += f64::from(placement.num_gpus()) * dt;
             job.observed.executed_s += dt;
             job.observed.executed_since_promotion_s += dt;
@@ -229,42 +284,52 @@ impl Engine<'_> {
         }
     }
 
-    /// Carries out one decision at `now`.
+    /// Carries out one decision at `now`; the caller refreshes rates afterwards.
     fn apply(&mut self, position: usize, decision: &JobPlan, now: f64) {
         let costs = self.config.costs;
         let job = &self.snapshot.jobs[position];
         let index = index_of(job);
-        match (&job.placement, decision) {
+        match (job.placement.clone(), decision) {
             (None, JobPlan::Run { placement, .. }) => {
-                let rate = self.rate_of(index, placement);
+                self.occupy(placement, true);
                 let live = &mut self.live[index];
-                let overhead = live.owed_s
-                    + if live.ran_before {
-                        costs.restart_s
-                    } else {
-                        0.0
-                    };
-                live.restarts += u32::from(live.ran_before);
-                live.ran_before = true;
+                let resumed = live.first_start.is_some();
+                let overhead = live.owed_s;
                 live.owed_s = 0.0;
-                live.rate = rate;
                 live.productive_from = now + overhead;
+                live.checkpoints_in_run = 0;
+                live.checkpoint_steps = live.steps;
                 live.first_start.get_or_insert(now);
-                self.busy += placement.num_gpus();
                 let job = &mut self.snapshot.jobs[position];
-                job.observed.restarts = live.restarts;
+                if resumed {
+                    job.observed.restarts = live.restarts;
+                }
                 job.observed.last_state_change_s = now;
                 job.placement = Some(placement.clone());
             }
-            (Some(old), JobPlan::Wait { .. }) => {
-                // Preempted: it checkpoints on the way out (paid at its next start) and keeps its work.
-                self.busy -= old.num_gpus();
+            (Some(old), JobPlan::Wait { reason }) => {
+                self.occupy(&old, false);
                 let live = &mut self.live[index];
                 live.rate = 0.0;
-                live.owed_s = costs.checkpoint_s;
+                match reason {
+                    // Suspended in memory at a step boundary: cheap to resume, nothing lost.
+                    WaitReason::Suspended => live.owed_s = costs.suspend_resume_s,
+                    // Killed: the work since the last checkpoint is lost; it restarts from that one.
+                    WaitReason::PreemptedWithoutCheckpoint => {
+                        live.steps = live.checkpoint_steps;
+                        live.owed_s = costs.restart_s;
+                        live.restarts += 1;
+                    }
+                    // Preempted: it checkpoints on the way out, then restarts.
+                    _ => {
+                        live.owed_s = costs.checkpoint_s + costs.restart_s;
+                        live.restarts += 1;
+                    }
+                }
                 let job = &mut self.snapshot.jobs[position];
                 job.placement = None;
                 job.observed.last_state_change_s = now;
+                job.observed.steps_done = live.steps as u64;
             }
             (Some(old), JobPlan::Run { placement, .. }) if !old.same_resources(placement) => {
                 let overhead = if old.shape() != placement.shape() {
@@ -272,11 +337,12 @@ impl Engine<'_> {
                 } else {
                     costs.migration_s
                 };
-                self.busy = self.busy - old.num_gpus() + placement.num_gpus();
-                let rate = self.rate_of(index, placement);
+                self.occupy(&old, false);
+                self.occupy(placement, true);
                 let live = &mut self.live[index];
-                live.rate = rate;
                 live.productive_from = now.max(live.productive_from) + overhead;
+                live.checkpoints_in_run = 0;
+                live.checkpoint_steps = live.steps;
                 self.snapshot.jobs[position].placement = Some(placement.clone());
             }
             _ => {}
@@ -321,6 +387,7 @@ pub(crate) fn simulate(
         live: vec![Live::default(); n],
         rng: ChaCha8Rng::seed_from_u64(config.seed ^ 0x5eed),
         outcome: Outcome::default(),
+        gpu_users: vec![0; workload.nodes.len() * 64],
         busy: 0,
         oracle,
     };
@@ -363,14 +430,18 @@ pub(crate) fn simulate(
             let job = &engine.snapshot.jobs[position];
             let index = index_of(job);
             if job.placement.is_some() && engine.completion_time(index, now) <= now + 1e-6 {
-                let gpus = job.placement.as_ref().map_or(0, |p| p.num_gpus());
-                engine.busy -= gpus;
+                if let Some(placement) = job.placement.clone() {
+                    engine.occupy(&placement, false);
+                }
                 engine.live[index].finish = Some(now);
                 engine.snapshot.jobs.remove(position);
                 completed = true;
             } else {
                 position += 1;
             }
+        }
+        if completed {
+            engine.refresh_rates();
         }
         // Arrivals, placed incrementally.
         while let Some(job) = workload.jobs.get(next_arrival)
@@ -387,6 +458,7 @@ pub(crate) fn simulate(
                 .arrival_ns
                 .push(stopwatch.now_ns().saturating_sub(started));
             engine.apply(position, &decision, now);
+            engine.refresh_rates();
         }
         // A full round after completions and on the tick.
         if completed || now >= last_round + config.round_s - 1e-9 {
@@ -417,6 +489,7 @@ pub(crate) fn simulate(
                     }
                 }
             }
+            engine.refresh_rates();
             previous = plan;
             last_round = now;
         }
