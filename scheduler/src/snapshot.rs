@@ -37,6 +37,8 @@ pub struct Tenant {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct StepStats {
     pub shape: Shape,
+    /// Measured while its GPUs were shared with another job (packing).
+    pub shared: bool,
     pub samples: u32,
     pub mean_step_s: f64,
 }

@@ -40,8 +40,11 @@ impl ConvergenceModel {
 
     /// Fits (step, loss) samples; `None` with too few samples or a curve that does not decrease.
     pub fn fit(samples: &[(u64, f64)]) -> Option<ConvergenceModel> {
+        // At most 64 points, evenly thinned: enough for three parameters, cheap to refit.
+        let stride = samples.len().div_ceil(64).max(1);
         let points: Vec<(f64, f64)> = samples
             .iter()
+            .step_by(stride)
             .filter(|(_, l)| l.is_finite() && *l > 0.0)
             .map(|&(k, l)| (k as f64, l))
             .collect();
@@ -65,7 +68,7 @@ impl ConvergenceModel {
         // Golden-section search for β2 in [0, 0.999·min loss].
         let (mut lo, mut hi) = (0.0, 0.999 * min_loss);
         let ratio = (5f64.sqrt() - 1.0) / 2.0;
-        for _ in 0..60 {
+        for _ in 0..40 {
             let a = hi - ratio * (hi - lo);
             let b = lo + ratio * (hi - lo);
             if error(a).0 < error(b).0 {

@@ -35,7 +35,7 @@ impl SpeedModel {
     pub fn from_observations(stats: &[StepStats]) -> SpeedModel {
         let usable: Vec<&StepStats> = stats
             .iter()
-            .filter(|s| s.samples > 0 && s.mean_step_s > 0.0 && s.shape.workers > 0)
+            .filter(|s| !s.shared && s.samples > 0 && s.mean_step_s > 0.0 && s.shape.workers > 0)
             .collect();
         if usable.len() >= MIN_SHAPES {
             let rows: Vec<([f64; 5], f64)> = usable
@@ -95,6 +95,7 @@ mod tests {
                 let shape = Shape { ps, workers };
                 StepStats {
                     shape,
+                    shared: false,
                     samples: 10,
                     mean_step_s: SpeedModel::dot(&theta, shape),
                 }

@@ -3,13 +3,19 @@
 
 mod common;
 mod drf;
+mod drover;
+mod elastic;
 mod fifo;
+mod optimus;
 mod srtf;
 mod tiresias;
 
 pub use common::{arrival_if_free, ordered_round};
 pub use drf::Drf;
+pub use drover::DroverPolicy;
+pub use elastic::{ElasticParams, allocate, min_shape, place_targets};
 pub use fifo::Fifo;
+pub use optimus::Optimus;
 pub use srtf::Srtf;
 pub use tiresias::Tiresias;
 
@@ -47,12 +53,21 @@ pub enum PolicyError {
 
 /// Every policy's registered name.
 pub fn policy_names() -> Vec<&'static str> {
-    vec!["fifo", "fifo-backfill", "srtf", "drf", "tiresias"]
+    vec![
+        "fifo",
+        "fifo-backfill",
+        "srtf",
+        "drf",
+        "tiresias",
+        "optimus",
+        "optimus-oracle",
+        "drover",
+    ]
 }
 
 /// Whether the named policy is an oracle baseline (it needs the true remaining times).
 pub fn is_oracle_policy(name: &str) -> bool {
-    name == "srtf"
+    matches!(name, "srtf" | "optimus-oracle")
 }
 
 /// Builds a policy by name. `oracle` is handed to oracle baselines and dropped by every other policy.
@@ -66,6 +81,11 @@ pub fn build_policy(
         "srtf" => Box::new(Srtf::new(oracle.ok_or(PolicyError::NeedsOracle("srtf"))?)),
         "drf" => Box::new(Drf),
         "tiresias" => Box::new(Tiresias::default()),
+        "optimus" => Box::new(Optimus::new()),
+        "optimus-oracle" => Box::new(Optimus::with_oracle(
+            oracle.ok_or(PolicyError::NeedsOracle("optimus-oracle"))?,
+        )),
+        "drover" => Box::new(DroverPolicy::default()),
         other => return Err(PolicyError::Unknown(other.to_owned())),
     })
 }

@@ -46,7 +46,7 @@ impl Default for Tiresias {
 }
 
 impl Tiresias {
-    fn strategy(job: &JobView) -> Strategy {
+    pub(crate) fn strategy(job: &JobView) -> Strategy {
         if job.consolidate {
             Strategy::Consolidate
         } else {
@@ -55,7 +55,7 @@ impl Tiresias {
     }
 
     /// Brings every job's queue up to date with what the snapshot shows.
-    fn update_queues(&mut self, snapshot: &ClusterSnapshot) {
+    pub(crate) fn update_queues(&mut self, snapshot: &ClusterSnapshot) {
         let live: std::collections::BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
         self.entries.retain(|id, _| live.contains(id));
         for job in &snapshot.jobs {
@@ -92,6 +92,15 @@ impl Tiresias {
                 }
             }
         }
+    }
+}
+
+impl Tiresias {
+    /// (queue, order of entry): lower runs first. Call [`Self::update_queues`] first.
+    pub(crate) fn queue_key(&self, job: JobId) -> (u8, u64) {
+        self.entries
+            .get(&job)
+            .map_or((0, u64::MAX), |e| (e.queue, e.seq))
     }
 }
 

@@ -130,9 +130,8 @@ impl Engine<'_> {
         )
     }
 
-    /// True speed at a placement: slowed when any of its GPUs is shared with another job.
-    fn rate_of(&self, index: usize, placement: &Placement) -> f64 {
-        let shared = placement
+    fn is_shared(&self, placement: &Placement) -> bool {
+        placement
             .tasks
             .iter()
             .flat_map(|t| {
@@ -140,8 +139,12 @@ impl Engine<'_> {
                     .iter()
                     .map(move |&g| t.node.0 as usize * 64 + usize::from(g))
             })
-            .any(|slot| self.gpu_users.get(slot).copied().unwrap_or(0) > 1);
-        let slowdown = if shared {
+            .any(|slot| self.gpu_users.get(slot).copied().unwrap_or(0) > 1)
+    }
+
+    /// True speed at a placement: slowed when any of its GPUs is shared with another job.
+    fn rate_of(&self, index: usize, placement: &Placement) -> f64 {
+        let slowdown = if self.is_shared(placement) {
             1.0 - self.config.packing_slowdown
         } else {
             1.0
@@ -226,10 +229,17 @@ impl Engine<'_> {
     fn observe(&mut self, now: f64) {
         let every = self.config.costs.checkpoint_every_s + self.config.costs.checkpoint_s;
         let ckpt_factor = self.ckpt_factor();
-        for job in &mut self.snapshot.jobs {
+        let shared: Vec<bool> = self
+            .snapshot
+            .jobs
+            .iter()
+            .map(|j| j.placement.as_ref().is_some_and(|p| self.is_shared(p)))
+            .collect();
+        for (position, job) in self.snapshot.jobs.iter_mut().enumerate() {
             let Some(placement) = &job.placement else {
                 continue;
             };
+            let shared = shared[position];
             let index = index_of(job);
             let live = &self.live[index];
             job.observed.steps_done = live.steps as u64;
@@ -247,7 +257,7 @@ impl Engine<'_> {
                 .observed
                 .step_stats
                 .iter_mut()
-                .find(|s| s.shape == shape)
+                .find(|s| s.shape == shape && s.shared == shared)
             {
                 Some(stats) => {
                     stats.samples += 1;
@@ -255,6 +265,7 @@ impl Engine<'_> {
                 }
                 None => job.observed.step_stats.push(StepStats {
                     shape,
+                    shared,
                     samples: 1,
                     mean_step_s: step_s,
                 }),
@@ -343,6 +354,10 @@ impl Engine<'_> {
                 live.productive_from = now.max(live.productive_from) + overhead;
                 live.checkpoints_in_run = 0;
                 live.checkpoint_steps = live.steps;
+                self.snapshot.jobs[position].placement = Some(placement.clone());
+            }
+            (Some(old), JobPlan::Run { placement, .. }) if old != *placement => {
+                // Same GPUs and nodes, new flags (a packing decision): nothing moves.
                 self.snapshot.jobs[position].placement = Some(placement.clone());
             }
             _ => {}

@@ -1,0 +1,287 @@
+//! `drover`: Drover's own policy. Length-agnostic ordering from Tiresias (two-queue 2D-LAS with its
+//! starvation guard), with tenants' guaranteed shares and job priorities ahead of it; Optimus-style
+//! elastic allocation (smallest shapes first, then the largest reduction in remaining time per unit of
+//! dominant resource); and Gandiva-style packing of waiting single-GPU jobs onto GPUs a single-GPU job
+//! already uses, when both fit in the GPU's memory. See `README.md` for the measurements behind it.
+
+use super::elastic::{ElasticParams, allocate, min_shape, place_targets};
+use super::optimus::{ModelCache, arrival_at_min_shape};
+use super::{Policy, Tiresias};
+use crate::plan::{JobPlan, Placement, Plan, Role, RunReason, TaskPlacement, WaitReason};
+use crate::snapshot::{ClusterSnapshot, JobView, Shape};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone)]
+pub struct DroverPolicy {
+    las: Tiresias,
+    models: ModelCache,
+    pub params: ElasticParams,
+    /// Pack waiting single-GPU jobs onto GPUs shared with one other single-GPU job.
+    pub packing: bool,
+    /// Admit each tenant's jobs up to its guaranteed GPUs before anyone borrows.
+    pub quotas: bool,
+}
+
+impl Default for DroverPolicy {
+    fn default() -> Self {
+        DroverPolicy {
+            las: Tiresias::default(),
+            models: ModelCache::default(),
+            params: ElasticParams::default(),
+            packing: true,
+            quotas: true,
+        }
+    }
+}
+
+impl DroverPolicy {
+    /// Priority first, then guaranteed shares, then least attained service.
+    fn order(&mut self, snapshot: &ClusterSnapshot) -> Vec<usize> {
+        self.las.update_queues(snapshot);
+        let mut order: Vec<usize> = (0..snapshot.jobs.len()).collect();
+        let key = |i: usize| {
+            let job = &snapshot.jobs[i];
+            (std::cmp::Reverse(job.priority), self.las.queue_key(job.id))
+        };
+        order.sort_by_key(|&i| key(i));
+        if !self.quotas {
+            return order;
+        }
+        // Jobs within their tenant's guarantee go first, in the same order; the rest borrow after.
+        let mut used: BTreeMap<u32, u64> = BTreeMap::new();
+        let (mut guaranteed, mut borrowing) = (Vec::new(), Vec::new());
+        for i in order {
+            let job = &snapshot.jobs[i];
+            let quota = snapshot
+                .tenants
+                .get(job.tenant as usize)
+                .map_or(0, |t| u64::from(t.guaranteed_gpus));
+            let need = u64::from(job.gpus_at(min_shape(job)));
+            let tenant_used = used.entry(job.tenant).or_default();
+            if *tenant_used + need <= quota {
+                *tenant_used += need;
+                guaranteed.push(i);
+            } else {
+                borrowing.push(i);
+            }
+        }
+        guaranteed.extend(borrowing);
+        guaranteed
+    }
+}
+
+impl Policy for DroverPolicy {
+    fn name(&self) -> &'static str {
+        "drover"
+    }
+
+    fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {
+        let order = self.order(snapshot);
+        let estimates = self.models.estimates(snapshot);
+        let mut remaining = |i: usize, shape: Shape| {
+            let (steps, speed) = &estimates[i];
+            steps * speed.step_s(shape)
+        };
+        let targets = allocate(snapshot, &order, &mut remaining, self.params);
+        let (mut plan, mut free) = place_targets(snapshot, &order, &targets, Tiresias::strategy);
+        if self.packing {
+            pack(snapshot, &order, &mut plan, &mut free);
+        }
+        plan
+    }
+
+    fn place_arrival(&mut self, snapshot: &ClusterSnapshot, job: &JobView) -> JobPlan {
+        arrival_at_min_shape(
+            snapshot,
+            job,
+            Tiresias::strategy(job),
+            RunReason::PriorityOrder,
+        )
+    }
+}
+
+/// The worker of a single-GPU job.
+fn single_gpu_worker(placement: &Placement) -> Option<&TaskPlacement> {
+    let mut workers = placement.tasks.iter().filter(|t| t.role == Role::Worker);
+    let worker = workers.next()?;
+    (workers.next().is_none() && worker.gpus.len() == 1).then_some(worker)
+}
+
+/// How many jobs the plan runs on each GPU.
+fn gpu_users(plan: &Plan) -> BTreeMap<(crate::NodeId, u16), u32> {
+    let mut users = BTreeMap::new();
+    for decision in plan.jobs.values() {
+        let JobPlan::Run { placement, .. } = decision else {
+            continue;
+        };
+        for task in &placement.tasks {
+            for &gpu in &task.gpus {
+                *users.entry((task.node, gpu)).or_insert(0) += 1;
+            }
+        }
+    }
+    users
+}
+
+/// Packs waiting single-GPU jobs, in order, next to running single-GPU jobs whose GPU has memory for
+/// both; both are marked packed (the invariants require it).
+fn pack(
+    snapshot: &ClusterSnapshot,
+    order: &[usize],
+    plan: &mut Plan,
+    free: &mut crate::place::FreeResources,
+) {
+    let positions: BTreeMap<drover_core::JobId, usize> = snapshot
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| (j.id, i))
+        .collect();
+    // (node, gpu) -> (job, its GPU memory need), for GPUs used by exactly one single-GPU job.
+    let users = gpu_users(plan);
+    let mut hosts: Vec<(crate::NodeId, u16, drover_core::JobId, f64)> = Vec::new();
+    for (id, decision) in &plan.jobs {
+        let JobPlan::Run { placement, .. } = decision else {
+            continue;
+        };
+        let Some(worker) = single_gpu_worker(placement) else {
+            continue;
+        };
+        if users.get(&(worker.node, worker.gpus[0])) != Some(&1) {
+            continue;
+        }
+        let Some(memory) = positions
+            .get(id)
+            .and_then(|&i| snapshot.jobs[i].gpu_memory_gb)
+        else {
+            continue;
+        };
+        hosts.push((worker.node, worker.gpus[0], *id, memory));
+    }
+    // Packed jobs the allocation left out keep their place while their partner still runs there:
+    // re-packing them elsewhere every round would only pay restarts.
+    for &i in order {
+        let job = &snapshot.jobs[i];
+        let Some(current) = &job.placement else {
+            continue;
+        };
+        let Some(worker) = current
+            .tasks
+            .iter()
+            .find(|t| t.role == Role::Worker && t.packed)
+        else {
+            continue;
+        };
+        if !matches!(plan.jobs.get(&job.id), Some(JobPlan::Wait { .. })) {
+            continue;
+        }
+        let memory = job.gpu_memory_gb.unwrap_or(f64::INFINITY);
+        let Some(slot) = hosts.iter().position(|&(node, gpu, _, host_memory)| {
+            let capacity = snapshot.nodes[node.0 as usize]
+                .gpus
+                .get(usize::from(gpu))
+                .map_or(0.0, |g| g.memory_gb);
+            node == worker.node
+                && Some(&gpu) == worker.gpus.first()
+                && host_memory + memory <= capacity
+        }) else {
+            continue;
+        };
+        let cpus: u32 = current.tasks.iter().map(|t| t.cpus).sum();
+        if free.free_cpus_on(worker.node) < cpus
+            || current.tasks.iter().any(|t| t.node != worker.node)
+        {
+            continue;
+        }
+        let (_, _, host, _) = hosts.swap_remove(slot);
+        free.take(current);
+        plan.jobs.insert(
+            job.id,
+            JobPlan::Run {
+                placement: current.clone(),
+                reason: RunReason::Packed,
+            },
+        );
+        mark_packed(plan, host);
+    }
+    for &i in order {
+        if hosts.is_empty() {
+            break;
+        }
+        let job = &snapshot.jobs[i];
+        let waiting = matches!(plan.jobs.get(&job.id), Some(JobPlan::Wait { reason }) if *reason != WaitReason::NeverFits);
+        let shape = min_shape(job);
+        let Some(memory) = job.gpu_memory_gb else {
+            continue;
+        };
+        if !waiting || shape.workers != 1 || job.gpus_per_worker != 1 {
+            continue;
+        }
+        let cpus = job.cpus_per_worker + shape.ps * job.cpus_per_ps;
+        let Some(slot) = hosts.iter().position(|&(node, gpu, _, host_memory)| {
+            let capacity = snapshot.nodes[node.0 as usize]
+                .gpus
+                .get(usize::from(gpu))
+                .map_or(0.0, |g| g.memory_gb);
+            host_memory + memory <= capacity && free.free_cpus_on(node) >= cpus
+        }) else {
+            continue;
+        };
+        let (node, gpu, host, _) = hosts.swap_remove(slot);
+        let mut tasks = vec![TaskPlacement {
+            role: Role::Worker,
+            index: 0,
+            node,
+            gpus: vec![gpu],
+            cpus: job.cpus_per_worker,
+            packed: true,
+        }];
+        tasks.extend((0..shape.ps).map(|p| TaskPlacement {
+            role: Role::Ps,
+            index: p,
+            node,
+            gpus: Vec::new(),
+            cpus: job.cpus_per_ps,
+            packed: false,
+        }));
+        let placement = Placement { tasks };
+        free.take(&placement);
+        plan.jobs.insert(
+            job.id,
+            JobPlan::Run {
+                placement,
+                reason: RunReason::Packed,
+            },
+        );
+        mark_packed(plan, host);
+    }
+    // A job whose partner left runs alone again: clear its packing mark.
+    let users = gpu_users(plan);
+    for decision in plan.jobs.values_mut() {
+        let JobPlan::Run { placement, .. } = decision else {
+            continue;
+        };
+        for task in &mut placement.tasks {
+            if task.packed
+                && task
+                    .gpus
+                    .iter()
+                    .all(|&g| users.get(&(task.node, g)) == Some(&1))
+            {
+                task.packed = false;
+            }
+        }
+    }
+}
+
+fn mark_packed(plan: &mut Plan, host: drover_core::JobId) {
+    if let Some(JobPlan::Run { placement, .. }) = plan.jobs.get_mut(&host) {
+        for task in placement
+            .tasks
+            .iter_mut()
+            .filter(|t| t.role == Role::Worker)
+        {
+            task.packed = true;
+        }
+    }
+}

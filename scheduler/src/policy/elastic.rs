@@ -1,0 +1,315 @@
+//! Elastic allocation, shared by Optimus and Drover's policy: admit jobs in the policy's order at their
+//! smallest shape, then hand out the remaining GPUs and CPUs one task at a time to the job whose
+//! remaining time falls most per unit of dominant resource (Optimus's greedy marginal-gain rule), keep a
+//! running job's shape unless changing it buys more than the change costs, and place the result.
+
+use crate::place::{FreeResources, Strategy};
+use crate::plan::{JobPlan, Plan, RunReason, WaitReason};
+use crate::snapshot::{ClusterSnapshot, JobView, Shape};
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+/// Tuning of the allocation.
+#[derive(Debug, Clone, Copy)]
+pub struct ElasticParams {
+    /// Seconds of remaining time a shape change must save before a running job is resized.
+    pub change_penalty_s: f64,
+    /// Whether jobs may grow beyond their smallest shape at all.
+    pub grow: bool,
+}
+
+impl Default for ElasticParams {
+    fn default() -> Self {
+        ElasticParams {
+            change_penalty_s: 300.0,
+            grow: true,
+        }
+    }
+}
+
+fn demand(job: &JobView, shape: Shape) -> (u64, u64) {
+    (
+        u64::from(shape.workers * job.gpus_per_worker),
+        u64::from(shape.workers * job.cpus_per_worker + shape.ps * job.cpus_per_ps),
+    )
+}
+
+/// The smallest shape a policy may run the job at.
+pub fn min_shape(job: &JobView) -> Shape {
+    Shape {
+        ps: job.ps.min,
+        workers: job.workers.min,
+    }
+}
+
+#[derive(Debug, PartialEq)]
+struct Gain {
+    per_resource: f64,
+    job: usize,
+    worker: bool,
+    version: u32,
+}
+
+impl Eq for Gain {}
+
+impl PartialOrd for Gain {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Gain {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // Largest gain first; ties to the earlier job (deterministic).
+        self.per_resource
+            .total_cmp(&other.per_resource)
+            .then(other.job.cmp(&self.job))
+            .then(self.worker.cmp(&other.worker))
+    }
+}
+
+/// Target shapes (`None`: not admitted) for every job, given `remaining_s(job index, shape)`.
+pub fn allocate(
+    snapshot: &ClusterSnapshot,
+    order: &[usize],
+    remaining_s: &mut dyn FnMut(usize, Shape) -> f64,
+    params: ElasticParams,
+) -> Vec<Option<Shape>> {
+    let total_gpus = u64::from(snapshot.total_gpus());
+    let total_cpus = u64::from(snapshot.total_cpus());
+    let (mut gpus_left, mut cpus_left) = (total_gpus, total_cpus);
+    let mut targets: Vec<Option<Shape>> = vec![None; snapshot.jobs.len()];
+    for &i in order {
+        let job = &snapshot.jobs[i];
+        let shape = min_shape(job);
+        let (g, c) = demand(job, shape);
+        if g <= gpus_left && c <= cpus_left {
+            targets[i] = Some(shape);
+            gpus_left -= g;
+            cpus_left -= c;
+        }
+    }
+    if params.grow {
+        let share = |job: &JobView, worker: bool| -> f64 {
+            let (g, c) = if worker {
+                (job.gpus_per_worker, job.cpus_per_worker)
+            } else {
+                (0, job.cpus_per_ps)
+            };
+            (f64::from(g) / total_gpus.max(1) as f64)
+                .max(f64::from(c) / total_cpus.max(1) as f64)
+                .max(1e-9)
+        };
+        let mut versions = vec![0u32; snapshot.jobs.len()];
+        // Task kinds that no longer fit, per job: (worker, ps).
+        let mut blocked = vec![(false, false); snapshot.jobs.len()];
+        let mut heap = BinaryHeap::new();
+        let push = |heap: &mut BinaryHeap<Gain>,
+                    i: usize,
+                    shape: Shape,
+                    version: u32,
+                    blocked: (bool, bool),
+                    remaining: &mut dyn FnMut(usize, Shape) -> f64| {
+            let job = &snapshot.jobs[i];
+            let now = remaining(i, shape);
+            if shape.workers < job.workers.max && !blocked.0 {
+                let next = Shape {
+                    workers: shape.workers + 1,
+                    ..shape
+                };
+                let gain = (now - remaining(i, next)) / share(job, true);
+                if gain > 0.0 {
+                    heap.push(Gain {
+                        per_resource: gain,
+                        job: i,
+                        worker: true,
+                        version,
+                    });
+                }
+            }
+            if shape.ps < job.ps.max && !blocked.1 {
+                let next = Shape {
+                    ps: shape.ps + 1,
+                    ..shape
+                };
+                let gain = (now - remaining(i, next)) / share(job, false);
+                if gain > 0.0 {
+                    heap.push(Gain {
+                        per_resource: gain,
+                        job: i,
+                        worker: false,
+                        version,
+                    });
+                }
+            }
+        };
+        for &i in order {
+            if let Some(shape) = targets[i] {
+                push(&mut heap, i, shape, 0, (false, false), remaining_s);
+            }
+        }
+        while let Some(gain) = heap.pop() {
+            if gain.version != versions[gain.job] {
+                continue;
+            }
+            let job = &snapshot.jobs[gain.job];
+            let Some(shape) = targets[gain.job] else {
+                continue;
+            };
+            let next = if gain.worker {
+                Shape {
+                    workers: shape.workers + 1,
+                    ..shape
+                }
+            } else {
+                Shape {
+                    ps: shape.ps + 1,
+                    ..shape
+                }
+            };
+            let (g0, c0) = demand(job, shape);
+            let (g1, c1) = demand(job, next);
+            let (dg, dc) = (g1 - g0, c1 - c0);
+            if dg > gpus_left || dc > cpus_left {
+                // This kind of task no longer fits; the job's other kind may.
+                versions[gain.job] += 1;
+                if gain.worker {
+                    blocked[gain.job].0 = true
+                } else {
+                    blocked[gain.job].1 = true
+                }
+                push(
+                    &mut heap,
+                    gain.job,
+                    shape,
+                    versions[gain.job],
+                    blocked[gain.job],
+                    remaining_s,
+                );
+                continue;
+            }
+            gpus_left -= dg;
+            cpus_left -= dc;
+            targets[gain.job] = Some(next);
+            versions[gain.job] += 1;
+            push(
+                &mut heap,
+                gain.job,
+                next,
+                versions[gain.job],
+                blocked[gain.job],
+                remaining_s,
+            );
+        }
+    }
+    // Stickiness: a running job keeps its shape unless the change saves more than it costs.
+    for &i in order {
+        let job = &snapshot.jobs[i];
+        let (Some(target), Some(current)) = (targets[i], job.placement.as_ref().map(|p| p.shape()))
+        else {
+            continue;
+        };
+        if target == current
+            || !job.workers.contains(current.workers)
+            || !job.ps.contains(current.ps)
+        {
+            continue;
+        }
+        if remaining_s(i, current) - remaining_s(i, target) < params.change_penalty_s {
+            let (g0, c0) = demand(job, target);
+            let (g1, c1) = demand(job, current);
+            if g1 <= g0 + gpus_left && c1 <= c0 + cpus_left {
+                gpus_left = gpus_left + g0 - g1;
+                cpus_left = cpus_left + c0 - c1;
+                targets[i] = Some(current);
+            }
+        }
+    }
+    targets
+}
+
+/// Places target shapes: jobs keeping their shape keep their placement; the rest are placed in `order`,
+/// shrinking towards their smallest shape when fragmentation demands; jobs without a target wait.
+pub fn place_targets(
+    snapshot: &ClusterSnapshot,
+    order: &[usize],
+    targets: &[Option<Shape>],
+    strategy: impl Fn(&JobView) -> Strategy,
+) -> (Plan, FreeResources) {
+    let keeps = |i: usize, job: &JobView| {
+        targets[i].is_some() && job.placement.as_ref().map(|p| p.shape()) == targets[i]
+    };
+    let mut free = FreeResources::with_running(snapshot, keeps);
+    let mut plan = Plan::default();
+    let total = snapshot.total_gpus();
+    for &i in order {
+        let job = &snapshot.jobs[i];
+        if keeps(i, job)
+            && let Some(placement) = &job.placement
+        {
+            plan.jobs.insert(
+                job.id,
+                JobPlan::Run {
+                    placement: placement.clone(),
+                    reason: RunReason::Continuing,
+                },
+            );
+        }
+    }
+    for &i in order {
+        let job = &snapshot.jobs[i];
+        if keeps(i, job) {
+            continue;
+        }
+        let decision = match targets[i] {
+            Some(target) => {
+                let mut shape = target;
+                loop {
+                    match free.place(job, shape, strategy(job)) {
+                        Ok(placement) => {
+                            break JobPlan::Run {
+                                placement,
+                                reason: RunReason::MarginalGain,
+                            };
+                        }
+                        Err(_) if shape.workers > job.workers.min => {
+                            shape = Shape {
+                                workers: (shape.workers / 2).max(job.workers.min),
+                                ..shape
+                            };
+                        }
+                        Err(reason) => {
+                            // A running job that cannot take its new shape keeps its old one if it can.
+                            if let Some(old) = &job.placement
+                                && free.try_take_exact(old)
+                            {
+                                break JobPlan::Run {
+                                    placement: old.clone(),
+                                    reason: RunReason::Continuing,
+                                };
+                            }
+                            break JobPlan::Wait {
+                                reason: if job.placement.is_some() {
+                                    WaitReason::Preempted
+                                } else {
+                                    reason
+                                },
+                            };
+                        }
+                    }
+                }
+            }
+            None if job.gpus_at(min_shape(job)) > total => JobPlan::Wait {
+                reason: WaitReason::NeverFits,
+            },
+            None if job.placement.is_some() => JobPlan::Wait {
+                reason: WaitReason::Preempted,
+            },
+            None => JobPlan::Wait {
+                reason: WaitReason::LowerPriority,
+            },
+        };
+        plan.jobs.insert(job.id, decision);
+    }
+    (plan, free)
+}

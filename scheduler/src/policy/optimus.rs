@@ -1,0 +1,156 @@
+//! Optimus (Peng et al., EuroSys'18): each job's remaining steps come from its fitted convergence curve
+//! l(k) = 1/(β0·k + β1) + β2 and its speed from a fitted f(p, w) (a scaled prior until it has been seen at
+//! enough shapes); jobs are admitted in arrival order at their smallest shape and the rest of the cluster
+//! goes, one task at a time, to the largest reduction in remaining time per unit of dominant resource.
+//! Placement uses the fewest nodes with PS shards spread over the workers' nodes. `optimus-oracle` is the
+//! ablation that takes the true remaining steps and speed instead (through the oracle).
+
+use super::elastic::{ElasticParams, allocate, min_shape, place_targets};
+use super::{Oracle, Policy};
+use crate::perf::{ConvergenceModel, SpeedModel};
+use crate::place::{FreeResources, Strategy};
+use crate::plan::{JobPlan, Plan, RunReason};
+use crate::snapshot::{ClusterSnapshot, JobView, Shape};
+use drover_core::JobId;
+use std::collections::BTreeMap;
+
+/// Remaining steps assumed before a job's convergence curve can be fitted.
+pub const PRIOR_REMAINING_STEPS: f64 = 1000.0;
+
+/// Per-job models, refitted only when new samples arrive (a deterministic function of the snapshots).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ModelCache {
+    entries: BTreeMap<JobId, CachedModels>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct CachedModels {
+    loss_samples: usize,
+    step_samples: u32,
+    convergence: Option<ConvergenceModel>,
+    speed: SpeedModel,
+}
+
+impl ModelCache {
+    /// (remaining steps, speed model) of every job in the snapshot.
+    pub(crate) fn estimates(&mut self, snapshot: &ClusterSnapshot) -> Vec<(f64, SpeedModel)> {
+        let live: std::collections::BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
+        self.entries.retain(|id, _| live.contains(id));
+        snapshot
+            .jobs
+            .iter()
+            .map(|job| {
+                let observed = &job.observed;
+                let step_samples: u32 = observed.step_stats.iter().map(|s| s.samples).sum();
+                let entry = self.entries.entry(job.id).or_insert(CachedModels {
+                    loss_samples: usize::MAX,
+                    step_samples: u32::MAX,
+                    convergence: None,
+                    speed: SpeedModel::from_observations(&[]),
+                });
+                // Refit the curve when its samples have grown by a quarter (fits are the costly part).
+                let samples = observed.loss_samples.len();
+                if entry.loss_samples == usize::MAX
+                    || samples >= entry.loss_samples + entry.loss_samples / 4 + 4
+                    || samples < entry.loss_samples
+                {
+                    entry.convergence = ConvergenceModel::fit(&observed.loss_samples);
+                    entry.loss_samples = observed.loss_samples.len();
+                }
+                if entry.step_samples != step_samples {
+                    entry.speed = SpeedModel::from_observations(&observed.step_stats);
+                    entry.step_samples = step_samples;
+                }
+                let done = observed.steps_done as f64;
+                let remaining = entry
+                    .convergence
+                    .map_or(PRIOR_REMAINING_STEPS.max(done), |m| m.remaining_steps(done));
+                (remaining, entry.speed)
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug)]
+pub struct Optimus {
+    oracle: Option<Box<dyn Oracle>>,
+    models: ModelCache,
+    params: ElasticParams,
+}
+
+impl Optimus {
+    pub fn new() -> Self {
+        Optimus {
+            oracle: None,
+            models: ModelCache::default(),
+            params: ElasticParams::default(),
+        }
+    }
+
+    pub fn with_oracle(oracle: Box<dyn Oracle>) -> Self {
+        Optimus {
+            oracle: Some(oracle),
+            models: ModelCache::default(),
+            params: ElasticParams::default(),
+        }
+    }
+}
+
+impl Default for Optimus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Places one arrival at its smallest shape in what running jobs leave free.
+pub(crate) fn arrival_at_min_shape(
+    snapshot: &ClusterSnapshot,
+    job: &JobView,
+    strategy: Strategy,
+    reason: RunReason,
+) -> JobPlan {
+    if job.gpus_at(min_shape(job)) > snapshot.total_gpus() {
+        return JobPlan::Wait {
+            reason: crate::plan::WaitReason::NeverFits,
+        };
+    }
+    let mut free = FreeResources::with_running(snapshot, |_, _| true);
+    match free.place(job, min_shape(job), strategy) {
+        Ok(placement) => JobPlan::Run { placement, reason },
+        Err(reason) => JobPlan::Wait { reason },
+    }
+}
+
+impl Policy for Optimus {
+    fn name(&self) -> &'static str {
+        if self.oracle.is_some() {
+            "optimus-oracle"
+        } else {
+            "optimus"
+        }
+    }
+
+    fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {
+        let order: Vec<usize> = (0..snapshot.jobs.len()).collect();
+        let targets = match &self.oracle {
+            Some(oracle) => {
+                let mut remaining =
+                    |i: usize, shape: Shape| oracle.remaining_s(snapshot.jobs[i].id, shape);
+                allocate(snapshot, &order, &mut remaining, self.params)
+            }
+            None => {
+                let estimates = self.models.estimates(snapshot);
+                let mut remaining = |i: usize, shape: Shape| {
+                    let (steps, speed) = &estimates[i];
+                    steps * speed.step_s(shape)
+                };
+                allocate(snapshot, &order, &mut remaining, self.params)
+            }
+        };
+        place_targets(snapshot, &order, &targets, |_| Strategy::Relaxed).0
+    }
+
+    fn place_arrival(&mut self, snapshot: &ClusterSnapshot, job: &JobView) -> JobPlan {
+        arrival_at_min_shape(snapshot, job, Strategy::Relaxed, RunReason::MarginalGain)
+    }
+}

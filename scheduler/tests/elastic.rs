@@ -1,0 +1,152 @@
+//! Optimus and Drover's policy: elastic shapes, packing, quotas and priorities.
+
+mod common;
+
+use common::{FixedOracle, apply, id, job, snapshot};
+use drover_scheduler::plan::{JobPlan, RunReason};
+use drover_scheduler::snapshot::{Range, Tenant};
+use drover_scheduler::{Plan, build_policy, invariants};
+
+fn elastic(n: u128, max_workers: u32, submit: f64) -> drover_scheduler::JobView {
+    let mut j = job(n, 1, submit);
+    j.workers = Range {
+        min: 1,
+        max: max_workers,
+    };
+    j.ps = Range { min: 1, max: 2 };
+    j
+}
+
+#[test]
+fn optimus_grows_a_lone_elastic_job_onto_idle_gpus_and_shares_when_busy() {
+    let snap = snapshot(1, 8, vec![elastic(0, 4, 0.0)]);
+    for name in ["optimus", "drover"] {
+        let plan = build_policy(name, None)
+            .unwrap()
+            .schedule(&snap, &Plan::default());
+        let shape = plan.placement(id(0)).unwrap().shape();
+        // Under the prior, 3 workers with 2 PS shards is the fastest shape (a fourth worker costs more
+        // in PS traffic than it saves in compute).
+        assert_eq!(
+            shape,
+            drover_scheduler::Shape { ps: 2, workers: 3 },
+            "{name}"
+        );
+        invariants::check(&snap, &plan).unwrap();
+    }
+    // Four elastic jobs on four GPUs: everyone runs at one worker rather than one job at four.
+    let snap = snapshot(1, 4, (0..4).map(|i| elastic(i, 4, i as f64)).collect());
+    let plan = build_policy("optimus", None)
+        .unwrap()
+        .schedule(&snap, &Plan::default());
+    for i in 0..4 {
+        assert_eq!(plan.placement(id(i)).unwrap().shape().workers, 1);
+    }
+}
+
+#[test]
+fn optimus_oracle_needs_and_uses_the_truth() {
+    assert!(build_policy("optimus-oracle", None).is_err());
+    let snap = snapshot(1, 2, vec![elastic(0, 2, 0.0), elastic(1, 2, 1.0)]);
+    let oracle = FixedOracle([(id(0), 10.0), (id(1), 1e6)].into());
+    let plan = build_policy("optimus-oracle", Some(Box::new(oracle)))
+        .unwrap()
+        .schedule(&snap, &Plan::default());
+    invariants::check(&snap, &plan).unwrap();
+    assert!(plan.placement(id(0)).is_some() && plan.placement(id(1)).is_some());
+}
+
+#[test]
+fn drover_packs_waiting_jobs_when_memory_fits() {
+    // One 32 GB GPU: two 8 GB jobs share it, marked packed.
+    let snap = snapshot(1, 1, vec![job(0, 1, 0.0), job(1, 1, 1.0)]);
+    let mut drover = build_policy("drover", None).unwrap();
+    let plan = drover.schedule(&snap, &Plan::default());
+    invariants::check(&snap, &plan).unwrap();
+    assert!(matches!(
+        plan.jobs[&id(1)],
+        JobPlan::Run {
+            reason: RunReason::Packed,
+            ..
+        }
+    ));
+    assert!(
+        plan.placement(id(0))
+            .unwrap()
+            .tasks
+            .iter()
+            .any(|t| t.packed)
+    );
+    // 24 + 16 GB does not fit a 32 GB GPU: the second job waits.
+    let mut big = snapshot(1, 1, vec![job(0, 1, 0.0), job(1, 1, 1.0)]);
+    big.jobs[0].gpu_memory_gb = Some(24.0);
+    big.jobs[1].gpu_memory_gb = Some(16.0);
+    let plan = build_policy("drover", None)
+        .unwrap()
+        .schedule(&big, &Plan::default());
+    assert!(plan.placement(id(1)).is_none());
+    // A packed pair stays packed in the next round.
+    let mut snap = snap;
+    let first = drover.schedule(&snap, &Plan::default());
+    apply(&mut snap, &first);
+    let again = drover.schedule(&snap, &Plan::default());
+    assert!(
+        again.changes(&snap).is_empty(),
+        "{:?}",
+        again.changes(&snap)
+    );
+}
+
+#[test]
+fn drover_honours_guaranteed_shares_and_priorities() {
+    // Tenant a (guaranteed 2 of 4 GPUs) queued four 1-GPU jobs before tenant b (guaranteed 2) queued two.
+    let mut jobs: Vec<_> = (0..4).map(|i| job(i, 1, i as f64)).collect();
+    for i in 4..6 {
+        let mut j = job(i, 1, 10.0 + i as f64);
+        j.tenant = 1;
+        jobs.push(j);
+    }
+    for j in &mut jobs {
+        j.gpu_memory_gb = Some(24.0); // no packing
+    }
+    let mut snap = snapshot(1, 4, jobs);
+    snap.tenants = vec![
+        Tenant {
+            name: "a".into(),
+            guaranteed_gpus: 2,
+            max_gpus: None,
+        },
+        Tenant {
+            name: "b".into(),
+            guaranteed_gpus: 2,
+            max_gpus: None,
+        },
+    ];
+    let plan = build_policy("drover", None)
+        .unwrap()
+        .schedule(&snap, &Plan::default());
+    let running: Vec<u128> = (0..6)
+        .filter(|&i| plan.placement(id(i)).is_some())
+        .collect();
+    assert_eq!(running, vec![0, 1, 4, 5], "each tenant gets its guarantee");
+    // Tenant b leaves nothing queued: its idle share is lent to a.
+    snap.jobs.truncate(4);
+    let plan = build_policy("drover", None)
+        .unwrap()
+        .schedule(&snap, &Plan::default());
+    assert_eq!(
+        (0..4).filter(|&i| plan.placement(id(i)).is_some()).count(),
+        4
+    );
+    // A higher-priority arrival preempts.
+    apply(&mut snap, &plan);
+    let mut urgent = job(9, 1, 100.0);
+    urgent.priority = 10;
+    urgent.gpu_memory_gb = Some(24.0);
+    snap.jobs.push(urgent);
+    let plan = build_policy("drover", None)
+        .unwrap()
+        .schedule(&snap, &Plan::default());
+    assert!(plan.placement(id(9)).is_some());
+    invariants::check(&snap, &plan).unwrap();
+}
