@@ -79,11 +79,12 @@ fn every_policy_completes_every_job_and_keeps_the_invariants() {
             report.avg_jct_s > 0.0 && report.gpu_utilisation > 0.0 && report.gpu_utilisation <= 1.0,
             "{name}"
         );
-        // No job finishes faster than its recorded duration allows at its recorded shape (minus noise-free
-        // checkpoint overhead only lengthens it).
+        // Policies that run jobs at their recorded shape cannot beat the recorded duration (checkpoints
+        // only lengthen it); elastic ones can, by giving a job more than it had.
         let rows = sim::job_rows(&workload, &outcome);
+        let elastic = matches!(name, "optimus" | "optimus-oracle" | "drover");
         assert!(
-            rows.iter().all(|r| r.rho >= 0.99),
+            rows.iter().all(|r| r.rho > 0.0 && (elastic || r.rho >= 0.99)),
             "{name}: a job beat its own recorded duration"
         );
     }
