@@ -84,7 +84,8 @@ fn every_policy_completes_every_job_and_keeps_the_invariants() {
         let rows = sim::job_rows(&workload, &outcome);
         let elastic = matches!(name, "optimus" | "optimus-oracle" | "drover");
         assert!(
-            rows.iter().all(|r| r.rho > 0.0 && (elastic || r.rho >= 0.99)),
+            rows.iter()
+                .all(|r| r.rho > 0.0 && (elastic || r.rho >= 0.99)),
             "{name}: a job beat its own recorded duration"
         );
     }
