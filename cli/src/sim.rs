@@ -130,7 +130,8 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
             .collect(),
     };
     for name in &policies {
-        if !drover_scheduler::policy_names().contains(&name.as_str()) {
+        let ablation = drover_scheduler::ablation_names().contains(&name.as_str());
+        if !ablation && !drover_scheduler::policy_names().contains(&name.as_str()) {
             bail!(
                 "unknown policy `{name}` (expected one of: {})",
                 drover_scheduler::policy_names().join(", ")

@@ -19,5 +19,7 @@ pub mod snapshot;
 
 pub use cluster::{Node, NodeId};
 pub use plan::{JobPlan, Placement, Plan, Role, RunReason, TaskPlacement, WaitReason};
-pub use policy::{Oracle, Policy, PolicyError, build_policy, is_oracle_policy, policy_names};
+pub use policy::{
+    Oracle, Policy, PolicyError, ablation_names, build_policy, is_oracle_policy, policy_names,
+};
 pub use snapshot::{ClusterSnapshot, JobView, Shape};

@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 
 #[derive(Debug, Clone)]
 pub struct DroverPolicy {
-    las: Tiresias,
-    models: ModelCache,
+    pub(super) las: Tiresias,
+    pub(super) models: ModelCache,
     pub params: ElasticParams,
     /// Pack waiting single-GPU jobs onto GPUs shared with one other single-GPU job.
     pub packing: bool,
@@ -72,7 +72,12 @@ impl DroverPolicy {
 
 impl Policy for DroverPolicy {
     fn name(&self) -> &'static str {
-        "drover"
+        match (self.quotas, self.packing, self.params.grow) {
+            (true, true, true) => "drover",
+            (false, _, _) => "drover-no-quotas",
+            (_, false, _) => "drover-no-packing",
+            (_, _, false) => "drover-no-elastic",
+        }
     }
 
     fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {

@@ -65,6 +65,12 @@ pub fn policy_names() -> Vec<&'static str> {
     ]
 }
 
+/// Variants of `drover` with one ingredient removed, for measuring what each contributes (not in
+/// `policy_names`, so `--compare all` leaves them out; `--compare` accepts them by name).
+pub fn ablation_names() -> Vec<&'static str> {
+    vec!["drover-no-quotas", "drover-no-packing", "drover-no-elastic"]
+}
+
 /// Whether the named policy is an oracle baseline (it needs the true remaining times).
 pub fn is_oracle_policy(name: &str) -> bool {
     matches!(name, "srtf" | "optimus-oracle")
@@ -86,6 +92,21 @@ pub fn build_policy(
             oracle.ok_or(PolicyError::NeedsOracle("optimus-oracle"))?,
         )),
         "drover" => Box::new(DroverPolicy::default()),
+        "drover-no-quotas" => Box::new(DroverPolicy {
+            quotas: false,
+            ..DroverPolicy::default()
+        }),
+        "drover-no-packing" => Box::new(DroverPolicy {
+            packing: false,
+            ..DroverPolicy::default()
+        }),
+        "drover-no-elastic" => Box::new(DroverPolicy {
+            params: ElasticParams {
+                grow: false,
+                ..ElasticParams::default()
+            },
+            ..DroverPolicy::default()
+        }),
         other => return Err(PolicyError::Unknown(other.to_owned())),
     })
 }
