@@ -150,3 +150,52 @@ fn drover_honours_guaranteed_shares_and_priorities() {
     assert!(plan.placement(id(9)).is_some());
     invariants::check(&snap, &plan).unwrap();
 }
+
+#[test]
+fn gandiva_time_slices_packs_with_introspection_and_grows_onto_idle_gpus() {
+    use drover_scheduler::plan::WaitReason;
+    use drover_scheduler::snapshot::StepStats;
+    // One GPU, two jobs too big to pack: the one past its slice is suspended for the waiting one.
+    let mut snap = snapshot(1, 1, vec![job(0, 1, 0.0), job(1, 1, 1.0)]);
+    for j in &mut snap.jobs {
+        j.gpu_memory_gb = Some(24.0);
+    }
+    let mut gandiva = build_policy("gandiva", None).unwrap();
+    let first = gandiva.schedule(&snap, &Plan::default());
+    apply(&mut snap, &first);
+    assert!(snap.jobs[0].placement.is_some() && snap.jobs[1].placement.is_none());
+    snap.jobs[0].observed.last_state_change_s = snap.now_s;
+    snap.jobs[1].observed.last_state_change_s = snap.now_s;
+    snap.now_s += 100.0;
+    let within_slice = gandiva.schedule(&snap, &first);
+    assert!(within_slice.placement(id(0)).is_some(), "within its slice it keeps running");
+    snap.now_s += 1000.0;
+    let rotated = gandiva.schedule(&snap, &within_slice);
+    assert!(rotated.placement(id(1)).is_some());
+    assert_eq!(rotated.jobs[&id(0)], JobPlan::Wait { reason: WaitReason::Suspended });
+    invariants::check(&snap, &rotated).unwrap();
+
+    // Two small jobs share the GPU; once observed to crawl when shared, they are separated.
+    let mut small = snapshot(1, 1, vec![job(0, 1, 0.0), job(1, 1, 1.0)]);
+    let mut gandiva = build_policy("gandiva", None).unwrap();
+    let packed = gandiva.schedule(&small, &Plan::default());
+    assert!(packed.placement(id(1)).is_some_and(|p| p.tasks.iter().any(|t| t.packed)));
+    apply(&mut small, &packed);
+    let shape = drover_scheduler::Shape { ps: 1, workers: 1 };
+    small.jobs[1].observed.step_stats = vec![
+        StepStats { shape, shared: false, samples: 5, mean_step_s: 1.0 },
+        StepStats { shape, shared: true, samples: 5, mean_step_s: 3.0 },
+    ];
+    let undone = gandiva.schedule(&small, &packed);
+    assert!(undone.placement(id(1)).is_none(), "a packing that does not pay is undone");
+    invariants::check(&small, &undone).unwrap();
+
+    // Nobody waits: an elastic job grows onto idle GPUs.
+    let mut idle = snapshot(1, 8, vec![elastic(0, 4, 0.0)]);
+    let mut gandiva = build_policy("gandiva", None).unwrap();
+    let started = gandiva.schedule(&idle, &Plan::default());
+    apply(&mut idle, &started);
+    let grown = gandiva.schedule(&idle, &started);
+    assert_eq!(grown.placement(id(0)).unwrap().shape().workers, 2);
+    invariants::check(&idle, &grown).unwrap();
+}

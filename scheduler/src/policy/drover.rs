@@ -90,7 +90,13 @@ impl Policy for DroverPolicy {
         let targets = allocate(snapshot, &order, &mut remaining, self.params);
         let (mut plan, mut free) = place_targets(snapshot, &order, &targets, Tiresias::strategy);
         if self.packing {
-            pack(snapshot, &order, &mut plan, &mut free);
+            pack(
+                snapshot,
+                &order,
+                &mut plan,
+                &mut free,
+                &std::collections::BTreeSet::new(),
+            );
         }
         plan
     }
@@ -130,11 +136,12 @@ fn gpu_users(plan: &Plan) -> BTreeMap<(crate::NodeId, u16), u32> {
 
 /// Packs waiting single-GPU jobs, in order, next to running single-GPU jobs whose GPU has memory for
 /// both; both are marked packed (the invariants require it).
-fn pack(
+pub(super) fn pack(
     snapshot: &ClusterSnapshot,
     order: &[usize],
     plan: &mut Plan,
     free: &mut crate::place::FreeResources,
+    exclude: &std::collections::BTreeSet<drover_core::JobId>,
 ) {
     let positions: BTreeMap<drover_core::JobId, usize> = snapshot
         .jobs
@@ -146,6 +153,9 @@ fn pack(
     let users = gpu_users(plan);
     let mut hosts: Vec<(crate::NodeId, u16, drover_core::JobId, f64)> = Vec::new();
     for (id, decision) in &plan.jobs {
+        if exclude.contains(id) {
+            continue;
+        }
         let JobPlan::Run { placement, .. } = decision else {
             continue;
         };
@@ -167,6 +177,9 @@ fn pack(
     // re-packing them elsewhere every round would only pay restarts.
     for &i in order {
         let job = &snapshot.jobs[i];
+        if exclude.contains(&job.id) {
+            continue;
+        }
         let Some(current) = &job.placement else {
             continue;
         };
@@ -214,6 +227,9 @@ fn pack(
             break;
         }
         let job = &snapshot.jobs[i];
+        if exclude.contains(&job.id) {
+            continue;
+        }
         let waiting = matches!(plan.jobs.get(&job.id), Some(JobPlan::Wait { reason }) if *reason != WaitReason::NeverFits);
         let shape = min_shape(job);
         let Some(memory) = job.gpu_memory_gb else {

@@ -6,6 +6,7 @@ mod drf;
 mod drover;
 mod elastic;
 mod fifo;
+mod gandiva;
 mod optimus;
 mod srtf;
 mod tiresias;
@@ -15,6 +16,7 @@ pub use drf::Drf;
 pub use drover::DroverPolicy;
 pub use elastic::{ElasticParams, allocate, min_shape, place_targets};
 pub use fifo::Fifo;
+pub use gandiva::Gandiva;
 pub use optimus::Optimus;
 pub use srtf::Srtf;
 pub use tiresias::Tiresias;
@@ -61,6 +63,7 @@ pub fn policy_names() -> Vec<&'static str> {
         "tiresias",
         "optimus",
         "optimus-oracle",
+        "gandiva",
         "drover",
     ]
 }
@@ -91,6 +94,7 @@ pub fn build_policy(
         "optimus-oracle" => Box::new(Optimus::with_oracle(
             oracle.ok_or(PolicyError::NeedsOracle("optimus-oracle"))?,
         )),
+        "gandiva" => Box::new(Gandiva::default()),
         "drover" => Box::new(DroverPolicy::default()),
         "drover-no-quotas" => Box::new(DroverPolicy {
             quotas: false,
