@@ -168,26 +168,51 @@ fn gandiva_time_slices_packs_with_introspection_and_grows_onto_idle_gpus() {
     snap.jobs[1].observed.last_state_change_s = snap.now_s;
     snap.now_s += 100.0;
     let within_slice = gandiva.schedule(&snap, &first);
-    assert!(within_slice.placement(id(0)).is_some(), "within its slice it keeps running");
+    assert!(
+        within_slice.placement(id(0)).is_some(),
+        "within its slice it keeps running"
+    );
     snap.now_s += 1000.0;
     let rotated = gandiva.schedule(&snap, &within_slice);
     assert!(rotated.placement(id(1)).is_some());
-    assert_eq!(rotated.jobs[&id(0)], JobPlan::Wait { reason: WaitReason::Suspended });
+    assert_eq!(
+        rotated.jobs[&id(0)],
+        JobPlan::Wait {
+            reason: WaitReason::Suspended
+        }
+    );
     invariants::check(&snap, &rotated).unwrap();
 
     // Two small jobs share the GPU; once observed to crawl when shared, they are separated.
     let mut small = snapshot(1, 1, vec![job(0, 1, 0.0), job(1, 1, 1.0)]);
     let mut gandiva = build_policy("gandiva", None).unwrap();
     let packed = gandiva.schedule(&small, &Plan::default());
-    assert!(packed.placement(id(1)).is_some_and(|p| p.tasks.iter().any(|t| t.packed)));
+    assert!(
+        packed
+            .placement(id(1))
+            .is_some_and(|p| p.tasks.iter().any(|t| t.packed))
+    );
     apply(&mut small, &packed);
     let shape = drover_scheduler::Shape { ps: 1, workers: 1 };
     small.jobs[1].observed.step_stats = vec![
-        StepStats { shape, shared: false, samples: 5, mean_step_s: 1.0 },
-        StepStats { shape, shared: true, samples: 5, mean_step_s: 3.0 },
+        StepStats {
+            shape,
+            shared: false,
+            samples: 5,
+            mean_step_s: 1.0,
+        },
+        StepStats {
+            shape,
+            shared: true,
+            samples: 5,
+            mean_step_s: 3.0,
+        },
     ];
     let undone = gandiva.schedule(&small, &packed);
-    assert!(undone.placement(id(1)).is_none(), "a packing that does not pay is undone");
+    assert!(
+        undone.placement(id(1)).is_none(),
+        "a packing that does not pay is undone"
+    );
     invariants::check(&small, &undone).unwrap();
 
     // Nobody waits: an elastic job grows onto idle GPUs.
@@ -198,4 +223,51 @@ fn gandiva_time_slices_packs_with_introspection_and_grows_onto_idle_gpus() {
     let grown = gandiva.schedule(&idle, &started);
     assert_eq!(grown.placement(id(0)).unwrap().shape().workers, 2);
     invariants::check(&idle, &grown).unwrap();
+}
+
+#[test]
+fn preemption_picks_the_cheapest_victim_and_spares_non_preemptible_jobs() {
+    use drover_scheduler::plan::WaitReason;
+    // Two GPUs, two low-priority jobs running; a high-priority job arrives needing one GPU.
+    let mut snap = snapshot(1, 2, vec![job(0, 1, 0.0), job(1, 1, 1.0)]);
+    for j in &mut snap.jobs {
+        j.gpu_memory_gb = Some(24.0);
+    }
+    let first = build_policy("fifo", None)
+        .unwrap()
+        .schedule(&snap, &Plan::default());
+    apply(&mut snap, &first);
+    // Job 0 checkpointed 10 s ago (killing it loses 10 s); job 1 an hour ago (it must checkpoint first).
+    snap.jobs[0].observed.last_checkpoint_s = Some(snap.now_s - 10.0);
+    snap.jobs[1].observed.last_checkpoint_s = Some(snap.now_s - 3600.0);
+    let mut urgent = job(2, 1, 50.0);
+    urgent.priority = 5;
+    urgent.gpu_memory_gb = Some(24.0);
+    snap.jobs.push(urgent);
+    let plan = build_policy("drover", None)
+        .unwrap()
+        .schedule(&snap, &Plan::default());
+    assert!(plan.placement(id(2)).is_some());
+    assert!(
+        plan.placement(id(1)).is_some(),
+        "the costlier victim keeps running"
+    );
+    assert_eq!(
+        plan.jobs[&id(0)],
+        JobPlan::Wait {
+            reason: WaitReason::PreemptedWithoutCheckpoint
+        }
+    );
+    // Make job 0 non-preemptible: job 1 yields instead, after a checkpoint.
+    snap.jobs[0].preemptible = false;
+    for name in ["drover", "tiresias"] {
+        let plan = build_policy(name, None)
+            .unwrap()
+            .schedule(&snap, &Plan::default());
+        assert!(
+            plan.placement(id(0)).is_some(),
+            "{name} must not preempt a non-preemptible job"
+        );
+        invariants::check(&snap, &plan).unwrap();
+    }
 }

@@ -32,6 +32,7 @@ pub fn ordered_round(
     order: &[usize],
     strategy: impl Fn(&JobView) -> Strategy,
 ) -> Plan {
+    let order = &non_preemptible_first(snapshot, order);
     let total = snapshot.total_gpus();
     let mut chosen = vec![false; snapshot.jobs.len()];
     let mut budget = total;
@@ -119,4 +120,17 @@ pub fn ordered_round(
     }
     debug_assert_eq!(invariants::check(snapshot, &plan), Ok(()));
     plan
+}
+
+/// `order` with running jobs that may not be preempted moved to the front: whatever a policy prefers,
+/// they keep their resources.
+pub fn non_preemptible_first(snapshot: &ClusterSnapshot, order: &[usize]) -> Vec<usize> {
+    let pinned =
+        |i: &usize| snapshot.jobs[*i].placement.is_some() && !snapshot.jobs[*i].preemptible;
+    order
+        .iter()
+        .copied()
+        .filter(pinned)
+        .chain(order.iter().copied().filter(|i| !pinned(i)))
+        .collect()
 }

@@ -13,6 +13,11 @@ use std::collections::BTreeMap;
 
 #[derive(Debug, Clone)]
 pub struct DroverPolicy {
+    /// What preempting costs, for choosing victims: seconds to checkpoint and to restart, and how long a
+    /// preemption may wait for a checkpoint.
+    pub checkpoint_s: f64,
+    pub restart_s: f64,
+    pub grace_s: f64,
     pub(super) las: Tiresias,
     pub(super) models: ModelCache,
     pub params: ElasticParams,
@@ -25,6 +30,9 @@ pub struct DroverPolicy {
 impl Default for DroverPolicy {
     fn default() -> Self {
         DroverPolicy {
+            checkpoint_s: 30.0,
+            restart_s: 30.0,
+            grace_s: 60.0,
             las: Tiresias::default(),
             models: ModelCache::default(),
             params: ElasticParams::default(),
@@ -66,7 +74,48 @@ impl DroverPolicy {
             }
         }
         guaranteed.extend(borrowing);
-        guaranteed
+        let order = self.cheapest_victims_last(snapshot, guaranteed);
+        super::non_preemptible_first(snapshot, &order)
+    }
+
+    /// What preempting a running job costs now: a checkpoint and a restart when the checkpoint fits in
+    /// the grace period, else the work since its last checkpoint (lost) and a restart.
+    fn preemption_cost_s(&self, snapshot: &ClusterSnapshot, job: &JobView) -> (f64, bool) {
+        let since_checkpoint = snapshot.now_s
+            - job
+                .observed
+                .last_checkpoint_s
+                .unwrap_or(job.observed.last_state_change_s);
+        let lost = since_checkpoint.max(0.0);
+        if self.checkpoint_s <= self.grace_s && self.checkpoint_s <= lost {
+            (self.checkpoint_s + self.restart_s, true)
+        } else {
+            (lost + self.restart_s, false)
+        }
+    }
+
+    /// Running jobs of lower priority than a waiting job are the candidate victims of a priority
+    /// preemption: they go last, the costliest to preempt first among them, so the cheapest yield.
+    fn cheapest_victims_last(&self, snapshot: &ClusterSnapshot, order: Vec<usize>) -> Vec<usize> {
+        let Some(top_waiting) = snapshot
+            .jobs
+            .iter()
+            .filter(|j| j.placement.is_none())
+            .map(|j| j.priority)
+            .max()
+        else {
+            return order;
+        };
+        let candidate = |i: &usize| {
+            let job = &snapshot.jobs[*i];
+            job.placement.is_some() && job.preemptible && job.priority < top_waiting
+        };
+        let (mut victims, rest): (Vec<usize>, Vec<usize>) = order.into_iter().partition(candidate);
+        victims.sort_by(|&a, &b| {
+            let cost = |i: usize| self.preemption_cost_s(snapshot, &snapshot.jobs[i]).0;
+            cost(b).total_cmp(&cost(a)).then(a.cmp(&b))
+        });
+        rest.into_iter().chain(victims).collect()
     }
 }
 
@@ -97,6 +146,16 @@ impl Policy for DroverPolicy {
                 &mut free,
                 &std::collections::BTreeSet::new(),
             );
+        }
+        // A victim that cannot checkpoint within the grace period, or that would lose less by being
+        // killed than a checkpoint costs, is killed rather than waited for.
+        for job in &snapshot.jobs {
+            if let Some(JobPlan::Wait { reason }) = plan.jobs.get_mut(&job.id)
+                && *reason == WaitReason::Preempted
+                && !self.preemption_cost_s(snapshot, job).1
+            {
+                *reason = WaitReason::PreemptedWithoutCheckpoint;
+            }
         }
         plan
     }

@@ -11,7 +11,7 @@ mod optimus;
 mod srtf;
 mod tiresias;
 
-pub use common::{arrival_if_free, ordered_round};
+pub use common::{arrival_if_free, non_preemptible_first, ordered_round};
 pub use drf::Drf;
 pub use drover::DroverPolicy;
 pub use elastic::{ElasticParams, allocate, min_shape, place_targets};

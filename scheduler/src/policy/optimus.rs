@@ -131,7 +131,8 @@ impl Policy for Optimus {
     }
 
     fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {
-        let order: Vec<usize> = (0..snapshot.jobs.len()).collect();
+        let all: Vec<usize> = (0..snapshot.jobs.len()).collect();
+        let order = super::non_preemptible_first(snapshot, &all);
         let targets = match &self.oracle {
             Some(oracle) => {
                 let mut remaining =
