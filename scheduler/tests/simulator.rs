@@ -6,10 +6,16 @@ use drover_scheduler::cluster::uniform_cluster;
 use drover_scheduler::sim::{self, SimConfig, Stopwatch, TraceFilter, Workload};
 use drover_scheduler::{Plan, build_policy, policy_names};
 
-const MODELS: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/models/ps_worker_speed.txt"
-));
+/// The measured speeds, from `shared/` beside the checkout (where CI and developers have it).
+fn models_text() -> String {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/models/ps_worker_speed.txt"
+    );
+    std::fs::read_to_string(path).unwrap_or_else(|err| {
+        panic!("cannot read {path} ({err}): shared/ must sit beside the checkout")
+    })
+}
 
 /// A stopwatch that never moves: reports are then fully deterministic.
 struct Frozen;
@@ -33,13 +39,13 @@ fn small_trace() -> String {
 
 fn workload(seed: u64) -> Workload {
     let trace = sim::parse_trace(&small_trace(), &TraceFilter::default()).unwrap();
-    let models = sim::parse_models(MODELS).unwrap();
+    let models = sim::parse_models(&models_text()).unwrap();
     sim::build_workload(&trace, &models, uniform_cluster(2, 8, 64, 32), seed)
 }
 
 #[test]
 fn the_speed_measurements_fit_the_optimus_model() {
-    let models = sim::parse_models(MODELS).unwrap();
+    let models = sim::parse_models(&models_text()).unwrap();
     assert_eq!(models.len(), 8);
     assert_eq!(
         models.iter().map(|m| m.points.len()).sum::<usize>(),
