@@ -271,3 +271,24 @@ fn preemption_picks_the_cheapest_victim_and_spares_non_preemptible_jobs() {
         invariants::check(&snap, &plan).unwrap();
     }
 }
+
+#[test]
+fn a_tenant_never_holds_more_than_its_maximum() {
+    let mut snap = snapshot(1, 8, (0..4).map(|i| elastic(i, 4, i as f64)).collect());
+    snap.tenants[0].max_gpus = Some(3);
+    for name in ["optimus", "drover"] {
+        let plan = build_policy(name, None)
+            .unwrap()
+            .schedule(&snap, &Plan::default());
+        let gpus: u32 = (0..4)
+            .filter_map(|i| plan.placement(id(i)))
+            .map(|p| p.num_gpus())
+            .sum();
+        assert!(
+            gpus <= 3,
+            "{name}: tenant holds {gpus} GPUs over its maximum of 3"
+        );
+        assert!(gpus > 0);
+        invariants::check(&snap, &plan).unwrap();
+    }
+}

@@ -210,6 +210,20 @@ pub(super) fn pack(
         .collect();
     // (node, gpu) -> (job, its GPU memory need), for GPUs used by exactly one single-GPU job.
     let users = gpu_users(plan);
+    // GPUs each tenant holds in the plan, so packing never takes a tenant past its maximum.
+    let mut tenant_gpus: BTreeMap<u32, u32> = BTreeMap::new();
+    for (id, decision) in &plan.jobs {
+        if let (JobPlan::Run { placement, .. }, Some(&i)) = (decision, positions.get(id)) {
+            *tenant_gpus.entry(snapshot.jobs[i].tenant).or_default() += placement.num_gpus();
+        }
+    }
+    let tenant_max = |tenant: u32| {
+        snapshot
+            .tenants
+            .get(tenant as usize)
+            .and_then(|t| t.max_gpus)
+            .unwrap_or(u32::MAX)
+    };
     let mut hosts: Vec<(crate::NodeId, u16, drover_core::JobId, f64)> = Vec::new();
     for (id, decision) in &plan.jobs {
         if exclude.contains(id) {
@@ -297,6 +311,9 @@ pub(super) fn pack(
         if !waiting || shape.workers != 1 || job.gpus_per_worker != 1 {
             continue;
         }
+        if tenant_gpus.get(&job.tenant).copied().unwrap_or(0) + 1 > tenant_max(job.tenant) {
+            continue;
+        }
         let cpus = job.cpus_per_worker + shape.ps * job.cpus_per_ps;
         let Some(slot) = hosts.iter().position(|&(node, gpu, _, host_memory)| {
             let capacity = snapshot.nodes[node.0 as usize]
@@ -334,6 +351,7 @@ pub(super) fn pack(
             },
         );
         mark_packed(plan, host);
+        *tenant_gpus.entry(job.tenant).or_default() += 1;
     }
     // A job whose partner left runs alone again: clear its packing mark.
     let users = gpu_users(plan);

@@ -78,15 +78,33 @@ pub fn allocate(
     let total_gpus = u64::from(snapshot.total_gpus());
     let total_cpus = u64::from(snapshot.total_cpus());
     let (mut gpus_left, mut cpus_left) = (total_gpus, total_cpus);
+    // GPUs each tenant may still take under its maximum quota.
+    let tenants = snapshot
+        .jobs
+        .iter()
+        .map(|j| j.tenant as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut tenant_left: Vec<u64> = (0..tenants)
+        .map(|t| {
+            snapshot
+                .tenants
+                .get(t)
+                .and_then(|t| t.max_gpus)
+                .map_or(u64::MAX, u64::from)
+        })
+        .collect();
     let mut targets: Vec<Option<Shape>> = vec![None; snapshot.jobs.len()];
     for &i in order {
         let job = &snapshot.jobs[i];
         let shape = min_shape(job);
         let (g, c) = demand(job, shape);
-        if g <= gpus_left && c <= cpus_left {
+        let quota = &mut tenant_left[job.tenant as usize];
+        if g <= gpus_left && c <= cpus_left && g <= *quota {
             targets[i] = Some(shape);
             gpus_left -= g;
             cpus_left -= c;
+            *quota -= g;
         }
     }
     if params.grow {
@@ -170,7 +188,7 @@ pub fn allocate(
             let (g0, c0) = demand(job, shape);
             let (g1, c1) = demand(job, next);
             let (dg, dc) = (g1 - g0, c1 - c0);
-            if dg > gpus_left || dc > cpus_left {
+            if dg > gpus_left || dc > cpus_left || dg > tenant_left[job.tenant as usize] {
                 // This kind of task no longer fits; the job's other kind may.
                 versions[gain.job] += 1;
                 if gain.worker {
@@ -190,6 +208,7 @@ pub fn allocate(
             }
             gpus_left -= dg;
             cpus_left -= dc;
+            tenant_left[job.tenant as usize] -= dg;
             targets[gain.job] = Some(next);
             versions[gain.job] += 1;
             push(
@@ -218,9 +237,11 @@ pub fn allocate(
         if remaining_s(i, current) - remaining_s(i, target) < params.change_penalty_s {
             let (g0, c0) = demand(job, target);
             let (g1, c1) = demand(job, current);
-            if g1 <= g0 + gpus_left && c1 <= c0 + cpus_left {
+            let quota = tenant_left[job.tenant as usize].saturating_add(g0);
+            if g1 <= g0 + gpus_left && c1 <= c0 + cpus_left && g1 <= quota {
                 gpus_left = gpus_left + g0 - g1;
                 cpus_left = cpus_left + c0 - c1;
+                tenant_left[job.tenant as usize] = quota - g1;
                 targets[i] = Some(current);
             }
         }
