@@ -1,5 +1,6 @@
 //! The `drover` binary: the control-plane server, a one-command dev mode, migrations, and the client CLI.
 
+mod admin;
 mod client;
 mod commands;
 mod output;
@@ -72,17 +73,17 @@ enum Command {
     Tenants,
     /// Manage tenants (cluster administrators).
     #[command(subcommand)]
-    Tenant(commands::TenantCommand),
+    Tenant(admin::TenantCommand),
     /// List users.
     Users,
     /// Manage users.
     #[command(subcommand)]
-    User(commands::UserCommand),
+    User(admin::UserCommand),
     /// List your API tokens.
     Tokens,
     /// Manage API tokens.
     #[command(subcommand)]
-    Token(commands::TokenCommand),
+    Token(admin::TokenCommand),
     /// List GPU nodes.
     Nodes,
     /// Show who the token belongs to.
@@ -120,14 +121,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Job(args) => commands::job(&global, args).await,
         Command::Cancel(args) => commands::cancel(&global, args).await,
         Command::Events(args) => commands::events(&global, args).await,
-        Command::Tenants => commands::tenants(&global).await,
-        Command::Tenant(cmd) => commands::tenant(&global, cmd).await,
-        Command::Users => commands::users(&global).await,
-        Command::User(cmd) => commands::user(&global, cmd).await,
-        Command::Tokens => commands::tokens(&global).await,
-        Command::Token(cmd) => commands::token(&global, cmd).await,
-        Command::Nodes => commands::nodes(&global).await,
-        Command::Whoami => commands::whoami(&global).await,
+        Command::Tenants => admin::tenants(&global).await,
+        Command::Tenant(cmd) => admin::tenant(&global, cmd).await,
+        Command::Users => admin::users(&global).await,
+        Command::User(cmd) => admin::user(&global, cmd).await,
+        Command::Tokens => admin::tokens(&global).await,
+        Command::Token(cmd) => admin::token(&global, cmd).await,
+        Command::Nodes => admin::nodes(&global).await,
+        Command::Whoami => admin::whoami(&global).await,
         Command::Sim(args) => sim::run(args, global.output == output::Format::Json),
     }
 }

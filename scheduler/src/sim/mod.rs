@@ -1,6 +1,7 @@
 //! The trace-replay simulator: a virtual cluster and clock, jobs with a hidden ground truth (speed
 //! surface from measurements, loss curve, length), and the very policies the server runs.
 
+pub mod config;
 pub mod engine;
 pub mod report;
 pub mod speed;
@@ -9,7 +10,7 @@ pub mod trace;
 pub mod truth;
 pub mod workload;
 
-pub use engine::{Costs, JobOutcome, Outcome, SimConfig, SimError, Stopwatch};
+pub use config::{Costs, JobOutcome, Outcome, SimConfig, SimError, Stopwatch};
 pub use report::{Report, build_report, job_rows, jobs_csv, summary_csv};
 pub use speed::{MeasuredModel, parse_models};
 pub use trace::{TraceFilter, TraceJob, parse_time, parse_trace};

@@ -1,0 +1,281 @@
+//! Client verbs for administration: tenants and quotas, users, tokens, nodes, and `whoami`.
+
+use crate::GlobalArgs;
+use crate::client::Client;
+use crate::commands::segment;
+use crate::output::{self, Format, out};
+use serde_json::{Value, json};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant.
+    Create {
+        name: String,
+        #[arg(long, default_value_t = 0)]
+        guaranteed_gpus: u32,
+        #[arg(long)]
+        max_gpus: Option<u32>,
+    },
+    /// Set a tenant's quota.
+    Quota {
+        name: String,
+        #[arg(long)]
+        guaranteed_gpus: u32,
+        #[arg(long)]
+        max_gpus: Option<u32>,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum UserCommand {
+    /// Create a user.
+    Create {
+        name: String,
+        /// admin, member or viewer.
+        #[arg(long, default_value = "member")]
+        role: String,
+        /// The tenant (yours when absent).
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long)]
+        cluster_admin: bool,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum TokenCommand {
+    /// Create a token; its secret is printed once.
+    Create {
+        name: String,
+        /// For another user (tenant admins, cluster administrators).
+        #[arg(long)]
+        user: Option<String>,
+        /// Lifetime, e.g. `30d`.
+        #[arg(long)]
+        expires_in: Option<String>,
+    },
+    /// Revoke a token.
+    Revoke { id: String },
+}
+
+fn print_tenants(global: &GlobalArgs, tenants: &[Value]) {
+    let rows: Vec<Vec<String>> = tenants
+        .iter()
+        .map(|t| {
+            vec![
+                output::text(&t["name"]),
+                output::text(&t["quota"]["guaranteed_gpus"]),
+                t["quota"]["max_gpus"]
+                    .as_u64()
+                    .map_or_else(|| "unlimited".to_owned(), |m| m.to_string()),
+                output::age(&t["created_at"]),
+            ]
+        })
+        .collect();
+    match global.output {
+        Format::Json => output::json(&json!({ "tenants": tenants })),
+        Format::Table => output::table(&["NAME", "GUARANTEED GPUS", "MAX GPUS", "AGE"], &rows),
+    }
+}
+
+pub async fn tenants(global: &GlobalArgs) -> anyhow::Result<()> {
+    let response = Client::new(global)?.get("/api/v1/tenants").await?;
+    print_tenants(
+        global,
+        response["tenants"].as_array().map_or(&[], Vec::as_slice),
+    );
+    Ok(())
+}
+
+pub async fn tenant(global: &GlobalArgs, command: TenantCommand) -> anyhow::Result<()> {
+    let client = Client::new(global)?;
+    let response = match command {
+        TenantCommand::Create {
+            name,
+            guaranteed_gpus,
+            max_gpus,
+        } => {
+            let body = json!({"name": name, "quota": {"guaranteed_gpus": guaranteed_gpus, "max_gpus": max_gpus}});
+            client.post_json("/api/v1/tenants", &body).await?
+        }
+        TenantCommand::Quota {
+            name,
+            guaranteed_gpus,
+            max_gpus,
+        } => {
+            let body = json!({"guaranteed_gpus": guaranteed_gpus, "max_gpus": max_gpus});
+            client
+                .put_json(&format!("/api/v1/tenants/{}/quota", segment(&name)), &body)
+                .await?
+        }
+    };
+    print_tenants(global, std::slice::from_ref(&response["tenant"]));
+    Ok(())
+}
+
+fn print_users(global: &GlobalArgs, users: &[Value]) {
+    let rows: Vec<Vec<String>> = users
+        .iter()
+        .map(|u| {
+            vec![
+                output::text(&u["id"]),
+                output::text(&u["name"]),
+                output::text(&u["tenant"]),
+                output::text(&u["role"]),
+                if u["cluster_admin"].as_bool() == Some(true) {
+                    "yes"
+                } else {
+                    "no"
+                }
+                .to_owned(),
+            ]
+        })
+        .collect();
+    match global.output {
+        Format::Json => output::json(&json!({ "users": users })),
+        Format::Table => output::table(&["ID", "NAME", "TENANT", "ROLE", "CLUSTER ADMIN"], &rows),
+    }
+}
+
+pub async fn users(global: &GlobalArgs) -> anyhow::Result<()> {
+    let response = Client::new(global)?.get("/api/v1/users").await?;
+    print_users(
+        global,
+        response["users"].as_array().map_or(&[], Vec::as_slice),
+    );
+    Ok(())
+}
+
+pub async fn user(global: &GlobalArgs, command: UserCommand) -> anyhow::Result<()> {
+    let UserCommand::Create {
+        name,
+        role,
+        tenant,
+        cluster_admin,
+    } = command;
+    let body =
+        json!({"name": name, "role": role, "tenant": tenant, "cluster_admin": cluster_admin});
+    let response = Client::new(global)?
+        .post_json("/api/v1/users", &body)
+        .await?;
+    print_users(global, std::slice::from_ref(&response["user"]));
+    Ok(())
+}
+
+fn print_tokens(global: &GlobalArgs, tokens: &[Value]) {
+    let rows: Vec<Vec<String>> = tokens
+        .iter()
+        .map(|t| {
+            let status = if !t["revoked_at"].is_null() {
+                "revoked"
+            } else {
+                "active"
+            };
+            vec![
+                output::text(&t["id"]),
+                output::text(&t["name"]),
+                format!("{}…", output::text(&t["prefix"])),
+                output::text(&t["expires_at"]),
+                status.to_owned(),
+            ]
+        })
+        .collect();
+    match global.output {
+        Format::Json => output::json(&json!({ "tokens": tokens })),
+        Format::Table => output::table(&["ID", "NAME", "PREFIX", "EXPIRES", "STATUS"], &rows),
+    }
+}
+
+pub async fn tokens(global: &GlobalArgs) -> anyhow::Result<()> {
+    let response = Client::new(global)?.get("/api/v1/tokens").await?;
+    print_tokens(
+        global,
+        response["tokens"].as_array().map_or(&[], Vec::as_slice),
+    );
+    Ok(())
+}
+
+pub async fn token(global: &GlobalArgs, command: TokenCommand) -> anyhow::Result<()> {
+    let client = Client::new(global)?;
+    match command {
+        TokenCommand::Create {
+            name,
+            user,
+            expires_in,
+        } => {
+            let body = json!({"name": name, "user_id": user, "expires_in": expires_in});
+            let response = client.post_json("/api/v1/tokens", &body).await?;
+            match global.output {
+                Format::Json => output::json(&response),
+                Format::Table => {
+                    out!(
+                        "token {} created; its secret is shown this once:",
+                        output::text(&response["token"]["id"])
+                    );
+                    out!("{}", output::text(&response["secret"]));
+                }
+            }
+        }
+        TokenCommand::Revoke { id } => {
+            let response = client
+                .delete(&format!("/api/v1/tokens/{}", segment(&id)))
+                .await?;
+            print_tokens(global, std::slice::from_ref(&response["token"]));
+        }
+    }
+    Ok(())
+}
+
+pub async fn nodes(global: &GlobalArgs) -> anyhow::Result<()> {
+    let response = Client::new(global)?.get("/api/v1/nodes").await?;
+    let nodes = response["nodes"].as_array().map_or(&[][..], Vec::as_slice);
+    match global.output {
+        Format::Json => output::json(&response),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = nodes
+                .iter()
+                .map(|n| {
+                    vec![
+                        output::text(&n["name"]),
+                        n["gpus"].as_array().map_or(0, Vec::len).to_string(),
+                        output::text(&n["cpus"]),
+                        output::text(&n["health"]),
+                        if n["cordoned"].as_bool() == Some(true) {
+                            "yes"
+                        } else {
+                            "no"
+                        }
+                        .to_owned(),
+                    ]
+                })
+                .collect();
+            output::table(&["NAME", "GPUS", "CPUS", "HEALTH", "CORDONED"], &rows);
+            if nodes.is_empty() {
+                eprintln!("(no nodes have registered)");
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn whoami(global: &GlobalArgs) -> anyhow::Result<()> {
+    let response = Client::new(global)?.get("/api/v1/me").await?;
+    match global.output {
+        Format::Json => output::json(&response),
+        Format::Table => {
+            let user = &response["user"];
+            let admin = if user["cluster_admin"].as_bool() == Some(true) {
+                ", cluster administrator"
+            } else {
+                ""
+            };
+            out!(
+                "{} ({} in tenant {}{admin})",
+                output::text(&user["name"]),
+                output::text(&user["role"]),
+                output::text(&user["tenant"])
+            );
+        }
+    }
+    Ok(())
+}
