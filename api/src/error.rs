@@ -115,6 +115,9 @@ impl From<StoreError> for ApiError {
                 "illegal_transition",
                 illegal.to_string(),
             ),
+            fenced @ StoreError::Fenced { .. } => {
+                Self::new(StatusCode::CONFLICT, "stale_generation", fenced.to_string())
+            }
             err @ (StoreError::Corrupt(_) | StoreError::Database(_) | StoreError::Migrate(_)) => {
                 tracing::error!(error = %err, "store failure");
                 if matches!(&err, StoreError::Database(sqlx::Error::PoolTimedOut)) {

@@ -4,10 +4,12 @@
 //! the store, migrates, makes sure a cluster administrator exists and serves.
 
 pub mod auth;
+pub mod cluster;
 pub mod error;
 pub mod extract;
 pub mod metrics;
 pub mod routes;
+pub mod run_views;
 pub mod server;
 pub mod state;
 pub mod store;

@@ -1,6 +1,7 @@
 //! Starting the control plane: open the store, migrate, make sure a cluster administrator exists, serve.
 
 use crate::auth::{display_prefix, generate_token, hash_token};
+use crate::cluster::{ClusterConfig, GatewayService, Runtime, SchedulingLoop};
 use crate::routes::app;
 use crate::state::AppState;
 use crate::store::{self, NewTenant, NewToken, NewUser, Quota, Store, StoreError};
@@ -22,6 +23,9 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// A token the cluster administrator must be able to use (from `DROVER_ADMIN_TOKEN`, or dev's file).
     pub admin_token: Option<String>,
+    /// Run jobs: the executor gateway on this address, and the scheduling loop. `None` serves the API
+    /// only (jobs then stay queued).
+    pub cluster: Option<(SocketAddr, ClusterConfig)>,
 }
 
 /// What start-up did about the cluster administrator.
@@ -39,6 +43,8 @@ pub enum AdminBootstrap {
 #[derive(Debug)]
 pub struct RunningServer {
     pub addr: SocketAddr,
+    /// Where executors dial in, when the server runs jobs.
+    pub gateway_addr: Option<SocketAddr>,
     pub admin: AdminBootstrap,
     pub store: Arc<dyn Store>,
     pub serving: tokio::task::JoinHandle<std::io::Result<()>>,
@@ -73,19 +79,58 @@ pub async fn start(
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
-    let router = app(AppState::new(store.clone(), config.max_body_bytes));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    let mut state = AppState::new(store.clone(), config.max_body_bytes);
+    let mut gateway_addr = None;
+    if let Some((gateway_listen, cluster)) = config.cluster {
+        let runtime = Runtime::new(store.clone(), cluster);
+        let scheduling = SchedulingLoop::new(runtime.clone())
+            .with_context(|| format!("cannot run the policy `{}`", runtime.config.policy))?;
+        let gateway_listener = TcpListener::bind(gateway_listen)
+            .await
+            .with_context(|| format!("cannot listen for executors on {gateway_listen}"))?;
+        let bound = gateway_listener.local_addr()?;
+        gateway_addr = Some(bound);
+        let service = GatewayService::new(runtime.clone()).into_server();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(gateway_listener);
+        let gateway_stopped = signalled(stopped.clone());
+        tokio::spawn(async move {
+            let served = tonic::transport::Server::builder()
+                .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, gateway_stopped)
+                .await;
+            if let Err(err) = served {
+                tracing::error!(error = %err, "the executor gateway failed");
+            }
+        });
+        tokio::spawn(scheduling.run(signalled(stopped.clone())));
+        tracing::info!(addr = %bound, policy = runtime.config.policy, "executor gateway listening");
+        state = state.with_runtime(runtime);
+    }
+    let router = app(state);
     let serving = tokio::spawn(async move {
         axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
+            .with_graceful_shutdown(signalled(stopped))
             .await
     });
     tracing::info!(%addr, backend = ?store.backend(), "drover server listening");
     Ok(RunningServer {
         addr,
+        gateway_addr,
         admin,
         store,
         serving,
     })
+}
+
+/// Resolves once the shutdown flag is set.
+async fn signalled(mut stopped: tokio::sync::watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
 }
 
 /// Makes sure a cluster administrator exists and that `given_token` (if any) logs in as one.

@@ -1,5 +1,6 @@
 //! Shared state of the HTTP handlers.
 
+use crate::cluster::Runtime;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use std::ops::Deref;
@@ -14,6 +15,8 @@ pub struct AppInner {
     pub metrics: Metrics,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// The executor gateway and scheduling loop, when this server runs jobs.
+    pub runtime: Option<Arc<Runtime>>,
 }
 
 impl AppState {
@@ -22,7 +25,29 @@ impl AppState {
             store,
             metrics: Metrics::new(),
             max_body_bytes,
+            runtime: None,
         }))
+    }
+
+    /// The same state, with the runtime that runs jobs. Call before the state is shared.
+    pub fn with_runtime(self, runtime: Arc<Runtime>) -> Self {
+        let inner = Arc::try_unwrap(self.0).unwrap_or_else(|shared| AppInner {
+            store: shared.store.clone(),
+            metrics: shared.metrics.clone(),
+            max_body_bytes: shared.max_body_bytes,
+            runtime: shared.runtime.clone(),
+        });
+        Self(Arc::new(AppInner {
+            runtime: Some(runtime),
+            ..inner
+        }))
+    }
+
+    /// Wakes the scheduling loop (after a submission or a cancel).
+    pub fn wake_scheduler(&self) {
+        if let Some(runtime) = &self.runtime {
+            runtime.hub.wake.notify_one();
+        }
     }
 }
 

@@ -33,6 +33,10 @@ pub struct JobView {
     pub submitted_by: Uuid,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The generation of its current (or last) allocation; every (re)start makes a new one.
+    pub generation: u64,
+    /// Restarts after task failures so far.
+    pub restarts: u32,
     /// The whole `DroverJob` as stored, defaults filled in; only on single reads.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
@@ -55,6 +59,8 @@ impl From<Job> for JobView {
             submitted_by: job.submitted_by.0,
             created_at: job.created_at,
             updated_at: job.updated_at,
+            generation: job.generation,
+            restarts: job.restarts,
             spec: job.document,
         }
     }
@@ -231,11 +237,20 @@ pub struct NodeView {
     pub gpus: Vec<Gpu>,
     pub cpus: u32,
     pub memory_gb: u32,
+    /// `healthy`, `disconnected` (its executor's stream is down) or `lost` (no heartbeat within the
+    /// timeout: its jobs were sent back to the queue).
     pub health: String,
+    /// Takes no new tasks.
     pub cordoned: bool,
+    /// Cordoned, and its tasks are being moved away through checkpoints.
+    pub draining: bool,
+    /// Where its GPUs come from: `nvidia`, `slots` (CPU-only) or `demo`.
+    pub gpu_source: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_heartbeat_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
+    /// Tasks on the node that have not exited.
+    pub tasks: Vec<crate::run_views::TaskView>,
 }
 
 impl From<Node> for NodeView {
@@ -249,8 +264,11 @@ impl From<Node> for NodeView {
             memory_gb: node.memory_gb,
             health: node.health,
             cordoned: node.cordoned,
+            draining: node.draining,
+            gpu_source: node.gpu_source,
             last_heartbeat_at: node.last_heartbeat_at,
             created_at: node.created_at,
+            tasks: Vec::new(),
         }
     }
 }

@@ -240,16 +240,20 @@ pub async fn nodes(global: &GlobalArgs) -> anyhow::Result<()> {
                         n["gpus"].as_array().map_or(0, Vec::len).to_string(),
                         output::text(&n["cpus"]),
                         output::text(&n["health"]),
-                        if n["cordoned"].as_bool() == Some(true) {
-                            "yes"
-                        } else {
-                            "no"
+                        match (n["draining"].as_bool(), n["cordoned"].as_bool()) {
+                            (Some(true), _) => "draining",
+                            (_, Some(true)) => "cordoned",
+                            _ => "schedulable",
                         }
                         .to_owned(),
+                        n["tasks"].as_array().map_or(0, Vec::len).to_string(),
                     ]
                 })
                 .collect();
-            output::table(&["NAME", "GPUS", "CPUS", "HEALTH", "CORDONED"], &rows);
+            output::table(
+                &["NAME", "GPUS", "CPUS", "HEALTH", "STATUS", "TASKS"],
+                &rows,
+            );
             if nodes.is_empty() {
                 eprintln!("(no nodes have registered)");
             }

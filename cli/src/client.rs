@@ -50,6 +50,38 @@ impl Client {
             .await
     }
 
+    /// A GET whose body the caller streams (logs, downloads); errors are decoded as usual. No overall
+    /// timeout: a followed log stays open as long as the job runs.
+    pub async fn get_streaming(&self, path: &str) -> anyhow::Result<reqwest::Response> {
+        let url = format!("{}{path}", self.base);
+        let response = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .context("cannot build the HTTP client")?
+            .get(&url)
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|err| {
+                if err.is_connect() {
+                    anyhow!(
+                        "cannot reach the Drover server at {} (is it running? set --server or DROVER_SERVER)",
+                        self.base
+                    )
+                } else {
+                    anyhow!(err).context(format!("request to {url} failed"))
+                }
+            })?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status();
+        Err(decode(response)
+            .await
+            .err()
+            .unwrap_or_else(|| anyhow!("unexpected HTTP {status}")))
+    }
+
     pub async fn delete(&self, path: &str) -> anyhow::Result<Value> {
         self.send(Method::DELETE, path, None, &[]).await
     }

@@ -3,7 +3,9 @@
 mod admin;
 mod client;
 mod commands;
+mod node;
 mod output;
+mod runs;
 mod serve;
 mod sim;
 
@@ -69,6 +71,14 @@ enum Command {
     Cancel(commands::JobIdArg),
     /// Show a job's state changes with their reasons.
     Events(commands::JobIdArg),
+    /// Show a job's output (`-f` streams it until the job ends).
+    Logs(runs::LogsArgs),
+    /// Show the metrics a job reported.
+    Metrics(runs::MetricsArgs),
+    /// List a job's recorded checkpoints.
+    Checkpoints(commands::JobIdArg),
+    /// Download a job's checkpoint (the latest by default).
+    Download(runs::DownloadArgs),
     /// List tenants.
     Tenants,
     /// Manage tenants (cluster administrators).
@@ -84,8 +94,16 @@ enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(admin::TokenCommand),
-    /// List GPU nodes.
+    /// List GPU nodes with their health and tasks.
     Nodes,
+    /// Cordon, uncordon or drain a node (cluster administrators).
+    #[command(subcommand)]
+    Node(node::NodeCommand),
+    /// Run an executor: the node agent that runs tasks on this host's GPUs.
+    Executor(node::ExecutorArgs),
+    /// Internal: the process every task starts under (kills the task if the executor dies).
+    #[command(hide = true)]
+    TaskShim(node::ShimArgs),
     /// Show who the token belongs to.
     Whoami,
     /// Replay a cluster trace through scheduling policies (the same code the server runs).
@@ -121,6 +139,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Job(args) => commands::job(&global, args).await,
         Command::Cancel(args) => commands::cancel(&global, args).await,
         Command::Events(args) => commands::events(&global, args).await,
+        Command::Logs(args) => runs::logs(&global, args).await,
+        Command::Metrics(args) => runs::metrics(&global, args).await,
+        Command::Checkpoints(args) => runs::checkpoints(&global, args).await,
+        Command::Download(args) => runs::download(&global, args).await,
         Command::Tenants => admin::tenants(&global).await,
         Command::Tenant(cmd) => admin::tenant(&global, cmd).await,
         Command::Users => admin::users(&global).await,
@@ -128,6 +150,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Tokens => admin::tokens(&global).await,
         Command::Token(cmd) => admin::token(&global, cmd).await,
         Command::Nodes => admin::nodes(&global).await,
+        Command::Node(cmd) => node::node(&global, cmd).await,
+        Command::Executor(args) => node::executor(args).await,
+        Command::TaskShim(args) => node::task_shim(args).await,
         Command::Whoami => admin::whoami(&global).await,
         Command::Sim(args) => sim::run(args, global.output == output::Format::Json),
     }

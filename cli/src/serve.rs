@@ -3,6 +3,7 @@
 use crate::GlobalArgs;
 use crate::output::out;
 use anyhow::Context;
+use drover_api::cluster::ClusterConfig;
 use drover_api::server::{self, AdminBootstrap, ServerConfig};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -30,10 +31,63 @@ pub struct ServerArgs {
     /// Log format.
     #[arg(long, env = "DROVER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+}
+
+/// How the server runs jobs: the executor gateway and the scheduling loop.
+#[derive(Debug, clap::Args)]
+pub struct ClusterArgs {
+    /// Address executors dial (gRPC).
+    #[arg(long, env = "DROVER_GATEWAY_LISTEN", default_value = "0.0.0.0:7070")]
+    gateway_listen: SocketAddr,
+    /// Scheduling policy: fifo, fifo-backfill, drf, tiresias, optimus, gandiva or drover.
+    #[arg(long, env = "DROVER_POLICY", default_value = "drover")]
+    policy: String,
+    /// Checkpoint storage: a directory every executor can reach (a shared filesystem, or this host).
+    #[arg(long, env = "DROVER_CHECKPOINT_DIR", default_value = "checkpoints")]
+    checkpoint_dir: PathBuf,
+    /// An executor not heard from for this long is lost; its jobs go back to the queue.
+    #[arg(long, env = "DROVER_EXECUTOR_TIMEOUT", default_value = "15s", value_parser = humantime::parse_duration)]
+    executor_timeout: std::time::Duration,
+    /// How long a stopping task may take to checkpoint before it is killed.
+    #[arg(long, env = "DROVER_STOP_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
+    stop_grace: std::time::Duration,
+    /// The scheduling loop runs at least this often.
+    #[arg(long, env = "DROVER_SCHEDULER_TICK", default_value = "1s", value_parser = humantime::parse_duration)]
+    tick: std::time::Duration,
+}
+
+impl ClusterArgs {
+    fn config(&self) -> anyhow::Result<(SocketAddr, ClusterConfig)> {
+        if drover_scheduler::is_oracle_policy(&self.policy) {
+            anyhow::bail!(
+                "--policy {}: an oracle baseline needs true job lengths, which only the simulator has",
+                self.policy
+            );
+        }
+        std::fs::create_dir_all(&self.checkpoint_dir).with_context(|| {
+            format!(
+                "cannot create the checkpoint directory {}",
+                self.checkpoint_dir.display()
+            )
+        })?;
+        let root = self
+            .checkpoint_dir
+            .canonicalize()
+            .with_context(|| format!("cannot resolve {}", self.checkpoint_dir.display()))?;
+        let mut config = ClusterConfig::new(&self.policy, root);
+        config.executor_timeout = self.executor_timeout;
+        config.stop_grace = self.stop_grace;
+        config.tick = self.tick;
+        config.heartbeat_interval =
+            (self.executor_timeout / 5).max(std::time::Duration::from_millis(200));
+        Ok((self.gateway_listen, config))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum LogFormat {
+pub enum LogFormat {
     Text,
     Json,
 }
@@ -49,6 +103,15 @@ pub struct DevArgs {
     /// Where the demo's example jobs are.
     #[arg(long, default_value = "examples")]
     examples: PathBuf,
+    /// Local executors to start, each with its own data directory under the data directory.
+    #[arg(long, default_value_t = 2)]
+    executors: u32,
+    /// Pretend GPUs each local executor advertises (tasks run on the CPU).
+    #[arg(long, default_value_t = 2)]
+    gpus_per_executor: u32,
+    /// Scheduling policy.
+    #[arg(long, default_value = "drover")]
+    policy: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -58,7 +121,7 @@ pub struct MigrateArgs {
     database_url: String,
 }
 
-fn init_tracing(format: LogFormat, default_filter: &str) {
+pub fn init_tracing(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("DROVER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
@@ -83,6 +146,7 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<()> {
         max_db_connections: args.db_max_connections,
         max_body_bytes: args.max_body_bytes,
         admin_token: args.admin_token,
+        cluster: Some(args.cluster.config()?),
     };
     let running = server::start(config, server::shutdown_signal()).await?;
     if let AdminBootstrap::CreatedWithToken(token) = &running.admin {
@@ -93,6 +157,9 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<()> {
         );
     }
     out!("drover server listening on http://{}", running.addr);
+    if let Some(gateway) = running.gateway_addr {
+        out!("executor gateway listening on http://{gateway}");
+    }
     running
         .serving
         .await
@@ -109,6 +176,7 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         max_db_connections: 2,
         max_body_bytes: 0,
         admin_token: None,
+        cluster: None,
     };
     server::open_store(&config).await?;
     out!(
@@ -140,32 +208,74 @@ fn dev_admin_token(data_dir: &Path) -> anyhow::Result<String> {
 }
 
 pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
-    init_tracing(LogFormat::Text, "warn,drover_api=info");
+    init_tracing(LogFormat::Text, "warn,drover_api=info,drover_executor=info");
     let data_dir = &global.data_dir;
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create {}", data_dir.display()))?;
     let token = dev_admin_token(data_dir)?;
     let db_path = data_dir.join("drover.db");
+    let checkpoints = data_dir.join("checkpoints");
+    let cluster = ClusterArgs {
+        gateway_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        policy: args.policy.clone(),
+        checkpoint_dir: checkpoints.clone(),
+        executor_timeout: std::time::Duration::from_secs(10),
+        stop_grace: std::time::Duration::from_secs(10),
+        tick: std::time::Duration::from_secs(1),
+    };
     let config = ServerConfig {
         listen: args.listen,
         database_url: format!("sqlite://{}", db_path.display()),
         max_db_connections: 8,
         max_body_bytes: 1 << 20,
         admin_token: Some(token.clone()),
+        cluster: Some(cluster.config()?),
     };
     let running = server::start(config, server::shutdown_signal()).await?;
     let url = format!("http://{}", running.addr);
+    let gateway = running
+        .gateway_addr
+        .map(|addr| format!("http://{addr}"))
+        .context("the dev server has no executor gateway")?;
+    for i in 0..args.executors {
+        let executor = crate::node::ExecutorArgs {
+            gateway: gateway.clone(),
+            name: Some(format!("local-{i}")),
+            data_dir: data_dir.join("executors").join(format!("local-{i}")),
+            slots: None,
+            demo_gpus: Some(args.gpus_per_executor),
+            demo_gpu_memory_gb: 16,
+            cpus: None,
+            memory_gb: 16,
+            labels: Vec::new(),
+            advertise_host: "127.0.0.1".to_owned(),
+        };
+        let config = crate::node::executor_config(executor)?;
+        let agent = drover_executor::Agent::new(config)?;
+        tokio::spawn(async move {
+            if let Err(err) = agent.run(std::future::pending()).await {
+                eprintln!("local executor: {err:#}");
+            }
+        });
+    }
     out!("Drover dev server");
     out!("  URL:          {url}");
     out!("  Admin token:  {token}");
     out!("  API docs:     {url}/api/v1/docs");
     out!("  Database:     {} (SQLite)", db_path.display());
+    out!("  Checkpoints:  {}", checkpoints.display());
+    out!(
+        "  Executors:    {} local, {} demo GPUs each (tasks run on the CPU), policy {}",
+        args.executors,
+        args.gpus_per_executor,
+        args.policy
+    );
     out!();
     out!("In another terminal:");
     out!("  export DROVER_SERVER={url} DROVER_TOKEN={token}");
-    out!("  drover submit examples/digits-mlp.yaml && drover jobs");
+    out!("  drover submit examples/digits-command.yaml && drover jobs && drover logs -f <job id>");
     out!(
-        "Jobs stay queued: executors that run them arrive in a later release. Ctrl-C stops the server."
+        "Command jobs run on the local executors; train jobs wait for the training engine. Ctrl-C stops everything."
     );
     if args.demo
         && let Err(err) = demo(&url, &token, &args.examples).await

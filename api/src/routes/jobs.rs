@@ -72,6 +72,7 @@ pub async fn submit(
     let location = HeaderValue::from_str(&format!("/api/v1/jobs/{}", job.id)).ok();
     if outcome.created {
         state.metrics.job_submitted();
+        state.wake_scheduler();
         tracing::info!(job.id = %job.id, tenant.id = %job.tenant_id, job.name = %job.name, "job submitted");
     }
     let status = if outcome.created {
@@ -343,6 +344,7 @@ pub async fn cancel(
         .await
         .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
     state.metrics.job_transition(JobState::Cancelled);
+    state.wake_scheduler();
     tracing::info!(job.id = %job.id, user.id = %principal.user.id, "job cancelled");
     Ok(Json(JobEnvelope { job: job.into() }))
 }

@@ -3,6 +3,7 @@
 pub mod health;
 pub mod jobs;
 pub mod nodes;
+pub mod runs;
 pub mod tenants;
 pub mod tokens;
 pub mod users;
@@ -25,10 +26,11 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
     paths(
         health::healthz, health::readyz, health::metrics,
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::events,
+        runs::tasks, runs::metrics, runs::checkpoints, runs::download, runs::logs,
         tenants::create, tenants::list, tenants::get, tenants::set_quota,
         users::create, users::list, users::get, users::me,
         tokens::create, tokens::list, tokens::revoke,
-        nodes::list, nodes::get,
+        nodes::list, nodes::get, nodes::cordon, nodes::uncordon, nodes::drain,
     ),
     modifiers(&BearerAuth),
     tags(
@@ -63,6 +65,14 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/jobs/{id}", get(jobs::get))
         .route("/api/v1/jobs/{id}/cancel", post(jobs::cancel))
         .route("/api/v1/jobs/{id}/events", get(jobs::events))
+        .route("/api/v1/jobs/{id}/tasks", get(runs::tasks))
+        .route("/api/v1/jobs/{id}/metrics", get(runs::metrics))
+        .route("/api/v1/jobs/{id}/checkpoints", get(runs::checkpoints))
+        .route(
+            "/api/v1/jobs/{id}/checkpoints/{checkpoint}/download",
+            get(runs::download),
+        )
+        .route("/api/v1/jobs/{id}/logs", get(runs::logs))
         .route("/api/v1/tenants", post(tenants::create).get(tenants::list))
         .route("/api/v1/tenants/{name}", get(tenants::get))
         .route("/api/v1/tenants/{name}/quota", put(tenants::set_quota))
@@ -73,6 +83,9 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/tokens/{id}", axum::routing::delete(tokens::revoke))
         .route("/api/v1/nodes", get(nodes::list))
         .route("/api/v1/nodes/{name}", get(nodes::get))
+        .route("/api/v1/nodes/{name}/cordon", post(nodes::cordon))
+        .route("/api/v1/nodes/{name}/uncordon", post(nodes::uncordon))
+        .route("/api/v1/nodes/{name}/drain", post(nodes::drain))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics));

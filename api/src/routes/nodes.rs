@@ -1,10 +1,12 @@
-//! `/api/v1/nodes`: the GPU nodes executors report (read-only until the executor issue adds cordon and
-//! drain).
+//! `/api/v1/nodes`: the GPU nodes executors report, with their live tasks; cluster administrators
+//! cordon (no new tasks), uncordon and drain (move every task away through a checkpoint) them.
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::PathParam;
+use crate::run_views::TaskView;
 use crate::state::AppState;
+use crate::store::Node;
 use crate::views::{ListMeta, NodeEnvelope, NodeList, NodeView};
 use axum::Json;
 use axum::extract::State;
@@ -20,10 +22,99 @@ pub async fn list(
     _principal: Principal,
 ) -> ApiResult<Json<NodeList>> {
     let nodes = state.store.list_nodes().await?;
+    let mut views = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        views.push(node_view(&state, node).await?);
+    }
     Ok(Json(NodeList {
-        nodes: nodes.into_iter().map(NodeView::from).collect(),
+        nodes: views,
         meta: ListMeta { next_cursor: None },
     }))
+}
+
+/// The node with its live tasks; `healthy` is shown only while its executor is connected.
+async fn node_view(state: &AppState, node: Node) -> ApiResult<NodeView> {
+    let connected = state
+        .runtime
+        .as_ref()
+        .is_some_and(|r| r.hub.connected().contains_key(&node.name));
+    let tasks = state.store.live_tasks().await?;
+    let mut view = NodeView::from(node);
+    if state.runtime.is_some() && !connected && view.health == "healthy" {
+        view.health = "disconnected".to_owned();
+    }
+    view.tasks = tasks
+        .into_iter()
+        .filter(|t| t.node_name == view.name)
+        .map(TaskView::from)
+        .collect();
+    Ok(view)
+}
+
+async fn set_cordon(
+    state: &AppState,
+    principal: &Principal,
+    name: &str,
+    cordoned: bool,
+    draining: bool,
+) -> ApiResult<Json<NodeEnvelope>> {
+    principal.require_cluster_admin()?;
+    let node = state
+        .store
+        .set_node_cordon(name, cordoned, draining)
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no node `{name}`")))?;
+    tracing::info!(node.name = name, cordoned, draining, user.id = %principal.user.id, "node schedulability changed");
+    state.wake_scheduler();
+    Ok(Json(NodeEnvelope {
+        node: node_view(state, node).await?,
+    }))
+}
+
+/// Cordon a node: it takes no new tasks; what runs there keeps running.
+#[utoipa::path(
+    post, path = "/api/v1/nodes/{name}/cordon", tag = "nodes",
+    params(("name" = String, Path)),
+    responses((status = 200, body = NodeEnvelope), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn cordon(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(name): PathParam,
+) -> ApiResult<Json<NodeEnvelope>> {
+    set_cordon(&state, &principal, &name, true, false).await
+}
+
+/// Uncordon a node: it takes new tasks again (and stops draining).
+#[utoipa::path(
+    post, path = "/api/v1/nodes/{name}/uncordon", tag = "nodes",
+    params(("name" = String, Path)),
+    responses((status = 200, body = NodeEnvelope), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn uncordon(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(name): PathParam,
+) -> ApiResult<Json<NodeEnvelope>> {
+    set_cordon(&state, &principal, &name, false, false).await
+}
+
+/// Drain a node: cordon it and move every job running there elsewhere, each through a checkpoint
+/// (its tasks get SIGTERM and the grace period to write one). Done when the node lists no tasks.
+#[utoipa::path(
+    post, path = "/api/v1/nodes/{name}/drain", tag = "nodes",
+    params(("name" = String, Path)),
+    responses((status = 200, body = NodeEnvelope), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn drain(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(name): PathParam,
+) -> ApiResult<Json<NodeEnvelope>> {
+    set_cordon(&state, &principal, &name, true, true).await
 }
 
 /// Get a node by name.
@@ -43,5 +134,7 @@ pub async fn get(
         .get_node(&name)
         .await
         .map_err(|err| ApiError::from_store(err, || format!("no node `{name}`")))?;
-    Ok(Json(NodeEnvelope { node: node.into() }))
+    Ok(Json(NodeEnvelope {
+        node: node_view(&state, node).await?,
+    }))
 }

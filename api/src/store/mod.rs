@@ -4,18 +4,24 @@
 //!
 //! What is durable (in the database): tenants and their quotas, users and roles, API tokens (as SHA-256
 //! hashes), jobs (the whole `DroverJob` document beside indexed columns: tenant, name, state, priority,
-//! labels), every job state change as an event, and nodes as executors last reported them.
-//! What is rebuilt in memory at start-up: nothing yet; the scheduling loop (a later issue) rebuilds its
-//! state from these tables.
+//! labels), every job state change as an event, nodes as executors last reported them (with cordon and
+//! drain flags), every task of every generation of a job (the scheduling loop's intent, persisted before
+//! it is dispatched), metric samples, checkpoint records and task logs.
+//! What is rebuilt in memory at start-up: which executors are connected and when each was last heard
+//! from (an executor that does not come back within the heartbeat timeout is lost), the rendezvous
+//! state (from task addresses), and the policy's own state (by replaying snapshots).
 //!
 //! Tenant-scoped reads and writes take a [`Scope`], so a caller cannot forget to restrict a query to the
 //! caller's tenant: the only way to see every tenant is to say [`Scope::Cluster`].
 
+mod exec;
+mod exec_sql;
 mod model;
 mod pg;
 mod sql;
 mod sqlite;
 
+pub use exec::*;
 pub use model::*;
 pub use pg::PgStore;
 pub use sql::{FIND_TOKEN, INSERT_EVENT, INSERT_JOB};
@@ -42,6 +48,9 @@ pub enum StoreError {
     IdempotencyMismatch,
     #[error(transparent)]
     IllegalTransition(#[from] IllegalTransition),
+    /// A report from a task of an older (or unknown) generation of its job.
+    #[error("generation {reported} is not the job's current generation {current}")]
+    Fenced { current: u64, reported: u64 },
     #[error("the database holds a value this build cannot read: {0}")]
     Corrupt(String),
     #[error("database error: {0}")]
@@ -78,7 +87,7 @@ pub enum Backend {
 }
 
 #[async_trait]
-pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+pub trait Store: ExecStore + Send + Sync + std::fmt::Debug + 'static {
     fn backend(&self) -> Backend;
     /// Applies pending migrations.
     async fn migrate(&self) -> StoreResult<()>;

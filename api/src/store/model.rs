@@ -113,6 +113,10 @@ pub struct Job {
     pub submitted_by: UserId,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The generation of the job's current (or last) allocation; 0 before its first start.
+    pub generation: u64,
+    /// Restarts after task failures so far.
+    pub restarts: u32,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -155,6 +159,10 @@ pub struct Node {
     pub memory_gb: u32,
     pub health: String,
     pub cordoned: bool,
+    /// Cordoned, and its tasks are being moved away.
+    pub draining: bool,
+    /// Where its GPUs come from: `nvidia`, `slots` (CPU-only) or `demo`.
+    pub gpu_source: String,
     pub last_heartbeat_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
 }

@@ -38,6 +38,9 @@ impl PgStore {
 
 impl Dialect for PgStore {
     const BEGIN_WRITE: &'static str = "BEGIN";
+    const LOCK_ROW: &'static str = " FOR SHARE";
+    const LOCK_ROW_UPDATE: &'static str = " FOR UPDATE";
 }
 
 super::sql::impl_store!(PgStore, sqlx::Postgres, Backend::Postgres);
+super::exec_sql::impl_exec_store!(PgStore, sqlx::Postgres);

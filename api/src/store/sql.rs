@@ -41,7 +41,7 @@ macro_rules! token_columns {
 macro_rules! job_columns {
     () => {
         "j.id, j.tenant_id, t.name AS tenant_name, j.name, j.job_type, j.state, j.reason, j.message, \
-         j.priority, j.max_gpus, j.labels, j.submitted_by, j.created_at, j.updated_at"
+         j.priority, j.max_gpus, j.labels, j.submitted_by, j.created_at, j.updated_at, j.generation, j.restarts"
     };
 }
 macro_rules! event_columns {
@@ -51,7 +51,7 @@ macro_rules! event_columns {
 }
 macro_rules! node_columns {
     () => {
-        "id, name, labels, gpus, cpus, memory_gb, health, cordoned, last_heartbeat_at, created_at"
+        "id, name, labels, gpus, cpus, memory_gb, health, cordoned, last_heartbeat_at, created_at, draining, gpu_source"
     };
 }
 pub(super) use {
@@ -63,6 +63,11 @@ pub(super) trait Dialect {
     /// Starts a transaction that will write. SQLite must take the write lock up front, or two readers
     /// that both decide to write deadlock into `SQLITE_BUSY`.
     const BEGIN_WRITE: &'static str;
+    /// Appended to a `SELECT` of one job row to hold it against writers until the transaction ends
+    /// (Postgres); SQLite's write transaction already excludes every other writer.
+    const LOCK_ROW: &'static str;
+    /// The same, for a row the transaction will update.
+    const LOCK_ROW_UPDATE: &'static str;
 }
 
 /// Parses an enum column written by this code; anything else means a corrupt or newer row.
@@ -90,6 +95,11 @@ pub(super) fn unique_violation(
 
 pub(super) fn is_unique_violation(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+pub(super) fn u64_column(value: i64, column: &str) -> StoreResult<u64> {
+    u64::try_from(value)
+        .map_err(|_| StoreError::Corrupt(format!("{column} = {value} is out of range")))
 }
 
 pub(super) fn u32_column(value: i64, column: &str) -> StoreResult<u32> {
@@ -184,6 +194,8 @@ macro_rules! impl_store {
                 submitted_by: UserId(row.try_get("submitted_by")?),
                 created_at: row.try_get("created_at")?,
                 updated_at: row.try_get("updated_at")?,
+                generation: u64_column(row.try_get("generation")?, "generation")?,
+                restarts: u32_column(row.try_get::<i32, _>("restarts")?.into(), "restarts")?,
             })
         }
 
@@ -215,6 +227,8 @@ macro_rules! impl_store {
                 memory_gb: u32_column(memory_gb.into(), "memory_gb")?,
                 health: row.try_get("health")?,
                 cordoned: row.try_get("cordoned")?,
+                draining: row.try_get("draining")?,
+                gpu_source: row.try_get("gpu_source")?,
                 last_heartbeat_at: row.try_get("last_heartbeat_at")?,
                 created_at: row.try_get("created_at")?,
             })
@@ -504,6 +518,8 @@ macro_rules! impl_store {
                         submitted_by: job.submitted_by,
                         created_at: job.created_at,
                         updated_at: job.created_at,
+                        generation: 0,
+                        restarts: 0,
                     },
                     created: true,
                 })
@@ -617,10 +633,11 @@ macro_rules! impl_store {
             }
 
             async fn upsert_node(&self, node: &Node) -> StoreResult<Node> {
-                let sql = concat!("INSERT INTO nodes (", node_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                let sql = concat!("INSERT INTO nodes (", node_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
                      ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, gpus = excluded.gpus, \
                      cpus = excluded.cpus, memory_gb = excluded.memory_gb, health = excluded.health, \
-                     cordoned = excluded.cordoned, last_heartbeat_at = excluded.last_heartbeat_at \
+                     cordoned = excluded.cordoned, last_heartbeat_at = excluded.last_heartbeat_at, \
+                     draining = excluded.draining, gpu_source = excluded.gpu_source \
                      RETURNING ", node_columns!());
                 let row = sqlx::query(sql)
                     .bind(node.id)
@@ -633,6 +650,8 @@ macro_rules! impl_store {
                     .bind(node.cordoned)
                     .bind(node.last_heartbeat_at)
                     .bind(node.created_at)
+                    .bind(node.draining)
+                    .bind(&node.gpu_source)
                     .fetch_one(&self.pool)
                     .await?;
                 node_from_row(&row)

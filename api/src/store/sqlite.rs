@@ -48,6 +48,9 @@ impl SqliteStore {
 
 impl Dialect for SqliteStore {
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+    const LOCK_ROW: &'static str = "";
+    const LOCK_ROW_UPDATE: &'static str = "";
 }
 
 super::sql::impl_store!(SqliteStore, sqlx::Sqlite, Backend::Sqlite);
+super::exec_sql::impl_exec_store!(SqliteStore, sqlx::Sqlite);

@@ -1,0 +1,188 @@
+//! Reconciling one job: stop the tasks that must not run, prepare the ones just assigned, hand out the
+//! peer list once every task of the generation has an address, and mark the job `running` when all of
+//! them run. Every step is idempotent: commands already sent in an executor's session are not resent.
+
+use super::Runtime;
+use super::hub::Command;
+use crate::store::{Job, StateChange, StoreResult, Task, TaskChange, TaskKey, TaskRole, TaskState};
+use drover_core::{JobState, ReasonCode};
+use drover_proto as pb;
+
+pub(super) fn is_active(state: JobState) -> bool {
+    matches!(
+        state,
+        JobState::Starting | JobState::Running | JobState::Rescaling
+    )
+}
+
+pub(super) fn to_pb_key(key: &TaskKey) -> pb::TaskKey {
+    pb::TaskKey {
+        job_id: key.job_id.0.to_string(),
+        generation: key.generation,
+        role: key.role.as_str().to_owned(),
+        index: key.index,
+    }
+}
+
+/// Workers take ranks `0..w`, PS shards follow.
+pub(super) fn rank(task: &TaskKey, num_workers: u32) -> u32 {
+    match task.role {
+        TaskRole::Worker => task.index,
+        TaskRole::Ps => num_workers + task.index,
+    }
+}
+
+fn num_workers(tasks: &[Task]) -> u32 {
+    tasks
+        .iter()
+        .filter(|t| t.key.role == TaskRole::Worker)
+        .count() as u32
+}
+
+impl Runtime {
+    /// Brings `job`'s tasks in line with the job. `live` are its tasks not yet exited or lost, of any
+    /// generation.
+    pub(super) async fn reconcile_job(&self, job: &Job, live: &[Task]) -> StoreResult<()> {
+        let active = is_active(job.state);
+        for task in live {
+            if !active || task.key.generation != job.generation || task.stop_requested {
+                let reason = if task.key.generation != job.generation {
+                    "its generation is no longer current".to_owned()
+                } else {
+                    format!("the job is {}", job.state.as_str())
+                };
+                self.stop_task(task, &reason).await?;
+            }
+        }
+        if !active {
+            return Ok(());
+        }
+        let tasks = self.store.generation_tasks(job.id, job.generation).await?;
+        if tasks.is_empty() || tasks.iter().any(|t| t.stop_requested) {
+            return Ok(());
+        }
+        let num_workers = num_workers(&tasks);
+        for task in tasks.iter().filter(|t| t.state == TaskState::Assigned) {
+            self.prepare_task(job, task, &tasks).await?;
+        }
+        let all_addressed = tasks.iter().all(|t| {
+            t.address.is_some()
+                && matches!(
+                    t.state,
+                    TaskState::Prepared | TaskState::Running | TaskState::Exited
+                )
+        });
+        if all_addressed {
+            let mut ranked: Vec<&Task> = tasks.iter().collect();
+            ranked.sort_by_key(|t| rank(&t.key, num_workers));
+            let peers: Vec<String> = ranked
+                .iter()
+                .map(|t| t.address.clone().unwrap_or_default())
+                .collect();
+            for task in tasks.iter().filter(|t| t.state == TaskState::Prepared) {
+                let message = pb::ServerMessage {
+                    body: Some(pb::server_message::Body::Start(pb::StartTask {
+                        task: Some(to_pb_key(&task.key)),
+                        peers: peers.clone(),
+                    })),
+                };
+                if self
+                    .hub
+                    .send_once(&task.node_name, task.key, Command::Start, message)
+                {
+                    tracing::debug!(task = %task.key, node.name = task.node_name, "peer list sent");
+                }
+            }
+        }
+        let all_running = tasks
+            .iter()
+            .all(|t| matches!(t.state, TaskState::Running | TaskState::Exited));
+        if job.state == JobState::Starting && all_running {
+            let change = StateChange {
+                to: JobState::Running,
+                reason: ReasonCode::RendezvousComplete,
+                message: format!("all {} tasks reported ready", tasks.len()),
+                actor: None,
+            };
+            if self
+                .store
+                .transition_job_in_generation(job.id, job.generation, &change, false)
+                .await?
+                .is_some()
+            {
+                tracing::info!(job.id = %job.id, generation = job.generation, "job running");
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks the task stopping (persisted first) and tells its executor.
+    pub(super) async fn stop_task(&self, task: &Task, reason: &str) -> StoreResult<()> {
+        if !task.stop_requested {
+            self.store
+                .update_task(
+                    &task.key,
+                    &TaskChange {
+                        state: Some(TaskState::Stopping),
+                        stop_requested: Some(true),
+                        ..TaskChange::default()
+                    },
+                )
+                .await?;
+        }
+        let message = pb::ServerMessage {
+            body: Some(pb::server_message::Body::Stop(pb::StopTask {
+                task: Some(to_pb_key(&task.key)),
+                grace_ms: duration_ms(self.config.stop_grace),
+                reason: reason.to_owned(),
+            })),
+        };
+        if self
+            .hub
+            .send_once(&task.node_name, task.key, Command::Stop, message)
+        {
+            tracing::info!(task = %task.key, node.name = task.node_name, reason, "stopping task");
+        }
+        Ok(())
+    }
+
+    async fn prepare_task(&self, job: &Job, task: &Task, tasks: &[Task]) -> StoreResult<()> {
+        let Some(spec) = super::parse_spec(job.document.as_ref()) else {
+            return Ok(());
+        };
+        let Some(command) = spec.spec.command.as_ref() else {
+            return Ok(());
+        };
+        let num_workers = num_workers(tasks);
+        let resume = self.store.latest_checkpoint(job.id).await?;
+        let message = pb::ServerMessage {
+            body: Some(pb::server_message::Body::Prepare(pb::PrepareTask {
+                task: Some(to_pb_key(&task.key)),
+                spec: Some(pb::TaskSpec {
+                    job_name: job.name.clone(),
+                    argv: command.argv.clone(),
+                    env: command.env.clone().into_iter().collect(),
+                    workdir: command.workdir.clone(),
+                    gpus: task.gpus.iter().map(|&g| u32::from(g)).collect(),
+                    num_workers,
+                    num_ps: tasks.len() as u32 - num_workers,
+                    rank: rank(&task.key, num_workers),
+                    checkpoint_dir: self
+                        .checkpoint_dir(job.id, job.generation)
+                        .display()
+                        .to_string(),
+                    resume_from: resume.as_ref().map(|c| c.path.clone()).unwrap_or_default(),
+                    resume_step: resume.as_ref().map_or(0, |c| c.step),
+                    stop_grace_ms: duration_ms(self.config.stop_grace),
+                }),
+            })),
+        };
+        self.hub
+            .send_once(&task.node_name, task.key, Command::Prepare, message);
+        Ok(())
+    }
+}
+
+pub(super) fn duration_ms(duration: std::time::Duration) -> u32 {
+    u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
+}

@@ -1,0 +1,270 @@
+//! The executor gateway: a tonic service every executor dials and keeps one bidirectional stream open
+//! on. Executors need no inbound port. On registration the server compares the tasks the executor
+//! still runs with the tasks the store says it should run, stops the ones that must not run, and
+//! declares lost the ones the executor no longer has.
+
+use super::Runtime;
+use super::hub::COMMAND_QUEUE;
+use super::reports::from_pb_key;
+use crate::store::{Gpu, NodeRegistration, Scope, StoreResult, Task, TaskChange, TaskState};
+use chrono::Utc;
+use drover_core::{JobState, ReasonCode};
+use drover_proto as pb;
+use drover_proto::executor_gateway_server::{ExecutorGateway, ExecutorGatewayServer};
+use pb::executor_message::Body;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+#[derive(Debug, Clone)]
+pub struct GatewayService {
+    runtime: Arc<Runtime>,
+}
+
+impl GatewayService {
+    pub fn new(runtime: Arc<Runtime>) -> Self {
+        Self { runtime }
+    }
+
+    pub fn into_server(self) -> ExecutorGatewayServer<Self> {
+        ExecutorGatewayServer::new(self)
+    }
+}
+
+fn validate_registration(register: &pb::Register) -> Result<(), Status> {
+    let name = &register.node_name;
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+    if !valid {
+        return Err(Status::invalid_argument(format!(
+            "node_name `{name}`: 1 to 253 letters, digits, `-`, `.` or `_`"
+        )));
+    }
+    if register.gpus.len() > 64 {
+        return Err(Status::invalid_argument("gpus: at most 64 per node"));
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl ExecutorGateway for GatewayService {
+    type SessionStream = ReceiverStream<Result<pb::ServerMessage, Status>>;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<pb::ExecutorMessage>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let mut inbound = request.into_inner();
+        let first = inbound
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("the stream ended before Register"))?;
+        let Some(Body::Register(register)) = first.body else {
+            return Err(Status::failed_precondition(
+                "the first message must be Register",
+            ));
+        };
+        validate_registration(&register)?;
+        let runtime = self.runtime.clone();
+        let name = register.node_name.clone();
+        let registration = NodeRegistration {
+            name: name.clone(),
+            labels: register.labels.clone().into_iter().collect(),
+            gpus: register
+                .gpus
+                .iter()
+                .map(|g| Gpu {
+                    index: g.index,
+                    model: g.model.clone(),
+                    memory_gb: g.memory_gb,
+                })
+                .collect(),
+            cpus: register.cpus,
+            memory_gb: register.memory_gb,
+            gpu_source: register.gpu_source.clone(),
+        };
+        runtime
+            .store
+            .register_node(&registration, Utc::now())
+            .await
+            .map_err(|err| {
+                tracing::error!(node.name = name, error = %err, "cannot record an executor's registration");
+                Status::unavailable("the server cannot record the registration; retry")
+            })?;
+        let (commands, receiver) = mpsc::channel(COMMAND_QUEUE);
+        let registered = pb::ServerMessage {
+            body: Some(pb::server_message::Body::Registered(pb::Registered {
+                node_name: name.clone(),
+                checkpoint_root: runtime.config.checkpoint_root.display().to_string(),
+                heartbeat_interval_ms: super::dispatch::duration_ms(
+                    runtime.config.heartbeat_interval,
+                ),
+            })),
+        };
+        commands
+            .send(Ok(registered))
+            .await
+            .map_err(|_| Status::cancelled("the executor went away"))?;
+        let gpu_model = register
+            .gpus
+            .first()
+            .map(|g| g.model.clone())
+            .unwrap_or_else(|| "cpu".to_owned());
+        let session = runtime.hub.connect(&name, commands, gpu_model);
+        tracing::info!(
+            node.name = name,
+            gpus = register.gpus.len(),
+            source = register.gpu_source,
+            tasks = register.tasks.len(),
+            "executor registered"
+        );
+        if let Err(err) = runtime.resync(&name, &register.tasks).await {
+            tracing::error!(node.name = name, error = %err, "cannot resynchronise an executor's tasks");
+        }
+        tokio::spawn(async move {
+            loop {
+                match inbound.message().await {
+                    Ok(Some(message)) => {
+                        if !runtime.hub.is_current(&name, session) {
+                            break;
+                        }
+                        runtime.hub.touch(&name, session);
+                        if let Some(body) = message.body
+                            && let Err(err) = runtime.handle_report(&name, body).await
+                        {
+                            tracing::error!(node.name = name, error = %err, "cannot apply an executor's report");
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(status) => {
+                        tracing::info!(node.name = name, status = %status, "executor stream broke");
+                        break;
+                    }
+                }
+            }
+            runtime.hub.disconnect(&name, session);
+            tracing::info!(node.name = name, "executor disconnected");
+            runtime.hub.wake.notify_one();
+        });
+        self.runtime.hub.wake.notify_one();
+        Ok(Response::new(ReceiverStream::new(receiver)))
+    }
+}
+
+impl Runtime {
+    /// Compares what a (re)registering executor runs with what it should run.
+    async fn resync(&self, node: &str, reported: &[pb::TaskStatus]) -> StoreResult<()> {
+        let live: Vec<Task> = self
+            .store
+            .live_tasks()
+            .await?
+            .into_iter()
+            .filter(|t| t.node_name == node)
+            .collect();
+        let mut seen = BTreeSet::new();
+        for status in reported {
+            let Some(key) = from_pb_key(status.task.as_ref()) else {
+                continue;
+            };
+            seen.insert(key);
+            match live.iter().find(|t| t.key == key) {
+                Some(task) => {
+                    let running = status.phase == pb::TaskPhase::Running as i32;
+                    if running && matches!(task.state, TaskState::Assigned | TaskState::Prepared) {
+                        self.store
+                            .update_task(
+                                &key,
+                                &TaskChange {
+                                    state: Some(TaskState::Running),
+                                    ..TaskChange::default()
+                                },
+                            )
+                            .await?;
+                    }
+                }
+                None => {
+                    tracing::warn!(task = %key, node.name = node, "executor runs a task that is not current; stopping it");
+                    self.refuse_task(
+                        node,
+                        key,
+                        "this task is not part of the job's current generation",
+                    );
+                }
+            }
+        }
+        let gone: Vec<Task> = live
+            .into_iter()
+            .filter(|t| !seen.contains(&t.key) && t.state != TaskState::Assigned)
+            .collect();
+        if !gone.is_empty() {
+            for task in &gone {
+                let state = if task.stop_requested {
+                    TaskState::Exited
+                } else {
+                    TaskState::Lost
+                };
+                self.store
+                    .update_task(
+                        &task.key,
+                        &TaskChange {
+                            state: Some(state),
+                            message: Some("the executor restarted without it".to_owned()),
+                            ..TaskChange::default()
+                        },
+                    )
+                    .await?;
+            }
+            self.requeue_after_loss(
+                &gone,
+                &format!("the executor on {node} restarted and lost its tasks"),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Sends every job that lost tasks of its current generation back to `queued`.
+    pub(super) async fn requeue_after_loss(&self, lost: &[Task], why: &str) -> StoreResult<()> {
+        let jobs: BTreeSet<(drover_core::JobId, u64)> = lost
+            .iter()
+            .map(|t| (t.key.job_id, t.key.generation))
+            .collect();
+        for (job_id, generation) in jobs {
+            let job = match self.store.get_job(Scope::Cluster, job_id).await {
+                Ok(job) => job,
+                Err(crate::store::StoreError::NotFound) => continue,
+                Err(err) => return Err(err),
+            };
+            if job.generation != generation || !super::dispatch::is_active(job.state) {
+                continue;
+            }
+            if let Some(job) = self
+                .transition(
+                    &job,
+                    JobState::Queued,
+                    ReasonCode::ExecutorLost,
+                    why.to_owned(),
+                    false,
+                )
+                .await?
+            {
+                tracing::warn!(job.id = %job.id, generation, why, "job back to queued");
+                let live: Vec<Task> = self
+                    .store
+                    .generation_tasks(job_id, generation)
+                    .await?
+                    .into_iter()
+                    .filter(|t| !t.state.is_final())
+                    .collect();
+                self.reconcile_job(&job, &live).await?;
+            }
+        }
+        self.hub.wake.notify_one();
+        Ok(())
+    }
+}

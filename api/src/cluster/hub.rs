@@ -1,0 +1,198 @@
+//! The connected executors, in memory: each one's command channel, session and when it was last heard
+//! from. Rebuilt at start-up from nothing: executors reconnect and re-register, and a node that still
+//! has live tasks in the store but does not come back within the heartbeat timeout is declared lost.
+
+use crate::store::TaskKey;
+use drover_proto::ServerMessage;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, mpsc};
+use tonic::Status;
+
+/// Commands queued to one executor at most; an executor that does not read them is disconnected.
+pub const COMMAND_QUEUE: usize = 256;
+
+pub type CommandSender = mpsc::Sender<Result<ServerMessage, Status>>;
+
+/// Which command a task was sent, so a round does not resend it within one session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Command {
+    Prepare,
+    Start,
+    Stop,
+}
+
+#[derive(Debug)]
+struct Executor {
+    session: u64,
+    /// `None` once the stream ended; the entry stays so the node is declared lost if it stays away.
+    commands: Option<CommandSender>,
+    last_seen: Instant,
+    gpu_model: String,
+    sent: HashSet<(TaskKey, Command)>,
+}
+
+#[derive(Debug, Default)]
+pub struct Hub {
+    executors: Mutex<HashMap<String, Executor>>,
+    next_session: AtomicU64,
+    /// Wakes the scheduling loop.
+    pub wake: Notify,
+}
+
+impl Hub {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn executors(&self) -> std::sync::MutexGuard<'_, HashMap<String, Executor>> {
+        // A panic while holding this lock leaves plain data behind; keep serving.
+        self.executors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records a new session for `node`, replacing (and so closing) any earlier one.
+    pub fn connect(&self, node: &str, commands: CommandSender, gpu_model: String) -> u64 {
+        let session = self.next_session.fetch_add(1, Ordering::Relaxed) + 1;
+        self.executors().insert(
+            node.to_owned(),
+            Executor {
+                session,
+                commands: Some(commands),
+                last_seen: Instant::now(),
+                gpu_model,
+                sent: HashSet::new(),
+            },
+        );
+        session
+    }
+
+    /// The stream of `session` ended. The node stays known until its heartbeat timeout passes.
+    pub fn disconnect(&self, node: &str, session: u64) {
+        if let Some(executor) = self.executors().get_mut(node)
+            && executor.session == session
+        {
+            executor.commands = None;
+        }
+    }
+
+    /// Expects `node` (which has live tasks) to come back within the timeout, counting from now.
+    pub fn expect(&self, node: &str) {
+        let mut executors = self.executors();
+        executors
+            .entry(node.to_owned())
+            .or_insert_with(|| Executor {
+                session: 0,
+                commands: None,
+                last_seen: Instant::now(),
+                gpu_model: String::new(),
+                sent: HashSet::new(),
+            });
+    }
+
+    pub fn touch(&self, node: &str, session: u64) {
+        if let Some(executor) = self.executors().get_mut(node)
+            && executor.session == session
+        {
+            executor.last_seen = Instant::now();
+        }
+    }
+
+    pub fn is_current(&self, node: &str, session: u64) -> bool {
+        self.executors()
+            .get(node)
+            .is_some_and(|e| e.session == session && e.commands.is_some())
+    }
+
+    /// Nodes with an open session.
+    pub fn connected(&self) -> HashMap<String, String> {
+        self.executors()
+            .iter()
+            .filter(|(_, e)| e.commands.is_some())
+            .map(|(name, e)| (name.clone(), e.gpu_model.clone()))
+            .collect()
+    }
+
+    pub fn gpu_model(&self, node: &str) -> String {
+        self.executors()
+            .get(node)
+            .map(|e| e.gpu_model.clone())
+            .unwrap_or_default()
+    }
+
+    /// Removes and returns the nodes not heard from within `timeout`.
+    pub fn expire(&self, timeout: Duration) -> Vec<String> {
+        let now = Instant::now();
+        let mut executors = self.executors();
+        let expired: Vec<String> = executors
+            .iter()
+            .filter(|(_, e)| now.duration_since(e.last_seen) > timeout)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in &expired {
+            executors.remove(name);
+        }
+        expired
+    }
+
+    /// Sends `message` to `node` unless `command` for `task` was already sent in the current session.
+    /// Returns whether it was sent. A full queue disconnects the executor; it resynchronises when it
+    /// reconnects.
+    pub fn send_once(
+        &self,
+        node: &str,
+        task: TaskKey,
+        command: Command,
+        message: ServerMessage,
+    ) -> bool {
+        let mut executors = self.executors();
+        let Some(executor) = executors.get_mut(node) else {
+            return false;
+        };
+        let Some(commands) = &executor.commands else {
+            return false;
+        };
+        if executor.sent.contains(&(task, command)) {
+            return false;
+        }
+        match commands.try_send(Ok(message)) {
+            Ok(()) => {
+                executor.sent.insert((task, command));
+                true
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(
+                    node.name = node,
+                    "executor is not reading its commands; disconnecting it"
+                );
+                executor.commands = None;
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                executor.commands = None;
+                false
+            }
+        }
+    }
+
+    /// Sends a message outside the per-task bookkeeping (refusals).
+    pub fn send(&self, node: &str, message: ServerMessage) {
+        if let Some(Executor {
+            commands: Some(commands),
+            ..
+        }) = self.executors().get(node)
+        {
+            let _ = commands.try_send(Ok(message));
+        }
+    }
+
+    /// Forgets that commands were sent for tasks that are gone, so the sets stay small.
+    pub fn forget(&self, node: &str, task: &TaskKey) {
+        if let Some(executor) = self.executors().get_mut(node) {
+            executor.sent.retain(|(key, _)| key != task);
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! The control plane's runtime: the executor gateway (a tonic service every executor dials), the
+//! scheduling loop that turns the policy's plans into tasks, and the reconciliation between the two.
+//!
+//! Intent vs observed: the loop persists what it wants (a generation of tasks per job, and which tasks
+//! must stop) before it sends anything; executors report what is; [`Runtime::reconcile_job`] closes
+//! the gap and is safe to run again at any time, so a restarted server or a reconnecting executor
+//! converges by the same path.
+
+mod dispatch;
+mod gateway;
+mod hub;
+mod reports;
+mod scheduling;
+mod snapshot;
+
+pub use gateway::GatewayService;
+pub use hub::Hub;
+pub use scheduling::SchedulingLoop;
+
+use crate::store::Store;
+use drover_core::spec::DroverJob;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the runtime behaves; one typed struct, from the server's flags.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// A name from the scheduler's policy registry.
+    pub policy: String,
+    /// The scheduling loop runs at least this often (and whenever something changes).
+    pub tick: Duration,
+    /// An executor not heard from for this long is lost, and its jobs go back to `queued`.
+    pub executor_timeout: Duration,
+    /// Executors send a heartbeat this often.
+    pub heartbeat_interval: Duration,
+    /// How long a stopping task may take to checkpoint before it is killed.
+    pub stop_grace: Duration,
+    /// Checkpoint storage: a directory every executor can reach (absolute).
+    pub checkpoint_root: PathBuf,
+}
+
+impl ClusterConfig {
+    pub fn new(policy: &str, checkpoint_root: PathBuf) -> Self {
+        Self {
+            policy: policy.to_owned(),
+            tick: Duration::from_secs(1),
+            executor_timeout: Duration::from_secs(15),
+            heartbeat_interval: Duration::from_secs(2),
+            stop_grace: Duration::from_secs(30),
+            checkpoint_root,
+        }
+    }
+}
+
+/// State shared by the gateway's sessions and the scheduling loop.
+#[derive(Debug)]
+pub struct Runtime {
+    pub store: Arc<dyn Store>,
+    pub hub: Hub,
+    pub config: ClusterConfig,
+}
+
+impl Runtime {
+    pub fn new(store: Arc<dyn Store>, config: ClusterConfig) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            hub: Hub::new(),
+            config,
+        })
+    }
+
+    /// Where generation `generation` of `job` writes its checkpoints.
+    pub fn checkpoint_dir(&self, job: drover_core::JobId, generation: u64) -> PathBuf {
+        self.config
+            .checkpoint_root
+            .join(job.0.to_string())
+            .join(format!("g{generation}"))
+    }
+}
+
+/// The job's spec from its stored document.
+pub(crate) fn parse_spec(document: Option<&serde_json::Value>) -> Option<DroverJob> {
+    serde_json::from_value(document?.clone()).ok()
+}

@@ -1,0 +1,420 @@
+//! What executors report, applied to the store: task state changes, metrics, checkpoints and logs.
+//! Reports from a generation that is not the job's current one are refused (the store checks it in the
+//! same transaction as the write), and the task that sent them is told to stop.
+
+use super::Runtime;
+use super::dispatch::{is_active, to_pb_key};
+use crate::store::{
+    NewLogLine, NewMetrics, Scope, StateChange, StoreError, StoreResult, Task, TaskChange, TaskKey,
+    TaskRole, TaskState,
+};
+use chrono::{DateTime, Utc};
+use drover_core::{JobId, JobState, ReasonCode};
+use drover_proto as pb;
+use pb::executor_message::Body;
+use pb::task_update::Event;
+
+/// Parses a task key off the wire; `None` (logged) when malformed.
+pub(super) fn from_pb_key(key: Option<&pb::TaskKey>) -> Option<TaskKey> {
+    let key = key?;
+    let job_id = key.job_id.parse::<JobId>().ok()?;
+    let role = key.role.parse::<TaskRole>().ok()?;
+    Some(TaskKey {
+        job_id,
+        generation: key.generation,
+        role,
+        index: key.index,
+    })
+}
+
+fn time_of(ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms).unwrap_or_else(Utc::now)
+}
+
+impl Runtime {
+    /// Applies one message of `node`'s session.
+    pub(super) async fn handle_report(&self, node: &str, body: Body) -> StoreResult<()> {
+        match body {
+            Body::Register(_) => {
+                tracing::warn!(
+                    node.name = node,
+                    "ignoring a second Register in one session"
+                );
+                Ok(())
+            }
+            Body::Heartbeat(_) => Ok(()),
+            Body::TaskUpdate(update) => {
+                let Some(key) = from_pb_key(update.task.as_ref()) else {
+                    return Ok(());
+                };
+                match update.event {
+                    Some(Event::Prepared(prepared)) => self.on_prepared(node, key, prepared).await,
+                    Some(Event::Started(_)) => self.on_started(node, key).await,
+                    Some(Event::Exited(exited)) => self.on_exited(node, key, exited).await,
+                    None => Ok(()),
+                }
+            }
+            Body::Metrics(metrics) => {
+                let Some(key) = from_pb_key(metrics.task.as_ref()) else {
+                    return Ok(());
+                };
+                self.on_metrics(node, key, metrics).await
+            }
+            Body::Checkpoint(checkpoint) => {
+                let Some(key) = from_pb_key(checkpoint.task.as_ref()) else {
+                    return Ok(());
+                };
+                self.on_checkpoint(node, key, checkpoint).await
+            }
+            Body::Logs(logs) => {
+                let Some(key) = from_pb_key(logs.task.as_ref()) else {
+                    return Ok(());
+                };
+                let lines: Vec<NewLogLine> = logs
+                    .lines
+                    .into_iter()
+                    .map(|l| NewLogLine {
+                        stream: if l.stream == "stderr" {
+                            "stderr"
+                        } else {
+                            "stdout"
+                        }
+                        .to_owned(),
+                        line: l.line,
+                        logged_at: time_of(l.time_ms),
+                    })
+                    .collect();
+                self.store
+                    .append_logs(&key, &lines)
+                    .await
+                    .map_err(|e| (key, e))
+                    .or_else(|(key, err)| self.refuse(node, key, err))
+            }
+        }
+    }
+
+    /// A fenced report: refuse it and stop the task that sent it. Other errors pass through.
+    fn refuse(&self, node: &str, key: TaskKey, err: StoreError) -> StoreResult<()> {
+        match err {
+            StoreError::Fenced { current, reported } => {
+                tracing::warn!(task = %key, node.name = node, current, reported, "refused a report from a stale generation");
+                self.refuse_task(
+                    node,
+                    key,
+                    &format!("generation {reported} is not current ({current})"),
+                );
+                Ok(())
+            }
+            StoreError::NotFound => {
+                self.refuse_task(node, key, "no such job");
+                Ok(())
+            }
+            other => Err(other),
+        }
+    }
+
+    pub(super) fn refuse_task(&self, node: &str, key: TaskKey, reason: &str) {
+        self.hub.send(
+            node,
+            pb::ServerMessage {
+                body: Some(pb::server_message::Body::Refused(pb::Refused {
+                    task: Some(to_pb_key(&key)),
+                    reason: reason.to_owned(),
+                })),
+            },
+        );
+        self.hub.send(
+            node,
+            pb::ServerMessage {
+                body: Some(pb::server_message::Body::Stop(pb::StopTask {
+                    task: Some(to_pb_key(&key)),
+                    grace_ms: 0,
+                    reason: reason.to_owned(),
+                })),
+            },
+        );
+    }
+
+    /// The task row, if it belongs to the job's current generation on this node; refuses it otherwise.
+    async fn current_task(&self, node: &str, key: TaskKey) -> StoreResult<Option<Task>> {
+        let job = match self.store.get_job(Scope::Cluster, key.job_id).await {
+            Ok(job) => job,
+            Err(err) => return self.refuse(node, key, err).map(|()| None),
+        };
+        if job.generation != key.generation || !is_active(job.state) {
+            let reason = if job.generation != key.generation {
+                format!(
+                    "generation {} is not current ({})",
+                    key.generation, job.generation
+                )
+            } else {
+                format!("the job is {}", job.state.as_str())
+            };
+            self.refuse_task(node, key, &reason);
+            return Ok(None);
+        }
+        let tasks = self
+            .store
+            .generation_tasks(key.job_id, key.generation)
+            .await?;
+        match tasks
+            .into_iter()
+            .find(|t| t.key == key && t.node_name == node)
+        {
+            Some(task) => Ok(Some(task)),
+            None => {
+                self.refuse_task(node, key, "no such task on this node");
+                Ok(None)
+            }
+        }
+    }
+
+    async fn on_prepared(
+        &self,
+        node: &str,
+        key: TaskKey,
+        prepared: pb::Prepared,
+    ) -> StoreResult<()> {
+        let Some(task) = self.current_task(node, key).await? else {
+            return Ok(());
+        };
+        if task.state == TaskState::Assigned {
+            self.store
+                .update_task(
+                    &key,
+                    &TaskChange {
+                        state: Some(TaskState::Prepared),
+                        address: Some(prepared.address),
+                        ..TaskChange::default()
+                    },
+                )
+                .await?;
+        }
+        self.hub.wake.notify_one();
+        Ok(())
+    }
+
+    async fn on_started(&self, node: &str, key: TaskKey) -> StoreResult<()> {
+        let Some(task) = self.current_task(node, key).await? else {
+            return Ok(());
+        };
+        if matches!(task.state, TaskState::Assigned | TaskState::Prepared) {
+            self.store
+                .update_task(
+                    &key,
+                    &TaskChange {
+                        state: Some(TaskState::Running),
+                        ..TaskChange::default()
+                    },
+                )
+                .await?;
+        }
+        self.hub.wake.notify_one();
+        Ok(())
+    }
+
+    async fn on_exited(&self, node: &str, key: TaskKey, exited: pb::Exited) -> StoreResult<()> {
+        // Exits are recorded for any generation: they release the task's resources.
+        self.store
+            .update_task(
+                &key,
+                &TaskChange {
+                    state: Some(TaskState::Exited),
+                    exit_code: exited.exit_code,
+                    exit_signal: exited.signal,
+                    message: Some(exited.message.clone()),
+                    ..TaskChange::default()
+                },
+            )
+            .await?;
+        self.hub.forget(node, &key);
+        self.hub.wake.notify_one();
+        let job = match self.store.get_job(Scope::Cluster, key.job_id).await {
+            Ok(job) => job,
+            Err(StoreError::NotFound) => return Ok(()),
+            Err(err) => return Err(err),
+        };
+        if job.generation != key.generation || !is_active(job.state) || exited.stop_requested {
+            tracing::info!(task = %key, node.name = node, message = exited.message, "task exited");
+            return Ok(());
+        }
+        let tasks = self
+            .store
+            .generation_tasks(key.job_id, key.generation)
+            .await?;
+        if tasks.iter().any(|t| t.stop_requested) {
+            return Ok(());
+        }
+        let task_name = format!("{}-{}", key.role.as_str(), key.index);
+        let (change, count_restart) = if exited.spawn_failed {
+            let change = StateChange {
+                to: JobState::Failed,
+                reason: ReasonCode::UserError,
+                message: format!("{task_name} could not start: {}", exited.message),
+                actor: None,
+            };
+            (change, false)
+        } else if exited.exit_code == Some(0) {
+            let workers_done = tasks
+                .iter()
+                .filter(|t| t.key.role == TaskRole::Worker)
+                .all(|t| t.state == TaskState::Exited && t.exit_code == Some(0));
+            if key.role != TaskRole::Worker || !workers_done {
+                tracing::info!(task = %key, "task finished; waiting for the others");
+                return Ok(());
+            }
+            if job.state == JobState::Starting {
+                self.transition(
+                    &job,
+                    JobState::Running,
+                    ReasonCode::RendezvousComplete,
+                    "all tasks ran".to_owned(),
+                    false,
+                )
+                .await?;
+            }
+            let change = StateChange {
+                to: JobState::Succeeded,
+                reason: ReasonCode::Completed,
+                message: format!(
+                    "all {} workers exited with status 0",
+                    tasks
+                        .iter()
+                        .filter(|t| t.key.role == TaskRole::Worker)
+                        .count()
+                ),
+                actor: None,
+            };
+            (change, false)
+        } else {
+            let max_restarts =
+                super::parse_spec(job.document.as_ref()).map_or(0, |s| s.spec.max_restarts);
+            let tail = if exited.last_lines.is_empty() {
+                String::new()
+            } else {
+                format!("; last lines:\n{}", exited.last_lines.join("\n"))
+            };
+            if job.restarts < max_restarts {
+                let change = StateChange {
+                    to: JobState::Queued,
+                    reason: ReasonCode::TaskFailed,
+                    message: format!(
+                        "{task_name} on {node} {}; restart {} of {max_restarts} from the last checkpoint{tail}",
+                        exited.message,
+                        job.restarts + 1
+                    ),
+                    actor: None,
+                };
+                (change, true)
+            } else {
+                let change = StateChange {
+                    to: JobState::Failed,
+                    reason: ReasonCode::RestartsExhausted,
+                    message: format!(
+                        "{task_name} on {node} {} after {max_restarts} restarts{tail}",
+                        exited.message
+                    ),
+                    actor: None,
+                };
+                (change, false)
+            }
+        };
+        let to = change.to;
+        if let Some(job) = self
+            .store
+            .transition_job_in_generation(job.id, job.generation, &change, count_restart)
+            .await?
+        {
+            tracing::info!(job.id = %job.id, state = to.as_str(), reason = change.reason.as_str(), "job changed after a task exited");
+            let live: Vec<Task> = tasks
+                .into_iter()
+                .filter(|t| !t.state.is_final() && t.key != key)
+                .collect();
+            self.reconcile_job(&job, &live).await?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn transition(
+        &self,
+        job: &crate::store::Job,
+        to: JobState,
+        reason: ReasonCode,
+        message: String,
+        count_restart: bool,
+    ) -> StoreResult<Option<crate::store::Job>> {
+        let change = StateChange {
+            to,
+            reason,
+            message,
+            actor: None,
+        };
+        self.store
+            .transition_job_in_generation(job.id, job.generation, &change, count_restart)
+            .await
+    }
+
+    async fn on_metrics(&self, node: &str, key: TaskKey, metrics: pb::Metrics) -> StoreResult<()> {
+        let tasks = self
+            .store
+            .generation_tasks(key.job_id, key.generation)
+            .await?;
+        let num_workers = tasks
+            .iter()
+            .filter(|t| t.key.role == TaskRole::Worker)
+            .count() as u32;
+        let mut values: Vec<(String, f64)> = metrics
+            .values
+            .into_iter()
+            .filter(|(name, value)| !name.is_empty() && name.len() <= 64 && value.is_finite())
+            .collect();
+        values.sort_by(|a, b| a.0.cmp(&b.0));
+        let report = NewMetrics {
+            key,
+            num_ps: tasks.len() as u32 - num_workers,
+            num_workers,
+            gpu_model: self.hub.gpu_model(node),
+            step: metrics.step,
+            values,
+            recorded_at: time_of(metrics.time_ms),
+        };
+        match self.store.record_metrics(&report).await {
+            Ok(()) => Ok(()),
+            Err(err) => self.refuse(node, key, err),
+        }
+    }
+
+    async fn on_checkpoint(
+        &self,
+        node: &str,
+        key: TaskKey,
+        checkpoint: pb::Checkpoint,
+    ) -> StoreResult<()> {
+        let expected = self.checkpoint_dir(key.job_id, key.generation);
+        let path = std::path::Path::new(&checkpoint.path);
+        if !path.starts_with(&expected)
+            || path
+                .components()
+                .any(|c| c == std::path::Component::ParentDir)
+        {
+            tracing::warn!(task = %key, path = checkpoint.path, "ignoring a checkpoint outside the generation's directory");
+            return Ok(());
+        }
+        match self
+            .store
+            .record_checkpoint(
+                &key,
+                checkpoint.step,
+                &checkpoint.path,
+                checkpoint.size_bytes,
+            )
+            .await
+        {
+            Ok(record) => {
+                tracing::info!(task = %key, step = record.step, path = record.path, "checkpoint recorded");
+                Ok(())
+            }
+            Err(err) => self.refuse(node, key, err),
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! The scheduling loop: on every wake-up and at least every tick, declare silent executors lost,
+//! start moving jobs off draining nodes, reconcile every job that has tasks, then build a snapshot,
+//! ask the configured policy for a plan, and persist its changes (a new generation of tasks, or the
+//! tasks that must stop) before dispatching them.
+
+use super::Runtime;
+use super::snapshot::{self, Built};
+use crate::store::{Job, NewTask, Scope, StateChange, StoreResult, Task, TaskRole};
+use chrono::Utc;
+use drover_core::{JobId, JobState, ReasonCode};
+use drover_scheduler::{JobPlan, Plan, Policy, Role, WaitReason, build_policy};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub struct SchedulingLoop {
+    runtime: Arc<Runtime>,
+    policy: Box<dyn Policy>,
+    previous: Plan,
+}
+
+fn snake(value: &impl serde::Serialize) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+        .replace('_', " ")
+}
+
+impl SchedulingLoop {
+    /// Fails when the configured policy is unknown or needs an oracle (only the simulator has one).
+    pub fn new(runtime: Arc<Runtime>) -> Result<Self, drover_scheduler::policy::PolicyError> {
+        let policy = build_policy(&runtime.config.policy, None)?;
+        Ok(Self {
+            runtime,
+            policy,
+            previous: Plan::default(),
+        })
+    }
+
+    /// Runs rounds until `shutdown` resolves. A failed round is logged and retried on the next tick.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
+        match self.runtime.store.live_tasks().await {
+            Ok(live) => {
+                for task in live {
+                    self.runtime.hub.expect(&task.node_name);
+                }
+            }
+            Err(err) => tracing::error!(error = %err, "cannot read live tasks at start-up"),
+        }
+        tokio::pin!(shutdown);
+        loop {
+            if let Err(err) = self.round().await {
+                tracing::error!(error = %err, "scheduling round failed");
+            }
+            tokio::select! {
+                () = tokio::time::sleep(self.runtime.config.tick) => {}
+                () = self.runtime.hub.wake.notified() => {}
+                () = &mut shutdown => return,
+            }
+        }
+    }
+
+    /// One round; public for tests that drive the loop step by step.
+    pub async fn round(&mut self) -> StoreResult<()> {
+        let runtime = self.runtime.clone();
+        expire_executors(&runtime).await?;
+        let nodes = runtime.store.list_nodes().await?;
+        drain(&runtime, &nodes).await?;
+        reconcile_all(&runtime).await?;
+
+        let jobs = runtime.store.active_jobs().await?;
+        let live = runtime.store.live_tasks().await?;
+        let tenants = runtime.store.list_tenants().await?;
+        let connected = runtime.hub.connected();
+        let built = snapshot::build(Utc::now(), &nodes, &connected, &tenants, &jobs, &live);
+        let plan = self.policy.schedule(&built.snapshot, &self.previous);
+        apply(&runtime, self.policy.name(), &built, &plan).await?;
+        self.previous = plan;
+        Ok(())
+    }
+}
+
+async fn expire_executors(runtime: &Runtime) -> StoreResult<()> {
+    let timeout = runtime.config.executor_timeout;
+    for node in runtime.hub.expire(timeout) {
+        tracing::warn!(
+            node.name = node,
+            timeout_s = timeout.as_secs_f64(),
+            "executor lost"
+        );
+        runtime
+            .store
+            .set_node_health(&node, "lost", Utc::now())
+            .await?;
+        let lost = runtime.store.lose_node_tasks(&node).await?;
+        let why = format!(
+            "executor lost: {node} sent no heartbeat for {}",
+            humantime::format_duration(timeout)
+        );
+        runtime.requeue_after_loss(&lost, &why).await?;
+    }
+    Ok(())
+}
+
+/// Jobs with tasks on a draining node go back to `queued` through a checkpoint; the cordon keeps
+/// them from coming back to it.
+async fn drain(runtime: &Runtime, nodes: &[crate::store::Node]) -> StoreResult<()> {
+    let draining: Vec<&str> = nodes
+        .iter()
+        .filter(|n| n.draining)
+        .map(|n| n.name.as_str())
+        .collect();
+    if draining.is_empty() {
+        return Ok(());
+    }
+    let live = runtime.store.live_tasks().await?;
+    let mut moved = BTreeMap::new();
+    for task in live
+        .iter()
+        .filter(|t| draining.contains(&t.node_name.as_str()))
+    {
+        moved
+            .entry(task.key.job_id)
+            .or_insert((task.key.generation, task.node_name.clone()));
+    }
+    for (job_id, (generation, node)) in moved {
+        let job = runtime.store.get_job(Scope::Cluster, job_id).await?;
+        if job.generation != generation || !super::dispatch::is_active(job.state) {
+            continue;
+        }
+        let message =
+            format!("node {node} is draining: the job moves elsewhere from its checkpoint");
+        if let Some(job) = runtime
+            .transition(&job, JobState::Queued, ReasonCode::Migrated, message, false)
+            .await?
+        {
+            tracing::info!(job.id = %job.id, node.name = node, "moving a job off a draining node");
+        }
+    }
+    Ok(())
+}
+
+/// Runs [`Runtime::reconcile_job`] for every job with live tasks and every job that is starting.
+async fn reconcile_all(runtime: &Runtime) -> StoreResult<()> {
+    let live = runtime.store.live_tasks().await?;
+    let mut by_job: BTreeMap<JobId, Vec<Task>> = BTreeMap::new();
+    for task in live {
+        by_job.entry(task.key.job_id).or_default().push(task);
+    }
+    let mut jobs: HashMap<JobId, Job> = runtime
+        .store
+        .active_jobs()
+        .await?
+        .into_iter()
+        .map(|j| (j.id, j))
+        .collect();
+    for (job_id, tasks) in &by_job {
+        let job = match jobs.remove(job_id) {
+            Some(job) => job,
+            None => runtime.store.get_job(Scope::Cluster, *job_id).await?,
+        };
+        runtime.reconcile_job(&job, tasks).await?;
+    }
+    for job in jobs.values().filter(|j| j.state == JobState::Starting) {
+        runtime.reconcile_job(job, &[]).await?;
+    }
+    Ok(())
+}
+
+async fn apply(runtime: &Runtime, policy: &str, built: &Built, plan: &Plan) -> StoreResult<()> {
+    for view in &built.snapshot.jobs {
+        if built.held.contains(&view.id) {
+            continue;
+        }
+        let (Some(job), Some(decision)) = (built.jobs.get(&view.id), plan.jobs.get(&view.id))
+        else {
+            continue;
+        };
+        match (job.state, decision, &view.placement) {
+            (JobState::Queued, JobPlan::Run { placement, reason }, None) => {
+                let tasks: Vec<NewTask> = placement
+                    .tasks
+                    .iter()
+                    .map(|t| NewTask {
+                        role: match t.role {
+                            Role::Worker => TaskRole::Worker,
+                            Role::Ps => TaskRole::Ps,
+                        },
+                        index: t.index,
+                        node_name: built.node_names[t.node.0 as usize].clone(),
+                        gpus: t
+                            .gpus
+                            .iter()
+                            .map(|&p| built.gpu_indices[t.node.0 as usize][usize::from(p)] as u16)
+                            .collect(),
+                        cpus: t.cpus,
+                    })
+                    .collect();
+                let mut nodes: Vec<&str> = tasks.iter().map(|t| t.node_name.as_str()).collect();
+                nodes.dedup();
+                let shape = placement.shape();
+                let change = StateChange {
+                    to: JobState::Starting,
+                    reason: ReasonCode::Allocated,
+                    message: format!(
+                        "{policy}: {} ({} workers, {} PS on {})",
+                        snake(reason),
+                        shape.workers,
+                        shape.ps,
+                        nodes.join(", ")
+                    ),
+                    actor: None,
+                };
+                if let Some(generation) = runtime
+                    .store
+                    .start_generation(job.id, &tasks, &change)
+                    .await?
+                {
+                    tracing::info!(job.id = %job.id, generation, "job allocated");
+                    let job = runtime.store.get_job(Scope::Cluster, job.id).await?;
+                    runtime.reconcile_job(&job, &[]).await?;
+                }
+            }
+            (
+                JobState::Starting | JobState::Running | JobState::Rescaling,
+                JobPlan::Wait { reason },
+                Some(_),
+            ) => {
+                let code = match reason {
+                    WaitReason::Suspended => ReasonCode::Suspended,
+                    _ => ReasonCode::Preempted,
+                };
+                let message = format!("{policy}: {}", snake(reason));
+                if runtime
+                    .transition(job, JobState::Queued, code, message, false)
+                    .await?
+                    .is_some()
+                {
+                    tracing::info!(job.id = %job.id, reason = code.as_str(), "job stopped by the policy");
+                }
+            }
+            (JobState::Running, JobPlan::Run { placement, reason }, Some(current))
+                if !current.same_resources(placement) =>
+            {
+                // Moving or resizing a running job goes through a checkpoint: stop it here and let
+                // the next round start it at the policy's new placement.
+                let code = if current.shape() == placement.shape() {
+                    ReasonCode::Migrated
+                } else {
+                    ReasonCode::Resized
+                };
+                let message = format!(
+                    "{policy}: {} (restarting from its checkpoint)",
+                    snake(reason)
+                );
+                runtime
+                    .transition(job, JobState::Queued, code, message, false)
+                    .await?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}

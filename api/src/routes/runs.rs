@@ -1,0 +1,388 @@
+//! What a running job produces: `/api/v1/jobs/{id}/tasks`, `/metrics`, `/checkpoints` (list and
+//! download) and `/logs` (pages, or a stream with `follow=true`). All tenant-scoped like the job.
+
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::extract::{PathParam, QueryPairs};
+use crate::routes::jobs::parse_job_id;
+use crate::run_views::{
+    CheckpointList, CheckpointView, LogLineView, LogList, MetricList, MetricView, TaskList,
+    TaskView,
+};
+use crate::state::AppState;
+use crate::store::{MetricFilter, Scope};
+use crate::views::ListMeta;
+use axum::Json;
+use axum::body::Body as ResponseBody;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use drover_core::JobId;
+use std::time::Duration;
+
+const MAX_PAGE: u32 = 5000;
+/// How often a followed log polls the store for new lines.
+const FOLLOW_POLL: Duration = Duration::from_millis(300);
+
+fn parse_cursor(raw: Option<&str>) -> ApiResult<Option<i64>> {
+    raw.map(|raw| {
+        raw.parse::<i64>().map_err(|_| {
+            ApiError::bad_request(
+                "cursor",
+                "not a cursor this server issued; pass meta.next_cursor unchanged",
+            )
+        })
+    })
+    .transpose()
+}
+
+fn parse_step(query: &QueryPairs, field: &'static str) -> ApiResult<Option<u64>> {
+    query
+        .get(field)
+        .map(|raw| {
+            raw.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(field, "expected a non-negative step number"))
+        })
+        .transpose()
+}
+
+/// Every task of every generation of the job, oldest generation first.
+#[utoipa::path(
+    get, path = "/api/v1/jobs/{id}/tasks", tag = "jobs",
+    params(("id" = String, Path, description = "Job id")),
+    responses((status = 200, body = TaskList), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn tasks(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<Json<TaskList>> {
+    let job_id = parse_job_id(&id)?;
+    let tasks = state
+        .store
+        .job_tasks(principal.scope(), job_id)
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
+    Ok(Json(TaskList {
+        tasks: tasks.into_iter().map(TaskView::from).collect(),
+        meta: ListMeta { next_cursor: None },
+    }))
+}
+
+/// Metric samples in the order they arrived, each tagged with the job's shape when it was measured.
+#[utoipa::path(
+    get, path = "/api/v1/jobs/{id}/metrics", tag = "jobs",
+    params(
+        ("id" = String, Path, description = "Job id"),
+        ("name" = Option<Vec<String>>, Query, description = "Only these metrics (repeatable)"),
+        ("from_step" = Option<u64>, Query, description = "Only steps ≥ this"),
+        ("to_step" = Option<u64>, Query, description = "Only steps ≤ this"),
+        ("limit" = Option<u32>, Query, description = "Page size, 1 to 5000 (default 1000)"),
+        ("cursor" = Option<String>, Query, description = "`meta.next_cursor` of the previous page"),
+    ),
+    responses((status = 200, body = MetricList), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn metrics(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+    query: QueryPairs,
+) -> ApiResult<Json<MetricList>> {
+    query.only(&["name", "from_step", "to_step", "limit", "cursor"])?;
+    let job_id = parse_job_id(&id)?;
+    let limit = query.limit(1000, MAX_PAGE)?;
+    let filter = MetricFilter {
+        names: query.all("name").map(str::to_owned).collect(),
+        from_step: parse_step(&query, "from_step")?,
+        to_step: parse_step(&query, "to_step")?,
+        after: parse_cursor(query.get("cursor"))?,
+        limit: limit + 1,
+    };
+    if let (Some(from), Some(to)) = (filter.from_step, filter.to_step)
+        && from > to
+    {
+        return Err(ApiError::bad_request(
+            "from_step",
+            "must not be greater than to_step",
+        ));
+    }
+    let mut samples = state
+        .store
+        .list_metrics(principal.scope(), job_id, &filter)
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
+    let next_cursor = if samples.len() > limit as usize {
+        samples.truncate(limit as usize);
+        samples.last().map(|s| s.id.to_string())
+    } else {
+        None
+    };
+    Ok(Json(MetricList {
+        metrics: samples.into_iter().map(MetricView::from).collect(),
+        meta: ListMeta { next_cursor },
+    }))
+}
+
+/// The job's recorded checkpoints, oldest first. Only recorded checkpoints are ever resumed from.
+#[utoipa::path(
+    get, path = "/api/v1/jobs/{id}/checkpoints", tag = "jobs",
+    params(("id" = String, Path, description = "Job id")),
+    responses((status = 200, body = CheckpointList), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn checkpoints(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<Json<CheckpointList>> {
+    let job_id = parse_job_id(&id)?;
+    let records = state
+        .store
+        .list_checkpoints(principal.scope(), job_id)
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
+    Ok(Json(CheckpointList {
+        checkpoints: records.into_iter().map(CheckpointView::from).collect(),
+        meta: ListMeta { next_cursor: None },
+    }))
+}
+
+/// Downloads a checkpoint: the file itself, or a tar archive when the checkpoint is a directory.
+#[utoipa::path(
+    get, path = "/api/v1/jobs/{id}/checkpoints/{checkpoint}/download", tag = "jobs",
+    params(("id" = String, Path, description = "Job id"), ("checkpoint" = String, Path, description = "Checkpoint id")),
+    responses(
+        (status = 200, description = "The checkpoint's bytes", content_type = "application/octet-stream"),
+        (status = 404, body = ErrorBody)
+    ),
+    security(("bearer" = []))
+)]
+pub async fn download(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path((id, checkpoint)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let job_id = parse_job_id(&id)?;
+    let checkpoint_id: uuid::Uuid = checkpoint
+        .parse()
+        .map_err(|_| ApiError::bad_request("checkpoint", "not a checkpoint id"))?;
+    let records = state
+        .store
+        .list_checkpoints(principal.scope(), job_id)
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
+    let record = records
+        .into_iter()
+        .find(|c| c.id == checkpoint_id)
+        .ok_or_else(|| {
+            ApiError::not_found(format!("no checkpoint `{checkpoint}` in job `{id}`"))
+        })?;
+    let Some(runtime) = &state.runtime else {
+        return Err(ApiError::not_found("this server has no checkpoint storage"));
+    };
+    let root = runtime.config.checkpoint_root.clone();
+    let path = std::path::PathBuf::from(&record.path);
+    let resolved = tokio::fs::canonicalize(&path).await.map_err(|_| {
+        ApiError::not_found(format!("checkpoint `{checkpoint}` is no longer in storage"))
+    })?;
+    let root = tokio::fs::canonicalize(&root).await.unwrap_or(root);
+    if !resolved.starts_with(&root) {
+        return Err(ApiError::not_found(format!(
+            "checkpoint `{checkpoint}` is outside the checkpoint storage"
+        )));
+    }
+    let base = resolved
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "checkpoint".to_owned());
+    let metadata = tokio::fs::metadata(&resolved).await.map_err(|err| {
+        tracing::error!(path = %resolved.display(), error = %err, "cannot read a checkpoint");
+        ApiError::internal()
+    })?;
+    let (file, name) = if metadata.is_dir() {
+        let archive = tokio::task::spawn_blocking(move || tar_directory(&resolved))
+            .await
+            .map_err(|_| ApiError::internal())?
+            .map_err(|err| {
+                tracing::error!(error = %err, "cannot archive a checkpoint");
+                ApiError::internal()
+            })?;
+        (tokio::fs::File::from_std(archive), format!("{base}.tar"))
+    } else {
+        let file = tokio::fs::File::open(&resolved).await.map_err(|err| {
+            tracing::error!(path = %resolved.display(), error = %err, "cannot open a checkpoint");
+            ApiError::internal()
+        })?;
+        (file, base)
+    };
+    let body = ResponseBody::from_stream(tokio_util::io::ReaderStream::new(file));
+    let disposition = format!("attachment; filename=\"{}\"", name.replace('"', ""));
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    if let Ok(value) = HeaderValue::from_str(&disposition) {
+        headers.insert(header::CONTENT_DISPOSITION, value);
+    }
+    Ok(response)
+}
+
+/// A tar archive of `dir` in an anonymous temporary file, rewound.
+fn tar_directory(dir: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::io::{Seek, SeekFrom};
+    let file = tempfile::tempfile()?;
+    let mut builder = tar::Builder::new(file);
+    let name = dir
+        .file_name()
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "checkpoint".into());
+    builder.append_dir_all(name, dir)?;
+    let mut file = builder.into_inner()?;
+    file.seek(SeekFrom::Start(0))?;
+    Ok(file)
+}
+
+/// The job's log lines (every task, every generation) in order. With `follow=true` the response is a
+/// stream of JSON lines that stays open until the job ends.
+#[utoipa::path(
+    get, path = "/api/v1/jobs/{id}/logs", tag = "jobs",
+    params(
+        ("id" = String, Path, description = "Job id"),
+        ("follow" = Option<bool>, Query, description = "Stream new lines (application/x-ndjson) until the job ends"),
+        ("limit" = Option<u32>, Query, description = "Page size, 1 to 5000 (default 1000); ignored when following"),
+        ("cursor" = Option<String>, Query, description = "Start after this line id (`meta.next_cursor`)"),
+    ),
+    responses((status = 200, body = LogList), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn logs(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+    query: QueryPairs,
+) -> ApiResult<Response> {
+    query.only(&["follow", "limit", "cursor"])?;
+    let job_id = parse_job_id(&id)?;
+    let after = parse_cursor(query.get("cursor"))?;
+    let follow = match query.get("follow") {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return Err(ApiError::bad_request("follow", "expected true or false")),
+    };
+    let limit = query.limit(1000, MAX_PAGE)?;
+    let scope = principal.scope();
+    let mut lines = state
+        .store
+        .list_logs(
+            scope,
+            job_id,
+            after,
+            if follow { MAX_PAGE } else { limit + 1 },
+        )
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
+    if !follow {
+        let next_cursor = if lines.len() > limit as usize {
+            lines.truncate(limit as usize);
+            lines.last().map(|l| l.id.to_string())
+        } else {
+            lines
+                .last()
+                .map(|l| l.id.to_string())
+                .or_else(|| after.map(|a| a.to_string()))
+        };
+        return Ok(Json(LogList {
+            logs: lines.into_iter().map(LogLineView::from).collect(),
+            meta: ListMeta { next_cursor },
+        })
+        .into_response());
+    }
+    let first: Vec<LogLineView> = lines.drain(..).map(LogLineView::from).collect();
+    let stream = follow_stream(state, scope, job_id, after, first);
+    let mut response = ResponseBody::from_stream(stream).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    Ok(response)
+}
+
+struct Follow {
+    state: AppState,
+    scope: Scope,
+    job: JobId,
+    cursor: Option<i64>,
+    pending: Vec<LogLineView>,
+    done: bool,
+}
+
+fn encode(lines: &[LogLineView]) -> bytes::Bytes {
+    let mut out = Vec::with_capacity(lines.len() * 96);
+    for line in lines {
+        if serde_json::to_writer(&mut out, line).is_ok() {
+            out.push(b'\n');
+        }
+    }
+    out.into()
+}
+
+fn follow_stream(
+    state: AppState,
+    scope: Scope,
+    job: JobId,
+    after: Option<i64>,
+    first: Vec<LogLineView>,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send {
+    let cursor = first.last().map(|l| l.id).or(after);
+    let start = Follow {
+        state,
+        scope,
+        job,
+        cursor,
+        pending: first,
+        done: false,
+    };
+    futures::stream::unfold(start, |mut follow| async move {
+        loop {
+            if !follow.pending.is_empty() {
+                let chunk = encode(&follow.pending);
+                follow.pending.clear();
+                return Some((Ok(chunk), follow));
+            }
+            if follow.done {
+                return None;
+            }
+            // Read the job's state before the lines, so lines written just before it ended are not missed.
+            let finished = match follow.state.store.get_job(follow.scope, follow.job).await {
+                Ok(job) => job.state.is_final(),
+                Err(_) => true,
+            };
+            match follow
+                .state
+                .store
+                .list_logs(follow.scope, follow.job, follow.cursor, MAX_PAGE)
+                .await
+            {
+                Ok(lines) if !lines.is_empty() => {
+                    follow.cursor = lines.last().map(|l| l.id);
+                    follow.pending = lines.into_iter().map(LogLineView::from).collect();
+                }
+                Ok(_) if finished => follow.done = true,
+                Ok(_) => tokio::time::sleep(FOLLOW_POLL).await,
+                Err(err) => {
+                    return Some((
+                        Err(std::io::Error::other(err.to_string())),
+                        Follow {
+                            done: true,
+                            ..follow
+                        },
+                    ));
+                }
+            }
+        }
+    })
+}

@@ -1,0 +1,163 @@
+//! What the API returns about running jobs: tasks, metric samples, checkpoints and log lines.
+
+use crate::store::{CheckpointRecord, LogLine, MetricSample, Task, TaskRole, TaskState};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::views::ListMeta;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskView {
+    pub job_id: Uuid,
+    pub generation: u64,
+    pub role: TaskRole,
+    pub index: u32,
+    pub node: String,
+    /// GPU indices on the node.
+    pub gpus: Vec<u16>,
+    pub cpus: u32,
+    pub state: TaskState,
+    /// host:port the task listens on, once reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_signal: Option<i32>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    pub stop_requested: bool,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<Task> for TaskView {
+    fn from(task: Task) -> Self {
+        TaskView {
+            job_id: task.key.job_id.0,
+            generation: task.key.generation,
+            role: task.key.role,
+            index: task.key.index,
+            node: task.node_name,
+            gpus: task.gpus,
+            cpus: task.cpus,
+            state: task.state,
+            address: task.address,
+            exit_code: task.exit_code,
+            exit_signal: task.exit_signal,
+            message: task.message,
+            stop_requested: task.stop_requested,
+            updated_at: task.updated_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskList {
+    pub tasks: Vec<TaskView>,
+    pub meta: ListMeta,
+}
+
+/// One metric value, tagged with the shape it was measured at.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MetricView {
+    pub id: i64,
+    pub name: String,
+    pub step: u64,
+    pub value: f64,
+    pub generation: u64,
+    pub role: TaskRole,
+    pub index: u32,
+    pub num_ps: u32,
+    pub num_workers: u32,
+    pub gpu_model: String,
+    pub time: DateTime<Utc>,
+}
+
+impl From<MetricSample> for MetricView {
+    fn from(m: MetricSample) -> Self {
+        MetricView {
+            id: m.id,
+            name: m.name,
+            step: m.step,
+            value: m.value,
+            generation: m.generation,
+            role: m.role,
+            index: m.index,
+            num_ps: m.num_ps,
+            num_workers: m.num_workers,
+            gpu_model: m.gpu_model,
+            time: m.recorded_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MetricList {
+    pub metrics: Vec<MetricView>,
+    pub meta: ListMeta,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CheckpointView {
+    pub id: Uuid,
+    pub job_id: Uuid,
+    pub generation: u64,
+    pub step: u64,
+    /// Where it lies in the checkpoint storage.
+    pub path: String,
+    pub size_bytes: u64,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<CheckpointRecord> for CheckpointView {
+    fn from(c: CheckpointRecord) -> Self {
+        CheckpointView {
+            id: c.id,
+            job_id: c.job_id.0,
+            generation: c.generation,
+            step: c.step,
+            path: c.path,
+            size_bytes: c.size_bytes,
+            created_at: c.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CheckpointList {
+    pub checkpoints: Vec<CheckpointView>,
+    pub meta: ListMeta,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LogLineView {
+    pub id: i64,
+    pub generation: u64,
+    /// `worker-0`, `ps-1`, …
+    pub task: String,
+    /// `stdout` or `stderr`.
+    pub stream: String,
+    pub line: String,
+    pub time: DateTime<Utc>,
+}
+
+impl From<LogLine> for LogLineView {
+    fn from(l: LogLine) -> Self {
+        LogLineView {
+            id: l.id,
+            generation: l.generation,
+            task: format!("{}-{}", l.role.as_str(), l.index),
+            stream: l.stream,
+            line: l.line,
+            time: l.logged_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LogList {
+    pub logs: Vec<LogLineView>,
+    pub meta: ListMeta,
+}

@@ -1,0 +1,318 @@
+//! What running jobs on executors adds to the store: tasks of each generation, metric samples,
+//! checkpoint records and task logs, and the node-side writes (registration, health, cordon, drain).
+//!
+//! Fencing lives here, in the database: a metric, checkpoint or log report is written only if its
+//! generation is still the job's current one, checked and written in one transaction that holds the
+//! job's row, so a new generation cannot start between the check and the write.
+
+use super::{Job, Node, Scope, StateChange, StoreResult};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use drover_core::JobId;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// A worker or a parameter-server shard.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskRole {
+    Worker,
+    Ps,
+}
+
+impl TaskRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskRole::Worker => "worker",
+            TaskRole::Ps => "ps",
+        }
+    }
+}
+
+impl FromStr for TaskRole {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "worker" => Ok(TaskRole::Worker),
+            "ps" => Ok(TaskRole::Ps),
+            other => Err(format!("task role `{other}`")),
+        }
+    }
+}
+
+/// One task of one generation of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskKey {
+    pub job_id: JobId,
+    pub generation: u64,
+    pub role: TaskRole,
+    pub index: u32,
+}
+
+impl fmt::Display for TaskKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/g{}/{}-{}",
+            self.job_id.0,
+            self.generation,
+            self.role.as_str(),
+            self.index
+        )
+    }
+}
+
+/// Where a task is in its life. `Exited` and `Lost` are final; the others hold the task's resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskState {
+    /// Persisted with its generation, not yet acknowledged by the executor.
+    Assigned,
+    /// Its address is reserved and reported; waiting for the peer list.
+    Prepared,
+    Running,
+    /// Asked to stop: checkpointing within the grace period, or being killed.
+    Stopping,
+    Exited,
+    /// Its executor was lost; whatever it was doing is gone.
+    Lost,
+}
+
+impl TaskState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Assigned => "assigned",
+            TaskState::Prepared => "prepared",
+            TaskState::Running => "running",
+            TaskState::Stopping => "stopping",
+            TaskState::Exited => "exited",
+            TaskState::Lost => "lost",
+        }
+    }
+
+    pub fn is_final(self) -> bool {
+        matches!(self, TaskState::Exited | TaskState::Lost)
+    }
+}
+
+impl FromStr for TaskState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "assigned" => TaskState::Assigned,
+            "prepared" => TaskState::Prepared,
+            "running" => TaskState::Running,
+            "stopping" => TaskState::Stopping,
+            "exited" => TaskState::Exited,
+            "lost" => TaskState::Lost,
+            other => return Err(format!("task state `{other}`")),
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    pub key: TaskKey,
+    pub node_name: String,
+    pub gpus: Vec<u16>,
+    pub cpus: u32,
+    pub state: TaskState,
+    pub address: Option<String>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub message: String,
+    pub stop_requested: bool,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A task of a generation about to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTask {
+    pub role: TaskRole,
+    pub index: u32,
+    pub node_name: String,
+    pub gpus: Vec<u16>,
+    pub cpus: u32,
+}
+
+/// A change to a task row. Fields left `None` keep their value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskChange {
+    pub state: Option<TaskState>,
+    pub address: Option<String>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub message: Option<String>,
+    pub stop_requested: Option<bool>,
+}
+
+/// What an executor reports when it registers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeRegistration {
+    pub name: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub gpus: Vec<super::Gpu>,
+    pub cpus: u32,
+    pub memory_gb: u32,
+    pub gpu_source: String,
+}
+
+/// Metric values one task reported at one step, with the tags speed fits need.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMetrics {
+    pub key: TaskKey,
+    pub num_ps: u32,
+    pub num_workers: u32,
+    pub gpu_model: String,
+    pub step: u64,
+    pub values: Vec<(String, f64)>,
+    pub recorded_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricSample {
+    pub id: i64,
+    pub generation: u64,
+    pub role: TaskRole,
+    pub index: u32,
+    pub num_ps: u32,
+    pub num_workers: u32,
+    pub gpu_model: String,
+    pub step: u64,
+    pub name: String,
+    pub value: f64,
+    pub recorded_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetricFilter {
+    /// Any of these names; empty means all.
+    pub names: Vec<String>,
+    pub from_step: Option<u64>,
+    pub to_step: Option<u64>,
+    /// Only samples with an id above this one (the cursor).
+    pub after: Option<i64>,
+    pub limit: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointRecord {
+    pub id: uuid::Uuid,
+    pub job_id: JobId,
+    pub generation: u64,
+    pub step: u64,
+    pub path: String,
+    pub size_bytes: u64,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewLogLine {
+    pub stream: String,
+    pub line: String,
+    pub logged_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    pub id: i64,
+    pub generation: u64,
+    pub role: TaskRole,
+    pub index: u32,
+    pub stream: String,
+    pub line: String,
+    pub logged_at: DateTime<Utc>,
+}
+
+/// The store's side of running jobs. Implemented by both stores; part of [`super::Store`].
+#[async_trait]
+pub trait ExecStore: Send + Sync {
+    // Nodes.
+    /// Creates or refreshes a node from an executor's registration, keeping its cordon and drain flags.
+    async fn register_node(&self, node: &NodeRegistration, at: DateTime<Utc>) -> StoreResult<Node>;
+    async fn set_node_health(&self, name: &str, health: &str, at: DateTime<Utc>)
+    -> StoreResult<()>;
+    async fn set_node_cordon(
+        &self,
+        name: &str,
+        cordoned: bool,
+        draining: bool,
+    ) -> StoreResult<Node>;
+
+    // Jobs and tasks, for the scheduling loop.
+    /// Jobs in `queued`, `starting`, `running` or `rescaling`, oldest first, with documents.
+    async fn active_jobs(&self) -> StoreResult<Vec<Job>>;
+    /// Every task not yet `exited` or `lost`, of any job and generation.
+    async fn live_tasks(&self) -> StoreResult<Vec<Task>>;
+    /// The tasks of a job's generation.
+    async fn generation_tasks(&self, job: JobId, generation: u64) -> StoreResult<Vec<Task>>;
+    /// Moves a `queued` job to `starting` under a new generation with these tasks, in one transaction.
+    /// Returns the new generation, or `None` when the job was no longer `queued`.
+    async fn start_generation(
+        &self,
+        job: JobId,
+        tasks: &[NewTask],
+        change: &StateChange,
+    ) -> StoreResult<Option<u64>>;
+    /// Transitions a job only while `generation` is still its current one; `None` when it is not (or
+    /// when the state machine forbids the move, which a concurrent change can cause).
+    /// `count_restart` adds one to the job's restarts in the same transaction.
+    async fn transition_job_in_generation(
+        &self,
+        job: JobId,
+        generation: u64,
+        change: &StateChange,
+        count_restart: bool,
+    ) -> StoreResult<Option<Job>>;
+    async fn update_task(&self, key: &TaskKey, change: &TaskChange) -> StoreResult<()>;
+    /// Marks every live task on the node `lost`; returns them.
+    async fn lose_node_tasks(&self, node: &str) -> StoreResult<Vec<Task>>;
+
+    // Reports from tasks, fenced by generation ([`super::StoreError::Fenced`]).
+    async fn record_metrics(&self, metrics: &NewMetrics) -> StoreResult<()>;
+    async fn record_checkpoint(
+        &self,
+        key: &TaskKey,
+        step: u64,
+        path: &str,
+        size_bytes: u64,
+    ) -> StoreResult<CheckpointRecord>;
+    async fn append_logs(&self, key: &TaskKey, lines: &[NewLogLine]) -> StoreResult<()>;
+
+    // Reads for the API, tenant-scoped.
+    async fn job_tasks(&self, scope: Scope, job: JobId) -> StoreResult<Vec<Task>>;
+    async fn list_metrics(
+        &self,
+        scope: Scope,
+        job: JobId,
+        filter: &MetricFilter,
+    ) -> StoreResult<Vec<MetricSample>>;
+    /// Oldest first.
+    async fn list_checkpoints(
+        &self,
+        scope: Scope,
+        job: JobId,
+    ) -> StoreResult<Vec<CheckpointRecord>>;
+    async fn latest_checkpoint(&self, job: JobId) -> StoreResult<Option<CheckpointRecord>>;
+    /// Lines after the id `after`, in order.
+    async fn list_logs(
+        &self,
+        scope: Scope,
+        job: JobId,
+        after: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<LogLine>>;
+}

@@ -1,0 +1,193 @@
+//! `drover executor` (the node agent), the hidden `drover task-shim` every task starts under, and the
+//! `drover node cordon|uncordon|drain` verbs.
+
+use crate::GlobalArgs;
+use crate::client::Client;
+use crate::commands::segment;
+use crate::output::{self, Format, out};
+use anyhow::{Context, bail};
+use drover_executor::{Agent, ExecutorConfig, GpuSource};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+pub struct ExecutorArgs {
+    /// The server's executor gateway.
+    #[arg(
+        long = "gateway",
+        env = "DROVER_GATEWAY",
+        default_value = "http://127.0.0.1:7070"
+    )]
+    pub gateway: String,
+    /// This node's name, unique in the cluster (default: the host name).
+    #[arg(long, env = "DROVER_NODE_NAME")]
+    pub name: Option<String>,
+    /// The executor's private data directory.
+    #[arg(
+        long,
+        env = "DROVER_EXECUTOR_DATA_DIR",
+        default_value = ".drover/executor"
+    )]
+    pub data_dir: PathBuf,
+    /// Run on a CPU-only host with N task slots (advertised as N GPUs of model `cpu`).
+    #[arg(long, conflicts_with = "demo_gpus")]
+    pub slots: Option<u32>,
+    /// Advertise N pretend GPUs while tasks run on the CPU (a laptop showing a multi-GPU cluster).
+    #[arg(long)]
+    pub demo_gpus: Option<u32>,
+    /// Memory of each pretend GPU, in GB.
+    #[arg(long, default_value_t = 16)]
+    pub demo_gpu_memory_gb: u32,
+    /// CPUs to offer (default: all of this host's).
+    #[arg(long)]
+    pub cpus: Option<u32>,
+    /// Host memory to offer, in GB.
+    #[arg(long, default_value_t = 16)]
+    pub memory_gb: u32,
+    /// Node labels, `key=value` (comma-separated or repeated).
+    #[arg(short = 'l', long = "label")]
+    pub labels: Vec<String>,
+    /// Host name or address other tasks reach this node's tasks at.
+    #[arg(long, env = "DROVER_ADVERTISE_HOST", default_value = "127.0.0.1")]
+    pub advertise_host: String,
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// The executor's configuration from its flags: discovers GPUs (or fails with a clear message).
+pub fn executor_config(args: ExecutorArgs) -> anyhow::Result<ExecutorConfig> {
+    let source = match (args.slots, args.demo_gpus) {
+        (Some(n), _) => GpuSource::Slots(n),
+        (None, Some(n)) => GpuSource::Demo(n, args.demo_gpu_memory_gb),
+        (None, None) => GpuSource::Nvidia,
+    };
+    let gpus = drover_executor::gpu::discover(source).map_err(|err| anyhow::anyhow!("{err}"))?;
+    if gpus.is_empty() {
+        bail!("no GPUs to offer: the driver reports none (use --slots N for a CPU-only host)");
+    }
+    let mut labels = BTreeMap::new();
+    for pair in args.labels.iter().flat_map(|l| l.split(',')) {
+        let Some((key, value)) = pair.split_once('=') else {
+            bail!("--label `{pair}`: expected key=value");
+        };
+        labels.insert(key.trim().to_owned(), value.trim().to_owned());
+    }
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
+    let data_dir = args
+        .data_dir
+        .canonicalize()
+        .with_context(|| format!("cannot resolve {}", args.data_dir.display()))?;
+    let exe = std::env::current_exe().context("cannot find this program to run the task shim")?;
+    let cpus = args
+        .cpus
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+    Ok(ExecutorConfig {
+        server: args.gateway,
+        name: args.name.unwrap_or_else(host_name),
+        data_dir,
+        source,
+        gpus,
+        cpus,
+        memory_gb: args.memory_gb,
+        labels,
+        advertise_host: args.advertise_host,
+        shim: vec![exe.display().to_string(), "task-shim".to_owned()],
+        base_dir: std::env::current_dir().context("cannot read the working directory")?,
+    })
+}
+
+pub async fn executor(args: ExecutorArgs) -> anyhow::Result<()> {
+    crate::serve::init_tracing(crate::serve::LogFormat::Text, "info");
+    let config = executor_config(args)?;
+    out!(
+        "drover executor {} offering {} GPU(s) ({}) to {}",
+        config.name,
+        config.gpus.len(),
+        config.source.as_str(),
+        config.server
+    );
+    Agent::new(config)?
+        .run(drover_api::server::shutdown_signal())
+        .await
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ShimArgs {
+    /// Where to record how the command ended.
+    #[arg(long)]
+    pub status_file: PathBuf,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub argv: Vec<String>,
+}
+
+/// Never returns: the shim exits as soon as the command's status is recorded (a runtime shutdown would
+/// wait for the blocking read of stdin that watches the executor).
+pub async fn task_shim(args: ShimArgs) -> anyhow::Result<()> {
+    let code = drover_executor::shim::run(&args.status_file, &args.argv).await;
+    std::process::exit(code)
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum NodeCommand {
+    /// Take no new tasks on the node; what runs there keeps running.
+    Cordon { name: String },
+    /// Let the node take new tasks again.
+    Uncordon { name: String },
+    /// Cordon the node and move its jobs elsewhere, each through a checkpoint.
+    Drain {
+        name: String,
+        /// Return once the node has no tasks left.
+        #[arg(long)]
+        wait: bool,
+    },
+}
+
+pub async fn node(global: &GlobalArgs, command: NodeCommand) -> anyhow::Result<()> {
+    let client = Client::new(global)?;
+    let (name, action, wait) = match &command {
+        NodeCommand::Cordon { name } => (name, "cordon", false),
+        NodeCommand::Uncordon { name } => (name, "uncordon", false),
+        NodeCommand::Drain { name, wait } => (name, "drain", *wait),
+    };
+    let mut response = client
+        .post_json(
+            &format!("/api/v1/nodes/{}/{action}", segment(name)),
+            &serde_json::json!({}),
+        )
+        .await?;
+    if wait {
+        loop {
+            let tasks = response["node"]["tasks"].as_array().map_or(0, Vec::len);
+            if tasks == 0 {
+                break;
+            }
+            eprintln!("{name}: {tasks} task(s) still stopping");
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            response = client
+                .get(&format!("/api/v1/nodes/{}", segment(name)))
+                .await?;
+        }
+    }
+    match global.output {
+        Format::Json => output::json(&response),
+        Format::Table => {
+            let node = &response["node"];
+            out!(
+                "{} cordoned={} draining={} tasks={}",
+                output::text(&node["name"]),
+                output::text(&node["cordoned"]),
+                output::text(&node["draining"]),
+                node["tasks"].as_array().map_or(0, Vec::len)
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,239 @@
+//! Client verbs about what running jobs produce: `logs` (with `-f`), `metrics`, `checkpoints`, and
+//! `download` of a checkpoint.
+
+use crate::GlobalArgs;
+use crate::client::Client;
+use crate::commands::segment;
+use crate::output::out;
+use crate::output::{self, Format};
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use serde_json::Value;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+pub struct LogsArgs {
+    /// The job's id.
+    pub id: String,
+    /// Keep streaming new lines until the job ends.
+    #[arg(short, long)]
+    pub follow: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct MetricsArgs {
+    /// The job's id.
+    pub id: String,
+    /// Only these metrics (comma-separated or repeated).
+    #[arg(long = "name")]
+    pub names: Vec<String>,
+    /// Only steps from this one.
+    #[arg(long)]
+    pub from_step: Option<u64>,
+    /// Only steps up to this one.
+    #[arg(long)]
+    pub to_step: Option<u64>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DownloadArgs {
+    /// The job's id.
+    pub id: String,
+    /// The checkpoint's id; the job's latest checkpoint when absent.
+    #[arg(long)]
+    pub checkpoint: Option<String>,
+    /// Where to write it (default: the checkpoint's file name, `.tar` for a directory).
+    #[arg(long = "to")]
+    pub destination: Option<PathBuf>,
+}
+
+fn print_line(line: &Value) {
+    let task = output::text(&line["task"]);
+    let text = line["line"].as_str().unwrap_or_default();
+    out!("[{task} g{}] {text}", output::text(&line["generation"]));
+}
+
+pub async fn logs(global: &GlobalArgs, args: LogsArgs) -> anyhow::Result<()> {
+    let client = Client::new(global)?;
+    let id = segment(&args.id);
+    if !args.follow {
+        let mut cursor: Option<String> = None;
+        loop {
+            let path = match &cursor {
+                Some(c) => format!("/api/v1/jobs/{id}/logs?limit=5000&cursor={}", segment(c)),
+                None => format!("/api/v1/jobs/{id}/logs?limit=5000"),
+            };
+            let page = client.get(&path).await?;
+            let lines = page["logs"].as_array().map_or(&[][..], Vec::as_slice);
+            for line in lines {
+                match global.output {
+                    Format::Json => out!("{line}"),
+                    Format::Table => print_line(line),
+                }
+            }
+            let next = page["meta"]["next_cursor"].as_str().map(str::to_owned);
+            if lines.len() < 5000 || next.is_none() || next == cursor {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+    let response = client
+        .get_streaming(&format!("/api/v1/jobs/{id}/logs?follow=true"))
+        .await?;
+    let mut body = response.bytes_stream();
+    let mut buffer = Vec::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.context("the log stream broke")?;
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            let Ok(value) = serde_json::from_slice::<Value>(&line) else {
+                continue;
+            };
+            match global.output {
+                Format::Json => out!("{value}"),
+                Format::Table => print_line(&value),
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn metrics(global: &GlobalArgs, args: MetricsArgs) -> anyhow::Result<()> {
+    let client = Client::new(global)?;
+    let mut query: Vec<(&str, String)> = vec![("limit", "5000".to_owned())];
+    for name in args.names.iter().flat_map(|n| n.split(',')) {
+        query.push(("name", name.trim().to_owned()));
+    }
+    if let Some(from) = args.from_step {
+        query.push(("from_step", from.to_string()));
+    }
+    if let Some(to) = args.to_step {
+        query.push(("to_step", to.to_string()));
+    }
+    let query = serde_urlencoded::to_string(&query).context("cannot encode the query")?;
+    let response = client
+        .get(&format!(
+            "/api/v1/jobs/{}/metrics?{query}",
+            segment(&args.id)
+        ))
+        .await?;
+    let samples = response["metrics"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    match global.output {
+        Format::Json => output::json(&response),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = samples
+                .iter()
+                .map(|m| {
+                    vec![
+                        output::text(&m["step"]),
+                        output::text(&m["name"]),
+                        m["value"]
+                            .as_f64()
+                            .map_or_else(String::new, |v| format!("{v:.6}")),
+                        format!(
+                            "{}/{}",
+                            output::text(&m["num_ps"]),
+                            output::text(&m["num_workers"])
+                        ),
+                        output::text(&m["generation"]),
+                    ]
+                })
+                .collect();
+            output::table(
+                &["STEP", "NAME", "VALUE", "PS/WORKERS", "GENERATION"],
+                &rows,
+            );
+            if samples.is_empty() {
+                eprintln!("(no metrics reported yet)");
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn checkpoints(
+    global: &GlobalArgs,
+    args: crate::commands::JobIdArg,
+) -> anyhow::Result<()> {
+    let response = Client::new(global)?
+        .get(&format!("/api/v1/jobs/{}/checkpoints", segment(&args.id)))
+        .await?;
+    let checkpoints = response["checkpoints"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    match global.output {
+        Format::Json => output::json(&response),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = checkpoints
+                .iter()
+                .map(|c| {
+                    vec![
+                        output::text(&c["id"]),
+                        output::text(&c["step"]),
+                        output::text(&c["generation"]),
+                        output::text(&c["size_bytes"]),
+                        output::text(&c["created_at"]),
+                    ]
+                })
+                .collect();
+            output::table(&["ID", "STEP", "GENERATION", "BYTES", "CREATED"], &rows);
+            if checkpoints.is_empty() {
+                eprintln!("(no checkpoints recorded yet)");
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn download(global: &GlobalArgs, args: DownloadArgs) -> anyhow::Result<()> {
+    let client = Client::new(global)?;
+    let id = segment(&args.id);
+    let checkpoint = match args.checkpoint {
+        Some(checkpoint) => checkpoint,
+        None => {
+            let list = client
+                .get(&format!("/api/v1/jobs/{id}/checkpoints"))
+                .await?;
+            let latest = list["checkpoints"]
+                .as_array()
+                .and_then(|c| c.last())
+                .map(|c| output::text(&c["id"]));
+            match latest {
+                Some(latest) => latest,
+                None => bail!("job {id} has no recorded checkpoint yet"),
+            }
+        }
+    };
+    let response = client
+        .get_streaming(&format!(
+            "/api/v1/jobs/{id}/checkpoints/{}/download",
+            segment(&checkpoint)
+        ))
+        .await?;
+    let suggested = response
+        .headers()
+        .get(reqwest::header::CONTENT_DISPOSITION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split("filename=\"").nth(1))
+        .map(|v| v.trim_end_matches('"').replace(['/', '\\'], "_"))
+        .unwrap_or_else(|| format!("checkpoint-{checkpoint}"));
+    let path = args.destination.unwrap_or_else(|| PathBuf::from(suggested));
+    let mut file = std::fs::File::create(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    let mut body = response.bytes_stream();
+    let mut bytes = 0u64;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.context("the download broke")?;
+        file.write_all(&chunk)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        bytes += chunk.len() as u64;
+    }
+    file.sync_all()?;
+    eprintln!("wrote {} ({bytes} bytes)", path.display());
+    Ok(())
+}

@@ -1,0 +1,466 @@
+//! The executor's session with the server: dial out, register with the inventory and the tasks still
+//! running, then heartbeat, carry out commands and forward what tasks report. When the stream breaks it
+//! reconnects with backoff and registers again; its tasks keep running meanwhile, and what they report
+//! is kept (bounded) until the server is back.
+
+use crate::gpu::{GpuInfo, GpuSource, UsageProbe};
+use crate::task::{self, Launch, StopHandle};
+use drover_proto as pb;
+use drover_proto::executor_gateway_client::ExecutorGatewayClient;
+use pb::executor_message::Body;
+use pb::server_message::Body as Command;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// Reports kept while the server is unreachable; beyond this, log lines and metrics are dropped
+/// (task state changes and checkpoint records never are).
+const MAX_PENDING: usize = 10_000;
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// The server's executor gateway, e.g. `http://127.0.0.1:7070`.
+    pub server: String,
+    pub name: String,
+    /// Private to this executor: its id, task scratch directories.
+    pub data_dir: PathBuf,
+    pub source: GpuSource,
+    pub gpus: Vec<GpuInfo>,
+    pub cpus: u32,
+    pub memory_gb: u32,
+    pub labels: BTreeMap<String, String>,
+    /// Host name or address peers reach this node's tasks at.
+    pub advertise_host: String,
+    /// Program and arguments that run the task shim.
+    pub shim: Vec<String>,
+    /// Relative working directories of commands are resolved against this directory.
+    pub base_dir: PathBuf,
+}
+
+type Key = (String, u64, String, u32);
+
+fn key_of(key: &pb::TaskKey) -> Key {
+    (
+        key.job_id.clone(),
+        key.generation,
+        key.role.clone(),
+        key.index,
+    )
+}
+
+#[derive(Debug)]
+enum Phase {
+    Prepared,
+    Running(StopHandle),
+    Stopping,
+}
+
+#[derive(Debug)]
+struct LocalTask {
+    key: pb::TaskKey,
+    spec: pb::TaskSpec,
+    address: String,
+    phase: Phase,
+    pid: u32,
+}
+
+impl LocalTask {
+    fn status(&self) -> pb::TaskStatus {
+        let phase = match self.phase {
+            Phase::Prepared => pb::TaskPhase::Prepared,
+            Phase::Running(_) => pb::TaskPhase::Running,
+            Phase::Stopping => pb::TaskPhase::Stopping,
+        };
+        pb::TaskStatus {
+            task: Some(self.key.clone()),
+            phase: phase as i32,
+            address: self.address.clone(),
+        }
+    }
+}
+
+fn msg(body: Body) -> pb::ExecutorMessage {
+    pb::ExecutorMessage { body: Some(body) }
+}
+
+fn update(key: &pb::TaskKey, event: pb::task_update::Event) -> pb::ExecutorMessage {
+    msg(Body::TaskUpdate(pb::TaskUpdate {
+        task: Some(key.clone()),
+        event: Some(event),
+    }))
+}
+
+/// Reads (or creates) the executor's persistent id in its data directory.
+fn executor_id(data_dir: &std::path::Path) -> std::io::Result<String> {
+    let path = data_dir.join("executor-id");
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => Ok(id.trim().to_owned()),
+        _ => {
+            let id = uuid::Uuid::new_v4().to_string();
+            std::fs::write(&path, &id)?;
+            Ok(id)
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Agent {
+    config: ExecutorConfig,
+    executor_id: String,
+    tasks: HashMap<Key, LocalTask>,
+    events_tx: mpsc::Sender<pb::ExecutorMessage>,
+    events_rx: mpsc::Receiver<pb::ExecutorMessage>,
+    pending: VecDeque<pb::ExecutorMessage>,
+    dropped: u64,
+    usage: UsageProbe,
+}
+
+impl Agent {
+    pub fn new(config: ExecutorConfig) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(config.data_dir.join("tasks"))?;
+        let executor_id = executor_id(&config.data_dir)?;
+        let (events_tx, events_rx) = mpsc::channel(4096);
+        let usage = UsageProbe::new(config.source);
+        Ok(Self {
+            config,
+            executor_id,
+            tasks: HashMap::new(),
+            events_tx,
+            events_rx,
+            pending: VecDeque::new(),
+            dropped: 0,
+            usage,
+        })
+    }
+
+    /// Runs until `shutdown` resolves. Tasks die with the executor (their shims watch it).
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        tokio::pin!(shutdown);
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let session = self.session();
+            tokio::select! {
+                result = session => match result {
+                    Ok(()) => {
+                        tracing::warn!(server = self.config.server, "the server closed the session; reconnecting");
+                        backoff = Duration::from_millis(200);
+                    }
+                    Err(err) => tracing::warn!(server = self.config.server, error = %err, "cannot reach the server; retrying in {:?}", backoff),
+                },
+                () = &mut shutdown => return Ok(()),
+            }
+            // Keep what tasks report while waiting to reconnect.
+            let wait = tokio::time::sleep(backoff);
+            tokio::pin!(wait);
+            loop {
+                tokio::select! {
+                    () = &mut wait => break,
+                    Some(event) = self.events_rx.recv() => self.on_event(event, None),
+                    () = &mut shutdown => return Ok(()),
+                }
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    fn keep(&mut self, message: pb::ExecutorMessage) {
+        let droppable = matches!(message.body, Some(Body::Logs(_) | Body::Metrics(_)));
+        if droppable && self.pending.len() >= MAX_PENDING {
+            self.dropped += 1;
+            return;
+        }
+        self.pending.push_back(message);
+    }
+
+    /// Applies a task's report to the local table and forwards it (or keeps it while disconnected).
+    fn on_event(
+        &mut self,
+        event: pb::ExecutorMessage,
+        outbound: Option<&mpsc::Sender<pb::ExecutorMessage>>,
+    ) {
+        if let Some(Body::TaskUpdate(pb::TaskUpdate {
+            task: Some(key),
+            event: Some(pb::task_update::Event::Exited(_)),
+        })) = &event.body
+        {
+            self.tasks.remove(&key_of(key));
+        }
+        match outbound {
+            Some(outbound) => {
+                if let Err(err) = outbound.try_send(event) {
+                    let event = match err {
+                        mpsc::error::TrySendError::Full(e)
+                        | mpsc::error::TrySendError::Closed(e) => e,
+                    };
+                    self.keep(event);
+                }
+            }
+            None => self.keep(event),
+        }
+    }
+
+    async fn session(&mut self) -> anyhow::Result<()> {
+        let mut client = ExecutorGatewayClient::connect(self.config.server.clone()).await?;
+        let (outbound, outbound_rx) = mpsc::channel::<pb::ExecutorMessage>(1024);
+        let register = pb::Register {
+            node_name: self.config.name.clone(),
+            executor_id: self.executor_id.clone(),
+            gpus: self.config.gpus.iter().map(pb::Gpu::from).collect(),
+            cpus: self.config.cpus,
+            memory_gb: self.config.memory_gb,
+            labels: self.config.labels.clone().into_iter().collect(),
+            gpu_source: self.config.source.as_str().to_owned(),
+            tasks: self.tasks.values().map(LocalTask::status).collect(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        };
+        outbound.send(msg(Body::Register(register))).await?;
+        let response = client.session(ReceiverStream::new(outbound_rx)).await?;
+        let mut inbound = response.into_inner();
+        let first = inbound
+            .message()
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("the server closed the stream"))?;
+        let Some(Command::Registered(registered)) = first.body else {
+            anyhow::bail!("the server did not acknowledge the registration");
+        };
+        tracing::info!(
+            node.name = registered.node_name,
+            checkpoints = registered.checkpoint_root,
+            tasks = self.tasks.len(),
+            "registered with the server"
+        );
+        if self.dropped > 0 {
+            tracing::warn!(
+                dropped = self.dropped,
+                "log lines and metrics dropped while the server was unreachable"
+            );
+            self.dropped = 0;
+        }
+        while let Some(message) = self.pending.pop_front() {
+            outbound.send(message).await?;
+        }
+        let interval = Duration::from_millis(u64::from(registered.heartbeat_interval_ms.max(100)));
+        let mut heartbeat = tokio::time::interval(interval);
+        loop {
+            tokio::select! {
+                command = inbound.message() => match command? {
+                    Some(pb::ServerMessage { body: Some(command) }) => self.on_command(command, &outbound).await,
+                    Some(_) => {}
+                    None => return Ok(()),
+                },
+                Some(event) = self.events_rx.recv() => self.on_event(event, Some(&outbound)),
+                _ = heartbeat.tick() => {
+                    let beat = pb::Heartbeat {
+                        gpus: self.usage.sample(&self.config.gpus),
+                        tasks: self.tasks.values().map(LocalTask::status).collect(),
+                    };
+                    outbound.send(msg(Body::Heartbeat(beat))).await?;
+                }
+            }
+        }
+    }
+
+    async fn on_command(&mut self, command: Command, outbound: &mpsc::Sender<pb::ExecutorMessage>) {
+        match command {
+            Command::Registered(_) => {}
+            Command::Prepare(prepare) => {
+                let (Some(key), Some(spec)) = (prepare.task, prepare.spec) else {
+                    return;
+                };
+                let reply = self.prepare(key, spec).await;
+                let _ = outbound.send(reply).await;
+            }
+            Command::Start(start) => {
+                let Some(key) = start.task else { return };
+                let reply = self.start(key, start.peers).await;
+                let _ = outbound.send(reply).await;
+            }
+            Command::Stop(stop) => {
+                let Some(key) = stop.task else { return };
+                if let Some(reply) = self.stop(
+                    &key,
+                    Duration::from_millis(u64::from(stop.grace_ms)),
+                    &stop.reason,
+                ) {
+                    let _ = outbound.send(reply).await;
+                }
+            }
+            Command::Refused(refused) => {
+                tracing::warn!(task = ?refused.task, reason = refused.reason, "the server refused a report");
+            }
+        }
+    }
+
+    /// Reserves an address for the task. A repeated prepare answers with what the task already has.
+    async fn prepare(&mut self, key: pb::TaskKey, spec: pb::TaskSpec) -> pb::ExecutorMessage {
+        if let Some(task) = self.tasks.get(&key_of(&key)) {
+            return match task.phase {
+                Phase::Prepared => update(
+                    &key,
+                    pb::task_update::Event::Prepared(pb::Prepared {
+                        address: task.address.clone(),
+                    }),
+                ),
+                _ => update(
+                    &key,
+                    pb::task_update::Event::Started(pb::Started { pid: task.pid }),
+                ),
+            };
+        }
+        let bind = format!(
+            "{}:0",
+            if self.config.advertise_host == "localhost" {
+                "127.0.0.1"
+            } else {
+                "0.0.0.0"
+            }
+        );
+        let port = match tokio::net::TcpListener::bind(&bind)
+            .await
+            .and_then(|l| l.local_addr())
+        {
+            Ok(addr) => addr.port(),
+            Err(err) => {
+                return update(
+                    &key,
+                    pb::task_update::Event::Exited(pb::Exited {
+                        spawn_failed: true,
+                        message: format!("cannot reserve a port: {err}"),
+                        ..pb::Exited::default()
+                    }),
+                );
+            }
+        };
+        let address = format!("{}:{port}", self.config.advertise_host);
+        tracing::info!(
+            job.id = key.job_id,
+            generation = key.generation,
+            role = key.role,
+            index = key.index,
+            address,
+            "task prepared"
+        );
+        self.tasks.insert(
+            key_of(&key),
+            LocalTask {
+                key: key.clone(),
+                spec,
+                address: address.clone(),
+                phase: Phase::Prepared,
+                pid: 0,
+            },
+        );
+        update(
+            &key,
+            pb::task_update::Event::Prepared(pb::Prepared { address }),
+        )
+    }
+
+    async fn start(&mut self, key: pb::TaskKey, peers: Vec<String>) -> pb::ExecutorMessage {
+        let Some(task) = self.tasks.get_mut(&key_of(&key)) else {
+            return update(
+                &key,
+                pb::task_update::Event::Exited(pb::Exited {
+                    message: "this executor does not know the task (it restarted)".to_owned(),
+                    ..pb::Exited::default()
+                }),
+            );
+        };
+        if !matches!(task.phase, Phase::Prepared) {
+            return update(
+                &key,
+                pb::task_update::Event::Started(pb::Started { pid: task.pid }),
+            );
+        }
+        let dir_name = format!(
+            "{}-g{}-{}-{}",
+            key.job_id, key.generation, key.role, key.index
+        );
+        let launch = Launch {
+            key: key.clone(),
+            spec: task.spec.clone(),
+            peers,
+            address: task.address.clone(),
+            task_dir: self.config.data_dir.join("tasks").join(dir_name),
+            base_dir: self.config.base_dir.clone(),
+            shim: self.config.shim.clone(),
+            hide_gpus: !self.config.source.is_real(),
+        };
+        match task::start(launch, self.events_tx.clone()).await {
+            Ok((pid, handle)) => {
+                task.pid = pid;
+                task.phase = Phase::Running(handle);
+                tracing::info!(
+                    job.id = key.job_id,
+                    generation = key.generation,
+                    role = key.role,
+                    index = key.index,
+                    pid,
+                    "task started"
+                );
+                update(&key, pb::task_update::Event::Started(pb::Started { pid }))
+            }
+            Err(message) => {
+                self.tasks.remove(&key_of(&key));
+                tracing::warn!(job.id = key.job_id, message, "task could not start");
+                update(
+                    &key,
+                    pb::task_update::Event::Exited(pb::Exited {
+                        spawn_failed: true,
+                        message,
+                        ..pb::Exited::default()
+                    }),
+                )
+            }
+        }
+    }
+
+    /// Stops a task; answers at once when there is no process to wait for.
+    fn stop(
+        &mut self,
+        key: &pb::TaskKey,
+        grace: Duration,
+        reason: &str,
+    ) -> Option<pb::ExecutorMessage> {
+        let k = key_of(key);
+        let Some(task) = self.tasks.get_mut(&k) else {
+            return Some(update(
+                key,
+                pb::task_update::Event::Exited(pb::Exited {
+                    stop_requested: true,
+                    message: "was not running here".to_owned(),
+                    ..pb::Exited::default()
+                }),
+            ));
+        };
+        tracing::info!(
+            job.id = key.job_id,
+            generation = key.generation,
+            role = key.role,
+            index = key.index,
+            reason,
+            "stopping task"
+        );
+        match std::mem::replace(&mut task.phase, Phase::Stopping) {
+            Phase::Running(mut handle) => {
+                handle.stop(grace);
+                None
+            }
+            Phase::Prepared => {
+                self.tasks.remove(&k);
+                Some(update(
+                    key,
+                    pb::task_update::Event::Exited(pb::Exited {
+                        stop_requested: true,
+                        message: "stopped before it started".to_owned(),
+                        ..pb::Exited::default()
+                    }),
+                ))
+            }
+            Phase::Stopping => None,
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! Drover's node agent. An executor dials the server's gateway, advertises its GPUs (real ones found
+//! through the CUDA driver, or CPU slots and demo GPUs), and runs each task it is given as a child
+//! process behind the task shim, so that no task outlives it.
+
+pub mod agent;
+pub mod gpu;
+pub mod shim;
+pub mod task;
+
+pub use agent::{Agent, ExecutorConfig};
+pub use gpu::{GpuError, GpuInfo, GpuSource};

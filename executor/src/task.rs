@@ -1,0 +1,451 @@
+//! One task as a child process: started through the shim in its own process group, with only its GPUs
+//! visible, its output captured line by line (JSON contract lines become metrics and checkpoint
+//! records), stopped with SIGTERM then SIGKILL after the grace period, and reaped with its exit cause.
+
+use crate::shim::ShimStatus;
+use drover_proto as pb;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use pb::executor_message::Body;
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+/// Lines longer than this are cut.
+const MAX_LINE_BYTES: usize = 16 * 1024;
+/// Log lines sent in one message at most.
+const LOG_BATCH: usize = 128;
+/// How long a partial batch of log lines waits before it is sent.
+const LOG_FLUSH: Duration = Duration::from_millis(200);
+/// Lines kept for the exit report.
+const TAIL_LINES: usize = 20;
+
+/// Everything needed to start one task.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub key: pb::TaskKey,
+    pub spec: pb::TaskSpec,
+    pub peers: Vec<String>,
+    pub address: String,
+    /// The private scratch directory of this task in the executor's data directory.
+    pub task_dir: PathBuf,
+    /// Directory relative working directories are resolved against.
+    pub base_dir: PathBuf,
+    /// Program and leading arguments that run the shim (`drover task-shim`).
+    pub shim: Vec<String>,
+    /// Hide every GPU (advertised GPUs are not real ones).
+    pub hide_gpus: bool,
+}
+
+/// Asks a running task to stop within a grace period.
+#[derive(Debug)]
+pub struct StopHandle(Option<oneshot::Sender<Duration>>);
+
+impl StopHandle {
+    pub fn stop(&mut self, grace: Duration) {
+        if let Some(sender) = self.0.take() {
+            let _ = sender.send(grace);
+        }
+    }
+}
+
+fn message(body: Body) -> pb::ExecutorMessage {
+    pb::ExecutorMessage { body: Some(body) }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn exited(key: &pb::TaskKey, exited: pb::Exited) -> pb::ExecutorMessage {
+    message(Body::TaskUpdate(pb::TaskUpdate {
+        task: Some(key.clone()),
+        event: Some(pb::task_update::Event::Exited(exited)),
+    }))
+}
+
+/// The environment contract of a task (documented in the README).
+fn task_env(launch: &Launch) -> Vec<(String, String)> {
+    let spec = &launch.spec;
+    let key = &launch.key;
+    let port = launch.address.rsplit(':').next().unwrap_or_default();
+    let mut env = vec![
+        ("DROVER_JOB_ID", key.job_id.clone()),
+        ("DROVER_JOB_NAME", spec.job_name.clone()),
+        ("DROVER_GENERATION", key.generation.to_string()),
+        ("DROVER_ROLE", key.role.clone()),
+        ("DROVER_TASK_INDEX", key.index.to_string()),
+        ("DROVER_RANK", spec.rank.to_string()),
+        (
+            "DROVER_WORLD_SIZE",
+            (spec.num_workers + spec.num_ps).to_string(),
+        ),
+        ("DROVER_NUM_WORKERS", spec.num_workers.to_string()),
+        ("DROVER_NUM_PS", spec.num_ps.to_string()),
+        ("DROVER_PEERS", launch.peers.join(",")),
+        ("DROVER_ADDRESS", launch.address.clone()),
+        ("DROVER_PORT", port.to_owned()),
+        ("DROVER_CHECKPOINT_DIR", spec.checkpoint_dir.clone()),
+        ("DROVER_RESUME_FROM", spec.resume_from.clone()),
+        ("DROVER_RESUME_STEP", spec.resume_step.to_string()),
+        ("DROVER_TASK_DIR", launch.task_dir.display().to_string()),
+    ];
+    let visible = if launch.hide_gpus {
+        String::new()
+    } else {
+        spec.gpus
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    env.push(("CUDA_VISIBLE_DEVICES", visible));
+    env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+}
+
+/// Starts the task; returns its process id and a handle to stop it. Everything the task does from
+/// now on (output, metrics, checkpoints, its exit) arrives on `events`.
+pub async fn start(
+    launch: Launch,
+    events: mpsc::Sender<pb::ExecutorMessage>,
+) -> Result<(u32, StopHandle), String> {
+    let workdir = {
+        let dir = Path::new(&launch.spec.workdir);
+        if dir.is_absolute() {
+            dir.to_path_buf()
+        } else {
+            launch.base_dir.join(dir)
+        }
+    };
+    if !workdir.is_dir() {
+        return Err(format!(
+            "working directory {} does not exist",
+            workdir.display()
+        ));
+    }
+    if launch.spec.argv.is_empty() {
+        return Err("command.argv is empty".to_owned());
+    }
+    std::fs::create_dir_all(&launch.task_dir)
+        .and_then(|()| std::fs::create_dir_all(&launch.spec.checkpoint_dir))
+        .map_err(|err| format!("cannot create the task's directories: {err}"))?;
+    let status_file = launch.task_dir.join("exit-status.json");
+    let _ = std::fs::remove_file(&status_file);
+    let (shim_program, shim_args) = launch
+        .shim
+        .split_first()
+        .ok_or_else(|| "no task shim configured".to_owned())?;
+    let mut command = tokio::process::Command::new(shim_program);
+    command
+        .args(shim_args)
+        .arg("--status-file")
+        .arg(&status_file)
+        .arg("--")
+        .args(&launch.spec.argv)
+        .current_dir(&workdir)
+        .envs(launch.spec.env.iter())
+        .envs(task_env(&launch))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = command
+        .spawn()
+        .map_err(|err| format!("cannot start the task shim {shim_program}: {err}"))?;
+    let pid = child.id().unwrap_or(0);
+    let pgid = Pid::from_raw(pid as i32);
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_LINES)));
+    let checkpoint_dir = PathBuf::from(&launch.spec.checkpoint_dir);
+    let stdout = child.stdout.take().map(|out| {
+        tokio::spawn(read_output(
+            out,
+            "stdout",
+            launch.key.clone(),
+            Some(checkpoint_dir),
+            events.clone(),
+            tail.clone(),
+        ))
+    });
+    let stderr = child.stderr.take().map(|err| {
+        tokio::spawn(read_output(
+            err,
+            "stderr",
+            launch.key.clone(),
+            None,
+            events.clone(),
+            tail.clone(),
+        ))
+    });
+    // Held until the task ends: when the executor dies, this pipe closes and the shim kills the group.
+    let stdin = child.stdin.take();
+    let key = launch.key.clone();
+    tokio::spawn(async move {
+        let mut stop_requested = false;
+        let mut killed_after_grace = None;
+        let waited = tokio::select! {
+            status = child.wait() => status,
+            grace = stop_rx => {
+                stop_requested = true;
+                let grace = grace.unwrap_or(Duration::ZERO);
+                let _ = killpg(pgid, Signal::SIGTERM);
+                tokio::select! {
+                    status = child.wait() => status,
+                    () = tokio::time::sleep(grace) => {
+                        killed_after_grace = Some(grace);
+                        let _ = killpg(pgid, Signal::SIGKILL);
+                        child.wait().await
+                    }
+                }
+            }
+        };
+        // Whatever is left of the group (a background child of the command) goes too.
+        let _ = killpg(pgid, Signal::SIGKILL);
+        drop(stdin);
+        for reader in [stdout, stderr].into_iter().flatten() {
+            let _ = reader.await;
+        }
+        let status: Option<ShimStatus> = std::fs::read(&status_file)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        let last_lines: Vec<String> = tail
+            .lock()
+            .map(|t| t.iter().cloned().collect())
+            .unwrap_or_default();
+        let report = match (status, killed_after_grace, waited) {
+            (
+                Some(ShimStatus {
+                    spawn_error: Some(error),
+                    ..
+                }),
+                _,
+                _,
+            ) => pb::Exited {
+                spawn_failed: true,
+                message: error,
+                stop_requested,
+                ..pb::Exited::default()
+            },
+            (Some(status), _, _) => pb::Exited {
+                exit_code: status.exit_code,
+                signal: status.signal,
+                stop_requested,
+                message: match (status.exit_code, status.signal) {
+                    (Some(code), _) => format!("exited with status {code}"),
+                    (None, Some(signal)) => format!("was killed by signal {signal}"),
+                    (None, None) => "exited".to_owned(),
+                },
+                last_lines,
+                spawn_failed: false,
+            },
+            (None, Some(grace), _) => pb::Exited {
+                signal: Some(9),
+                stop_requested,
+                message: format!("was killed after the {}s grace period", grace.as_secs()),
+                last_lines,
+                ..pb::Exited::default()
+            },
+            (None, None, waited) => pb::Exited {
+                signal: Some(9),
+                stop_requested,
+                message: match waited {
+                    Ok(status) => format!("ended without a status ({status})"),
+                    Err(err) => format!("ended without a status ({err})"),
+                },
+                last_lines,
+                ..pb::Exited::default()
+            },
+        };
+        tracing::info!(
+            job.id = key.job_id,
+            generation = key.generation,
+            role = key.role,
+            index = key.index,
+            message = report.message,
+            "task exited"
+        );
+        let _ = events.send(exited(&key, report)).await;
+    });
+    Ok((pid, StopHandle(Some(stop_tx))))
+}
+
+/// A contract line: `{"drover": "metrics", "step": N, "values": {…}}` or
+/// `{"drover": "checkpoint", "step": N, "path": "…"}`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(tag = "drover", rename_all = "lowercase")]
+enum ContractLine {
+    Metrics {
+        step: u64,
+        values: std::collections::BTreeMap<String, f64>,
+    },
+    Checkpoint {
+        step: u64,
+        path: String,
+    },
+}
+
+fn size_of(path: &Path) -> u64 {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::read_dir(path)
+            .map(|entries| entries.flatten().map(|e| size_of(&e.path())).sum())
+            .unwrap_or(0),
+        Ok(meta) => meta.len(),
+        Err(_) => 0,
+    }
+}
+
+/// A checkpoint announcement, checked: it must name something that exists inside the directory the
+/// task was given.
+fn checkpoint_record(
+    key: &pb::TaskKey,
+    dir: &Path,
+    step: u64,
+    path: &str,
+) -> Result<pb::Checkpoint, String> {
+    let candidate = if Path::new(path).is_absolute() {
+        PathBuf::from(path)
+    } else {
+        dir.join(path)
+    };
+    let resolved = candidate
+        .canonicalize()
+        .map_err(|err| format!("checkpoint {} does not exist: {err}", candidate.display()))?;
+    let root = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    if !resolved.starts_with(&root) || resolved == root {
+        return Err(format!(
+            "checkpoint {} is not inside DROVER_CHECKPOINT_DIR",
+            resolved.display()
+        ));
+    }
+    Ok(pb::Checkpoint {
+        task: Some(key.clone()),
+        step,
+        size_bytes: size_of(&resolved),
+        path: dir
+            .join(resolved.strip_prefix(&root).unwrap_or(&resolved))
+            .display()
+            .to_string(),
+    })
+}
+
+/// Turns one output stream of a task into log batches, metrics and checkpoint records.
+struct Output {
+    stream: &'static str,
+    key: pb::TaskKey,
+    /// Set for stdout, the stream contract lines are read from.
+    checkpoint_dir: Option<PathBuf>,
+    events: mpsc::Sender<pb::ExecutorMessage>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    batch: Vec<pb::LogLine>,
+}
+
+impl Output {
+    async fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let lines = std::mem::take(&mut self.batch);
+        let _ = self
+            .events
+            .send(message(Body::Logs(pb::Logs {
+                task: Some(self.key.clone()),
+                lines,
+            })))
+            .await;
+    }
+
+    async fn line(&mut self, raw: &mut Vec<u8>) {
+        while raw.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            raw.pop();
+        }
+        raw.truncate(MAX_LINE_BYTES);
+        let line = String::from_utf8_lossy(raw).into_owned();
+        raw.clear();
+        if let Ok(mut tail) = self.tail.lock() {
+            if tail.len() == TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(line.clone());
+        }
+        if let Some(dir) = self.checkpoint_dir.clone()
+            && line.starts_with('{')
+            && let Ok(contract) = serde_json::from_str::<ContractLine>(&line)
+        {
+            match contract {
+                ContractLine::Metrics { step, values } => {
+                    let _ = self
+                        .events
+                        .send(message(Body::Metrics(pb::Metrics {
+                            task: Some(self.key.clone()),
+                            step,
+                            values: values.into_iter().collect(),
+                            time_ms: now_ms(),
+                        })))
+                        .await;
+                }
+                ContractLine::Checkpoint { step, path } => {
+                    // Lines written before the announcement are recorded before it.
+                    self.flush().await;
+                    match checkpoint_record(&self.key, &dir, step, &path) {
+                        Ok(record) => {
+                            let _ = self.events.send(message(Body::Checkpoint(record))).await;
+                        }
+                        Err(reason) => self.batch.push(pb::LogLine {
+                            stream: "stderr".to_owned(),
+                            line: format!("drover: ignored a checkpoint announcement: {reason}"),
+                            time_ms: now_ms(),
+                        }),
+                    }
+                }
+            }
+        }
+        self.batch.push(pb::LogLine {
+            stream: self.stream.to_owned(),
+            line,
+            time_ms: now_ms(),
+        });
+        if self.batch.len() >= LOG_BATCH {
+            self.flush().await;
+        }
+    }
+}
+
+async fn read_output(
+    output: impl AsyncRead + Unpin,
+    stream: &'static str,
+    key: pb::TaskKey,
+    checkpoint_dir: Option<PathBuf>,
+    events: mpsc::Sender<pb::ExecutorMessage>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+) {
+    let mut reader = BufReader::new(output);
+    let mut out = Output {
+        stream,
+        key,
+        checkpoint_dir,
+        events,
+        tail,
+        batch: Vec::new(),
+    };
+    let mut raw = Vec::new();
+    loop {
+        // `read_until` is cancel-safe: on a timeout the partial line stays in `raw`.
+        match tokio::time::timeout(LOG_FLUSH, reader.read_until(b'\n', &mut raw)).await {
+            Err(_) => out.flush().await,
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                if !raw.is_empty() {
+                    out.line(&mut raw).await;
+                }
+                break;
+            }
+            Ok(Ok(_)) => out.line(&mut raw).await,
+        }
+    }
+    out.flush().await;
+}

@@ -1,0 +1,20 @@
+//! The gRPC contract between the server's executor gateway and the executors.
+//!
+//! One bidirectional stream per executor (`ExecutorGateway.Session`): the executor dials out, registers
+//! with its inventory and the tasks it still runs, then sends heartbeats and reports; the server sends
+//! commands. Every report and command about a task carries its (job, generation): the server refuses
+//! reports from any generation but the job's current one.
+
+#![expect(
+    clippy::allow_attributes,
+    unused_qualifications,
+    reason = "generated code"
+)]
+
+pub mod executor {
+    pub mod v1 {
+        tonic::include_proto!("drover.executor.v1");
+    }
+}
+
+pub use executor::v1::*;
