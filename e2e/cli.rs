@@ -128,6 +128,7 @@ fn fails(output: Output) -> String {
 async fn server_on_postgres_through_the_cli() {
     let database = drover_api::testing::create_postgres_database().await;
     let database_url = database.url.clone();
+    let data_dir = tempfile::tempdir().unwrap();
     assert!(
         ok(Command::new(DROVER)
             .args(["migrate", "--database-url", &database_url])
@@ -143,6 +144,10 @@ async fn server_on_postgres_through_the_cli() {
             "127.0.0.1:0",
             "--database-url",
             &database_url,
+            "--gateway-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data_dir.path().to_str().unwrap(),
         ],
         &[],
     );
@@ -274,6 +279,10 @@ async fn server_on_postgres_through_the_cli() {
             "127.0.0.1:0",
             "--database-url",
             &database_url,
+            "--gateway-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data_dir.path().to_str().unwrap(),
         ],
         &[],
     );
@@ -302,11 +311,33 @@ fn dev_mode_keeps_its_token_and_data() {
         assert_eq!(mode & 0o777, 0o600);
     }
     assert_eq!(first.printed_token.as_deref(), Some(token.as_str()));
-    ok(drover(
+    let submitted = ok(drover(
         &first.url,
         &token,
         &["submit", "examples/sleep-command.yaml"],
     ));
+    let id = submitted
+        .split(": ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap()
+        .to_owned();
+    // dev runs local executors: the command job runs to the end.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ok(drover(&first.url, &token, &["job", &id])).contains("State:     succeeded") {
+        assert!(
+            Instant::now() < deadline,
+            "the dev executors did not run the job"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let logs = ok(drover(&first.url, &token, &["logs", &id]));
+    assert!(logs.contains("[worker-0 g1] step 3"), "{logs}");
+    let nodes = ok(drover(&first.url, &token, &["nodes"]));
+    assert!(
+        nodes.contains("local-0") && nodes.contains("local-1"),
+        "{nodes}"
+    );
     drop(first);
     let second = start(&["--data-dir", data, "dev", "--listen", "127.0.0.1:0"], &[]);
     assert_eq!(

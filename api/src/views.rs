@@ -251,6 +251,17 @@ pub struct NodeView {
     pub created_at: DateTime<Utc>,
     /// Tasks on the node that have not exited.
     pub tasks: Vec<crate::run_views::TaskView>,
+    /// Per GPU, from the executor's last heartbeat (NVML); empty when unknown (CPU slots, demo GPUs).
+    pub gpu_usage: Vec<GpuUsageView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GpuUsageView {
+    pub index: u32,
+    /// 0 to 1; absent when NVML could not tell.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub utilization: Option<f64>,
+    pub memory_used_gb: f64,
 }
 
 impl From<Node> for NodeView {
@@ -269,6 +280,7 @@ impl From<Node> for NodeView {
             last_heartbeat_at: node.last_heartbeat_at,
             created_at: node.created_at,
             tasks: Vec::new(),
+            gpu_usage: Vec::new(),
         }
     }
 }

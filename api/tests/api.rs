@@ -829,3 +829,81 @@ async fn tenants_and_quotas() {
         (StatusCode::BAD_REQUEST, "malformed_body")
     );
 }
+
+#[tokio::test]
+async fn job_outputs_are_scoped_and_their_parameters_checked() {
+    let app = TestApp::new().await;
+    let alice = app.user_token("vision", "alice", "member").await;
+    let bob = app.user_token("nlp", "bob", "member").await;
+    let job = app.submit_yaml(&alice, EXAMPLE).await;
+    let id = job.body["job"]["id"].as_str().unwrap();
+    assert_eq!(job.body["job"]["generation"], 0);
+    for (path, list) in [
+        ("tasks", "tasks"),
+        ("metrics", "metrics"),
+        ("checkpoints", "checkpoints"),
+        ("logs", "logs"),
+    ] {
+        let uri = format!("/api/v1/jobs/{id}/{path}");
+        let mine = app.get(&uri, &alice).await;
+        assert_eq!(mine.status, StatusCode::OK, "{uri}: {}", mine.body);
+        assert!(mine.body[list].as_array().unwrap().is_empty());
+        // Another tenant's member: the job does not exist for them.
+        assert_eq!(
+            app.get(&uri, &bob).await.status,
+            StatusCode::NOT_FOUND,
+            "{uri}"
+        );
+    }
+    let bad = [
+        ("metrics?from_step=ten", "from_step"),
+        ("metrics?from_step=5&to_step=1", "from_step"),
+        ("metrics?cursor=abc", "cursor"),
+        ("metrics?limit=0", "limit"),
+        ("logs?follow=maybe", "follow"),
+        ("logs?cursor=-x", "cursor"),
+    ];
+    for (query, field) in bad {
+        let reply = app.get(&format!("/api/v1/jobs/{id}/{query}"), &alice).await;
+        assert_eq!(
+            (reply.status, reply.error_field()),
+            (StatusCode::BAD_REQUEST, field),
+            "{query}: {}",
+            reply.body
+        );
+    }
+    let unknown = app
+        .get(&format!("/api/v1/jobs/{id}/metrics?step=1"), &alice)
+        .await;
+    assert_eq!(unknown.status, StatusCode::BAD_REQUEST, "{}", unknown.body);
+    let not_an_id = app
+        .get(
+            &format!("/api/v1/jobs/{id}/checkpoints/nope/download"),
+            &alice,
+        )
+        .await;
+    assert_eq!(
+        (not_an_id.status, not_an_id.error_field()),
+        (StatusCode::BAD_REQUEST, "checkpoint")
+    );
+    let missing = app
+        .get(
+            &format!(
+                "/api/v1/jobs/{id}/checkpoints/{}/download",
+                uuid::Uuid::now_v7()
+            ),
+            &alice,
+        )
+        .await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+
+    // Only cluster administrators cordon and drain nodes.
+    let denied = app
+        .post("/api/v1/nodes/gpu-1/drain", &alice, json!({}))
+        .await;
+    assert_eq!(denied.status, StatusCode::FORBIDDEN);
+    let absent = app
+        .post("/api/v1/nodes/gpu-1/cordon", ADMIN_TOKEN, json!({}))
+        .await;
+    assert_eq!(absent.status, StatusCode::NOT_FOUND);
+}

@@ -43,7 +43,8 @@ pub struct GlobalArgs {
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = output::Format::Table)]
     pub output: output::Format,
-    /// Where `drover dev` keeps its data (used to find its admin token).
+    /// Where `drover dev` keeps its data (its admin token is found there), and where the server keeps
+    /// checkpoints unless told otherwise.
     #[arg(
         long,
         global = true,
@@ -131,7 +132,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let global = cli.global;
     match cli.command {
-        Command::Server(args) => serve::server(args).await,
+        Command::Server(args) => serve::server(args, &global).await,
         Command::Dev(args) => serve::dev(args, &global).await,
         Command::Migrate(args) => serve::migrate(args).await,
         Command::Submit(args) => commands::submit(&global, args).await,

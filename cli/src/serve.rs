@@ -45,8 +45,9 @@ pub struct ClusterArgs {
     #[arg(long, env = "DROVER_POLICY", default_value = "drover")]
     policy: String,
     /// Checkpoint storage: a directory every executor can reach (a shared filesystem, or this host).
-    #[arg(long, env = "DROVER_CHECKPOINT_DIR", default_value = "checkpoints")]
-    checkpoint_dir: PathBuf,
+    /// Default: `checkpoints` in the data directory.
+    #[arg(long, env = "DROVER_CHECKPOINT_DIR")]
+    checkpoint_dir: Option<PathBuf>,
     /// An executor not heard from for this long is lost; its jobs go back to the queue.
     #[arg(long, env = "DROVER_EXECUTOR_TIMEOUT", default_value = "15s", value_parser = humantime::parse_duration)]
     executor_timeout: std::time::Duration,
@@ -59,23 +60,22 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
-    fn config(&self) -> anyhow::Result<(SocketAddr, ClusterConfig)> {
+    fn config(&self, data_dir: &Path) -> anyhow::Result<(SocketAddr, ClusterConfig)> {
         if drover_scheduler::is_oracle_policy(&self.policy) {
             anyhow::bail!(
                 "--policy {}: an oracle baseline needs true job lengths, which only the simulator has",
                 self.policy
             );
         }
-        std::fs::create_dir_all(&self.checkpoint_dir).with_context(|| {
-            format!(
-                "cannot create the checkpoint directory {}",
-                self.checkpoint_dir.display()
-            )
-        })?;
-        let root = self
+        let dir = self
             .checkpoint_dir
+            .clone()
+            .unwrap_or_else(|| data_dir.join("checkpoints"));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create the checkpoint directory {}", dir.display()))?;
+        let root = dir
             .canonicalize()
-            .with_context(|| format!("cannot resolve {}", self.checkpoint_dir.display()))?;
+            .with_context(|| format!("cannot resolve {}", dir.display()))?;
         let mut config = ClusterConfig::new(&self.policy, root);
         config.executor_timeout = self.executor_timeout;
         config.stop_grace = self.stop_grace;
@@ -133,7 +133,7 @@ pub fn init_tracing(format: LogFormat, default_filter: &str) {
     }
 }
 
-pub async fn server(args: ServerArgs) -> anyhow::Result<()> {
+pub async fn server(args: ServerArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     init_tracing(args.log_format, "info,sqlx=warn,tower_http=warn");
     if let Some(token) = &args.admin_token
         && token.len() < 16
@@ -146,7 +146,7 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<()> {
         max_db_connections: args.db_max_connections,
         max_body_bytes: args.max_body_bytes,
         admin_token: args.admin_token,
-        cluster: Some(args.cluster.config()?),
+        cluster: Some(args.cluster.config(&global.data_dir)?),
     };
     let running = server::start(config, server::shutdown_signal()).await?;
     if let AdminBootstrap::CreatedWithToken(token) = &running.admin {
@@ -218,7 +218,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     let cluster = ClusterArgs {
         gateway_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         policy: args.policy.clone(),
-        checkpoint_dir: checkpoints.clone(),
+        checkpoint_dir: Some(checkpoints.clone()),
         executor_timeout: std::time::Duration::from_secs(10),
         stop_grace: std::time::Duration::from_secs(10),
         tick: std::time::Duration::from_secs(1),
@@ -229,7 +229,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         max_db_connections: 8,
         max_body_bytes: 1 << 20,
         admin_token: Some(token.clone()),
-        cluster: Some(cluster.config()?),
+        cluster: Some(cluster.config(data_dir)?),
     };
     let running = server::start(config, server::shutdown_signal()).await?;
     let url = format!("http://{}", running.addr);
@@ -334,5 +334,56 @@ async fn demo(url: &str, token: &str, examples: &Path) -> anyhow::Result<()> {
             all: false,
         },
     )
-    .await
+    .await?;
+    out!();
+    out!("Following the jobs (Ctrl-C stops the server):");
+    watch(&global).await
+}
+
+/// Prints every job's state changes as they happen, and a finished job's last metrics.
+async fn watch(global: &GlobalArgs) -> anyhow::Result<()> {
+    use crate::output::text;
+    let client = crate::client::Client::new(global)?;
+    let mut seen: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+    loop {
+        let jobs = client.get("/api/v1/jobs?limit=100").await?;
+        for job in jobs["jobs"].as_array().map_or(&[][..], Vec::as_slice) {
+            let id = text(&job["id"]);
+            let name = text(&job["name"]);
+            let after = seen.get(&id).copied().unwrap_or(0);
+            let events = client
+                .get(&format!(
+                    "/api/v1/jobs/{id}/events?cursor={after}&limit=100"
+                ))
+                .await?;
+            for event in events["events"].as_array().map_or(&[][..], Vec::as_slice) {
+                seen.insert(id.clone(), event["id"].as_i64().unwrap_or(after));
+                if event["reason"] == "submitted" {
+                    continue;
+                }
+                out!(
+                    "  {name:<16} {} -> {:<10} {}",
+                    text(&event["from"]),
+                    text(&event["to"]),
+                    text(&event["message"])
+                );
+                if event["to"] == "succeeded" {
+                    let metrics = client
+                        .get(&format!("/api/v1/jobs/{id}/metrics?limit=5000"))
+                        .await?;
+                    let mut last = std::collections::BTreeMap::new();
+                    for m in metrics["metrics"].as_array().map_or(&[][..], Vec::as_slice) {
+                        last.insert(text(&m["name"]), m["value"].as_f64().unwrap_or(0.0));
+                    }
+                    if !last.is_empty() {
+                        let shown: Vec<String> =
+                            last.iter().map(|(k, v)| format!("{k}={v:.4}")).collect();
+                        out!("  {name:<16} final metrics: {}", shown.join(" "));
+                        out!("  {name:<16} checkpoint: drover download {id}");
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
 }

@@ -134,6 +134,11 @@ impl ExecutorGateway for GatewayService {
                             break;
                         }
                         runtime.hub.touch(&name, session);
+                        if let Some(Body::Heartbeat(heartbeat)) = &message.body {
+                            runtime
+                                .hub
+                                .set_usage(&name, session, heartbeat.gpus.clone());
+                        }
                         if let Some(body) = message.body
                             && let Err(err) = runtime.handle_report(&name, body).await
                         {

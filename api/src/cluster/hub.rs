@@ -32,6 +32,8 @@ struct Executor {
     last_seen: Instant,
     gpu_model: String,
     sent: HashSet<(TaskKey, Command)>,
+    /// GPU utilisation and memory from the last heartbeat.
+    usage: Vec<drover_proto::GpuUsage>,
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +67,7 @@ impl Hub {
                 last_seen: Instant::now(),
                 gpu_model,
                 sent: HashSet::new(),
+                usage: Vec::new(),
             },
         );
         session
@@ -90,6 +93,7 @@ impl Hub {
                 last_seen: Instant::now(),
                 gpu_model: String::new(),
                 sent: HashSet::new(),
+                usage: Vec::new(),
             });
     }
 
@@ -99,6 +103,23 @@ impl Hub {
         {
             executor.last_seen = Instant::now();
         }
+    }
+
+    /// Records what the executor's last heartbeat said about its GPUs.
+    pub fn set_usage(&self, node: &str, session: u64, usage: Vec<drover_proto::GpuUsage>) {
+        if let Some(executor) = self.executors().get_mut(node)
+            && executor.session == session
+        {
+            executor.usage = usage;
+        }
+    }
+
+    /// GPU utilisation and memory in use, as last reported; empty when unknown.
+    pub fn usage(&self, node: &str) -> Vec<drover_proto::GpuUsage> {
+        self.executors()
+            .get(node)
+            .map(|e| e.usage.clone())
+            .unwrap_or_default()
     }
 
     pub fn is_current(&self, node: &str, session: u64) -> bool {

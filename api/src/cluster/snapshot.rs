@@ -1,9 +1,12 @@
 //! Building the scheduler's [`ClusterSnapshot`] from the store and the connected executors.
 //!
-//! A job whose tasks are still stopping (preempted, drained, cancelled, failed) keeps its GPUs until
-//! the processes have exited: it is shown to the policy as running where its tasks are, at a fixed
-//! shape and not preemptible, so no policy hands those GPUs to another job early; the plan's decision
-//! for such a "held" job is ignored.
+//! Two kinds of jobs are "held": shown to the policy as running where their tasks are, at a fixed shape
+//! and not preemptible, with the plan's decision for them ignored:
+//! - a job whose tasks are still stopping (preempted, drained, cancelled, failed) keeps its GPUs until
+//!   the processes have exited, so no policy hands those GPUs to another job early;
+//! - a job with tasks on a node that takes no new tasks (cordoned, or its executor disconnected and not
+//!   yet declared lost) keeps running there: the policy could not place it anywhere else in one piece,
+//!   and a cordon or a blip in the connection must not preempt what runs.
 
 use crate::store::{Job, Node, Task, TaskRole, Tenant};
 use drover_core::spec::JobType;
@@ -141,6 +144,11 @@ pub(super) fn build(
             .iter()
             .any(|t| t.stop_requested || t.key.generation != job.generation)
             || (!tasks.is_empty() && job.state == JobState::Queued);
+        let pinned = tasks.iter().any(|t| {
+            node_index
+                .get(t.node_name.as_str())
+                .is_none_or(|&i| !sched_nodes[i as usize].schedulable)
+        });
         let mut view = JobView {
             id: job.id,
             tenant: tenant_index.get(&job.tenant_id).copied().unwrap_or(0),
@@ -180,7 +188,7 @@ pub(super) fn build(
         let Some(placement) = placement_of(&tasks) else {
             continue;
         };
-        if stopping {
+        if stopping || pinned {
             hold(&mut view, placement);
             held.insert(job.id);
         } else {

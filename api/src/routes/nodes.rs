@@ -7,7 +7,7 @@ use crate::extract::PathParam;
 use crate::run_views::TaskView;
 use crate::state::AppState;
 use crate::store::Node;
-use crate::views::{ListMeta, NodeEnvelope, NodeList, NodeView};
+use crate::views::{GpuUsageView, ListMeta, NodeEnvelope, NodeList, NodeView};
 use axum::Json;
 use axum::extract::State;
 
@@ -42,6 +42,18 @@ async fn node_view(state: &AppState, node: Node) -> ApiResult<NodeView> {
     let mut view = NodeView::from(node);
     if state.runtime.is_some() && !connected && view.health == "healthy" {
         view.health = "disconnected".to_owned();
+    }
+    if let Some(runtime) = &state.runtime {
+        view.gpu_usage = runtime
+            .hub
+            .usage(&view.name)
+            .into_iter()
+            .map(|u| GpuUsageView {
+                index: u.index,
+                utilization: (u.utilization >= 0.0).then_some(u.utilization),
+                memory_used_gb: u.memory_used_gb,
+            })
+            .collect();
     }
     view.tasks = tasks
         .into_iter()

@@ -1,0 +1,741 @@
+//! Jobs really running: a `drover server` on a fresh Postgres database and two `drover executor`
+//! processes with their own data directories, all real processes talking gRPC and REST. The job is the
+//! example in `examples/command/` (plain Python training on the shipped digits data).
+
+#![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
+
+use drover_proto as pb;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const DROVER: &str = env!("CARGO_BIN_EXE_drover");
+const ADMIN_TOKEN: &str = "drv_e2e_executors_admin_token_0123456789";
+/// Steps between checkpoints in the test job.
+const CHECKPOINT_EVERY: u64 = 300;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A child process killed (SIGKILL) when dropped.
+struct Proc {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    fn spawn(args: &[&str]) -> Proc {
+        let mut child = Command::new(DROVER)
+            .args(args)
+            .current_dir(repo_root())
+            .env_remove("DROVER_TOKEN")
+            .env_remove("DROVER_SERVER")
+            .env("DROVER_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("DROVER_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn drover");
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Proc { child, lines }
+    }
+
+    /// The rest of the first stdout line starting with `prefix`.
+    fn wait_for_line(&self, prefix: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(remaining)
+                .unwrap_or_else(|_| panic!("no line starting with `{prefix}`"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.trim().to_owned();
+            }
+        }
+    }
+}
+
+struct Cluster {
+    database: drover_api::testing::TempPostgres,
+    dir: tempfile::TempDir,
+    server: Proc,
+    url: String,
+    gateway: String,
+    executors: Vec<(String, Proc)>,
+    http: reqwest::Client,
+}
+
+impl Cluster {
+    /// Starts the server; `gateway` fixes the executor gateway's address (a restart keeps it).
+    fn start_server(database: &str, data_dir: &Path, gateway: &str) -> (Proc, String, String) {
+        let server = Proc::spawn(&[
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--gateway-listen",
+            gateway,
+            "--database-url",
+            database,
+            "--data-dir",
+            data_dir.to_str().unwrap(),
+            "--executor-timeout",
+            "3s",
+            "--stop-grace",
+            "10s",
+            "--tick",
+            "500ms",
+        ]);
+        let url = server.wait_for_line("drover server listening on ");
+        let gateway = server.wait_for_line("executor gateway listening on ");
+        (server, url, gateway)
+    }
+
+    async fn start() -> Cluster {
+        let database = drover_api::testing::create_postgres_database().await;
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let (server, url, gateway) = Self::start_server(
+            &database.url,
+            &dir.path().join("server"),
+            &format!("127.0.0.1:{port}"),
+        );
+        let mut cluster = Cluster {
+            database,
+            dir,
+            server,
+            url,
+            gateway,
+            executors: Vec::new(),
+            http: reqwest::Client::new(),
+        };
+        for name in ["exec-a", "exec-b"] {
+            cluster.start_executor(name);
+        }
+        cluster
+            .wait_until(
+                "both executors healthy",
+                Duration::from_secs(30),
+                async |c| {
+                    let nodes = c.get("/api/v1/nodes").await;
+                    let healthy = nodes["nodes"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter(|n| n["health"] == "healthy")
+                        .count();
+                    (healthy == 2).then_some(())
+                },
+            )
+            .await;
+        cluster
+    }
+
+    /// `kill -9` of the server, and a new one on the same database and gateway address.
+    fn restart_server(&mut self) {
+        self.server.child.kill().unwrap();
+        self.server.child.wait().unwrap();
+        let gateway = self.gateway.trim_start_matches("http://").to_owned();
+        let (server, url, _) = Self::start_server(
+            &self.database.url,
+            &self.dir.path().join("server"),
+            &gateway,
+        );
+        self.server = server;
+        self.url = url;
+    }
+
+    fn executor_dir(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn start_executor(&mut self, name: &str) {
+        let dir = self.executor_dir(name);
+        let executor = Proc::spawn(&[
+            "executor",
+            "--gateway",
+            &self.gateway,
+            "--name",
+            name,
+            "--slots",
+            "1",
+            "--data-dir",
+            dir.to_str().unwrap(),
+        ]);
+        executor.wait_for_line("drover executor ");
+        self.executors.push((name.to_owned(), executor));
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "GET {path}: {}",
+            response.status()
+        );
+        response.json().await.unwrap()
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        assert!(status.is_success(), "POST {path}: {status} {body}");
+        body
+    }
+
+    async fn wait_until<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut check: impl AsyncFnMut(&Cluster) -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(value) = check(self).await {
+                return value;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Submits the example's training script, slowed so the test can act while it runs.
+    async fn submit_training(&self, name: &str) -> String {
+        let spec = json!({
+            "apiVersion": "drover.dev/v1",
+            "kind": "DroverJob",
+            "metadata": {"name": name},
+            "spec": {
+                "type": "command",
+                "command": {
+                    "argv": ["python3", "examples/command/digits_softmax.py", "--steps", "3000",
+                             "--checkpoint-every", CHECKPOINT_EVERY.to_string(), "--eval-every", "100",
+                             "--step-sleep", "0.004", "--final-accuracy-min", "0.9"],
+                    "env": {"PYTHONUNBUFFERED": "1"}
+                },
+                "resources": {"workers": {"min": 1, "max": 1}, "ps": {"min": 0, "max": 0},
+                              "gpus_per_worker": 1, "cpus_per_worker": 1},
+                "max_restarts": 2
+            }
+        });
+        let created = self.post("/api/v1/jobs", spec).await;
+        created["job"]["id"].as_str().unwrap().to_owned()
+    }
+
+    async fn job(&self, id: &str) -> Value {
+        self.get(&format!("/api/v1/jobs/{id}")).await["job"].clone()
+    }
+
+    async fn events(&self, id: &str) -> Vec<Value> {
+        self.get(&format!("/api/v1/jobs/{id}/events?limit=500"))
+            .await["events"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    async fn tasks(&self, id: &str) -> Vec<Value> {
+        self.get(&format!("/api/v1/jobs/{id}/tasks")).await["tasks"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    async fn logs(&self, id: &str) -> Vec<Value> {
+        self.get(&format!("/api/v1/jobs/{id}/logs?limit=5000"))
+            .await["logs"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    async fn checkpoints(&self, id: &str) -> Vec<Value> {
+        self.get(&format!("/api/v1/jobs/{id}/checkpoints")).await["checkpoints"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    async fn wait_for_state(&self, id: &str, state: &str, timeout: Duration) -> Value {
+        self.wait_until(&format!("job {id} to be {state}"), timeout, async |c| {
+            let job = c.job(id).await;
+            assert!(
+                !(job["state"] == "failed" && state != "failed"),
+                "the job failed: {}",
+                job["message"]
+            );
+            (job["state"] == state).then_some(job)
+        })
+        .await
+    }
+
+    /// Waits until the job runs with a recorded checkpoint at `min_step` or later; returns its node.
+    async fn wait_for_checkpoint(&self, id: &str, min_step: u64) -> String {
+        self.wait_for_state(id, "running", Duration::from_secs(60))
+            .await;
+        self.wait_until("a checkpoint", Duration::from_secs(90), async |c| {
+            let checkpoints = c.checkpoints(id).await;
+            checkpoints
+                .iter()
+                .any(|k| k["step"].as_u64().unwrap() >= min_step)
+                .then_some(())
+        })
+        .await;
+        let tasks = self.tasks(id).await;
+        tasks.last().unwrap()["node"].as_str().unwrap().to_owned()
+    }
+}
+
+/// Process ids whose command line or environment mention `dir` (the executor's data directory).
+fn processes_under(dir: &Path) -> Vec<u32> {
+    let needle = dir.to_str().unwrap().as_bytes();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let mentions = |file: &str| {
+            std::fs::read(entry.path().join(file))
+                .is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
+        };
+        let zombie = std::fs::read_to_string(entry.path().join("stat")).is_ok_and(|stat| {
+            stat.split(") ")
+                .nth(1)
+                .is_some_and(|rest| rest.starts_with('Z'))
+        });
+        if !zombie && (mentions("cmdline") || mentions("environ")) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn resumed_step(logs: &[Value], generation: u64) -> Option<u64> {
+    logs.iter()
+        .filter(|l| l["generation"] == generation)
+        .find_map(|l| {
+            l["line"]
+                .as_str()?
+                .strip_prefix("resumed from step ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_job_survives_the_loss_of_its_executor() {
+    let mut cluster = Cluster::start().await;
+    let id = cluster.submit_training("digits-kill").await;
+    let node = cluster.wait_for_checkpoint(&id, 2 * CHECKPOINT_EVERY).await;
+
+    // It streams logs and metrics while it runs.
+    let logs = cluster.logs(&id).await;
+    assert!(
+        logs.iter()
+            .any(|l| l["line"].as_str().unwrap().contains("rank 0 of world 1")),
+        "{logs:?}"
+    );
+    let metrics = cluster
+        .get(&format!("/api/v1/jobs/{id}/metrics?name=accuracy"))
+        .await;
+    let metrics = metrics["metrics"].as_array().unwrap();
+    assert!(
+        !metrics.is_empty()
+            && metrics
+                .iter()
+                .all(|m| m["name"] == "accuracy" && m["num_workers"] == 1)
+    );
+
+    // kill -9 the executor that runs it.
+    let position = cluster
+        .executors
+        .iter()
+        .position(|(name, _)| *name == node)
+        .unwrap();
+    let (_, mut victim) = cluster.executors.remove(position);
+    let killed_at = Instant::now();
+    victim.child.kill().unwrap();
+    victim.child.wait().unwrap();
+    let before_kill = cluster
+        .get(&format!("/api/v1/jobs/{id}/metrics?name=loss"))
+        .await;
+    let last_step_before = before_kill["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["generation"] == 1)
+        .map(|m| m["step"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    let victim_dir = cluster.executor_dir(&node);
+    cluster
+        .wait_until(
+            "the executor's tasks to die with it",
+            Duration::from_secs(5),
+            async |_| processes_under(&victim_dir).is_empty().then_some(()),
+        )
+        .await;
+
+    // The server notices the silence, sends the job back to the queue, and another node resumes it.
+    cluster
+        .wait_until(
+            "the job to be requeued",
+            Duration::from_secs(20),
+            async |c| {
+                c.events(&id)
+                    .await
+                    .iter()
+                    .any(|e| e["reason"] == "executor_lost" && e["to"] == "queued")
+                    .then_some(())
+            },
+        )
+        .await;
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(15),
+        "detected within the 3s timeout plus a tick"
+    );
+    let done = cluster
+        .wait_for_state(&id, "succeeded", Duration::from_secs(120))
+        .await;
+    assert_eq!(done["generation"], 2);
+
+    let tasks = cluster.tasks(&id).await;
+    let second = tasks.iter().find(|t| t["generation"] == 2).unwrap();
+    assert_ne!(
+        second["node"].as_str().unwrap(),
+        node,
+        "resumed on the other executor"
+    );
+    assert_eq!(second["exit_code"], 0);
+    let first = tasks.iter().find(|t| t["generation"] == 1).unwrap();
+    assert_eq!(first["state"], "lost");
+
+    // It resumed from the last checkpoint recorded before the kill, losing less than one interval.
+    let logs = cluster.logs(&id).await;
+    let resumed = resumed_step(&logs, 2).expect("generation 2 resumed from a checkpoint");
+    let recorded_before: Vec<u64> = cluster
+        .checkpoints(&id)
+        .await
+        .iter()
+        .filter(|k| k["generation"] == 1)
+        .map(|k| k["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(Some(resumed), recorded_before.iter().copied().max());
+    assert!(
+        last_step_before.saturating_sub(resumed) <= CHECKPOINT_EVERY,
+        "lost {} steps (last reported {last_step_before}, resumed at {resumed})",
+        last_step_before - resumed
+    );
+    assert!(logs.iter().any(|l| {
+        l["generation"] == 2
+            && l["line"]
+                .as_str()
+                .unwrap()
+                .starts_with("final test accuracy")
+    }));
+    let events: Vec<(String, String)> = cluster
+        .events(&id)
+        .await
+        .iter()
+        .map(|e| {
+            (
+                e["to"].as_str().unwrap().to_owned(),
+                e["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let reasons: Vec<&str> = events.iter().map(|(_, r)| r.as_str()).collect();
+    assert_eq!(
+        reasons,
+        [
+            "submitted",
+            "allocated",
+            "rendezvous_complete",
+            "executor_lost",
+            "allocated",
+            "rendezvous_complete",
+            "completed"
+        ]
+    );
+
+    // A zombie of generation 1 that reconnects under the lost node's name is told to stop, and what
+    // it reports is refused: it cannot write into generation 2.
+    stale_generation_is_refused(&cluster, &node, &id).await;
+}
+
+async fn stale_generation_is_refused(cluster: &Cluster, node: &str, job: &str) {
+    use pb::executor_gateway_client::ExecutorGatewayClient;
+    let mut client = ExecutorGatewayClient::connect(cluster.gateway.clone())
+        .await
+        .unwrap();
+    let (outbound, receiver) = tokio::sync::mpsc::channel(16);
+    let stale = pb::TaskKey {
+        job_id: job.to_owned(),
+        generation: 1,
+        role: "worker".into(),
+        index: 0,
+    };
+    let message = |body| pb::ExecutorMessage { body: Some(body) };
+    outbound
+        .send(message(pb::executor_message::Body::Register(
+            pb::Register {
+                node_name: node.to_owned(),
+                executor_id: "zombie".into(),
+                gpus: vec![pb::Gpu {
+                    index: 0,
+                    model: "cpu".into(),
+                    memory_gb: 0.0,
+                    compute_capability: String::new(),
+                }],
+                cpus: 1,
+                memory_gb: 1,
+                gpu_source: "slots".into(),
+                tasks: vec![pb::TaskStatus {
+                    task: Some(stale.clone()),
+                    phase: pb::TaskPhase::Running as i32,
+                    address: String::new(),
+                }],
+                ..pb::Register::default()
+            },
+        )))
+        .await
+        .unwrap();
+    let mut inbound = client
+        .session(tokio_stream::wrappers::ReceiverStream::new(receiver))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(10), inbound.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+            .body
+            .unwrap()
+    };
+    assert!(matches!(
+        next().await,
+        pb::server_message::Body::Registered(_)
+    ));
+    let mut stopped = false;
+    let mut refused = false;
+    outbound
+        .send(message(pb::executor_message::Body::Metrics(pb::Metrics {
+            task: Some(stale.clone()),
+            step: 99_999,
+            values: [("loss".to_owned(), 0.0)].into(),
+            time_ms: 0,
+        })))
+        .await
+        .unwrap();
+    while !(stopped && refused) {
+        match next().await {
+            pb::server_message::Body::Stop(stop) if stop.task.as_ref() == Some(&stale) => {
+                stopped = true
+            }
+            pb::server_message::Body::Refused(r) if r.task.as_ref() == Some(&stale) => {
+                refused = true
+            }
+            _ => {}
+        }
+    }
+    let recorded = cluster
+        .get(&format!("/api/v1/jobs/{job}/metrics?from_step=99999"))
+        .await;
+    assert!(
+        recorded["metrics"].as_array().unwrap().is_empty(),
+        "a stale report was recorded: {recorded}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draining_a_node_moves_its_job_through_a_checkpoint() {
+    let cluster = Cluster::start().await;
+    let id = cluster.submit_training("digits-drain").await;
+    // Follow the logs from the start: the stream ends by itself when the job ends.
+    let follow = cluster
+        .http
+        .get(format!("{}/api/v1/jobs/{id}/logs?follow=true", cluster.url))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(follow.headers()["content-type"], "application/x-ndjson");
+    let followed = tokio::spawn(async move { follow.text().await.unwrap() });
+    let node = cluster.wait_for_checkpoint(&id, CHECKPOINT_EVERY).await;
+
+    let drained = cluster
+        .post(&format!("/api/v1/nodes/{node}/drain"), json!({}))
+        .await;
+    assert_eq!(drained["node"]["draining"], true);
+    assert_eq!(drained["node"]["cordoned"], true);
+
+    let done = cluster
+        .wait_for_state(&id, "succeeded", Duration::from_secs(120))
+        .await;
+    assert_eq!(done["generation"], 2);
+    let tasks = cluster.tasks(&id).await;
+    let first = tasks.iter().find(|t| t["generation"] == 1).unwrap();
+    assert_eq!(first["node"], node.as_str());
+    assert_eq!(first["stop_requested"], true);
+    assert_eq!(
+        first["exit_code"], 0,
+        "it checkpointed on SIGTERM and exited cleanly"
+    );
+    let second = tasks.iter().find(|t| t["generation"] == 2).unwrap();
+    assert_ne!(
+        second["node"],
+        node.as_str(),
+        "the drained node took no new task"
+    );
+
+    // The job checkpointed when asked to stop and resumed from exactly there.
+    let logs = cluster.logs(&id).await;
+    let stopped_at: u64 = logs
+        .iter()
+        .filter(|l| l["generation"] == 1)
+        .find_map(|l| {
+            l["line"]
+                .as_str()?
+                .strip_prefix("checkpointed at step ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .expect("generation 1 checkpointed on SIGTERM");
+    assert_eq!(resumed_step(&logs, 2), Some(stopped_at));
+    let reasons: Vec<Value> = cluster
+        .events(&id)
+        .await
+        .iter()
+        .map(|e| e["reason"].clone())
+        .collect();
+    assert!(reasons.contains(&json!("migrated")), "{reasons:?}");
+
+    let nodes = cluster.get("/api/v1/nodes").await;
+    let drained = nodes["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == node.as_str())
+        .unwrap();
+    assert!(drained["tasks"].as_array().unwrap().is_empty());
+    let uncordoned = cluster
+        .post(&format!("/api/v1/nodes/{node}/uncordon"), json!({}))
+        .await;
+    assert_eq!(uncordoned["node"]["cordoned"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_adopts_running_tasks_without_duplicates() {
+    let mut cluster = Cluster::start().await;
+    let id = cluster.submit_training("digits-restart").await;
+    let node = cluster.wait_for_checkpoint(&id, CHECKPOINT_EVERY).await;
+    let executor_dir = cluster.executor_dir(&node);
+    let before = processes_under(&executor_dir);
+    assert!(!before.is_empty(), "the task runs under its executor");
+
+    cluster.restart_server();
+    // The executors reconnect and report what they run; the server keeps it.
+    let done = cluster
+        .wait_for_state(&id, "succeeded", Duration::from_secs(120))
+        .await;
+    assert_eq!(
+        done["generation"],
+        1,
+        "the job was never restarted: {:?}",
+        cluster.events(&id).await
+    );
+    assert_eq!(done["restarts"], 0);
+    let tasks = cluster.tasks(&id).await;
+    assert_eq!(tasks.len(), 1, "no task was duplicated: {tasks:?}");
+    assert_eq!(tasks[0]["exit_code"], 0);
+    let logs = cluster.logs(&id).await;
+    assert_eq!(
+        logs.iter()
+            .filter(|l| l["line"]
+                .as_str()
+                .unwrap()
+                .starts_with("digits_softmax: job"))
+            .count(),
+        1,
+        "the command started once"
+    );
+    assert!(resumed_step(&logs, 1).is_none());
+    // Metrics reported while the server was down arrive after it is back: every eval step is there once.
+    let metrics = cluster
+        .get(&format!("/api/v1/jobs/{id}/metrics?name=accuracy"))
+        .await;
+    let steps: Vec<u64> = metrics["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["step"].as_u64().unwrap())
+        .collect();
+    let expected: Vec<u64> = (1..=30).map(|k| k * 100).collect();
+    assert_eq!(steps, expected);
+
+    // The final checkpoint downloads as the bytes the job wrote.
+    let checkpoints = cluster.checkpoints(&id).await;
+    let last = checkpoints.last().unwrap();
+    assert_eq!(last["step"], 3000);
+    let response = cluster
+        .http
+        .get(format!(
+            "{}/api/v1/jobs/{id}/checkpoints/{}/download",
+            cluster.url,
+            last["id"].as_str().unwrap()
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success());
+    let downloaded = response.bytes().await.unwrap();
+    let on_disk = std::fs::read(last["path"].as_str().unwrap()).unwrap();
+    assert_eq!(downloaded.as_ref(), on_disk.as_slice());
+    assert_eq!(last["size_bytes"].as_u64().unwrap(), on_disk.len() as u64);
+}
