@@ -654,6 +654,25 @@ async fn draining_a_node_moves_its_job_through_a_checkpoint() {
         .map(|e| e["reason"].clone())
         .collect();
     assert!(reasons.contains(&json!("migrated")), "{reasons:?}");
+    let followed = tokio::time::timeout(Duration::from_secs(30), followed)
+        .await
+        .unwrap()
+        .unwrap();
+    let streamed: Vec<Value> = followed
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        streamed.len(),
+        logs.len(),
+        "the stream carried every line, once"
+    );
+    assert!(
+        streamed.last().unwrap()["line"]
+            .as_str()
+            .unwrap()
+            .starts_with("final test accuracy")
+    );
 
     let nodes = cluster.get("/api/v1/nodes").await;
     let drained = nodes["nodes"]
