@@ -1,0 +1,506 @@
+//! Training data: the shipped UCI digits, IDX (the MNIST family), CSV, plain text, and synthetic
+//! clusters. Data order is a pure function of (seed, epoch), so a checkpoint needs only the cursor
+//! (epoch, position) to resume it; each worker takes its slice of every global batch by rank.
+
+use crate::rng::Rng;
+use drover_core::spec::DatasetSpec;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The UCI handwritten digits (data/digits in the repository, CC BY 4.0), compiled in.
+const DIGITS_CSV: &str = include_str!("../../data/digits/digits.csv");
+/// The train/test split does not depend on the job's seed, so every job tests on the same samples.
+const SPLIT_SEED: u64 = 1998;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {reason}")]
+    Format { path: String, reason: String },
+}
+
+/// One split of a classification dataset: `n` samples of `dim` features each, row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Split {
+    pub x: Vec<f32>,
+    pub y: Vec<u32>,
+    pub dim: usize,
+}
+
+impl Split {
+    pub fn len(&self) -> usize {
+        self.y.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.y.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Classification {
+    pub train: Split,
+    pub test: Split,
+    /// Shape of one sample: `[features]`, or `[channels, height, width]` for images.
+    pub input_shape: Vec<usize>,
+    pub classes: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Text {
+    pub vocab: Vec<char>,
+    pub train: Vec<u32>,
+    pub test: Vec<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Data {
+    Classification(Classification),
+    Text(Text),
+}
+
+fn format_error(path: &str, reason: impl Into<String>) -> DataError {
+    DataError::Format {
+        path: path.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, DataError> {
+    std::fs::read(path).map_err(|source| DataError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Loads the dataset a spec names; relative paths are resolved against `base_dir`.
+pub fn load(spec: &DatasetSpec, seed: u64, base_dir: &Path) -> Result<Data, DataError> {
+    match spec {
+        DatasetSpec::Digits {} => digits(),
+        DatasetSpec::Idx { path } => idx(&base_dir.join(path)),
+        DatasetSpec::Csv { path, label_column } => {
+            let full = base_dir.join(path);
+            let bytes = read(&full)?;
+            let text = String::from_utf8_lossy(&bytes);
+            csv(&text, label_column.as_deref(), &full.display().to_string())
+        }
+        DatasetSpec::Text { path } => {
+            let full = base_dir.join(path);
+            let bytes = read(&full)?;
+            text(
+                &String::from_utf8_lossy(&bytes),
+                &full.display().to_string(),
+            )
+        }
+        DatasetSpec::Synthetic {
+            samples,
+            features,
+            classes,
+        } => Ok(synthetic(
+            *samples as usize,
+            *features as usize,
+            *classes as usize,
+            seed,
+        )),
+    }
+}
+
+/// Splits rows into train and test: a fixed shuffle, the last `test` rows tested.
+fn split(x: Vec<f32>, y: Vec<u32>, dim: usize, test: usize) -> (Split, Split) {
+    let n = y.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    Rng::seed(SPLIT_SEED).shuffle(&mut order);
+    let take = |rows: &[usize]| Split {
+        x: rows
+            .iter()
+            .flat_map(|&r| x[r * dim..(r + 1) * dim].iter().copied())
+            .collect(),
+        y: rows.iter().map(|&r| y[r]).collect(),
+        dim,
+    };
+    let cut = n - test.min(n);
+    (take(&order[..cut]), take(&order[cut..]))
+}
+
+fn digits() -> Result<Data, DataError> {
+    let Data::Classification(mut data) = csv(DIGITS_CSV, None, "data/digits/digits.csv")? else {
+        return Err(format_error(
+            "data/digits/digits.csv",
+            "not a classification table",
+        ));
+    };
+    for value in data.train.x.iter_mut().chain(data.test.x.iter_mut()) {
+        *value /= 16.0;
+    }
+    data.input_shape = vec![1, 8, 8];
+    Ok(Data::Classification(data))
+}
+
+/// A CSV table of numbers; the label is the named column (the header is then required) or the last.
+/// Labels that are not integers are numbered in sorted order. 10% of rows (at least one) are tested.
+pub fn csv(text: &str, label_column: Option<&str>, path: &str) -> Result<Data, DataError> {
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty()).peekable();
+    let first: Vec<&str> = lines
+        .peek()
+        .ok_or_else(|| format_error(path, "the file is empty"))?
+        .split(',')
+        .map(str::trim)
+        .collect();
+    let has_header = first.iter().any(|f| f.parse::<f64>().is_err());
+    let columns = first.len();
+    let label_index = match label_column {
+        Some(name) if has_header => first
+            .iter()
+            .position(|c| *c == name)
+            .ok_or_else(|| format_error(path, format!("no column named `{name}` in the header")))?,
+        Some(_) => return Err(format_error(path, "label_column needs a header row")),
+        None => columns - 1,
+    };
+    if has_header {
+        lines.next();
+    }
+    if columns < 2 {
+        return Err(format_error(
+            path,
+            "need at least one feature and a label column",
+        ));
+    }
+    let mut x = Vec::new();
+    let mut raw_labels = Vec::new();
+    for (number, line) in lines.enumerate() {
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        if fields.len() != columns {
+            return Err(format_error(
+                path,
+                format!(
+                    "row {} has {} columns, expected {columns}",
+                    number + 1,
+                    fields.len()
+                ),
+            ));
+        }
+        for (i, field) in fields.iter().enumerate() {
+            if i == label_index {
+                raw_labels.push((*field).to_owned());
+            } else {
+                x.push(field.parse::<f32>().map_err(|_| {
+                    format_error(
+                        path,
+                        format!("row {}: `{field}` is not a number", number + 1),
+                    )
+                })?);
+            }
+        }
+    }
+    let numbered: Option<Vec<u32>> = raw_labels.iter().map(|l| l.parse::<u32>().ok()).collect();
+    let y = match numbered {
+        Some(y) => y,
+        None => {
+            let names: BTreeMap<&str, u32> = raw_labels
+                .iter()
+                .map(String::as_str)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .enumerate()
+                .map(|(i, name)| (name, i as u32))
+                .collect();
+            raw_labels.iter().map(|l| names[l.as_str()]).collect()
+        }
+    };
+    let classes = y.iter().max().map_or(0, |m| *m as usize + 1);
+    let dim = columns - 1;
+    let test = if path.ends_with("digits/digits.csv") {
+        297
+    } else {
+        (y.len() / 10).max(1)
+    };
+    if y.len() < 2 {
+        return Err(format_error(path, "need at least two rows"));
+    }
+    let (train, test) = split(x, y, dim, test);
+    Ok(Data::Classification(Classification {
+        train,
+        test,
+        input_shape: vec![dim],
+        classes,
+    }))
+}
+
+fn be_u32(bytes: &[u8], at: usize, path: &str) -> Result<u32, DataError> {
+    bytes
+        .get(at..at + 4)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        .ok_or_else(|| format_error(path, "truncated header"))
+}
+
+/// Images and labels of one IDX pair.
+/// Pixels scaled to [0, 1], labels, and the image size.
+type IdxPair = (Vec<f32>, Vec<u32>, [usize; 2]);
+
+fn idx_pair(images: &Path, labels: &Path) -> Result<IdxPair, DataError> {
+    let image_path = images.display().to_string();
+    let label_path = labels.display().to_string();
+    let image_bytes = read(images)?;
+    let label_bytes = read(labels)?;
+    if be_u32(&image_bytes, 0, &image_path)? != 0x0803 {
+        return Err(format_error(
+            &image_path,
+            "not an IDX image file (magic 0x00000803)",
+        ));
+    }
+    if be_u32(&label_bytes, 0, &label_path)? != 0x0801 {
+        return Err(format_error(
+            &label_path,
+            "not an IDX label file (magic 0x00000801)",
+        ));
+    }
+    let n = be_u32(&image_bytes, 4, &image_path)? as usize;
+    let h = be_u32(&image_bytes, 8, &image_path)? as usize;
+    let w = be_u32(&image_bytes, 12, &image_path)? as usize;
+    let pixels = image_bytes
+        .get(16..16 + n * h * w)
+        .ok_or_else(|| format_error(&image_path, "fewer pixels than the header says"))?;
+    let label_count = be_u32(&label_bytes, 4, &label_path)? as usize;
+    if label_count != n {
+        return Err(format_error(
+            &label_path,
+            format!("{label_count} labels for {n} images"),
+        ));
+    }
+    let y = label_bytes
+        .get(8..8 + n)
+        .ok_or_else(|| format_error(&label_path, "fewer labels than the header says"))?;
+    Ok((
+        pixels.iter().map(|&p| f32::from(p) / 255.0).collect(),
+        y.iter().map(|&l| u32::from(l)).collect(),
+        [h, w],
+    ))
+}
+
+/// A directory with the MNIST file names: `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`,
+/// `t10k-images-idx3-ubyte`, `t10k-labels-idx1-ubyte`.
+pub fn idx(dir: &Path) -> Result<Data, DataError> {
+    let (train_x, train_y, [h, w]) = idx_pair(
+        &dir.join("train-images-idx3-ubyte"),
+        &dir.join("train-labels-idx1-ubyte"),
+    )?;
+    let (test_x, test_y, test_hw) = idx_pair(
+        &dir.join("t10k-images-idx3-ubyte"),
+        &dir.join("t10k-labels-idx1-ubyte"),
+    )?;
+    if test_hw != [h, w] {
+        return Err(format_error(
+            &dir.display().to_string(),
+            "train and test images differ in size",
+        ));
+    }
+    let classes = train_y
+        .iter()
+        .chain(&test_y)
+        .max()
+        .map_or(0, |m| *m as usize + 1);
+    Ok(Data::Classification(Classification {
+        train: Split {
+            x: train_x,
+            y: train_y,
+            dim: h * w,
+        },
+        test: Split {
+            x: test_x,
+            y: test_y,
+            dim: h * w,
+        },
+        input_shape: vec![1, h, w],
+        classes,
+    }))
+}
+
+/// Characters; the vocabulary is every distinct character, sorted. The last 10% is the test text.
+pub fn text(content: &str, path: &str) -> Result<Data, DataError> {
+    let chars: Vec<char> = content.chars().collect();
+    if chars.len() < 64 {
+        return Err(format_error(
+            path,
+            "too little text to train on (fewer than 64 characters)",
+        ));
+    }
+    let vocab: Vec<char> = chars
+        .iter()
+        .copied()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let index: BTreeMap<char, u32> = vocab
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (*c, i as u32))
+        .collect();
+    let tokens: Vec<u32> = chars.iter().map(|c| index[c]).collect();
+    let cut = tokens.len() - tokens.len() / 10;
+    Ok(Data::Text(Text {
+        vocab,
+        train: tokens[..cut].to_vec(),
+        test: tokens[cut..].to_vec(),
+    }))
+}
+
+/// Gaussian clusters around random centroids, one per class.
+pub fn synthetic(samples: usize, features: usize, classes: usize, seed: u64) -> Data {
+    let mut rng = Rng::derive(seed, 0x5A17);
+    let classes = classes.max(2);
+    let centroids: Vec<f32> = (0..classes * features)
+        .map(|_| 1.5 * rng.normal())
+        .collect();
+    let mut x = Vec::with_capacity(samples * features);
+    let mut y = Vec::with_capacity(samples);
+    for i in 0..samples {
+        let class = i % classes;
+        y.push(class as u32);
+        for f in 0..features {
+            x.push(centroids[class * features + f] + rng.normal());
+        }
+    }
+    let (train, test) = split(x, y, features, (samples / 10).max(1));
+    Data::Classification(Classification {
+        train,
+        test,
+        input_shape: vec![features],
+        classes,
+    })
+}
+
+/// Where the data order stands: the epoch and the position in that epoch's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Cursor {
+    pub epoch: u64,
+    pub position: u64,
+}
+
+/// The order of `n` samples in `epoch`: a shuffle that depends only on (seed, epoch).
+pub fn epoch_order(seed: u64, epoch: u64, n: usize) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    Rng::derive(seed, 0xDA7A_0000_0000 ^ epoch).shuffle(&mut order);
+    order
+}
+
+/// Draws global batches from a shuffled order and hands each worker its slice.
+#[derive(Debug)]
+pub struct Sampler {
+    seed: u64,
+    n: usize,
+    cursor: Cursor,
+    order: Vec<u32>,
+}
+
+impl Sampler {
+    pub fn new(seed: u64, n: usize, cursor: Cursor) -> Self {
+        let order = epoch_order(seed, cursor.epoch, n);
+        Self {
+            seed,
+            n,
+            cursor,
+            order,
+        }
+    }
+
+    pub fn cursor(&self) -> Cursor {
+        self.cursor
+    }
+
+    /// The next global batch of `batch` samples (crossing into the next epoch when this one runs out),
+    /// and this worker's slice of it: samples `[rank·B/w, (rank+1)·B/w)`.
+    pub fn next(&mut self, batch: usize, rank: usize, world: usize) -> Vec<u32> {
+        let mut global = Vec::with_capacity(batch);
+        while global.len() < batch {
+            if self.cursor.position as usize >= self.n {
+                self.cursor = Cursor {
+                    epoch: self.cursor.epoch + 1,
+                    position: 0,
+                };
+                self.order = epoch_order(self.seed, self.cursor.epoch, self.n);
+            }
+            let start = self.cursor.position as usize;
+            let take = (batch - global.len()).min(self.n - start);
+            global.extend_from_slice(&self.order[start..start + take]);
+            self.cursor.position += take as u64;
+        }
+        let from = rank * batch / world;
+        let to = (rank + 1) * batch / world;
+        global[from..to].to_vec()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_digits_load_with_a_fixed_split() {
+        let Data::Classification(d) = digits().unwrap() else {
+            panic!("digits are a table")
+        };
+        assert_eq!((d.train.len(), d.test.len(), d.classes), (1500, 297, 10));
+        assert_eq!(d.input_shape, [1, 8, 8]);
+        assert!(d.train.x.iter().all(|v| (0.0..=1.0).contains(v)));
+        let again = digits().unwrap();
+        assert_eq!(Data::Classification(d), again);
+    }
+
+    #[test]
+    fn workers_split_every_global_batch_and_resume_from_the_cursor() {
+        let mut whole = Sampler::new(5, 10, Cursor::default());
+        let first: Vec<u32> = whole.next(4, 0, 1);
+        let mut a = Sampler::new(5, 10, Cursor::default());
+        let mut b = Sampler::new(5, 10, Cursor::default());
+        let mut shares = a.next(4, 0, 2);
+        shares.extend(b.next(4, 1, 2));
+        assert_eq!(shares, first);
+        // 10 samples, batches of 4: the third batch crosses into epoch 1.
+        whole.next(4, 0, 1);
+        let cursor = whole.cursor();
+        let third = whole.next(4, 0, 1);
+        assert_eq!(
+            whole.cursor(),
+            Cursor {
+                epoch: 1,
+                position: 2
+            }
+        );
+        assert_eq!(Sampler::new(5, 10, cursor).next(4, 0, 1), third);
+    }
+
+    #[test]
+    fn bad_files_get_clear_errors() {
+        let err = csv("a,b\n1,2\n3\n", None, "t.csv").unwrap_err().to_string();
+        assert!(err.contains("row 2 has 1 columns"), "{err}");
+        let err = csv("1,x,2\n", None, "t.csv").unwrap_err().to_string();
+        assert!(
+            err.contains("is not a number") || err.contains("two rows"),
+            "{err}"
+        );
+        let err = load(
+            &DatasetSpec::Idx {
+                path: "nope".into(),
+            },
+            1,
+            Path::new("/nonexistent"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("cannot read"), "{err}");
+        let labelled = csv(
+            "f1,f2,kind\n1,2,cat\n3,4,dog\n5,6,cat\n",
+            Some("kind"),
+            "t.csv",
+        )
+        .unwrap();
+        let Data::Classification(c) = labelled else {
+            panic!()
+        };
+        assert_eq!(c.classes, 2);
+    }
+}

@@ -1,0 +1,12 @@
+//! Drover's training engine, on candle: the models a job spec names, the engine's own seeded RNG and
+//! optimizers over flat parameter buffers, data loaders, and checkpoints that resume exactly.
+
+pub mod checkpoint;
+pub mod data;
+pub mod models;
+pub mod optim;
+pub mod params;
+pub mod rng;
+pub mod trainer;
+
+pub use trainer::{Outcome, Reporter, Run, TrainOptions, train};

@@ -1,0 +1,471 @@
+//! The training loop: batches from the sampler, forward and backward on candle, gradients out as flat
+//! buffers, the optimizer applied to them, metrics every `log_every` steps, validation every
+//! `eval_every`, checkpoints every `checkpoint.every_steps` and when asked to stop. A run resumed from a
+//! checkpoint reaches bit-identical weights to an uninterrupted one (CPU).
+
+use crate::checkpoint::{self, Manifest, Shard, TensorInfo};
+use crate::data::{self, Cursor, Data, Sampler};
+use crate::models::{self, Io, Model};
+use crate::optim::{self, Optimizer};
+use crate::params::Params;
+use crate::rng::Rng;
+use anyhow::{Context, bail};
+use candle_core::{Device, Tensor};
+use drover_core::spec::{CheckpointPolicy, TargetMode, TrainSpec};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// Where a run's numbers and checkpoints go.
+pub trait Reporter {
+    fn metrics(&mut self, step: u64, values: &[(&str, f64)]);
+    /// A checkpoint is durable at `path`.
+    fn checkpoint(&mut self, step: u64, path: &Path);
+    fn info(&mut self, line: &str);
+}
+
+#[derive(Debug, Clone)]
+pub struct TrainOptions {
+    pub spec: TrainSpec,
+    pub checkpoint: CheckpointPolicy,
+    pub workers: u32,
+    pub ps: u32,
+    pub rank: u32,
+    pub checkpoint_dir: PathBuf,
+    pub resume_from: Option<PathBuf>,
+    /// Relative dataset paths are resolved against this directory.
+    pub base_dir: PathBuf,
+    /// Training metrics every this many steps.
+    pub log_every: u64,
+    /// Stop after this step even if the spec says more (tests and benchmarks).
+    pub stop_at: Option<u64>,
+    pub device: Device,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub step: u64,
+    /// Stopped on request before the end, after a checkpoint.
+    pub interrupted: bool,
+    pub metrics: BTreeMap<String, f64>,
+    pub last_checkpoint: Option<PathBuf>,
+}
+
+/// A run set up and ready to step: what tests and benchmarks drive directly.
+#[derive(Debug)]
+pub struct Run {
+    pub params: Params,
+    pub model: Box<dyn Model>,
+    pub optimizer: Optimizer,
+    pub base_lr: f64,
+    pub rng: Rng,
+    pub sampler: Sampler,
+    pub step: u64,
+    data: Data,
+    options: TrainOptions,
+}
+
+fn model_json(spec: &TrainSpec) -> serde_json::Value {
+    serde_json::to_value(&spec.model).unwrap_or_default()
+}
+
+impl Run {
+    pub fn new(options: TrainOptions) -> anyhow::Result<Run> {
+        let spec = &options.spec;
+        if options.workers != 1 || options.ps != 0 {
+            bail!(
+                "this engine trains on one worker without parameter servers; the job asks for {} workers and {} PS (distributed training is not built yet)",
+                options.workers,
+                options.ps
+            );
+        }
+        let data = data::load(&spec.dataset, spec.seed, &options.base_dir)?;
+        let (io, samples) = match &data {
+            Data::Classification(c) => (
+                Io::Classes {
+                    input_shape: c.input_shape.clone(),
+                    classes: c.classes,
+                },
+                c.train.len(),
+            ),
+            Data::Text(t) => {
+                let context = match spec.model {
+                    drover_core::spec::ModelSpec::Charlm { context, .. } => context as usize,
+                    _ => bail!("a text dataset needs the charlm model"),
+                };
+                (
+                    Io::Tokens {
+                        vocab: t.vocab.len(),
+                    },
+                    t.train.len().saturating_sub(1) / context,
+                )
+            }
+        };
+        if samples == 0 {
+            bail!("the dataset has no training samples");
+        }
+        let mut params = Params::new(&options.device);
+        let model = models::build(&spec.model, &io, &mut params, spec.seed)?;
+        let sizes: Vec<usize> = params.values.iter().map(Vec::len).collect();
+        let (optimizer, base_lr) = Optimizer::new(&spec.optimizer, &sizes);
+        Ok(Run {
+            params,
+            model,
+            optimizer,
+            base_lr,
+            rng: Rng::derive(spec.seed, 0xD2_0907),
+            sampler: Sampler::new(spec.seed, samples, Cursor::default()),
+            step: 0,
+            data,
+            options,
+        })
+    }
+
+    /// Restores everything a checkpoint holds; refuses one taken from a different model.
+    pub fn restore(&mut self, path: &Path) -> anyhow::Result<()> {
+        let loaded = checkpoint::load(path)?;
+        if loaded.manifest.model != model_json(&self.options.spec) {
+            bail!("{} was taken from a different model", path.display());
+        }
+        for (i, name) in self.params.names.iter().enumerate() {
+            let values = loaded
+                .params
+                .get(name)
+                .with_context(|| format!("{} has no tensor {name}", path.display()))?;
+            if values.len() != self.params.values[i].len() {
+                bail!(
+                    "{}: {name} has {} values, the model {}",
+                    path.display(),
+                    values.len(),
+                    self.params.values[i].len()
+                );
+            }
+            self.params.values[i].clone_from(values);
+        }
+        self.params.sync()?;
+        let names = self.params.names.clone();
+        self.optimizer
+            .restore(&names, |n| loaded.optimizer.get(n).cloned())
+            .map_err(|reason| anyhow::anyhow!("{}: optimizer state: {reason}", path.display()))?;
+        self.rng = Rng::from_state(loaded.manifest.rng);
+        let samples = match &self.data {
+            Data::Classification(c) => c.train.len(),
+            Data::Text(t) => match self.options.spec.model {
+                drover_core::spec::ModelSpec::Charlm { context, .. } => {
+                    t.train.len().saturating_sub(1) / context as usize
+                }
+                _ => 0,
+            },
+        };
+        self.sampler = Sampler::new(self.options.spec.seed, samples, loaded.manifest.cursor);
+        self.step = loaded.manifest.step;
+        Ok(())
+    }
+
+    /// Inputs and targets for these sample rows (window starts for text).
+    fn batch(&self, rows: &[u32]) -> anyhow::Result<(Tensor, Tensor)> {
+        let device = &self.options.device;
+        match &self.data {
+            Data::Classification(c) => Ok((
+                models::class_batch(&c.train.x, rows, c.train.dim, &c.input_shape, device)?,
+                models::labels(&c.train.y, rows, device)?,
+            )),
+            Data::Text(t) => text_batch(&t.train, rows, self.context(), device),
+        }
+    }
+
+    fn context(&self) -> usize {
+        match self.options.spec.model {
+            drover_core::spec::ModelSpec::Charlm { context, .. } => context as usize,
+            _ => 0,
+        }
+    }
+
+    /// Computes this worker's gradients on its share of the next global batch; returns the loss, the
+    /// correct predictions, the samples and the gradients (not yet applied).
+    pub fn gradients(&mut self) -> anyhow::Result<(f64, usize, usize, Vec<Vec<f32>>)> {
+        let batch = self.options.spec.batch_size as usize;
+        let rows = self.sampler.next(
+            batch,
+            self.options.rank as usize,
+            self.options.workers as usize,
+        );
+        let (input, targets) = self.batch(&rows)?;
+        let logits = self.model.forward(&input, true, &mut self.rng)?;
+        let loss = candle_nn::loss::cross_entropy(&logits, &targets)?;
+        let correct = models::correct(&logits, &targets)?;
+        let grads = self.params.gradients(&loss.backward()?)?;
+        Ok((
+            f64::from(loss.to_scalar::<f32>()?),
+            correct,
+            targets.elem_count(),
+            grads,
+        ))
+    }
+
+    /// Applies gradients at this step's learning rate and advances the step.
+    pub fn apply(&mut self, mut grads: Vec<Vec<f32>>) -> anyhow::Result<f64> {
+        if let Some(max_norm) = self.options.spec.grad_clip_norm {
+            optim::clip_global_norm(&mut grads, max_norm);
+        }
+        let lr = optim::learning_rate(
+            self.base_lr,
+            &self.options.spec.lr_schedule,
+            self.step,
+            self.total_steps(),
+        );
+        self.optimizer
+            .step(&mut self.params.values, &grads, lr as f32);
+        self.params.sync()?;
+        self.step += 1;
+        Ok(lr)
+    }
+
+    pub fn total_steps(&self) -> u64 {
+        let steps = self.options.spec.max_steps.unwrap_or(u64::MAX);
+        self.options.stop_at.map_or(steps, |s| s.min(steps))
+    }
+
+    /// Loss and accuracy on the test split (at most 64 windows of text).
+    pub fn evaluate(&mut self) -> anyhow::Result<(f64, f64)> {
+        let device = self.options.device.clone();
+        let mut no_dropout = Rng::seed(0);
+        let (mut loss_sum, mut correct, mut count) = (0.0, 0usize, 0usize);
+        match &self.data {
+            Data::Classification(c) => {
+                let rows: Vec<u32> = (0..c.test.len() as u32).collect();
+                for chunk in rows.chunks(512) {
+                    let input =
+                        models::class_batch(&c.test.x, chunk, c.test.dim, &c.input_shape, &device)?;
+                    let targets = models::labels(&c.test.y, chunk, &device)?;
+                    let logits = self.model.forward(&input, false, &mut no_dropout)?;
+                    loss_sum += f64::from(
+                        candle_nn::loss::cross_entropy(&logits, &targets)?.to_scalar::<f32>()?,
+                    ) * chunk.len() as f64;
+                    correct += models::correct(&logits, &targets)?;
+                    count += chunk.len();
+                }
+                Ok((
+                    loss_sum / count.max(1) as f64,
+                    correct as f64 / count.max(1) as f64,
+                ))
+            }
+            Data::Text(t) => {
+                let context = self.context();
+                let windows = (t.test.len().saturating_sub(1) / context).min(64) as u32;
+                if windows == 0 {
+                    return Ok((f64::NAN, f64::NAN));
+                }
+                let rows: Vec<u32> = (0..windows).collect();
+                for chunk in rows.chunks(16) {
+                    let (input, targets) = text_batch(&t.test, chunk, context, &device)?;
+                    let logits = self.model.forward(&input, false, &mut no_dropout)?;
+                    let n = targets.elem_count();
+                    loss_sum += f64::from(
+                        candle_nn::loss::cross_entropy(&logits, &targets)?.to_scalar::<f32>()?,
+                    ) * n as f64;
+                    correct += models::correct(&logits, &targets)?;
+                    count += n;
+                }
+                Ok((loss_sum / count as f64, correct as f64 / count as f64))
+            }
+        }
+    }
+
+    /// Writes a checkpoint now and applies retention.
+    pub fn save(&self, metrics: &BTreeMap<String, f64>) -> anyhow::Result<PathBuf> {
+        let names = &self.params.names;
+        let manifest = Manifest {
+            format_version: checkpoint::FORMAT_VERSION,
+            step: self.step,
+            seed: self.options.spec.seed,
+            rng: self.rng.state(),
+            cursor: self.sampler.cursor(),
+            workers: self.options.workers,
+            ps: self.options.ps,
+            optimizer: match self.optimizer {
+                Optimizer::Sgd { .. } => "sgd",
+                Optimizer::AdamW { .. } => "adamw",
+            }
+            .to_owned(),
+            tensors: names
+                .iter()
+                .zip(&self.params.shapes)
+                .map(|(name, shape)| TensorInfo {
+                    name: name.clone(),
+                    shape: shape.clone(),
+                })
+                .collect(),
+            shards: vec![Shard {
+                name: "local".to_owned(),
+                tensors: names.clone(),
+            }],
+            metrics: metrics.clone(),
+            model: model_json(&self.options.spec),
+        };
+        let tensors: Vec<(&str, &[usize], &[f32])> = names
+            .iter()
+            .zip(&self.params.shapes)
+            .zip(&self.params.values)
+            .map(|((n, s), v)| (n.as_str(), s.as_slice(), v.as_slice()))
+            .collect();
+        let path = checkpoint::save(
+            &self.options.checkpoint_dir,
+            &manifest,
+            &tensors,
+            &self.optimizer.state(names),
+        )?;
+        let policy = &self.options.checkpoint;
+        let (metric, maximise) = match &self.options.spec.target {
+            Some(target) => (target.metric.as_str(), target.mode == TargetMode::Max),
+            None => ("val_accuracy", true),
+        };
+        checkpoint::retain(
+            &self.options.checkpoint_dir,
+            policy.keep_last as usize,
+            policy.keep_best as usize,
+            metric,
+            maximise,
+        );
+        Ok(path)
+    }
+}
+
+fn text_batch(
+    tokens: &[u32],
+    windows: &[u32],
+    context: usize,
+    device: &Device,
+) -> anyhow::Result<(Tensor, Tensor)> {
+    let mut input = Vec::with_capacity(windows.len() * context);
+    let mut target = Vec::with_capacity(windows.len() * context);
+    for &w in windows {
+        let start = w as usize * context;
+        input.extend_from_slice(&tokens[start..start + context]);
+        target.extend_from_slice(&tokens[start + 1..start + context + 1]);
+    }
+    Ok((
+        Tensor::from_vec(input, (windows.len(), context), device)?,
+        Tensor::from_vec(target, windows.len() * context, device)?,
+    ))
+}
+
+/// Trains until the step budget or the target, or until `stop` is set (then checkpoints and returns).
+pub fn train(
+    options: TrainOptions,
+    reporter: &mut dyn Reporter,
+    stop: &AtomicBool,
+) -> anyhow::Result<Outcome> {
+    let mut run = Run::new(options.clone())?;
+    reporter.info(&format!(
+        "model: {} parameters in {} tensors; {} steps; global batch {}",
+        run.params.num_values(),
+        run.params.len(),
+        options
+            .spec
+            .max_steps
+            .map_or_else(|| "until the target".to_owned(), |s| s.to_string()),
+        options.spec.batch_size
+    ));
+    if let Some(path) = &options.resume_from {
+        run.restore(path)?;
+        reporter.info(&format!(
+            "resumed from step {} ({})",
+            run.step,
+            path.display()
+        ));
+    }
+    let total = run.total_steps();
+    let eval_every = options.spec.eval_every.max(1);
+    let checkpoint_every = options.checkpoint.every_steps.max(1);
+    let log_every = options.log_every.max(1);
+    let mut metrics: BTreeMap<String, f64> = BTreeMap::new();
+    let mut last_saved = if options.resume_from.is_some() {
+        Some(run.step)
+    } else {
+        None
+    };
+    let mut last_checkpoint = None;
+    let (mut window_loss, mut window_correct, mut window_samples, mut window_steps) =
+        (0.0, 0usize, 0usize, 0u64);
+    let mut window_start = Instant::now();
+    let mut reached_target = false;
+    while run.step < total && !reached_target {
+        if stop.load(Ordering::Relaxed) {
+            let path = if last_saved == Some(run.step) {
+                None
+            } else {
+                Some(run.save(&metrics)?)
+            };
+            if let Some(path) = path {
+                reporter.checkpoint(run.step, &path);
+                last_checkpoint = Some(path);
+            }
+            reporter.info(&format!("checkpointed at step {} on request", run.step));
+            return Ok(Outcome {
+                step: run.step,
+                interrupted: true,
+                metrics,
+                last_checkpoint,
+            });
+        }
+        let (loss, correct, samples, grads) = run.gradients()?;
+        let lr = run.apply(grads)?;
+        window_loss += loss;
+        window_correct += correct;
+        window_samples += samples;
+        window_steps += 1;
+        let step = run.step;
+        if step % log_every == 0 || step == total {
+            let elapsed = window_start.elapsed().as_secs_f64();
+            let values = [
+                ("loss", window_loss / window_steps as f64),
+                (
+                    "accuracy",
+                    window_correct as f64 / window_samples.max(1) as f64,
+                ),
+                ("samples_per_s", window_samples as f64 / elapsed.max(1e-9)),
+                ("step_time_ms", 1000.0 * elapsed / window_steps as f64),
+                ("lr", lr),
+            ];
+            for (k, v) in values {
+                metrics.insert(k.to_owned(), v);
+            }
+            reporter.metrics(step, &values);
+            (window_loss, window_correct, window_samples, window_steps) = (0.0, 0, 0, 0);
+            window_start = Instant::now();
+        }
+        if step % eval_every == 0 || step == total {
+            let (val_loss, val_accuracy) = run.evaluate()?;
+            metrics.insert("val_loss".to_owned(), val_loss);
+            metrics.insert("val_accuracy".to_owned(), val_accuracy);
+            reporter.metrics(
+                step,
+                &[("val_loss", val_loss), ("val_accuracy", val_accuracy)],
+            );
+            if let Some(target) = &options.spec.target
+                && let Some(&value) = metrics.get(&target.metric)
+            {
+                reached_target = match target.mode {
+                    TargetMode::Max => value >= target.value,
+                    TargetMode::Min => value <= target.value,
+                };
+            }
+            window_start = Instant::now();
+        }
+        if step % checkpoint_every == 0 || step == total || reached_target {
+            let path = run.save(&metrics)?;
+            reporter.checkpoint(step, &path);
+            last_saved = Some(step);
+            last_checkpoint = Some(path);
+            window_start = Instant::now();
+        }
+    }
+    Ok(Outcome {
+        step: run.step,
+        interrupted: false,
+        metrics,
+        last_checkpoint,
+    })
+}
