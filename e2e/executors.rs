@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 const DROVER: &str = env!("CARGO_BIN_EXE_drover");
 const ADMIN_TOKEN: &str = "drv_e2e_executors_admin_token_0123456789";
+const EXECUTOR_TOKEN: &str = "e2e-executor-token";
 /// Steps between checkpoints in the test job.
 const CHECKPOINT_EVERY: u64 = 300;
 
@@ -44,6 +45,7 @@ impl Proc {
             .env_remove("DROVER_TOKEN")
             .env_remove("DROVER_SERVER")
             .env("DROVER_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("DROVER_EXECUTOR_TOKEN", EXECUTOR_TOKEN)
             .env("DROVER_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -541,11 +543,19 @@ async fn stale_generation_is_refused(cluster: &Cluster, node: &str, job: &str) {
         )))
         .await
         .unwrap();
-    let mut inbound = client
-        .session(tokio_stream::wrappers::ReceiverStream::new(receiver))
+    // Without the executor token the gateway lets nobody in.
+    let (_, unauthenticated) = tokio::sync::mpsc::channel(1);
+    let refused = client
+        .session(tokio_stream::wrappers::ReceiverStream::new(unauthenticated))
         .await
-        .unwrap()
-        .into_inner();
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(receiver));
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {EXECUTOR_TOKEN}").parse().unwrap(),
+    );
+    let mut inbound = client.session(request).await.unwrap().into_inner();
     let mut next = async || {
         tokio::time::timeout(Duration::from_secs(10), inbound.message())
             .await

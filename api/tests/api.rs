@@ -858,6 +858,7 @@ async fn job_outputs_are_scoped_and_their_parameters_checked() {
     let bad = [
         ("metrics?from_step=ten", "from_step"),
         ("metrics?from_step=5&to_step=1", "from_step"),
+        ("metrics?to_step=18446744073709551615", "to_step"),
         ("metrics?cursor=abc", "cursor"),
         ("metrics?limit=0", "limit"),
         ("logs?follow=maybe", "follow"),

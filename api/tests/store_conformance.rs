@@ -1008,6 +1008,14 @@ async fn executors_register_and_lose_tasks(db: &TestDb) {
     assert_eq!(lost.len(), 1);
     assert_eq!(lost[0].state, TaskState::Lost);
     assert!(store.live_tasks().await.unwrap().is_empty());
+    // An ended task never comes back: a late "stopping" write is ignored.
+    let late = TaskChange {
+        state: Some(TaskState::Stopping),
+        stop_requested: Some(true),
+        ..TaskChange::default()
+    };
+    store.update_task(&key, &late).await.unwrap();
+    assert!(store.live_tasks().await.unwrap().is_empty());
     assert_eq!(
         store
             .job_tasks(Scope::Tenant(tenant.id), job.id)

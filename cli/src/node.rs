@@ -50,6 +50,9 @@ pub struct ExecutorArgs {
     /// Host name or address other tasks reach this node's tasks at.
     #[arg(long, env = "DROVER_ADVERTISE_HOST", default_value = "127.0.0.1")]
     pub advertise_host: String,
+    /// The token the server's gateway requires (its --executor-token).
+    #[arg(long, env = "DROVER_EXECUTOR_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 fn host_name() -> String {
@@ -100,6 +103,7 @@ pub fn executor_config(args: ExecutorArgs) -> anyhow::Result<ExecutorConfig> {
         advertise_host: args.advertise_host,
         shim: vec![exe.display().to_string(), "task-shim".to_owned()],
         base_dir: std::env::current_dir().context("cannot read the working directory")?,
+        token: args.token,
     })
 }
 

@@ -54,6 +54,9 @@ pub struct ClusterArgs {
     /// How long a stopping task may take to checkpoint before it is killed.
     #[arg(long, env = "DROVER_STOP_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
     stop_grace: std::time::Duration,
+    /// The token executors must present. Without one, any executor that reaches the gateway is let in.
+    #[arg(long, env = "DROVER_EXECUTOR_TOKEN", hide_env_values = true)]
+    executor_token: Option<String>,
     /// The scheduling loop runs at least this often.
     #[arg(long, env = "DROVER_SCHEDULER_TICK", default_value = "1s", value_parser = humantime::parse_duration)]
     tick: std::time::Duration,
@@ -80,6 +83,12 @@ impl ClusterArgs {
         config.executor_timeout = self.executor_timeout;
         config.stop_grace = self.stop_grace;
         config.tick = self.tick;
+        config.executor_token = self.executor_token.clone();
+        if config.executor_token.is_none() {
+            tracing::warn!(
+                "the executor gateway lets in any executor: set --executor-token (DROVER_EXECUTOR_TOKEN) on the server and its executors"
+            );
+        }
         config.heartbeat_interval =
             (self.executor_timeout / 5).max(std::time::Duration::from_millis(200));
         Ok((self.gateway_listen, config))
@@ -222,6 +231,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         executor_timeout: std::time::Duration::from_secs(10),
         stop_grace: std::time::Duration::from_secs(10),
         tick: std::time::Duration::from_secs(1),
+        executor_token: Some(drover_api::auth::generate_token()),
     };
     let config = ServerConfig {
         listen: args.listen,
@@ -249,6 +259,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             memory_gb: 16,
             labels: Vec::new(),
             advertise_host: "127.0.0.1".to_owned(),
+            token: cluster.executor_token.clone(),
         };
         let config = crate::node::executor_config(executor)?;
         let agent = drover_executor::Agent::new(config)?;

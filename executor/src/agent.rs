@@ -38,6 +38,8 @@ pub struct ExecutorConfig {
     pub shim: Vec<String>,
     /// Relative working directories of commands are resolved against this directory.
     pub base_dir: PathBuf,
+    /// The gateway's executor token, when it requires one.
+    pub token: Option<String>,
 }
 
 type Key = (String, u64, String, u32);
@@ -56,6 +58,18 @@ enum Phase {
     Prepared,
     Running(StopHandle),
     Stopping,
+    /// Exited; the report is on its way.
+    Exited,
+}
+
+fn exit_key(event: &pb::ExecutorMessage) -> Option<&pb::TaskKey> {
+    match &event.body {
+        Some(Body::TaskUpdate(pb::TaskUpdate {
+            task: Some(key),
+            event: Some(pb::task_update::Event::Exited(_)),
+        })) => Some(key),
+        _ => None,
+    }
 }
 
 #[derive(Debug)]
@@ -73,6 +87,7 @@ impl LocalTask {
             Phase::Prepared => pb::TaskPhase::Prepared,
             Phase::Running(_) => pb::TaskPhase::Running,
             Phase::Stopping => pb::TaskPhase::Stopping,
+            Phase::Exited => pb::TaskPhase::Exited,
         };
         pb::TaskStatus {
             task: Some(self.key.clone()),
@@ -158,7 +173,9 @@ impl Agent {
             loop {
                 tokio::select! {
                     () = &mut wait => break,
-                    Some(event) = self.events_rx.recv() => self.on_event(event, None),
+                    Some(event) = self.events_rx.recv() => {
+                        let _ = self.on_event(event, None).await;
+                    }
                     () = &mut shutdown => return Ok(()),
                 }
             }
@@ -175,31 +192,63 @@ impl Agent {
         self.pending.push_back(message);
     }
 
-    /// Applies a task's report to the local table and forwards it (or keeps it while disconnected).
-    fn on_event(
+    /// Marks a task whose exit is reported as exited (it stays listed until the report is delivered, so
+    /// a re-registration says it exited rather than that it vanished).
+    fn note_exit(&mut self, event: &pb::ExecutorMessage) {
+        if let Some(key) = exit_key(event)
+            && let Some(task) = self.tasks.get_mut(&key_of(key))
+        {
+            task.phase = Phase::Exited;
+        }
+    }
+
+    /// Forwards a task's report in order (waiting while the stream is full), or keeps it (bounded) while
+    /// disconnected. Reports queued earlier always go first.
+    async fn on_event(
         &mut self,
         event: pb::ExecutorMessage,
         outbound: Option<&mpsc::Sender<pb::ExecutorMessage>>,
-    ) {
-        if let Some(Body::TaskUpdate(pb::TaskUpdate {
-            task: Some(key),
-            event: Some(pb::task_update::Event::Exited(_)),
-        })) = &event.body
-        {
-            self.tasks.remove(&key_of(key));
+    ) -> anyhow::Result<()> {
+        self.note_exit(&event);
+        let Some(outbound) = outbound else {
+            self.keep(event);
+            return Ok(());
+        };
+        self.flush(outbound).await?;
+        let exited = exit_key(&event).map(key_of);
+        let sent = outbound.send(event).await;
+        match sent {
+            Ok(()) => {
+                // Handed to the stream: an exited task is forgotten.
+                if let Some(key) = exited {
+                    self.tasks.remove(&key);
+                }
+                Ok(())
+            }
+            Err(mpsc::error::SendError(event)) => {
+                self.keep(event);
+                anyhow::bail!("the stream to the server closed")
+            }
         }
-        match outbound {
-            Some(outbound) => {
-                if let Err(err) = outbound.try_send(event) {
-                    let event = match err {
-                        mpsc::error::TrySendError::Full(e)
-                        | mpsc::error::TrySendError::Closed(e) => e,
-                    };
-                    self.keep(event);
+    }
+
+    /// Sends what was kept while disconnected; on failure the unsent report stays first in line.
+    async fn flush(&mut self, outbound: &mpsc::Sender<pb::ExecutorMessage>) -> anyhow::Result<()> {
+        while let Some(message) = self.pending.pop_front() {
+            let exited = exit_key(&message).map(key_of);
+            match outbound.send(message).await {
+                Ok(()) => {
+                    if let Some(key) = exited {
+                        self.tasks.remove(&key);
+                    }
+                }
+                Err(mpsc::error::SendError(message)) => {
+                    self.pending.push_front(message);
+                    anyhow::bail!("the stream to the server closed");
                 }
             }
-            None => self.keep(event),
         }
+        Ok(())
     }
 
     async fn session(&mut self) -> anyhow::Result<()> {
@@ -217,7 +266,16 @@ impl Agent {
             version: env!("CARGO_PKG_VERSION").to_owned(),
         };
         outbound.send(msg(Body::Register(register))).await?;
-        let response = client.session(ReceiverStream::new(outbound_rx)).await?;
+        let mut request = tonic::Request::new(ReceiverStream::new(outbound_rx));
+        if let Some(token) = &self.config.token {
+            request.metadata_mut().insert(
+                "authorization",
+                format!("Bearer {token}")
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("the executor token is not valid in a header"))?,
+            );
+        }
+        let response = client.session(request).await?;
         let mut inbound = response.into_inner();
         let first = inbound
             .message()
@@ -239,9 +297,7 @@ impl Agent {
             );
             self.dropped = 0;
         }
-        while let Some(message) = self.pending.pop_front() {
-            outbound.send(message).await?;
-        }
+        self.flush(&outbound).await?;
         let interval = Duration::from_millis(u64::from(registered.heartbeat_interval_ms.max(100)));
         let mut heartbeat = tokio::time::interval(interval);
         loop {
@@ -251,7 +307,7 @@ impl Agent {
                     Some(_) => {}
                     None => return Ok(()),
                 },
-                Some(event) = self.events_rx.recv() => self.on_event(event, Some(&outbound)),
+                Some(event) = self.events_rx.recv() => self.on_event(event, Some(&outbound)).await?,
                 _ = heartbeat.tick() => {
                     let beat = pb::Heartbeat {
                         gpus: self.usage.sample(&self.config.gpus),
@@ -327,7 +383,7 @@ impl Agent {
                 return update(
                     &key,
                     pb::task_update::Event::Exited(pb::Exited {
-                        spawn_failed: true,
+                        spawn_failed: false,
                         message: format!("cannot reserve a port: {err}"),
                         ..pb::Exited::default()
                     }),
@@ -403,13 +459,18 @@ impl Agent {
                 );
                 update(&key, pb::task_update::Event::Started(pb::Started { pid }))
             }
-            Err(message) => {
+            Err(error) => {
                 self.tasks.remove(&key_of(&key));
+                // The job's own mistake fails it; this node's trouble counts as a task failure.
+                let (spawn_failed, message) = match error {
+                    task::StartError::User(message) => (true, message),
+                    task::StartError::Node(message) => (false, message),
+                };
                 tracing::warn!(job.id = key.job_id, message, "task could not start");
                 update(
                     &key,
                     pb::task_update::Event::Exited(pb::Exited {
-                        spawn_failed: true,
+                        spawn_failed,
                         message,
                         ..pb::Exited::default()
                     }),
@@ -461,6 +522,10 @@ impl Agent {
                 ))
             }
             Phase::Stopping => None,
+            Phase::Exited => {
+                task.phase = Phase::Exited;
+                None
+            }
         }
     }
 }

@@ -6,9 +6,14 @@
 //! task outlives its executor. When the command exits the shim writes how (status code or signal) to a
 //! status file and exits. SIGTERM sent to the group reaches the command; the shim ignores it and keeps
 //! waiting, so the command can checkpoint within its grace period.
+//!
+//! The shim is also a child subreaper: a descendant that leaves the process group (`setsid cmd &`)
+//! is re-parented to it rather than to init, and killed with the rest when the command ends or the
+//! executor dies.
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::getpgrp;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Pid, getpgrp};
 use serde::{Deserialize, Serialize};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -34,6 +39,41 @@ fn write_status(path: &Path, status: &ShimStatus) {
     }
 }
 
+/// The shim's children (its command, and descendants re-parented to it), from every thread's list.
+fn children() -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+/// Kills every descendant, including those that left the process group, and reaps them.
+fn kill_descendants() {
+    for _ in 0..100 {
+        while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            if status == WaitStatus::StillAlive {
+                break;
+            }
+        }
+        let pids = children();
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Runs `argv` and returns the shim's own exit code (0 once the status is recorded).
 pub async fn run(status_file: &Path, argv: &[String]) -> i32 {
     let Some((program, args)) = argv.split_first() else {
@@ -46,6 +86,9 @@ pub async fn run(status_file: &Path, argv: &[String]) -> i32 {
         );
         return 0;
     };
+    if let Err(err) = nix::sys::prctl::set_child_subreaper(true) {
+        eprintln!("drover task shim: cannot become a subreaper: {err}");
+    }
     // Installing a handler keeps SIGTERM from killing the shim; the command gets its own copy.
     let mut terminate =
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -89,12 +132,15 @@ pub async fn run(status_file: &Path, argv: &[String]) -> i32 {
                         ..ShimStatus::default()
                     },
                 };
+                kill_descendants();
                 write_status(status_file, &status);
                 return 0;
             }
             read = stdin.read(&mut buf), if watching => {
                 if matches!(read, Ok(0) | Err(_)) {
-                    // The executor is gone: take the whole group down, this shim included.
+                    // The executor is gone: take every descendant and the whole group down, this
+                    // shim included.
+                    kill_descendants();
                     let _ = killpg(getpgrp(), Signal::SIGKILL);
                     watching = false;
                 }

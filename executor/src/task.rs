@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, oneshot};
 
 /// Lines longer than this are cut.
@@ -111,10 +111,17 @@ fn task_env(launch: &Launch) -> Vec<(String, String)> {
 
 /// Starts the task; returns its process id and a handle to stop it. Everything the task does from
 /// now on (output, metrics, checkpoints, its exit) arrives on `events`.
+/// Why a task could not start: the job's fault (its spec), or this node's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartError {
+    User(String),
+    Node(String),
+}
+
 pub async fn start(
     launch: Launch,
     events: mpsc::Sender<pb::ExecutorMessage>,
-) -> Result<(u32, StopHandle), String> {
+) -> Result<(u32, StopHandle), StartError> {
     let workdir = {
         let dir = Path::new(&launch.spec.workdir);
         if dir.is_absolute() {
@@ -124,23 +131,23 @@ pub async fn start(
         }
     };
     if !workdir.is_dir() {
-        return Err(format!(
+        return Err(StartError::User(format!(
             "working directory {} does not exist",
             workdir.display()
-        ));
+        )));
     }
     if launch.spec.argv.is_empty() {
-        return Err("command.argv is empty".to_owned());
+        return Err(StartError::User("command.argv is empty".to_owned()));
     }
     std::fs::create_dir_all(&launch.task_dir)
         .and_then(|()| std::fs::create_dir_all(&launch.spec.checkpoint_dir))
-        .map_err(|err| format!("cannot create the task's directories: {err}"))?;
+        .map_err(|err| StartError::Node(format!("cannot create the task's directories: {err}")))?;
     let status_file = launch.task_dir.join("exit-status.json");
     let _ = std::fs::remove_file(&status_file);
     let (shim_program, shim_args) = launch
         .shim
         .split_first()
-        .ok_or_else(|| "no task shim configured".to_owned())?;
+        .ok_or_else(|| StartError::Node("no task shim configured".to_owned()))?;
     let mut command = tokio::process::Command::new(shim_program);
     command
         .args(shim_args)
@@ -155,9 +162,9 @@ pub async fn start(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    let mut child = command
-        .spawn()
-        .map_err(|err| format!("cannot start the task shim {shim_program}: {err}"))?;
+    let mut child = command.spawn().map_err(|err| {
+        StartError::Node(format!("cannot start the task shim {shim_program}: {err}"))
+    })?;
     let pid = child.id().unwrap_or(0);
     let pgid = Pid::from_raw(pid as i32);
     let (stop_tx, stop_rx) = oneshot::channel();
@@ -208,8 +215,15 @@ pub async fn start(
         // Whatever is left of the group (a background child of the command) goes too.
         let _ = killpg(pgid, Signal::SIGKILL);
         drop(stdin);
+        // A process that left the group may still hold the pipes: stop reading after a while.
         for reader in [stdout, stderr].into_iter().flatten() {
-            let _ = reader.await;
+            let abort = reader.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(5), reader)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
         }
         let status: Option<ShimStatus> = std::fs::read(&status_file)
             .ok()
@@ -365,6 +379,7 @@ impl Output {
             raw.pop();
         }
         raw.truncate(MAX_LINE_BYTES);
+        raw.retain(|b| *b != 0);
         let line = String::from_utf8_lossy(raw).into_owned();
         raw.clear();
         if let Ok(mut tail) = self.tail.lock() {
@@ -392,7 +407,13 @@ impl Output {
                 ContractLine::Checkpoint { step, path } => {
                     // Lines written before the announcement are recorded before it.
                     self.flush().await;
-                    match checkpoint_record(&self.key, &dir, step, &path) {
+                    let key = self.key.clone();
+                    let record = tokio::task::spawn_blocking(move || {
+                        checkpoint_record(&key, &dir, step, &path)
+                    })
+                    .await
+                    .unwrap_or_else(|_| Err("the check of the checkpoint failed".to_owned()));
+                    match record {
                         Ok(record) => {
                             let _ = self.events.send(message(Body::Checkpoint(record))).await;
                         }
@@ -424,7 +445,7 @@ async fn read_output(
     events: mpsc::Sender<pb::ExecutorMessage>,
     tail: Arc<Mutex<VecDeque<String>>>,
 ) {
-    let mut reader = BufReader::new(output);
+    let mut reader = output;
     let mut out = Output {
         stream,
         key,
@@ -433,19 +454,35 @@ async fn read_output(
         tail,
         batch: Vec::new(),
     };
-    let mut raw = Vec::new();
+    // Lines end at `\n` or `\r` (progress bars); a line is cut at MAX_LINE_BYTES and the rest of it
+    // dropped, so memory stays bounded whatever the task writes.
+    let mut chunk = vec![0u8; 8192];
+    let mut line = Vec::with_capacity(256);
+    let mut previous = 0u8;
     loop {
-        // `read_until` is cancel-safe: on a timeout the partial line stays in `raw`.
-        match tokio::time::timeout(LOG_FLUSH, reader.read_until(b'\n', &mut raw)).await {
-            Err(_) => out.flush().await,
-            Ok(Ok(0)) | Ok(Err(_)) => {
-                if !raw.is_empty() {
-                    out.line(&mut raw).await;
-                }
-                break;
+        // `read` is cancel-safe: a timeout loses nothing.
+        let n = match tokio::time::timeout(LOG_FLUSH, reader.read(&mut chunk)).await {
+            Err(_) => {
+                out.flush().await;
+                continue;
             }
-            Ok(Ok(_)) => out.line(&mut raw).await,
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => n,
+        };
+        for &byte in &chunk[..n] {
+            let crlf = byte == b'\n' && previous == b'\r';
+            previous = byte;
+            if byte == b'\n' || byte == b'\r' {
+                if !line.is_empty() || (byte == b'\n' && !crlf) {
+                    out.line(&mut line).await;
+                }
+            } else if line.len() < MAX_LINE_BYTES {
+                line.push(byte);
+            }
         }
+    }
+    if !line.is_empty() {
+        out.line(&mut line).await;
     }
     out.flush().await;
 }

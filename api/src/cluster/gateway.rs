@@ -5,6 +5,9 @@
 
 use super::Runtime;
 use super::hub::COMMAND_QUEUE;
+
+/// Reports read from one executor and not yet applied, at most.
+const REPORT_QUEUE: usize = 4096;
 use super::reports::from_pb_key;
 use crate::store::{Gpu, NodeRegistration, Scope, StoreResult, Task, TaskChange, TaskState};
 use chrono::Utc;
@@ -48,7 +51,45 @@ fn validate_registration(register: &pb::Register) -> Result<(), Status> {
     if register.gpus.len() > 64 {
         return Err(Status::invalid_argument("gpus: at most 64 per node"));
     }
+    if register.cpus > 1 << 16 || register.memory_gb > 1 << 20 {
+        return Err(Status::invalid_argument(
+            "cpus and memory_gb: at most 65536 CPUs and 1048576 GB",
+        ));
+    }
+    if register
+        .gpus
+        .iter()
+        .any(|g| !(0.0..=1e6).contains(&g.memory_gb))
+    {
+        return Err(Status::invalid_argument(
+            "gpus.memory_gb: between 0 and 1e6",
+        ));
+    }
     Ok(())
+}
+
+/// Checks the executor's token when the server requires one.
+fn authenticate(
+    expected: Option<&str>,
+    metadata: &tonic::metadata::MetadataMap,
+) -> Result<(), Status> {
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    let given = metadata
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    // Compared as digests, so the time taken says nothing about the secret.
+    use sha2::{Digest, Sha256};
+    if Sha256::digest(given.as_bytes()) == Sha256::digest(expected.as_bytes()) {
+        Ok(())
+    } else {
+        Err(Status::unauthenticated(
+            "this gateway needs the executor token (--token or DROVER_EXECUTOR_TOKEN)",
+        ))
+    }
 }
 
 #[tonic::async_trait]
@@ -59,6 +100,10 @@ impl ExecutorGateway for GatewayService {
         &self,
         request: Request<Streaming<pb::ExecutorMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
+        authenticate(
+            self.runtime.config.executor_token.as_deref(),
+            request.metadata(),
+        )?;
         let mut inbound = request.into_inner();
         let first = inbound
             .message()
@@ -115,6 +160,17 @@ impl ExecutorGateway for GatewayService {
             .first()
             .map(|g| g.model.clone())
             .unwrap_or_else(|| "cpu".to_owned());
+        // What the executor still runs is settled before the scheduling loop can send it anything.
+        let corrections = runtime.resync(&name, &register.tasks).await.map_err(|err| {
+            tracing::error!(node.name = name, error = %err, "cannot resynchronise an executor's tasks");
+            Status::unavailable("the server cannot resynchronise this executor; retry")
+        })?;
+        for correction in corrections {
+            commands
+                .send(Ok(correction))
+                .await
+                .map_err(|_| Status::cancelled("the executor went away"))?;
+        }
         let session = runtime.hub.connect(&name, commands, gpu_model);
         tracing::info!(
             node.name = name,
@@ -123,10 +179,12 @@ impl ExecutorGateway for GatewayService {
             tasks = register.tasks.len(),
             "executor registered"
         );
-        if let Err(err) = runtime.resync(&name, &register.tasks).await {
-            tracing::error!(node.name = name, error = %err, "cannot resynchronise an executor's tasks");
-        }
+        // Reading (and so liveness) does not wait for the store: reports queue for the applier.
+        let (reports, mut pending_reports) = mpsc::channel::<Body>(REPORT_QUEUE);
+        let reader_runtime = runtime.clone();
+        let reader_name = name.clone();
         tokio::spawn(async move {
+            let (runtime, name) = (reader_runtime, reader_name);
             loop {
                 match inbound.message().await {
                     Ok(Some(message)) => {
@@ -134,15 +192,14 @@ impl ExecutorGateway for GatewayService {
                             break;
                         }
                         runtime.hub.touch(&name, session);
-                        if let Some(Body::Heartbeat(heartbeat)) = &message.body {
+                        let Some(body) = message.body else { continue };
+                        if let Body::Heartbeat(heartbeat) = &body {
                             runtime
                                 .hub
                                 .set_usage(&name, session, heartbeat.gpus.clone());
                         }
-                        if let Some(body) = message.body
-                            && let Err(err) = runtime.handle_report(&name, body).await
-                        {
-                            tracing::error!(node.name = name, error = %err, "cannot apply an executor's report");
+                        if reports.send(body).await.is_err() {
+                            break;
                         }
                     }
                     Ok(None) => break,
@@ -156,14 +213,27 @@ impl ExecutorGateway for GatewayService {
             tracing::info!(node.name = name, "executor disconnected");
             runtime.hub.wake.notify_one();
         });
+        tokio::spawn(async move {
+            while let Some(body) = pending_reports.recv().await {
+                if let Err(err) = runtime.handle_report(&name, body).await {
+                    tracing::error!(node.name = name, error = %err, "cannot apply an executor's report");
+                }
+            }
+        });
         self.runtime.hub.wake.notify_one();
         Ok(Response::new(ReceiverStream::new(receiver)))
     }
 }
 
 impl Runtime {
-    /// Compares what a (re)registering executor runs with what it should run.
-    async fn resync(&self, node: &str, reported: &[pb::TaskStatus]) -> StoreResult<()> {
+    /// Compares what a (re)registering executor runs with what it should run; returns the commands
+    /// that stop what must not run.
+    async fn resync(
+        &self,
+        node: &str,
+        reported: &[pb::TaskStatus],
+    ) -> StoreResult<Vec<pb::ServerMessage>> {
+        let mut corrections = Vec::new();
         let live: Vec<Task> = self
             .store
             .live_tasks()
@@ -194,11 +264,10 @@ impl Runtime {
                 }
                 None => {
                     tracing::warn!(task = %key, node.name = node, "executor runs a task that is not current; stopping it");
-                    self.refuse_task(
-                        node,
+                    corrections.extend(super::reports::refusal(
                         key,
                         "this task is not part of the job's current generation",
-                    );
+                    ));
                 }
             }
         }
@@ -230,7 +299,7 @@ impl Runtime {
             )
             .await?;
         }
-        Ok(())
+        Ok(corrections)
     }
 
     /// Sends every job that lost tasks of its current generation back to `queued`.

@@ -38,6 +38,8 @@ pub struct ClusterConfig {
     pub stop_grace: Duration,
     /// Checkpoint storage: a directory every executor can reach (absolute).
     pub checkpoint_root: PathBuf,
+    /// The token executors must present; `None` lets any executor in (a warning at start-up).
+    pub executor_token: Option<String>,
 }
 
 impl ClusterConfig {
@@ -49,6 +51,7 @@ impl ClusterConfig {
             heartbeat_interval: Duration::from_secs(2),
             stop_grace: Duration::from_secs(30),
             checkpoint_root,
+            executor_token: None,
         }
     }
 }

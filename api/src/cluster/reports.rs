@@ -14,6 +14,46 @@ use drover_proto as pb;
 use pb::executor_message::Body;
 use pb::task_update::Event;
 
+/// A task exit as the executor reported it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Exit<'a> {
+    pub key: TaskKey,
+    pub spawn_failed: bool,
+    pub last_lines: &'a [String],
+}
+
+fn task_name(key: &TaskKey) -> String {
+    format!("{}-{}", key.role.as_str(), key.index)
+}
+
+/// Text from a task, made storable: Postgres refuses NUL bytes in text.
+pub(super) fn clean(text: &str) -> String {
+    if text.contains('\0') {
+        text.replace('\0', "\u{FFFD}")
+    } else {
+        text.to_owned()
+    }
+}
+
+/// What a task that must not report or run is told: its report is refused, and it stops at once.
+pub(super) fn refusal(key: TaskKey, reason: &str) -> [pb::ServerMessage; 2] {
+    [
+        pb::ServerMessage {
+            body: Some(pb::server_message::Body::Refused(pb::Refused {
+                task: Some(to_pb_key(&key)),
+                reason: reason.to_owned(),
+            })),
+        },
+        pb::ServerMessage {
+            body: Some(pb::server_message::Body::Stop(pb::StopTask {
+                task: Some(to_pb_key(&key)),
+                grace_ms: 0,
+                reason: reason.to_owned(),
+            })),
+        },
+    ]
+}
+
 /// Parses a task key off the wire; `None` (logged) when malformed.
 pub(super) fn from_pb_key(key: Option<&pb::TaskKey>) -> Option<TaskKey> {
     let key = key?;
@@ -42,7 +82,7 @@ impl Runtime {
                 );
                 Ok(())
             }
-            Body::Heartbeat(_) => Ok(()),
+            Body::Heartbeat(heartbeat) => self.on_heartbeat(node, &heartbeat.tasks).await,
             Body::TaskUpdate(update) => {
                 let Some(key) = from_pb_key(update.task.as_ref()) else {
                     return Ok(());
@@ -70,6 +110,9 @@ impl Runtime {
                 let Some(key) = from_pb_key(logs.task.as_ref()) else {
                     return Ok(());
                 };
+                if self.owned(node, key).await?.is_none() {
+                    return Ok(());
+                }
                 let lines: Vec<NewLogLine> = logs
                     .lines
                     .into_iter()
@@ -80,7 +123,7 @@ impl Runtime {
                             "stdout"
                         }
                         .to_owned(),
-                        line: l.line,
+                        line: clean(&l.line),
                         logged_at: time_of(l.time_ms),
                     })
                     .collect();
@@ -114,25 +157,54 @@ impl Runtime {
     }
 
     pub(super) fn refuse_task(&self, node: &str, key: TaskKey, reason: &str) {
-        self.hub.send(
-            node,
-            pb::ServerMessage {
-                body: Some(pb::server_message::Body::Refused(pb::Refused {
-                    task: Some(to_pb_key(&key)),
-                    reason: reason.to_owned(),
-                })),
-            },
-        );
-        self.hub.send(
-            node,
-            pb::ServerMessage {
-                body: Some(pb::server_message::Body::Stop(pb::StopTask {
-                    task: Some(to_pb_key(&key)),
-                    grace_ms: 0,
-                    reason: reason.to_owned(),
-                })),
-            },
-        );
+        for message in refusal(key, reason) {
+            self.hub.send(node, message);
+        }
+    }
+
+    /// The task row, if the task runs on this node (any generation); refuses the report otherwise, so
+    /// no executor can report for another node's tasks.
+    async fn owned(&self, node: &str, key: TaskKey) -> StoreResult<Option<Task>> {
+        let tasks = self
+            .store
+            .generation_tasks(key.job_id, key.generation)
+            .await?;
+        match tasks.into_iter().find(|t| t.key == key) {
+            Some(task) if task.node_name == node => Ok(Some(task)),
+            _ => {
+                tracing::warn!(task = %key, node.name = node, "refused a report for a task this node does not run");
+                self.refuse_task(node, key, "this node does not run this task");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Stops tasks an executor runs that the store does not expect there (a lost stop command, a
+    /// task from before a server restart).
+    async fn on_heartbeat(&self, node: &str, reported: &[pb::TaskStatus]) -> StoreResult<()> {
+        if reported.is_empty() {
+            return Ok(());
+        }
+        let live: std::collections::HashSet<TaskKey> = self
+            .store
+            .live_tasks()
+            .await?
+            .into_iter()
+            .filter(|t| t.node_name == node)
+            .map(|t| t.key)
+            .collect();
+        for status in reported {
+            if status.phase == pb::TaskPhase::Exited as i32 {
+                continue;
+            }
+            if let Some(key) = from_pb_key(status.task.as_ref())
+                && !live.contains(&key)
+            {
+                tracing::warn!(task = %key, node.name = node, "executor runs a task that is not expected there; stopping it");
+                self.refuse_task(node, key, "this task is not expected on this node");
+            }
+        }
+        Ok(())
     }
 
     /// The task row, if it belongs to the job's current generation on this node; refuses it otherwise.
@@ -214,6 +286,9 @@ impl Runtime {
     }
 
     async fn on_exited(&self, node: &str, key: TaskKey, exited: pb::Exited) -> StoreResult<()> {
+        if self.owned(node, key).await?.is_none() {
+            return Ok(());
+        }
         // Exits are recorded for any generation: they release the task's resources.
         self.store
             .update_task(
@@ -222,7 +297,7 @@ impl Runtime {
                     state: Some(TaskState::Exited),
                     exit_code: exited.exit_code,
                     exit_signal: exited.signal,
-                    message: Some(exited.message.clone()),
+                    message: Some(clean(&exited.message)),
                     ..TaskChange::default()
                 },
             )
@@ -242,81 +317,130 @@ impl Runtime {
             .store
             .generation_tasks(key.job_id, key.generation)
             .await?;
-        if tasks.iter().any(|t| t.stop_requested) {
+        let exit = Exit {
+            key,
+            spawn_failed: exited.spawn_failed,
+            last_lines: &exited.last_lines,
+        };
+        self.settle(&job, &tasks, Some(exit)).await
+    }
+
+    /// Decides what a job's task exits mean for the job: success once every worker exited 0, a
+    /// restart from the last checkpoint (or failure when restarts are exhausted) when one failed, back
+    /// to the queue when one was lost. `exit` is the exit just reported, if any; the scheduling loop
+    /// also calls this for running jobs whose tasks have all ended, so an outcome whose recording
+    /// failed once is decided again.
+    pub(super) async fn settle(
+        &self,
+        job: &crate::store::Job,
+        tasks: &[Task],
+        exit: Option<Exit<'_>>,
+    ) -> StoreResult<()> {
+        if tasks.is_empty() || tasks.iter().any(|t| t.stop_requested) {
             return Ok(());
         }
-        let task_name = format!("{}-{}", key.role.as_str(), key.index);
-        let (change, count_restart) = if exited.spawn_failed {
-            let change = StateChange {
-                to: JobState::Failed,
-                reason: ReasonCode::UserError,
-                message: format!("{task_name} could not start: {}", exited.message),
-                actor: None,
-            };
-            (change, false)
-        } else if exited.exit_code == Some(0) {
-            let workers_done = tasks
+        let failed = |t: &&Task| {
+            t.state == TaskState::Lost || (t.state == TaskState::Exited && t.exit_code != Some(0))
+        };
+        // The task whose exit decides: the one just reported if it failed, else any failed one.
+        let culprit = match &exit {
+            Some(exit) => tasks
                 .iter()
-                .filter(|t| t.key.role == TaskRole::Worker)
-                .all(|t| t.state == TaskState::Exited && t.exit_code == Some(0));
-            if key.role != TaskRole::Worker || !workers_done {
-                tracing::info!(task = %key, "task finished; waiting for the others");
-                return Ok(());
-            }
-            if job.state == JobState::Starting {
-                self.transition(
-                    &job,
-                    JobState::Running,
-                    ReasonCode::RendezvousComplete,
-                    "all tasks ran".to_owned(),
-                    false,
-                )
-                .await?;
-            }
-            let change = StateChange {
-                to: JobState::Succeeded,
-                reason: ReasonCode::Completed,
-                message: format!(
-                    "all {} workers exited with status 0",
-                    tasks
-                        .iter()
-                        .filter(|t| t.key.role == TaskRole::Worker)
-                        .count()
-                ),
-                actor: None,
-            };
-            (change, false)
-        } else {
-            let max_restarts =
-                super::parse_spec(job.document.as_ref()).map_or(0, |s| s.spec.max_restarts);
-            let tail = if exited.last_lines.is_empty() {
-                String::new()
-            } else {
-                format!("; last lines:\n{}", exited.last_lines.join("\n"))
-            };
-            if job.restarts < max_restarts {
+                .find(|t| t.key == exit.key)
+                .filter(|t| failed(t)),
+            None => None,
+        }
+        .or_else(|| tasks.iter().find(failed));
+        let workers = tasks
+            .iter()
+            .filter(|t| t.key.role == TaskRole::Worker)
+            .count();
+        let (change, count_restart) = match culprit {
+            None => {
+                let workers_done = tasks
+                    .iter()
+                    .filter(|t| t.key.role == TaskRole::Worker)
+                    .all(|t| t.state == TaskState::Exited && t.exit_code == Some(0));
+                if !workers_done {
+                    return Ok(());
+                }
+                if job.state == JobState::Starting {
+                    self.transition(
+                        job,
+                        JobState::Running,
+                        ReasonCode::RendezvousComplete,
+                        "all tasks ran".to_owned(),
+                        false,
+                    )
+                    .await?;
+                }
                 let change = StateChange {
-                    to: JobState::Queued,
-                    reason: ReasonCode::TaskFailed,
-                    message: format!(
-                        "{task_name} on {node} {}; restart {} of {max_restarts} from the last checkpoint{tail}",
-                        exited.message,
-                        job.restarts + 1
-                    ),
+                    to: JobState::Succeeded,
+                    reason: ReasonCode::Completed,
+                    message: format!("all {workers} workers exited with status 0"),
                     actor: None,
                 };
-                (change, true)
-            } else {
+                (change, false)
+            }
+            Some(task) if task.state == TaskState::Lost => {
                 let change = StateChange {
-                    to: JobState::Failed,
-                    reason: ReasonCode::RestartsExhausted,
+                    to: JobState::Queued,
+                    reason: ReasonCode::ExecutorLost,
                     message: format!(
-                        "{task_name} on {node} {} after {max_restarts} restarts{tail}",
-                        exited.message
+                        "{} lost with its executor on {}",
+                        task_name(&task.key),
+                        task.node_name
                     ),
                     actor: None,
                 };
                 (change, false)
+            }
+            Some(task) => {
+                let name = task_name(&task.key);
+                let this_exit = exit.as_ref().filter(|e| e.key == task.key);
+                if this_exit.is_some_and(|e| e.spawn_failed) {
+                    let change = StateChange {
+                        to: JobState::Failed,
+                        reason: ReasonCode::UserError,
+                        message: format!("{name} could not start: {}", task.message),
+                        actor: None,
+                    };
+                    (change, false)
+                } else {
+                    let max_restarts =
+                        super::parse_spec(job.document.as_ref()).map_or(0, |s| s.spec.max_restarts);
+                    let tail = match this_exit {
+                        Some(e) if !e.last_lines.is_empty() => {
+                            format!("; last lines:\n{}", clean(&e.last_lines.join("\n")))
+                        }
+                        _ => String::new(),
+                    };
+                    let node = &task.node_name;
+                    if job.restarts < max_restarts {
+                        let change = StateChange {
+                            to: JobState::Queued,
+                            reason: ReasonCode::TaskFailed,
+                            message: format!(
+                                "{name} on {node} {}; restart {} of {max_restarts} from the last checkpoint{tail}",
+                                task.message,
+                                job.restarts + 1
+                            ),
+                            actor: None,
+                        };
+                        (change, true)
+                    } else {
+                        let change = StateChange {
+                            to: JobState::Failed,
+                            reason: ReasonCode::RestartsExhausted,
+                            message: format!(
+                                "{name} on {node} {} after {max_restarts} restarts{tail}",
+                                task.message
+                            ),
+                            actor: None,
+                        };
+                        (change, false)
+                    }
+                }
             }
         };
         let to = change.to;
@@ -325,10 +449,11 @@ impl Runtime {
             .transition_job_in_generation(job.id, job.generation, &change, count_restart)
             .await?
         {
-            tracing::info!(job.id = %job.id, state = to.as_str(), reason = change.reason.as_str(), "job changed after a task exited");
+            tracing::info!(job.id = %job.id, state = to.as_str(), reason = change.reason.as_str(), "job changed after its tasks exited");
             let live: Vec<Task> = tasks
-                .into_iter()
-                .filter(|t| !t.state.is_final() && t.key != key)
+                .iter()
+                .filter(|t| !t.state.is_final())
+                .cloned()
                 .collect();
             self.reconcile_job(&job, &live).await?;
         }
@@ -359,6 +484,10 @@ impl Runtime {
             .store
             .generation_tasks(key.job_id, key.generation)
             .await?;
+        if !tasks.iter().any(|t| t.key == key && t.node_name == node) {
+            self.refuse_task(node, key, "this node does not run this task");
+            return Ok(());
+        }
         let num_workers = tasks
             .iter()
             .filter(|t| t.key.role == TaskRole::Worker)
@@ -390,6 +519,9 @@ impl Runtime {
         key: TaskKey,
         checkpoint: pb::Checkpoint,
     ) -> StoreResult<()> {
+        if self.owned(node, key).await?.is_none() {
+            return Ok(());
+        }
         let expected = self.checkpoint_dir(key.job_id, key.generation);
         let path = std::path::Path::new(&checkpoint.path);
         if !path.starts_with(&expected)

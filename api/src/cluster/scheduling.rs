@@ -162,8 +162,21 @@ async fn reconcile_all(runtime: &Runtime) -> StoreResult<()> {
         };
         runtime.reconcile_job(&job, tasks).await?;
     }
-    for job in jobs.values().filter(|j| j.state == JobState::Starting) {
-        runtime.reconcile_job(job, &[]).await?;
+    // Active jobs with no live task left: their outcome was not recorded (a failed write, a crash
+    // between a task's exit and the job's transition). Decide it now.
+    for job in jobs
+        .values()
+        .filter(|j| super::dispatch::is_active(j.state))
+    {
+        let tasks = runtime
+            .store
+            .generation_tasks(job.id, job.generation)
+            .await?;
+        if tasks.iter().all(|t| t.state.is_final()) {
+            runtime.settle(job, &tasks, None).await?;
+        } else if job.state == JobState::Starting {
+            runtime.reconcile_job(job, &[]).await?;
+        }
     }
     Ok(())
 }

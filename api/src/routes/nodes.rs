@@ -6,7 +6,7 @@ use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::PathParam;
 use crate::run_views::TaskView;
 use crate::state::AppState;
-use crate::store::Node;
+use crate::store::{Node, Task};
 use crate::views::{GpuUsageView, ListMeta, NodeEnvelope, NodeList, NodeView};
 use axum::Json;
 use axum::extract::State;
@@ -19,13 +19,14 @@ use axum::extract::State;
 )]
 pub async fn list(
     State(state): State<AppState>,
-    _principal: Principal,
+    principal: Principal,
 ) -> ApiResult<Json<NodeList>> {
     let nodes = state.store.list_nodes().await?;
-    let mut views = Vec::with_capacity(nodes.len());
-    for node in nodes {
-        views.push(node_view(&state, node).await?);
-    }
+    let tasks = visible_tasks(&state, &principal).await?;
+    let views = nodes
+        .into_iter()
+        .map(|node| node_view(&state, node, &tasks))
+        .collect();
     Ok(Json(NodeList {
         nodes: views,
         meta: ListMeta { next_cursor: None },
@@ -33,12 +34,36 @@ pub async fn list(
 }
 
 /// The node with its live tasks; `healthy` is shown only while its executor is connected.
-async fn node_view(state: &AppState, node: Node) -> ApiResult<NodeView> {
+/// Live tasks the caller may see: all of them for cluster administrators, their tenant's otherwise.
+async fn visible_tasks(state: &AppState, principal: &Principal) -> ApiResult<Vec<Task>> {
+    let tasks = state.store.live_tasks().await?;
+    if principal.user.cluster_admin {
+        return Ok(tasks);
+    }
+    let mut visible = std::collections::HashMap::new();
+    let mut shown = Vec::new();
+    for task in tasks {
+        let job = task.key.job_id;
+        let allowed = match visible.get(&job) {
+            Some(allowed) => *allowed,
+            None => {
+                let allowed = state.store.get_job(principal.scope(), job).await.is_ok();
+                visible.insert(job, allowed);
+                allowed
+            }
+        };
+        if allowed {
+            shown.push(task);
+        }
+    }
+    Ok(shown)
+}
+
+fn node_view(state: &AppState, node: Node, tasks: &[Task]) -> NodeView {
     let connected = state
         .runtime
         .as_ref()
         .is_some_and(|r| r.hub.connected().contains_key(&node.name));
-    let tasks = state.store.live_tasks().await?;
     let mut view = NodeView::from(node);
     if state.runtime.is_some() && !connected && view.health == "healthy" {
         view.health = "disconnected".to_owned();
@@ -56,11 +81,12 @@ async fn node_view(state: &AppState, node: Node) -> ApiResult<NodeView> {
             .collect();
     }
     view.tasks = tasks
-        .into_iter()
+        .iter()
         .filter(|t| t.node_name == view.name)
+        .cloned()
         .map(TaskView::from)
         .collect();
-    Ok(view)
+    view
 }
 
 async fn set_cordon(
@@ -79,7 +105,7 @@ async fn set_cordon(
     tracing::info!(node.name = name, cordoned, draining, user.id = %principal.user.id, "node schedulability changed");
     state.wake_scheduler();
     Ok(Json(NodeEnvelope {
-        node: node_view(state, node).await?,
+        node: node_view(state, node, &visible_tasks(state, principal).await?),
     }))
 }
 
@@ -138,7 +164,7 @@ pub async fn drain(
 )]
 pub async fn get(
     State(state): State<AppState>,
-    _principal: Principal,
+    principal: Principal,
     PathParam(name): PathParam,
 ) -> ApiResult<Json<NodeEnvelope>> {
     let node = state
@@ -147,6 +173,6 @@ pub async fn get(
         .await
         .map_err(|err| ApiError::from_store(err, || format!("no node `{name}`")))?;
     Ok(Json(NodeEnvelope {
-        node: node_view(&state, node).await?,
+        node: node_view(&state, node, &visible_tasks(&state, &principal).await?),
     }))
 }

@@ -41,10 +41,17 @@ fn parse_step(query: &QueryPairs, field: &'static str) -> ApiResult<Option<u64>>
         .get(field)
         .map(|raw| {
             raw.parse::<u64>()
-                .map_err(|_| ApiError::bad_request(field, "expected a non-negative step number"))
+                .ok()
+                .filter(|step| i64::try_from(*step).is_ok())
+                .ok_or_else(|| {
+                    ApiError::bad_request(field, "expected a step number from 0 to 2^63 - 1")
+                })
         })
         .transpose()
 }
+
+/// Metric names asked for at once, at most.
+const MAX_NAMES: usize = 32;
 
 /// Every task of every generation of the job, oldest generation first.
 #[utoipa::path(
@@ -93,8 +100,15 @@ pub async fn metrics(
     query.only(&["name", "from_step", "to_step", "limit", "cursor"])?;
     let job_id = parse_job_id(&id)?;
     let limit = query.limit(1000, MAX_PAGE)?;
+    let names: Vec<String> = query.all("name").map(str::to_owned).collect();
+    if names.len() > MAX_NAMES {
+        return Err(ApiError::bad_request(
+            "name",
+            format!("at most {MAX_NAMES} metric names at once"),
+        ));
+    }
     let filter = MetricFilter {
-        names: query.all("name").map(str::to_owned).collect(),
+        names,
         from_step: parse_step(&query, "from_step")?,
         to_step: parse_step(&query, "to_step")?,
         after: parse_cursor(query.get("cursor"))?,
@@ -187,8 +201,11 @@ pub async fn download(
     let resolved = tokio::fs::canonicalize(&path).await.map_err(|_| {
         ApiError::not_found(format!("checkpoint `{checkpoint}` is no longer in storage"))
     })?;
+    // Only inside this job's own directory of the storage: a symlink a task planted cannot lead the
+    // download to another job's checkpoints or to any other file of the server.
     let root = tokio::fs::canonicalize(&root).await.unwrap_or(root);
-    if !resolved.starts_with(&root) {
+    let job_root = root.join(job_id.0.to_string());
+    if !resolved.starts_with(&job_root) || resolved == job_root {
         return Err(ApiError::not_found(format!(
             "checkpoint `{checkpoint}` is outside the checkpoint storage"
         )));
@@ -236,6 +253,8 @@ fn tar_directory(dir: &std::path::Path) -> std::io::Result<std::fs::File> {
     use std::io::{Seek, SeekFrom};
     let file = tempfile::tempfile()?;
     let mut builder = tar::Builder::new(file);
+    // Symlinks go in as symlinks: never the files they point at.
+    builder.follow_symlinks(false);
     let name = dir
         .file_name()
         .map(std::path::PathBuf::from)

@@ -277,6 +277,7 @@ pub trait ExecStore: Send + Sync {
         change: &StateChange,
         count_restart: bool,
     ) -> StoreResult<Option<Job>>;
+    /// Changes a task that has not ended; a task that exited or was lost is never changed again.
     async fn update_task(&self, key: &TaskKey, change: &TaskChange) -> StoreResult<()>;
     /// Marks every live task on the node `lost`; returns them.
     async fn lose_node_tasks(&self, node: &str) -> StoreResult<Vec<Task>>;

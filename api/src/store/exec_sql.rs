@@ -246,7 +246,8 @@ macro_rules! impl_exec_store {
                     "UPDATE tasks SET state = COALESCE($5, state), address = COALESCE($6, address), \
                      exit_code = COALESCE($7, exit_code), exit_signal = COALESCE($8, exit_signal), \
                      message = COALESCE($9, message), stop_requested = COALESCE($10, stop_requested), \
-                     updated_at = $11 WHERE job_id = $1 AND generation = $2 AND role = $3 AND idx = $4",
+                     updated_at = $11 WHERE job_id = $1 AND generation = $2 AND role = $3 AND idx = $4 \
+                     AND state NOT IN ('exited', 'lost')",
                 )
                 .bind(key.job_id.0)
                 .bind(i64_of(key.generation, "generation")?)
