@@ -768,3 +768,105 @@ async fn a_restarted_server_adopts_running_tasks_without_duplicates() {
     assert_eq!(downloaded.as_ref(), on_disk.as_slice());
     assert_eq!(last["size_bytes"].as_u64().unwrap(), on_disk.len() as u64);
 }
+
+/// Files of a checkpoint directory, by name.
+fn checkpoint_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_train_job_resumes_exactly_after_its_executor_is_killed() {
+    let mut cluster = Cluster::start().await;
+    let spec = json!({
+        "apiVersion": "drover.dev/v1",
+        "kind": "DroverJob",
+        "metadata": {"name": "digits-train-kill"},
+        "spec": {
+            "type": "train",
+            "train": {
+                "model": {"type": "mlp", "hidden": [256, 128], "dropout": 0.1},
+                "dataset": {"type": "digits"},
+                "optimizer": {"type": "adamw", "lr": 0.001, "weight_decay": 0.01},
+                "lr_schedule": {"warmup_steps": 100, "decay": "cosine"},
+                "batch_size": 256, "max_steps": 4000, "eval_every": 500, "seed": 3
+            },
+            "resources": {"workers": {"min": 1, "max": 1}, "ps": {"min": 0, "max": 0},
+                          "gpus_per_worker": 1, "cpus_per_worker": 1},
+            "checkpoint": {"every_steps": 200, "keep_last": 2, "keep_best": 1},
+            "max_restarts": 2
+        }
+    });
+    let created = cluster.post("/api/v1/jobs", spec.clone()).await;
+    let id = created["job"]["id"].as_str().unwrap().to_owned();
+    let node = cluster.wait_for_checkpoint(&id, 400).await;
+
+    let position = cluster
+        .executors
+        .iter()
+        .position(|(name, _)| *name == node)
+        .unwrap();
+    let (_, mut victim) = cluster.executors.remove(position);
+    victim.child.kill().unwrap();
+    victim.child.wait().unwrap();
+    let victim_dir = cluster.executor_dir(&node);
+    cluster
+        .wait_until(
+            "the engine to die with its executor",
+            Duration::from_secs(5),
+            async |_| processes_under(&victim_dir).is_empty().then_some(()),
+        )
+        .await;
+    let done = cluster
+        .wait_for_state(&id, "succeeded", Duration::from_secs(180))
+        .await;
+    assert_eq!(done["generation"], 2);
+    let logs = cluster.logs(&id).await;
+    let resumed = resumed_step(&logs, 2).expect("the engine resumed from a checkpoint");
+    assert!(resumed >= 400 && resumed % 200 == 0, "resumed at {resumed}");
+    let accuracy = cluster
+        .get(&format!(
+            "/api/v1/jobs/{id}/metrics?name=val_accuracy&from_step=4000"
+        ))
+        .await;
+    let accuracy = accuracy["metrics"][0]["value"].as_f64().unwrap();
+    assert!(accuracy >= 0.95, "test accuracy {accuracy}");
+
+    // Bit-identical to a run that was never interrupted: the same spec trained here, in one go.
+    let reference_dir = cluster.dir.path().join("reference");
+    let spec_file = cluster.dir.path().join("spec.json");
+    std::fs::write(&spec_file, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let output = Command::new(DROVER)
+        .args([
+            "train",
+            spec_file.to_str().unwrap(),
+            "--checkpoint-dir",
+            reference_dir.to_str().unwrap(),
+        ])
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let last = cluster.checkpoints(&id).await.last().unwrap().clone();
+    assert_eq!(last["step"], 4000);
+    let resumed_files = checkpoint_files(Path::new(last["path"].as_str().unwrap()));
+    let reference_files = checkpoint_files(&reference_dir.join("step-00004000"));
+    for file in ["model.safetensors", "optimizer.safetensors"] {
+        assert!(
+            resumed_files[file] == reference_files[file],
+            "{file} differs from the uninterrupted run"
+        );
+    }
+}

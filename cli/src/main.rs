@@ -8,6 +8,7 @@ mod output;
 mod runs;
 mod serve;
 mod sim;
+mod train;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -102,6 +103,11 @@ enum Command {
     Node(node::NodeCommand),
     /// Run an executor: the node agent that runs tasks on this host's GPUs.
     Executor(node::ExecutorArgs),
+    /// Train a `train` job's spec here, with Drover's engine (no server needed).
+    Train(train::TrainArgs),
+    /// Internal: the training engine as an executor runs it for a task of a `train` job.
+    #[command(hide = true)]
+    TrainTask(train::TrainTaskArgs),
     /// Internal: the process every task starts under (kills the task if the executor dies).
     #[command(hide = true)]
     TaskShim(node::ShimArgs),
@@ -154,6 +160,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Node(cmd) => node::node(&global, cmd).await,
         Command::Executor(args) => node::executor(args).await,
         Command::TaskShim(args) => node::task_shim(args).await,
+        Command::Train(args) => train::train(args).await,
+        Command::TrainTask(args) => train::train_task(args).await,
         Command::Whoami => admin::whoami(&global).await,
         Command::Sim(args) => sim::run(args, global.output == output::Format::Json),
     }

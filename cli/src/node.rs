@@ -102,6 +102,7 @@ pub fn executor_config(args: ExecutorArgs) -> anyhow::Result<ExecutorConfig> {
         labels,
         advertise_host: args.advertise_host,
         shim: vec![exe.display().to_string(), "task-shim".to_owned()],
+        engine: vec![exe.display().to_string(), "train-task".to_owned()],
         base_dir: std::env::current_dir().context("cannot read the working directory")?,
         token: args.token,
     })

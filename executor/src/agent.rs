@@ -36,6 +36,8 @@ pub struct ExecutorConfig {
     pub advertise_host: String,
     /// Program and arguments that run the task shim.
     pub shim: Vec<String>,
+    /// Program and arguments that run the training engine on a job file (`drover train-task`).
+    pub engine: Vec<String>,
     /// Relative working directories of commands are resolved against this directory.
     pub base_dir: PathBuf,
     /// The gateway's executor token, when it requires one.
@@ -435,12 +437,34 @@ impl Agent {
             "{}-g{}-{}-{}",
             key.job_id, key.generation, key.role, key.index
         );
+        let task_dir = self.config.data_dir.join("tasks").join(&dir_name);
+        let mut spec = task.spec.clone();
+        if !spec.train_job.is_empty() {
+            // A train job: the training engine runs the job file, under the same contract.
+            let job_file = task_dir.join("job.json");
+            let written = std::fs::create_dir_all(&task_dir)
+                .and_then(|()| std::fs::write(&job_file, spec.train_job.as_bytes()));
+            if let Err(err) = written {
+                self.tasks.remove(&key_of(&key));
+                return update(
+                    &key,
+                    pb::task_update::Event::Exited(pb::Exited {
+                        message: format!("cannot write the job file: {err}"),
+                        ..pb::Exited::default()
+                    }),
+                );
+            }
+            spec.argv = self.config.engine.clone();
+            spec.argv
+                .extend(["--job".to_owned(), job_file.display().to_string()]);
+            spec.workdir = ".".to_owned();
+        }
         let launch = Launch {
             key: key.clone(),
-            spec: task.spec.clone(),
+            spec,
             peers,
             address: task.address.clone(),
-            task_dir: self.config.data_dir.join("tasks").join(dir_name),
+            task_dir,
             base_dir: self.config.base_dir.clone(),
             shim: self.config.shim.clone(),
             hide_gpus: !self.config.source.is_real(),

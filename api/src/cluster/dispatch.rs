@@ -150,8 +150,21 @@ impl Runtime {
         let Some(spec) = super::parse_spec(job.document.as_ref()) else {
             return Ok(());
         };
-        let Some(command) = spec.spec.command.as_ref() else {
-            return Ok(());
+        // A command job runs its argv; a train job runs the executor's training engine on the spec.
+        let (argv, env, workdir, train_job) = match (&spec.spec.command, spec.spec.job_type) {
+            (_, drover_core::spec::JobType::Train) => (
+                Vec::new(),
+                Default::default(),
+                ".".to_owned(),
+                serde_json::to_string(&spec).unwrap_or_default(),
+            ),
+            (Some(command), _) => (
+                command.argv.clone(),
+                command.env.clone().into_iter().collect(),
+                command.workdir.clone(),
+                String::new(),
+            ),
+            (None, _) => return Ok(()),
         };
         let num_workers = num_workers(tasks);
         let resume = self.store.latest_checkpoint(job.id).await?;
@@ -160,9 +173,9 @@ impl Runtime {
                 task: Some(to_pb_key(&task.key)),
                 spec: Some(pb::TaskSpec {
                     job_name: job.name.clone(),
-                    argv: command.argv.clone(),
-                    env: command.env.clone().into_iter().collect(),
-                    workdir: command.workdir.clone(),
+                    argv,
+                    env,
+                    workdir,
                     gpus: task.gpus.iter().map(|&g| u32::from(g)).collect(),
                     num_workers,
                     num_ps: tasks.len() as u32 - num_workers,
@@ -174,6 +187,7 @@ impl Runtime {
                     resume_from: resume.as_ref().map(|c| c.path.clone()).unwrap_or_default(),
                     resume_step: resume.as_ref().map_or(0, |c| c.step),
                     stop_grace_ms: duration_ms(self.config.stop_grace),
+                    train_job,
                 }),
             })),
         };

@@ -134,12 +134,15 @@ pub(super) fn build(
         let Some(spec) = super::parse_spec(job.document.as_ref()) else {
             continue;
         };
-        // Train jobs need the training engine, which executors do not run yet: they wait.
-        if spec.spec.job_type != JobType::Command {
-            continue;
-        }
         let tasks = by_job.remove(&job.id).unwrap_or_default();
-        let resources = &spec.spec.resources;
+        let mut resources = spec.spec.resources.clone();
+        // The training engine trains on one worker without parameter servers (distributed training
+        // is not built yet): a train job is scheduled at that shape whatever ranges it asks for.
+        if spec.spec.job_type == JobType::Train {
+            resources.workers = drover_core::spec::TaskRange { min: 1, max: 1 };
+            resources.ps = drover_core::spec::TaskRange { min: 0, max: 0 };
+        }
+        let resources = &resources;
         let stopping = tasks
             .iter()
             .any(|t| t.stop_requested || t.key.generation != job.generation)

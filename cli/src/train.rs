@@ -1,0 +1,213 @@
+//! `drover train` (run a train job's spec on this machine) and the hidden `drover train-task` that an
+//! executor runs for every task of a `train` job. Both run Drover's training engine; the task speaks
+//! the command-job contract on stdout (metrics and checkpoint lines), so executors treat it like any
+//! other task.
+
+use crate::output::out;
+use anyhow::{Context, bail};
+use drover_core::DroverJob;
+use drover_core::spec::Format;
+use drover_engine::{Outcome, Reporter, TrainOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+#[derive(Debug, clap::Args)]
+pub struct TrainArgs {
+    /// A DroverJob of type `train`, YAML or JSON.
+    pub file: PathBuf,
+    /// Where checkpoints go.
+    #[arg(long, default_value = ".drover/train-checkpoints")]
+    pub checkpoint_dir: PathBuf,
+    /// Resume from this checkpoint directory (`step-NNNNNNNN`).
+    #[arg(long)]
+    pub resume_from: Option<PathBuf>,
+    /// Stop after this step (a shorter run than the spec's `max_steps`).
+    #[arg(long)]
+    pub steps: Option<u64>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TrainTaskArgs {
+    /// The job file the executor wrote (JSON).
+    #[arg(long)]
+    pub job: PathBuf,
+}
+
+fn device() -> anyhow::Result<candle_core::Device> {
+    #[cfg(feature = "cuda")]
+    {
+        if std::env::var("CUDA_VISIBLE_DEVICES").is_ok_and(|v| !v.is_empty()) {
+            return candle_core::Device::new_cuda(0).context("cannot open the GPU");
+        }
+    }
+    Ok(candle_core::Device::Cpu)
+}
+
+fn load_job(path: &Path) -> anyhow::Result<DroverJob> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let format = if path.extension().is_some_and(|e| e == "json") {
+        Format::Json
+    } else {
+        Format::Yaml
+    };
+    DroverJob::parse(&bytes, format).map_err(|err| anyhow::anyhow!("{}: {err}", path.display()))
+}
+
+fn options(
+    job: &DroverJob,
+    checkpoint_dir: PathBuf,
+    resume_from: Option<PathBuf>,
+) -> anyhow::Result<TrainOptions> {
+    let Some(train) = job.spec.train.clone() else {
+        bail!("job {} is not of type train", job.metadata.name);
+    };
+    let log_every = train.eval_every.clamp(1, 50);
+    Ok(TrainOptions {
+        spec: train,
+        checkpoint: job.spec.checkpoint.clone(),
+        workers: 1,
+        ps: 0,
+        rank: 0,
+        checkpoint_dir,
+        resume_from,
+        base_dir: std::env::current_dir().context("cannot read the working directory")?,
+        log_every,
+        stop_at: None,
+        device: device()?,
+    })
+}
+
+/// Sets the flag on SIGTERM or Ctrl-C: the engine checkpoints at the next step boundary and returns.
+fn stop_on_signal() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    tokio::spawn(async move {
+        drover_api::server::shutdown_signal().await;
+        flag.store(true, Ordering::Relaxed);
+    });
+    stop
+}
+
+async fn run(
+    options: TrainOptions,
+    mut reporter: Box<dyn Reporter + Send>,
+) -> anyhow::Result<Outcome> {
+    std::fs::create_dir_all(&options.checkpoint_dir)
+        .with_context(|| format!("cannot create {}", options.checkpoint_dir.display()))?;
+    let stop = stop_on_signal();
+    tokio::task::spawn_blocking(move || drover_engine::train(options, reporter.as_mut(), &stop))
+        .await
+        .context("the training thread failed")?
+}
+
+/// The command-job contract: JSON lines for metrics and checkpoints, everything else plain text.
+struct ContractReporter {
+    checkpoint_dir: PathBuf,
+}
+
+impl Reporter for ContractReporter {
+    fn metrics(&mut self, step: u64, values: &[(&str, f64)]) {
+        let values: serde_json::Map<String, serde_json::Value> = values
+            .iter()
+            .filter(|(_, v)| v.is_finite())
+            .map(|(k, v)| ((*k).to_owned(), serde_json::json!(v)))
+            .collect();
+        out!(
+            "{}",
+            serde_json::json!({"drover": "metrics", "step": step, "values": values})
+        );
+    }
+
+    fn checkpoint(&mut self, step: u64, path: &Path) {
+        let relative = path.strip_prefix(&self.checkpoint_dir).unwrap_or(path);
+        out!(
+            "{}",
+            serde_json::json!({"drover": "checkpoint", "step": step, "path": relative.display().to_string()})
+        );
+    }
+
+    fn info(&mut self, line: &str) {
+        out!("{line}");
+    }
+}
+
+pub async fn train_task(args: TrainTaskArgs) -> anyhow::Result<()> {
+    let job = load_job(&args.job)?;
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let checkpoint_dir =
+        PathBuf::from(env("DROVER_CHECKPOINT_DIR").context("DROVER_CHECKPOINT_DIR is not set")?);
+    let mut options = options(
+        &job,
+        checkpoint_dir.clone(),
+        env("DROVER_RESUME_FROM").map(PathBuf::from),
+    )?;
+    let parse =
+        |name: &str, default: u32| env(name).and_then(|v| v.parse().ok()).unwrap_or(default);
+    options.workers = parse("DROVER_NUM_WORKERS", 1);
+    options.ps = parse("DROVER_NUM_PS", 0);
+    options.rank = parse("DROVER_RANK", 0);
+    out!(
+        "drover engine: job {} generation {} rank {} of {}",
+        job.metadata.name,
+        env("DROVER_GENERATION").unwrap_or_default(),
+        options.rank,
+        options.workers
+    );
+    let outcome = run(options, Box::new(ContractReporter { checkpoint_dir })).await?;
+    if outcome.interrupted {
+        out!("checkpointed at step {} on SIGTERM", outcome.step);
+    } else {
+        let accuracy = outcome
+            .metrics
+            .get("val_accuracy")
+            .copied()
+            .unwrap_or(f64::NAN);
+        out!(
+            "finished at step {}: val_accuracy {accuracy:.4}",
+            outcome.step
+        );
+    }
+    Ok(())
+}
+
+/// Plain progress lines for a person at a terminal.
+struct HumanReporter;
+
+impl Reporter for HumanReporter {
+    fn metrics(&mut self, step: u64, values: &[(&str, f64)]) {
+        let shown: Vec<String> = values.iter().map(|(k, v)| format!("{k}={v:.4}")).collect();
+        out!("step {step:>6}  {}", shown.join("  "));
+    }
+
+    fn checkpoint(&mut self, step: u64, path: &Path) {
+        out!("step {step:>6}  checkpoint {}", path.display());
+    }
+
+    fn info(&mut self, line: &str) {
+        out!("{line}");
+    }
+}
+
+pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
+    let job = load_job(&args.file)?;
+    let mut options = options(&job, args.checkpoint_dir, args.resume_from)?;
+    options.stop_at = args.steps;
+    let started = std::time::Instant::now();
+    let outcome = run(options, Box::new(HumanReporter)).await?;
+    let how = if outcome.interrupted {
+        "stopped"
+    } else {
+        "finished"
+    };
+    out!(
+        "{how} at step {} in {:.1}s; last checkpoint: {}",
+        outcome.step,
+        started.elapsed().as_secs_f64(),
+        outcome
+            .last_checkpoint
+            .as_ref()
+            .map_or_else(|| "none".to_owned(), |p| p.display().to_string())
+    );
+    Ok(())
+}
