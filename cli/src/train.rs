@@ -65,7 +65,7 @@ fn options(
     let log_every = train.eval_every.clamp(1, 50);
     Ok(TrainOptions {
         spec: train,
-        checkpoint: job.spec.checkpoint.clone(),
+        checkpoint: job.spec.checkpoint,
         workers: 1,
         ps: 0,
         rank: 0,

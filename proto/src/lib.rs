@@ -8,6 +8,7 @@
 #![expect(
     clippy::allow_attributes,
     unused_qualifications,
+    clippy::large_enum_variant,
     reason = "generated code"
 )]
 
