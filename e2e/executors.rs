@@ -831,7 +831,10 @@ async fn a_train_job_resumes_exactly_after_its_executor_is_killed() {
     assert_eq!(done["generation"], 2);
     let logs = cluster.logs(&id).await;
     let resumed = resumed_step(&logs, 2).expect("the engine resumed from a checkpoint");
-    assert!(resumed >= 400 && resumed.is_multiple_of(200), "resumed at {resumed}");
+    assert!(
+        resumed >= 400 && resumed.is_multiple_of(200),
+        "resumed at {resumed}"
+    );
     let accuracy = cluster
         .get(&format!(
             "/api/v1/jobs/{id}/metrics?name=val_accuracy&from_step=4000"
