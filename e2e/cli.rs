@@ -235,7 +235,7 @@ async fn server_on_postgres_through_the_cli() {
     let bad = dir.path().join("bad.yaml");
     std::fs::write(
         &bad,
-        std::fs::read_to_string(repo_root().join("examples/digits-mlp.yaml"))
+        std::fs::read_to_string(repo_root().join("examples/reference/every-field.yaml"))
             .unwrap()
             .replace("batch_size: 256", "batch_size: -3"),
     )

@@ -79,13 +79,14 @@ impl Proc {
     }
 }
 
+/// Fields drop in order: executors and the server stop before their database and directories go.
 struct Cluster {
+    executors: Vec<(String, Proc)>,
+    server: Proc,
     database: drover_api::testing::TempPostgres,
     dir: tempfile::TempDir,
-    server: Proc,
     url: String,
     gateway: String,
-    executors: Vec<(String, Proc)>,
     http: reqwest::Client,
 }
 

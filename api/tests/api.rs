@@ -15,7 +15,7 @@ use tower::ServiceExt;
 
 const ADMIN_TOKEN: &str = "drv_test-admin-token-0123456789";
 const MAX_BODY: usize = 64 * 1024;
-const EXAMPLE: &str = include_str!("../../examples/digits-mlp.yaml");
+const EXAMPLE: &str = include_str!("../../examples/reference/every-field.yaml");
 
 struct TestApp {
     router: Router,

@@ -1,6 +1,6 @@
 use crate::spec::{DroverJob, Format, JobType, ModelSpec, SpecError};
 
-const EXAMPLE: &str = include_str!("../../examples/digits-mlp.yaml");
+const EXAMPLE: &str = include_str!("../../examples/reference/every-field.yaml");
 
 fn parse_yaml(doc: &str) -> Result<DroverJob, SpecError> {
     DroverJob::parse(doc.as_bytes(), Format::Yaml)
