@@ -11,6 +11,60 @@ use drover_core::spec::ModelSpec;
 /// model inputs are `[batch, context]` token ids (u32) and the logits `[batch·context, vocab]`.
 pub trait Model: std::fmt::Debug {
     fn forward(&self, input: &Tensor, train: bool, dropout: &mut Rng) -> Result<Tensor>;
+
+    /// Loss, correct predictions and the gradient of every parameter (in `params` order) for one batch
+    /// of classification, computed by a hand-written backward pass straight from the parameter buffers;
+    /// `None` when the model has none (autograd is used instead).
+    fn gradients(
+        &self,
+        _params: &Params,
+        _input: &Tensor,
+        _targets: &[u32],
+        _rng: &mut Rng,
+    ) -> Option<Result<Gradients>> {
+        None
+    }
+}
+
+/// What one batch's backward pass yields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gradients {
+    pub loss: f64,
+    pub correct: usize,
+    pub grads: Vec<Vec<f32>>,
+}
+
+/// Mean cross-entropy over a batch of logits `[b, c]`, the correct predictions, and d loss / d logits.
+fn softmax_cross_entropy(
+    logits: &[f32],
+    targets: &[u32],
+    classes: usize,
+) -> (f64, usize, Vec<f32>) {
+    let b = targets.len();
+    let mut loss = 0.0f64;
+    let mut correct = 0;
+    let mut grad = vec![0.0f32; logits.len()];
+    for (row, (&target, out)) in targets.iter().zip(grad.chunks_mut(classes)).enumerate() {
+        let z = &logits[row * classes..(row + 1) * classes];
+        let (argmax, max) =
+            z.iter()
+                .copied()
+                .enumerate()
+                .fold((0, f32::NEG_INFINITY), |best, (i, v)| {
+                    if v > best.1 { (i, v) } else { best }
+                });
+        if argmax == target as usize {
+            correct += 1;
+        }
+        let sum: f32 = z.iter().map(|v| (v - max).exp()).sum();
+        let log_sum = sum.ln();
+        loss += f64::from(log_sum - (z[target as usize] - max));
+        for (i, (o, v)) in out.iter_mut().zip(z).enumerate() {
+            let p = (v - max).exp() / sum;
+            *o = (p - if i == target as usize { 1.0 } else { 0.0 }) / b as f32;
+        }
+    }
+    (loss / b as f64, correct, grad)
 }
 
 /// What the dataset says about the model's ends.
@@ -104,6 +158,10 @@ fn dropout(x: &Tensor, p: f64, train: bool, rng: &mut Rng) -> Result<Tensor> {
 pub struct Mlp {
     layers: Vec<Linear>,
     dropout: f64,
+    /// Index in `Params` of the first layer's weight; each layer adds a weight and a bias.
+    first_param: usize,
+    /// `[in, out]` of every layer.
+    sizes: Vec<(usize, usize)>,
 }
 
 impl Mlp {
@@ -118,16 +176,102 @@ impl Mlp {
         let mut sizes = vec![input];
         sizes.extend(hidden.iter().map(|&h| h as usize));
         sizes.push(classes);
+        let first_param = params.len();
         let layers = sizes
             .windows(2)
             .enumerate()
             .map(|(i, w)| Linear::new(params, rng, &format!("fc{i}"), w[0], w[1]))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { layers, dropout })
+        let sizes = sizes.windows(2).map(|w| (w[0], w[1])).collect();
+        Ok(Self {
+            layers,
+            dropout,
+            first_param,
+            sizes,
+        })
+    }
+
+    /// Forward keeping every activation and gate, then backward with two matmuls per layer.
+    fn backward(
+        &self,
+        params: &Params,
+        input: &Tensor,
+        targets: &[u32],
+        rng: &mut Rng,
+    ) -> Result<Gradients> {
+        let device = input.device();
+        let layers = self.sizes.len();
+        let weight = |i: usize| {
+            let (fan_in, fan_out) = self.sizes[i];
+            Tensor::from_slice(
+                &params.values[self.first_param + 2 * i],
+                (fan_in, fan_out),
+                device,
+            )
+        };
+        let bias = |i: usize| {
+            Tensor::from_slice(
+                &params.values[self.first_param + 2 * i + 1],
+                self.sizes[i].1,
+                device,
+            )
+        };
+        let weights = (0..layers).map(weight).collect::<Result<Vec<_>>>()?;
+        // activations[i] is layer i's input; gates[i] is d relu·dropout of layer i's output.
+        let mut activations = vec![input.flatten_from(1)?];
+        let mut gates = Vec::with_capacity(layers);
+        let mut logits = None;
+        for (i, w) in weights.iter().enumerate() {
+            let Some(x) = activations.last() else { break };
+            let z = x.matmul(w)?.broadcast_add(&bias(i)?)?;
+            if i + 1 == layers {
+                logits = Some(z);
+                break;
+            }
+            let mut gate = z.gt(0f32)?.to_dtype(DType::F32)?;
+            if self.dropout > 0.0 {
+                gate = dropout(&gate, self.dropout, true, rng)?;
+            }
+            activations.push(z.mul(&gate)?);
+            gates.push(gate);
+        }
+        let logits =
+            logits.ok_or_else(|| candle_core::Error::Msg("an MLP needs a layer".to_owned()))?;
+        let classes = self.sizes[layers - 1].1;
+        let (loss, correct, d_logits) =
+            softmax_cross_entropy(&logits.flatten_all()?.to_vec1::<f32>()?, targets, classes);
+        let mut g = Tensor::from_vec(d_logits, (targets.len(), classes), device)?;
+        let mut grads = vec![Vec::new(); 2 * layers];
+        for i in (0..layers).rev() {
+            grads[2 * i] = activations[i]
+                .t()?
+                .matmul(&g)?
+                .flatten_all()?
+                .to_vec1::<f32>()?;
+            grads[2 * i + 1] = g.sum(0)?.to_vec1::<f32>()?;
+            if i > 0 {
+                g = g.matmul(&weights[i].t()?)?.mul(&gates[i - 1])?;
+            }
+        }
+        Ok(Gradients {
+            loss,
+            correct,
+            grads,
+        })
     }
 }
 
 impl Model for Mlp {
+    fn gradients(
+        &self,
+        params: &Params,
+        input: &Tensor,
+        targets: &[u32],
+        rng: &mut Rng,
+    ) -> Option<Result<Gradients>> {
+        Some(self.backward(params, input, targets, rng))
+    }
+
     fn forward(&self, input: &Tensor, train: bool, rng: &mut Rng) -> Result<Tensor> {
         let mut x = input.flatten_from(1)?;
         let last = self.layers.len() - 1;
@@ -539,4 +683,46 @@ pub fn correct(logits: &Tensor, targets: &Tensor) -> Result<usize> {
         .zip(&targets)
         .filter(|(p, t)| p == t)
         .count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hand_written_mlp_backward_matches_autograd() {
+        let device = Device::Cpu;
+        let mut params = Params::new(&device);
+        let mut init = Rng::seed(5);
+        let mlp = Mlp::new(&mut params, &mut init, 12, &[16, 8], 4, 0.0).expect("model");
+        let x: Vec<f32> = (0..6 * 12)
+            .map(|i| ((i * 37 % 17) as f32 - 8.0) / 8.0)
+            .collect();
+        let input = Tensor::from_vec(x, (6, 12), &device).expect("input");
+        let targets = vec![0u32, 3, 1, 2, 3, 0];
+        let manual = mlp
+            .gradients(&params, &input, &targets, &mut Rng::seed(0))
+            .expect("an MLP has a manual backward")
+            .expect("backward");
+        let logits = mlp
+            .forward(&input, true, &mut Rng::seed(0))
+            .expect("forward");
+        let target_tensor = Tensor::from_vec(targets.clone(), 6, &device).expect("targets");
+        let loss = candle_nn::loss::cross_entropy(&logits, &target_tensor).expect("loss");
+        let auto = params
+            .gradients(&loss.backward().expect("backward"))
+            .expect("grads");
+        let auto_loss = f64::from(loss.to_scalar::<f32>().expect("scalar"));
+        assert!(
+            (manual.loss - auto_loss).abs() < 1e-5,
+            "{} vs {auto_loss}",
+            manual.loss
+        );
+        assert_eq!(manual.grads.len(), auto.len());
+        for (name, (m, a)) in params.names.iter().zip(manual.grads.iter().zip(&auto)) {
+            for (x, y) in m.iter().zip(a) {
+                assert!((x - y).abs() <= 1e-5 + 1e-4 * y.abs(), "{name}: {x} vs {y}");
+            }
+        }
+    }
 }

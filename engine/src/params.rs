@@ -12,6 +12,8 @@ pub struct Params {
     pub values: Vec<Vec<f32>>,
     vars: Vec<Var>,
     device: Device,
+    /// The buffers changed since the `Var`s were last synced.
+    stale: bool,
 }
 
 impl Params {
@@ -22,6 +24,7 @@ impl Params {
             values: Vec::new(),
             vars: Vec::new(),
             device: device.clone(),
+            stale: false,
         }
     }
 
@@ -59,11 +62,21 @@ impl Params {
     }
 
     /// Copies the buffers into the `Var`s (after an optimizer step or a restore).
-    pub fn sync(&self) -> candle_core::Result<()> {
+    pub fn sync(&mut self) -> candle_core::Result<()> {
         for ((var, values), shape) in self.vars.iter().zip(&self.values).zip(&self.shapes) {
             var.set(&Tensor::from_slice(values, shape.as_slice(), &self.device)?)?;
         }
+        self.stale = false;
         Ok(())
+    }
+
+    /// The buffers changed: the `Var`s are synced before they are next used.
+    pub fn mark_stale(&mut self) {
+        self.stale = true;
+    }
+
+    pub fn sync_if_stale(&mut self) -> candle_core::Result<()> {
+        if self.stale { self.sync() } else { Ok(()) }
     }
 
     /// The gradient of every parameter as a flat buffer (zeros for a parameter the loss does not reach).

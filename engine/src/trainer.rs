@@ -192,6 +192,17 @@ impl Run {
             self.options.workers as usize,
         );
         let (input, targets) = self.batch(&rows)?;
+        if let Data::Classification(c) = &self.data {
+            let labels: Vec<u32> = rows.iter().map(|&r| c.train.y[r as usize]).collect();
+            if let Some(result) = self
+                .model
+                .gradients(&self.params, &input, &labels, &mut self.rng)
+            {
+                let g = result?;
+                return Ok((g.loss, g.correct, labels.len(), g.grads));
+            }
+        }
+        self.params.sync_if_stale()?;
         let logits = self.model.forward(&input, true, &mut self.rng)?;
         let loss = candle_nn::loss::cross_entropy(&logits, &targets)?;
         let correct = models::correct(&logits, &targets)?;
@@ -217,7 +228,7 @@ impl Run {
         );
         self.optimizer
             .step(&mut self.params.values, &grads, lr as f32);
-        self.params.sync()?;
+        self.params.mark_stale();
         self.step += 1;
         Ok(lr)
     }
@@ -229,6 +240,7 @@ impl Run {
 
     /// Loss and accuracy on the test split (at most 64 windows of text).
     pub fn evaluate(&mut self) -> anyhow::Result<(f64, f64)> {
+        self.params.sync_if_stale()?;
         let device = self.options.device.clone();
         let mut no_dropout = Rng::seed(0);
         let (mut loss_sum, mut correct, mut count) = (0.0, 0usize, 0usize);
