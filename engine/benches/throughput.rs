@@ -21,6 +21,8 @@ use std::time::Instant;
 
 const THREADS: usize = 2;
 const WARMUP: u64 = 10;
+/// Timed rounds per case; the fastest counts (on both sides).
+const REPEATS: usize = 3;
 
 struct Case {
     name: &'static str,
@@ -93,16 +95,24 @@ fn engine_step_s(case: &Case, dir: &Path) -> (f64, f64) {
         let (_, _, _, grads) = run.gradients().unwrap();
         run.apply(grads).unwrap();
     }
-    let mut applying = 0.0;
-    let started = Instant::now();
-    for _ in 0..case.steps {
-        let (_, _, _, grads) = run.gradients().unwrap();
-        let apply_started = Instant::now();
-        run.apply(grads).unwrap();
-        applying += apply_started.elapsed().as_secs_f64();
-    }
+    // Best of three timed rounds: this machine's other load only ever slows a round down.
     let steps = case.steps as f64;
-    (started.elapsed().as_secs_f64() / steps, applying / steps)
+    let mut best = (f64::INFINITY, 0.0);
+    for _ in 0..REPEATS {
+        let mut applying = 0.0;
+        let started = Instant::now();
+        for _ in 0..case.steps {
+            let (_, _, _, grads) = run.gradients().unwrap();
+            let apply_started = Instant::now();
+            run.apply(grads).unwrap();
+            applying += apply_started.elapsed().as_secs_f64();
+        }
+        let step_s = started.elapsed().as_secs_f64() / steps;
+        if step_s < best.0 {
+            best = (step_s, applying / steps);
+        }
+    }
+    best
 }
 
 /// PyTorch's seconds per step for every case, or why it could not run.
@@ -115,6 +125,8 @@ fn torch_step_s(text: &Path) -> Result<serde_json::Value, String> {
             &THREADS.to_string(),
             "--warmup",
             &WARMUP.to_string(),
+            "--repeats",
+            &REPEATS.to_string(),
             "--text",
         ])
         .arg(text)
@@ -160,7 +172,7 @@ fn main() {
     let cases = cases(&text);
     let torch = torch_step_s(&text);
     println!(
-        "training throughput, {THREADS} threads, steps timed after {WARMUP} warm-up steps (samples/s; higher is better)"
+        "training throughput, {THREADS} threads, steps timed after {WARMUP} warm-up steps, best of {REPEATS} rounds (samples/s; higher is better)"
     );
     println!(
         "{:<10} {:>12} {:>12} {:>8} {:>16}",
@@ -207,7 +219,8 @@ fn main() {
     let started = Instant::now();
     fresh.restore(&path).unwrap();
     let restore_s = started.elapsed().as_secs_f64();
-    let disk = disk_write_mb_s(dir.path(), bytes as usize);
+    // The disk's sustained speed: a probe large enough that caches do not flatter it.
+    let disk = disk_write_mb_s(dir.path(), (bytes as usize).max(256 << 20));
     let mb = bytes as f64 / 1e6;
     println!(
         "checkpoint of {mb:.1} MB: save {:.0} MB/s ({:.0}% of the disk's {disk:.0} MB/s sequential write with fsync), restore {:.0} MB/s",

@@ -248,7 +248,17 @@ impl Mlp {
                 .matmul(&g)?
                 .flatten_all()?
                 .to_vec1::<f32>()?;
-            grads[2 * i + 1] = g.sum(0)?.to_vec1::<f32>()?;
+            // The bias gradient sums g's rows; on the host that is one pass (candle reduces a
+            // non-last dimension with strided reads).
+            let (rows, cols) = g.dims2()?;
+            let flat = g.flatten_all()?.to_vec1::<f32>()?;
+            let mut bias_grad = vec![0.0f32; cols];
+            for row in flat.chunks_exact(cols).take(rows) {
+                for (acc, v) in bias_grad.iter_mut().zip(row) {
+                    *acc += v;
+                }
+            }
+            grads[2 * i + 1] = bias_grad;
             if i > 0 {
                 g = g.matmul(&weights[i].t()?)?.mul(&gates[i - 1])?;
             }
