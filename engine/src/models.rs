@@ -209,37 +209,55 @@ impl Mlp {
                 device,
             )
         };
-        let bias = |i: usize| {
-            Tensor::from_slice(
-                &params.values[self.first_param + 2 * i + 1],
-                self.sizes[i].1,
-                device,
-            )
-        };
         let weights = (0..layers).map(weight).collect::<Result<Vec<_>>>()?;
-        // activations[i] is layer i's input; gates[i] is d relu·dropout of layer i's output.
+        // activations[i] is layer i's input; gates[i] is d relu·dropout of layer i's output. The bias,
+        // ReLU and dropout of a layer are one pass on the host over its matmul's output.
         let mut activations = vec![input.flatten_from(1)?];
         let mut gates = Vec::with_capacity(layers);
-        let mut logits = None;
+        let mut logits = Vec::new();
+        let keep = (1.0 - self.dropout) as f32;
+        let scale = 1.0 / keep;
         for (i, w) in weights.iter().enumerate() {
             let Some(x) = activations.last() else { break };
-            let z = x.matmul(w)?.broadcast_add(&bias(i)?)?;
+            let z = x.matmul(w)?;
+            let (rows, cols) = z.dims2()?;
+            let mut values = z.flatten_all()?.to_vec1::<f32>()?;
+            let bias = &params.values[self.first_param + 2 * i + 1];
             if i + 1 == layers {
-                logits = Some(z);
+                for row in values.chunks_exact_mut(cols) {
+                    for (v, b) in row.iter_mut().zip(bias) {
+                        *v += b;
+                    }
+                }
+                logits = values;
                 break;
             }
-            let mut gate = z.gt(0f32)?.to_dtype(DType::F32)?;
-            if self.dropout > 0.0 {
-                gate = dropout(&gate, self.dropout, true, rng)?;
+            let mut gate = vec![0.0f32; values.len()];
+            for (row, gate_row) in values
+                .chunks_exact_mut(cols)
+                .zip(gate.chunks_exact_mut(cols))
+            {
+                for ((v, g), b) in row.iter_mut().zip(gate_row.iter_mut()).zip(bias) {
+                    let pre = *v + b;
+                    // The same draws, in the same order, as `dropout` on the whole layer.
+                    let mask = if self.dropout > 0.0 {
+                        if rng.uniform() < keep { scale } else { 0.0 }
+                    } else {
+                        1.0
+                    };
+                    let on = if pre > 0.0 { mask } else { 0.0 };
+                    *g = on;
+                    *v = pre * on;
+                }
             }
-            activations.push(z.mul(&gate)?);
-            gates.push(gate);
+            activations.push(Tensor::from_vec(values, (rows, cols), device)?);
+            gates.push(Tensor::from_vec(gate, (rows, cols), device)?);
         }
-        let logits =
-            logits.ok_or_else(|| candle_core::Error::Msg("an MLP needs a layer".to_owned()))?;
+        if logits.is_empty() {
+            candle_core::bail!("an MLP needs a layer");
+        }
         let classes = self.sizes[layers - 1].1;
-        let (loss, correct, d_logits) =
-            softmax_cross_entropy(&logits.flatten_all()?.to_vec1::<f32>()?, targets, classes);
+        let (loss, correct, d_logits) = softmax_cross_entropy(&logits, targets, classes);
         let mut g = Tensor::from_vec(d_logits, (targets.len(), classes), device)?;
         let mut grads = vec![Vec::new(); 2 * layers];
         for i in (0..layers).rev() {
