@@ -18,19 +18,16 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error("{path}: {reason}")]
     Invalid { path: String, reason: String },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
-    move |source| CheckpointError::Io {
+    move |error| CheckpointError::Io {
         path: path.display().to_string(),
-        source,
+        error,
     }
 }
 

@@ -14,11 +14,8 @@ const SPLIT_SEED: u64 = 1998;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    #[error("cannot read {path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("cannot read {path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error("{path}: {reason}")]
     Format { path: String, reason: String },
 }
@@ -71,9 +68,9 @@ fn format_error(path: &str, reason: impl Into<String>) -> DataError {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, DataError> {
-    std::fs::read(path).map_err(|source| DataError::Io {
+    std::fs::read(path).map_err(|error| DataError::Io {
         path: path.display().to_string(),
-        source,
+        error,
     })
 }
 
@@ -502,5 +499,52 @@ mod tests {
             panic!()
         };
         assert_eq!(c.classes, 2);
+    }
+}
+
+#[cfg(test)]
+mod idx_tests {
+    use super::*;
+
+    fn write_idx(dir: &Path, prefix: &str, images: &[[u8; 4]], labels: &[u8]) {
+        let mut image_file = vec![0, 0, 8, 3];
+        image_file.extend((images.len() as u32).to_be_bytes());
+        image_file.extend(2u32.to_be_bytes());
+        image_file.extend(2u32.to_be_bytes());
+        for image in images {
+            image_file.extend(image);
+        }
+        std::fs::write(dir.join(format!("{prefix}-images-idx3-ubyte")), image_file).unwrap();
+        let mut label_file = vec![0, 0, 8, 1];
+        label_file.extend((labels.len() as u32).to_be_bytes());
+        label_file.extend(labels);
+        std::fs::write(dir.join(format!("{prefix}-labels-idx1-ubyte")), label_file).unwrap();
+    }
+
+    #[test]
+    fn idx_files_load_as_images_scaled_to_one() {
+        let dir = tempfile::tempdir().unwrap();
+        write_idx(
+            dir.path(),
+            "train",
+            &[[0, 255, 0, 255], [255, 0, 255, 0], [0, 0, 0, 0]],
+            &[1, 2, 0],
+        );
+        write_idx(dir.path(), "t10k", &[[255, 255, 255, 255]], &[3]);
+        let Data::Classification(d) = idx(dir.path()).unwrap() else {
+            panic!("images")
+        };
+        assert_eq!(d.input_shape, [1, 2, 2]);
+        assert_eq!((d.train.len(), d.test.len(), d.classes), (3, 1, 4));
+        assert_eq!(&d.train.x[..4], &[0.0, 1.0, 0.0, 1.0]);
+        assert_eq!(d.test.y, [3]);
+        // A truncated file says what is wrong.
+        std::fs::write(
+            dir.path().join("t10k-labels-idx1-ubyte"),
+            [0, 0, 8, 1, 0, 0, 0, 9],
+        )
+        .unwrap();
+        let err = idx(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("9 labels for 1 images"), "{err}");
     }
 }

@@ -7,6 +7,13 @@ use crate::rng::Rng;
 use candle_core::{D, DType, Device, Result, Tensor, Var};
 use drover_core::spec::ModelSpec;
 
+/// Fails with a configuration error (candle's `bail!` would attach a backtrace to a user's mistake).
+macro_rules! invalid {
+    ($($arg:tt)*) => {
+        return Err(candle_core::Error::Msg(format!($($arg)*)))
+    };
+}
+
 /// A model: logits from inputs. Classification inputs are `[batch, …input_shape]` (f32); language
 /// model inputs are `[batch, context]` token ids (u32) and the logits `[batch·context, vocab]`.
 pub trait Model: std::fmt::Debug {
@@ -254,7 +261,7 @@ impl Mlp {
             gates.push(Tensor::from_vec(gate, (rows, cols), device)?);
         }
         if logits.is_empty() {
-            candle_core::bail!("an MLP needs a layer");
+            invalid!("an MLP needs a layer");
         }
         let classes = self.sizes[layers - 1].1;
         let (loss, correct, d_logits) = softmax_cross_entropy(&logits, targets, classes);
@@ -379,12 +386,10 @@ impl Cnn {
         let (c, mut size) = match input_shape {
             [c, h, w] if h == w => (*c, *h),
             [f] => (1, (*f as f64).sqrt() as usize),
-            _ => candle_core::bail!(
-                "the CNN needs square images; the dataset's samples are {input_shape:?}"
-            ),
+            _ => invalid!("the CNN needs square images; the dataset's samples are {input_shape:?}"),
         };
         if size < 4 {
-            candle_core::bail!("the CNN needs images of at least 4×4 pixels");
+            invalid!("the CNN needs images of at least 4×4 pixels");
         }
         let mut convs = Vec::new();
         let mut c_in = c;
@@ -408,7 +413,7 @@ impl Cnn {
             size = (size + 2 * pad + 1 - k) / 2;
             c_in = c_out as usize;
             if size == 0 {
-                candle_core::bail!("too many convolutions for {input_shape:?} images");
+                invalid!("too many convolutions for {input_shape:?} images");
             }
         }
         let mut sizes = vec![c_in * size * size];
@@ -519,7 +524,7 @@ impl CharLm {
         dropout: f64,
     ) -> Result<Self> {
         if heads == 0 || !d_model.is_multiple_of(heads) {
-            candle_core::bail!("d_model {d_model} must be a multiple of heads {heads}");
+            invalid!("d_model {d_model} must be a multiple of heads {heads}");
         }
         let wte = params.add("wte", &[vocab, d_model], normal(rng, vocab * d_model, 0.02))?;
         let wpe = params.add(
@@ -588,7 +593,7 @@ impl Model for CharLm {
     fn forward(&self, input: &Tensor, train: bool, rng: &mut Rng) -> Result<Tensor> {
         let (b, t) = input.dims2()?;
         if t > self.context {
-            candle_core::bail!(
+            invalid!(
                 "sequence of {t} tokens exceeds the context of {}",
                 self.context
             );
@@ -670,9 +675,9 @@ pub fn build(spec: &ModelSpec, io: &Io, params: &mut Params, seed: u64) -> Resul
             *dropout,
         )?),
         (ModelSpec::Charlm { .. }, Io::Classes { .. }) => {
-            candle_core::bail!("the charlm model needs a text dataset")
+            invalid!("the charlm model needs a text dataset")
         }
-        (_, Io::Tokens { .. }) => candle_core::bail!("a text dataset needs the charlm model"),
+        (_, Io::Tokens { .. }) => invalid!("a text dataset needs the charlm model"),
     })
 }
 
