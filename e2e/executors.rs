@@ -874,3 +874,33 @@ async fn a_train_job_resumes_exactly_after_its_executor_is_killed() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_fails_before_its_first_step_is_a_user_error_not_a_restart() {
+    let cluster = Cluster::start().await;
+    // A language model on an image dataset: the engine refuses it at once.
+    let spec = json!({
+        "apiVersion": "drover.dev/v1",
+        "kind": "DroverJob",
+        "metadata": {"name": "mismatched"},
+        "spec": {
+            "type": "train",
+            "train": {"model": {"type": "charlm"}, "dataset": {"type": "digits"}, "batch_size": 8, "max_steps": 10},
+            "resources": {"workers": {"min": 1, "max": 1}, "ps": {"min": 0, "max": 0}, "gpus_per_worker": 1, "cpus_per_worker": 1},
+            "max_restarts": 5
+        }
+    });
+    let created = cluster.post("/api/v1/jobs", spec).await;
+    let id = created["job"]["id"].as_str().unwrap().to_owned();
+    let failed = cluster
+        .wait_for_state(&id, "failed", Duration::from_secs(60))
+        .await;
+    assert_eq!(failed["reason"], "user_error");
+    assert_eq!(failed["restarts"], 0);
+    assert_eq!(failed["generation"], 1);
+    let message = failed["message"].as_str().unwrap();
+    assert!(
+        message.contains("the charlm model needs a text dataset"),
+        "{message}"
+    );
+}

@@ -14,6 +14,19 @@ use drover_proto as pb;
 use pb::executor_message::Body;
 use pb::task_update::Event;
 
+/// Wakes the scheduling loop when dropped.
+struct WakeOnDrop<'a>(&'a tokio::sync::Notify);
+
+impl Drop for WakeOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
+}
+
+/// A first run that fails within this many seconds without reporting a step fails the job as a user
+/// error instead of restarting it.
+const EARLY_CRASH_S: i64 = 30;
+
 /// A task exit as the executor reported it.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Exit<'a> {
@@ -303,7 +316,9 @@ impl Runtime {
             )
             .await?;
         self.hub.forget(node, &key);
-        self.hub.wake.notify_one();
+        // Wake the loop once the exit is settled (below), not before: it would settle it without the
+        // exit's last lines.
+        let _wake = WakeOnDrop(&self.hub.wake);
         let job = match self.store.get_job(Scope::Cluster, key.job_id).await {
             Ok(job) => job,
             Err(StoreError::NotFound) => return Ok(()),
@@ -406,6 +421,30 @@ impl Runtime {
                         actor: None,
                     };
                     (change, false)
+                } else if job.restarts == 0
+                    && task.exit_code.is_some()
+                    && Utc::now() - job.updated_at < chrono::Duration::seconds(EARLY_CRASH_S)
+                    && !self.made_progress(job.id).await?
+                {
+                    // A crash right at the start of a job that never reported a step or a
+                    // checkpoint is the job's own mistake (a bad dataset path, a model that does not
+                    // fit its data): restarting it would only fail again.
+                    let tail = match this_exit {
+                        Some(e) if !e.last_lines.is_empty() => {
+                            format!("; last lines:\n{}", clean(&e.last_lines.join("\n")))
+                        }
+                        _ => String::new(),
+                    };
+                    let change = StateChange {
+                        to: JobState::Failed,
+                        reason: ReasonCode::UserError,
+                        message: format!(
+                            "{name} on {} {} before its first step{tail}",
+                            task.node_name, task.message
+                        ),
+                        actor: None,
+                    };
+                    (change, false)
                 } else {
                     let max_restarts =
                         super::parse_spec(job.document.as_ref()).map_or(0, |s| s.spec.max_restarts);
@@ -458,6 +497,22 @@ impl Runtime {
             self.reconcile_job(&job, &live).await?;
         }
         Ok(())
+    }
+
+    /// Whether the job ever reported a metric or recorded a checkpoint.
+    async fn made_progress(&self, job: JobId) -> StoreResult<bool> {
+        if self.store.latest_checkpoint(job).await?.is_some() {
+            return Ok(true);
+        }
+        let filter = crate::store::MetricFilter {
+            limit: 1,
+            ..Default::default()
+        };
+        Ok(!self
+            .store
+            .list_metrics(Scope::Cluster, job, &filter)
+            .await?
+            .is_empty())
     }
 
     pub(super) async fn transition(

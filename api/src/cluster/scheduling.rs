@@ -172,7 +172,12 @@ async fn reconcile_all(runtime: &Runtime) -> StoreResult<()> {
             .store
             .generation_tasks(job.id, job.generation)
             .await?;
-        if tasks.iter().all(|t| t.state.is_final()) {
+        // Exits younger than a few seconds are still being settled by their report's handler.
+        let settled_late = Utc::now() - chrono::Duration::seconds(5);
+        if tasks
+            .iter()
+            .all(|t| t.state.is_final() && t.updated_at < settled_late)
+        {
             runtime.settle(job, &tasks, None).await?;
         } else if job.state == JobState::Starting {
             runtime.reconcile_job(job, &[]).await?;
