@@ -1,0 +1,268 @@
+//! The models a job spec can name, each sized from the spec and the dataset: an MLP, a LeNet-5 class CNN
+//! and a character-level transformer language model. Initialisation and dropout draw from the engine's
+//! own RNG. Linear weights are stored `[in, out]`.
+
+use crate::params::Params;
+use crate::rng::Rng;
+use candle_core::{D, DType, Device, Result, Tensor, Var};
+use drover_core::spec::ModelSpec;
+
+/// Fails with a configuration error (candle's `bail!` would attach a backtrace to a user's mistake).
+macro_rules! invalid {
+    ($($arg:tt)*) => {
+        return Err(candle_core::Error::Msg(format!($($arg)*)))
+    };
+}
+
+/// A model: logits from inputs. Classification inputs are `[batch, …input_shape]` (f32); language
+/// model inputs are `[batch, context]` token ids (u32) and the logits `[batch·context, vocab]`.
+pub trait Model: std::fmt::Debug {
+    fn forward(&self, input: &Tensor, train: bool, dropout: &mut Rng) -> Result<Tensor>;
+
+    /// Loss, correct predictions and the gradient of every parameter (in `params` order) for one batch
+    /// of classification, computed by a hand-written backward pass straight from the parameter buffers;
+    /// `None` when the model has none (autograd is used instead).
+    fn gradients(
+        &self,
+        _params: &Params,
+        _input: &Tensor,
+        _targets: &[u32],
+        _rng: &mut Rng,
+    ) -> Option<Result<Gradients>> {
+        None
+    }
+}
+
+/// What one batch's backward pass yields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gradients {
+    pub loss: f64,
+    pub correct: usize,
+    pub grads: Vec<Vec<f32>>,
+}
+
+/// Mean cross-entropy over a batch of logits `[b, c]`, the correct predictions, and d loss / d logits.
+fn softmax_cross_entropy(
+    logits: &[f32],
+    targets: &[u32],
+    classes: usize,
+) -> (f64, usize, Vec<f32>) {
+    let b = targets.len();
+    let mut loss = 0.0f64;
+    let mut correct = 0;
+    let mut grad = vec![0.0f32; logits.len()];
+    for (row, (&target, out)) in targets.iter().zip(grad.chunks_mut(classes)).enumerate() {
+        let z = &logits[row * classes..(row + 1) * classes];
+        let (argmax, max) =
+            z.iter()
+                .copied()
+                .enumerate()
+                .fold((0, f32::NEG_INFINITY), |best, (i, v)| {
+                    if v > best.1 { (i, v) } else { best }
+                });
+        if argmax == target as usize {
+            correct += 1;
+        }
+        let sum: f32 = z.iter().map(|v| (v - max).exp()).sum();
+        let log_sum = sum.ln();
+        loss += f64::from(log_sum - (z[target as usize] - max));
+        for (i, (o, v)) in out.iter_mut().zip(z).enumerate() {
+            let p = (v - max).exp() / sum;
+            *o = (p - if i == target as usize { 1.0 } else { 0.0 }) / b as f32;
+        }
+    }
+    (loss / b as f64, correct, grad)
+}
+
+/// What the dataset says about the model's ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Io {
+    Classes {
+        input_shape: Vec<usize>,
+        classes: usize,
+    },
+    Tokens {
+        vocab: usize,
+    },
+}
+
+fn uniform(rng: &mut Rng, n: usize, bound: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.uniform_in(-bound, bound)).collect()
+}
+
+fn normal(rng: &mut Rng, n: usize, std: f32) -> Vec<f32> {
+    (0..n).map(|_| std * rng.normal()).collect()
+}
+
+#[derive(Debug, Clone)]
+struct Linear {
+    weight: Var,
+    bias: Var,
+}
+
+impl Linear {
+    /// PyTorch's default initialisation: U(−1/√fan_in, 1/√fan_in) for weight and bias.
+    fn new(
+        params: &mut Params,
+        rng: &mut Rng,
+        name: &str,
+        fan_in: usize,
+        fan_out: usize,
+    ) -> Result<Self> {
+        let bound = 1.0 / (fan_in as f32).sqrt();
+        let weight = params.add(
+            &format!("{name}.weight"),
+            &[fan_in, fan_out],
+            uniform(rng, fan_in * fan_out, bound),
+        )?;
+        let bias = params.add(
+            &format!("{name}.bias"),
+            &[fan_out],
+            uniform(rng, fan_out, bound),
+        )?;
+        Ok(Self { weight, bias })
+    }
+
+    fn normal(
+        params: &mut Params,
+        rng: &mut Rng,
+        name: &str,
+        fan_in: usize,
+        fan_out: usize,
+    ) -> Result<Self> {
+        let weight = params.add(
+            &format!("{name}.weight"),
+            &[fan_in, fan_out],
+            normal(rng, fan_in * fan_out, 0.02),
+        )?;
+        let bias = params.add(&format!("{name}.bias"), &[fan_out], vec![0.0; fan_out])?;
+        Ok(Self { weight, bias })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = match x.dims().len() {
+            2 => x.matmul(self.weight.as_tensor())?,
+            _ => x.broadcast_matmul(self.weight.as_tensor())?,
+        };
+        y.broadcast_add(self.bias.as_tensor())
+    }
+}
+
+/// Inverted dropout with a mask from the engine's RNG.
+fn dropout(x: &Tensor, p: f64, train: bool, rng: &mut Rng) -> Result<Tensor> {
+    if !train || p <= 0.0 {
+        return Ok(x.clone());
+    }
+    let keep = (1.0 - p) as f32;
+    let scale = 1.0 / keep;
+    let mask: Vec<f32> = (0..x.elem_count())
+        .map(|_| if rng.uniform() < keep { scale } else { 0.0 })
+        .collect();
+    x.mul(&Tensor::from_vec(mask, x.shape(), x.device())?)
+}
+
+mod charlm;
+mod cnn;
+mod mlp;
+
+pub use charlm::CharLm;
+pub use cnn::Cnn;
+pub use mlp::Mlp;
+
+/// Builds the model a spec names for the dataset's inputs and outputs, registering its parameters.
+pub fn build(spec: &ModelSpec, io: &Io, params: &mut Params, seed: u64) -> Result<Box<dyn Model>> {
+    let mut rng = Rng::derive(seed, 0x1417);
+    Ok(match (spec, io) {
+        (
+            ModelSpec::Mlp { hidden, dropout },
+            Io::Classes {
+                input_shape,
+                classes,
+            },
+        ) => {
+            let input = input_shape.iter().product();
+            Box::new(Mlp::new(
+                params, &mut rng, input, hidden, *classes, *dropout,
+            )?)
+        }
+        (
+            ModelSpec::Cnn {
+                channels,
+                hidden,
+                dropout,
+            },
+            Io::Classes {
+                input_shape,
+                classes,
+            },
+        ) => Box::new(Cnn::new(
+            params,
+            &mut rng,
+            input_shape,
+            channels,
+            hidden,
+            *classes,
+            *dropout,
+        )?),
+        (
+            ModelSpec::Charlm {
+                layers,
+                heads,
+                d_model,
+                context,
+                dropout,
+            },
+            Io::Tokens { vocab },
+        ) => Box::new(CharLm::new(
+            params,
+            &mut rng,
+            *vocab,
+            *layers as usize,
+            *heads as usize,
+            *d_model as usize,
+            *context as usize,
+            *dropout,
+        )?),
+        (ModelSpec::Charlm { .. }, Io::Classes { .. }) => {
+            invalid!("the charlm model needs a text dataset")
+        }
+        (_, Io::Tokens { .. }) => invalid!("a text dataset needs the charlm model"),
+    })
+}
+
+/// The input tensor for a classification batch.
+pub fn class_batch(
+    x: &[f32],
+    rows: &[u32],
+    dim: usize,
+    input_shape: &[usize],
+    device: &Device,
+) -> Result<Tensor> {
+    let mut data = Vec::with_capacity(rows.len() * dim);
+    for &r in rows {
+        data.extend_from_slice(&x[r as usize * dim..(r as usize + 1) * dim]);
+    }
+    let mut shape = vec![rows.len()];
+    shape.extend_from_slice(input_shape);
+    Tensor::from_vec(data, shape, device)
+}
+
+/// Labels as a u32 tensor.
+pub fn labels(y: &[u32], rows: &[u32], device: &Device) -> Result<Tensor> {
+    let labels: Vec<u32> = rows.iter().map(|&r| y[r as usize]).collect();
+    Tensor::from_vec(labels, rows.len(), device)
+}
+
+/// Correct predictions in a batch of logits.
+pub fn correct(logits: &Tensor, targets: &Tensor) -> Result<usize> {
+    let predicted = logits
+        .argmax(D::Minus1)?
+        .to_dtype(DType::U32)?
+        .to_vec1::<u32>()?;
+    let targets = targets.to_vec1::<u32>()?;
+    Ok(predicted
+        .iter()
+        .zip(&targets)
+        .filter(|(p, t)| p == t)
+        .count())
+}
