@@ -161,3 +161,9 @@ pub struct LogList {
     pub logs: Vec<LogLineView>,
     pub meta: ListMeta,
 }
+
+/// How many running tasks were asked to checkpoint.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CheckpointRequested {
+    pub tasks: u32,
+}

@@ -79,6 +79,8 @@ enum Command {
     Metrics(runs::MetricsArgs),
     /// List a job's recorded checkpoints.
     Checkpoints(commands::JobIdArg),
+    /// Ask a running job to write a checkpoint now and go on.
+    Checkpoint(commands::JobIdArg),
     /// Download a job's checkpoint (the latest by default).
     Download(runs::DownloadArgs),
     /// List tenants.
@@ -149,6 +151,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Logs(args) => runs::logs(&global, args).await,
         Command::Metrics(args) => runs::metrics(&global, args).await,
         Command::Checkpoints(args) => runs::checkpoints(&global, args).await,
+        Command::Checkpoint(args) => runs::request_checkpoint(&global, args).await,
         Command::Download(args) => runs::download(&global, args).await,
         Command::Tenants => admin::tenants(&global).await,
         Command::Tenant(cmd) => admin::tenant(&global, cmd).await,

@@ -156,6 +156,28 @@ pub async fn metrics(global: &GlobalArgs, args: MetricsArgs) -> anyhow::Result<(
     Ok(())
 }
 
+/// Asks a running job to checkpoint now (its tasks get SIGUSR1).
+pub async fn request_checkpoint(
+    global: &GlobalArgs,
+    args: crate::commands::JobIdArg,
+) -> anyhow::Result<()> {
+    let response = Client::new(global)?
+        .post_json(
+            &format!("/api/v1/jobs/{}/checkpoint", segment(&args.id)),
+            &serde_json::json!({}),
+        )
+        .await?;
+    match global.output {
+        Format::Json => output::json(&response),
+        Format::Table => out!(
+            "asked {} task(s) to checkpoint; `drover checkpoints {}` lists it once written",
+            output::text(&response["tasks"]),
+            args.id
+        ),
+    }
+    Ok(())
+}
+
 pub async fn checkpoints(
     global: &GlobalArgs,
     args: crate::commands::JobIdArg,

@@ -7,10 +7,10 @@ use crate::output::out;
 use anyhow::{Context, bail};
 use drover_core::DroverJob;
 use drover_core::spec::Format;
-use drover_engine::{Outcome, Reporter, TrainOptions};
+use drover_engine::{Outcome, Reporter, Requests, TrainOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 #[derive(Debug, clap::Args)]
 pub struct TrainArgs {
@@ -78,15 +78,27 @@ fn options(
     })
 }
 
-/// Sets the flag on SIGTERM or Ctrl-C: the engine checkpoints at the next step boundary and returns.
-fn stop_on_signal() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
+/// SIGTERM or Ctrl-C: the engine checkpoints at the next step boundary and returns. SIGUSR1: it
+/// checkpoints at the next step boundary and goes on.
+fn requests_from_signals() -> Arc<Requests> {
+    let requests = Arc::new(Requests::default());
+    let stop = requests.clone();
     tokio::spawn(async move {
         drover_api::server::shutdown_signal().await;
-        flag.store(true, Ordering::Relaxed);
+        stop.stop.store(true, Ordering::Relaxed);
     });
-    stop
+    let checkpoint = requests.clone();
+    tokio::spawn(async move {
+        let Ok(mut usr1) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+        else {
+            return;
+        };
+        while usr1.recv().await.is_some() {
+            checkpoint.checkpoint.store(true, Ordering::Relaxed);
+        }
+    });
+    requests
 }
 
 async fn run(
@@ -95,8 +107,8 @@ async fn run(
 ) -> anyhow::Result<Outcome> {
     std::fs::create_dir_all(&options.checkpoint_dir)
         .with_context(|| format!("cannot create {}", options.checkpoint_dir.display()))?;
-    let stop = stop_on_signal();
-    tokio::task::spawn_blocking(move || drover_engine::train(options, reporter.as_mut(), &stop))
+    let requests = requests_from_signals();
+    tokio::task::spawn_blocking(move || drover_engine::train(options, reporter.as_mut(), &requests))
         .await
         .context("the training thread failed")?
 }

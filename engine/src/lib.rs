@@ -9,4 +9,4 @@ pub mod params;
 pub mod rng;
 pub mod trainer;
 
-pub use trainer::{Outcome, Reporter, Run, TrainOptions, train};
+pub use trainer::{Outcome, Reporter, Requests, Run, TrainOptions, train};

@@ -363,12 +363,22 @@ fn text_batch(
     ))
 }
 
-/// Trains until the step budget or the target, or until `stop` is set (then checkpoints and returns).
+/// What a running training is asked from outside (signals): stop (after a checkpoint), or checkpoint
+/// now and go on.
+#[derive(Debug, Default)]
+pub struct Requests {
+    pub stop: AtomicBool,
+    pub checkpoint: AtomicBool,
+}
+
+/// Trains until the step budget or the target, or until a stop is requested (then checkpoints and
+/// returns); a checkpoint request is served at the next step boundary.
 pub fn train(
     options: TrainOptions,
     reporter: &mut dyn Reporter,
-    stop: &AtomicBool,
+    requests: &Requests,
 ) -> anyhow::Result<Outcome> {
+    let stop = &requests.stop;
     let mut run = Run::new(options.clone())?;
     reporter.info(&format!(
         "model: {} parameters in {} tensors; {} steps; global batch {}",
@@ -466,7 +476,8 @@ pub fn train(
             }
             window_start = Instant::now();
         }
-        if step % checkpoint_every == 0 || step == total || reached_target {
+        let requested = requests.checkpoint.swap(false, Ordering::Relaxed);
+        if requested || step % checkpoint_every == 0 || step == total || reached_target {
             let path = run.save(&metrics)?;
             reporter.checkpoint(step, &path);
             last_saved = Some(step);

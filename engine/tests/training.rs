@@ -5,9 +5,8 @@
 
 use candle_core::Device;
 use drover_core::spec::{CheckpointPolicy, DatasetSpec, ModelSpec, OptimizerSpec, TrainSpec};
-use drover_engine::{Reporter, Run, TrainOptions, train};
+use drover_engine::{Reporter, Requests, Run, TrainOptions, train};
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
 
 #[derive(Default)]
 struct Collect {
@@ -89,7 +88,7 @@ fn the_mlp_learns_the_shipped_digits() {
     let outcome = train(
         options(spec, dir.path(), 200),
         &mut collect,
-        &AtomicBool::new(false),
+        &Requests::default(),
     )
     .unwrap();
     let accuracy = outcome.metrics["val_accuracy"];
@@ -216,7 +215,7 @@ fn resuming_the_char_lm_is_exact_and_it_learns() {
     let outcome = train(
         options(lm, dir.path(), 1000),
         &mut collect,
-        &AtomicBool::new(false),
+        &Requests::default(),
     )
     .unwrap();
     let first_loss = collect.metrics.iter().find(|m| m.1 == "loss").unwrap().2;

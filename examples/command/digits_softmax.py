@@ -16,6 +16,7 @@ Drover command-job contract, as implemented here:
                file was written to a temp name, fsynced, renamed and the dir fsynced.
   SIGTERM      finish the current step, checkpoint and announce it (unless step K was just
                checkpointed), print "checkpointed at step K on SIGTERM", exit 0.
+  SIGUSR1      checkpoint at the end of the current step, announce it, and go on.
   resume       a checkpoint holds weights, momentum, random.getstate() and the data cursor
                (epoch, position); the epoch order is a function of (seed, epoch) only, so
                resuming at step k and running to n gives bit-identical weights.
@@ -38,11 +39,17 @@ CLASSES = 10
 MOMENTUM = 0.9
 
 stop_requested = False
+checkpoint_requested = False
 
 
 def on_sigterm(signum, frame):
     global stop_requested
     stop_requested = True
+
+
+def on_sigusr1(signum, frame):
+    global checkpoint_requested
+    checkpoint_requested = True
 
 
 def say(obj):
@@ -144,6 +151,7 @@ def save_checkpoint(ckpt_dir, state):
 
 
 def main():
+    global checkpoint_requested
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="data/digits/digits.csv", help="CSV, relative to cwd")
     ap.add_argument("--steps", type=int, default=6000, help="total training steps")
@@ -173,6 +181,7 @@ def main():
         if name.startswith(".step-") and ".tmp-" in name:
             os.remove(os.path.join(ckpt_dir, name))
     signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGUSR1, on_sigusr1)
     print("digits_softmax: job %s generation %d rank %d of world %d, checkpoints in %s"
           % (job_id, generation, rank, world, os.path.abspath(ckpt_dir)), flush=True)
 
@@ -228,7 +237,8 @@ def main():
             order = epoch_order(args.seed, epoch, len(train))
         if step % eval_every == 0 or step == args.steps:
             acc, reported_at = report(), step
-        if leader and (step % ckpt_every == 0 or step == args.steps):
+        requested, checkpoint_requested = checkpoint_requested, False
+        if leader and (requested or step % ckpt_every == 0 or step == args.steps) and saved_at != step:
             save_checkpoint(ckpt_dir, state())
             saved_at = step
         if args.step_sleep > 0 and step < args.steps:

@@ -346,6 +346,23 @@ impl Agent {
                     let _ = outbound.send(reply).await;
                 }
             }
+            Command::Checkpoint(request) => {
+                let Some(key) = request.task else { return };
+                if let Some(LocalTask {
+                    phase: Phase::Running(_),
+                    pid,
+                    ..
+                }) = self.tasks.get(&key_of(&key))
+                {
+                    // SIGUSR1 to the task's group: the contract's "checkpoint now".
+                    let group = nix::unistd::Pid::from_raw(*pid as i32);
+                    if let Err(err) =
+                        nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGUSR1)
+                    {
+                        tracing::warn!(job.id = key.job_id, error = %err, "cannot ask a task to checkpoint");
+                    }
+                }
+            }
             Command::Refused(refused) => {
                 tracing::warn!(task = ?refused.task, reason = refused.reason, "the server refused a report");
             }

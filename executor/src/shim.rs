@@ -98,6 +98,9 @@ pub async fn run(status_file: &Path, argv: &[String]) -> i32 {
                 None
             }
         };
+    // SIGUSR1 ("checkpoint now") is for the command; the shim only has to survive it.
+    let mut checkpoint_requests =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok();
     let mut child = match tokio::process::Command::new(program)
         .args(args)
         .stdin(std::process::Stdio::null())
@@ -146,6 +149,7 @@ pub async fn run(status_file: &Path, argv: &[String]) -> i32 {
                 }
             }
             Some(()) = async { match terminate.as_mut() { Some(t) => t.recv().await, None => std::future::pending().await } } => {}
+            Some(()) = async { match checkpoint_requests.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {}
         }
     }
 }

@@ -116,6 +116,28 @@ impl Runtime {
         Ok(())
     }
 
+    /// Asks every running task of the job's current generation to checkpoint now (SIGUSR1); returns how
+    /// many were asked.
+    pub async fn request_checkpoint(&self, job: &Job) -> StoreResult<usize> {
+        let tasks = self.store.generation_tasks(job.id, job.generation).await?;
+        let mut asked = 0;
+        for task in tasks
+            .iter()
+            .filter(|t| t.state == TaskState::Running && !t.stop_requested)
+        {
+            self.hub.send(
+                &task.node_name,
+                pb::ServerMessage {
+                    body: Some(pb::server_message::Body::Checkpoint(pb::CheckpointTask {
+                        task: Some(to_pb_key(&task.key)),
+                    })),
+                },
+            );
+            asked += 1;
+        }
+        Ok(asked)
+    }
+
     /// Marks the task stopping (persisted first) and tells its executor.
     pub(super) async fn stop_task(&self, task: &Task, reason: &str) -> StoreResult<()> {
         if !task.stop_requested {

@@ -26,7 +26,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
     paths(
         health::healthz, health::readyz, health::metrics,
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::events,
-        runs::tasks, runs::metrics, runs::checkpoints, runs::download, runs::logs,
+        runs::tasks, runs::request_checkpoint, runs::metrics, runs::checkpoints, runs::download, runs::logs,
         tenants::create, tenants::list, tenants::get, tenants::set_quota,
         users::create, users::list, users::get, users::me,
         tokens::create, tokens::list, tokens::revoke,
@@ -68,6 +68,10 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/jobs/{id}/tasks", get(runs::tasks))
         .route("/api/v1/jobs/{id}/metrics", get(runs::metrics))
         .route("/api/v1/jobs/{id}/checkpoints", get(runs::checkpoints))
+        .route(
+            "/api/v1/jobs/{id}/checkpoint",
+            post(runs::request_checkpoint),
+        )
         .route(
             "/api/v1/jobs/{id}/checkpoints/{checkpoint}/download",
             get(runs::download),

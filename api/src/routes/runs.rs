@@ -6,8 +6,8 @@ use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{PathParam, QueryPairs};
 use crate::routes::jobs::parse_job_id;
 use crate::run_views::{
-    CheckpointList, CheckpointView, LogLineView, LogList, MetricList, MetricView, TaskList,
-    TaskView,
+    CheckpointList, CheckpointRequested, CheckpointView, LogLineView, LogList, MetricList,
+    MetricView, TaskList, TaskView,
 };
 use crate::state::AppState;
 use crate::store::{MetricFilter, Scope};
@@ -52,6 +52,61 @@ fn parse_step(query: &QueryPairs, field: &'static str) -> ApiResult<Option<u64>>
 
 /// Metric names asked for at once, at most.
 const MAX_NAMES: usize = 32;
+
+/// Asks a running job to write a checkpoint now, without stopping: its tasks get SIGUSR1 (the
+/// command-job contract; a program that does not handle SIGUSR1 is terminated by it). The checkpoint
+/// appears in `/checkpoints` once the job announces it.
+#[utoipa::path(
+    post, path = "/api/v1/jobs/{id}/checkpoint", tag = "jobs",
+    params(("id" = String, Path, description = "Job id")),
+    responses(
+        (status = 202, description = "The job's running tasks were asked to checkpoint", body = CheckpointRequested),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "The job is not running", body = ErrorBody)
+    ),
+    security(("bearer" = []))
+)]
+pub async fn request_checkpoint(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<(axum::http::StatusCode, Json<CheckpointRequested>)> {
+    let job_id = parse_job_id(&id)?;
+    principal.require_job_writer()?;
+    let job = state
+        .store
+        .get_job(principal.scope(), job_id)
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
+    let Some(runtime) = &state.runtime else {
+        return Err(ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "not_running",
+            "this server runs no jobs",
+        ));
+    };
+    let asked = if job.state == drover_core::JobState::Running {
+        runtime.request_checkpoint(&job).await?
+    } else {
+        0
+    };
+    if asked == 0 {
+        return Err(ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "not_running",
+            format!(
+                "job `{id}` is {}: only a running job can checkpoint",
+                job.state.as_str()
+            ),
+        ));
+    }
+    Ok((
+        axum::http::StatusCode::ACCEPTED,
+        Json(CheckpointRequested {
+            tasks: asked as u32,
+        }),
+    ))
+}
 
 /// Every task of every generation of the job, oldest generation first.
 #[utoipa::path(
