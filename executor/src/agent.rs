@@ -103,6 +103,24 @@ fn msg(body: Body) -> pb::ExecutorMessage {
     pb::ExecutorMessage { body: Some(body) }
 }
 
+/// A task's exit, as reported when the executor ends it itself (or finds it gone).
+fn exit_report(
+    key: &pb::TaskKey,
+    message: String,
+    spawn_failed: bool,
+    stop_requested: bool,
+) -> pb::ExecutorMessage {
+    update(
+        key,
+        pb::task_update::Event::Exited(pb::Exited {
+            message,
+            spawn_failed,
+            stop_requested,
+            ..pb::Exited::default()
+        }),
+    )
+}
+
 fn update(key: &pb::TaskKey, event: pb::task_update::Event) -> pb::ExecutorMessage {
     msg(Body::TaskUpdate(pb::TaskUpdate {
         task: Some(key.clone()),
@@ -399,14 +417,7 @@ impl Agent {
         {
             Ok(addr) => addr.port(),
             Err(err) => {
-                return update(
-                    &key,
-                    pb::task_update::Event::Exited(pb::Exited {
-                        spawn_failed: false,
-                        message: format!("cannot reserve a port: {err}"),
-                        ..pb::Exited::default()
-                    }),
-                );
+                return exit_report(&key, format!("cannot reserve a port: {err}"), false, false);
             }
         };
         let address = format!("{}:{port}", self.config.advertise_host);
@@ -436,12 +447,11 @@ impl Agent {
 
     async fn start(&mut self, key: pb::TaskKey, peers: Vec<String>) -> pb::ExecutorMessage {
         let Some(task) = self.tasks.get_mut(&key_of(&key)) else {
-            return update(
+            return exit_report(
                 &key,
-                pb::task_update::Event::Exited(pb::Exited {
-                    message: "this executor does not know the task (it restarted)".to_owned(),
-                    ..pb::Exited::default()
-                }),
+                "this executor does not know the task (it restarted)".to_owned(),
+                false,
+                false,
             );
         };
         if !matches!(task.phase, Phase::Prepared) {
@@ -463,12 +473,11 @@ impl Agent {
                 .and_then(|()| std::fs::write(&job_file, spec.train_job.as_bytes()));
             if let Err(err) = written {
                 self.tasks.remove(&key_of(&key));
-                return update(
+                return exit_report(
                     &key,
-                    pb::task_update::Event::Exited(pb::Exited {
-                        message: format!("cannot write the job file: {err}"),
-                        ..pb::Exited::default()
-                    }),
+                    format!("cannot write the job file: {err}"),
+                    false,
+                    false,
                 );
             }
             spec.argv = self.config.engine.clone();
@@ -508,14 +517,7 @@ impl Agent {
                     task::StartError::Node(message) => (false, message),
                 };
                 tracing::warn!(job.id = key.job_id, message, "task could not start");
-                update(
-                    &key,
-                    pb::task_update::Event::Exited(pb::Exited {
-                        spawn_failed,
-                        message,
-                        ..pb::Exited::default()
-                    }),
-                )
+                exit_report(&key, message, spawn_failed, false)
             }
         }
     }
@@ -529,13 +531,11 @@ impl Agent {
     ) -> Option<pb::ExecutorMessage> {
         let k = key_of(key);
         let Some(task) = self.tasks.get_mut(&k) else {
-            return Some(update(
+            return Some(exit_report(
                 key,
-                pb::task_update::Event::Exited(pb::Exited {
-                    stop_requested: true,
-                    message: "was not running here".to_owned(),
-                    ..pb::Exited::default()
-                }),
+                "was not running here".to_owned(),
+                false,
+                true,
             ));
         };
         tracing::info!(
@@ -553,13 +553,11 @@ impl Agent {
             }
             Phase::Prepared => {
                 self.tasks.remove(&k);
-                Some(update(
+                Some(exit_report(
                     key,
-                    pb::task_update::Event::Exited(pb::Exited {
-                        stop_requested: true,
-                        message: "stopped before it started".to_owned(),
-                        ..pb::Exited::default()
-                    }),
+                    "stopped before it started".to_owned(),
+                    false,
+                    true,
                 ))
             }
             Phase::Stopping => None,

@@ -11,6 +11,7 @@ mod gateway;
 mod hub;
 mod reports;
 mod scheduling;
+mod settle;
 mod snapshot;
 
 pub use gateway::GatewayService;

@@ -181,16 +181,7 @@ macro_rules! impl_exec_store {
                         .execute(&mut *tx)
                         .await?;
                 }
-                sqlx::query(INSERT_EVENT)
-                    .bind(job.0)
-                    .bind(Some(JobState::Queued.as_str()))
-                    .bind(change.to.as_str())
-                    .bind(change.reason.as_str())
-                    .bind(&change.message)
-                    .bind(change.actor.map(|a| a.0))
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
+                insert_change(&mut tx, job, JobState::Queued, change, now).await?;
                 tx.commit().await?;
                 Ok(Some(u64_column(generation, "generation")?))
             }
@@ -227,16 +218,7 @@ macro_rules! impl_exec_store {
                 .bind(i32::from(count_restart))
                 .execute(&mut *tx)
                 .await?;
-                sqlx::query(INSERT_EVENT)
-                    .bind(job.0)
-                    .bind(Some(from.as_str()))
-                    .bind(change.to.as_str())
-                    .bind(change.reason.as_str())
-                    .bind(&change.message)
-                    .bind(change.actor.map(|a| a.0))
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
+                insert_change(&mut tx, job, from, change, now).await?;
                 tx.commit().await?;
                 self.select_job(Scope::Cluster, job).await.map(Some)
             }

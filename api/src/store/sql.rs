@@ -234,6 +234,27 @@ macro_rules! impl_store {
             })
         }
 
+        /// Records a state change of a job as an event, in the caller's transaction.
+        async fn insert_change(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            job: JobId,
+            from: JobState,
+            change: &StateChange,
+            at: DateTime<Utc>,
+        ) -> StoreResult<()> {
+            sqlx::query(INSERT_EVENT)
+                .bind(job.0)
+                .bind(Some(from.as_str()))
+                .bind(change.to.as_str())
+                .bind(change.reason.as_str())
+                .bind(&change.message)
+                .bind(change.actor.map(|a| a.0))
+                .bind(at)
+                .execute(&mut *conn)
+                .await?;
+            Ok(())
+        }
+
         fn scope_tenant(scope: Scope) -> Option<Uuid> {
             scope.tenant().map(|id| id.0)
         }
@@ -582,16 +603,7 @@ macro_rules! impl_store {
                         // Another writer moved the job between our read and our write: decide again.
                         continue;
                     }
-                    sqlx::query(INSERT_EVENT)
-                        .bind(id.0)
-                        .bind(Some(from.as_str()))
-                        .bind(change.to.as_str())
-                        .bind(change.reason.as_str())
-                        .bind(&change.message)
-                        .bind(change.actor.map(|a| a.0))
-                        .bind(now)
-                        .execute(&mut *tx)
-                        .await?;
+                    insert_change(&mut tx, id, from, change, now).await?;
                     tx.commit().await?;
                     return self.select_job(scope, id).await;
                 }
