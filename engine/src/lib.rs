@@ -7,6 +7,7 @@ pub mod models;
 pub mod optim;
 pub mod params;
 pub mod rng;
+pub mod sampler;
 pub mod trainer;
 
 pub use trainer::{Outcome, Reporter, Requests, Run, TrainOptions, train};
