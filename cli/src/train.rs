@@ -7,6 +7,7 @@ use crate::output::out;
 use anyhow::{Context, bail};
 use drover_core::DroverJob;
 use drover_core::spec::Format;
+use drover_engine::dist::{Cluster, Role};
 use drover_engine::{Outcome, Reporter, Requests, TrainOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -75,6 +76,8 @@ fn options(
         log_every,
         stop_at: None,
         device: device()?,
+        distributed: job.spec.distributed.clone(),
+        cluster: None,
     })
 }
 
@@ -159,15 +162,42 @@ pub async fn train_task(args: TrainTaskArgs) -> anyhow::Result<()> {
     options.workers = parse("DROVER_NUM_WORKERS", 1);
     options.ps = parse("DROVER_NUM_PS", 0);
     options.rank = parse("DROVER_RANK", 0);
+    let generation = env("DROVER_GENERATION")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let role = match env("DROVER_ROLE").as_deref() {
+        Some("ps") => Role::Ps {
+            index: parse("DROVER_TASK_INDEX", 0),
+        },
+        _ => Role::Worker,
+    };
+    if options.workers > 1 || options.ps > 0 {
+        options.cluster = Some(Cluster {
+            job: env("DROVER_JOB_ID").context("DROVER_JOB_ID is not set")?,
+            generation,
+            role,
+            peers: env("DROVER_PEERS")
+                .map(|p| p.split(',').map(str::to_owned).collect())
+                .unwrap_or_default(),
+            listen: format!(
+                "0.0.0.0:{}",
+                env("DROVER_PORT").context("DROVER_PORT is not set")?
+            ),
+        });
+    }
+    let what = match role {
+        Role::Ps { index } => format!("PS shard {index} of {}", options.ps),
+        Role::Worker => format!("rank {} of {}", options.rank, options.workers),
+    };
     out!(
-        "drover engine: job {} generation {} rank {} of {}",
-        job.metadata.name,
-        env("DROVER_GENERATION").unwrap_or_default(),
-        options.rank,
-        options.workers
+        "drover engine: job {} generation {generation} {what}",
+        job.metadata.name
     );
+    let leader = role == Role::Worker && options.rank == 0;
     let outcome = run(options, Box::new(ContractReporter { checkpoint_dir })).await?;
-    if outcome.interrupted {
+    if outcome.interrupted && !leader {
+        out!("stopped at step {} with the job", outcome.step);
+    } else if outcome.interrupted {
         out!("checkpointed at step {} on SIGTERM", outcome.step);
     } else {
         let accuracy = outcome

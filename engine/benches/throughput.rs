@@ -83,6 +83,8 @@ fn run(case: &Case, dir: &Path) -> Run {
         log_every: 1_000_000,
         stop_at: None,
         device: Device::Cpu,
+        distributed: Default::default(),
+        cluster: None,
     })
     .unwrap()
 }

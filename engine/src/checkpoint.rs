@@ -44,11 +44,32 @@ pub struct TensorInfo {
     pub shape: Vec<usize>,
 }
 
-/// Which tensors each parameter-server shard holds (one `local` shard for a single worker).
+/// Which tensors each parameter-server shard holds (one `local` shard for a single worker or an
+/// all-reduce job). A PS shard `ps-K` writes its own files, `ps-K.model.safetensors` and
+/// `ps-K.optimizer.safetensors`, holding its slices under `<tensor>@<offset>`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shard {
     pub name: String,
     pub tensors: Vec<String>,
+    /// The pieces of tensors this shard holds (empty for the `local` shard, which holds them whole).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slices: Vec<ShardSlice>,
+}
+
+/// Elements `offset..offset + len` of a tensor (flattened).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardSlice {
+    pub tensor: String,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// The files a PS shard writes into a checkpoint.
+pub fn shard_files(shard: &str) -> (String, String) {
+    (
+        format!("{shard}.model.safetensors"),
+        format!("{shard}.optimizer.safetensors"),
+    )
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -101,7 +122,11 @@ fn sync_file(path: &Path) -> Result<(), CheckpointError> {
         .map_err(io(path))
 }
 
-fn write_tensors(path: &Path, tensors: &[(&str, &[usize], &[f32])]) -> Result<(), CheckpointError> {
+/// Writes named flat tensors to one safetensors file and fsyncs it.
+pub fn write_tensors(
+    path: &Path,
+    tensors: &[(&str, &[usize], &[f32])],
+) -> Result<(), CheckpointError> {
     let views = tensors
         .iter()
         .map(|(name, shape, values)| (*name, F32View { shape, values }));
@@ -109,30 +134,52 @@ fn write_tensors(path: &Path, tensors: &[(&str, &[usize], &[f32])]) -> Result<()
     sync_file(path)
 }
 
-/// Writes a checkpoint into `dir` as `step-NNNNNNNN`; returns its path once it is durable.
-pub fn save(
-    dir: &Path,
-    manifest: &Manifest,
-    params: &[(&str, &[usize], &[f32])],
-    optimizer: &[(String, Vec<f32>)],
-) -> Result<PathBuf, CheckpointError> {
-    let name = format!("step-{:08}", manifest.step);
+/// A checkpoint being written: its files go into a temporary directory that [`commit`] renames.
+#[derive(Debug)]
+pub struct Pending {
+    dir: PathBuf,
+    tmp: PathBuf,
+    final_path: PathBuf,
+}
+
+impl Pending {
+    /// Where the checkpoint's files are written before the commit.
+    pub fn path(&self) -> &Path {
+        &self.tmp
+    }
+}
+
+/// Starts a checkpoint of `step` in `dir` (as `step-NNNNNNNN` once committed).
+pub fn begin(dir: &Path, step: u64) -> Result<Pending, CheckpointError> {
+    let name = format!("step-{step:08}");
     let final_path = dir.join(&name);
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
     }
     std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-    write_tensors(&tmp.join(MODEL_FILE), params)?;
-    let optimizer: Vec<(&str, [usize; 1], &[f32])> = optimizer
+    Ok(Pending {
+        dir: dir.to_path_buf(),
+        tmp,
+        final_path,
+    })
+}
+
+/// Named flat buffers as 1-D tensors.
+pub fn flat<'a>(buffers: &'a [(String, Vec<f32>)]) -> Vec<(&'a str, [usize; 1], &'a [f32])> {
+    buffers
         .iter()
         .map(|(n, v)| (n.as_str(), [v.len()], v.as_slice()))
-        .collect();
-    let optimizer: Vec<(&str, &[usize], &[f32])> = optimizer
-        .iter()
-        .map(|(n, s, v)| (*n, s.as_slice(), *v))
-        .collect();
-    write_tensors(&tmp.join(OPTIMIZER_FILE), &optimizer)?;
+        .collect()
+}
+
+/// Writes the manifest and makes the checkpoint durable under its final name; returns that path.
+pub fn commit(pending: Pending, manifest: &Manifest) -> Result<PathBuf, CheckpointError> {
+    let Pending {
+        dir,
+        tmp,
+        final_path,
+    } = pending;
     let manifest_path = tmp.join(MANIFEST_FILE);
     let json = serde_json::to_vec_pretty(manifest).map_err(|err| invalid(&manifest_path, err))?;
     std::fs::write(&manifest_path, json).map_err(io(&manifest_path))?;
@@ -143,8 +190,27 @@ pub fn save(
         std::fs::remove_dir_all(&final_path).map_err(io(&final_path))?;
     }
     std::fs::rename(&tmp, &final_path).map_err(io(&final_path))?;
-    sync_file(dir)?;
+    sync_file(&dir)?;
     Ok(final_path)
+}
+
+/// Writes a whole (single-shard) checkpoint into `dir` as `step-NNNNNNNN`; returns its path once it is
+/// durable.
+pub fn save(
+    dir: &Path,
+    manifest: &Manifest,
+    params: &[(&str, &[usize], &[f32])],
+    optimizer: &[(String, Vec<f32>)],
+) -> Result<PathBuf, CheckpointError> {
+    let pending = begin(dir, manifest.step)?;
+    write_tensors(&pending.path().join(MODEL_FILE), params)?;
+    let optimizer = flat(optimizer);
+    let optimizer: Vec<(&str, &[usize], &[f32])> = optimizer
+        .iter()
+        .map(|(n, s, v)| (*n, s.as_slice(), *v))
+        .collect();
+    write_tensors(&pending.path().join(OPTIMIZER_FILE), &optimizer)?;
+    commit(pending, manifest)
 }
 
 /// A loaded checkpoint.
@@ -176,6 +242,8 @@ fn read_tensors(path: &Path) -> Result<BTreeMap<String, Vec<f32>>, CheckpointErr
         .collect()
 }
 
+/// Loads a checkpoint; one written by PS shards is assembled into whole tensors (and whole optimizer
+/// buffers), so any shape can resume from it.
 pub fn load(path: &Path) -> Result<Loaded, CheckpointError> {
     let manifest_path = path.join(MANIFEST_FILE);
     let bytes = std::fs::read(&manifest_path).map_err(io(&manifest_path))?;
@@ -187,10 +255,63 @@ pub fn load(path: &Path) -> Result<Loaded, CheckpointError> {
             format!("format {} is not {FORMAT_VERSION}", manifest.format_version),
         ));
     }
+    if manifest.shards.iter().all(|s| s.slices.is_empty()) {
+        return Ok(Loaded {
+            params: read_tensors(&path.join(MODEL_FILE))?,
+            optimizer: read_tensors(&path.join(OPTIMIZER_FILE))?,
+            manifest,
+        });
+    }
+    let sizes: BTreeMap<&str, usize> = manifest
+        .tensors
+        .iter()
+        .map(|t| (t.name.as_str(), t.shape.iter().product()))
+        .collect();
+    let mut params = BTreeMap::new();
+    let mut optimizer = BTreeMap::new();
+    for shard in &manifest.shards {
+        let (model_file, optimizer_file) = shard_files(&shard.name);
+        for (file, into, state) in [
+            (model_file, &mut params, false),
+            (optimizer_file, &mut optimizer, true),
+        ] {
+            let file = path.join(file);
+            for (key, values) in read_tensors(&file)? {
+                let Some((base, offset)) = key.rsplit_once('@') else {
+                    // Whole values (the optimizer's step count): the same on every shard.
+                    into.insert(key, values);
+                    continue;
+                };
+                let offset: usize = offset
+                    .parse()
+                    .map_err(|_| invalid(&file, format!("{key}: bad offset")))?;
+                let tensor = if state {
+                    base.split_once('.').map_or(base, |(_, t)| t)
+                } else {
+                    base
+                };
+                let size = *sizes
+                    .get(tensor)
+                    .ok_or_else(|| invalid(&file, format!("{key}: no tensor {tensor}")))?;
+                if offset + values.len() > size {
+                    return Err(invalid(&file, format!("{key} runs past {tensor}")));
+                }
+                let whole = into
+                    .entry(base.to_owned())
+                    .or_insert_with(|| vec![0.0f32; size]);
+                whole[offset..offset + values.len()].copy_from_slice(&values);
+            }
+        }
+    }
+    for name in sizes.keys() {
+        if !params.contains_key(*name) {
+            return Err(invalid(path, format!("no shard holds {name}")));
+        }
+    }
     Ok(Loaded {
         manifest,
-        params: read_tensors(&path.join(MODEL_FILE))?,
-        optimizer: read_tensors(&path.join(OPTIMIZER_FILE))?,
+        params,
+        optimizer,
     })
 }
 

@@ -3,6 +3,7 @@
 
 pub mod checkpoint;
 pub mod data;
+pub mod dist;
 pub mod models;
 pub mod optim;
 pub mod params;

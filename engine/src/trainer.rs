@@ -5,17 +5,19 @@
 
 use crate::checkpoint::{self, Manifest, Shard, TensorInfo};
 use crate::data::{self, Cursor, Data, Sampler};
+use crate::dist::worker::Exchange;
+use crate::dist::{self, Cluster, Role};
 use crate::models::{self, Io, Model};
 use crate::optim::{self, Optimizer};
 use crate::params::Params;
 use crate::rng::Rng;
 use anyhow::{Context, bail};
 use candle_core::{Device, Tensor};
-use drover_core::spec::{CheckpointPolicy, TargetMode, TrainSpec};
+use drover_core::spec::{CheckpointPolicy, Distributed, TargetMode, TrainSpec};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Where a run's numbers and checkpoints go.
 pub trait Reporter {
@@ -41,6 +43,10 @@ pub struct TrainOptions {
     /// Stop after this step even if the spec says more (tests and benchmarks).
     pub stop_at: Option<u64>,
     pub device: Device,
+    /// How several workers train together (ignored for one worker without PS).
+    pub distributed: Distributed,
+    /// This task's place among the job's tasks; `None` for a single-process run.
+    pub cluster: Option<Cluster>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -73,12 +79,8 @@ fn model_json(spec: &TrainSpec) -> serde_json::Value {
 impl Run {
     pub fn new(options: TrainOptions) -> anyhow::Result<Run> {
         let spec = &options.spec;
-        if options.workers != 1 || options.ps != 0 {
-            bail!(
-                "this engine trains on one worker without parameter servers; the job asks for {} workers and {} PS (distributed training is not built yet)",
-                options.workers,
-                options.ps
-            );
+        if options.workers == 0 {
+            bail!("a job needs at least one worker");
         }
         let data = data::load(&spec.dataset, spec.seed, &options.base_dir)?;
         let (io, samples) = match &data {
@@ -233,6 +235,20 @@ impl Run {
         Ok(lr)
     }
 
+    /// Advances the step after the parameters were updated elsewhere (the PS shards); returns the
+    /// step's learning rate.
+    pub fn advance(&mut self) -> f64 {
+        let lr = optim::learning_rate(
+            self.base_lr,
+            &self.options.spec.lr_schedule,
+            self.step,
+            self.total_steps(),
+        );
+        self.params.mark_stale();
+        self.step += 1;
+        lr
+    }
+
     pub fn total_steps(&self) -> u64 {
         let steps = self.options.spec.max_steps.unwrap_or(u64::MAX);
         self.options.stop_at.map_or(steps, |s| s.min(steps))
@@ -285,10 +301,13 @@ impl Run {
         }
     }
 
-    /// Writes a checkpoint now and applies retention.
-    pub fn save(&self, metrics: &BTreeMap<String, f64>) -> anyhow::Result<PathBuf> {
-        let names = &self.params.names;
-        let manifest = Manifest {
+    pub fn options(&self) -> &TrainOptions {
+        &self.options
+    }
+
+    /// The manifest of a checkpoint of this run at its current step, its tensors held by `shards`.
+    pub fn manifest(&self, metrics: &BTreeMap<String, f64>, shards: Vec<Shard>) -> Manifest {
+        Manifest {
             format_version: checkpoint::FORMAT_VERSION,
             step: self.step,
             seed: self.options.spec.seed,
@@ -301,7 +320,9 @@ impl Run {
                 Optimizer::AdamW { .. } => "adamw",
             }
             .to_owned(),
-            tensors: names
+            tensors: self
+                .params
+                .names
                 .iter()
                 .zip(&self.params.shapes)
                 .map(|(name, shape)| TensorInfo {
@@ -309,13 +330,24 @@ impl Run {
                     shape: shape.clone(),
                 })
                 .collect(),
-            shards: vec![Shard {
-                name: "local".to_owned(),
-                tensors: names.clone(),
-            }],
+            shards,
             metrics: metrics.clone(),
             model: model_json(&self.options.spec),
-        };
+        }
+    }
+
+    /// Writes a checkpoint now (this process holds the whole model and optimizer) and applies
+    /// retention.
+    pub fn save(&self, metrics: &BTreeMap<String, f64>) -> anyhow::Result<PathBuf> {
+        let names = &self.params.names;
+        let manifest = self.manifest(
+            metrics,
+            vec![Shard {
+                name: "local".to_owned(),
+                tensors: names.clone(),
+                slices: Vec::new(),
+            }],
+        );
         let tensors: Vec<(&str, &[usize], &[f32])> = names
             .iter()
             .zip(&self.params.shapes)
@@ -328,6 +360,12 @@ impl Run {
             &tensors,
             &self.optimizer.state(names),
         )?;
+        self.retain();
+        Ok(path)
+    }
+
+    /// Applies the job's checkpoint retention to its checkpoint directory.
+    pub fn retain(&self) {
         let policy = &self.options.checkpoint;
         let (metric, maximise) = match &self.options.spec.target {
             Some(target) => (target.metric.as_str(), target.mode == TargetMode::Max),
@@ -340,7 +378,6 @@ impl Run {
             metric,
             maximise,
         );
-        Ok(path)
     }
 }
 
@@ -372,24 +409,43 @@ pub struct Requests {
 }
 
 /// Trains until the step budget or the target, or until a stop is requested (then checkpoints and
-/// returns); a checkpoint request is served at the next step boundary.
+/// returns); a checkpoint request is served at the next step boundary. With several workers, worker 0
+/// (the leader) reports metrics, validates and writes checkpoints; a PS task serves its shard instead.
 pub fn train(
     options: TrainOptions,
     reporter: &mut dyn Reporter,
     requests: &Requests,
 ) -> anyhow::Result<Outcome> {
-    let stop = &requests.stop;
+    if let Some(Cluster {
+        role: Role::Ps { .. },
+        ..
+    }) = &options.cluster
+    {
+        return dist::worker::serve_shard(options, reporter, requests);
+    }
+    let leader = options.rank == 0;
+    let distributed = options.cluster.is_some();
     let mut run = Run::new(options.clone())?;
-    reporter.info(&format!(
-        "model: {} parameters in {} tensors; {} steps; global batch {}",
-        run.params.num_values(),
-        run.params.len(),
-        options
-            .spec
-            .max_steps
-            .map_or_else(|| "until the target".to_owned(), |s| s.to_string()),
-        options.spec.batch_size
-    ));
+    if leader {
+        reporter.info(&format!(
+            "model: {} parameters in {} tensors; {} steps; global batch {}{}",
+            run.params.num_values(),
+            run.params.len(),
+            options
+                .spec
+                .max_steps
+                .map_or_else(|| "until the target".to_owned(), |s| s.to_string()),
+            options.spec.batch_size,
+            if distributed {
+                format!(
+                    "; {} workers, {} PS, {:?}",
+                    options.workers, options.ps, options.distributed
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
     if let Some(path) = &options.resume_from {
         run.restore(path)?;
         reporter.info(&format!(
@@ -398,65 +454,77 @@ pub fn train(
             path.display()
         ));
     }
+    let mut exchange = Exchange::join(&run)?;
     let total = run.total_steps();
     let eval_every = options.spec.eval_every.max(1);
     let checkpoint_every = options.checkpoint.every_steps.max(1);
     let log_every = options.log_every.max(1);
     let mut metrics: BTreeMap<String, f64> = BTreeMap::new();
-    let mut last_saved = if options.resume_from.is_some() {
-        Some(run.step)
-    } else {
-        None
-    };
+    let mut last_saved = options.resume_from.as_ref().map(|_| run.step);
     let mut last_checkpoint = None;
-    let (mut window_loss, mut window_correct, mut window_samples, mut window_steps) =
-        (0.0, 0usize, 0usize, 0u64);
-    let mut window_start = Instant::now();
+    let mut window = Window::default();
+    let mut stop_agreed = exchange.start(&mut run)?;
+    let mut finish_agreed = false;
     let mut reached_target = false;
-    while run.step < total && !reached_target {
-        if stop.load(Ordering::Relaxed) {
-            let path = if last_saved == Some(run.step) {
-                None
-            } else {
-                Some(run.save(&metrics)?)
-            };
-            if let Some(path) = path {
-                reporter.checkpoint(run.step, &path);
-                last_checkpoint = Some(path);
+    let seed = options.spec.seed;
+    loop {
+        let done =
+            run.step >= total || finish_agreed || (reached_target && !exchange.agreed_stop());
+        let stopping = if exchange.agreed_stop() {
+            stop_agreed
+        } else {
+            stop_agreed || (leader && requests.stop.load(Ordering::Relaxed))
+        };
+        if done || stopping {
+            if leader {
+                if last_saved != Some(run.step) {
+                    let path = exchange.save(&run, &metrics)?;
+                    reporter.checkpoint(run.step, &path);
+                    last_checkpoint = Some(path);
+                }
+                exchange.finish(run.step)?;
+                if stopping && !done {
+                    reporter.info(&format!("checkpointed at step {} on request", run.step));
+                }
             }
-            reporter.info(&format!("checkpointed at step {} on request", run.step));
             return Ok(Outcome {
                 step: run.step,
-                interrupted: true,
+                interrupted: stopping && !done,
                 metrics,
                 last_checkpoint,
             });
         }
+        if distributed {
+            // Each worker's dropout draws depend on (seed, step, rank) only, so any shape resumes.
+            run.rng = Rng::derive(
+                seed ^ run.step.rotate_left(20),
+                0xD2_0907 ^ u64::from(options.rank),
+            );
+        }
+        let started = Instant::now();
         let (loss, correct, samples, grads) = run.gradients()?;
-        let lr = run.apply(grads)?;
-        window_loss += loss;
-        window_correct += correct;
-        window_samples += samples;
-        window_steps += 1;
+        let computed = started.elapsed();
+        let controls = [requests.stop.load(Ordering::Relaxed), reached_target];
+        let exchanged = exchange.step(&mut run, grads, samples, controls)?;
+        (stop_agreed, finish_agreed) = (exchanged.stop, exchanged.finish);
+        window.add(
+            loss,
+            correct,
+            samples,
+            exchanged.bytes,
+            started.elapsed() - computed,
+        );
         let step = run.step;
+        if !leader {
+            continue;
+        }
         if step % log_every == 0 || step == total {
-            let elapsed = window_start.elapsed().as_secs_f64();
-            let values = [
-                ("loss", window_loss / window_steps as f64),
-                (
-                    "accuracy",
-                    window_correct as f64 / window_samples.max(1) as f64,
-                ),
-                ("samples_per_s", window_samples as f64 / elapsed.max(1e-9)),
-                ("step_time_ms", 1000.0 * elapsed / window_steps as f64),
-                ("lr", lr),
-            ];
-            for (k, v) in values {
-                metrics.insert(k.to_owned(), v);
+            let values = window.values(exchanged.lr, distributed);
+            for (k, v) in &values {
+                metrics.insert((*k).to_owned(), *v);
             }
             reporter.metrics(step, &values);
-            (window_loss, window_correct, window_samples, window_steps) = (0.0, 0, 0, 0);
-            window_start = Instant::now();
+            window = Window::default();
         }
         if step % eval_every == 0 || step == total {
             let (val_loss, val_accuracy) = run.evaluate()?;
@@ -474,21 +542,74 @@ pub fn train(
                     TargetMode::Min => value <= target.value,
                 };
             }
-            window_start = Instant::now();
+            window.restart();
         }
         let requested = requests.checkpoint.swap(false, Ordering::Relaxed);
         if requested || step % checkpoint_every == 0 || step == total || reached_target {
-            let path = run.save(&metrics)?;
+            let path = exchange.save(&run, &metrics)?;
             reporter.checkpoint(step, &path);
             last_saved = Some(step);
             last_checkpoint = Some(path);
-            window_start = Instant::now();
+            window.restart();
         }
     }
-    Ok(Outcome {
-        step: run.step,
-        interrupted: false,
-        metrics,
-        last_checkpoint,
-    })
+}
+
+/// Training metrics accumulated between two reports.
+#[derive(Debug)]
+struct Window {
+    loss: f64,
+    correct: usize,
+    samples: usize,
+    steps: u64,
+    bytes: u64,
+    exchange: Duration,
+    start: Instant,
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Self {
+            loss: 0.0,
+            correct: 0,
+            samples: 0,
+            steps: 0,
+            bytes: 0,
+            exchange: Duration::ZERO,
+            start: Instant::now(),
+        }
+    }
+}
+
+impl Window {
+    fn add(&mut self, loss: f64, correct: usize, samples: usize, bytes: u64, exchange: Duration) {
+        self.loss += loss;
+        self.correct += correct;
+        self.samples += samples;
+        self.steps += 1;
+        self.bytes += bytes;
+        self.exchange += exchange;
+    }
+
+    /// Validation and checkpoints do not count as training time.
+    fn restart(&mut self) {
+        self.start = Instant::now();
+    }
+
+    fn values(&self, lr: f64, distributed: bool) -> Vec<(&'static str, f64)> {
+        let elapsed = self.start.elapsed().as_secs_f64().max(1e-9);
+        let steps = self.steps.max(1) as f64;
+        let mut values = vec![
+            ("loss", self.loss / steps),
+            ("accuracy", self.correct as f64 / self.samples.max(1) as f64),
+            ("samples_per_s", self.samples as f64 / elapsed),
+            ("step_time_ms", 1000.0 * elapsed / steps),
+            ("lr", lr),
+        ];
+        if distributed {
+            values.push(("comm_time_ms", 1000.0 * self.exchange.as_secs_f64() / steps));
+            values.push(("grad_bytes_per_step", self.bytes as f64 / steps));
+        }
+        values
+    }
 }

@@ -61,6 +61,8 @@ fn options(spec: TrainSpec, dir: &Path, every: u64) -> TrainOptions {
         log_every: 10,
         stop_at: None,
         device: Device::Cpu,
+        distributed: Default::default(),
+        cluster: None,
     }
 }
 

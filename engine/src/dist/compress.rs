@@ -1,0 +1,334 @@
+//! Gradient compression with error feedback: what a scheme drops from a gradient is kept and added into
+//! the next step's gradient, so nothing is lost, only delayed. A gradient for one PS shard is a list of
+//! slices (pieces of tensors); each scheme encodes them one after another:
+//!
+//! - top-k: per slice `k: u32`, `k` indices (`u32`), `k` values (`f32`) — the largest `ratio` by magnitude;
+//! - 1-bit sign: per slice a scale (`f32`, the mean magnitude) and one bit per element;
+//! - QSGD-style: per slice a scale (`f32`, the largest magnitude) and `bits` bits per element (a sign and
+//!   `bits − 1` bits of level), rounded stochastically so the decoded value is unbiased.
+
+use crate::rng::Rng;
+use drover_core::spec::Compression;
+use std::io;
+
+/// Encoding tags carried in a push frame's flags.
+pub const RAW: u32 = 0;
+pub const TOPK: u32 = 1;
+pub const ONEBIT: u32 = 2;
+pub const QSGD: u32 = 3;
+
+pub fn tag(compression: &Compression) -> u32 {
+    match compression {
+        Compression::None => RAW,
+        Compression::Topk { .. } => TOPK,
+        Compression::Onebit => ONEBIT,
+        Compression::Qsgd { .. } => QSGD,
+    }
+}
+
+/// One worker's compressor for one shard's slices: the scheme, the residuals, the rounding RNG.
+#[derive(Debug)]
+pub struct Compressor {
+    scheme: Compression,
+    residual: Vec<Vec<f32>>,
+    rng: Rng,
+    /// Scratch for top-k selection.
+    order: Vec<u32>,
+}
+
+impl Compressor {
+    pub fn new(scheme: Compression, slice_lens: &[usize], rng: Rng) -> Self {
+        Self {
+            scheme,
+            residual: slice_lens.iter().map(|&n| vec![0.0; n]).collect(),
+            rng,
+            order: Vec::new(),
+        }
+    }
+
+    pub fn tag(&self) -> u32 {
+        tag(&self.scheme)
+    }
+
+    /// Adds the residual into each slice's gradient, encodes the result into `out` (cleared first) and
+    /// keeps what the encoding dropped as the new residual.
+    pub fn encode(&mut self, slices: &[&[f32]], out: &mut Vec<u8>) {
+        out.clear();
+        for (i, &grad) in slices.iter().enumerate() {
+            let acc = &mut self.residual[i];
+            for (a, &g) in acc.iter_mut().zip(grad) {
+                *a += g;
+            }
+            match self.scheme {
+                Compression::None => {
+                    out.extend_from_slice(bytemuck::cast_slice(acc));
+                    acc.fill(0.0);
+                }
+                Compression::Topk { ratio } => topk(acc, ratio, &mut self.order, out),
+                Compression::Onebit => onebit(acc, out),
+                Compression::Qsgd { bits } => qsgd(acc, bits, &mut self.rng, out),
+            }
+        }
+    }
+}
+
+fn topk(acc: &mut [f32], ratio: f64, order: &mut Vec<u32>, out: &mut Vec<u8>) {
+    let n = acc.len();
+    let k = ((n as f64 * ratio).ceil() as usize)
+        .clamp(1, n.max(1))
+        .min(n);
+    out.extend_from_slice(&(k as u32).to_le_bytes());
+    if k == 0 {
+        return;
+    }
+    order.clear();
+    order.extend(0..n as u32);
+    if k < n {
+        order.select_nth_unstable_by(k - 1, |&a, &b| {
+            acc[b as usize].abs().total_cmp(&acc[a as usize].abs())
+        });
+    }
+    let chosen = &mut order[..k];
+    chosen.sort_unstable();
+    for &i in chosen.iter() {
+        out.extend_from_slice(&i.to_le_bytes());
+    }
+    for &i in chosen.iter() {
+        out.extend_from_slice(&acc[i as usize].to_le_bytes());
+        acc[i as usize] = 0.0;
+    }
+}
+
+fn onebit(acc: &mut [f32], out: &mut Vec<u8>) {
+    let scale = if acc.is_empty() {
+        0.0
+    } else {
+        (acc.iter().map(|x| f64::from(x.abs())).sum::<f64>() / acc.len() as f64) as f32
+    };
+    out.extend_from_slice(&scale.to_le_bytes());
+    for chunk in acc.chunks_mut(8) {
+        let mut byte = 0u8;
+        for (j, a) in chunk.iter_mut().enumerate() {
+            if *a >= 0.0 {
+                byte |= 1 << j;
+                *a -= scale;
+            } else {
+                *a += scale;
+            }
+        }
+        out.push(byte);
+    }
+}
+
+/// Appends `width`-bit codes to a byte stream, least significant bit first.
+struct BitWriter<'a> {
+    out: &'a mut Vec<u8>,
+    acc: u64,
+    filled: u32,
+}
+
+impl BitWriter<'_> {
+    fn put(&mut self, code: u64, width: u32) {
+        self.acc |= code << self.filled;
+        self.filled += width;
+        while self.filled >= 8 {
+            self.out.push(self.acc as u8);
+            self.acc >>= 8;
+            self.filled -= 8;
+        }
+    }
+
+    fn finish(self) {
+        if self.filled > 0 {
+            self.out.push(self.acc as u8);
+        }
+    }
+}
+
+fn qsgd(acc: &mut [f32], bits: u32, rng: &mut Rng, out: &mut Vec<u8>) {
+    let bits = bits.clamp(2, 8);
+    let levels = ((1u32 << (bits - 1)) - 1) as f32;
+    let scale = acc.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    out.extend_from_slice(&scale.to_le_bytes());
+    let mut writer = BitWriter {
+        out,
+        acc: 0,
+        filled: 0,
+    };
+    for a in acc.iter_mut() {
+        let r = if scale > 0.0 {
+            a.abs() / scale * levels
+        } else {
+            0.0
+        };
+        let floor = r.floor();
+        let level = (floor + f32::from(u8::from(rng.uniform() < r - floor))).min(levels);
+        let negative = *a < 0.0;
+        let decoded = scale * level / levels;
+        *a -= if negative { -decoded } else { decoded };
+        writer.put(u64::from(negative) | ((level as u64) << 1), bits);
+    }
+    writer.finish();
+}
+
+fn truncated() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        "compressed gradient is truncated",
+    )
+}
+
+fn f32_at(bytes: &[u8], at: usize) -> io::Result<f32> {
+    let b = bytes.get(at..at + 4).ok_or_else(truncated)?;
+    Ok(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> io::Result<u32> {
+    let b = bytes.get(at..at + 4).ok_or_else(truncated)?;
+    Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Decodes a payload encoded with `tag` into `targets` (overwriting them); `bits` is QSGD's width.
+pub fn decode(tag: u32, bits: u32, bytes: &[u8], targets: &mut [&mut [f32]]) -> io::Result<()> {
+    let mut at = 0usize;
+    for target in targets.iter_mut() {
+        let n = target.len();
+        match tag {
+            RAW => {
+                let b = bytes.get(at..at + 4 * n).ok_or_else(truncated)?;
+                for (t, c) in target.iter_mut().zip(b.chunks_exact(4)) {
+                    *t = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+                at += 4 * n;
+            }
+            TOPK => {
+                let k = u32_at(bytes, at)? as usize;
+                at += 4;
+                if k > n {
+                    return Err(truncated());
+                }
+                target.fill(0.0);
+                let values = at + 4 * k;
+                for j in 0..k {
+                    let i = u32_at(bytes, at + 4 * j)? as usize;
+                    *target.get_mut(i).ok_or_else(truncated)? = f32_at(bytes, values + 4 * j)?;
+                }
+                at = values + 4 * k;
+            }
+            ONEBIT => {
+                let scale = f32_at(bytes, at)?;
+                at += 4;
+                let b = bytes.get(at..at + n.div_ceil(8)).ok_or_else(truncated)?;
+                for (i, t) in target.iter_mut().enumerate() {
+                    *t = if b[i / 8] >> (i % 8) & 1 == 1 {
+                        scale
+                    } else {
+                        -scale
+                    };
+                }
+                at += n.div_ceil(8);
+            }
+            QSGD => {
+                let bits = bits.clamp(2, 8);
+                let levels = ((1u32 << (bits - 1)) - 1) as f32;
+                let scale = f32_at(bytes, at)?;
+                at += 4;
+                let len = (n * bits as usize).div_ceil(8);
+                let b = bytes.get(at..at + len).ok_or_else(truncated)?;
+                let mask = (1u64 << bits) - 1;
+                let (mut acc, mut filled, mut next) = (0u64, 0u32, 0usize);
+                for t in target.iter_mut() {
+                    while filled < bits {
+                        acc |= u64::from(b[next]) << filled;
+                        next += 1;
+                        filled += 8;
+                    }
+                    let code = acc & mask;
+                    acc >>= bits;
+                    filled -= bits;
+                    let value = scale * (code >> 1) as f32 / levels;
+                    *t = if code & 1 == 1 { -value } else { value };
+                }
+                at += len;
+            }
+            other => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("unknown gradient encoding {other}"),
+                ));
+            }
+        }
+    }
+    if at != bytes.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "compressed gradient has trailing bytes",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(scheme: Compression, bits: u32) -> (Vec<Vec<f32>>, Vec<Vec<f32>>, usize) {
+        let mut rng = Rng::seed(3);
+        let grads: Vec<Vec<f32>> = [1000usize, 37, 1]
+            .iter()
+            .map(|&n| (0..n).map(|_| rng.normal()).collect())
+            .collect();
+        let lens: Vec<usize> = grads.iter().map(Vec::len).collect();
+        let tag = tag(&scheme);
+        let mut c = Compressor::new(scheme, &lens, Rng::seed(9));
+        let mut out = Vec::new();
+        let slices: Vec<&[f32]> = grads.iter().map(Vec::as_slice).collect();
+        c.encode(&slices, &mut out);
+        let mut decoded: Vec<Vec<f32>> = lens.iter().map(|&n| vec![f32::NAN; n]).collect();
+        let mut targets: Vec<&mut [f32]> = decoded.iter_mut().map(Vec::as_mut_slice).collect();
+        decode(tag, bits, &out, &mut targets).unwrap();
+        // Error feedback: what was sent plus what is kept is exactly the gradient.
+        for ((g, d), r) in grads.iter().zip(&decoded).zip(&c.residual) {
+            for ((g, d), r) in g.iter().zip(d).zip(r) {
+                assert!((g - (d + r)).abs() < 1e-5, "{g} vs {d} + {r}");
+            }
+        }
+        (grads, decoded, out.len())
+    }
+
+    #[test]
+    fn every_scheme_round_trips_with_error_feedback() {
+        let raw = 4 * 1038;
+        let (_, d, bytes) = round_trip(Compression::None, 0);
+        assert_eq!(bytes, raw);
+        assert!(d.iter().flatten().all(|x| x.is_finite()));
+        let (g, d, bytes) = round_trip(Compression::Topk { ratio: 0.01 }, 0);
+        // 10 + 1 + 1 entries kept.
+        assert_eq!(bytes, 3 * 4 + 12 * 8);
+        let kept = d[0].iter().filter(|x| **x != 0.0).count();
+        assert_eq!(kept, 10);
+        let smallest_kept = d[0]
+            .iter()
+            .filter(|x| **x != 0.0)
+            .fold(f32::MAX, |m, x| m.min(x.abs()));
+        let dropped_max = g[0]
+            .iter()
+            .zip(&d[0])
+            .filter(|(_, d)| **d == 0.0)
+            .fold(0.0f32, |m, (g, _)| m.max(g.abs()));
+        assert!(smallest_kept >= dropped_max);
+        let (_, _, bytes) = round_trip(Compression::Onebit, 0);
+        assert_eq!(bytes, 3 * 4 + 125 + 5 + 1);
+        let (_, _, bytes) = round_trip(Compression::Qsgd { bits: 4 }, 4);
+        assert_eq!(bytes, 3 * 4 + 500 + 19 + 1);
+    }
+
+    #[test]
+    fn truncated_payloads_are_errors() {
+        let mut t = vec![0.0f32; 4];
+        assert!(decode(RAW, 0, &[0u8; 15], &mut [&mut t]).is_err());
+        assert!(decode(TOPK, 0, &5u32.to_le_bytes(), &mut [&mut t]).is_err());
+        assert!(decode(QSGD, 4, &[0u8; 5], &mut [&mut t]).is_err());
+        assert!(decode(42, 0, &[], &mut [&mut t]).is_err());
+    }
+}

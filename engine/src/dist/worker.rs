@@ -1,0 +1,311 @@
+//! How a worker's gradients become the next parameters: applied locally (one worker), through the PS
+//! shards, or summed by ring all-reduce and applied by every worker alike; and the PS task itself.
+
+use super::ps::{self, Shard, ShardConfig};
+use super::ring::Ring;
+use super::wire::Hello;
+use super::{Cluster, Layout, PsClient, Reply, Role};
+use crate::checkpoint::{self, ShardSlice};
+use crate::optim;
+use crate::trainer::{Outcome, Reporter, Requests, Run, TrainOptions};
+use anyhow::{Context, bail};
+use drover_core::spec::{Compression, DistributedMode};
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How long a task waits for its peers to come up.
+const PEER_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Control values summed along with the gradient in all-reduce mode: any worker asking to stop, and
+/// the leader having finished (target reached).
+const STOP: usize = 0;
+const FINISH: usize = 1;
+const CONTROLS: usize = 2;
+
+#[derive(Debug)]
+pub enum Exchange {
+    Local,
+    Ps(PsClient),
+    Ring { ring: Ring, flat: Vec<f32> },
+}
+
+/// What happened at a step's exchange.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Exchanged {
+    pub lr: f64,
+    /// The job stops at this step boundary (PS `Stop`, or a worker's stop in the ring).
+    pub stop: bool,
+    /// The leader reached the target (ring).
+    pub finish: bool,
+    /// Gradient bytes this worker put on the wire in this step.
+    pub bytes: u64,
+}
+
+impl Exchange {
+    /// Joins the job's other tasks as `run`'s options say.
+    pub fn join(run: &Run) -> anyhow::Result<Exchange> {
+        let options = run.options();
+        let Some(cluster) = &options.cluster else {
+            return Ok(Exchange::Local);
+        };
+        let workers = options.workers as usize;
+        if cluster.peers.len() < workers + options.ps as usize {
+            bail!(
+                "{} peer addresses for {} workers and {} PS shards",
+                cluster.peers.len(),
+                workers,
+                options.ps
+            );
+        }
+        match options.distributed.mode {
+            DistributedMode::Ps => {
+                if options.ps == 0 {
+                    bail!("a `ps` job with {workers} workers needs at least one PS shard");
+                }
+                let layout = layout(run, options.ps);
+                let hello = Hello {
+                    job: cluster.job.clone(),
+                    generation: cluster.generation,
+                    rank: options.rank,
+                    workers: options.workers,
+                    layout: layout.fingerprint(),
+                };
+                let addresses = &cluster.peers[workers..workers + options.ps as usize];
+                let client = PsClient::connect(
+                    addresses,
+                    &hello,
+                    layout,
+                    &options.distributed.compression,
+                    PEER_TIMEOUT,
+                )?;
+                Ok(Exchange::Ps(client))
+            }
+            DistributedMode::Allreduce => {
+                if options.distributed.compression != Compression::None {
+                    bail!("gradient compression works with `ps` jobs only");
+                }
+                let listener = TcpListener::bind(&cluster.listen)
+                    .with_context(|| format!("listening on {}", cluster.listen))?;
+                let ring = Ring::connect(
+                    options.rank as usize,
+                    workers,
+                    cluster.generation,
+                    &listener,
+                    &cluster.peers[..workers],
+                    PEER_TIMEOUT,
+                )?;
+                Ok(Exchange::Ring {
+                    ring,
+                    flat: Vec::new(),
+                })
+            }
+        }
+    }
+
+    /// The parameters to start from: the PS shards hold them.
+    pub fn start(&mut self, run: &mut Run) -> anyhow::Result<bool> {
+        if let Exchange::Ps(client) = self {
+            let reply = client.pull(run.step, &mut run.params.values)?;
+            run.params.mark_stale();
+            return Ok(reply == Reply::Stop);
+        }
+        Ok(false)
+    }
+
+    /// Turns this worker's gradient (the mean over its `samples` of the global batch) into the next
+    /// step's parameters. `controls` are this worker's stop and finish wishes (all-reduce only).
+    pub fn step(
+        &mut self,
+        run: &mut Run,
+        mut grads: Vec<Vec<f32>>,
+        samples: usize,
+        controls: [bool; CONTROLS],
+    ) -> anyhow::Result<Exchanged> {
+        let batch = run.options().spec.batch_size as f32;
+        let share = samples as f32 / batch;
+        match self {
+            Exchange::Local => Ok(Exchanged {
+                lr: run.apply(grads)?,
+                stop: false,
+                finish: false,
+                bytes: 0,
+            }),
+            Exchange::Ps(client) => {
+                // The shards apply the optimizer; a clip bound applies to this worker's gradient.
+                if let Some(max_norm) = run.options().spec.grad_clip_norm {
+                    optim::clip_global_norm(&mut grads, max_norm);
+                }
+                scale(&mut grads, share);
+                let before = client.bytes_pushed;
+                let reply = client.push_pull(run.step, &grads, &mut run.params.values)?;
+                let lr = run.advance();
+                Ok(Exchanged {
+                    lr,
+                    stop: reply == Reply::Stop,
+                    finish: false,
+                    bytes: client.bytes_pushed - before,
+                })
+            }
+            Exchange::Ring { ring, flat } => {
+                flat.clear();
+                for g in &grads {
+                    flat.extend(g.iter().map(|x| x * share));
+                }
+                flat.extend(controls.map(|c| f32::from(u8::from(c))));
+                ring.allreduce(flat)?;
+                let n = flat.len() - CONTROLS;
+                let mut at = 0;
+                for g in &mut grads {
+                    let len = g.len();
+                    g.copy_from_slice(&flat[at..at + len]);
+                    at += len;
+                }
+                let w = ring.world() as u64;
+                Ok(Exchanged {
+                    stop: flat[n + STOP] > 0.0,
+                    finish: flat[n + FINISH] > 0.0,
+                    lr: run.apply(grads)?,
+                    bytes: 2 * (w - 1) * 4 * n as u64 / w,
+                })
+            }
+        }
+    }
+
+    /// Whether stop and checkpoint requests are this worker's to act on alone (everywhere but the
+    /// ring, where every worker's stop is agreed through the reduction).
+    pub fn agreed_stop(&self) -> bool {
+        matches!(self, Exchange::Ring { .. })
+    }
+
+    /// Writes a checkpoint of the whole job at the run's step (the leader calls it).
+    pub fn save(&mut self, run: &Run, metrics: &BTreeMap<String, f64>) -> anyhow::Result<PathBuf> {
+        let Exchange::Ps(client) = self else {
+            return run.save(metrics);
+        };
+        let pending = checkpoint::begin(&run.options().checkpoint_dir, run.step)?;
+        client.checkpoint(run.step, pending.path())?;
+        let names = &run.params.names;
+        let shards = client
+            .layout()
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(k, slices)| {
+                let mut tensors: Vec<String> =
+                    slices.iter().map(|s| names[s.tensor].clone()).collect();
+                tensors.dedup();
+                checkpoint::Shard {
+                    name: ps::shard_name(k),
+                    tensors,
+                    slices: slices
+                        .iter()
+                        .map(|s| ShardSlice {
+                            tensor: names[s.tensor].clone(),
+                            offset: s.offset as u64,
+                            len: s.len as u64,
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        let path = checkpoint::commit(pending, &run.manifest(metrics, shards))?;
+        run.retain();
+        Ok(path)
+    }
+
+    /// The job is over (or stops): the leader releases the PS shards.
+    pub fn finish(&mut self, step: u64) -> anyhow::Result<()> {
+        if let Exchange::Ps(client) = self {
+            client.shutdown(step)?;
+        }
+        Ok(())
+    }
+}
+
+fn scale(grads: &mut [Vec<f32>], factor: f32) {
+    if factor != 1.0 {
+        for x in grads.iter_mut().flat_map(|g| g.iter_mut()) {
+            *x *= factor;
+        }
+    }
+}
+
+fn layout(run: &Run, shards: u32) -> Layout {
+    let sizes: Vec<usize> = run.params.values.iter().map(Vec::len).collect();
+    Layout::new(&run.params.names, &sizes, shards)
+}
+
+/// Runs a PS shard task: builds the model (or loads the checkpoint) to take its slices, then serves
+/// the workers until the leader shuts the job down.
+pub fn serve_shard(
+    options: TrainOptions,
+    reporter: &mut dyn Reporter,
+    requests: &Requests,
+) -> anyhow::Result<Outcome> {
+    let Some(
+        cluster @ Cluster {
+            role: Role::Ps { index },
+            ..
+        },
+    ) = &options.cluster
+    else {
+        bail!("not a PS task");
+    };
+    let index = *index as usize;
+    if index >= options.ps as usize {
+        bail!("PS shard {index} of a job with {} shards", options.ps);
+    }
+    let run = Run::new(options.clone())?;
+    let loaded = match &options.resume_from {
+        Some(path) => Some(checkpoint::load(path)?),
+        None => None,
+    };
+    let start_step = loaded.as_ref().map_or(0, |l| l.manifest.step);
+    let layout = layout(&run, options.ps);
+    let config = ShardConfig {
+        job: cluster.job.clone(),
+        generation: cluster.generation,
+        index,
+        workers: options.workers,
+        sync: options.distributed.sync,
+        staleness: options.distributed.staleness,
+        compression: options.distributed.compression.clone(),
+        optimizer: options.spec.optimizer.clone(),
+        lr_schedule: options.spec.lr_schedule.clone(),
+        total_steps: run.total_steps(),
+        start_step,
+    };
+    let values = layout.shard_len(index);
+    let slices = layout.shards[index].len();
+    let shard = Shard::new(
+        config,
+        layout,
+        run.params.names.clone(),
+        &run.params.values,
+        loaded.as_ref(),
+    )?;
+    drop(run);
+    let listener = TcpListener::bind(&cluster.listen)
+        .with_context(|| format!("listening on {}", cluster.listen))?;
+    reporter.info(&format!(
+        "PS shard {index} of {}: {values} values in {slices} slices, {:?} sync, on {}",
+        options.ps, options.distributed.sync, cluster.listen
+    ));
+    let started = Instant::now();
+    let summary = shard.serve(&listener, Some(&requests.stop))?;
+    reporter.info(&format!(
+        "PS shard {index}: {} updates, {:.1} MB of gradients in {:.1} s",
+        summary.updates,
+        summary.bytes_in as f64 / 1e6,
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(Outcome {
+        step: start_step + summary.updates,
+        interrupted: requests.stop.load(Ordering::Relaxed),
+        metrics: BTreeMap::new(),
+        last_checkpoint: None,
+    })
+}

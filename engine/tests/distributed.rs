@@ -1,0 +1,369 @@
+//! Distributed training in-process over real loopback sockets: every worker and PS shard is a thread
+//! running the same code a task process runs (`train`), talking TCP.
+
+#![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
+
+use candle_core::Device;
+use drover_core::spec::{
+    CheckpointPolicy, Compression, Distributed, DistributedMode, SyncMode, TrainSpec,
+};
+use drover_engine::checkpoint;
+use drover_engine::dist::ps::{Shard, ShardConfig};
+use drover_engine::dist::worker::Exchange;
+use drover_engine::dist::{Cluster, Layout, Role};
+use drover_engine::{Outcome, Reporter, Requests, Run, TrainOptions, train};
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Default)]
+struct Collect {
+    metrics: Vec<(u64, String, f64)>,
+}
+
+impl Collect {
+    fn last(&self, name: &str) -> f64 {
+        self.metrics
+            .iter()
+            .rev()
+            .find(|(_, k, _)| k == name)
+            .map(|m| m.2)
+            .unwrap_or(f64::NAN)
+    }
+}
+
+impl Reporter for Collect {
+    fn metrics(&mut self, step: u64, values: &[(&str, f64)]) {
+        for (k, v) in values {
+            self.metrics.push((step, (*k).to_owned(), *v));
+        }
+    }
+    fn checkpoint(&mut self, _step: u64, _path: &Path) {}
+    fn info(&mut self, _line: &str) {}
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The example MLP on the shipped digits (no dropout, so runs of different shapes can be compared).
+fn digits_mlp(optimizer: serde_json::Value, steps: u64, eval_every: u64) -> TrainSpec {
+    serde_json::from_value(serde_json::json!({
+        "model": {"type": "mlp", "hidden": [256, 128]},
+        "dataset": {"type": "digits"},
+        "optimizer": optimizer,
+        "lr_schedule": {"warmup_steps": 100, "decay": "cosine"},
+        "batch_size": 256, "max_steps": steps, "eval_every": eval_every, "seed": 1
+    }))
+    .unwrap()
+}
+
+fn free_address() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+fn options(
+    spec: &TrainSpec,
+    dir: &Path,
+    workers: u32,
+    ps: u32,
+    distributed: &Distributed,
+) -> TrainOptions {
+    TrainOptions {
+        spec: spec.clone(),
+        checkpoint: CheckpointPolicy {
+            every_steps: 1_000_000,
+            keep_last: 2,
+            keep_best: 0,
+        },
+        workers,
+        ps,
+        rank: 0,
+        checkpoint_dir: dir.to_path_buf(),
+        resume_from: None,
+        base_dir: repo(),
+        log_every: 100,
+        stop_at: None,
+        device: Device::Cpu,
+        distributed: distributed.clone(),
+        cluster: None,
+    }
+}
+
+/// Runs a job of `workers` workers and `ps` shards (threads); returns the leader's metrics and
+/// outcome.
+fn run_job(
+    spec: &TrainSpec,
+    dir: &Path,
+    workers: u32,
+    ps: u32,
+    distributed: &Distributed,
+) -> (Collect, Outcome) {
+    let peers: Vec<String> = (0..workers + ps).map(|_| free_address()).collect();
+    let requests = Requests::default();
+    std::thread::scope(|scope| {
+        let mut handles = Vec::new();
+        for task in 0..workers + ps {
+            let mut options = options(spec, dir, workers, ps, distributed);
+            let role = if task < workers {
+                options.rank = task;
+                Role::Worker
+            } else {
+                Role::Ps {
+                    index: task - workers,
+                }
+            };
+            options.cluster = Some(Cluster {
+                job: "job-1".to_owned(),
+                generation: 1,
+                role,
+                peers: peers.clone(),
+                listen: peers[task as usize].clone(),
+            });
+            let requests = &requests;
+            handles.push(scope.spawn(move || {
+                let mut collect = Collect::default();
+                let outcome = train(options, &mut collect, requests).unwrap();
+                (collect, outcome)
+            }));
+        }
+        let mut results: Vec<(Collect, Outcome)> =
+            handles.into_iter().map(|h| h.join().unwrap()).collect();
+        results.swap_remove(0)
+    })
+}
+
+fn local(spec: &TrainSpec, dir: &Path) -> (Collect, Outcome) {
+    let mut collect = Collect::default();
+    let outcome = train(
+        options(spec, dir, 1, 0, &Distributed::default()),
+        &mut collect,
+        &Requests::default(),
+    )
+    .unwrap();
+    (collect, outcome)
+}
+
+fn assert_close(a: &BTreeMap<String, Vec<f32>>, b: &BTreeMap<String, Vec<f32>>, rel: f32) {
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    for (name, x) in a {
+        let y = &b[name];
+        let scale = x.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(1e-3);
+        for (i, (p, q)) in x.iter().zip(y).enumerate() {
+            assert!(
+                (p - q).abs() <= rel * scale,
+                "{name}[{i}]: {p} vs {q} (relative to {scale})"
+            );
+        }
+    }
+}
+
+#[test]
+fn bsp_with_three_workers_and_two_shards_matches_one_worker() {
+    let spec = digits_mlp(
+        serde_json::json!({"type": "sgd", "lr": 0.1, "momentum": 0.9}),
+        20,
+        20,
+    );
+    let (one, three) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (_, single) = local(&spec, one.path());
+    let bsp = Distributed {
+        mode: DistributedMode::Ps,
+        sync: SyncMode::Bsp,
+        ..Distributed::default()
+    };
+    let (_, outcome) = run_job(&spec, three.path(), 3, 2, &bsp);
+    assert_eq!((single.step, outcome.step), (20, 20));
+    let a = checkpoint::load(single.last_checkpoint.as_ref().unwrap()).unwrap();
+    let b = checkpoint::load(outcome.last_checkpoint.as_ref().unwrap()).unwrap();
+    // The sharded checkpoint records which slices each shard held and assembles whole.
+    assert_eq!(b.manifest.shards.len(), 2);
+    assert!(b.manifest.shards.iter().all(|s| !s.slices.is_empty()));
+    assert_close(&a.params, &b.params, 1e-5);
+    assert_close(&a.optimizer, &b.optimizer, 1e-5);
+}
+
+#[test]
+fn ring_allreduce_with_three_workers_matches_one_worker() {
+    let spec = digits_mlp(
+        serde_json::json!({"type": "adamw", "lr": 0.001, "weight_decay": 0.01}),
+        20,
+        20,
+    );
+    let (one, three) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (_, single) = local(&spec, one.path());
+    let ring = Distributed {
+        mode: DistributedMode::Allreduce,
+        ..Distributed::default()
+    };
+    let (_, outcome) = run_job(&spec, three.path(), 3, 0, &ring);
+    let a = checkpoint::load(single.last_checkpoint.as_ref().unwrap()).unwrap();
+    let b = checkpoint::load(outcome.last_checkpoint.as_ref().unwrap()).unwrap();
+    assert_close(&a.params, &b.params, 1e-5);
+}
+
+/// SSP with one worker slowed down: the fast ones wait rather than run more than `s` steps ahead
+/// (checked on every grant the shards recorded), and training still converges.
+#[test]
+fn ssp_bounds_staleness_with_a_slow_worker_and_converges() {
+    let staleness = 3u32;
+    let steps = 300u64;
+    let spec = digits_mlp(
+        serde_json::json!({"type": "adamw", "lr": 0.002, "weight_decay": 0.01}),
+        steps,
+        steps,
+    );
+    let ssp = Distributed {
+        mode: DistributedMode::Ps,
+        sync: SyncMode::Ssp,
+        staleness,
+        compression: Compression::None,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (workers, shards) = (3u32, 2u32);
+    let ps_addresses: Vec<String> = (0..shards).map(|_| free_address()).collect();
+    let mut peers: Vec<String> = (0..workers).map(|_| free_address()).collect();
+    peers.extend(ps_addresses.iter().cloned());
+    let template = Run::new(options(&spec, dir.path(), workers, shards, &ssp)).unwrap();
+    let sizes: Vec<usize> = template.params.values.iter().map(Vec::len).collect();
+    let layout = Layout::new(&template.params.names, &sizes, shards);
+    let (summaries, accuracy) = std::thread::scope(|scope| {
+        let servers: Vec<_> = (0..shards as usize)
+            .map(|index| {
+                let shard = Shard::new(
+                    ShardConfig {
+                        job: "job-1".to_owned(),
+                        generation: 1,
+                        index,
+                        workers,
+                        sync: SyncMode::Ssp,
+                        staleness,
+                        compression: Compression::None,
+                        optimizer: spec.optimizer.clone(),
+                        lr_schedule: spec.lr_schedule.clone(),
+                        total_steps: steps,
+                        start_step: 0,
+                    },
+                    layout.clone(),
+                    template.params.names.clone(),
+                    &template.params.values,
+                    None,
+                )
+                .unwrap();
+                let listener = TcpListener::bind(&ps_addresses[index]).unwrap();
+                scope.spawn(move || shard.serve(&listener, None).unwrap())
+            })
+            .collect();
+        let workers: Vec<_> = (0..workers)
+            .map(|rank| {
+                let mut options = options(&spec, dir.path(), workers, shards, &ssp);
+                options.rank = rank;
+                options.cluster = Some(Cluster {
+                    job: "job-1".to_owned(),
+                    generation: 1,
+                    role: Role::Worker,
+                    peers: peers.clone(),
+                    listen: peers[rank as usize].clone(),
+                });
+                scope.spawn(move || {
+                    let mut run = Run::new(options).unwrap();
+                    let mut exchange = Exchange::join(&run).unwrap();
+                    exchange.start(&mut run).unwrap();
+                    while run.step < steps {
+                        if rank == 2 {
+                            std::thread::sleep(Duration::from_millis(3));
+                        }
+                        let (_, _, samples, grads) = run.gradients().unwrap();
+                        let exchanged = exchange
+                            .step(&mut run, grads, samples, [false, false])
+                            .unwrap();
+                        assert!(!exchanged.stop);
+                    }
+                    let accuracy = if rank == 0 {
+                        // The latest parameters, once every worker is done.
+                        std::thread::sleep(Duration::from_millis(200));
+                        exchange.start(&mut run).unwrap();
+                        Some(run.evaluate().unwrap().1)
+                    } else {
+                        None
+                    };
+                    (exchange, accuracy)
+                })
+            })
+            .collect();
+        let mut finished: Vec<_> = workers.into_iter().map(|h| h.join().unwrap()).collect();
+        let accuracy = finished[0].1.unwrap();
+        finished[0].0.finish(steps).unwrap();
+        drop(finished);
+        let summaries: Vec<_> = servers.into_iter().map(|h| h.join().unwrap()).collect();
+        (summaries, accuracy)
+    });
+    for summary in &summaries {
+        assert_eq!(summary.updates, u64::from(workers) * steps);
+        assert!(summary.grants.len() >= (workers as usize) * steps as usize);
+        let worst = summary
+            .grants
+            .iter()
+            .map(|g| g.clock - g.slowest)
+            .max()
+            .unwrap();
+        assert!(
+            worst <= u64::from(staleness),
+            "a worker ran {worst} steps ahead"
+        );
+        // The slow worker really held the others back: they reached the bound.
+        assert_eq!(worst, u64::from(staleness));
+    }
+    assert!(accuracy >= 0.9, "SSP training reached only {accuracy:.3}");
+}
+
+/// 2,000 steps of the example MLP with 3 workers: each compression scheme stays within 1.5 points of
+/// the uncompressed run's test accuracy while pushing far fewer bytes.
+#[test]
+fn compressed_gradients_keep_accuracy_and_shrink_the_pushes() {
+    let spec = digits_mlp(
+        serde_json::json!({"type": "adamw", "lr": 0.001, "weight_decay": 0.01}),
+        2000,
+        2000,
+    );
+    let params: f64 = (64 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10) as f64;
+    let run = |compression: Compression| {
+        let dir = tempfile::tempdir().unwrap();
+        let distributed = Distributed {
+            mode: DistributedMode::Ps,
+            sync: SyncMode::Bsp,
+            staleness: 4,
+            compression,
+        };
+        let (collect, outcome) = run_job(&spec, dir.path(), 3, 1, &distributed);
+        assert_eq!(outcome.step, 2000);
+        let ratio = 4.0 * params / collect.last("grad_bytes_per_step");
+        (collect.last("val_accuracy"), ratio)
+    };
+    let (baseline, raw) = run(Compression::None);
+    assert!(
+        (raw - 1.0).abs() < 1e-9,
+        "uncompressed pushes carry 4 bytes a value: {raw}"
+    );
+    assert!(baseline >= 0.95, "uncompressed: {baseline:.4}");
+    for (scheme, min_ratio) in [
+        (Compression::Topk { ratio: 0.01 }, 20.0),
+        (Compression::Onebit, 25.0),
+        (Compression::Qsgd { bits: 4 }, 6.0),
+    ] {
+        let (accuracy, ratio) = run(scheme.clone());
+        eprintln!(
+            "{scheme:?}: accuracy {accuracy:.4} (uncompressed {baseline:.4}), {ratio:.1}x fewer bytes"
+        );
+        assert!(
+            accuracy >= baseline - 0.015,
+            "{scheme:?}: {accuracy:.4} vs {baseline:.4}"
+        );
+        assert!(ratio >= min_ratio, "{scheme:?}: only {ratio:.1}x");
+    }
+}
