@@ -4,6 +4,9 @@
 
 #![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
 
+#[path = "distributed.rs"]
+mod distributed;
+
 use drover_proto as pb;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
@@ -88,6 +91,8 @@ struct Cluster {
     url: String,
     gateway: String,
     http: reqwest::Client,
+    /// GPU slots each executor offers.
+    slots: u32,
 }
 
 impl Cluster {
@@ -116,6 +121,11 @@ impl Cluster {
     }
 
     async fn start() -> Cluster {
+        Self::start_with_slots(1).await
+    }
+
+    /// Two executors of `slots` GPU slots (and twice as many CPUs) each.
+    async fn start_with_slots(slots: u32) -> Cluster {
         let database = drover_api::testing::create_postgres_database().await;
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -136,6 +146,7 @@ impl Cluster {
             gateway,
             executors: Vec::new(),
             http: reqwest::Client::new(),
+            slots,
         };
         for name in ["exec-a", "exec-b"] {
             cluster.start_executor(name);
@@ -186,7 +197,9 @@ impl Cluster {
             "--name",
             name,
             "--slots",
-            "1",
+            &self.slots.to_string(),
+            "--cpus",
+            &(2 * self.slots).to_string(),
             "--data-dir",
             dir.to_str().unwrap(),
         ]);

@@ -49,6 +49,7 @@ conformance!(
     nodes_are_upserted_by_name,
     reports_from_an_old_generation_are_fenced,
     executors_register_and_lose_tasks,
+    jobs_with_ended_tasks_are_finishing,
 );
 
 async fn tenant(store: &dyn Store, name: &str) -> Tenant {
@@ -1024,4 +1025,44 @@ async fn executors_register_and_lose_tasks(db: &TestDb) {
             .state,
         TaskState::Lost
     );
+}
+
+async fn jobs_with_ended_tasks_are_finishing(db: &TestDb) {
+    let store = db.store.as_ref();
+    let (tenant, alice) = fixture(store, "vision").await;
+    let job = store
+        .create_job(&new_job(&tenant, alice.id, "finishing", &[]))
+        .await
+        .unwrap()
+        .value;
+    let allocated = change(JobState::Starting, ReasonCode::Allocated);
+    let second = NewTask {
+        index: 1,
+        ..worker("gpu-b")
+    };
+    store
+        .start_generation(job.id, &[worker("gpu-a"), second], &allocated)
+        .await
+        .unwrap();
+    assert!(store.finishing_jobs().await.unwrap().is_empty());
+    let key = TaskKey {
+        job_id: job.id,
+        generation: 1,
+        role: TaskRole::Worker,
+        index: 1,
+    };
+    let exited = TaskChange {
+        state: Some(TaskState::Exited),
+        exit_code: Some(0),
+        ..TaskChange::default()
+    };
+    store.update_task(&key, &exited).await.unwrap();
+    assert_eq!(store.finishing_jobs().await.unwrap(), vec![job.id]);
+    // Once the job is over it is no longer the scheduler's concern.
+    let failed = change(JobState::Failed, ReasonCode::TaskFailed);
+    store
+        .transition_job_in_generation(job.id, 1, &failed, false)
+        .await
+        .unwrap();
+    assert!(store.finishing_jobs().await.unwrap().is_empty());
 }

@@ -89,9 +89,13 @@ pub fn validate(job: &DroverJob) -> Check {
             || format!("must be in (0, 1], got {ratio}"),
         )?,
         Compression::Qsgd { bits } => ensure(
-            (1..=16).contains(&bits),
+            (2..=8).contains(&bits),
             "spec.distributed.compression.bits",
-            || format!("must be between 1 and 16, got {bits}"),
+            || {
+                format!(
+                    "must be between 2 and 8 (a sign bit and at least one level bit), got {bits}"
+                )
+            },
         )?,
         Compression::None | Compression::Onebit => {}
     }
@@ -198,9 +202,16 @@ fn validate_resources(job: &DroverJob) -> Check {
         format!("must be at most {MAX_PS}, got {}", ps.max)
     })?;
     match job.spec.distributed.mode {
-        DistributedMode::Allreduce => ensure(ps.max == 0, "spec.resources.ps", || {
-            "must be {min: 0, max: 0} when spec.distributed.mode is `allreduce`".into()
-        })?,
+        DistributedMode::Allreduce => {
+            ensure(ps.max == 0, "spec.resources.ps", || {
+                "must be {min: 0, max: 0} when spec.distributed.mode is `allreduce`".into()
+            })?;
+            ensure(
+                job.spec.distributed.compression == Compression::None,
+                "spec.distributed.compression",
+                || "gradient compression needs spec.distributed.mode `ps`".into(),
+            )?;
+        }
         DistributedMode::Ps => ensure(
             workers.max == 1 || ps.max >= 1,
             "spec.resources.ps.max",

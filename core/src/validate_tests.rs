@@ -213,6 +213,18 @@ fn combinations_are_checked() {
     assert_eq!(error_field(empty_argv), "spec.command.argv");
     let allreduce_with_ps = example_with("mode: ps", "mode: allreduce");
     assert_eq!(error_field(&allreduce_with_ps), "spec.resources.ps");
+    let compressed_allreduce = example_with("mode: ps", "mode: allreduce")
+        .replace("ps: {min: 1, max: 2}", "ps: {min: 0, max: 0}")
+        .replace("compression: {type: none}", "compression: {type: onebit}");
+    assert_eq!(
+        error_field(&compressed_allreduce),
+        "spec.distributed.compression"
+    );
+    let nine_bits = example_with(
+        "compression: {type: none}",
+        "compression: {type: qsgd, bits: 9}",
+    );
+    assert_eq!(error_field(&nine_bits), "spec.distributed.compression.bits");
     let no_stop = example_with("max_steps: 5000", "eval_every: 10");
     assert!(parse_yaml(&no_stop).is_err());
     let heads = "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {name: lm}\nspec:\n  type: train\n  \

@@ -165,12 +165,15 @@ pub fn begin(dir: &Path, step: u64) -> Result<Pending, CheckpointError> {
     })
 }
 
-/// Named flat buffers as 1-D tensors.
-pub fn flat<'a>(buffers: &'a [(String, Vec<f32>)]) -> Vec<(&'a str, [usize; 1], &'a [f32])> {
-    buffers
+/// Writes named flat buffers (optimizer state) as 1-D tensors to one safetensors file.
+pub fn write_flat(path: &Path, buffers: &[(String, Vec<f32>)]) -> Result<(), CheckpointError> {
+    let shapes: Vec<[usize; 1]> = buffers.iter().map(|(_, v)| [v.len()]).collect();
+    let tensors: Vec<(&str, &[usize], &[f32])> = buffers
         .iter()
-        .map(|(n, v)| (n.as_str(), [v.len()], v.as_slice()))
-        .collect()
+        .zip(&shapes)
+        .map(|((n, v), s)| (n.as_str(), s.as_slice(), v.as_slice()))
+        .collect();
+    write_tensors(path, &tensors)
 }
 
 /// Writes the manifest and makes the checkpoint durable under its final name; returns that path.
@@ -204,12 +207,7 @@ pub fn save(
 ) -> Result<PathBuf, CheckpointError> {
     let pending = begin(dir, manifest.step)?;
     write_tensors(&pending.path().join(MODEL_FILE), params)?;
-    let optimizer = flat(optimizer);
-    let optimizer: Vec<(&str, &[usize], &[f32])> = optimizer
-        .iter()
-        .map(|(n, s, v)| (*n, s.as_slice(), *v))
-        .collect();
-    write_tensors(&pending.path().join(OPTIMIZER_FILE), &optimizer)?;
+    write_flat(&pending.path().join(OPTIMIZER_FILE), optimizer)?;
     commit(pending, manifest)
 }
 

@@ -9,7 +9,7 @@ use crate::store::{Job, NewTask, Scope, StateChange, StoreResult, Task, TaskRole
 use chrono::Utc;
 use drover_core::{JobId, JobState, ReasonCode};
 use drover_scheduler::{JobPlan, Plan, Policy, Role, WaitReason, build_policy};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 #[derive(Debug)]
@@ -71,9 +71,13 @@ impl SchedulingLoop {
 
         let jobs = runtime.store.active_jobs().await?;
         let live = runtime.store.live_tasks().await?;
+        let finishing: HashSet<JobId> = runtime.store.finishing_jobs().await?.into_iter().collect();
         let tenants = runtime.store.list_tenants().await?;
         let connected = runtime.hub.connected();
-        let built = snapshot::build(Utc::now(), &nodes, &connected, &tenants, &jobs, &live);
+        let mut built = snapshot::build(Utc::now(), &nodes, &connected, &tenants, &jobs, &live);
+        // A job some of whose tasks have ended (workers done before the leader, or one failed) is
+        // not resized for the tasks it no longer has: it is left alone until it is settled.
+        built.held.extend(finishing);
         let plan = self.policy.schedule(&built.snapshot, &self.previous);
         apply(&runtime, self.policy.name(), &built, &plan).await?;
         self.previous = plan;
@@ -215,8 +219,6 @@ async fn apply(runtime: &Runtime, policy: &str, built: &Built, plan: &Plan) -> S
                         cpus: t.cpus,
                     })
                     .collect();
-                let mut nodes: Vec<&str> = tasks.iter().map(|t| t.node_name.as_str()).collect();
-                nodes.dedup();
                 let shape = placement.shape();
                 let change = StateChange {
                     to: JobState::Starting,
@@ -226,7 +228,7 @@ async fn apply(runtime: &Runtime, policy: &str, built: &Built, plan: &Plan) -> S
                         snake(reason),
                         shape.workers,
                         shape.ps,
-                        nodes.join(", ")
+                        node_list(built, placement)
                     ),
                     actor: None,
                 };
@@ -268,9 +270,15 @@ async fn apply(runtime: &Runtime, policy: &str, built: &Built, plan: &Plan) -> S
                 } else {
                     ReasonCode::Resized
                 };
+                let (from, to) = (current.shape(), placement.shape());
                 let message = format!(
-                    "{policy}: {} (restarting from its checkpoint)",
-                    snake(reason)
+                    "{policy}: {} ({} workers, {} PS -> {} workers, {} PS on {}; restarting from its checkpoint)",
+                    snake(reason),
+                    from.workers,
+                    from.ps,
+                    to.workers,
+                    to.ps,
+                    node_list(built, placement)
                 );
                 runtime
                     .transition(job, JobState::Queued, code, message, false)
@@ -280,4 +288,15 @@ async fn apply(runtime: &Runtime, policy: &str, built: &Built, plan: &Plan) -> S
         }
     }
     Ok(())
+}
+
+/// The nodes a placement uses, in task order without repeats next to each other.
+fn node_list(built: &Built, placement: &drover_scheduler::Placement) -> String {
+    let mut nodes: Vec<&str> = placement
+        .tasks
+        .iter()
+        .map(|t| built.node_names[t.node.0 as usize].as_str())
+        .collect();
+    nodes.dedup();
+    nodes.join(", ")
 }

@@ -9,7 +9,6 @@
 //!   and a cordon or a blip in the connection must not preempt what runs.
 
 use crate::store::{Job, Node, Task, TaskRole, Tenant};
-use drover_core::spec::JobType;
 use drover_core::{JobId, JobState};
 use drover_scheduler::snapshot::{Observations, Range, Tenant as SchedTenant};
 use drover_scheduler::{
@@ -135,14 +134,7 @@ pub(super) fn build(
             continue;
         };
         let tasks = by_job.remove(&job.id).unwrap_or_default();
-        let mut resources = spec.spec.resources.clone();
-        // The training engine trains on one worker without parameter servers (distributed training
-        // is not built yet): a train job is scheduled at that shape whatever ranges it asks for.
-        if spec.spec.job_type == JobType::Train {
-            resources.workers = drover_core::spec::TaskRange { min: 1, max: 1 };
-            resources.ps = drover_core::spec::TaskRange { min: 0, max: 0 };
-        }
-        let resources = &resources;
+        let resources = &spec.spec.resources;
         let stopping = tasks
             .iter()
             .any(|t| t.stop_requested || t.key.generation != job.generation)

@@ -257,6 +257,9 @@ pub trait ExecStore: Send + Sync {
     async fn active_jobs(&self) -> StoreResult<Vec<Job>>;
     /// Every task not yet `exited` or `lost`, of any job and generation.
     async fn live_tasks(&self) -> StoreResult<Vec<Task>>;
+    /// Active jobs with a task of their current generation already ended (finishing or failing): the
+    /// scheduler leaves their placement alone until they are settled.
+    async fn finishing_jobs(&self) -> StoreResult<Vec<JobId>>;
     /// The tasks of a job's generation.
     async fn generation_tasks(&self, job: JobId, generation: u64) -> StoreResult<Vec<Task>>;
     /// Moves a `queued` job to `starting` under a new generation with these tasks, in one transaction.

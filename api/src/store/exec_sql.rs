@@ -139,6 +139,16 @@ macro_rules! impl_exec_store {
                 rows.iter().map(task_from_row).collect()
             }
 
+            async fn finishing_jobs(&self) -> StoreResult<Vec<JobId>> {
+                let ids: Vec<uuid::Uuid> = sqlx::query_scalar(
+                    "SELECT DISTINCT t.job_id FROM tasks t JOIN jobs j ON j.id = t.job_id AND t.generation = j.generation \
+                     WHERE j.state IN ('starting', 'running', 'rescaling') AND t.state IN ('exited', 'lost') ORDER BY t.job_id",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(ids.into_iter().map(JobId).collect())
+            }
+
             async fn generation_tasks(&self, job: JobId, generation: u64) -> StoreResult<Vec<Task>> {
                 let sql = concat!("SELECT ", task_columns!(), " FROM tasks WHERE job_id = $1 AND generation = $2 \
                      ORDER BY role DESC, idx");

@@ -454,13 +454,10 @@ impl Shard {
             .map(|((n, s), v)| (n.as_str(), s.as_slice(), v.as_slice()))
             .collect();
         checkpoint::write_tensors(&dir.join(model_file), &tensors)?;
-        let opt = state.optimizer.state(&self.names);
-        let flat = checkpoint::flat(&opt);
-        let flat: Vec<(&str, &[usize], &[f32])> = flat
-            .iter()
-            .map(|(n, s, v)| (*n, s.as_slice(), *v))
-            .collect();
-        checkpoint::write_tensors(&dir.join(optimizer_file), &flat)?;
+        checkpoint::write_flat(
+            &dir.join(optimizer_file),
+            &state.optimizer.state(&self.names),
+        )?;
         Ok(())
     }
 
