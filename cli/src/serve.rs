@@ -255,8 +255,10 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             slots: None,
             demo_gpus: Some(args.gpus_per_executor),
             demo_gpu_memory_gb: 16,
-            cpus: None,
-            memory_gb: 16,
+            // Room for the demo's parameter-server job next to the others (tasks share this
+            // machine's real cores anyway).
+            cpus: Some(4 * args.gpus_per_executor.max(1)),
+            memory_gb: 32,
             labels: Vec::new(),
             advertise_host: "127.0.0.1".to_owned(),
             token: cluster.executor_token.clone(),
