@@ -476,6 +476,8 @@ pub fn train(
             stop_agreed || (leader && requests.stop.load(Ordering::Relaxed))
         };
         if done || stopping {
+            // The last push must arrive before this worker goes (SSP, async).
+            exchange.land(&mut run)?;
             if leader {
                 if last_saved != Some(run.step) {
                     let path = exchange.save(&run, &metrics)?;
@@ -518,6 +520,13 @@ pub fn train(
         if !leader {
             continue;
         }
+        let requested = requests.checkpoint.swap(false, Ordering::Relaxed);
+        let evaluate = step % eval_every == 0 || step == total;
+        let save = requested || step % checkpoint_every == 0 || step == total;
+        if evaluate || save {
+            // Validation and checkpoints see this step's parameters.
+            stop_agreed |= exchange.land(&mut run)?;
+        }
         if step % log_every == 0 || step == total {
             let values = window.values(exchanged.lr, distributed);
             for (k, v) in &values {
@@ -526,7 +535,7 @@ pub fn train(
             reporter.metrics(step, &values);
             window = Window::default();
         }
-        if step % eval_every == 0 || step == total {
+        if evaluate {
             let (val_loss, val_accuracy) = run.evaluate()?;
             metrics.insert("val_loss".to_owned(), val_loss);
             metrics.insert("val_accuracy".to_owned(), val_accuracy);
@@ -544,8 +553,7 @@ pub fn train(
             }
             window.restart();
         }
-        let requested = requests.checkpoint.swap(false, Ordering::Relaxed);
-        if requested || step % checkpoint_every == 0 || step == total || reached_target {
+        if save || reached_target {
             let path = exchange.save(&run, &metrics)?;
             reporter.checkpoint(step, &path);
             last_saved = Some(step);

@@ -284,6 +284,8 @@ fn ssp_bounds_staleness_with_a_slow_worker_and_converges() {
                             .unwrap();
                         assert!(!exchanged.stop);
                     }
+                    // SSP pushes overlap the next step: wait for the last one.
+                    assert!(!exchange.land(&mut run).unwrap());
                     let accuracy = if rank == 0 {
                         // The latest parameters, once every worker is done.
                         std::thread::sleep(Duration::from_millis(200));
@@ -320,6 +322,31 @@ fn ssp_bounds_staleness_with_a_slow_worker_and_converges() {
         assert_eq!(worst, u64::from(staleness));
     }
     assert!(accuracy >= 0.9, "SSP training reached only {accuracy:.3}");
+}
+
+/// Asynchronous workers (pushes overlapping the next step's computation) still train the model,
+/// through the same loop a task runs.
+#[test]
+fn async_training_with_overlapped_pushes_converges() {
+    let spec = digits_mlp(
+        serde_json::json!({"type": "adamw", "lr": 0.001, "weight_decay": 0.01}),
+        400,
+        400,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let asynchronous = Distributed {
+        mode: DistributedMode::Ps,
+        sync: SyncMode::Async,
+        staleness: 4,
+        compression: Compression::None,
+    };
+    let (collect, outcome) = run_job(&spec, dir.path(), 3, 2, &asynchronous);
+    assert_eq!(outcome.step, 400);
+    let accuracy = collect.last("val_accuracy");
+    assert!(accuracy >= 0.9, "async training reached only {accuracy:.3}");
+    // Its final checkpoint resumes on one worker.
+    let loaded = checkpoint::load(outcome.last_checkpoint.as_ref().unwrap()).unwrap();
+    assert_eq!(loaded.manifest.step, 400);
 }
 
 /// 2,000 steps of the example MLP with 3 workers: each compression scheme stays within 1.5 points of

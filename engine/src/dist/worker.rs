@@ -9,7 +9,7 @@ use crate::checkpoint::{self, ShardSlice};
 use crate::optim;
 use crate::trainer::{Outcome, Reporter, Requests, Run, TrainOptions};
 use anyhow::{Context, bail};
-use drover_core::spec::{Compression, DistributedMode};
+use drover_core::spec::{Compression, DistributedMode, SyncMode};
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -28,8 +28,60 @@ const CONTROLS: usize = 2;
 #[derive(Debug)]
 pub enum Exchange {
     Local,
-    Ps(PsClient),
+    Ps(PsLink),
     Ring { ring: Ring, flat: Vec<f32> },
+}
+
+/// A worker's link to the PS shards. In SSP and async modes a step's push and pull run in the
+/// background while the worker computes the next gradient (on parameters one update older); BSP waits.
+#[derive(Debug)]
+pub struct PsLink {
+    /// `None` while a push is in flight (the flight owns it).
+    client: Option<PsClient>,
+    in_flight: Option<std::thread::JoinHandle<Flight>>,
+    /// The buffers the next parameters are read into while the worker computes with its own.
+    incoming: Vec<Vec<f32>>,
+    overlap: bool,
+    /// Bytes pushed by the flights landed so far.
+    pushed: u64,
+}
+
+#[derive(Debug)]
+struct Flight {
+    client: PsClient,
+    incoming: Vec<Vec<f32>>,
+    reply: anyhow::Result<Reply>,
+}
+
+impl PsLink {
+    fn client(&mut self) -> anyhow::Result<&mut PsClient> {
+        self.client
+            .as_mut()
+            .ok_or_else(|| anyhow::anyhow!("the PS connections were lost with a failed push"))
+    }
+
+    /// Waits for the push in flight, if any, and takes the parameters it brought; returns its reply.
+    fn land(&mut self, run: &mut Run) -> anyhow::Result<Option<Reply>> {
+        let Some(flight) = self.in_flight.take() else {
+            return Ok(None);
+        };
+        let Flight {
+            client,
+            mut incoming,
+            reply,
+        } = flight
+            .join()
+            .map_err(|_| anyhow::anyhow!("a push thread panicked"))?;
+        self.pushed = client.bytes_pushed;
+        self.client = Some(client);
+        let reply = reply?;
+        if reply != Reply::Stop {
+            std::mem::swap(&mut run.params.values, &mut incoming);
+            run.params.mark_stale();
+        }
+        self.incoming = incoming;
+        Ok(Some(reply))
+    }
 }
 
 /// What happened at a step's exchange.
@@ -81,7 +133,13 @@ impl Exchange {
                     &options.distributed.compression,
                     PEER_TIMEOUT,
                 )?;
-                Ok(Exchange::Ps(client))
+                Ok(Exchange::Ps(PsLink {
+                    client: Some(client),
+                    in_flight: None,
+                    incoming: run.params.values.clone(),
+                    overlap: options.distributed.sync != SyncMode::Bsp,
+                    pushed: 0,
+                }))
             }
             DistributedMode::Allreduce => {
                 if options.distributed.compression != Compression::None {
@@ -107,8 +165,9 @@ impl Exchange {
 
     /// The parameters to start from: the PS shards hold them.
     pub fn start(&mut self, run: &mut Run) -> anyhow::Result<bool> {
-        if let Exchange::Ps(client) = self {
-            let reply = client.pull(run.step, &mut run.params.values)?;
+        if let Exchange::Ps(link) = self {
+            link.land(run)?;
+            let reply = link.client()?.pull(run.step, &mut run.params.values)?;
             run.params.mark_stale();
             return Ok(reply == Reply::Stop);
         }
@@ -133,20 +192,43 @@ impl Exchange {
                 finish: false,
                 bytes: 0,
             }),
-            Exchange::Ps(client) => {
+            Exchange::Ps(link) => {
                 // The shards apply the optimizer; a clip bound applies to this worker's gradient.
                 if let Some(max_norm) = run.options().spec.grad_clip_norm {
                     optim::clip_global_norm(&mut grads, max_norm);
                 }
                 scale(&mut grads, share);
-                let before = client.bytes_pushed;
-                let reply = client.push_pull(run.step, &grads, &mut run.params.values)?;
+                let step = run.step;
+                let before = link.pushed;
+                let reply = if link.overlap {
+                    // Land the previous step's push (its parameters are used from the next
+                    // gradient on), and send this one off while the next gradient is computed.
+                    let reply = link.land(run)?;
+                    let mut client = link.client.take().ok_or_else(|| {
+                        anyhow::anyhow!("the PS connections were lost with a failed push")
+                    })?;
+                    let mut incoming = std::mem::take(&mut link.incoming);
+                    link.in_flight = Some(std::thread::spawn(move || {
+                        let reply = client.push_pull(step, &grads, &mut incoming);
+                        Flight {
+                            client,
+                            incoming,
+                            reply,
+                        }
+                    }));
+                    reply.unwrap_or(Reply::Params(step))
+                } else {
+                    let client = link.client()?;
+                    let reply = client.push_pull(step, &grads, &mut run.params.values)?;
+                    link.pushed = client.bytes_pushed;
+                    reply
+                };
                 let lr = run.advance();
                 Ok(Exchanged {
                     lr,
                     stop: reply == Reply::Stop,
                     finish: false,
-                    bytes: client.bytes_pushed - before,
+                    bytes: link.pushed - before,
                 })
             }
             Exchange::Ring { ring, flat } => {
@@ -180,11 +262,21 @@ impl Exchange {
         matches!(self, Exchange::Ring { .. })
     }
 
-    /// Writes a checkpoint of the whole job at the run's step (the leader calls it).
+    /// Waits for a push in flight (SSP, async) and takes its parameters; returns `true` when the
+    /// shards answered that the job stops.
+    pub fn land(&mut self, run: &mut Run) -> anyhow::Result<bool> {
+        match self {
+            Exchange::Ps(link) => Ok(link.land(run)? == Some(Reply::Stop)),
+            _ => Ok(false),
+        }
+    }
+
+    /// Writes a checkpoint of the whole job at the run's step (the leader calls it, after `land`).
     pub fn save(&mut self, run: &Run, metrics: &BTreeMap<String, f64>) -> anyhow::Result<PathBuf> {
-        let Exchange::Ps(client) = self else {
+        let Exchange::Ps(link) = self else {
             return run.save(metrics);
         };
+        let client = link.client()?;
         let pending = checkpoint::begin(&run.options().checkpoint_dir, run.step)?;
         client.checkpoint(run.step, pending.path())?;
         let names = &run.params.names;
@@ -218,8 +310,8 @@ impl Exchange {
 
     /// The job is over (or stops): the leader releases the PS shards.
     pub fn finish(&mut self, step: u64) -> anyhow::Result<()> {
-        if let Exchange::Ps(client) = self {
-            client.shutdown(step)?;
+        if let Exchange::Ps(link) = self {
+            link.client()?.shutdown(step)?;
         }
         Ok(())
     }
