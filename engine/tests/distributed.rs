@@ -104,12 +104,25 @@ fn run_job(
     ps: u32,
     distributed: &Distributed,
 ) -> (Collect, Outcome) {
+    run_job_from(spec, dir, workers, ps, distributed, None)
+}
+
+/// `run_job`, every task resuming from `resume` when given.
+fn run_job_from(
+    spec: &TrainSpec,
+    dir: &Path,
+    workers: u32,
+    ps: u32,
+    distributed: &Distributed,
+    resume: Option<&Path>,
+) -> (Collect, Outcome) {
     let peers: Vec<String> = (0..workers + ps).map(|_| free_address()).collect();
     let requests = Requests::default();
     std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for task in 0..workers + ps {
             let mut options = options(spec, dir, workers, ps, distributed);
+            options.resume_from = resume.map(Path::to_path_buf);
             let role = if task < workers {
                 options.rank = task;
                 Role::Worker
@@ -205,6 +218,96 @@ fn ring_allreduce_with_three_workers_matches_one_worker() {
     let a = checkpoint::load(single.last_checkpoint.as_ref().unwrap()).unwrap();
     let b = checkpoint::load(outcome.last_checkpoint.as_ref().unwrap()).unwrap();
     assert_close(&a.params, &b.params, 1e-5);
+}
+
+/// A resize is a restart from a checkpoint at another shape: the checkpoint written by 2 shards for 3
+/// workers is re-cut for 1 and for 3 shards without changing a value (parameters and optimizer
+/// state), and 10 BSP steps at (1 PS, 2 workers) from it match one worker from it.
+#[test]
+fn resizing_reshards_exactly_and_trains_on_at_the_new_shape() {
+    let spec = digits_mlp(
+        serde_json::json!({"type": "adamw", "lr": 0.001, "weight_decay": 0.01}),
+        30,
+        30,
+    );
+    let bsp = Distributed::default();
+    let before = tempfile::tempdir().unwrap();
+    let mut first = spec.clone();
+    first.max_steps = Some(20);
+    let (_, outcome) = run_job(&first, before.path(), 3, 2, &bsp);
+    let checkpoint = outcome.last_checkpoint.unwrap();
+    let loaded = checkpoint::load(&checkpoint).unwrap();
+    assert_eq!(
+        (
+            loaded.manifest.step,
+            loaded.manifest.ps,
+            loaded.manifest.workers
+        ),
+        (20, 2, 3)
+    );
+
+    // Re-cut for other numbers of shards: every piece holds exactly the checkpoint's values.
+    let template = Run::new(options(&spec, before.path(), 1, 0, &bsp)).unwrap();
+    let sizes: Vec<usize> = template.params.values.iter().map(Vec::len).collect();
+    for shards in [1u32, 3] {
+        let layout = Layout::new(&template.params.names, &sizes, shards);
+        for index in 0..shards as usize {
+            let shard = Shard::new(
+                ShardConfig {
+                    job: "job-1".to_owned(),
+                    generation: 2,
+                    index,
+                    workers: 2,
+                    sync: SyncMode::Bsp,
+                    staleness: 4,
+                    compression: Compression::None,
+                    optimizer: spec.optimizer.clone(),
+                    lr_schedule: spec.lr_schedule.clone(),
+                    total_steps: 30,
+                    start_step: 20,
+                },
+                layout.clone(),
+                template.params.names.clone(),
+                &template.params.values,
+                Some(&loaded),
+            )
+            .unwrap();
+            for (slice, values) in shard.slices().iter().zip(shard.values()) {
+                let name = &template.params.names[slice.tensor];
+                assert_eq!(values, loaded.params[name][slice.range()], "{name}");
+            }
+            for (key, values) in shard.optimizer_state() {
+                let Some((base, _)) = key.rsplit_once('@') else {
+                    assert_eq!(values, loaded.optimizer[&key], "{key}");
+                    continue;
+                };
+                let slice = shard
+                    .slices()
+                    .iter()
+                    .find(|s| {
+                        key.ends_with(&format!(
+                            ".{}@{}",
+                            template.params.names[s.tensor], s.offset
+                        ))
+                    })
+                    .unwrap();
+                assert_eq!(values, loaded.optimizer[base][slice.range()], "{key}");
+            }
+        }
+    }
+
+    // 10 more steps at (1 PS, 2 workers) against one worker, both from that checkpoint.
+    let (one, resized) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut reference = options(&spec, one.path(), 1, 0, &bsp);
+    reference.resume_from = Some(checkpoint.clone());
+    let single = train(reference, &mut Collect::default(), &Requests::default()).unwrap();
+    let (_, after) = run_job_from(&spec, resized.path(), 2, 1, &bsp, Some(&checkpoint));
+    assert_eq!((single.step, after.step), (30, 30));
+    let a = checkpoint::load(single.last_checkpoint.as_ref().unwrap()).unwrap();
+    let b = checkpoint::load(after.last_checkpoint.as_ref().unwrap()).unwrap();
+    assert_eq!((b.manifest.ps, b.manifest.workers), (1, 2));
+    assert_close(&a.params, &b.params, 1e-5);
+    assert_close(&a.optimizer, &b.optimizer, 1e-5);
 }
 
 /// SSP with one worker slowed down: the fast ones wait rather than run more than `s` steps ahead

@@ -469,6 +469,11 @@ impl Shard {
             .clone()
     }
 
+    /// The shard's optimizer state, named `<state>.<tensor>@<offset>` (tests).
+    pub fn optimizer_state(&self) -> Vec<(String, Vec<f32>)> {
+        self.lock().optimizer.state(&self.names)
+    }
+
     pub fn slices(&self) -> &[Slice] {
         &self.slices
     }
