@@ -96,3 +96,160 @@ async fn a_job_of_two_ps_shards_and_three_workers_trains_the_example_mlp() {
         assert!(path.join(format!("{shard}.optimizer.safetensors")).exists());
     }
 }
+
+/// The pid of a running task process of `job` (its environment names the job, generation, role and
+/// index), if there is one.
+fn task_pid(job: &str, generation: u64, role: &str, index: u32) -> Option<u32> {
+    let wanted = [
+        format!("DROVER_JOB_ID={job}"),
+        format!("DROVER_GENERATION={generation}"),
+        format!("DROVER_ROLE={role}"),
+        format!("DROVER_TASK_INDEX={index}"),
+    ];
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_string_lossy().parse().ok()?;
+            let environ = std::fs::read(entry.path().join("environ")).ok()?;
+            let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            // The engine itself, not the task shim that leads its group.
+            let engine = cmdline.windows(10).any(|w| w == b"train-task");
+            (engine && wanted.iter().all(|w| vars.contains(&w.as_bytes()))).then_some(pid)
+        })
+}
+
+/// The e2e of elastic jobs: a 2-PS, 3-worker job is resized mid-run to 1 PS and 2 workers (its ranges
+/// changed over the API; the live scheduler stops it at a checkpoint and restarts it at the new
+/// shape), then loses a worker to `kill -9`, restarts from its last checkpoint, and still succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resized_job_survives_losing_a_worker() {
+    let cluster = Cluster::start_with_slots(2).await;
+    let spec = json!({
+        "apiVersion": "drover.dev/v1",
+        "kind": "DroverJob",
+        "metadata": {"name": "digits-elastic"},
+        "spec": {
+            "type": "train",
+            "train": {
+                "model": {"type": "mlp", "hidden": [256, 128]},
+                "dataset": {"type": "digits"},
+                "optimizer": {"type": "adamw", "lr": 0.001, "weight_decay": 0.01},
+                "lr_schedule": {"warmup_steps": 100, "decay": "cosine"},
+                "batch_size": 256, "max_steps": 8000, "eval_every": 1000, "seed": 2
+            },
+            "resources": {"workers": {"min": 3, "max": 3}, "ps": {"min": 2, "max": 2},
+                          "gpus_per_worker": 1, "cpus_per_worker": 1, "cpus_per_ps": 1},
+            "distributed": {"mode": "ps", "sync": "bsp"},
+            "checkpoint": {"every_steps": 250, "keep_last": 2, "keep_best": 1},
+            "max_restarts": 2
+        }
+    });
+    let created = cluster.post("/api/v1/jobs", spec).await;
+    let id = created["job"]["id"].as_str().unwrap().to_owned();
+    cluster.wait_for_checkpoint(&id, 250).await;
+
+    // Shrink it: the scheduler carries the change out through a checkpoint and a new generation.
+    cluster
+        .post(
+            &format!("/api/v1/jobs/{id}/resize"),
+            json!({"workers": {"min": 2, "max": 2}, "ps": {"min": 1, "max": 1}}),
+        )
+        .await;
+    cluster
+        .wait_until("generation 2 running", Duration::from_secs(60), async |c| {
+            let job = c.job(&id).await;
+            (job["generation"] == 2 && job["state"] == "running").then_some(())
+        })
+        .await;
+    // Let generation 2 record a checkpoint of its own, then kill one of its workers.
+    cluster
+        .wait_until(
+            "a checkpoint of generation 2",
+            Duration::from_secs(60),
+            async |c| {
+                c.checkpoints(&id)
+                    .await
+                    .iter()
+                    .any(|k| k["generation"] == 2)
+                    .then_some(())
+            },
+        )
+        .await;
+    let pid = task_pid(&id, 2, "worker", 1).expect("worker 1 of generation 2 runs");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+
+    let done = cluster
+        .wait_for_state(&id, "succeeded", Duration::from_secs(300))
+        .await;
+    let events = cluster.events(&id).await;
+    assert_eq!(done["generation"], 3, "{events:#?}");
+    let messages: Vec<(String, String)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap().to_owned(),
+                e["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let has = |reason: &str, text: &str| {
+        messages
+            .iter()
+            .any(|(r, m)| r == reason && m.contains(text))
+    };
+    assert!(
+        has("resized_by_user", "workers 3 -> 2, PS 2 -> 1"),
+        "{messages:#?}"
+    );
+    assert!(
+        has("resized", "3 workers, 2 PS -> 2 workers, 1 PS"),
+        "{messages:#?}"
+    );
+    assert!(has("task_failed", "worker-1"), "{messages:#?}");
+
+    // Generations 2 and 3 ran at the new shape and resumed from checkpoints.
+    let tasks = cluster.tasks(&id).await;
+    for generation in [2, 3] {
+        let shape: Vec<&str> = tasks
+            .iter()
+            .filter(|t| t["generation"] == generation)
+            .map(|t| t["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            shape.iter().filter(|r| **r == "worker").count(),
+            2,
+            "{tasks:?}"
+        );
+        assert_eq!(shape.iter().filter(|r| **r == "ps").count(), 1, "{tasks:?}");
+    }
+    let logs = cluster.logs(&id).await;
+    let resumed_2 = super::resumed_step(&logs, 2).expect("generation 2 resumed");
+    let resumed_3 = super::resumed_step(&logs, 3).expect("generation 3 resumed");
+    assert!(
+        resumed_2 >= 250 && resumed_3 > resumed_2,
+        "{resumed_2} {resumed_3}"
+    );
+    let accuracy = cluster
+        .get(&format!(
+            "/api/v1/jobs/{id}/metrics?name=val_accuracy&from_step=8000"
+        ))
+        .await;
+    let accuracy = accuracy["metrics"][0]["value"].as_f64().unwrap();
+    assert!(accuracy >= 0.95, "test accuracy {accuracy}");
+    let last = cluster.checkpoints(&id).await.last().unwrap().clone();
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(std::path::Path::new(last["path"].as_str().unwrap()).join("manifest.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (manifest["ps"].as_u64(), manifest["workers"].as_u64()),
+        (Some(1), Some(2))
+    );
+}

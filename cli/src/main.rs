@@ -71,6 +71,8 @@ enum Command {
     Job(commands::JobIdArg),
     /// Cancel a job.
     Cancel(commands::JobIdArg),
+    /// Change a job's worker and PS ranges while it runs (it restarts at the new shape).
+    Resize(runs::ResizeArgs),
     /// Show a job's state changes with their reasons.
     Events(commands::JobIdArg),
     /// Show a job's output (`-f` streams it until the job ends).
@@ -147,6 +149,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Jobs(args) => commands::jobs(&global, args).await,
         Command::Job(args) => commands::job(&global, args).await,
         Command::Cancel(args) => commands::cancel(&global, args).await,
+        Command::Resize(args) => runs::resize(&global, args).await,
         Command::Events(args) => commands::events(&global, args).await,
         Command::Logs(args) => runs::logs(&global, args).await,
         Command::Metrics(args) => runs::metrics(&global, args).await,

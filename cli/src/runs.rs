@@ -7,8 +7,9 @@ use crate::commands::segment;
 use crate::output::out;
 use crate::output::{self, Format};
 use anyhow::{Context, bail};
+use drover_core::spec::TaskRange;
 use futures::StreamExt;
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -257,5 +258,72 @@ pub async fn download(global: &GlobalArgs, args: DownloadArgs) -> anyhow::Result
     }
     file.sync_all()?;
     eprintln!("wrote {} ({bytes} bytes)", path.display());
+    Ok(())
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ResizeArgs {
+    /// The job's id.
+    pub id: String,
+    /// Workers: a count (`2`) or a range (`1..4`, elastic).
+    #[arg(long, value_parser = parse_range)]
+    pub workers: Option<TaskRange>,
+    /// Parameter-server shards: a count or a range.
+    #[arg(long, value_parser = parse_range)]
+    pub ps: Option<TaskRange>,
+}
+
+fn parse_range(raw: &str) -> Result<TaskRange, String> {
+    let number = |s: &str| {
+        s.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("`{raw}` is not a count (`2`) or a range (`1..4`)"))
+    };
+    match raw.split_once("..") {
+        Some((min, max)) => Ok(TaskRange {
+            min: number(min)?,
+            max: number(max)?,
+        }),
+        None => {
+            let n = number(raw)?;
+            Ok(TaskRange { min: n, max: n })
+        }
+    }
+}
+
+/// Changes a running (or queued) job's worker and PS ranges; the scheduler re-plans it.
+pub async fn resize(global: &GlobalArgs, args: ResizeArgs) -> anyhow::Result<()> {
+    if args.workers.is_none() && args.ps.is_none() {
+        bail!("give --workers and/or --ps");
+    }
+    let client = Client::new(global)?;
+    let mut body = serde_json::Map::new();
+    if let Some(w) = args.workers {
+        body.insert("workers".into(), json!({"min": w.min, "max": w.max}));
+    }
+    if let Some(p) = args.ps {
+        body.insert("ps".into(), json!({"min": p.min, "max": p.max}));
+    }
+    let response = client
+        .post_json(
+            &format!("/api/v1/jobs/{}/resize", segment(&args.id)),
+            &Value::Object(body),
+        )
+        .await?;
+    match global.output {
+        Format::Json => output::json(&response),
+        Format::Table => {
+            let resources = &response["job"]["spec"]["resources"];
+            out!(
+                "job {}: workers {}..{}, PS {}..{}; the scheduler re-plans it (see `drover events {}`)",
+                output::text(&response["job"]["name"]),
+                resources["workers"]["min"],
+                resources["workers"]["max"],
+                resources["ps"]["min"],
+                resources["ps"]["max"],
+                args.id
+            );
+        }
+    }
     Ok(())
 }

@@ -177,6 +177,8 @@ pub enum ReasonCode {
     ResumedByUser,
     /// A user cancelled it.
     CancelledByUser,
+    /// A user changed its worker or PS ranges; the scheduler re-plans it.
+    ResizedByUser,
     /// Training reached its step budget or target, or the command exited 0.
     Completed,
 }
@@ -198,6 +200,7 @@ impl ReasonCode {
             ReasonCode::PausedByUser => "paused_by_user",
             ReasonCode::ResumedByUser => "resumed_by_user",
             ReasonCode::CancelledByUser => "cancelled_by_user",
+            ReasonCode::ResizedByUser => "resized_by_user",
             ReasonCode::Completed => "completed",
         }
     }

@@ -152,7 +152,7 @@ fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
 }
 
 /// A job whose smallest shape exceeds the tenant's GPU ceiling could never run: refuse it now.
-fn check_quota(principal: &Principal, job: &DroverJob) -> ApiResult<()> {
+pub(super) fn check_quota(principal: &Principal, job: &DroverJob) -> ApiResult<()> {
     let Some(max_gpus) = principal.tenant_quota.max_gpus else {
         return Ok(());
     };

@@ -3,6 +3,7 @@
 pub mod health;
 pub mod jobs;
 pub mod nodes;
+pub mod resize;
 pub mod runs;
 pub mod tenants;
 pub mod tokens;
@@ -25,7 +26,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
     info(title = "Drover API", description = "Multi-tenant GPU cluster scheduler and training job manager"),
     paths(
         health::healthz, health::readyz, health::metrics,
-        jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::events,
+        jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::events, resize::resize,
         runs::tasks, runs::request_checkpoint, runs::metrics, runs::checkpoints, runs::download, runs::logs,
         tenants::create, tenants::list, tenants::get, tenants::set_quota,
         users::create, users::list, users::get, users::me,
@@ -64,6 +65,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/jobs", post(jobs::submit).get(jobs::list))
         .route("/api/v1/jobs/{id}", get(jobs::get))
         .route("/api/v1/jobs/{id}/cancel", post(jobs::cancel))
+        .route("/api/v1/jobs/{id}/resize", post(resize::resize))
         .route("/api/v1/jobs/{id}/events", get(jobs::events))
         .route("/api/v1/jobs/{id}/tasks", get(runs::tasks))
         .route("/api/v1/jobs/{id}/metrics", get(runs::metrics))

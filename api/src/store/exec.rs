@@ -257,6 +257,16 @@ pub trait ExecStore: Send + Sync {
     async fn active_jobs(&self) -> StoreResult<Vec<Job>>;
     /// Every task not yet `exited` or `lost`, of any job and generation.
     async fn live_tasks(&self) -> StoreResult<Vec<Task>>;
+    /// Replaces an active job's document (new resource ranges) and records `event` (its state unchanged)
+    /// in one transaction. `NotFound` outside `scope`; `Conflict` once the job is final.
+    async fn update_job_document(
+        &self,
+        scope: Scope,
+        id: JobId,
+        document: &serde_json::Value,
+        max_gpus: i64,
+        event: &StateChange,
+    ) -> StoreResult<Job>;
     /// Active jobs with a task of their current generation already ended (finishing or failing): the
     /// scheduler leaves their placement alone until they are settled.
     async fn finishing_jobs(&self) -> StoreResult<Vec<JobId>>;

@@ -139,6 +139,52 @@ macro_rules! impl_exec_store {
                 rows.iter().map(task_from_row).collect()
             }
 
+            async fn update_job_document(
+                &self,
+                scope: Scope,
+                id: JobId,
+                document: &serde_json::Value,
+                max_gpus: i64,
+                event: &StateChange,
+            ) -> StoreResult<Job> {
+                let mut tx = self.pool.begin_with(Self::BEGIN_WRITE).await?;
+                let state: String =
+                    sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1 AND ($2 IS NULL OR tenant_id = $2)")
+                        .bind(id.0)
+                        .bind(scope.tenant().map(|t| t.0))
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .ok_or(StoreError::NotFound)?;
+                let state: JobState = state.parse().map_err(StoreError::Corrupt)?;
+                if state.is_final() {
+                    return Err(StoreError::Conflict {
+                        field: "state",
+                        message: format!("the job is {state}; only active jobs can be resized"),
+                    });
+                }
+                let now = Utc::now();
+                sqlx::query("UPDATE jobs SET document = $1, max_gpus = $2, updated_at = $3 WHERE id = $4 AND state = $5")
+                    .bind(sqlx::types::Json(document))
+                    .bind(max_gpus)
+                    .bind(now)
+                    .bind(id.0)
+                    .bind(state.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query($crate::store::sql::INSERT_EVENT)
+                    .bind(id.0)
+                    .bind(state.as_str())
+                    .bind(state.as_str())
+                    .bind(event.reason.as_str())
+                    .bind(&event.message)
+                    .bind(event.actor.map(|a| a.0))
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                self.get_job(scope, id).await
+            }
+
             async fn finishing_jobs(&self) -> StoreResult<Vec<JobId>> {
                 let ids: Vec<uuid::Uuid> = sqlx::query_scalar(
                     "SELECT DISTINCT t.job_id FROM tasks t JOIN jobs j ON j.id = t.job_id AND t.generation = j.generation \

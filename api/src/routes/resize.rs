@@ -1,0 +1,113 @@
+//! `POST /api/v1/jobs/{id}/resize`: change a job's worker and PS ranges while it runs. The scheduler
+//! re-plans the job on its next round; a running job whose placement no longer fits is stopped at a
+//! checkpoint and restarted at the new shape (a new generation), its events saying what changed.
+
+use super::jobs::{check_quota, parse_job_id};
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::extract::{Body, PathParam};
+use crate::state::AppState;
+use crate::store::StateChange;
+use crate::views::JobEnvelope;
+use axum::Json;
+use axum::extract::State;
+use drover_core::spec::{Format, TaskRange};
+use drover_core::{DroverJob, ReasonCode};
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+/// New ranges; a range left out stays as it is.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResizeRequest {
+    pub workers: Option<TaskRange>,
+    pub ps: Option<TaskRange>,
+}
+
+fn range(r: TaskRange) -> String {
+    if r.min == r.max {
+        r.min.to_string()
+    } else {
+        format!("{}..{}", r.min, r.max)
+    }
+}
+
+/// Change a job's worker and PS ranges (the whole spec is validated again; 422 names the field).
+#[utoipa::path(
+    post, path = "/api/v1/jobs/{id}/resize", tag = "jobs",
+    params(("id" = String, Path, description = "Job id")),
+    request_body = ResizeRequest,
+    responses(
+        (status = 200, body = JobEnvelope),
+        (status = 400, description = "Malformed body", body = ErrorBody),
+        (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "The job is final", body = ErrorBody),
+        (status = 422, description = "The new ranges are invalid for this job", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn resize(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+    Body(body): Body,
+) -> ApiResult<Json<JobEnvelope>> {
+    let job_id = parse_job_id(&id)?;
+    principal.require_job_writer()?;
+    let request: ResizeRequest = serde_json::from_slice(&body)
+        .map_err(|err| ApiError::bad_request("body", format!("not a resize request: {err}")))?;
+    if request.workers.is_none() && request.ps.is_none() {
+        return Err(ApiError::bad_request(
+            "body",
+            "give `workers` and/or `ps`, each {min, max}",
+        ));
+    }
+    let stored = state
+        .store
+        .get_job(principal.scope(), job_id)
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
+    let document = stored.document.ok_or_else(ApiError::internal)?;
+    let mut job: DroverJob = serde_json::from_value(document).map_err(|err| {
+        tracing::error!(job.id = %job_id, error = %err, "a stored job does not parse");
+        ApiError::internal()
+    })?;
+    let before = job.spec.resources.clone();
+    if let Some(workers) = request.workers {
+        job.spec.resources.workers = workers;
+    }
+    if let Some(ps) = request.ps {
+        job.spec.resources.ps = ps;
+    }
+    // The same validation as a submission, on the whole changed spec.
+    let bytes = serde_json::to_vec(&job).map_err(|_| ApiError::internal())?;
+    let job = DroverJob::parse(&bytes, Format::Json)?;
+    check_quota(&principal, &job)?;
+    let after = &job.spec.resources;
+    let event = StateChange {
+        to: stored.state,
+        reason: ReasonCode::ResizedByUser,
+        message: format!(
+            "{} set workers {} -> {}, PS {} -> {}",
+            principal.user.name,
+            range(before.workers),
+            range(after.workers),
+            range(before.ps),
+            range(after.ps)
+        ),
+        actor: Some(principal.user.id),
+    };
+    let document = serde_json::to_value(&job).map_err(|_| ApiError::internal())?;
+    let max_gpus = i64::try_from(job.max_gpus()).unwrap_or(i64::MAX);
+    let updated = state
+        .store
+        .update_job_document(principal.scope(), job_id, &document, max_gpus, &event)
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
+    state.wake_scheduler();
+    tracing::info!(job.id = %job_id, message = event.message, "job resources changed");
+    Ok(Json(JobEnvelope {
+        job: updated.into(),
+    }))
+}
