@@ -10,7 +10,7 @@ use drover_core::spec::{
 use drover_engine::checkpoint;
 use drover_engine::dist::ps::{Shard, ShardConfig};
 use drover_engine::dist::worker::Exchange;
-use drover_engine::dist::{Cluster, Layout, Role};
+use drover_engine::dist::{Cluster, Layout, Role, local};
 use drover_engine::{Outcome, Reporter, Requests, Run, TrainOptions, train};
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -63,8 +63,7 @@ fn digits_mlp(optimizer: serde_json::Value, steps: u64, eval_every: u64) -> Trai
 }
 
 fn free_address() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().to_string()
+    local::free_address().unwrap()
 }
 
 fn options(
@@ -116,39 +115,19 @@ fn run_job_from(
     distributed: &Distributed,
     resume: Option<&Path>,
 ) -> (Collect, Outcome) {
-    let peers: Vec<String> = (0..workers + ps).map(|_| free_address()).collect();
-    let requests = Requests::default();
-    std::thread::scope(|scope| {
-        let mut handles = Vec::new();
-        for task in 0..workers + ps {
-            let mut options = options(spec, dir, workers, ps, distributed);
-            options.resume_from = resume.map(Path::to_path_buf);
-            let role = if task < workers {
-                options.rank = task;
-                Role::Worker
-            } else {
-                Role::Ps {
-                    index: task - workers,
-                }
-            };
-            options.cluster = Some(Cluster {
-                job: "job-1".to_owned(),
-                generation: 1,
-                role,
-                peers: peers.clone(),
-                listen: peers[task as usize].clone(),
-            });
-            let requests = &requests;
-            handles.push(scope.spawn(move || {
-                let mut collect = Collect::default();
-                let outcome = train(options, &mut collect, requests).unwrap();
-                (collect, outcome)
-            }));
-        }
-        let mut results: Vec<(Collect, Outcome)> =
-            handles.into_iter().map(|h| h.join().unwrap()).collect();
-        results.swap_remove(0)
-    })
+    let mut collect = Collect::default();
+    let options = options(spec, dir, workers, ps, distributed);
+    let outcome = local::run_job(
+        &options,
+        workers,
+        ps,
+        1,
+        resume,
+        &mut collect,
+        &Requests::default(),
+    )
+    .unwrap();
+    (collect, outcome)
 }
 
 fn local(spec: &TrainSpec, dir: &Path) -> (Collect, Outcome) {

@@ -4,6 +4,7 @@
 //! with the job and generation, and a PS refuses any other.
 
 pub mod compress;
+pub mod local;
 pub mod ps;
 pub mod ring;
 pub mod wire;

@@ -1,0 +1,81 @@
+//! A whole distributed job in one process: every worker and PS shard a thread running the same
+//! [`train`](crate::train) a task process runs, talking TCP over loopback. Tests and benchmarks use it.
+
+use super::{Cluster, Role};
+use crate::trainer::{Outcome, Reporter, Requests, TrainOptions, train};
+use std::net::TcpListener;
+use std::path::Path;
+
+/// Reports nothing (the tasks other than the leader).
+#[derive(Debug, Default)]
+pub struct Quiet;
+
+impl Reporter for Quiet {
+    fn metrics(&mut self, _step: u64, _values: &[(&str, f64)]) {}
+    fn checkpoint(&mut self, _step: u64, _path: &Path) {}
+    fn info(&mut self, _line: &str) {}
+}
+
+/// A free loopback address (bound and released; the task binds it again).
+pub fn free_address() -> std::io::Result<String> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.to_string())
+}
+
+/// Runs `options`' job with `workers` workers and `ps` shards as threads, resuming every task from
+/// `resume` when given; the leader reports to `reporter`. Returns the leader's outcome.
+pub fn run_job(
+    options: &TrainOptions,
+    workers: u32,
+    ps: u32,
+    generation: u64,
+    resume: Option<&Path>,
+    reporter: &mut (dyn Reporter + Send),
+    requests: &Requests,
+) -> anyhow::Result<Outcome> {
+    let peers = (0..workers + ps)
+        .map(|_| free_address())
+        .collect::<std::io::Result<Vec<String>>>()?;
+    std::thread::scope(|scope| {
+        let mut leader = None;
+        let mut others = Vec::new();
+        let mut reporter = Some(reporter);
+        for task in 0..workers + ps {
+            let mut options = options.clone();
+            options.workers = workers;
+            options.ps = ps;
+            options.resume_from = resume.map(Path::to_path_buf);
+            let role = if task < workers {
+                options.rank = task;
+                Role::Worker
+            } else {
+                Role::Ps {
+                    index: task - workers,
+                }
+            };
+            options.cluster = Some(Cluster {
+                job: "local".to_owned(),
+                generation,
+                role,
+                peers: peers.clone(),
+                listen: peers[task as usize].clone(),
+            });
+            if task == 0 {
+                let reporter = reporter.take();
+                leader = Some(scope.spawn(move || match reporter {
+                    Some(r) => train(options, r, requests),
+                    None => train(options, &mut Quiet, requests),
+                }));
+            } else {
+                others.push(scope.spawn(move || train(options, &mut Quiet, requests)));
+            }
+        }
+        for task in others {
+            task.join()
+                .map_err(|_| anyhow::anyhow!("a task thread panicked"))??;
+        }
+        leader
+            .ok_or_else(|| anyhow::anyhow!("a job needs a worker"))?
+            .join()
+            .map_err(|_| anyhow::anyhow!("the leader's thread panicked"))?
+    })
+}
