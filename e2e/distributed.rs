@@ -40,8 +40,17 @@ async fn a_job_of_two_ps_shards_and_three_workers_trains_the_example_mlp() {
         "the job ran without a restart: {events:#?}"
     );
 
-    // Five task processes, spread over both executors.
-    let tasks = cluster.tasks(&id).await;
+    // Five task processes, spread over both executors, all ending cleanly (the job succeeds once its
+    // workers are done; the shards may still be on their way out).
+    let tasks = cluster
+        .wait_until("every task to exit", Duration::from_secs(30), async |c| {
+            let tasks = c.tasks(&id).await;
+            tasks
+                .iter()
+                .all(|t| t["state"] == "exited")
+                .then_some(tasks)
+        })
+        .await;
     let roles: Vec<(String, String)> = tasks
         .iter()
         .map(|t| {
