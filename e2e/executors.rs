@@ -951,3 +951,42 @@ async fn a_job_that_fails_before_its_first_step_is_a_user_error_not_a_restart() 
         "{message}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_fails_again_before_a_new_checkpoint_is_failed_not_restarted_forever() {
+    let cluster = Cluster::start().await;
+    // It reports a step (so its first failure is not a user error at start-up) and then fails the
+    // same way every time, never reaching a checkpoint.
+    let spec = json!({
+        "apiVersion": "drover.dev/v1",
+        "kind": "DroverJob",
+        "metadata": {"name": "diverges"},
+        "spec": {
+            "type": "command",
+            "command": {"argv": ["sh", "-c",
+                "echo '{\"drover\":\"metrics\",\"step\":5,\"values\":{\"loss\":1.0}}'; sleep 1; echo 'loss is NaN at step 6' >&2; exit 3"]},
+            "resources": {"workers": {"min": 1, "max": 1}, "ps": {"min": 0, "max": 0},
+                          "gpus_per_worker": 1, "cpus_per_worker": 1},
+            "max_restarts": 5
+        }
+    });
+    let created = cluster.post("/api/v1/jobs", spec).await;
+    let id = created["job"]["id"].as_str().unwrap().to_owned();
+    let failed = cluster
+        .wait_for_state(&id, "failed", Duration::from_secs(90))
+        .await;
+    assert_eq!(failed["reason"], "repeated_failure", "{failed}");
+    assert_eq!(failed["generation"], 2, "one restart, not five");
+    let events = cluster.events(&id).await;
+    let last = events.last().unwrap();
+    let message = last["message"].as_str().unwrap();
+    assert!(message.contains("loss is NaN at step 6"), "{message}");
+    assert!(
+        message.contains("again before a new checkpoint"),
+        "{message}"
+    );
+    assert!(
+        events.iter().any(|e| e["reason"] == "task_failed"),
+        "the first failure restarted it"
+    );
+}

@@ -169,6 +169,8 @@ pub enum ReasonCode {
     TaskFailed,
     /// A task failed and no restarts are left.
     RestartsExhausted,
+    /// It failed again before making a new checkpoint: a restart would only repeat the same steps.
+    RepeatedFailure,
     /// The job cannot run as specified (bad dataset path, crash at step 0, …).
     UserError,
     /// A user paused it.
@@ -196,6 +198,7 @@ impl ReasonCode {
             ReasonCode::ExecutorLost => "executor_lost",
             ReasonCode::TaskFailed => "task_failed",
             ReasonCode::RestartsExhausted => "restarts_exhausted",
+            ReasonCode::RepeatedFailure => "repeated_failure",
             ReasonCode::UserError => "user_error",
             ReasonCode::PausedByUser => "paused_by_user",
             ReasonCode::ResumedByUser => "resumed_by_user",

@@ -142,7 +142,18 @@ impl Runtime {
                         _ => String::new(),
                     };
                     let node = &task.node_name;
-                    if job.restarts < max_restarts {
+                    if let Some(since) = self.failing_again(job).await? {
+                        let change = StateChange {
+                            to: JobState::Failed,
+                            reason: ReasonCode::RepeatedFailure,
+                            message: format!(
+                                "{name} on {node} {} again before a new checkpoint (restarting from {since} would repeat the same steps){tail}",
+                                task.message
+                            ),
+                            actor: None,
+                        };
+                        (change, false)
+                    } else if job.restarts < max_restarts {
                         let change = StateChange {
                             to: JobState::Queued,
                             reason: ReasonCode::TaskFailed,
@@ -184,6 +195,48 @@ impl Runtime {
             self.reconcile_job(&job, &live).await?;
         }
         Ok(())
+    }
+
+    /// Whether the job's previous generation also ended in a task failure and neither it nor the
+    /// current one recorded a checkpoint: then both started from the same point and failed, and a
+    /// restart would replay the same steps. Returns what they started from.
+    async fn failing_again(&self, job: &Job) -> StoreResult<Option<String>> {
+        if job.restarts == 0 || job.generation < 2 {
+            return Ok(None);
+        }
+        let latest = self.store.latest_checkpoint(job.id).await?;
+        if latest
+            .as_ref()
+            .is_some_and(|c| c.generation + 1 >= job.generation)
+        {
+            return Ok(None);
+        }
+        // The event that ended the previous generation: the last move back to the queue.
+        let mut last_requeue = None;
+        let mut after = None;
+        loop {
+            let page = self
+                .store
+                .list_job_events(Scope::Cluster, job.id, after, 500)
+                .await?;
+            if let Some(e) = page.iter().rev().find(|e| {
+                e.to_state == JobState::Queued
+                    && e.from_state.is_some_and(|f| f != JobState::Queued)
+            }) {
+                last_requeue = Some(e.reason);
+            }
+            match page.last() {
+                Some(last) if page.len() == 500 => after = Some(last.id),
+                _ => break,
+            }
+        }
+        if last_requeue != Some(ReasonCode::TaskFailed) {
+            return Ok(None);
+        }
+        Ok(Some(latest.map_or_else(
+            || "the start".to_owned(),
+            |c| format!("the checkpoint at step {}", c.step),
+        )))
     }
 
     /// Whether the job ever reported a metric or recorded a checkpoint.
