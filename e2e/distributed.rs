@@ -3,16 +3,21 @@
 //! and gradients and parameters cross real TCP connections.
 
 use super::Cluster;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::time::Duration;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_of_two_ps_shards_and_three_workers_trains_the_example_mlp() {
-    let cluster = Cluster::start_with_slots(2).await;
-    let spec = json!({
+/// The example MLP on the shipped digits as a job of 2 PS shards and 3 workers (BSP).
+fn ps_job(
+    name: &str,
+    steps: u64,
+    eval_every: u64,
+    checkpoint_every: u64,
+    max_restarts: u32,
+) -> Value {
+    json!({
         "apiVersion": "drover.dev/v1",
         "kind": "DroverJob",
-        "metadata": {"name": "digits-ps"},
+        "metadata": {"name": name},
         "spec": {
             "type": "train",
             "train": {
@@ -20,16 +25,23 @@ async fn a_job_of_two_ps_shards_and_three_workers_trains_the_example_mlp() {
                 "dataset": {"type": "digits"},
                 "optimizer": {"type": "adamw", "lr": 0.001, "weight_decay": 0.01},
                 "lr_schedule": {"warmup_steps": 100, "decay": "cosine"},
-                "batch_size": 256, "max_steps": 2000, "eval_every": 500, "seed": 1
+                "batch_size": 256, "max_steps": steps, "eval_every": eval_every, "seed": 1
             },
             "resources": {"workers": {"min": 3, "max": 3}, "ps": {"min": 2, "max": 2},
                           "gpus_per_worker": 1, "cpus_per_worker": 1, "cpus_per_ps": 1},
             "distributed": {"mode": "ps", "sync": "bsp"},
-            "checkpoint": {"every_steps": 1000, "keep_last": 2, "keep_best": 1},
-            "max_restarts": 0
+            "checkpoint": {"every_steps": checkpoint_every, "keep_last": 2, "keep_best": 1},
+            "max_restarts": max_restarts
         }
-    });
-    let created = cluster.post("/api/v1/jobs", spec).await;
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_of_two_ps_shards_and_three_workers_trains_the_example_mlp() {
+    let cluster = Cluster::start_with_slots(2).await;
+    let created = cluster
+        .post("/api/v1/jobs", ps_job("digits-ps", 2000, 500, 1000, 0))
+        .await;
     let id = created["job"]["id"].as_str().unwrap().to_owned();
     let done = cluster
         .wait_for_state(&id, "succeeded", Duration::from_secs(300))
@@ -97,7 +109,7 @@ async fn a_job_of_two_ps_shards_and_three_workers_trains_the_example_mlp() {
     let last = cluster.checkpoints(&id).await.last().unwrap().clone();
     assert_eq!(last["step"], 2000);
     let path = std::path::Path::new(last["path"].as_str().unwrap());
-    let manifest: serde_json::Value =
+    let manifest: Value =
         serde_json::from_slice(&std::fs::read(path.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["shards"].as_array().unwrap().len(), 2);
     for shard in ["ps-0", "ps-1"] {
@@ -135,27 +147,9 @@ fn task_pid(job: &str, generation: u64, role: &str, index: u32) -> Option<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resized_job_survives_losing_a_worker() {
     let cluster = Cluster::start_with_slots(2).await;
-    let spec = json!({
-        "apiVersion": "drover.dev/v1",
-        "kind": "DroverJob",
-        "metadata": {"name": "digits-elastic"},
-        "spec": {
-            "type": "train",
-            "train": {
-                "model": {"type": "mlp", "hidden": [256, 128]},
-                "dataset": {"type": "digits"},
-                "optimizer": {"type": "adamw", "lr": 0.001, "weight_decay": 0.01},
-                "lr_schedule": {"warmup_steps": 100, "decay": "cosine"},
-                "batch_size": 256, "max_steps": 8000, "eval_every": 1000, "seed": 2
-            },
-            "resources": {"workers": {"min": 3, "max": 3}, "ps": {"min": 2, "max": 2},
-                          "gpus_per_worker": 1, "cpus_per_worker": 1, "cpus_per_ps": 1},
-            "distributed": {"mode": "ps", "sync": "bsp"},
-            "checkpoint": {"every_steps": 250, "keep_last": 2, "keep_best": 1},
-            "max_restarts": 2
-        }
-    });
-    let created = cluster.post("/api/v1/jobs", spec).await;
+    let created = cluster
+        .post("/api/v1/jobs", ps_job("digits-elastic", 8000, 1000, 250, 2))
+        .await;
     let id = created["job"]["id"].as_str().unwrap().to_owned();
     cluster.wait_for_checkpoint(&id, 250).await;
 
@@ -252,7 +246,7 @@ async fn a_resized_job_survives_losing_a_worker() {
     let accuracy = accuracy["metrics"][0]["value"].as_f64().unwrap();
     assert!(accuracy >= 0.95, "test accuracy {accuracy}");
     let last = cluster.checkpoints(&id).await.last().unwrap().clone();
-    let manifest: serde_json::Value = serde_json::from_slice(
+    let manifest: Value = serde_json::from_slice(
         &std::fs::read(std::path::Path::new(last["path"].as_str().unwrap()).join("manifest.json"))
             .unwrap(),
     )

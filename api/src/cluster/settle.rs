@@ -100,6 +100,12 @@ impl Runtime {
             Some(task) => {
                 let name = task_name(&task.key);
                 let this_exit = exit.as_ref().filter(|e| e.key == task.key);
+                let tail = match this_exit {
+                    Some(e) if !e.last_lines.is_empty() => {
+                        format!("; last lines:\n{}", clean(&e.last_lines.join("\n")))
+                    }
+                    _ => String::new(),
+                };
                 if this_exit.is_some_and(|e| e.spawn_failed) {
                     let change = StateChange {
                         to: JobState::Failed,
@@ -116,12 +122,6 @@ impl Runtime {
                     // A crash right at the start of a job that never reported a step or a
                     // checkpoint is the job's own mistake (a bad dataset path, a model that does not
                     // fit its data): restarting it would only fail again.
-                    let tail = match this_exit {
-                        Some(e) if !e.last_lines.is_empty() => {
-                            format!("; last lines:\n{}", clean(&e.last_lines.join("\n")))
-                        }
-                        _ => String::new(),
-                    };
                     let change = StateChange {
                         to: JobState::Failed,
                         reason: ReasonCode::UserError,
@@ -135,12 +135,6 @@ impl Runtime {
                 } else {
                     let max_restarts =
                         super::parse_spec(job.document.as_ref()).map_or(0, |s| s.spec.max_restarts);
-                    let tail = match this_exit {
-                        Some(e) if !e.last_lines.is_empty() => {
-                            format!("; last lines:\n{}", clean(&e.last_lines.join("\n")))
-                        }
-                        _ => String::new(),
-                    };
                     let node = &task.node_name;
                     if let Some(since) = self.failing_again(job).await? {
                         let change = StateChange {
