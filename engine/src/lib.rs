@@ -10,5 +10,6 @@ pub mod params;
 pub mod rng;
 pub mod sampler;
 pub mod trainer;
+mod training_loop;
 
 pub use trainer::{Outcome, Reporter, Requests, Run, TrainOptions, train};

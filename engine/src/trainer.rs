@@ -1,12 +1,11 @@
-//! The training loop: batches from the sampler, forward and backward on candle, gradients out as flat
-//! buffers, the optimizer applied to them, metrics every `log_every` steps, validation every
-//! `eval_every`, checkpoints every `checkpoint.every_steps` and when asked to stop. A run resumed from a
-//! checkpoint reaches bit-identical weights to an uninterrupted one (CPU).
+//! A run of training (`Run`): batches from the sampler, forward and backward on candle, gradients out
+//! as flat buffers, the optimizer applied to them, validation and checkpoints; the loop that drives it
+//! is in `training_loop.rs`. A run resumed from a checkpoint reaches bit-identical weights to an
+//! uninterrupted one (CPU).
 
 use crate::checkpoint::{self, Manifest, Shard, TensorInfo};
 use crate::data::{self, Cursor, Data, Sampler};
-use crate::dist::worker::Exchange;
-use crate::dist::{self, Cluster, Role};
+use crate::dist::Cluster;
 use crate::models::{self, Io, Model};
 use crate::optim::{self, Optimizer};
 use crate::params::Params;
@@ -16,8 +15,7 @@ use candle_core::{Device, Tensor};
 use drover_core::spec::{CheckpointPolicy, Distributed, TargetMode, TrainSpec};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
 
 /// Where a run's numbers and checkpoints go.
 pub trait Reporter {
@@ -408,216 +406,4 @@ pub struct Requests {
     pub checkpoint: AtomicBool,
 }
 
-/// Trains until the step budget or the target, or until a stop is requested (then checkpoints and
-/// returns); a checkpoint request is served at the next step boundary. With several workers, worker 0
-/// (the leader) reports metrics, validates and writes checkpoints; a PS task serves its shard instead.
-pub fn train(
-    options: TrainOptions,
-    reporter: &mut dyn Reporter,
-    requests: &Requests,
-) -> anyhow::Result<Outcome> {
-    if let Some(Cluster {
-        role: Role::Ps { .. },
-        ..
-    }) = &options.cluster
-    {
-        return dist::worker::serve_shard(options, reporter, requests);
-    }
-    let leader = options.rank == 0;
-    let distributed = options.cluster.is_some();
-    let mut run = Run::new(options.clone())?;
-    if leader {
-        reporter.info(&format!(
-            "model: {} parameters in {} tensors; {} steps; global batch {}{}",
-            run.params.num_values(),
-            run.params.len(),
-            options
-                .spec
-                .max_steps
-                .map_or_else(|| "until the target".to_owned(), |s| s.to_string()),
-            options.spec.batch_size,
-            if distributed {
-                format!(
-                    "; {} workers, {} PS, {:?}",
-                    options.workers, options.ps, options.distributed
-                )
-            } else {
-                String::new()
-            }
-        ));
-    }
-    if let Some(path) = &options.resume_from {
-        run.restore(path)?;
-        reporter.info(&format!(
-            "resumed from step {} ({})",
-            run.step,
-            path.display()
-        ));
-    }
-    let mut exchange = Exchange::join(&run)?;
-    let total = run.total_steps();
-    let eval_every = options.spec.eval_every.max(1);
-    let checkpoint_every = options.checkpoint.every_steps.max(1);
-    let log_every = options.log_every.max(1);
-    let mut metrics: BTreeMap<String, f64> = BTreeMap::new();
-    let mut last_saved = options.resume_from.as_ref().map(|_| run.step);
-    let mut last_checkpoint = None;
-    let mut window = Window::default();
-    let mut stop_agreed = exchange.start(&mut run)?;
-    let mut finish_agreed = false;
-    let mut reached_target = false;
-    let seed = options.spec.seed;
-    loop {
-        let done =
-            run.step >= total || finish_agreed || (reached_target && !exchange.agreed_stop());
-        let stopping = if exchange.agreed_stop() {
-            stop_agreed
-        } else {
-            stop_agreed || (leader && requests.stop.load(Ordering::Relaxed))
-        };
-        if done || stopping {
-            // The last push must arrive before this worker goes (SSP, async).
-            exchange.land(&mut run)?;
-            if leader {
-                if last_saved != Some(run.step) {
-                    let path = exchange.save(&run, &metrics)?;
-                    reporter.checkpoint(run.step, &path);
-                    last_checkpoint = Some(path);
-                }
-                exchange.finish(run.step)?;
-                if stopping && !done {
-                    reporter.info(&format!("checkpointed at step {} on request", run.step));
-                }
-            }
-            return Ok(Outcome {
-                step: run.step,
-                interrupted: stopping && !done,
-                metrics,
-                last_checkpoint,
-            });
-        }
-        if distributed {
-            // Each worker's dropout draws depend on (seed, step, rank) only, so any shape resumes.
-            run.rng = Rng::derive(
-                seed ^ run.step.rotate_left(20),
-                0xD2_0907 ^ u64::from(options.rank),
-            );
-        }
-        let started = Instant::now();
-        let (loss, correct, samples, grads) = run.gradients()?;
-        let computed = started.elapsed();
-        let controls = [requests.stop.load(Ordering::Relaxed), reached_target];
-        let exchanged = exchange.step(&mut run, grads, samples, controls)?;
-        (stop_agreed, finish_agreed) = (exchanged.stop, exchanged.finish);
-        window.add(
-            loss,
-            correct,
-            samples,
-            exchanged.bytes,
-            started.elapsed() - computed,
-        );
-        let step = run.step;
-        if !leader {
-            continue;
-        }
-        let requested = requests.checkpoint.swap(false, Ordering::Relaxed);
-        let evaluate = step % eval_every == 0 || step == total;
-        let save = requested || step % checkpoint_every == 0 || step == total;
-        if evaluate || save {
-            // Validation and checkpoints see this step's parameters.
-            stop_agreed |= exchange.land(&mut run)?;
-        }
-        if step % log_every == 0 || step == total {
-            let values = window.values(exchanged.lr, distributed);
-            for (k, v) in &values {
-                metrics.insert((*k).to_owned(), *v);
-            }
-            reporter.metrics(step, &values);
-            window = Window::default();
-        }
-        if evaluate {
-            let (val_loss, val_accuracy) = run.evaluate()?;
-            metrics.insert("val_loss".to_owned(), val_loss);
-            metrics.insert("val_accuracy".to_owned(), val_accuracy);
-            reporter.metrics(
-                step,
-                &[("val_loss", val_loss), ("val_accuracy", val_accuracy)],
-            );
-            if let Some(target) = &options.spec.target
-                && let Some(&value) = metrics.get(&target.metric)
-            {
-                reached_target = match target.mode {
-                    TargetMode::Max => value >= target.value,
-                    TargetMode::Min => value <= target.value,
-                };
-            }
-            window.restart();
-        }
-        if save || reached_target {
-            let path = exchange.save(&run, &metrics)?;
-            reporter.checkpoint(step, &path);
-            last_saved = Some(step);
-            last_checkpoint = Some(path);
-            window.restart();
-        }
-    }
-}
-
-/// Training metrics accumulated between two reports.
-#[derive(Debug)]
-struct Window {
-    loss: f64,
-    correct: usize,
-    samples: usize,
-    steps: u64,
-    bytes: u64,
-    exchange: Duration,
-    start: Instant,
-}
-
-impl Default for Window {
-    fn default() -> Self {
-        Self {
-            loss: 0.0,
-            correct: 0,
-            samples: 0,
-            steps: 0,
-            bytes: 0,
-            exchange: Duration::ZERO,
-            start: Instant::now(),
-        }
-    }
-}
-
-impl Window {
-    fn add(&mut self, loss: f64, correct: usize, samples: usize, bytes: u64, exchange: Duration) {
-        self.loss += loss;
-        self.correct += correct;
-        self.samples += samples;
-        self.steps += 1;
-        self.bytes += bytes;
-        self.exchange += exchange;
-    }
-
-    /// Validation and checkpoints do not count as training time.
-    fn restart(&mut self) {
-        self.start = Instant::now();
-    }
-
-    fn values(&self, lr: f64, distributed: bool) -> Vec<(&'static str, f64)> {
-        let elapsed = self.start.elapsed().as_secs_f64().max(1e-9);
-        let steps = self.steps.max(1) as f64;
-        let mut values = vec![
-            ("loss", self.loss / steps),
-            ("accuracy", self.correct as f64 / self.samples.max(1) as f64),
-            ("samples_per_s", self.samples as f64 / elapsed),
-            ("step_time_ms", 1000.0 * elapsed / steps),
-            ("lr", lr),
-        ];
-        if distributed {
-            values.push(("comm_time_ms", 1000.0 * self.exchange.as_secs_f64() / steps));
-            values.push(("grad_bytes_per_step", self.bytes as f64 / steps));
-        }
-        values
-    }
-}
+pub use crate::training_loop::train;
