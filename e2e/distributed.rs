@@ -166,6 +166,30 @@ async fn a_resized_job_survives_losing_a_worker() {
             (job["generation"] == 2 && job["state"] == "running").then_some(())
         })
         .await;
+    // The job's speed model has samples at both shapes, and it says what remains.
+    let model = cluster
+        .wait_until(
+            "step times at the new shape",
+            Duration::from_secs(60),
+            async |c| {
+                let job = c.job(&id).await;
+                let shapes = job["model"]["speed"]["shapes"].as_array()?.len();
+                (shapes == 2).then(|| job["model"].clone())
+            },
+        )
+        .await;
+    let remaining = &model["remaining"];
+    assert_eq!(remaining["basis"], "step_budget", "{model:#}");
+    assert_eq!(
+        (remaining["ps"].as_u64(), remaining["workers"].as_u64()),
+        (Some(1), Some(2))
+    );
+    assert_eq!(
+        remaining["steps"].as_u64().unwrap() + model["steps_done"].as_u64().unwrap(),
+        8000,
+        "{model:#}"
+    );
+    assert!(remaining["seconds"].as_f64().unwrap() > 0.0, "{model:#}");
     // Let generation 2 record a checkpoint of its own, then kill one of its workers.
     cluster
         .wait_until(
@@ -210,10 +234,45 @@ async fn a_resized_job_survives_losing_a_worker() {
         has("resized_by_user", "workers 3 -> 2, PS 2 -> 1"),
         "{messages:#?}"
     );
+    // The resize held its resources throughout: running -> rescaling -> running, never queued.
+    let transitions: Vec<(String, String)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["from"].as_str().unwrap_or("").to_owned(),
+                e["to"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let rescaled = events
+        .iter()
+        .position(|e| e["to"] == "rescaling")
+        .unwrap_or_else(|| panic!("no rescaling event: {messages:#?}"));
+    assert_eq!(events[rescaled]["reason"], "resized", "{messages:#?}");
     assert!(
-        has("resized", "3 workers, 2 PS -> 2 workers, 1 PS"),
+        events[rescaled]["message"]
+            .as_str()
+            .unwrap()
+            .contains("3 workers, 2 PS -> 2 workers, 1 PS"),
         "{messages:#?}"
     );
+    assert_eq!(
+        transitions[rescaled + 1],
+        ("rescaling".to_owned(), "running".to_owned()),
+        "{messages:#?}"
+    );
+    let first_step = events[rescaled + 1]["message"].as_str().unwrap();
+    assert!(
+        first_step.contains("first step at the new shape (2 workers, 1 PS)"),
+        "{first_step}"
+    );
+    for e in &events {
+        eprintln!(
+            "DEBUG {} {} {} {}",
+            e["created_at"], e["from"], e["to"], e["message"]
+        );
+    }
+    eprintln!("resize of the example MLP (2 PS, 3 workers -> 1 PS, 2 workers): {first_step}");
     assert!(has("task_failed", "worker-1"), "{messages:#?}");
 
     // Generations 2 and 3 ran at the new shape and resumed from checkpoints.
@@ -238,6 +297,14 @@ async fn a_resized_job_survives_losing_a_worker() {
         resumed_2 >= 250 && resumed_3 > resumed_2,
         "{resumed_2} {resumed_3}"
     );
+    // Generation 2 started from the checkpoint generation 1 wrote as it stopped: no step was lost.
+    let checkpoints = cluster.checkpoints(&id).await;
+    let last_of_1 = checkpoints
+        .iter()
+        .filter(|k| k["generation"] == 1)
+        .filter_map(|k| k["step"].as_u64())
+        .max();
+    assert_eq!(last_of_1, Some(resumed_2), "{checkpoints:#?}");
     let accuracy = cluster
         .get(&format!(
             "/api/v1/jobs/{id}/metrics?name=val_accuracy&from_step=8000"

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod error;
 pub mod extract;
 pub mod metrics;
+pub mod model_views;
 pub mod routes;
 pub mod run_views;
 pub mod server;

@@ -1,5 +1,6 @@
 //! What the API returns: one item as `{"job": …}`, lists as `{"jobs": […], "meta": {…}}`.
 
+use crate::model_views::JobModels;
 use crate::store::{Gpu, Job, JobEvent, Node, Quota, Tenant, TokenInfo, User};
 use chrono::{DateTime, Utc};
 use drover_core::spec::JobType;
@@ -41,6 +42,10 @@ pub struct JobView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub spec: Option<serde_json::Value>,
+    /// Its speed and convergence models fitted to what it reported, and the remaining time they
+    /// predict; only on single reads of a job that has reported a step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<JobModels>,
 }
 
 impl From<Job> for JobView {
@@ -62,6 +67,7 @@ impl From<Job> for JobView {
             generation: job.generation,
             restarts: job.restarts,
             spec: job.document,
+            model: None,
         }
     }
 }

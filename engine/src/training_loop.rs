@@ -26,6 +26,7 @@ pub fn train(
     {
         return dist::worker::serve_shard(options, reporter, requests);
     }
+    let began = Instant::now();
     let leader = options.rank == 0;
     let distributed = options.cluster.is_some();
     let mut run = Run::new(options.clone())?;
@@ -69,6 +70,7 @@ pub fn train(
     let mut stop_agreed = exchange.start(&mut run)?;
     let mut finish_agreed = false;
     let mut reached_target = false;
+    let mut first_step = true;
     let seed = options.spec.seed;
     loop {
         let done =
@@ -123,6 +125,12 @@ pub fn train(
         if !leader {
             continue;
         }
+        if first_step {
+            // How long this run took to load, restore, meet its peers and take a step: the server
+            // times resizes with it.
+            reporter.metrics(step, &[(STARTUP_METRIC, began.elapsed().as_secs_f64())]);
+            first_step = false;
+        }
         let requested = requests.checkpoint.swap(false, Ordering::Relaxed);
         let evaluate = step % eval_every == 0 || step == total;
         let save = requested || step % checkpoint_every == 0 || step == total;
@@ -165,6 +173,9 @@ pub fn train(
         }
     }
 }
+
+/// Reported once per run with its first step: seconds from the task's start to the end of that step.
+pub const STARTUP_METRIC: &str = "startup_s";
 
 /// Training metrics accumulated between two reports.
 #[derive(Debug)]

@@ -61,6 +61,12 @@ pub struct Observations {
     /// When the last checkpoint was committed.
     pub last_checkpoint_s: Option<f64>,
     pub restarts: u32,
+    /// The step budget the job declared (`max_steps`), when it has one: it stops there at the latest.
+    /// Known of live jobs; the simulator's traces have none.
+    pub step_budget: Option<u64>,
+    /// It stops only at its budget (it declared no target to stop at earlier), whatever its loss
+    /// curve says.
+    pub runs_to_budget: bool,
 }
 
 /// One job as the scheduler sees it.

@@ -4,7 +4,10 @@
 
 use super::Runtime;
 use super::hub::Command;
-use crate::store::{Job, StateChange, StoreResult, Task, TaskChange, TaskKey, TaskRole, TaskState};
+use crate::store::{
+    Job, Scope, StateChange, StoreResult, Task, TaskChange, TaskKey, TaskRole, TaskState,
+};
+use drover_core::spec::JobType;
 use drover_core::{JobState, ReasonCode};
 use drover_proto as pb;
 
@@ -54,7 +57,9 @@ impl Runtime {
                 self.stop_task(task, &reason).await?;
             }
         }
-        if !active {
+        // A rescaling job's new tasks wait until the old generation has checkpointed and exited: they
+        // start from that checkpoint, often on the same GPUs.
+        if !active || live.iter().any(|t| t.key.generation < job.generation) {
             return Ok(());
         }
         let tasks = self.store.generation_tasks(job.id, job.generation).await?;
@@ -97,11 +102,23 @@ impl Runtime {
         let all_running = tasks
             .iter()
             .all(|t| matches!(t.state, TaskState::Running | TaskState::Exited));
-        if job.state == JobState::Starting && all_running {
+        // A started job runs once every task does; a rescaled `train` job once its leader reports the
+        // first step at the new shape (see [`Runtime::first_step_rescaled`]), a command job here.
+        let rescaled_command = job.state == JobState::Rescaling && job.job_type != JobType::Train;
+        if (job.state == JobState::Starting || rescaled_command) && all_running {
+            let message = if rescaled_command {
+                format!(
+                    "all {} tasks running at the new shape {} after the decision",
+                    tasks.len(),
+                    since(job.updated_at)
+                )
+            } else {
+                format!("all {} tasks reported ready", tasks.len())
+            };
             let change = StateChange {
                 to: JobState::Running,
                 reason: ReasonCode::RendezvousComplete,
-                message: format!("all {} tasks reported ready", tasks.len()),
+                message,
                 actor: None,
             };
             if self
@@ -112,6 +129,41 @@ impl Runtime {
             {
                 tracing::info!(job.id = %job.id, generation = job.generation, "job running");
             }
+        }
+        Ok(())
+    }
+
+    /// A `rescaling` job whose leader reported the first step of its new generation is `running`
+    /// again; the event says how long the change took, from the decision to that step.
+    pub(super) async fn first_step_rescaled(
+        &self,
+        key: &TaskKey,
+        step: u64,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<()> {
+        let job = self.store.get_job(Scope::Cluster, key.job_id).await?;
+        if job.state != JobState::Rescaling || job.generation != key.generation {
+            return Ok(());
+        }
+        let tasks = self.store.generation_tasks(job.id, job.generation).await?;
+        let workers = num_workers(&tasks);
+        let seconds = (at - job.updated_at).num_milliseconds().max(0) as f64 / 1000.0;
+        let change = StateChange {
+            to: JobState::Running,
+            reason: ReasonCode::RendezvousComplete,
+            message: format!(
+                "first step at the new shape ({workers} workers, {} PS) at step {step}, {seconds:.1} s after the decision",
+                tasks.len() as u32 - workers,
+            ),
+            actor: None,
+        };
+        if self
+            .store
+            .transition_job_in_generation(job.id, job.generation, &change, false)
+            .await?
+            .is_some()
+        {
+            tracing::info!(job.id = %job.id, generation = job.generation, seconds, "job rescaled");
         }
         Ok(())
     }
@@ -174,7 +226,7 @@ impl Runtime {
         };
         // A command job runs its argv; a train job runs the executor's training engine on the spec.
         let (argv, env, workdir, train_job) = match (&spec.spec.command, spec.spec.job_type) {
-            (_, drover_core::spec::JobType::Train) => (
+            (_, JobType::Train) => (
                 Vec::new(),
                 Default::default(),
                 ".".to_owned(),
@@ -217,6 +269,12 @@ impl Runtime {
             .send_once(&task.node_name, task.key, Command::Prepare, message);
         Ok(())
     }
+}
+
+/// Seconds since `at`, as "2.4 s".
+fn since(at: chrono::DateTime<chrono::Utc>) -> String {
+    let ms = (chrono::Utc::now() - at).num_milliseconds().max(0);
+    format!("{:.1} s", ms as f64 / 1000.0)
 }
 
 pub(super) fn duration_ms(duration: std::time::Duration) -> u32 {

@@ -9,6 +9,7 @@
 mod dispatch;
 mod gateway;
 mod hub;
+mod observe;
 mod reports;
 mod scheduling;
 mod settle;
@@ -16,6 +17,7 @@ mod snapshot;
 
 pub use gateway::GatewayService;
 pub use hub::Hub;
+pub use observe::{Budget, Observed, Observer};
 pub use scheduling::SchedulingLoop;
 
 use crate::store::Store;
@@ -63,6 +65,8 @@ pub struct Runtime {
     pub store: Arc<dyn Store>,
     pub hub: Hub,
     pub config: ClusterConfig,
+    /// Each job's aggregated speed and loss samples.
+    pub observer: Observer,
 }
 
 impl Runtime {
@@ -71,6 +75,7 @@ impl Runtime {
             store,
             hub: Hub::new(),
             config,
+            observer: Observer::default(),
         })
     }
 
@@ -84,6 +89,6 @@ impl Runtime {
 }
 
 /// The job's spec from its stored document.
-pub(crate) fn parse_spec(document: Option<&serde_json::Value>) -> Option<DroverJob> {
+pub fn parse_spec(document: Option<&serde_json::Value>) -> Option<DroverJob> {
     serde_json::from_value(document?.clone()).ok()
 }

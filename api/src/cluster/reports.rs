@@ -65,6 +65,9 @@ pub(super) fn from_pb_key(key: Option<&pb::TaskKey>) -> Option<TaskKey> {
     })
 }
 
+/// Seconds from a task's start to the end of its first step; reported once per run.
+pub const STARTUP_METRIC: &str = "startup_s";
+
 fn time_of(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_else(Utc::now)
 }
@@ -372,10 +375,15 @@ impl Runtime {
             values,
             recorded_at: time_of(metrics.time_ms),
         };
-        match self.store.record_metrics(&report).await {
-            Ok(()) => Ok(()),
-            Err(err) => self.refuse(node, key, err),
+        if let Err(err) = self.store.record_metrics(&report).await {
+            return self.refuse(node, key, err);
         }
+        // The engine reports `startup_s` with the first step of every run.
+        if report.values.iter().any(|(name, _)| name == STARTUP_METRIC) {
+            self.first_step_rescaled(&key, report.step, report.recorded_at)
+                .await?;
+        }
+        Ok(())
     }
 
     async fn on_checkpoint(

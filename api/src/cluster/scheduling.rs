@@ -4,7 +4,7 @@
 //! tasks that must stop) before dispatching them.
 
 use super::Runtime;
-use super::snapshot::{self, Built};
+use super::snapshot::{self, Built, Seen};
 use crate::store::{Job, NewTask, Scope, StateChange, StoreResult, Task, TaskRole};
 use chrono::Utc;
 use drover_core::{JobId, JobState, ReasonCode};
@@ -74,15 +74,52 @@ impl SchedulingLoop {
         let finishing: HashSet<JobId> = runtime.store.finishing_jobs().await?.into_iter().collect();
         let tenants = runtime.store.list_tenants().await?;
         let connected = runtime.hub.connected();
-        let mut built = snapshot::build(Utc::now(), &nodes, &connected, &tenants, &jobs, &live);
+        let seen = observe(&runtime, &jobs).await?;
+        let mut built = snapshot::build(
+            Utc::now(),
+            &nodes,
+            &connected,
+            &tenants,
+            &jobs,
+            &live,
+            &seen,
+        );
         // A job some of whose tasks have ended (workers done before the leader, or one failed) is
         // not resized for the tasks it no longer has: it is left alone until it is settled.
         built.held.extend(finishing);
         let plan = self.policy.schedule(&built.snapshot, &self.previous);
-        apply(&runtime, self.policy.name(), &built, &plan).await?;
+        apply(&runtime, self.policy.name(), &built, &plan, &live).await?;
         self.previous = plan;
         Ok(())
     }
+}
+
+/// Reads what arrived from every job that has run since the last round: its speed and loss samples
+/// and its last checkpoint.
+async fn observe(runtime: &Runtime, jobs: &[Job]) -> StoreResult<HashMap<JobId, Seen>> {
+    let mut seen = HashMap::new();
+    for job in jobs.iter().filter(|j| j.generation > 0) {
+        let observed = runtime
+            .observer
+            .refresh(runtime.store.as_ref(), job.id)
+            .await?;
+        let last_checkpoint = runtime
+            .store
+            .latest_checkpoint(job.id)
+            .await?
+            .map(|c| c.created_at);
+        seen.insert(
+            job.id,
+            Seen {
+                observed,
+                last_checkpoint,
+            },
+        );
+    }
+    runtime
+        .observer
+        .retain(&jobs.iter().map(|j| j.id).collect());
+    Ok(seen)
 }
 
 async fn expire_executors(runtime: &Runtime) -> StoreResult<()> {
@@ -190,7 +227,13 @@ async fn reconcile_all(runtime: &Runtime) -> StoreResult<()> {
     Ok(())
 }
 
-async fn apply(runtime: &Runtime, policy: &str, built: &Built, plan: &Plan) -> StoreResult<()> {
+async fn apply(
+    runtime: &Runtime,
+    policy: &str,
+    built: &Built,
+    plan: &Plan,
+    live: &[Task],
+) -> StoreResult<()> {
     for view in &built.snapshot.jobs {
         if built.held.contains(&view.id) {
             continue;
@@ -201,24 +244,6 @@ async fn apply(runtime: &Runtime, policy: &str, built: &Built, plan: &Plan) -> S
         };
         match (job.state, decision, &view.placement) {
             (JobState::Queued, JobPlan::Run { placement, reason }, None) => {
-                let tasks: Vec<NewTask> = placement
-                    .tasks
-                    .iter()
-                    .map(|t| NewTask {
-                        role: match t.role {
-                            Role::Worker => TaskRole::Worker,
-                            Role::Ps => TaskRole::Ps,
-                        },
-                        index: t.index,
-                        node_name: built.node_names[t.node.0 as usize].clone(),
-                        gpus: t
-                            .gpus
-                            .iter()
-                            .map(|&p| built.gpu_indices[t.node.0 as usize][usize::from(p)] as u16)
-                            .collect(),
-                        cpus: t.cpus,
-                    })
-                    .collect();
                 let shape = placement.shape();
                 let change = StateChange {
                     to: JobState::Starting,
@@ -232,6 +257,7 @@ async fn apply(runtime: &Runtime, policy: &str, built: &Built, plan: &Plan) -> S
                     ),
                     actor: None,
                 };
+                let tasks = new_tasks(built, placement);
                 if let Some(generation) = runtime
                     .store
                     .start_generation(job.id, &tasks, &change)
@@ -263,31 +289,71 @@ async fn apply(runtime: &Runtime, policy: &str, built: &Built, plan: &Plan) -> S
             (JobState::Running, JobPlan::Run { placement, reason }, Some(current))
                 if !current.same_resources(placement) =>
             {
-                // Moving or resizing a running job goes through a checkpoint: stop it here and let
-                // the next round start it at the policy's new placement.
+                // Growing, shrinking or moving a running job: the new generation's tasks are
+                // persisted now, holding their resources (`rescaling`); the old ones checkpoint and
+                // exit, and the new ones start from that checkpoint once they have.
                 let code = if current.shape() == placement.shape() {
                     ReasonCode::Migrated
                 } else {
                     ReasonCode::Resized
                 };
                 let (from, to) = (current.shape(), placement.shape());
-                let message = format!(
-                    "{policy}: {} ({} workers, {} PS -> {} workers, {} PS on {}; restarting from its checkpoint)",
-                    snake(reason),
-                    from.workers,
-                    from.ps,
-                    to.workers,
-                    to.ps,
-                    node_list(built, placement)
-                );
-                runtime
-                    .transition(job, JobState::Queued, code, message, false)
-                    .await?;
+                let change = StateChange {
+                    to: JobState::Rescaling,
+                    reason: code,
+                    message: format!(
+                        "{policy}: {} ({} workers, {} PS -> {} workers, {} PS on {}; from a checkpoint at the next step)",
+                        snake(reason),
+                        from.workers,
+                        from.ps,
+                        to.workers,
+                        to.ps,
+                        node_list(built, placement)
+                    ),
+                    actor: None,
+                };
+                let tasks = new_tasks(built, placement);
+                if let Some(generation) = runtime
+                    .store
+                    .rescale_generation(job.id, job.generation, &tasks, &change)
+                    .await?
+                {
+                    tracing::info!(job.id = %job.id, generation, reason = code.as_str(), "job rescaling");
+                    let job = runtime.store.get_job(Scope::Cluster, job.id).await?;
+                    let old: Vec<Task> = live
+                        .iter()
+                        .filter(|t| t.key.job_id == job.id)
+                        .cloned()
+                        .collect();
+                    runtime.reconcile_job(&job, &old).await?;
+                }
             }
             _ => {}
         }
     }
     Ok(())
+}
+
+/// The rows of a placement's tasks, with the executors' GPU indices.
+fn new_tasks(built: &Built, placement: &drover_scheduler::Placement) -> Vec<NewTask> {
+    placement
+        .tasks
+        .iter()
+        .map(|t| NewTask {
+            role: match t.role {
+                Role::Worker => TaskRole::Worker,
+                Role::Ps => TaskRole::Ps,
+            },
+            index: t.index,
+            node_name: built.node_names[t.node.0 as usize].clone(),
+            gpus: t
+                .gpus
+                .iter()
+                .map(|&p| built.gpu_indices[t.node.0 as usize][usize::from(p)] as u16)
+                .collect(),
+            cpus: t.cpus,
+        })
+        .collect()
 }
 
 /// The nodes a placement uses, in task order without repeats next to each other.

@@ -66,7 +66,7 @@ impl Runtime {
                 if !workers_done {
                     return Ok(());
                 }
-                if job.state == JobState::Starting {
+                if matches!(job.state, JobState::Starting | JobState::Rescaling) {
                     self.transition(
                         job,
                         JobState::Running,

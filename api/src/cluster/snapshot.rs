@@ -8,6 +8,8 @@
 //!   yet declared lost) keeps running there: the policy could not place it anywhere else in one piece,
 //!   and a cordon or a blip in the connection must not preempt what runs.
 
+use super::Observed;
+use super::observe::Budget;
 use crate::store::{Job, Node, Task, TaskRole, Tenant};
 use drover_core::{JobId, JobState};
 use drover_scheduler::snapshot::{Observations, Range, Tenant as SchedTenant};
@@ -27,6 +29,13 @@ pub(super) struct Built {
     pub jobs: HashMap<JobId, Job>,
 }
 
+/// What has been measured of a job that has run.
+#[derive(Debug, Clone)]
+pub(super) struct Seen {
+    pub observed: Observed,
+    pub last_checkpoint: Option<chrono::DateTime<chrono::Utc>>,
+}
+
 fn seconds(at: chrono::DateTime<chrono::Utc>) -> f64 {
     at.timestamp_millis() as f64 / 1000.0
 }
@@ -38,6 +47,7 @@ pub(super) fn build(
     tenants: &[Tenant],
     jobs: &[Job],
     live: &[Task],
+    seen: &HashMap<JobId, Seen>,
 ) -> Built {
     let hosting: HashSet<&str> = live.iter().map(|t| t.node_name.as_str()).collect();
     let mut included: Vec<&Node> = nodes
@@ -168,10 +178,19 @@ pub(super) fn build(
             preemptible: spec.spec.scheduling.preemptible,
             consolidate: false,
             placement: None,
-            observed: Observations {
-                last_state_change_s: seconds(job.updated_at),
-                restarts: job.restarts,
-                ..Observations::default()
+            observed: match seen.get(&job.id) {
+                Some(seen) => seen.observed.observations(
+                    resources.gpus_per_worker,
+                    Budget::of(&spec),
+                    seconds(job.updated_at),
+                    seen.last_checkpoint.map(seconds),
+                    job.restarts,
+                ),
+                None => Observations {
+                    last_state_change_s: seconds(job.updated_at),
+                    restarts: job.restarts,
+                    ..Observations::default()
+                },
             },
         };
         if tasks.is_empty() {
@@ -180,7 +199,19 @@ pub(super) fn build(
             }
             continue;
         }
-        let Some(placement) = placement_of(&tasks) else {
+        let placement = if job.state == JobState::Rescaling {
+            // The new generation's tasks hold their resources from the decision on; the old one's
+            // workers, until they exit, hold the GPUs the new ones do not reuse.
+            let (current, old): (Vec<&Task>, Vec<&Task>) = tasks
+                .iter()
+                .partition(|t| t.key.generation == job.generation);
+            placement_of(&current)
+                .zip(placement_of(&old))
+                .map(with_leftovers)
+        } else {
+            placement_of(&tasks)
+        };
+        let Some(placement) = placement else {
             continue;
         };
         if stopping || pinned {
@@ -243,6 +274,38 @@ fn gpu_indices_lookup(nodes: &[&Node], node: u32) -> Vec<u32> {
     let mut indices: Vec<u32> = nodes[node as usize].gpus.iter().map(|g| g.index).collect();
     indices.sort_unstable();
     indices
+}
+
+/// A rescaling job's new placement plus its old workers still exiting on GPUs the new one does not
+/// use (renumbered after the new workers, holding no CPUs: only the GPUs matter for the seconds they
+/// take to exit). Old PS shards hold no GPU and are left out.
+fn with_leftovers((mut placement, old): (Placement, Placement)) -> Placement {
+    let taken: HashSet<(NodeId, u16)> = placement
+        .tasks
+        .iter()
+        .flat_map(|t| t.gpus.iter().map(move |&g| (t.node, g)))
+        .collect();
+    let mut next = placement
+        .tasks
+        .iter()
+        .filter(|t| t.role == Role::Worker)
+        .map(|t| t.index + 1)
+        .max()
+        .unwrap_or(0);
+    for task in old.tasks {
+        if task.role == Role::Worker
+            && !task.gpus.is_empty()
+            && task.gpus.iter().all(|&g| !taken.contains(&(task.node, g)))
+        {
+            placement.tasks.push(TaskPlacement {
+                index: next,
+                cpus: 0,
+                ..task
+            });
+            next += 1;
+        }
+    }
+    placement
 }
 
 /// Shows a job as running where its tasks are, at a fixed shape that nothing may preempt or resize.

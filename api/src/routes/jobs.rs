@@ -1,10 +1,12 @@
 //! `/api/v1/jobs`: submit, read, list, cancel, and the events of a job.
 
 use crate::auth::Principal;
+use crate::cluster::{Observer, parse_spec};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{Body, PathParam, QueryPairs};
+use crate::model_views::JobModels;
 use crate::state::AppState;
-use crate::store::{JobFilter, NewJob, Scope, StateChange};
+use crate::store::{Job, JobFilter, NewJob, Scope, StateChange, TaskRole};
 use crate::views::{EventList, EventView, JobEnvelope, JobList, JobView, ListMeta};
 use axum::Json;
 use axum::extract::State;
@@ -15,6 +17,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Utc;
 use drover_core::spec::Format;
 use drover_core::{DroverJob, JobId, JobState, ReasonCode};
+use drover_scheduler::Shape;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
@@ -194,7 +197,45 @@ pub async fn get(
         .get_job(principal.scope(), job_id)
         .await
         .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
-    Ok(Json(JobEnvelope { job: job.into() }))
+    let model = job_models(&state, &job).await?;
+    let mut view = JobView::from(job);
+    view.model = model;
+    Ok(Json(JobEnvelope { job: view }))
+}
+
+/// The job's fitted models, when it has reported a step.
+async fn job_models(state: &AppState, job: &Job) -> ApiResult<Option<JobModels>> {
+    if job.generation == 0 {
+        return Ok(None);
+    }
+    let local;
+    let observer = match &state.runtime {
+        Some(runtime) => &runtime.observer,
+        None => {
+            local = Observer::default();
+            &local
+        }
+    };
+    let observed = observer.refresh(state.store.as_ref(), job.id).await?;
+    if observed.steps_done == 0 {
+        return Ok(None);
+    }
+    let tasks = state.store.generation_tasks(job.id, job.generation).await?;
+    let workers = tasks
+        .iter()
+        .filter(|t| t.key.role == TaskRole::Worker)
+        .count() as u32;
+    let shape = match parse_spec(job.document.as_ref()) {
+        Some(spec) if !job.state.holds_resources() || workers == 0 => Shape {
+            ps: spec.spec.resources.ps.max,
+            workers: spec.spec.resources.workers.max,
+        },
+        _ => Shape {
+            ps: tasks.len() as u32 - workers,
+            workers,
+        },
+    };
+    Ok(Some(JobModels::of(job, &observed, shape)))
 }
 
 /// List jobs, newest first.

@@ -280,6 +280,16 @@ pub trait ExecStore: Send + Sync {
         tasks: &[NewTask],
         change: &StateChange,
     ) -> StoreResult<Option<u64>>;
+    /// Moves a `running` job still in `generation` to `change.to` (`rescaling`) under a new
+    /// generation with these tasks, in one transaction: the old generation's tasks are then stopped
+    /// and the new ones start from its checkpoint. `None` when the job had moved on.
+    async fn rescale_generation(
+        &self,
+        job: JobId,
+        generation: u64,
+        tasks: &[NewTask],
+        change: &StateChange,
+    ) -> StoreResult<Option<u64>>;
     /// Transitions a job only while `generation` is still its current one; `None` when it is not (or
     /// when the state machine forbids the move, which a concurrent change can cause).
     /// `count_restart` adds one to the job's restarts in the same transaction.

@@ -52,6 +52,53 @@ macro_rules! impl_exec_store {
         }
 
         impl $store {
+            /// Moves a job from `from` (in `generation`, when given) to `change.to` under a new
+            /// generation with these tasks, in one transaction; `None` when the job was not there.
+            async fn new_generation(
+                &self,
+                job: JobId,
+                from: JobState,
+                generation: Option<u64>,
+                tasks: &[NewTask],
+                change: &StateChange,
+            ) -> StoreResult<Option<u64>> {
+                let mut tx = self.pool.begin_with(Self::BEGIN_WRITE).await?;
+                let now = Utc::now();
+                let expected = generation.map(|g| i64_of(g, "generation")).transpose()?;
+                let generation: Option<i64> = sqlx::query_scalar(
+                    "UPDATE jobs SET state = $2, reason = $3, message = $4, updated_at = $5, generation = generation + 1 \
+                     WHERE id = $1 AND state = $6 AND ($7 IS NULL OR generation = $7) RETURNING generation",
+                )
+                .bind(job.0)
+                .bind(change.to.as_str())
+                .bind(change.reason.as_str())
+                .bind(&change.message)
+                .bind(now)
+                .bind(from.as_str())
+                .bind(expected)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(generation) = generation else { return Ok(None) };
+                for task in tasks {
+                    let sql = concat!("INSERT INTO tasks (", task_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7, 'assigned', \
+                         NULL, NULL, NULL, '', false, $8)");
+                    sqlx::query(sql)
+                        .bind(job.0)
+                        .bind(generation)
+                        .bind(task.role.as_str())
+                        .bind(task.index as i32)
+                        .bind(&task.node_name)
+                        .bind(Json(&task.gpus))
+                        .bind(task.cpus as i32)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                insert_change(&mut tx, job, from, change, now).await?;
+                tx.commit().await?;
+                Ok(Some(u64_column(generation, "generation")?))
+            }
+
             /// Errors with `NotFound` unless the job is visible in `scope`.
             async fn check_job_visible(&self, scope: Scope, job: JobId) -> StoreResult<()> {
                 let found: Option<Uuid> =
@@ -63,18 +110,21 @@ macro_rules! impl_exec_store {
                 found.map(|_| ()).ok_or(StoreError::NotFound)
             }
 
-            /// Begins a write transaction holding the job's row, and checks the report's generation.
+            /// Begins a write transaction holding the job's row, and checks the report's generation:
+            /// the current one, or while the job is `rescaling` the one it replaces (whose tasks
+            /// write the checkpoint the new ones start from before they exit).
             async fn begin_fenced(
                 &self,
                 key: &TaskKey,
             ) -> StoreResult<sqlx::Transaction<'static, $db>> {
                 let mut tx = self.pool.begin_with(Self::BEGIN_WRITE).await?;
-                let sql = format!("SELECT generation FROM jobs WHERE id = $1{}", Self::LOCK_ROW);
-                let current: Option<i64> =
-                    sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(key.job_id.0).fetch_optional(&mut *tx).await?;
-                let current = current.ok_or(StoreError::NotFound)?;
+                let sql = format!("SELECT generation, state FROM jobs WHERE id = $1{}", Self::LOCK_ROW);
+                let row: Option<(i64, String)> =
+                    sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(key.job_id.0).fetch_optional(&mut *tx).await?;
+                let (current, state) = row.ok_or(StoreError::NotFound)?;
                 let current = u64_column(current, "generation")?;
-                if current != key.generation {
+                let predecessor = state == JobState::Rescaling.as_str() && key.generation + 1 == current;
+                if current != key.generation && !predecessor {
                     return Err(StoreError::Fenced { current, reported: key.generation });
                 }
                 Ok(tx)
@@ -208,38 +258,17 @@ macro_rules! impl_exec_store {
                 tasks: &[NewTask],
                 change: &StateChange,
             ) -> StoreResult<Option<u64>> {
-                let mut tx = self.pool.begin_with(Self::BEGIN_WRITE).await?;
-                let now = Utc::now();
-                let generation: Option<i64> = sqlx::query_scalar(
-                    "UPDATE jobs SET state = $2, reason = $3, message = $4, updated_at = $5, generation = generation + 1 \
-                     WHERE id = $1 AND state = 'queued' RETURNING generation",
-                )
-                .bind(job.0)
-                .bind(change.to.as_str())
-                .bind(change.reason.as_str())
-                .bind(&change.message)
-                .bind(now)
-                .fetch_optional(&mut *tx)
-                .await?;
-                let Some(generation) = generation else { return Ok(None) };
-                for task in tasks {
-                    let sql = concat!("INSERT INTO tasks (", task_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7, 'assigned', \
-                         NULL, NULL, NULL, '', false, $8)");
-                    sqlx::query(sql)
-                        .bind(job.0)
-                        .bind(generation)
-                        .bind(task.role.as_str())
-                        .bind(task.index as i32)
-                        .bind(&task.node_name)
-                        .bind(Json(&task.gpus))
-                        .bind(task.cpus as i32)
-                        .bind(now)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                insert_change(&mut tx, job, JobState::Queued, change, now).await?;
-                tx.commit().await?;
-                Ok(Some(u64_column(generation, "generation")?))
+                self.new_generation(job, JobState::Queued, None, tasks, change).await
+            }
+
+            async fn rescale_generation(
+                &self,
+                job: JobId,
+                generation: u64,
+                tasks: &[NewTask],
+                change: &StateChange,
+            ) -> StoreResult<Option<u64>> {
+                self.new_generation(job, JobState::Running, Some(generation), tasks, change).await
             }
 
             async fn transition_job_in_generation(

@@ -62,9 +62,17 @@ impl ModelCache {
                     entry.step_samples = step_samples;
                 }
                 let done = observed.steps_done as f64;
-                let remaining = entry
+                let mut remaining = entry
                     .convergence
                     .map_or(PRIOR_REMAINING_STEPS.max(done), |m| m.remaining_steps(done));
+                if let Some(budget) = observed.step_budget {
+                    let left = (budget as f64 - done).max(1.0);
+                    remaining = if observed.runs_to_budget {
+                        left
+                    } else {
+                        remaining.min(left)
+                    };
+                }
                 (remaining, entry.speed)
             })
             .collect()
