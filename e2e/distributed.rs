@@ -2,45 +2,18 @@
 //! process under an executor, the tasks find each other through the peer list the server hands out,
 //! and gradients and parameters cross real TCP connections.
 
-use super::Cluster;
+use super::harness::{Cluster, MLP, ps_job, resumed_step};
 use serde_json::{Value, json};
 use std::time::Duration;
-
-/// The example MLP on the shipped digits as a job of 2 PS shards and 3 workers (BSP).
-fn ps_job(
-    name: &str,
-    steps: u64,
-    eval_every: u64,
-    checkpoint_every: u64,
-    max_restarts: u32,
-) -> Value {
-    json!({
-        "apiVersion": "drover.dev/v1",
-        "kind": "DroverJob",
-        "metadata": {"name": name},
-        "spec": {
-            "type": "train",
-            "train": {
-                "model": {"type": "mlp", "hidden": [256, 128]},
-                "dataset": {"type": "digits"},
-                "optimizer": {"type": "adamw", "lr": 0.001, "weight_decay": 0.01},
-                "lr_schedule": {"warmup_steps": 100, "decay": "cosine"},
-                "batch_size": 256, "max_steps": steps, "eval_every": eval_every, "seed": 1
-            },
-            "resources": {"workers": {"min": 3, "max": 3}, "ps": {"min": 2, "max": 2},
-                          "gpus_per_worker": 1, "cpus_per_worker": 1, "cpus_per_ps": 1},
-            "distributed": {"mode": "ps", "sync": "bsp"},
-            "checkpoint": {"every_steps": checkpoint_every, "keep_last": 2, "keep_best": 1},
-            "max_restarts": max_restarts
-        }
-    })
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_of_two_ps_shards_and_three_workers_trains_the_example_mlp() {
     let cluster = Cluster::start_with_slots(2).await;
     let created = cluster
-        .post("/api/v1/jobs", ps_job("digits-ps", 2000, 500, 1000, 0))
+        .post(
+            "/api/v1/jobs",
+            ps_job("digits-ps", MLP, 256, 2000, 500, 1000, 0),
+        )
         .await;
     let id = created["job"]["id"].as_str().unwrap().to_owned();
     let done = cluster
@@ -148,7 +121,10 @@ fn task_pid(job: &str, generation: u64, role: &str, index: u32) -> Option<u32> {
 async fn a_resized_job_survives_losing_a_worker() {
     let cluster = Cluster::start_with_slots(2).await;
     let created = cluster
-        .post("/api/v1/jobs", ps_job("digits-elastic", 8000, 1000, 250, 2))
+        .post(
+            "/api/v1/jobs",
+            ps_job("digits-elastic", MLP, 256, 8000, 1000, 250, 2),
+        )
         .await;
     let id = created["job"]["id"].as_str().unwrap().to_owned();
     cluster.wait_for_checkpoint(&id, 250).await;
@@ -190,6 +166,28 @@ async fn a_resized_job_survives_losing_a_worker() {
         "{model:#}"
     );
     assert!(remaining["seconds"].as_f64().unwrap() > 0.0, "{model:#}");
+    // `drover job` shows the same.
+    let output = std::process::Command::new(super::harness::DROVER)
+        .args([
+            "job",
+            &id,
+            "--server",
+            &cluster.url,
+            "--token",
+            super::harness::ADMIN_TOKEN,
+        ])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{shown}");
+    assert!(
+        shown.contains("left to max_steps, about ") && shown.contains("at 1 PS × 2 workers"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("Speed:") && shown.contains("2 PS × 3 workers"),
+        "{shown}"
+    );
     // Let generation 2 record a checkpoint of its own, then kill one of its workers.
     cluster
         .wait_until(
@@ -291,8 +289,8 @@ async fn a_resized_job_survives_losing_a_worker() {
         assert_eq!(shape.iter().filter(|r| **r == "ps").count(), 1, "{tasks:?}");
     }
     let logs = cluster.logs(&id).await;
-    let resumed_2 = super::resumed_step(&logs, 2).expect("generation 2 resumed");
-    let resumed_3 = super::resumed_step(&logs, 3).expect("generation 3 resumed");
+    let resumed_2 = resumed_step(&logs, 2).expect("generation 2 resumed");
+    let resumed_3 = resumed_step(&logs, 3).expect("generation 3 resumed");
     assert!(
         resumed_2 >= 250 && resumed_3 > resumed_2,
         "{resumed_2} {resumed_3}"

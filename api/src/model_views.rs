@@ -59,7 +59,7 @@ pub struct ConvergenceFit {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Remaining {
     pub steps: u64,
-    /// At `shape`, from the speed model; absent before any step time was measured.
+    /// At (`ps`, `workers`), from the speed model; absent before any step time was measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
     /// The shape the estimate is for: the job's current one, or the largest it may have.

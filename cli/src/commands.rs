@@ -6,7 +6,7 @@ use crate::output::out;
 use crate::output::{self, Format};
 use anyhow::Context;
 use reqwest::Method;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::io::Read;
 use std::path::PathBuf;
 
@@ -182,6 +182,11 @@ pub async fn job(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
                 out!("{:<10} {}", format!("{key}:"), output::text(&job[field]));
             }
             out!("{:<10} {}", "Labels:", output::labels(&job["labels"]));
+            if job["model"].is_object() {
+                for (key, line) in model_lines(&job["model"]) {
+                    out!("{:<10} {line}", format!("{key}:"));
+                }
+            }
             out!("Spec:");
             let spec =
                 serde_yaml::to_string(&job["spec"]).unwrap_or_else(|_| job["spec"].to_string());
@@ -191,6 +196,66 @@ pub async fn job(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The fitted models of `drover job`'s table: progress and remaining time, speed per shape, loss curve.
+fn model_lines(model: &Value) -> Vec<(&'static str, String)> {
+    let shape = |s: &Value| format!("{} PS × {} workers", s["ps"], s["workers"]);
+    let mut lines = Vec::new();
+    let mut progress = format!("{} done", model["steps_done"]);
+    let remaining = &model["remaining"];
+    if remaining.is_object() {
+        let basis = match remaining["basis"].as_str() {
+            Some("convergence") => "until the loss curve converges",
+            _ => "to max_steps",
+        };
+        progress.push_str(&format!("; {} left {basis}", remaining["steps"]));
+        if let Some(seconds) = remaining["seconds"].as_f64() {
+            progress.push_str(&format!(
+                ", about {} at {}",
+                humantime::format_duration(std::time::Duration::from_secs(seconds.round() as u64)),
+                shape(remaining)
+            ));
+        }
+    }
+    lines.push(("Steps", progress));
+    let speed = &model["speed"];
+    let measured: Vec<String> = speed["shapes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            format!(
+                "{} {:.1} ms/step ({} reports; model {:.1})",
+                shape(s),
+                s["mean_step_ms"].as_f64().unwrap_or(f64::NAN),
+                s["samples"],
+                s["predicted_step_ms"].as_f64().unwrap_or(f64::NAN)
+            )
+        })
+        .collect();
+    if !measured.is_empty() {
+        let fit = if speed["fitted"] == true {
+            "fitted"
+        } else {
+            "a prior scaled to these until 3 shapes are measured"
+        };
+        lines.push(("Speed", format!("{} [{fit}]", measured.join("; "))));
+    }
+    if let Some(beta) = model["convergence"]["beta"].as_array() {
+        let b = |i: usize| beta.get(i).and_then(Value::as_f64).unwrap_or(f64::NAN);
+        lines.push((
+            "Loss",
+            format!(
+                "1/({:.4}·k + {:.4}) + {:.4} fitted to {} samples",
+                b(0),
+                b(1),
+                b(2),
+                model["convergence"]["samples"]
+            ),
+        ));
+    }
+    lines
 }
 
 pub async fn cancel(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {

@@ -71,7 +71,7 @@ enum Command {
     Job(commands::JobIdArg),
     /// Cancel a job.
     Cancel(commands::JobIdArg),
-    /// Change a job's worker and PS ranges while it runs (it restarts at the new shape).
+    /// Change a job's worker and PS ranges while it runs (it rescales through a checkpoint).
     Resize(runs::ResizeArgs),
     /// Show a job's state changes with their reasons.
     Events(commands::JobIdArg),

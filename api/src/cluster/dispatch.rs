@@ -113,7 +113,11 @@ impl Runtime {
                     since(job.updated_at)
                 )
             } else {
-                format!("all {} tasks reported ready", tasks.len())
+                format!(
+                    "all {} tasks reported ready {} after the allocation",
+                    tasks.len(),
+                    since(job.updated_at)
+                )
             };
             let change = StateChange {
                 to: JobState::Running,

@@ -13,9 +13,11 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+mod elastic;
+
 const ADMIN_TOKEN: &str = "drv_test-admin-token-0123456789";
 const MAX_BODY: usize = 64 * 1024;
-const EXAMPLE: &str = include_str!("../../examples/reference/every-field.yaml");
+const EXAMPLE: &str = include_str!("../../../examples/reference/every-field.yaml");
 
 struct TestApp {
     router: Router,
@@ -907,81 +909,4 @@ async fn job_outputs_are_scoped_and_their_parameters_checked() {
         .post("/api/v1/nodes/gpu-1/cordon", ADMIN_TOKEN, json!({}))
         .await;
     assert_eq!(absent.status, StatusCode::NOT_FOUND);
-}
-
-#[tokio::test]
-async fn resizing_a_job_changes_its_ranges_and_checks_them() {
-    let app = TestApp::new().await;
-    let created = app.submit_yaml(ADMIN_TOKEN, EXAMPLE).await;
-    let id = created.body["job"]["id"].as_str().unwrap().to_owned();
-    let path = format!("/api/v1/jobs/{id}/resize");
-
-    let resized = app
-        .post(
-            &path,
-            ADMIN_TOKEN,
-            json!({"workers": {"min": 2, "max": 2}, "ps": {"min": 1, "max": 1}}),
-        )
-        .await;
-    assert_eq!(resized.status, StatusCode::OK, "{}", resized.body);
-    let resources = &resized.body["job"]["spec"]["spec"]["resources"];
-    assert_eq!(resources["workers"], json!({"min": 2, "max": 2}));
-    assert_eq!(resources["ps"], json!({"min": 1, "max": 1}));
-    assert_eq!(resized.body["job"]["max_gpus"], 2);
-    assert_eq!(resized.body["job"]["state"], "queued");
-    let events = app
-        .get(&format!("/api/v1/jobs/{id}/events"), ADMIN_TOKEN)
-        .await;
-    let last = events.body["events"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
-    assert_eq!(last["reason"], "resized_by_user");
-    assert!(
-        last["message"]
-            .as_str()
-            .unwrap()
-            .contains("workers 1..4 -> 2"),
-        "{last}"
-    );
-
-    // Bad input is a 4xx naming the problem, and changes nothing.
-    let empty = app.post(&path, ADMIN_TOKEN, json!({})).await;
-    assert_eq!(
-        (empty.status, empty.error_field()),
-        (StatusCode::BAD_REQUEST, "body")
-    );
-    let unknown = app.post(&path, ADMIN_TOKEN, json!({"gpus": 3})).await;
-    assert_eq!(unknown.status, StatusCode::BAD_REQUEST);
-    let inverted = app
-        .post(&path, ADMIN_TOKEN, json!({"workers": {"min": 3, "max": 2}}))
-        .await;
-    assert_eq!(
-        inverted.status,
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "{}",
-        inverted.body
-    );
-    assert!(inverted.error_field().starts_with("spec.resources.workers"));
-    let read = app.get(&format!("/api/v1/jobs/{id}"), ADMIN_TOKEN).await;
-    assert_eq!(
-        read.body["job"]["spec"]["spec"]["resources"]["workers"],
-        json!({"min": 2, "max": 2})
-    );
-    let missing = app
-        .post(
-            "/api/v1/jobs/01a1fc7b-0000-7000-8000-000000000000/resize",
-            ADMIN_TOKEN,
-            json!({"workers": {"min": 1, "max": 1}}),
-        )
-        .await;
-    assert_eq!(missing.status, StatusCode::NOT_FOUND);
-    app.post(&format!("/api/v1/jobs/{id}/cancel"), ADMIN_TOKEN, json!({}))
-        .await;
-    let over = app
-        .post(&path, ADMIN_TOKEN, json!({"workers": {"min": 1, "max": 1}}))
-        .await;
-    assert_eq!(over.status, StatusCode::CONFLICT, "{}", over.body);
 }

@@ -1,0 +1,413 @@
+//! The e2e harness: a `drover server` on a fresh Postgres database and two `drover executor`
+//! processes with their own data directories, all real processes talking gRPC and REST, and the REST
+//! calls the tests and the resize benchmark make.
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub(crate) const DROVER: &str = env!("CARGO_BIN_EXE_drover");
+pub(crate) const ADMIN_TOKEN: &str = "drv_e2e_executors_admin_token_0123456789";
+pub(crate) const EXECUTOR_TOKEN: &str = "e2e-executor-token";
+/// Steps between checkpoints in the test job.
+pub(crate) const CHECKPOINT_EVERY: u64 = 300;
+
+pub(crate) fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A child process killed (SIGKILL) when dropped.
+pub(crate) struct Proc {
+    pub(crate) child: Child,
+    pub(crate) lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    pub(crate) fn spawn(args: &[&str]) -> Proc {
+        let mut child = Command::new(DROVER)
+            .args(args)
+            .current_dir(repo_root())
+            .env_remove("DROVER_TOKEN")
+            .env_remove("DROVER_SERVER")
+            .env("DROVER_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("DROVER_EXECUTOR_TOKEN", EXECUTOR_TOKEN)
+            .env("DROVER_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn drover");
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Proc { child, lines }
+    }
+
+    /// The rest of the first stdout line starting with `prefix`.
+    pub(crate) fn wait_for_line(&self, prefix: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(remaining)
+                .unwrap_or_else(|_| panic!("no line starting with `{prefix}`"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.trim().to_owned();
+            }
+        }
+    }
+}
+
+/// Fields drop in order: executors and the server stop before their database and directories go.
+pub(crate) struct Cluster {
+    pub(crate) executors: Vec<(String, Proc)>,
+    pub(crate) server: Proc,
+    pub(crate) database: drover_api::testing::TempPostgres,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) url: String,
+    pub(crate) gateway: String,
+    pub(crate) http: reqwest::Client,
+    /// GPU slots each executor offers.
+    pub(crate) slots: u32,
+}
+
+impl Cluster {
+    /// Starts the server; `gateway` fixes the executor gateway's address (a restart keeps it).
+    pub(crate) fn start_server(
+        database: &str,
+        data_dir: &Path,
+        gateway: &str,
+    ) -> (Proc, String, String) {
+        let server = Proc::spawn(&[
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--gateway-listen",
+            gateway,
+            "--database-url",
+            database,
+            "--data-dir",
+            data_dir.to_str().unwrap(),
+            "--executor-timeout",
+            "3s",
+            "--stop-grace",
+            "10s",
+            "--tick",
+            "500ms",
+        ]);
+        let url = server.wait_for_line("drover server listening on ");
+        let gateway = server.wait_for_line("executor gateway listening on ");
+        (server, url, gateway)
+    }
+
+    pub(crate) async fn start() -> Cluster {
+        Self::start_with_slots(1).await
+    }
+
+    /// Two executors of `slots` GPU slots (and twice as many CPUs) each.
+    pub(crate) async fn start_with_slots(slots: u32) -> Cluster {
+        let database = drover_api::testing::create_postgres_database().await;
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let (server, url, gateway) = Self::start_server(
+            &database.url,
+            &dir.path().join("server"),
+            &format!("127.0.0.1:{port}"),
+        );
+        let mut cluster = Cluster {
+            database,
+            dir,
+            server,
+            url,
+            gateway,
+            executors: Vec::new(),
+            http: reqwest::Client::new(),
+            slots,
+        };
+        for name in ["exec-a", "exec-b"] {
+            cluster.start_executor(name);
+        }
+        cluster
+            .wait_until(
+                "both executors healthy",
+                Duration::from_secs(30),
+                async |c| {
+                    let nodes = c.get("/api/v1/nodes").await;
+                    let healthy = nodes["nodes"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter(|n| n["health"] == "healthy")
+                        .count();
+                    (healthy == 2).then_some(())
+                },
+            )
+            .await;
+        cluster
+    }
+
+    /// `kill -9` of the server, and a new one on the same database and gateway address.
+    pub(crate) fn restart_server(&mut self) {
+        self.server.child.kill().unwrap();
+        self.server.child.wait().unwrap();
+        let gateway = self.gateway.trim_start_matches("http://").to_owned();
+        let (server, url, _) = Self::start_server(
+            &self.database.url,
+            &self.dir.path().join("server"),
+            &gateway,
+        );
+        self.server = server;
+        self.url = url;
+    }
+
+    pub(crate) fn executor_dir(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub(crate) fn start_executor(&mut self, name: &str) {
+        let dir = self.executor_dir(name);
+        let executor = Proc::spawn(&[
+            "executor",
+            "--gateway",
+            &self.gateway,
+            "--name",
+            name,
+            "--slots",
+            &self.slots.to_string(),
+            "--cpus",
+            &(2 * self.slots).to_string(),
+            "--data-dir",
+            dir.to_str().unwrap(),
+        ]);
+        executor.wait_for_line("drover executor ");
+        self.executors.push((name.to_owned(), executor));
+    }
+
+    pub(crate) async fn get(&self, path: &str) -> Value {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "GET {path}: {}",
+            response.status()
+        );
+        response.json().await.unwrap()
+    }
+
+    pub(crate) async fn post(&self, path: &str, body: Value) -> Value {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        assert!(status.is_success(), "POST {path}: {status} {body}");
+        body
+    }
+
+    pub(crate) async fn wait_until<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut check: impl AsyncFnMut(&Cluster) -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(value) = check(self).await {
+                return value;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Submits the example's training script, slowed so the test can act while it runs.
+    pub(crate) async fn submit_training(&self, name: &str) -> String {
+        let spec = json!({
+            "apiVersion": "drover.dev/v1",
+            "kind": "DroverJob",
+            "metadata": {"name": name},
+            "spec": {
+                "type": "command",
+                "command": {
+                    "argv": ["python3", "examples/command/digits_softmax.py", "--steps", "3000",
+                             "--checkpoint-every", CHECKPOINT_EVERY.to_string(), "--eval-every", "100",
+                             "--step-sleep", "0.004", "--final-accuracy-min", "0.9"],
+                    "env": {"PYTHONUNBUFFERED": "1"}
+                },
+                "resources": {"workers": {"min": 1, "max": 1}, "ps": {"min": 0, "max": 0},
+                              "gpus_per_worker": 1, "cpus_per_worker": 1},
+                "max_restarts": 2
+            }
+        });
+        let created = self.post("/api/v1/jobs", spec).await;
+        created["job"]["id"].as_str().unwrap().to_owned()
+    }
+
+    pub(crate) async fn job(&self, id: &str) -> Value {
+        self.get(&format!("/api/v1/jobs/{id}")).await["job"].clone()
+    }
+
+    pub(crate) async fn events(&self, id: &str) -> Vec<Value> {
+        self.get(&format!("/api/v1/jobs/{id}/events?limit=500"))
+            .await["events"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    pub(crate) async fn tasks(&self, id: &str) -> Vec<Value> {
+        self.get(&format!("/api/v1/jobs/{id}/tasks")).await["tasks"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    pub(crate) async fn logs(&self, id: &str) -> Vec<Value> {
+        self.get(&format!("/api/v1/jobs/{id}/logs?limit=5000"))
+            .await["logs"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    pub(crate) async fn checkpoints(&self, id: &str) -> Vec<Value> {
+        self.get(&format!("/api/v1/jobs/{id}/checkpoints")).await["checkpoints"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    pub(crate) async fn wait_for_state(&self, id: &str, state: &str, timeout: Duration) -> Value {
+        self.wait_until(&format!("job {id} to be {state}"), timeout, async |c| {
+            let job = c.job(id).await;
+            assert!(
+                !(job["state"] == "failed" && state != "failed"),
+                "the job failed: {}",
+                job["message"]
+            );
+            (job["state"] == state).then_some(job)
+        })
+        .await
+    }
+
+    /// Waits until the job runs with a recorded checkpoint at `min_step` or later; returns its node.
+    pub(crate) async fn wait_for_checkpoint(&self, id: &str, min_step: u64) -> String {
+        self.wait_for_state(id, "running", Duration::from_secs(60))
+            .await;
+        self.wait_until("a checkpoint", Duration::from_secs(90), async |c| {
+            let checkpoints = c.checkpoints(id).await;
+            checkpoints
+                .iter()
+                .any(|k| k["step"].as_u64().unwrap() >= min_step)
+                .then_some(())
+        })
+        .await;
+        let tasks = self.tasks(id).await;
+        tasks.last().unwrap()["node"].as_str().unwrap().to_owned()
+    }
+}
+
+/// Process ids whose command line or environment mention `dir` (the executor's data directory).
+pub(crate) fn processes_under(dir: &Path) -> Vec<u32> {
+    let needle = dir.to_str().unwrap().as_bytes();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let mentions = |file: &str| {
+            std::fs::read(entry.path().join(file))
+                .is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
+        };
+        let zombie = std::fs::read_to_string(entry.path().join("stat")).is_ok_and(|stat| {
+            stat.split(") ")
+                .nth(1)
+                .is_some_and(|rest| rest.starts_with('Z'))
+        });
+        if !zombie && (mentions("cmdline") || mentions("environ")) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+pub(crate) fn resumed_step(logs: &[Value], generation: u64) -> Option<u64> {
+    logs.iter()
+        .filter(|l| l["generation"] == generation)
+        .find_map(|l| {
+            l["line"]
+                .as_str()?
+                .strip_prefix("resumed from step ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+}
+
+/// The example MLP's hidden layers.
+pub(crate) const MLP: &[u32] = &[256, 128];
+
+/// An MLP on the shipped digits as a job of 2 PS shards and 3 workers (BSP, AdamW).
+pub(crate) fn ps_job(
+    name: &str,
+    hidden: &[u32],
+    batch_size: u32,
+    steps: u64,
+    eval_every: u64,
+    checkpoint_every: u64,
+    max_restarts: u32,
+) -> Value {
+    json!({
+        "apiVersion": "drover.dev/v1",
+        "kind": "DroverJob",
+        "metadata": {"name": name},
+        "spec": {
+            "type": "train",
+            "train": {
+                "model": {"type": "mlp", "hidden": hidden},
+                "dataset": {"type": "digits"},
+                "optimizer": {"type": "adamw", "lr": 0.001, "weight_decay": 0.01},
+                "lr_schedule": {"warmup_steps": 100, "decay": "cosine"},
+                "batch_size": batch_size, "max_steps": steps, "eval_every": eval_every, "seed": 1
+            },
+            "resources": {"workers": {"min": 3, "max": 3}, "ps": {"min": 2, "max": 2},
+                          "gpus_per_worker": 1, "cpus_per_worker": 1, "cpus_per_ps": 1},
+            "distributed": {"mode": "ps", "sync": "bsp"},
+            "checkpoint": {"every_steps": checkpoint_every, "keep_last": 2, "keep_best": 1},
+            "max_restarts": max_restarts
+        }
+    })
+}
