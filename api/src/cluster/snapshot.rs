@@ -323,3 +323,56 @@ fn hold(view: &mut JobView, placement: Placement) {
     view.preemptible = false;
     view.placement = Some(placement);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(role: Role, index: u32, node: u32, gpus: &[u16]) -> TaskPlacement {
+        TaskPlacement {
+            role,
+            index,
+            node: NodeId(node),
+            gpus: gpus.to_vec(),
+            cpus: 2,
+            packed: false,
+        }
+    }
+
+    #[test]
+    fn a_rescaling_job_holds_its_new_tasks_and_the_old_workers_gpus_still_in_use() {
+        let new = Placement {
+            tasks: vec![
+                task(Role::Worker, 0, 0, &[0]),
+                task(Role::Worker, 1, 0, &[1]),
+                task(Role::Ps, 0, 0, &[]),
+            ],
+        };
+        let old = Placement {
+            tasks: vec![
+                task(Role::Worker, 0, 0, &[0]),
+                task(Role::Worker, 1, 1, &[0]),
+                task(Role::Worker, 2, 1, &[1]),
+                task(Role::Ps, 0, 1, &[]),
+                task(Role::Ps, 1, 0, &[]),
+            ],
+        };
+        let held = with_leftovers((new.clone(), old));
+        assert_eq!(held.tasks[..3], new.tasks[..]);
+        // Old worker 0 shares its GPU with the new worker 0: not counted twice. The old workers on
+        // node 1 keep their GPUs (renumbered after the new workers, no CPUs); old PS shards drop out.
+        assert_eq!(
+            held.tasks[3..],
+            [
+                TaskPlacement {
+                    cpus: 0,
+                    ..task(Role::Worker, 2, 1, &[0])
+                },
+                TaskPlacement {
+                    cpus: 0,
+                    ..task(Role::Worker, 3, 1, &[1])
+                },
+            ]
+        );
+    }
+}
