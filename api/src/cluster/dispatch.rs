@@ -106,33 +106,17 @@ impl Runtime {
         // first step at the new shape (see [`Runtime::first_step_rescaled`]), a command job here.
         let rescaled_command = job.state == JobState::Rescaling && job.job_type != JobType::Train;
         if (job.state == JobState::Starting || rescaled_command) && all_running {
-            let message = if rescaled_command {
-                format!(
-                    "all {} tasks running at the new shape {} after the decision",
-                    tasks.len(),
-                    since(job.updated_at)
-                )
+            let (what, since_when) = if rescaled_command {
+                ("running at the new shape", "the decision")
             } else {
-                format!(
-                    "all {} tasks reported ready {} after the allocation",
-                    tasks.len(),
-                    since(job.updated_at)
-                )
+                ("reported ready", "the allocation")
             };
-            let change = StateChange {
-                to: JobState::Running,
-                reason: ReasonCode::RendezvousComplete,
-                message,
-                actor: None,
-            };
-            if self
-                .store
-                .transition_job_in_generation(job.id, job.generation, &change, false)
-                .await?
-                .is_some()
-            {
-                tracing::info!(job.id = %job.id, generation = job.generation, "job running");
-            }
+            let message = format!(
+                "all {} tasks {what} {} after {since_when}",
+                tasks.len(),
+                since(job.updated_at)
+            );
+            self.mark_running(job, message).await?;
         }
         Ok(())
     }
@@ -152,13 +136,19 @@ impl Runtime {
         let tasks = self.store.generation_tasks(job.id, job.generation).await?;
         let workers = num_workers(&tasks);
         let seconds = (at - job.updated_at).num_milliseconds().max(0) as f64 / 1000.0;
+        let message = format!(
+            "first step at the new shape ({workers} workers, {} PS) at step {step}, {seconds:.1} s after the decision",
+            tasks.len() as u32 - workers,
+        );
+        self.mark_running(&job, message).await
+    }
+
+    /// Moves the job to `running` in its current generation, with the event's message.
+    async fn mark_running(&self, job: &Job, message: String) -> StoreResult<()> {
         let change = StateChange {
             to: JobState::Running,
             reason: ReasonCode::RendezvousComplete,
-            message: format!(
-                "first step at the new shape ({workers} workers, {} PS) at step {step}, {seconds:.1} s after the decision",
-                tasks.len() as u32 - workers,
-            ),
+            message,
             actor: None,
         };
         if self
@@ -167,7 +157,7 @@ impl Runtime {
             .await?
             .is_some()
         {
-            tracing::info!(job.id = %job.id, generation = job.generation, seconds, "job rescaled");
+            tracing::info!(job.id = %job.id, generation = job.generation, message = change.message, "job running");
         }
         Ok(())
     }
