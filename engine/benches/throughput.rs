@@ -1,10 +1,12 @@
-//! Training throughput of the engine next to PyTorch's, for the same architecture, batch, optimizer and
-//! thread count, in the same run; and checkpoint save/restore speed against the disk's sequential write
-//! speed.
+//! Training throughput of the engine next to PyTorch's, for the same architecture, batch, optimizer,
+//! thread count and data, in the same run; and checkpoint save/restore speed against the disk's
+//! sequential write speed.
 //!
-//! `cargo bench -p drover-engine --bench throughput` (2 threads; PyTorch is skipped with a message when
-//! `python3 -c "import torch"` fails). Only training steps are timed, after warm-up, on synthetic data of
-//! the right shape.
+//! `cargo bench -p drover-engine --bench throughput [-- CASE…]` (2 threads; PyTorch is skipped with a
+//! message when the script cannot import it). Only training steps are timed, after warm-up; the
+//! PyTorch side (`torch_throughput.py`, a child process) trains on the engine's own synthetic set,
+//! drawing batches the same way, and the two sides take turns round by round, the fastest round of
+//! each counting.
 
 #![expect(
     clippy::unwrap_used,
@@ -13,16 +15,18 @@
 
 use candle_core::Device;
 use drover_core::spec::{CheckpointPolicy, TrainSpec};
+use drover_engine::data::Data;
 use drover_engine::{Run, TrainOptions};
 use serde_json::json;
-use std::io::Write;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 const THREADS: usize = 2;
 const WARMUP: u64 = 10;
 /// Timed rounds per case; the fastest counts (on both sides).
-const REPEATS: usize = 3;
+const REPEATS: usize = 7;
 
 struct Case {
     name: &'static str,
@@ -89,57 +93,100 @@ fn run(case: &Case, dir: &Path) -> Run {
     .unwrap()
 }
 
-/// Seconds per training step (gradients and the optimizer update) after warm-up, and the part of it
-/// spent applying the update.
-fn engine_step_s(case: &Case, dir: &Path) -> (f64, f64) {
-    let mut run = run(case, dir);
-    for _ in 0..WARMUP {
+/// One timed round of `steps` training steps (gradients and the optimizer update): seconds per step,
+/// and the part of it spent applying the update.
+fn engine_round(run: &mut Run, steps: u64) -> (f64, f64) {
+    let mut applying = 0.0;
+    let started = Instant::now();
+    for _ in 0..steps {
         let (_, _, _, grads) = run.gradients().unwrap();
+        let apply_started = Instant::now();
         run.apply(grads).unwrap();
+        applying += apply_started.elapsed().as_secs_f64();
     }
-    // Best of three timed rounds: this machine's other load only ever slows a round down.
-    let steps = case.steps as f64;
-    let mut best = (f64::INFINITY, 0.0);
-    for _ in 0..REPEATS {
-        let mut applying = 0.0;
-        let started = Instant::now();
-        for _ in 0..case.steps {
-            let (_, _, _, grads) = run.gradients().unwrap();
-            let apply_started = Instant::now();
-            run.apply(grads).unwrap();
-            applying += apply_started.elapsed().as_secs_f64();
-        }
-        let step_s = started.elapsed().as_secs_f64() / steps;
-        if step_s < best.0 {
-            best = (step_s, applying / steps);
-        }
-    }
-    best
+    let steps = steps as f64;
+    (started.elapsed().as_secs_f64() / steps, applying / steps)
 }
 
-/// PyTorch's seconds per step for every case, or why it could not run.
-fn torch_step_s(text: &Path) -> Result<serde_json::Value, String> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/torch_throughput.py");
-    let output = std::process::Command::new("python3")
-        .arg(&script)
-        .args([
-            "--threads",
-            &THREADS.to_string(),
-            "--warmup",
-            &WARMUP.to_string(),
-            "--repeats",
-            &REPEATS.to_string(),
-            "--text",
-        ])
-        .arg(text)
-        .output()
-        .map_err(|err| format!("cannot run python3: {err}"))?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(stderr.lines().last().unwrap_or("failed").to_owned());
+/// The PyTorch side, a child process that times one round of a case per request.
+struct Torch {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Torch {
+    /// Starts the script on the engine's own data; why not, when PyTorch cannot run here.
+    fn start(dir: &Path, text: &Path) -> Result<Self, String> {
+        // The engine's synthetic training set, exactly as a run of the MLP cases loads it.
+        let spec: TrainSpec = serde_json::from_value(cases(text)[0].spec.clone()).unwrap();
+        let Data::Classification(data) = drover_engine::data::synthetic(4096, 784, 10, spec.seed)
+        else {
+            unreachable!("synthetic data is a classification set")
+        };
+        let images = dir.join("images.f32");
+        let labels = dir.join("labels.u32");
+        let bytes: Vec<u8> = data.train.x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(&images, bytes).unwrap();
+        let bytes: Vec<u8> = data.train.y.iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(&labels, bytes).unwrap();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/torch_throughput.py");
+        let mut child = Command::new("python3")
+            .arg(&script)
+            .args(["--threads", &THREADS.to_string()])
+            .args(["--warmup", &WARMUP.to_string()])
+            .args(["--features", &data.train.dim.to_string()])
+            .arg("--images")
+            .arg(&images)
+            .arg("--labels")
+            .arg(&labels)
+            .arg("--text")
+            .arg(text)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|err| format!("cannot run python3: {err}"))?;
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap_or_default();
+        if line.trim() != "ready" {
+            let mut stderr = String::new();
+            if let Some(mut err) = child.stderr.take() {
+                let _ = err.read_to_string(&mut stderr);
+            }
+            let _ = child.wait();
+            return Err(stderr
+                .lines()
+                .last()
+                .unwrap_or("failed to start")
+                .to_owned());
+        }
+        Ok(Self {
+            child,
+            stdin,
+            stdout,
+        })
     }
-    serde_json::from_slice(&output.stdout)
-        .map_err(|err| format!("bad output from the PyTorch script: {err}"))
+
+    /// Seconds per step of one timed round (the first round of a case builds and warms it up).
+    fn round(&mut self, case: &str, steps: u64) -> f64 {
+        writeln!(self.stdin, "{case} {steps}").unwrap();
+        self.stdin.flush().unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("the PyTorch script answered {line:?} for {case}"))
+    }
+}
+
+impl Drop for Torch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// MB/s of writing `bytes` sequentially to a file in `dir` and fsyncing it.
@@ -171,42 +218,70 @@ fn main() {
     )
     .unwrap();
     std::fs::write(&text, corpus).unwrap();
-    let cases = cases(&text);
-    let torch = torch_step_s(&text);
+    // `cargo bench --bench throughput -- mlp-sgd lenet5` runs only the named cases.
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let mut cases = cases(&text);
+    if !only.is_empty() {
+        cases.retain(|c| only.iter().any(|o| o == c.name));
+    }
+    let mut torch = Torch::start(dir.path(), &text);
     println!(
-        "training throughput, {THREADS} threads, steps timed after {WARMUP} warm-up steps, best of {REPEATS} rounds (samples/s; higher is better)"
+        "training throughput, {THREADS} threads, steps timed after {WARMUP} warm-up steps, best of {REPEATS} rounds taken in turn with PyTorch's (samples/s; higher is better)"
     );
     println!(
         "{:<10} {:>12} {:>12} {:>8} {:>16}",
         "case", "drover", "pytorch", "ratio", "drover update"
     );
     for case in &cases {
-        let (engine, update) = engine_step_s(case, dir.path());
+        let mut run = run(case, dir.path());
+        for _ in 0..WARMUP {
+            let (_, _, _, grads) = run.gradients().unwrap();
+            run.apply(grads).unwrap();
+        }
+        // This machine's other load only ever slows a round down: the fastest round counts, and the
+        // two sides take turns so that both meet the same load.
+        let (mut engine, mut update, mut torch_s) = (f64::INFINITY, 0.0, f64::INFINITY);
+        for _ in 0..REPEATS {
+            if let Ok(torch) = &mut torch {
+                torch_s = torch_s.min(torch.round(case.name, case.steps));
+            }
+            let (step_s, apply_s) = engine_round(&mut run, case.steps);
+            if step_s < engine {
+                (engine, update) = (step_s, apply_s);
+            }
+        }
         let update = format!("{:.1} ms/step", 1000.0 * update);
         let batch = case.spec["batch_size"].as_f64().unwrap();
-        let torch_s = torch.as_ref().ok().and_then(|t| t[case.name].as_f64());
-        match torch_s {
-            Some(torch_s) => println!(
+        if torch.is_ok() {
+            println!(
                 "{:<10} {:>12.0} {:>12.0} {:>7.2}x {update:>16}",
                 case.name,
                 batch / engine,
                 batch / torch_s,
                 torch_s / engine
-            ),
-            None => println!(
+            );
+        } else {
+            println!(
                 "{:<10} {:>12.0} {:>12} {:>8} {update:>16}",
                 case.name,
                 batch / engine,
                 "-",
                 "-"
-            ),
+            );
         }
     }
     if let Err(reason) = &torch {
         println!("PyTorch skipped: {reason}");
     }
+    drop(torch);
 
     // Checkpoints of the big MLP (1.86M parameters, with AdamW state).
+    if !only.is_empty() {
+        return;
+    }
     let mut big = run(&cases[0], dir.path());
     let (_, _, _, grads) = big.gradients().unwrap();
     big.apply(grads).unwrap();

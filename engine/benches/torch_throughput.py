@@ -1,20 +1,24 @@
 """PyTorch side of the engine's throughput benchmark (engine/benches/throughput.rs).
 
-The same architectures, batches, optimizers and thread count as the Rust side; prints
-{"case": seconds per training step} as JSON. Only training steps are timed, after warm-up, on random
-data of the right shape.
+The same architectures, batches, optimizers, thread count and data as the Rust side: the benchmark
+writes the engine's synthetic training set (and points at its text) and this script draws batches
+from it the same way, a fresh random order every epoch, the gather inside the timed step on both
+sides. It runs as the benchmark's child: each line on stdin names a case, and the script answers
+with the seconds per step of one timed round of that case (the case's model is built and warmed up
+on its first round), so the two sides' rounds interleave and the machine's other load hits both
+alike. Prints "ready" once PyTorch is loaded.
 """
 import argparse
-import json
 import math
 import sys
 import time
 
 try:
+    import numpy as np
     import torch
     from torch import nn
-except ImportError:
-    sys.exit("PyTorch is not installed (pip install torch)")
+except ImportError as err:
+    sys.exit(f"PyTorch is not installed (pip install torch): {err}")
 
 
 class Block(nn.Module):
@@ -69,61 +73,97 @@ def mlp():
     return nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
 
 
-REPEATS = 3
+class Batches:
+    """Random batches of rows, a fresh order every epoch (the engine's sampler does the same)."""
+
+    def __init__(self, rows, batch):
+        self.rows, self.batch, self.order, self.at = rows, batch, None, rows
+
+    def next(self):
+        if self.at + self.batch > self.rows:
+            self.order, self.at = torch.randperm(self.rows), 0
+        idx = self.order[self.at:self.at + self.batch]
+        self.at += self.batch
+        return idx
 
 
-def step_seconds(model, optimizer, x, y, warmup, steps):
-    loss_fn = nn.CrossEntropyLoss()
+class Case:
+    def __init__(self, model, optimizer, batch_fn):
+        self.model, self.optimizer, self.batch_fn = model, optimizer, batch_fn
+        self.loss_fn = nn.CrossEntropyLoss()
 
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+    def step(self):
+        x, y = self.batch_fn()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.model(x), y)
         loss.backward()
-        optimizer.step()
+        self.optimizer.step()
 
-    for _ in range(warmup):
-        step()
-    best = float("inf")
-    for _ in range(REPEATS):  # the fastest round counts, as on the Rust side
-        started = time.perf_counter()
-        for _ in range(steps):
-            step()
-        best = min(best, (time.perf_counter() - started) / steps)
-    return best
+
+def build(name, data):
+    images, labels, tokens, context = data
+    if name in ("mlp-adamw", "mlp-sgd", "lenet5"):
+        batch = 64 if name == "lenet5" else 256
+        batches = Batches(len(labels), batch)
+        shape = (batch, 1, 28, 28) if name == "lenet5" else (batch, images.shape[1])
+
+        def batch_fn():
+            idx = batches.next()
+            return images.index_select(0, idx).view(shape), labels.index_select(0, idx)
+
+        model = lenet() if name == "lenet5" else mlp()
+        if name == "mlp-adamw":
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+        else:
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        return Case(model, optimizer, batch_fn)
+    if name == "charlm":
+        vocab = int(tokens.max()) + 1
+        windows = Batches((len(tokens) - 1) // context, 16)
+        offsets = torch.arange(context)
+
+        def batch_fn():
+            starts = windows.next() * context
+            idx = starts[:, None] + offsets
+            return tokens[idx], tokens[idx + 1].view(-1)
+
+        model = CharLm(vocab, 2, 4, 64, context)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+        return Case(model, optimizer, batch_fn)
+    raise SystemExit(f"unknown case {name}")
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--images", required=True, help="f32 rows of --features values")
+    parser.add_argument("--labels", required=True, help="u32 labels, one per row")
+    parser.add_argument("--features", type=int, required=True)
     parser.add_argument("--text", required=True)
+    parser.add_argument("--context", type=int, default=64)
     args = parser.parse_args()
-    global REPEATS
-    REPEATS = args.repeats
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    vocab = len(set(open(args.text, encoding="utf-8").read()))
-    results = {}
-    images = torch.rand(256, 784)
-    labels = torch.randint(0, 10, (256,))
-    # One untimed run first, so thread pools and allocators are warm for every case.
-    model = mlp()
-    step_seconds(model, torch.optim.SGD(model.parameters(), lr=0.01), images, labels, args.warmup, 1)
-    model = mlp()
-    results["mlp-adamw"] = step_seconds(model, torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01),
-                                        images, labels, args.warmup, 60)
-    model = mlp()
-    results["mlp-sgd"] = step_seconds(model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
-                                      images, labels, args.warmup, 60)
-    model = lenet()
-    results["lenet5"] = step_seconds(model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
-                                     torch.rand(64, 1, 28, 28), torch.randint(0, 10, (64,)), args.warmup, 30)
-    model = CharLm(vocab, 2, 4, 64, 64)
-    tokens = torch.randint(0, vocab, (16, 64))
-    results["charlm"] = step_seconds(model, torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01),
-                                     tokens, torch.randint(0, vocab, (16 * 64,)), args.warmup, 10)
-    print(json.dumps(results))
+    images = torch.from_numpy(np.fromfile(args.images, dtype="<f4").reshape(-1, args.features))
+    labels = torch.from_numpy(np.fromfile(args.labels, dtype="<u4").astype(np.int64))
+    text = open(args.text, encoding="utf-8").read()
+    vocab = {c: i for i, c in enumerate(sorted(set(text)))}
+    tokens = torch.tensor([vocab[c] for c in text], dtype=torch.int64)
+    data = (images, labels, tokens, args.context)
+    cases = {}
+    print("ready", flush=True)
+    for line in sys.stdin:
+        name, steps = line.split()
+        case = cases.get(name)
+        if case is None:
+            case = cases[name] = build(name, data)
+            for _ in range(args.warmup):
+                case.step()
+        started = time.perf_counter()
+        for _ in range(int(steps)):
+            case.step()
+        print((time.perf_counter() - started) / int(steps), flush=True)
 
 
 if __name__ == "__main__":

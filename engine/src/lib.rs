@@ -4,6 +4,7 @@
 pub mod checkpoint;
 pub mod data;
 pub mod dist;
+pub mod linalg;
 pub mod models;
 pub mod optim;
 pub mod params;

@@ -68,6 +68,10 @@ pub struct Run {
     pub step: u64,
     data: Data,
     options: TrainOptions,
+    /// The host buffer a classification batch is gathered into, kept from step to step.
+    batch_values: Vec<f32>,
+    /// The last applied step's gradient buffers, handed back to the model to fill again.
+    spare_grads: Vec<Vec<f32>>,
 }
 
 fn model_json(spec: &TrainSpec) -> serde_json::Value {
@@ -119,6 +123,8 @@ impl Run {
             step: 0,
             data,
             options,
+            batch_values: Vec::new(),
+            spare_grads: Vec::new(),
         })
     }
 
@@ -163,18 +169,6 @@ impl Run {
         Ok(())
     }
 
-    /// Inputs and targets for these sample rows (window starts for text).
-    fn batch(&self, rows: &[u32]) -> anyhow::Result<(Tensor, Tensor)> {
-        let device = &self.options.device;
-        match &self.data {
-            Data::Classification(c) => Ok((
-                models::class_batch(&c.train.x, rows, c.train.dim, &c.input_shape, device)?,
-                models::labels(&c.train.y, rows, device)?,
-            )),
-            Data::Text(t) => text_batch(&t.train, rows, self.context(), device),
-        }
-    }
-
     fn context(&self) -> usize {
         match self.options.spec.model {
             drover_core::spec::ModelSpec::Charlm { context, .. } => context as usize,
@@ -191,17 +185,34 @@ impl Run {
             self.options.rank as usize,
             self.options.workers as usize,
         );
-        let (input, targets) = self.batch(&rows)?;
-        if let Data::Classification(c) = &self.data {
-            let labels: Vec<u32> = rows.iter().map(|&r| c.train.y[r as usize]).collect();
-            if let Some(result) = self
-                .model
-                .gradients(&self.params, &input, &labels, &mut self.rng)
-            {
-                let g = result?;
-                return Ok((g.loss, g.correct, labels.len(), g.grads));
+        let device = &self.options.device;
+        let (input, targets) = match &self.data {
+            Data::Classification(c) => {
+                models::gather_rows(&mut self.batch_values, &c.train.x, &rows, c.train.dim);
+                let labels: Vec<u32> = rows.iter().map(|&r| c.train.y[r as usize]).collect();
+                if device.is_cpu() {
+                    let mut grads = std::mem::take(&mut self.spare_grads);
+                    if let Some(result) = self.model.gradients(
+                        &self.params,
+                        &self.batch_values,
+                        &labels,
+                        &mut self.rng,
+                        &mut grads,
+                    ) {
+                        let batch = result?;
+                        return Ok((batch.loss, batch.correct, labels.len(), grads));
+                    }
+                    // No hand-written backward: autograd allocates its own gradients.
+                }
+                let mut shape = vec![rows.len()];
+                shape.extend_from_slice(&c.input_shape);
+                (
+                    Tensor::from_slice(&self.batch_values, shape, device)?,
+                    Tensor::from_vec(labels, rows.len(), device)?,
+                )
             }
-        }
+            Data::Text(t) => text_batch(&t.train, &rows, self.context(), device)?,
+        };
         self.params.sync_if_stale()?;
         let logits = self.model.forward(&input, true, &mut self.rng)?;
         let loss = candle_nn::loss::cross_entropy(&logits, &targets)?;
@@ -228,6 +239,7 @@ impl Run {
         );
         self.optimizer
             .step(&mut self.params.values, &grads, lr as f32);
+        self.spare_grads = grads;
         self.params.mark_stale();
         self.step += 1;
         Ok(lr)

@@ -19,38 +19,41 @@ macro_rules! invalid {
 pub trait Model: std::fmt::Debug {
     fn forward(&self, input: &Tensor, train: bool, dropout: &mut Rng) -> Result<Tensor>;
 
-    /// Loss, correct predictions and the gradient of every parameter (in `params` order) for one batch
-    /// of classification, computed by a hand-written backward pass straight from the parameter buffers;
-    /// `None` when the model has none (autograd is used instead).
+    /// Loss and correct predictions for one batch of classification, with the gradient of every
+    /// parameter (in `params` order) written into `grads` (resized to fit; whatever it held is
+    /// overwritten, so the buffers of an earlier step can be handed back in). A hand-written backward
+    /// pass on the host, straight from the parameter buffers; `None` when the model has none (autograd
+    /// is used instead). `input` is the batch, row-major `[targets.len(), features]`.
     fn gradients(
-        &self,
+        &mut self,
         _params: &Params,
-        _input: &Tensor,
+        _input: &[f32],
         _targets: &[u32],
         _rng: &mut Rng,
-    ) -> Option<Result<Gradients>> {
+        _grads: &mut Vec<Vec<f32>>,
+    ) -> Option<Result<BatchLoss>> {
         None
     }
 }
 
-/// What one batch's backward pass yields.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Gradients {
+/// What one batch's backward pass measured besides the gradients.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchLoss {
     pub loss: f64,
     pub correct: usize,
-    pub grads: Vec<Vec<f32>>,
 }
 
-/// Mean cross-entropy over a batch of logits `[b, c]`, the correct predictions, and d loss / d logits.
+/// Mean cross-entropy over a batch of logits `[b, c]` and the correct predictions; d loss / d logits
+/// goes into `grad` (`[b, c]`).
 fn softmax_cross_entropy(
     logits: &[f32],
     targets: &[u32],
     classes: usize,
-) -> (f64, usize, Vec<f32>) {
+    grad: &mut [f32],
+) -> BatchLoss {
     let b = targets.len();
     let mut loss = 0.0f64;
     let mut correct = 0;
-    let mut grad = vec![0.0f32; logits.len()];
     for (row, (&target, out)) in targets.iter().zip(grad.chunks_mut(classes)).enumerate() {
         let z = &logits[row * classes..(row + 1) * classes];
         let (argmax, max) =
@@ -71,7 +74,10 @@ fn softmax_cross_entropy(
             *o = (p - if i == target as usize { 1.0 } else { 0.0 }) / b as f32;
         }
     }
-    (loss / b as f64, correct, grad)
+    BatchLoss {
+        loss: loss / b as f64,
+        correct,
+    }
 }
 
 /// What the dataset says about the model's ends.
@@ -230,6 +236,15 @@ pub fn build(spec: &ModelSpec, io: &Io, params: &mut Params, seed: u64) -> Resul
     })
 }
 
+/// Gathers the feature rows of a classification batch into `out` (row-major `[rows, dim]`).
+pub fn gather_rows(out: &mut Vec<f32>, x: &[f32], rows: &[u32], dim: usize) {
+    out.clear();
+    out.reserve(rows.len() * dim);
+    for &r in rows {
+        out.extend_from_slice(&x[r as usize * dim..(r as usize + 1) * dim]);
+    }
+}
+
 /// The input tensor for a classification batch.
 pub fn class_batch(
     x: &[f32],
@@ -238,10 +253,8 @@ pub fn class_batch(
     input_shape: &[usize],
     device: &Device,
 ) -> Result<Tensor> {
-    let mut data = Vec::with_capacity(rows.len() * dim);
-    for &r in rows {
-        data.extend_from_slice(&x[r as usize * dim..(r as usize + 1) * dim]);
-    }
+    let mut data = Vec::new();
+    gather_rows(&mut data, x, rows, dim);
     let mut shape = vec![rows.len()];
     shape.extend_from_slice(input_shape);
     Tensor::from_vec(data, shape, device)

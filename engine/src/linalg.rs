@@ -1,0 +1,210 @@
+//! Dense `f32` matrix products between host buffers, written straight into the caller's memory.
+//!
+//! candle's `matmul` wants its operands in tensors and allocates its result, so a training step through
+//! it copies every weight in and every gradient out. The MLP's hand-written backward instead calls the
+//! gemm kernels candle's CPU backend uses on the parameter and gradient buffers themselves, through
+//! this module. It is the engine's only `unsafe`: a view can only be made over a slice it fits in, and
+//! the product checks every shape before the kernel sees a pointer.
+
+#![expect(
+    unsafe_code,
+    reason = "the gemm kernels take raw pointers; the views and shapes are checked first"
+)]
+
+/// A read-only matrix over a slice: element `(r, c)` is `data[r * row_stride + c * col_stride]`.
+/// Made only by [`MatRef::row_major`] and [`MatRef::t`], so it always spans exactly its slice.
+#[derive(Debug, Clone, Copy)]
+pub struct MatRef<'a> {
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+impl<'a> MatRef<'a> {
+    /// `data` as a row-major `rows × cols` matrix.
+    ///
+    /// # Panics
+    /// When `data` does not hold exactly `rows × cols` values (a bug in the caller's shapes).
+    pub fn row_major(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        assert_eq!(
+            Some(data.len()),
+            rows.checked_mul(cols),
+            "a {rows}×{cols} matrix over {} values",
+            data.len()
+        );
+        Self {
+            data,
+            rows,
+            cols,
+            row_stride: cols,
+            col_stride: 1,
+        }
+    }
+
+    /// The transpose, without moving anything.
+    pub fn t(self) -> Self {
+        Self {
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+            ..self
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// `dst = a · b`, or `dst += a · b` when `accumulate`; `dst` is row-major `a.rows × b.cols`. Runs on
+/// rayon's pool; the kernels split the output among threads, never the inner dimension, so a product
+/// comes out the same on every run (exact resume relies on it).
+///
+/// # Panics
+/// When the shapes do not agree (a bug in the caller's shapes).
+pub fn matmul(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    assert_eq!(
+        k, b.rows,
+        "inner dimensions of a {m}×{k} · {}×{n} product",
+        b.rows
+    );
+    assert_eq!(
+        dst.len(),
+        m * n,
+        "a {m}×{n} product into {} values",
+        dst.len()
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            dst.fill(0.0);
+        }
+        return;
+    }
+    let parallelism = match rayon::current_num_threads() {
+        1 => gemm::Parallelism::None,
+        threads => gemm::Parallelism::Rayon(threads),
+    };
+    // SAFETY: `a` and `b` span exactly their slices (see `MatRef`): with positive strides the largest
+    // offset the kernel reads is (rows−1)·row_stride + (cols−1)·col_stride, which is len−1 for a
+    // row-major view and for its transpose alike. `dst` is row-major m×n over exactly m·n values, and
+    // being a unique borrow it cannot overlap `a` or `b`. Strides are below the slices' lengths, so they
+    // fit in an isize. With `read_dst` false the kernel only writes `dst`.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.data.as_ptr(),
+            a.col_stride as isize,
+            a.row_stride as isize,
+            b.data.as_ptr(),
+            b.col_stride as isize,
+            b.row_stride as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(a: MatRef<'_>, b: MatRef<'_>) -> Vec<f32> {
+        let at = |m: &MatRef<'_>, r: usize, c: usize| m.data[r * m.row_stride + c * m.col_stride];
+        let mut out = vec![0.0f32; a.rows * b.cols];
+        for r in 0..a.rows {
+            for c in 0..b.cols {
+                out[r * b.cols + c] = (0..a.cols).map(|i| at(&a, r, i) * at(&b, i, c)).sum();
+            }
+        }
+        out
+    }
+
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7 + seed * 13) % 23) as f32 / 11.0 - 1.0)
+            .collect()
+    }
+
+    #[test]
+    fn products_of_every_orientation_match_the_definition() {
+        let (m, k, n) = (37, 70, 19);
+        let a = values(m * k, 1);
+        let b = values(k * n, 2);
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let a = if ta {
+                MatRef::row_major(&a, k, m).t()
+            } else {
+                MatRef::row_major(&a, m, k)
+            };
+            let b = if tb {
+                MatRef::row_major(&b, n, k).t()
+            } else {
+                MatRef::row_major(&b, k, n)
+            };
+            let expected = naive(a, b);
+            let mut dst = vec![f32::NAN; m * n];
+            matmul(&mut dst, a, b, false);
+            for (x, y) in dst.iter().zip(&expected) {
+                assert!((x - y).abs() < 1e-4, "{ta} {tb}: {x} vs {y}");
+            }
+            // Accumulating adds the product to what is there.
+            matmul(&mut dst, a, b, true);
+            for (x, y) in dst.iter().zip(&expected) {
+                assert!((x - 2.0 * y).abs() < 2e-4, "{ta} {tb}: {x} vs 2×{y}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_inner_dimension_gives_zeros() {
+        let mut dst = vec![1.0f32; 6];
+        matmul(
+            &mut dst,
+            MatRef::row_major(&[], 2, 0),
+            MatRef::row_major(&[], 0, 3),
+            false,
+        );
+        assert_eq!(dst, vec![0.0; 6]);
+    }
+
+    #[test]
+    #[should_panic(expected = "inner dimensions")]
+    fn mismatched_shapes_are_refused() {
+        let a = values(6, 0);
+        let mut dst = vec![0.0f32; 4];
+        matmul(
+            &mut dst,
+            MatRef::row_major(&a, 2, 3),
+            MatRef::row_major(&a, 2, 3),
+            false,
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "a 2×4 matrix over 6 values")]
+    fn a_view_must_fit_its_slice() {
+        let a = values(6, 0);
+        let _ = MatRef::row_major(&a, 2, 4);
+    }
+}
