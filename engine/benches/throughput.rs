@@ -26,7 +26,7 @@ use std::time::Instant;
 const THREADS: usize = 2;
 const WARMUP: u64 = 10;
 /// Timed rounds per case; the fastest counts (on both sides).
-const REPEATS: usize = 7;
+const REPEATS: usize = 10;
 
 struct Case {
     name: &'static str,
@@ -43,13 +43,13 @@ fn cases(text: &Path) -> Vec<Case> {
             name: "mlp-adamw",
             spec: json!({"model": mlp, "dataset": images,
                 "optimizer": {"type": "adamw", "lr": 0.001, "weight_decay": 0.01}, "batch_size": 256}),
-            steps: 60,
+            steps: 40,
         },
         Case {
             name: "mlp-sgd",
             spec: json!({"model": mlp, "dataset": images,
                 "optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9}, "batch_size": 256}),
-            steps: 60,
+            steps: 40,
         },
         Case {
             name: "lenet5",

@@ -16,7 +16,7 @@ macro_rules! invalid {
 
 /// A model: logits from inputs. Classification inputs are `[batch, …input_shape]` (f32); language
 /// model inputs are `[batch, context]` token ids (u32) and the logits `[batch·context, vocab]`.
-pub trait Model: std::fmt::Debug {
+pub trait Model: std::fmt::Debug + Send {
     fn forward(&self, input: &Tensor, train: bool, dropout: &mut Rng) -> Result<Tensor>;
 
     /// Loss and correct predictions for one batch of classification, with the gradient of every
