@@ -16,8 +16,7 @@
     reason = "a benchmark that cannot set up should stop"
 )]
 
-use candle_core::Device;
-use drover_core::spec::{CheckpointPolicy, Distributed, TrainSpec};
+use drover_core::spec::{CheckpointPolicy, TrainSpec};
 use drover_engine::dist::local;
 use drover_engine::{Reporter, Requests, TrainOptions};
 use drover_scheduler::Shape;
@@ -54,27 +53,15 @@ impl Reporter for Watch<'_> {
 
 fn options(spec: serde_json::Value, dir: &Path) -> TrainOptions {
     let spec: TrainSpec = serde_json::from_value(spec).unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     TrainOptions {
-        spec,
         checkpoint: CheckpointPolicy {
             every_steps: 1_000_000,
             keep_last: 2,
             keep_best: 0,
         },
-        workers: 1,
-        ps: 0,
-        rank: 0,
-        checkpoint_dir: dir.to_path_buf(),
-        resume_from: None,
-        base_dir: Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .unwrap()
-            .to_path_buf(),
         log_every: 1,
-        stop_at: None,
-        device: Device::Cpu,
-        distributed: Distributed::default(),
-        cluster: None,
+        ..TrainOptions::local(spec, dir, repo)
     }
 }
 

@@ -13,7 +13,6 @@
     reason = "a benchmark that cannot set up should stop"
 )]
 
-use candle_core::Device;
 use drover_core::spec::{CheckpointPolicy, TrainSpec};
 use drover_engine::data::Data;
 use drover_engine::{Run, TrainOptions};
@@ -72,23 +71,13 @@ fn run(case: &Case, dir: &Path) -> Run {
     spec["max_steps"] = json!(1_000_000);
     let spec: TrainSpec = serde_json::from_value(spec).unwrap();
     Run::new(TrainOptions {
-        spec,
         checkpoint: CheckpointPolicy {
             every_steps: 1_000_000,
             keep_last: 100,
             keep_best: 0,
         },
-        workers: 1,
-        ps: 0,
-        rank: 0,
-        checkpoint_dir: dir.to_path_buf(),
-        resume_from: None,
-        base_dir: dir.to_path_buf(),
         log_every: 1_000_000,
-        stop_at: None,
-        device: Device::Cpu,
-        distributed: Default::default(),
-        cluster: None,
+        ..TrainOptions::local(spec, dir, dir)
     })
     .unwrap()
 }

@@ -47,6 +47,33 @@ pub struct TrainOptions {
     pub cluster: Option<Cluster>,
 }
 
+impl TrainOptions {
+    /// One process training alone on the CPU from scratch: checkpoints in `dir` every 1,000 steps
+    /// (last 2 kept), datasets resolved against `base_dir`, metrics every 10 steps. Callers change
+    /// what differs with struct update syntax.
+    pub fn local(spec: TrainSpec, dir: &Path, base_dir: &Path) -> Self {
+        Self {
+            spec,
+            checkpoint: CheckpointPolicy {
+                every_steps: 1_000,
+                keep_last: 2,
+                keep_best: 0,
+            },
+            workers: 1,
+            ps: 0,
+            rank: 0,
+            checkpoint_dir: dir.to_path_buf(),
+            resume_from: None,
+            base_dir: base_dir.to_path_buf(),
+            log_every: 10,
+            stop_at: None,
+            device: Device::Cpu,
+            distributed: Distributed::default(),
+            cluster: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
     pub step: u64,

@@ -3,7 +3,6 @@
 
 #![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
 
-use candle_core::Device;
 use drover_core::spec::{
     CheckpointPolicy, Compression, Distributed, DistributedMode, SyncMode, TrainSpec,
 };
@@ -74,7 +73,6 @@ fn options(
     distributed: &Distributed,
 ) -> TrainOptions {
     TrainOptions {
-        spec: spec.clone(),
         checkpoint: CheckpointPolicy {
             every_steps: 1_000_000,
             keep_last: 2,
@@ -82,15 +80,9 @@ fn options(
         },
         workers,
         ps,
-        rank: 0,
-        checkpoint_dir: dir.to_path_buf(),
-        resume_from: None,
-        base_dir: repo(),
         log_every: 100,
-        stop_at: None,
-        device: Device::Cpu,
         distributed: distributed.clone(),
-        cluster: None,
+        ..TrainOptions::local(spec.clone(), dir, &repo())
     }
 }
 

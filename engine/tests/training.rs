@@ -3,7 +3,6 @@
 
 #![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
 
-use candle_core::Device;
 use drover_core::spec::{CheckpointPolicy, DatasetSpec, ModelSpec, OptimizerSpec, TrainSpec};
 use drover_engine::{Reporter, Requests, Run, TrainOptions, train};
 use std::path::Path;
@@ -42,27 +41,14 @@ fn spec(
 }
 
 fn options(spec: TrainSpec, dir: &Path, every: u64) -> TrainOptions {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     TrainOptions {
-        spec,
         checkpoint: CheckpointPolicy {
             every_steps: every,
             keep_last: 2,
             keep_best: 1,
         },
-        workers: 1,
-        ps: 0,
-        rank: 0,
-        checkpoint_dir: dir.to_path_buf(),
-        resume_from: None,
-        base_dir: Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .unwrap()
-            .to_path_buf(),
-        log_every: 10,
-        stop_at: None,
-        device: Device::Cpu,
-        distributed: Default::default(),
-        cluster: None,
+        ..TrainOptions::local(spec, dir, repo)
     }
 }
 
