@@ -1,6 +1,7 @@
 //! Jobs really running on a `drover server` and two `drover executor` processes (see `harness.rs`):
 //! the example in `examples/command/` (plain Python training on the shipped digits data), `train`
-//! jobs of the engine, and distributed ones (`distributed.rs`).
+//! jobs of the engine, distributed ones (`distributed.rs`), and the trust between the processes
+//! (`trust.rs`).
 
 #![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
 
@@ -8,6 +9,8 @@
 mod distributed;
 #[path = "harness.rs"]
 mod harness;
+#[path = "trust.rs"]
+mod trust;
 
 use drover_proto as pb;
 use harness::*;
@@ -194,17 +197,52 @@ async fn stale_generation_is_refused(cluster: &Cluster, node: &str, job: &str) {
         )))
         .await
         .unwrap();
-    // Without the executor token the gateway lets nobody in.
+    // Without a node credential the gateway lets nobody in; with another node's, nobody registers as
+    // this one; and no enrolment token enrols a name that is enrolled already.
     let (_, unauthenticated) = tokio::sync::mpsc::channel(1);
     let refused = client
         .session(tokio_stream::wrappers::ReceiverStream::new(unauthenticated))
         .await
         .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+    let twin = client
+        .enroll(pb::EnrollRequest {
+            enrollment_token: ENROLLMENT_TOKEN.to_owned(),
+            node_name: node.to_owned(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(twin.code(), tonic::Code::AlreadyExists, "{twin:?}");
+    let other = if node == "exec-a" { "exec-b" } else { "exec-a" };
+    let credential_of = |name: &str| {
+        std::fs::read_to_string(cluster.executor_dir(name).join("node-credential"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    let (impostor_out, impostor_rx) = tokio::sync::mpsc::channel(1);
+    impostor_out
+        .send(message(pb::executor_message::Body::Register(
+            pb::Register {
+                node_name: node.to_owned(),
+                ..pb::Register::default()
+            },
+        )))
+        .await
+        .unwrap();
+    let mut impostor =
+        tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(impostor_rx));
+    impostor.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {}", credential_of(other)).parse().unwrap(),
+    );
+    let denied = client.session(impostor).await.unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied, "{denied:?}");
+    // The lost executor itself, back with its own credential and a task of the old generation.
     let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(receiver));
     request.metadata_mut().insert(
         "authorization",
-        format!("Bearer {EXECUTOR_TOKEN}").parse().unwrap(),
+        format!("Bearer {}", credential_of(node)).parse().unwrap(),
     );
     let mut inbound = client.session(request).await.unwrap().into_inner();
     let mut next = async || {

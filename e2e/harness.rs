@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 pub(crate) const DROVER: &str = env!("CARGO_BIN_EXE_drover");
 pub(crate) const ADMIN_TOKEN: &str = "drv_e2e_executors_admin_token_0123456789";
-pub(crate) const EXECUTOR_TOKEN: &str = "e2e-executor-token";
+/// The server's configured (reusable) enrolment token, which the executors enrol with.
+pub(crate) const ENROLLMENT_TOKEN: &str = "e2e-enrollment-token-0123456789";
 /// Steps between checkpoints in the test job.
 pub(crate) const CHECKPOINT_EVERY: u64 = 300;
 
@@ -42,7 +43,7 @@ impl Proc {
             .env_remove("DROVER_TOKEN")
             .env_remove("DROVER_SERVER")
             .env("DROVER_ADMIN_TOKEN", ADMIN_TOKEN)
-            .env("DROVER_EXECUTOR_TOKEN", EXECUTOR_TOKEN)
+            .env("DROVER_ENROLLMENT_TOKEN", ENROLLMENT_TOKEN)
             .env("DROVER_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -17,12 +17,21 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 pub const TOKEN_PREFIX: &str = "drv_";
+/// Enrolment tokens, which executors exchange for a node credential.
+pub const ENROLLMENT_PREFIX: &str = "dre_";
+/// Node credentials, which executors authenticate their sessions with.
+pub const NODE_CREDENTIAL_PREFIX: &str = "drn_";
 
-/// A new random token.
+/// A new random API token.
 pub fn generate_token() -> String {
+    generate_secret(TOKEN_PREFIX)
+}
+
+/// A new random secret: `prefix` and 32 random bytes in URL-safe base64.
+pub fn generate_secret(prefix: &str) -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
-    format!("{TOKEN_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes))
+    format!("{prefix}{}", URL_SAFE_NO_PAD.encode(bytes))
 }
 
 pub fn hash_token(token: &str) -> [u8; 32] {
@@ -76,6 +85,37 @@ impl Principal {
     /// Cluster administrators, and tenant admins within their tenant.
     pub fn can_manage_users_of(&self, tenant: drover_core::TenantId) -> bool {
         self.user.cluster_admin || (self.user.role == Role::Admin && self.user.tenant_id == tenant)
+    }
+
+    /// May mint, list and revoke `target`'s tokens: the caller's own, or those of a user the caller
+    /// manages who holds no more privilege than the caller (a tenant admin never acts for a cluster
+    /// administrator, whose token would reach every tenant).
+    pub fn may_manage_tokens_of(&self, target: &User) -> bool {
+        target.id == self.user.id
+            || (self.can_manage_users_of(target.tenant_id)
+                && Privilege::of(target) <= Privilege::of(&self.user))
+    }
+}
+
+/// How much a user may do, ordered: a caller acts for another user only when it holds at least as much.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Privilege {
+    Viewer,
+    Member,
+    TenantAdmin,
+    ClusterAdmin,
+}
+
+impl Privilege {
+    pub fn of(user: &User) -> Self {
+        if user.cluster_admin {
+            return Privilege::ClusterAdmin;
+        }
+        match user.role {
+            Role::Admin => Privilege::TenantAdmin,
+            Role::Member => Privilege::Member,
+            Role::Viewer => Privilege::Viewer,
+        }
     }
 }
 

@@ -49,7 +49,10 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
         let parsed = serde_path_to_error::deserialize(&mut de);
         let (field, err) = match parsed {
             Ok(value) => match de.end() {
-                Ok(()) => return Ok(ApiJson(value)),
+                Ok(()) => {
+                    refuse_nul_in_json(&bytes)?;
+                    return Ok(ApiJson(value));
+                }
                 Err(err) => ("(body)".to_owned(), err),
             },
             Err(err) => {
@@ -72,6 +75,35 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
     }
 }
 
+/// A JSON body that parsed may still carry `\u0000`, which no database column takes (Postgres refuses
+/// NUL in text). The escape is rare, so the body is re-read as a tree only when it appears.
+fn refuse_nul_in_json(bytes: &[u8]) -> Result<(), ApiError> {
+    let escaped = bytes
+        .windows(6)
+        .any(|w| w[0] == b'\\' && w[1] == b'u' && w[2..].iter().all(|&b| b == b'0'));
+    if !escaped {
+        return Ok(());
+    }
+    let tree: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|err| ApiError::bad_request("(body)", err.to_string()))?;
+    match drover_core::text::find_nul(&tree) {
+        Some(path) => Err(ApiError::invalid(
+            if path.is_empty() { "(body)" } else { &path },
+            drover_core::text::NUL_REASON,
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Refuses a NUL character in a path segment or a query parameter.
+fn refuse_nul(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.contains('\0') {
+        Err(ApiError::bad_request(field, drover_core::text::NUL_REASON))
+    } else {
+        Ok(())
+    }
+}
+
 /// A path segment, parsed by the handler (so a malformed id is a 404 with a JSON body, not axum's text).
 #[derive(Debug)]
 pub struct PathParam(pub String);
@@ -83,11 +115,39 @@ impl FromRequestParts<AppState> for PathParam {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        axum::extract::Path::<String>::from_request_parts(parts, state)
-            .await
-            .map(|axum::extract::Path(value)| PathParam(value))
-            .map_err(|rejection| ApiError::bad_request("(path)", rejection.body_text()))
+        let axum::extract::Path(value) =
+            axum::extract::Path::<String>::from_request_parts(parts, state)
+                .await
+                .map_err(path_rejection)?;
+        refuse_nul("(path)", &value)?;
+        Ok(PathParam(value))
     }
+}
+
+/// Two path segments (`/jobs/{id}/checkpoints/{checkpoint}/…`), with the same JSON errors.
+#[derive(Debug)]
+pub struct PathPair(pub String, pub String);
+
+impl FromRequestParts<AppState> for PathPair {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path((first, second)) =
+            axum::extract::Path::<(String, String)>::from_request_parts(parts, state)
+                .await
+                .map_err(path_rejection)?;
+        refuse_nul("(path)", &first)?;
+        refuse_nul("(path)", &second)?;
+        Ok(PathPair(first, second))
+    }
+}
+
+/// axum answers a badly encoded segment (`%FF`) in plain text; the API answers in its own format.
+fn path_rejection(rejection: axum::extract::rejection::PathRejection) -> ApiError {
+    ApiError::bad_request("(path)", rejection.body_text())
 }
 
 /// The query string as ordered pairs (repeated keys allowed).
@@ -102,11 +162,14 @@ impl FromRequestParts<AppState> for QueryPairs {
         _state: &AppState,
     ) -> Result<Self, Self::Rejection> {
         let query = parts.uri.query().unwrap_or("");
-        serde_urlencoded::from_str(query)
-            .map(QueryPairs)
-            .map_err(|err| {
-                ApiError::bad_request("(query)", format!("malformed query string: {err}"))
-            })
+        let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query).map_err(|err| {
+            ApiError::bad_request("(query)", format!("malformed query string: {err}"))
+        })?;
+        for (key, value) in &pairs {
+            refuse_nul("(query)", key)?;
+            refuse_nul(key, value)?;
+        }
+        Ok(QueryPairs(pairs))
     }
 }
 

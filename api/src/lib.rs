@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod model_views;
 pub mod routes;
 pub mod run_views;
+pub mod secrets;
 pub mod server;
 pub mod state;
 pub mod store;

@@ -26,6 +26,8 @@ pub struct ServerConfig {
     /// Run jobs: the executor gateway on this address, and the scheduling loop. `None` serves the API
     /// only (jobs then stay queued).
     pub cluster: Option<(SocketAddr, ClusterConfig)>,
+    /// The key tenant secrets are sealed with; `None`: the server keeps no secrets.
+    pub secrets: Option<Arc<crate::secrets::SecretBox>>,
 }
 
 /// What start-up did about the cluster administrator.
@@ -85,8 +87,12 @@ pub async fn start(
         let _ = stop.send(true);
     });
     let mut state = AppState::new(store.clone(), config.max_body_bytes);
+    if let Some(secrets) = &config.secrets {
+        state = state.with_secrets(secrets.clone());
+    }
     let mut gateway_addr = None;
-    if let Some((gateway_listen, cluster)) = config.cluster {
+    if let Some((gateway_listen, mut cluster)) = config.cluster {
+        cluster.secrets = config.secrets.clone();
         let runtime = Runtime::new(store.clone(), cluster);
         let scheduling = SchedulingLoop::new(runtime.clone())
             .with_context(|| format!("cannot run the policy `{}`", runtime.config.policy))?;

@@ -2,6 +2,7 @@
 
 use crate::cluster::Runtime;
 use crate::metrics::Metrics;
+use crate::secrets::SecretBox;
 use crate::store::Store;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -17,6 +18,8 @@ pub struct AppInner {
     pub max_body_bytes: usize,
     /// The executor gateway and scheduling loop, when this server runs jobs.
     pub runtime: Option<Arc<Runtime>>,
+    /// Seals tenant secrets; `None`: this server keeps no secrets.
+    pub secrets: Option<Arc<SecretBox>>,
 }
 
 impl AppState {
@@ -26,17 +29,32 @@ impl AppState {
             metrics: Metrics::new(),
             max_body_bytes,
             runtime: None,
+            secrets: None,
         }))
     }
 
-    /// The same state, with the runtime that runs jobs. Call before the state is shared.
-    pub fn with_runtime(self, runtime: Arc<Runtime>) -> Self {
-        let inner = Arc::try_unwrap(self.0).unwrap_or_else(|shared| AppInner {
+    /// The same state, with the key that seals tenant secrets. Call before the state is shared.
+    pub fn with_secrets(self, secrets: Arc<SecretBox>) -> Self {
+        let inner = self.into_inner();
+        Self(Arc::new(AppInner {
+            secrets: Some(secrets),
+            ..inner
+        }))
+    }
+
+    fn into_inner(self) -> AppInner {
+        Arc::try_unwrap(self.0).unwrap_or_else(|shared| AppInner {
             store: shared.store.clone(),
             metrics: shared.metrics.clone(),
             max_body_bytes: shared.max_body_bytes,
             runtime: shared.runtime.clone(),
-        });
+            secrets: shared.secrets.clone(),
+        })
+    }
+
+    /// The same state, with the runtime that runs jobs. Call before the state is shared.
+    pub fn with_runtime(self, runtime: Arc<Runtime>) -> Self {
+        let inner = self.into_inner();
         Self(Arc::new(AppInner {
             runtime: Some(runtime),
             ..inner

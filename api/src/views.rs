@@ -301,3 +301,64 @@ pub struct NodeList {
     pub nodes: Vec<NodeView>,
     pub meta: ListMeta,
 }
+
+/// An enrolment token as listings show it (never the secret).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EnrollmentTokenView {
+    pub id: Uuid,
+    pub name: String,
+    /// The first characters of the token, to tell tokens apart.
+    pub prefix: String,
+    /// Executors that may still enrol with it.
+    pub uses_left: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+impl From<crate::store::EnrollmentToken> for EnrollmentTokenView {
+    fn from(token: crate::store::EnrollmentToken) -> Self {
+        EnrollmentTokenView {
+            id: token.id,
+            name: token.name,
+            prefix: token.prefix,
+            uses_left: token.uses_left,
+            created_by: token.created_by.map(|u| u.0),
+            created_at: token.created_at,
+            expires_at: token.expires_at,
+            revoked_at: token.revoked_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EnrollmentTokenEnvelope {
+    pub enrollment_token: EnrollmentTokenView,
+}
+
+/// A new enrolment token: `secret` is shown this once and never again.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EnrollmentTokenCreated {
+    pub enrollment_token: EnrollmentTokenView,
+    pub secret: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EnrollmentTokenList {
+    pub enrollment_tokens: Vec<EnrollmentTokenView>,
+    pub meta: ListMeta,
+}
+
+/// What revoking a node's credential did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NodeRevoked {
+    pub node: String,
+    /// Live credentials revoked (0 when the node had none).
+    pub revoked_credentials: u64,
+    /// Whether its executor was connected (its session was ended).
+    pub disconnected: bool,
+}

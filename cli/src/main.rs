@@ -3,9 +3,11 @@
 mod admin;
 mod client;
 mod commands;
+mod enrollment;
 mod node;
 mod output;
 mod runs;
+mod secrets;
 mod serve;
 mod sim;
 mod train;
@@ -102,9 +104,17 @@ enum Command {
     Token(admin::TokenCommand),
     /// List GPU nodes with their health and tasks.
     Nodes,
-    /// Cordon, uncordon or drain a node (cluster administrators).
+    /// Cordon, uncordon, drain or revoke a node (cluster administrators).
     #[command(subcommand)]
     Node(node::NodeCommand),
+    /// List the tenant's secrets (names only).
+    Secrets,
+    /// Set or delete a secret of the tenant.
+    #[command(subcommand)]
+    Secret(secrets::SecretCommand),
+    /// Mint, list and revoke the tokens executors enrol with (cluster administrators).
+    #[command(subcommand)]
+    EnrollmentToken(enrollment::EnrollmentCommand),
     /// Run an executor: the node agent that runs tasks on this host's GPUs.
     Executor(node::ExecutorArgs),
     /// Train a `train` job's spec here, with Drover's engine (no server needed).
@@ -164,6 +174,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(cmd) => admin::token(&global, cmd).await,
         Command::Nodes => admin::nodes(&global).await,
         Command::Node(cmd) => node::node(&global, cmd).await,
+        Command::Secrets => secrets::secrets(&global).await,
+        Command::Secret(cmd) => secrets::secret(&global, cmd).await,
+        Command::EnrollmentToken(cmd) => enrollment::enrollment_token(&global, cmd).await,
         Command::Executor(args) => node::executor(args).await,
         Command::TaskShim(args) => node::task_shim(args).await,
         Command::Train(args) => train::train(args).await,

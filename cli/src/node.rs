@@ -1,5 +1,5 @@
 //! `drover executor` (the node agent), the hidden `drover task-shim` every task starts under, and the
-//! `drover node cordon|uncordon|drain` verbs.
+//! `drover node cordon|uncordon|drain|revoke` verbs.
 
 use crate::GlobalArgs;
 use crate::client::Client;
@@ -50,9 +50,11 @@ pub struct ExecutorArgs {
     /// Host name or address other tasks reach this node's tasks at.
     #[arg(long, env = "DROVER_ADVERTISE_HOST", default_value = "127.0.0.1")]
     pub advertise_host: String,
-    /// The token the server's gateway requires (its --executor-token).
-    #[arg(long, env = "DROVER_EXECUTOR_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
+    /// An enrolment token (from `drover enrollment-token create`, or the server's
+    /// --enrollment-token), exchanged once for this node's credential, which is then kept in the data
+    /// directory (`node-credential`, mode 0600). Not needed once the node is enrolled.
+    #[arg(long, env = "DROVER_ENROLLMENT_TOKEN", hide_env_values = true)]
+    pub enrollment_token: Option<String>,
 }
 
 fn host_name() -> String {
@@ -104,7 +106,7 @@ pub fn executor_config(args: ExecutorArgs) -> anyhow::Result<ExecutorConfig> {
         shim: vec![exe.display().to_string(), "task-shim".to_owned()],
         engine: vec![exe.display().to_string(), "train-task".to_owned()],
         base_dir: std::env::current_dir().context("cannot read the working directory")?,
-        token: args.token,
+        enrollment_token: args.enrollment_token,
     })
 }
 
@@ -153,6 +155,9 @@ pub enum NodeCommand {
         #[arg(long)]
         wait: bool,
     },
+    /// Revoke the node's credential and end its executor's session; its jobs are rescheduled. The
+    /// executor must enrol again, with a new enrolment token.
+    Revoke { name: String },
 }
 
 pub async fn node(global: &GlobalArgs, command: NodeCommand) -> anyhow::Result<()> {
@@ -161,6 +166,7 @@ pub async fn node(global: &GlobalArgs, command: NodeCommand) -> anyhow::Result<(
         NodeCommand::Cordon { name } => (name, "cordon", false),
         NodeCommand::Uncordon { name } => (name, "uncordon", false),
         NodeCommand::Drain { name, wait } => (name, "drain", *wait),
+        NodeCommand::Revoke { name } => return crate::enrollment::revoke_node(global, name).await,
     };
     let mut response = client
         .post_json(

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 /// The file in the dev data directory that holds the admin token.
 pub const TOKEN_FILE: &str = "admin-token";
+/// The file in the data directory that holds the key tenant secrets are sealed with, by default.
+pub const SECRET_KEY_FILE: &str = "secret-key";
 
 #[derive(Debug, clap::Args)]
 pub struct ServerArgs {
@@ -28,6 +30,19 @@ pub struct ServerArgs {
     /// The cluster administrator's token. Without it, the first start generates one and prints it once.
     #[arg(long, env = "DROVER_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// The key tenant secrets are sealed with: 32 bytes, base64 (`openssl rand -base64 32`). Every
+    /// replica needs the same one. Without it (and without --secret-key-file) the server keeps its
+    /// key in `secret-key` in the data directory, made on the first start.
+    #[arg(
+        long,
+        env = "DROVER_SECRET_KEY",
+        hide_env_values = true,
+        conflicts_with = "secret_key_file"
+    )]
+    secret_key: Option<String>,
+    /// A file holding the secret key (base64), created with a random key (mode 0600) when missing.
+    #[arg(long, env = "DROVER_SECRET_KEY_FILE")]
+    secret_key_file: Option<PathBuf>,
     /// Log format.
     #[arg(long, env = "DROVER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -54,9 +69,12 @@ pub struct ClusterArgs {
     /// How long a stopping task may take to checkpoint before it is killed.
     #[arg(long, env = "DROVER_STOP_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
     stop_grace: std::time::Duration,
-    /// The token executors must present. Without one, any executor that reaches the gateway is let in.
-    #[arg(long, env = "DROVER_EXECUTOR_TOKEN", hide_env_values = true)]
-    executor_token: Option<String>,
+    /// A reusable enrolment token executors may enrol with (for fleets that enrol nodes as they come,
+    /// such as a DaemonSet); at least 16 characters. Without it, executors enrol only with tokens a
+    /// cluster administrator mints (`drover enrollment-token create`). Every executor always
+    /// authenticates with its own node credential afterwards.
+    #[arg(long, env = "DROVER_ENROLLMENT_TOKEN", hide_env_values = true)]
+    enrollment_token: Option<String>,
     /// The scheduling loop runs at least this often.
     #[arg(long, env = "DROVER_SCHEDULER_TICK", default_value = "1s", value_parser = humantime::parse_duration)]
     tick: std::time::Duration,
@@ -83,12 +101,14 @@ impl ClusterArgs {
         config.executor_timeout = self.executor_timeout;
         config.stop_grace = self.stop_grace;
         config.tick = self.tick;
-        config.executor_token = self.executor_token.clone();
-        if config.executor_token.is_none() {
-            tracing::warn!(
-                "the executor gateway lets in any executor: set --executor-token (DROVER_EXECUTOR_TOKEN) on the server and its executors"
+        if let Some(token) = &self.enrollment_token
+            && token.trim().len() < 16
+        {
+            anyhow::bail!(
+                "--enrollment-token (DROVER_ENROLLMENT_TOKEN) must be at least 16 characters"
             );
         }
+        config.enrollment_token = self.enrollment_token.clone();
         config.heartbeat_interval =
             (self.executor_timeout / 5).max(std::time::Duration::from_millis(200));
         Ok((self.gateway_listen, config))
@@ -149,6 +169,20 @@ pub async fn server(args: ServerArgs, global: &GlobalArgs) -> anyhow::Result<()>
     {
         anyhow::bail!("DROVER_ADMIN_TOKEN must be at least 16 characters");
     }
+    let secrets = match (&args.secret_key, &args.secret_key_file) {
+        (Some(key), _) => drover_api::secrets::SecretBox::from_base64(key)
+            .map_err(|err| anyhow::anyhow!("DROVER_SECRET_KEY: {err}"))?,
+        (None, file) => {
+            let path = file
+                .clone()
+                .unwrap_or_else(|| global.data_dir.join(SECRET_KEY_FILE));
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("cannot create {}", parent.display()))?;
+            }
+            drover_api::secrets::SecretBox::load_or_create(&path)?
+        }
+    };
     let config = ServerConfig {
         listen: args.listen,
         database_url: args.database_url,
@@ -156,6 +190,7 @@ pub async fn server(args: ServerArgs, global: &GlobalArgs) -> anyhow::Result<()>
         max_body_bytes: args.max_body_bytes,
         admin_token: args.admin_token,
         cluster: Some(args.cluster.config(&global.data_dir)?),
+        secrets: Some(std::sync::Arc::new(secrets)),
     };
     let running = server::start(config, server::shutdown_signal()).await?;
     if let AdminBootstrap::CreatedWithToken(token) = &running.admin {
@@ -186,6 +221,7 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         max_body_bytes: 0,
         admin_token: None,
         cluster: None,
+        secrets: None,
     };
     server::open_store(&config).await?;
     out!(
@@ -231,7 +267,11 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         executor_timeout: std::time::Duration::from_secs(10),
         stop_grace: std::time::Duration::from_secs(10),
         tick: std::time::Duration::from_secs(1),
-        executor_token: Some(drover_api::auth::generate_token()),
+        // The local executors enrol with a token made up for this start; once enrolled they keep
+        // their node credentials in their data directories.
+        enrollment_token: Some(drover_api::auth::generate_secret(
+            drover_api::auth::ENROLLMENT_PREFIX,
+        )),
     };
     let config = ServerConfig {
         listen: args.listen,
@@ -240,6 +280,9 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         max_body_bytes: 1 << 20,
         admin_token: Some(token.clone()),
         cluster: Some(cluster.config(data_dir)?),
+        secrets: Some(std::sync::Arc::new(
+            drover_api::secrets::SecretBox::load_or_create(&data_dir.join(SECRET_KEY_FILE))?,
+        )),
     };
     let running = server::start(config, server::shutdown_signal()).await?;
     let url = format!("http://{}", running.addr);
@@ -261,7 +304,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             memory_gb: 32,
             labels: Vec::new(),
             advertise_host: "127.0.0.1".to_owned(),
-            token: cluster.executor_token.clone(),
+            enrollment_token: cluster.enrollment_token.clone(),
         };
         let config = crate::node::executor_config(executor)?;
         let agent = drover_executor::Agent::new(config)?;

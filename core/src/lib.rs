@@ -4,12 +4,14 @@
 //! - [`state`]: the job state machine (the one place that knows which transitions are legal) and the
 //!   typed reason codes every transition carries;
 //! - [`tenancy`]: roles within a tenant;
+//! - [`text`]: strings every store can keep (no NUL);
 //! - [`ids`]: typed ids, so a tenant id cannot be passed where a job id is meant.
 
 pub mod ids;
 pub mod spec;
 pub mod state;
 pub mod tenancy;
+pub mod text;
 pub mod validate;
 
 pub use ids::{JobId, TenantId, TokenId, UserId};

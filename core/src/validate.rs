@@ -24,6 +24,16 @@ fn ensure(ok: bool, field: &str, reason: impl FnOnce() -> String) -> Check {
     if ok { Ok(()) } else { fail(field, reason()) }
 }
 
+/// Every string of the document, keys included, must be storable (no NUL character).
+fn validate_storable(job: &DroverJob) -> Check {
+    let tree = serde_json::to_value(job)
+        .map_err(|err| SpecError::new("(document)", format!("cannot be stored: {err}")))?;
+    match crate::text::find_nul(&tree) {
+        Some(path) => fail(&path, crate::text::NUL_REASON),
+        None => Ok(()),
+    }
+}
+
 /// Runs every check; the first failure wins.
 pub fn validate(job: &DroverJob) -> Check {
     ensure(job.api_version == API_VERSION, "apiVersion", || {
@@ -33,6 +43,7 @@ pub fn validate(job: &DroverJob) -> Check {
         format!("must be `{KIND}`, got `{}`", job.kind)
     })?;
     validate_name(&job.metadata.name, "metadata.name")?;
+    validate_storable(job)?;
     validate_labels(job)?;
     validate_resources(job)?;
     let spec = &job.spec;
@@ -59,10 +70,13 @@ pub fn validate(job: &DroverJob) -> Check {
             ensure(!command.argv[0].is_empty(), "spec.command.argv[0]", || {
                 "the program must not be empty".into()
             })?;
-            for key in command.env.keys() {
+            for (key, value) in &command.env {
                 ensure(is_env_name(key), &format!("spec.command.env.{key}"), || {
                     "not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)".into()
                 })?;
+                if let Some(secret) = value.secret() {
+                    validate_name(secret, &format!("spec.command.env.{key}.secret"))?;
+                }
             }
         }
         (JobType::Command, _, None) => {

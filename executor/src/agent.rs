@@ -3,6 +3,7 @@
 //! reconnects with backoff and registers again; its tasks keep running meanwhile, and what they report
 //! is kept (bounded) until the server is back.
 
+use crate::credential;
 use crate::gpu::{GpuInfo, GpuSource, UsageProbe};
 use crate::task::{self, Launch, StopHandle};
 use drover_proto as pb;
@@ -40,8 +41,8 @@ pub struct ExecutorConfig {
     pub engine: Vec<String>,
     /// Relative working directories of commands are resolved against this directory.
     pub base_dir: PathBuf,
-    /// The gateway's executor token, when it requires one.
-    pub token: Option<String>,
+    /// An enrolment token, exchanged for the node's credential when the node is not enrolled yet.
+    pub enrollment_token: Option<String>,
 }
 
 type Key = (String, u64, String, u32);
@@ -151,6 +152,8 @@ pub struct Agent {
     pending: VecDeque<pb::ExecutorMessage>,
     dropped: u64,
     usage: UsageProbe,
+    /// The node's credential, once enrolled.
+    credential: Option<String>,
 }
 
 impl Agent {
@@ -159,6 +162,7 @@ impl Agent {
         let executor_id = executor_id(&config.data_dir)?;
         let (events_tx, events_rx) = mpsc::channel(4096);
         let usage = UsageProbe::new(config.source);
+        let credential = credential::load(&config.data_dir)?;
         Ok(Self {
             config,
             executor_id,
@@ -168,6 +172,7 @@ impl Agent {
             pending: VecDeque::new(),
             dropped: 0,
             usage,
+            credential,
         })
     }
 
@@ -183,7 +188,8 @@ impl Agent {
                         tracing::warn!(server = self.config.server, "the server closed the session; reconnecting");
                         backoff = Duration::from_millis(200);
                     }
-                    Err(err) => tracing::warn!(server = self.config.server, error = %err, "cannot reach the server; retrying in {:?}", backoff),
+                    Err(err) if err.downcast_ref::<credential::Fatal>().is_some() => return Err(err),
+                    Err(err) => tracing::warn!(server = self.config.server, error = %err, "no session with the server; retrying in {:?}", backoff),
                 },
                 () = &mut shutdown => return Ok(()),
             }
@@ -287,15 +293,44 @@ impl Agent {
         };
         outbound.send(msg(Body::Register(register))).await?;
         let mut request = tonic::Request::new(ReceiverStream::new(outbound_rx));
-        if let Some(token) = &self.config.token {
-            request.metadata_mut().insert(
-                "authorization",
-                format!("Bearer {token}")
-                    .parse()
-                    .map_err(|_| anyhow::anyhow!("the executor token is not valid in a header"))?,
-            );
-        }
-        let response = client.session(request).await?;
+        let secret = match &self.credential {
+            Some(secret) => secret.clone(),
+            None => {
+                let secret = credential::enroll(&mut client, &self.config).await?;
+                self.credential = Some(secret.clone());
+                secret
+            }
+        };
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {secret}").parse().map_err(|_| {
+                credential::Fatal(format!(
+                    "the node credential in {} is damaged: remove it and enrol again",
+                    self.config.data_dir.display()
+                ))
+            })?,
+        );
+        let response = match client.session(request).await {
+            Ok(response) => response,
+            Err(status) if status.code() == tonic::Code::Unauthenticated => {
+                // Revoked, or a server that never knew it: enrol again on the next attempt, which
+                // needs an enrolment token.
+                credential::forget(&self.config.data_dir)?;
+                self.credential = None;
+                if self.config.enrollment_token.is_none() {
+                    return Err(credential::Fatal(format!(
+                        "the server refused this node's credential ({}); start the executor with a new --enrollment-token",
+                        status.message()
+                    ))
+                    .into());
+                }
+                return Err(status.into());
+            }
+            Err(status) if status.code() == tonic::Code::PermissionDenied => {
+                return Err(credential::Fatal(status.message().to_owned()).into());
+            }
+            Err(status) => return Err(status.into()),
+        };
         let mut inbound = response.into_inner();
         let first = inbound
             .message()

@@ -3,6 +3,7 @@
 //! process behind the task shim, so that no task outlives it.
 
 pub mod agent;
+pub mod credential;
 pub mod gpu;
 pub mod shim;
 pub mod task;

@@ -7,7 +7,7 @@ use super::hub::Command;
 use crate::store::{
     Job, Scope, StateChange, StoreResult, Task, TaskChange, TaskKey, TaskRole, TaskState,
 };
-use drover_core::spec::JobType;
+use drover_core::spec::{EnvValue, JobType};
 use drover_core::{JobState, ReasonCode};
 use drover_proto as pb;
 
@@ -226,12 +226,21 @@ impl Runtime {
                 ".".to_owned(),
                 serde_json::to_string(&spec).unwrap_or_default(),
             ),
-            (Some(command), _) => (
-                command.argv.clone(),
-                command.env.clone().into_iter().collect(),
-                command.workdir.clone(),
-                String::new(),
-            ),
+            (Some(command), _) => match self.task_env(job, command).await? {
+                Ok(env) => (
+                    command.argv.clone(),
+                    env,
+                    command.workdir.clone(),
+                    String::new(),
+                ),
+                Err(why) => {
+                    tracing::warn!(job.id = %job.id, why, "job cannot start: a secret it needs cannot be opened");
+                    self.transition(job, JobState::Failed, ReasonCode::UserError, why, false)
+                        .await?;
+                    self.hub.wake.notify_one();
+                    return Ok(());
+                }
+            },
             (None, _) => return Ok(()),
         };
         let num_workers = num_workers(tasks);
@@ -262,6 +271,48 @@ impl Runtime {
         self.hub
             .send_once(&task.node_name, task.key, Command::Prepare, message);
         Ok(())
+    }
+}
+
+impl Runtime {
+    /// A command task's environment, its secrets opened; `Err` says which secret is missing or does
+    /// not open (the job then fails: retrying cannot help). Values are never logged.
+    async fn task_env(
+        &self,
+        job: &Job,
+        command: &drover_core::spec::CommandSpec,
+    ) -> StoreResult<Result<std::collections::HashMap<String, String>, String>> {
+        let mut env = std::collections::HashMap::with_capacity(command.env.len());
+        for (key, value) in &command.env {
+            let name = match value {
+                EnvValue::Plain(text) => {
+                    env.insert(key.clone(), text.clone());
+                    continue;
+                }
+                EnvValue::Secret(reference) => &reference.secret,
+            };
+            let Some(secrets) = &self.config.secrets else {
+                return Ok(Err(format!(
+                    "env {key}: secret `{name}` cannot be opened: this server has no secret key"
+                )));
+            };
+            let Some(sealed) = self.store.sealed_secret(job.tenant_id, name).await? else {
+                return Ok(Err(format!(
+                    "env {key}: no secret `{name}` in tenant `{}`",
+                    job.tenant_name
+                )));
+            };
+            match secrets.open(job.tenant_id, name, &sealed) {
+                Ok(bytes) => match String::from_utf8(bytes) {
+                    Ok(text) => {
+                        env.insert(key.clone(), text);
+                    }
+                    Err(_) => return Ok(Err(format!("env {key}: secret `{name}` is not UTF-8"))),
+                },
+                Err(err) => return Ok(Err(format!("env {key}: secret `{name}`: {err}"))),
+            }
+        }
+        Ok(Ok(env))
     }
 }
 

@@ -37,17 +37,7 @@ impl GatewayService {
 }
 
 fn validate_registration(register: &pb::Register) -> Result<(), Status> {
-    let name = &register.node_name;
-    let valid = !name.is_empty()
-        && name.len() <= 253
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
-    if !valid {
-        return Err(Status::invalid_argument(format!(
-            "node_name `{name}`: 1 to 253 letters, digits, `-`, `.` or `_`"
-        )));
-    }
+    super::enrol::validate_node_name(&register.node_name)?;
     if register.gpus.len() > 64 {
         return Err(Status::invalid_argument("gpus: at most 64 per node"));
     }
@@ -65,45 +55,44 @@ fn validate_registration(register: &pb::Register) -> Result<(), Status> {
             "gpus.memory_gb: between 0 and 1e6",
         ));
     }
-    Ok(())
-}
-
-/// Checks the executor's token when the server requires one.
-fn authenticate(
-    expected: Option<&str>,
-    metadata: &tonic::metadata::MetadataMap,
-) -> Result<(), Status> {
-    let Some(expected) = expected else {
-        return Ok(());
-    };
-    let given = metadata
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or_default();
-    // Compared as digests, so the time taken says nothing about the secret.
-    use sha2::{Digest, Sha256};
-    if Sha256::digest(given.as_bytes()) == Sha256::digest(expected.as_bytes()) {
-        Ok(())
-    } else {
-        Err(Status::unauthenticated(
-            "this gateway needs the executor token (--token or DROVER_EXECUTOR_TOKEN)",
-        ))
+    let texts = register
+        .labels
+        .iter()
+        .flat_map(|(key, value)| [key, value])
+        .chain(register.gpus.iter().map(|g| &g.model))
+        .chain([&register.gpu_source, &register.version]);
+    for text in texts {
+        if text.len() > 256 || text.contains('\0') {
+            return Err(Status::invalid_argument(
+                "labels, gpus.model, gpu_source and version: at most 256 bytes, no NUL",
+            ));
+        }
     }
+    if register.labels.len() > 64 {
+        return Err(Status::invalid_argument("labels: at most 64"));
+    }
+    Ok(())
 }
 
 #[tonic::async_trait]
 impl ExecutorGateway for GatewayService {
     type SessionStream = ReceiverStream<Result<pb::ServerMessage, Status>>;
 
+    async fn enroll(
+        &self,
+        request: Request<pb::EnrollRequest>,
+    ) -> Result<Response<pb::EnrollResponse>, Status> {
+        self.runtime
+            .enroll(request.get_ref())
+            .await
+            .map(Response::new)
+    }
+
     async fn session(
         &self,
         request: Request<Streaming<pb::ExecutorMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
-        authenticate(
-            self.runtime.config.executor_token.as_deref(),
-            request.metadata(),
-        )?;
+        let node = self.runtime.authenticate_node(request.metadata()).await?;
         let mut inbound = request.into_inner();
         let first = inbound
             .message()
@@ -115,6 +104,17 @@ impl ExecutorGateway for GatewayService {
             ));
         };
         validate_registration(&register)?;
+        if register.node_name != node {
+            tracing::warn!(
+                node.name = node,
+                claimed = register.node_name,
+                "refused a registration under another node's name"
+            );
+            return Err(Status::permission_denied(format!(
+                "this credential is node `{node}`'s; it cannot register as `{}`",
+                register.node_name
+            )));
+        }
         let runtime = self.runtime.clone();
         let name = register.node_name.clone();
         let registration = NodeRegistration {

@@ -82,6 +82,14 @@ impl Hub {
         }
     }
 
+    /// Ends `node`'s session now (its credential was revoked): its command stream closes, and nothing
+    /// it sends is read any more. The node is declared lost once its heartbeat timeout passes.
+    pub fn kick(&self, node: &str) {
+        if let Some(executor) = self.executors().get_mut(node) {
+            executor.commands = None;
+        }
+    }
+
     /// Expects `node` (which has live tasks) to come back within the timeout, counting from now.
     pub fn expect(&self, node: &str) {
         let mut executors = self.executors();

@@ -7,6 +7,7 @@
 //! converges by the same path.
 
 mod dispatch;
+mod enrol;
 mod gateway;
 mod hub;
 mod observe;
@@ -41,8 +42,11 @@ pub struct ClusterConfig {
     pub stop_grace: Duration,
     /// Checkpoint storage: a directory every executor can reach (absolute).
     pub checkpoint_root: PathBuf,
-    /// The token executors must present; `None` lets any executor in (a warning at start-up).
-    pub executor_token: Option<String>,
+    /// The server's own enrolment token (`--enrollment-token`): reusable, for fleets that enrol
+    /// executors as they come (a DaemonSet). `None`: only tokens minted through the API enrol.
+    pub enrollment_token: Option<String>,
+    /// Opens tenant secrets for the tasks that need them; `None`: jobs with secrets cannot start.
+    pub secrets: Option<Arc<crate::secrets::SecretBox>>,
 }
 
 impl ClusterConfig {
@@ -54,7 +58,8 @@ impl ClusterConfig {
             heartbeat_interval: Duration::from_secs(2),
             stop_grace: Duration::from_secs(30),
             checkpoint_root,
-            executor_token: None,
+            enrollment_token: None,
+            secrets: None,
         }
     }
 }

@@ -257,7 +257,7 @@ impl Runtime {
                     &key,
                     &TaskChange {
                         state: Some(TaskState::Prepared),
-                        address: Some(prepared.address),
+                        address: Some(clean(&prepared.address)),
                         ..TaskChange::default()
                     },
                 )
@@ -363,7 +363,9 @@ impl Runtime {
         let mut values: Vec<(String, f64)> = metrics
             .values
             .into_iter()
-            .filter(|(name, value)| !name.is_empty() && name.len() <= 64 && value.is_finite())
+            .filter(|(name, value)| {
+                !name.is_empty() && name.len() <= 64 && !name.contains('\0') && value.is_finite()
+            })
             .collect();
         values.sort_by(|a, b| a.0.cmp(&b.0));
         let report = NewMetrics {
@@ -397,7 +399,8 @@ impl Runtime {
         }
         let expected = self.checkpoint_dir(key.job_id, key.generation);
         let path = std::path::Path::new(&checkpoint.path);
-        if !path.starts_with(&expected)
+        if checkpoint.path.contains('\0')
+            || !path.starts_with(&expected)
             || path
                 .components()
                 .any(|c| c == std::path::Component::ParentDir)

@@ -6,7 +6,7 @@ use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{Body, PathParam, QueryPairs};
 use crate::model_views::JobModels;
 use crate::state::AppState;
-use crate::store::{Job, JobFilter, NewJob, Scope, StateChange, TaskRole};
+use crate::store::{Job, JobFilter, NewJob, Quota, Scope, StateChange, TaskRole};
 use crate::views::{EventList, EventView, JobEnvelope, JobList, JobView, ListMeta};
 use axum::Json;
 use axum::extract::State;
@@ -49,7 +49,14 @@ pub async fn submit(
     let idempotency_key = idempotency_key(&headers)?;
     let mut job = DroverJob::parse(&body, format)?;
     job.status = None;
-    check_quota(&principal, &job)?;
+    check_quota(&principal.user.tenant_name, &principal.tenant_quota, &job)?;
+    super::secrets::check_references(
+        &state,
+        principal.user.tenant_id,
+        &principal.user.tenant_name,
+        &job,
+    )
+    .await?;
     let new_job = NewJob {
         id: JobId::new(),
         tenant_id: principal.user.tenant_id,
@@ -155,8 +162,8 @@ fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
 }
 
 /// A job whose smallest shape exceeds the tenant's GPU ceiling could never run: refuse it now.
-pub(super) fn check_quota(principal: &Principal, job: &DroverJob) -> ApiResult<()> {
-    let Some(max_gpus) = principal.tenant_quota.max_gpus else {
+pub(super) fn check_quota(tenant_name: &str, quota: &Quota, job: &DroverJob) -> ApiResult<()> {
+    let Some(max_gpus) = quota.max_gpus else {
         return Ok(());
     };
     let resources = &job.spec.resources;
@@ -165,8 +172,7 @@ pub(super) fn check_quota(principal: &Principal, job: &DroverJob) -> ApiResult<(
         return Err(ApiError::invalid(
             "spec.resources.workers.min",
             format!(
-                "the job needs at least {min_gpus} GPUs but tenant `{}` may hold at most {max_gpus}",
-                principal.user.tenant_name
+                "the job needs at least {min_gpus} GPUs but tenant `{tenant_name}` may hold at most {max_gpus}"
             ),
         ));
     }
@@ -284,18 +290,17 @@ pub async fn list(
     }
     let scope = match query.get("tenant") {
         None => principal.scope(),
+        // Anyone else's tenant gets the same answer whether it exists or not.
+        Some(name) if !principal.user.cluster_admin && name != principal.user.tenant_name => {
+            return Err(
+                ApiError::forbidden("you may only list your own tenant's jobs")
+                    .with_field("tenant"),
+            );
+        }
         Some(name) => {
-            let tenant = state
-                .store
-                .get_tenant_by_name(name)
-                .await
-                .map_err(|err| ApiError::from_store(err, || format!("no tenant `{name}`")))?;
-            if !principal.user.cluster_admin && tenant.id != principal.user.tenant_id {
-                return Err(
-                    ApiError::forbidden("you may only list your own tenant's jobs")
-                        .with_field("tenant"),
-                );
-            }
+            let tenant = state.store.get_tenant_by_name(name).await.map_err(|err| {
+                ApiError::from_store(err, || format!("no tenant `{name}`")).with_field("tenant")
+            })?;
             Scope::Tenant(tenant.id)
         }
     };

@@ -1,10 +1,12 @@
 //! The router: every route of API v1 in one place, plus health, metrics and the OpenAPI document.
 
+pub mod enrollment;
 pub mod health;
 pub mod jobs;
 pub mod nodes;
 pub mod resize;
 pub mod runs;
+pub mod secrets;
 pub mod tenants;
 pub mod tokens;
 pub mod users;
@@ -32,6 +34,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         users::create, users::list, users::get, users::me,
         tokens::create, tokens::list, tokens::revoke,
         nodes::list, nodes::get, nodes::cordon, nodes::uncordon, nodes::drain,
+        enrollment::create, enrollment::list, enrollment::revoke, enrollment::revoke_node,
+        secrets::set, secrets::list, secrets::delete,
     ),
     modifiers(&BearerAuth),
     tags(
@@ -39,7 +43,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         (name = "tenants", description = "Teams and their GPU quotas"),
         (name = "users", description = "Users and their roles"),
         (name = "tokens", description = "API tokens"),
-        (name = "nodes", description = "GPU nodes"),
+        (name = "secrets", description = "Tenant secrets, sealed at rest, handed only to tasks"),
+        (name = "nodes", description = "GPU nodes, and the enrolment of their executors"),
         (name = "health", description = "Liveness, readiness, metrics"),
     )
 )]
@@ -87,11 +92,25 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/me", get(users::me))
         .route("/api/v1/tokens", post(tokens::create).get(tokens::list))
         .route("/api/v1/tokens/{id}", axum::routing::delete(tokens::revoke))
+        .route("/api/v1/secrets", get(secrets::list))
+        .route(
+            "/api/v1/secrets/{name}",
+            put(secrets::set).delete(secrets::delete),
+        )
         .route("/api/v1/nodes", get(nodes::list))
         .route("/api/v1/nodes/{name}", get(nodes::get))
         .route("/api/v1/nodes/{name}/cordon", post(nodes::cordon))
         .route("/api/v1/nodes/{name}/uncordon", post(nodes::uncordon))
         .route("/api/v1/nodes/{name}/drain", post(nodes::drain))
+        .route("/api/v1/nodes/{name}/revoke", post(enrollment::revoke_node))
+        .route(
+            "/api/v1/enrollment-tokens",
+            post(enrollment::create).get(enrollment::list),
+        )
+        .route(
+            "/api/v1/enrollment-tokens/{id}",
+            axum::routing::delete(enrollment::revoke),
+        )
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics));

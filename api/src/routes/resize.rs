@@ -83,7 +83,9 @@ pub async fn resize(
     // The same validation as a submission, on the whole changed spec.
     let bytes = serde_json::to_vec(&job).map_err(|_| ApiError::internal())?;
     let job = DroverJob::parse(&bytes, Format::Json)?;
-    check_quota(&principal, &job)?;
+    // The job's tenant's ceiling, which is not the caller's when a cluster administrator resizes it.
+    let tenant = state.store.get_tenant(stored.tenant_id).await?;
+    check_quota(&tenant.name, &tenant.quota, &job)?;
     let after = &job.spec.resources;
     let event = StateChange {
         to: stored.state,

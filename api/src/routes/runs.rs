@@ -3,7 +3,7 @@
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::extract::{PathParam, QueryPairs};
+use crate::extract::{PathPair, PathParam, QueryPairs};
 use crate::routes::jobs::parse_job_id;
 use crate::run_views::{
     CheckpointList, CheckpointRequested, CheckpointView, LogLineView, LogList, MetricList,
@@ -14,7 +14,7 @@ use crate::store::{MetricFilter, Scope};
 use crate::views::ListMeta;
 use axum::Json;
 use axum::body::Body as ResponseBody;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use drover_core::JobId;
@@ -231,7 +231,7 @@ pub async fn checkpoints(
 pub async fn download(
     State(state): State<AppState>,
     principal: Principal,
-    Path((id, checkpoint)): Path<(String, String)>,
+    PathPair(id, checkpoint): PathPair,
 ) -> ApiResult<Response> {
     let job_id = parse_job_id(&id)?;
     let checkpoint_id: uuid::Uuid = checkpoint

@@ -19,12 +19,26 @@ use utoipa::ToSchema;
 pub struct CreateToken {
     /// What the token is for, e.g. `ci` or `laptop`.
     pub name: String,
-    /// Whose token; the caller's when absent (others' need admin rights over their tenant).
+    /// Whose token; the caller's when absent. A token for someone else is how a new user gets their
+    /// first one (Drover has no passwords): cluster administrators may mint one for anyone, tenant
+    /// admins for users of their tenant who are not cluster administrators, nobody else.
     #[serde(default)]
     pub user_id: Option<uuid::Uuid>,
     /// Lifetime in human form (`30d`, `12h`); no expiry when absent.
     #[serde(default)]
     pub expires_in: Option<String>,
+}
+
+/// When a secret given `expires_in` (human form: `30d`, `12h`) expires; between 1 s and 10 years.
+pub(super) fn expiry(raw: &str) -> ApiResult<chrono::DateTime<Utc>> {
+    let duration = humantime::parse_duration(raw).map_err(|err| {
+        ApiError::invalid("expires_in", format!("`{raw}` is not a duration ({err})"))
+    })?;
+    let duration = chrono::Duration::from_std(duration)
+        .ok()
+        .filter(|d| *d > chrono::Duration::zero() && *d <= chrono::Duration::days(3650))
+        .ok_or_else(|| ApiError::invalid("expires_in", "must be between 1s and 10 years"))?;
+    Ok(Utc::now() + duration)
 }
 
 /// The user a token call is about: the caller, or one the caller may manage.
@@ -43,11 +57,21 @@ async fn target_user(
         .map_err(|err| {
             ApiError::from_store(err, || format!("no user `{user_id}`")).with_field("user_id")
         })?;
-    if principal.can_manage_users_of(user.tenant_id) {
-        Ok(user.id)
-    } else {
-        Err(ApiError::not_found(format!("no user `{user_id}`")).with_field("user_id"))
+    if !principal.can_manage_users_of(user.tenant_id) {
+        return Err(ApiError::not_found(format!("no user `{user_id}`")).with_field("user_id"));
     }
+    if !principal.may_manage_tokens_of(&user) {
+        return Err(more_privileged(&user).with_field("user_id"));
+    }
+    Ok(user.id)
+}
+
+/// The refusal for a user the caller can see but holds less privilege than.
+fn more_privileged(user: &crate::store::User) -> ApiError {
+    ApiError::forbidden(format!(
+        "`{}` holds more privilege than you: only a cluster administrator manages their tokens",
+        user.name
+    ))
 }
 
 /// Create a token.
@@ -64,21 +88,7 @@ pub async fn create(
     if body.name.trim().is_empty() || body.name.len() > 128 {
         return Err(ApiError::invalid("name", "must be 1-128 characters"));
     }
-    let expires_at = match &body.expires_in {
-        None => None,
-        Some(raw) => {
-            let duration = humantime::parse_duration(raw).map_err(|err| {
-                ApiError::invalid("expires_in", format!("`{raw}` is not a duration ({err})"))
-            })?;
-            let duration = chrono::Duration::from_std(duration)
-                .ok()
-                .filter(|d| *d > chrono::Duration::zero() && *d <= chrono::Duration::days(3650))
-                .ok_or_else(|| {
-                    ApiError::invalid("expires_in", "must be between 1s and 10 years")
-                })?;
-            Some(Utc::now() + duration)
-        }
-    };
+    let expires_at = body.expires_in.as_deref().map(expiry).transpose()?;
     let user_id = target_user(&state, &principal, body.user_id.map(UserId)).await?;
     let secret = generate_token();
     let token = state
@@ -141,11 +151,13 @@ async fn visible_token(state: &AppState, principal: &Principal, raw: &str) -> Ap
         return Ok(token);
     }
     let owner = state.store.get_user(Scope::Cluster, token.user_id).await?;
-    if principal.can_manage_users_of(owner.tenant_id) {
-        Ok(token)
-    } else {
-        Err(not_found())
+    if !principal.can_manage_users_of(owner.tenant_id) {
+        return Err(not_found());
     }
+    if !principal.may_manage_tokens_of(&owner) {
+        return Err(more_privileged(&owner));
+    }
+    Ok(token)
 }
 
 /// Revoke a token. Revoking twice is harmless.

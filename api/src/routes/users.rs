@@ -53,6 +53,13 @@ pub async fn create(
     validate_user_name(&body.name)?;
     let tenant = match &body.tenant {
         None => state.store.get_tenant(principal.user.tenant_id).await?,
+        // Anyone else's tenant gets the same answer whether it exists or not.
+        Some(name) if !principal.user.cluster_admin && *name != principal.user.tenant_name => {
+            return Err(ApiError::forbidden(format!(
+                "you may not create users in tenant `{name}`"
+            ))
+            .with_field("tenant"));
+        }
         Some(name) => state.store.get_tenant_by_name(name).await.map_err(|err| {
             ApiError::from_store(err, || format!("no tenant `{name}`")).with_field("tenant")
         })?,

@@ -3,7 +3,7 @@
 //! (`tests/store_conformance.rs`) that runs against both.
 //!
 //! What is durable (in the database): tenants and their quotas, users and roles, API tokens (as SHA-256
-//! hashes), jobs (the whole `DroverJob` document beside indexed columns: tenant, name, state, priority,
+//! hashes), executor enrolment tokens and node credentials (hashes too), jobs (the whole `DroverJob` document beside indexed columns: tenant, name, state, priority,
 //! labels), every job state change as an event, nodes as executors last reported them (with cordon and
 //! drain flags), every task of every generation of a job (the scheduling loop's intent, persisted before
 //! it is dispatched), metric samples, checkpoint records and task logs.
@@ -20,12 +20,15 @@ mod model;
 mod pg;
 mod sql;
 mod sqlite;
+mod trust;
+mod trust_sql;
 
 pub use exec::*;
 pub use model::*;
 pub use pg::PgStore;
 pub use sql::{FIND_TOKEN, INSERT_EVENT, INSERT_JOB};
 pub use sqlite::SqliteStore;
+pub use trust::*;
 
 use async_trait::async_trait;
 use drover_core::{IllegalTransition, JobId, JobState, ReasonCode, TenantId, TokenId, UserId};
@@ -87,7 +90,7 @@ pub enum Backend {
 }
 
 #[async_trait]
-pub trait Store: ExecStore + Send + Sync + std::fmt::Debug + 'static {
+pub trait Store: ExecStore + TrustStore + Send + Sync + std::fmt::Debug + 'static {
     fn backend(&self) -> Backend;
     /// Applies pending migrations.
     async fn migrate(&self) -> StoreResult<()>;

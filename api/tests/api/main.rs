@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 mod elastic;
+mod security;
 
 const ADMIN_TOKEN: &str = "drv_test-admin-token-0123456789";
 const MAX_BODY: usize = 64 * 1024;

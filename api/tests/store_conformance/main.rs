@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 mod execution;
+mod trust;
 use execution::*;
+use trust::*;
 
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
@@ -54,6 +56,7 @@ conformance!(
     executors_register_and_lose_tasks,
     jobs_with_ended_tasks_are_finishing,
     running_jobs_rescale_under_a_new_generation,
+    enrolment_spends_tokens_and_binds_node_names,
 );
 
 async fn tenant(store: &dyn Store, name: &str) -> Tenant {

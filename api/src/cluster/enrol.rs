@@ -1,0 +1,140 @@
+//! Trusting executors. An executor enrols once: it presents an enrolment token (minted by a cluster
+//! administrator, or the server's configured one) and a node name, and receives a credential for that
+//! node, which it keeps. Every session then presents the credential, and may speak only as its node.
+//! A node name with a live credential cannot be enrolled again until an administrator revokes it, so
+//! a leaked enrolment token cannot be used to impersonate an enrolled node.
+
+use super::Runtime;
+use crate::auth::{NODE_CREDENTIAL_PREFIX, display_prefix, generate_secret, hash_token};
+use crate::store::{EnrolWith, Enrolment, NewNodeCredential};
+use drover_proto as pb;
+use sha2::{Digest, Sha256};
+use tonic::Status;
+
+/// A node name as executors give it: what `Register` and `Enroll` accept.
+pub(super) fn validate_node_name(name: &str) -> Result<(), Status> {
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+    if valid {
+        Ok(())
+    } else {
+        Err(Status::invalid_argument(format!(
+            "node_name `{}`: 1 to 253 letters, digits, `-`, `.` or `_`",
+            name.escape_debug()
+        )))
+    }
+}
+
+/// The bearer value of a request's `authorization` metadata.
+fn bearer(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
+    metadata
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+impl Runtime {
+    /// Exchanges an enrolment token for a node credential.
+    pub(super) async fn enroll(
+        &self,
+        request: &pb::EnrollRequest,
+    ) -> Result<pb::EnrollResponse, Status> {
+        validate_node_name(&request.node_name)?;
+        let given = request.enrollment_token.trim();
+        // The configured token is compared as digests, so the time taken says nothing about it.
+        let with_server = self
+            .config
+            .enrollment_token
+            .as_deref()
+            .is_some_and(|expected| Sha256::digest(given) == Sha256::digest(expected));
+        let hash = hash_token(given);
+        let with = if with_server {
+            EnrolWith::Server
+        } else {
+            EnrolWith::Token(&hash)
+        };
+        let secret = generate_secret(NODE_CREDENTIAL_PREFIX);
+        let credential = NewNodeCredential {
+            node_name: request.node_name.clone(),
+            credential_hash: hash_token(&secret),
+            prefix: display_prefix(&secret),
+        };
+        let outcome = self.store.enroll_node(with, &credential).await.map_err(|err| {
+            tracing::error!(node.name = request.node_name, error = %err, "cannot record an enrolment");
+            Status::unavailable("the server cannot record the enrolment; retry")
+        })?;
+        match outcome {
+            Enrolment::Enrolled(record) => {
+                tracing::info!(
+                    node.name = record.node_name,
+                    enrolled_with = record.enrolled_with,
+                    "executor enrolled"
+                );
+                Ok(pb::EnrollResponse {
+                    node_name: record.node_name,
+                    credential: secret,
+                })
+            }
+            Enrolment::TokenRefused => {
+                tracing::warn!(
+                    node.name = request.node_name,
+                    "refused an enrolment: unknown, expired, revoked or used-up token"
+                );
+                Err(Status::unauthenticated(
+                    "the enrolment token is unknown, expired, revoked or used up: ask a cluster administrator for one (drover enrollment-token create)",
+                ))
+            }
+            Enrolment::NameTaken => {
+                tracing::warn!(
+                    node.name = request.node_name,
+                    "refused an enrolment: the node is enrolled already"
+                );
+                Err(Status::already_exists(format!(
+                    "node `{}` is enrolled already: keep the executor's data directory (it holds the node's credential), or revoke the node first (drover node revoke {})",
+                    request.node_name, request.node_name
+                )))
+            }
+        }
+    }
+
+    /// The node a session's credential was issued for.
+    pub(super) async fn authenticate_node(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+    ) -> Result<String, Status> {
+        let Some(secret) = bearer(metadata) else {
+            return Err(Status::unauthenticated(
+                "no node credential: enrol this executor first (--enrollment-token)",
+            ));
+        };
+        let record = self
+            .store
+            .find_node_credential(&hash_token(secret))
+            .await
+            .map_err(|err| {
+                tracing::error!(error = %err, "cannot look up a node credential");
+                Status::unavailable("the server cannot check credentials now; retry")
+            })?;
+        match record {
+            Some(record) if record.revoked_at.is_none() => Ok(record.node_name),
+            Some(record) => {
+                tracing::warn!(
+                    node.name = record.node_name,
+                    "refused a session with a revoked credential"
+                );
+                Err(Status::unauthenticated(format!(
+                    "the credential of node `{}` was revoked: enrol again with a new enrolment token",
+                    record.node_name
+                )))
+            }
+            None => Err(Status::unauthenticated(
+                "unknown node credential: enrol this executor (--enrollment-token)",
+            )),
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! Executor enrolment: tokens are spent once per enrolment, a name enrols once until revoked, and a
+//! revoked credential is told apart from an unknown one.
+
+use super::{tenant, user};
+use chrono::{Duration, Utc};
+use drover_api::store::*;
+use drover_api::testing::TestDb;
+use drover_core::Role;
+
+fn credential(node: &str, secret: u8) -> NewNodeCredential {
+    NewNodeCredential {
+        node_name: node.to_owned(),
+        credential_hash: [secret; 32],
+        prefix: format!("drn_{secret}"),
+    }
+}
+
+async fn mint(store: &dyn Store, by: &User, secret: u8, uses: u32, expired: bool) -> [u8; 32] {
+    let hash = [secret; 32];
+    store
+        .create_enrollment_token(&NewEnrollmentToken {
+            name: format!("token-{secret}"),
+            token_hash: hash,
+            prefix: format!("dre_{secret}"),
+            uses,
+            created_by: by.id,
+            expires_at: Some(
+                Utc::now()
+                    + if expired {
+                        -Duration::hours(1)
+                    } else {
+                        Duration::hours(1)
+                    },
+            ),
+        })
+        .await
+        .unwrap();
+    hash
+}
+
+pub(crate) async fn enrolment_spends_tokens_and_binds_node_names(db: &TestDb) {
+    let store = db.store.as_ref();
+    let ops = tenant(store, "ops").await;
+    let root = user(store, ops.id, "root", Role::Admin).await;
+    let once = mint(store, &root, 1, 1, false).await;
+
+    let first = store
+        .enroll_node(EnrolWith::Token(&once), &credential("gpu-01", 101))
+        .await
+        .unwrap();
+    let Enrolment::Enrolled(record) = first else {
+        panic!("not enrolled: {first:?}")
+    };
+    assert_eq!(
+        (record.node_name.as_str(), record.enrolled_with.as_str()),
+        ("gpu-01", "token-1")
+    );
+    // Spent: the one use is gone.
+    assert_eq!(
+        store
+            .enroll_node(EnrolWith::Token(&once), &credential("gpu-02", 102))
+            .await
+            .unwrap(),
+        Enrolment::TokenRefused
+    );
+    let listed = store.list_enrollment_tokens().await.unwrap();
+    assert_eq!(listed[0].uses_left, 0);
+
+    // A name with a live credential is refused, and the refusal spends nothing.
+    let twice = mint(store, &root, 2, 2, false).await;
+    assert_eq!(
+        store
+            .enroll_node(EnrolWith::Token(&twice), &credential("gpu-01", 103))
+            .await
+            .unwrap(),
+        Enrolment::NameTaken
+    );
+    assert_eq!(
+        store
+            .enroll_node(EnrolWith::Server, &credential("gpu-01", 104))
+            .await
+            .unwrap(),
+        Enrolment::NameTaken
+    );
+    let uses_left = |tokens: Vec<EnrollmentToken>| {
+        tokens
+            .into_iter()
+            .find(|t| t.name == "token-2")
+            .unwrap()
+            .uses_left
+    };
+    assert_eq!(uses_left(store.list_enrollment_tokens().await.unwrap()), 2);
+
+    // Expired, revoked and unknown tokens enrol nobody.
+    let stale = mint(store, &root, 3, 5, true).await;
+    assert_eq!(
+        store
+            .enroll_node(EnrolWith::Token(&stale), &credential("gpu-03", 105))
+            .await
+            .unwrap(),
+        Enrolment::TokenRefused
+    );
+    let revoked_id = store
+        .list_enrollment_tokens()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|t| t.name == "token-2")
+        .unwrap()
+        .id;
+    store.revoke_enrollment_token(revoked_id).await.unwrap();
+    assert_eq!(
+        store
+            .enroll_node(EnrolWith::Token(&twice), &credential("gpu-03", 106))
+            .await
+            .unwrap(),
+        Enrolment::TokenRefused
+    );
+    assert_eq!(
+        store
+            .enroll_node(EnrolWith::Token(&[9; 32]), &credential("gpu-03", 107))
+            .await
+            .unwrap(),
+        Enrolment::TokenRefused
+    );
+    assert!(matches!(
+        store.revoke_enrollment_token(uuid::Uuid::now_v7()).await,
+        Err(StoreError::NotFound)
+    ));
+
+    // Revoking the node's credential frees its name; the old credential stays known, as revoked.
+    assert_eq!(store.revoke_node_credentials("gpu-01").await.unwrap(), 1);
+    assert_eq!(store.revoke_node_credentials("gpu-01").await.unwrap(), 0);
+    let old = store
+        .find_node_credential(&[101; 32])
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(old.revoked_at.is_some());
+    assert!(
+        store
+            .find_node_credential(&[200; 32])
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let again = store
+        .enroll_node(EnrolWith::Server, &credential("gpu-01", 108))
+        .await
+        .unwrap();
+    assert!(
+        matches!(again, Enrolment::Enrolled(ref r) if r.enrolled_with == "server"),
+        "{again:?}"
+    );
+    let live = store.live_node_credentials().await.unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].prefix, "drn_108");
+}

@@ -1,0 +1,40 @@
+-- Trust: executor enrolment (one-time enrolment tokens and the per-node credentials executors receive
+-- in exchange, both stored as SHA-256 hashes only) and tenant secrets sealed with the server key.
+
+CREATE TABLE enrollment_tokens (
+    id         uuid PRIMARY KEY,
+    name       text NOT NULL,
+    token_hash bytea NOT NULL UNIQUE,
+    prefix     text NOT NULL,
+    uses_left  integer NOT NULL CHECK (uses_left >= 0),
+    created_by uuid REFERENCES users (id),
+    created_at timestamptz NOT NULL,
+    expires_at timestamptz,
+    revoked_at timestamptz
+);
+
+CREATE TABLE node_credentials (
+    id              uuid PRIMARY KEY,
+    node_name       text NOT NULL,
+    credential_hash bytea NOT NULL UNIQUE,
+    prefix          text NOT NULL,
+    enrolled_with   text NOT NULL,      -- the enrolment token's name, or `server` for the configured one
+    created_at      timestamptz NOT NULL,
+    revoked_at      timestamptz
+);
+-- One live credential per node name: a second executor cannot enrol as a node that already has one.
+CREATE UNIQUE INDEX node_credentials_live ON node_credentials (node_name) WHERE revoked_at IS NULL;
+
+-- Tenant secrets: sealed with the server's key (ChaCha20-Poly1305, the tenant and name bound as
+-- associated data), opened only to hand a value to a task's process.
+CREATE TABLE secrets (
+    tenant_id  uuid NOT NULL REFERENCES tenants (id),
+    name       text NOT NULL,
+    key_id     text NOT NULL,      -- which server key sealed it (a digest of the key, not the key)
+    nonce      bytea NOT NULL,
+    ciphertext bytea NOT NULL,
+    created_by uuid REFERENCES users (id),
+    created_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL,
+    PRIMARY KEY (tenant_id, name)
+);
