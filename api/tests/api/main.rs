@@ -13,6 +13,7 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+mod authz;
 mod elastic;
 mod security;
 
@@ -50,7 +51,8 @@ impl TestApp {
         ensure_cluster_admin(db.store.as_ref(), Some(ADMIN_TOKEN))
             .await
             .unwrap();
-        let router = app(AppState::new(db.store.clone(), MAX_BODY));
+        let secrets = drover_api::secrets::SecretBox::new(&[42; drover_api::secrets::KEY_LEN]);
+        let router = app(AppState::new(db.store.clone(), MAX_BODY).with_secrets(secrets.into()));
         TestApp { router, db }
     }
 
