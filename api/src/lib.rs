@@ -7,6 +7,7 @@ pub mod auth;
 pub mod cluster;
 pub mod error;
 pub mod extract;
+pub mod limits;
 pub mod metrics;
 pub mod model_views;
 pub mod routes;

@@ -26,6 +26,7 @@ pub struct ServerConfig {
     /// Run jobs: the executor gateway on this address, and the scheduling loop. `None` serves the API
     /// only (jobs then stay queued).
     pub cluster: Option<(SocketAddr, ClusterConfig)>,
+    pub limits: crate::limits::Limits,
     /// The key tenant secrets are sealed with; `None`: the server keeps no secrets.
     pub secrets: Option<Arc<crate::secrets::SecretBox>>,
 }
@@ -86,13 +87,14 @@ pub async fn start(
         shutdown.await;
         let _ = stop.send(true);
     });
-    let mut state = AppState::new(store.clone(), config.max_body_bytes);
+    let mut state = AppState::new(store.clone(), config.max_body_bytes).with_limits(config.limits);
     if let Some(secrets) = &config.secrets {
         state = state.with_secrets(secrets.clone());
     }
     let mut gateway_addr = None;
     if let Some((gateway_listen, mut cluster)) = config.cluster {
         cluster.secrets = config.secrets.clone();
+        cluster.limits = config.limits;
         let runtime = Runtime::new(store.clone(), cluster);
         let scheduling = SchedulingLoop::new(runtime.clone())
             .with_context(|| format!("cannot run the policy `{}`", runtime.config.policy))?;

@@ -1,6 +1,7 @@
 //! Shared state of the HTTP handlers.
 
 use crate::cluster::Runtime;
+use crate::limits::{Buckets, Limits};
 use crate::metrics::Metrics;
 use crate::secrets::SecretBox;
 use crate::store::Store;
@@ -20,6 +21,9 @@ pub struct AppInner {
     pub runtime: Option<Arc<Runtime>>,
     /// Seals tenant secrets; `None`: this server keeps no secrets.
     pub secrets: Option<Arc<SecretBox>>,
+    pub limits: Limits,
+    /// API requests, per token (by its hash).
+    pub request_buckets: Arc<Buckets<[u8; 32]>>,
 }
 
 impl AppState {
@@ -30,6 +34,18 @@ impl AppState {
             max_body_bytes,
             runtime: None,
             secrets: None,
+            limits: Limits::NONE,
+            request_buckets: Arc::new(Buckets::new(Limits::NONE.requests)),
+        }))
+    }
+
+    /// The same state, enforcing these limits. Call before the state is shared.
+    pub fn with_limits(self, limits: Limits) -> Self {
+        let inner = self.into_inner();
+        Self(Arc::new(AppInner {
+            limits,
+            request_buckets: Arc::new(Buckets::new(limits.requests)),
+            ..inner
         }))
     }
 
@@ -49,6 +65,8 @@ impl AppState {
             max_body_bytes: shared.max_body_bytes,
             runtime: shared.runtime.clone(),
             secrets: shared.secrets.clone(),
+            limits: shared.limits,
+            request_buckets: shared.request_buckets.clone(),
         })
     }
 

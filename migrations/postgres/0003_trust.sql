@@ -38,3 +38,6 @@ CREATE TABLE secrets (
     updated_at timestamptz NOT NULL,
     PRIMARY KEY (tenant_id, name)
 );
+
+-- The submission ceiling counts each tenant's waiting jobs.
+CREATE INDEX jobs_tenant_state ON jobs (tenant_id, state);

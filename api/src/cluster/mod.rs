@@ -10,6 +10,7 @@ mod dispatch;
 mod enrol;
 mod gateway;
 mod hub;
+mod ingest;
 mod observe;
 mod reports;
 mod scheduling;
@@ -45,6 +46,8 @@ pub struct ClusterConfig {
     /// The server's own enrolment token (`--enrollment-token`): reusable, for fleets that enrol
     /// executors as they come (a DaemonSet). `None`: only tokens minted through the API enrol.
     pub enrollment_token: Option<String>,
+    /// How much each tenant's tasks may report (log lines, metric samples).
+    pub limits: crate::limits::Limits,
     /// Opens tenant secrets for the tasks that need them; `None`: jobs with secrets cannot start.
     pub secrets: Option<Arc<crate::secrets::SecretBox>>,
 }
@@ -60,6 +63,7 @@ impl ClusterConfig {
             checkpoint_root,
             enrollment_token: None,
             secrets: None,
+            limits: crate::limits::Limits::NONE,
         }
     }
 }
@@ -72,6 +76,8 @@ pub struct Runtime {
     pub config: ClusterConfig,
     /// Each job's aggregated speed and loss samples.
     pub observer: Observer,
+    /// Per-tenant ingestion rates.
+    pub ingest: ingest::Ingest,
 }
 
 impl Runtime {
@@ -79,6 +85,7 @@ impl Runtime {
         Arc::new(Self {
             store,
             hub: Hub::new(),
+            ingest: ingest::Ingest::new(&config.limits),
             config,
             observer: Observer::default(),
         })

@@ -114,9 +114,14 @@ impl Runtime {
                 if self.owned(node, key).await?.is_none() {
                     return Ok(());
                 }
-                let lines: Vec<NewLogLine> = logs
+                let wanted = logs.lines.len();
+                let granted = self
+                    .admit(key.job_id, super::ingest::Kind::LogLines, wanted)
+                    .await?;
+                let mut lines: Vec<NewLogLine> = logs
                     .lines
                     .into_iter()
+                    .take(granted)
                     .map(|l| NewLogLine {
                         stream: if l.stream == "stderr" {
                             "stderr"
@@ -128,6 +133,18 @@ impl Runtime {
                         logged_at: time_of(l.time_ms),
                     })
                     .collect();
+                if granted < wanted
+                    && let Some(last) = lines.last_mut()
+                {
+                    last.stream = "stderr".to_owned();
+                    last.line = super::ingest::dropped_notice(
+                        wanted - granted + 1,
+                        self.ingest.rate(super::ingest::Kind::LogLines),
+                    );
+                }
+                if lines.is_empty() {
+                    return Ok(());
+                }
                 self.store
                     .append_logs(&key, &lines)
                     .await
@@ -368,6 +385,18 @@ impl Runtime {
             })
             .collect();
         values.sort_by(|a, b| a.0.cmp(&b.0));
+        let granted = self
+            .admit(key.job_id, super::ingest::Kind::MetricSamples, values.len())
+            .await?;
+        // The first step's `startup_s` times a resize: it is never the one dropped.
+        if granted < values.len() {
+            values.sort_by_key(|(name, _)| name != STARTUP_METRIC);
+            values.truncate(granted);
+            values.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        if values.is_empty() {
+            return Ok(());
+        }
         let report = NewMetrics {
             key,
             num_ps: tasks.len() as u32 - num_workers,

@@ -50,6 +50,7 @@ pub async fn submit(
     let mut job = DroverJob::parse(&body, format)?;
     job.status = None;
     check_quota(&principal.user.tenant_name, &principal.tenant_quota, &job)?;
+    check_waiting_jobs(&state, &principal).await?;
     super::secrets::check_references(
         &state,
         principal.user.tenant_id,
@@ -177,6 +178,30 @@ pub(super) fn check_quota(tenant_name: &str, quota: &Quota, job: &DroverJob) -> 
         ));
     }
     Ok(())
+}
+
+/// A tenant may keep only so many jobs waiting, so that no tenant can fill the database. Concurrent
+/// submissions may overshoot the ceiling by their number.
+async fn check_waiting_jobs(state: &AppState, principal: &Principal) -> ApiResult<()> {
+    let ceiling = state.limits.max_queued_jobs_per_tenant;
+    if ceiling == 0 {
+        return Ok(());
+    }
+    let waiting = state
+        .store
+        .count_waiting_jobs(principal.user.tenant_id)
+        .await?;
+    if waiting < u64::from(ceiling) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too_many_waiting_jobs",
+        format!(
+            "tenant `{}` has {waiting} jobs waiting, its ceiling: submit again once some have started or been cancelled",
+            principal.user.tenant_name
+        ),
+    ))
 }
 
 /// Parses a job id from a path; a malformed id is simply an unknown job.

@@ -130,6 +130,10 @@ pub fn app(state: AppState) -> Router {
         })
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            crate::limits::limit_requests,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             metrics::track,
         ))
         .layer(DefaultBodyLimit::max(max_body_bytes))

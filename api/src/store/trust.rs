@@ -129,4 +129,7 @@ pub trait TrustStore: Send + Sync {
     async fn delete_secret(&self, tenant: TenantId, name: &str) -> StoreResult<SecretInfo>;
     /// A secret's sealed value.
     async fn sealed_secret(&self, tenant: TenantId, name: &str) -> StoreResult<Option<Sealed>>;
+
+    /// How many of the tenant's jobs wait (`queued` or `paused`): the submission ceiling counts these.
+    async fn count_waiting_jobs(&self, tenant: TenantId) -> StoreResult<u64>;
 }

@@ -232,6 +232,16 @@ macro_rules! impl_trust_store {
                 .await?;
                 Ok(row.map(|(key_id, nonce, ciphertext)| Sealed { key_id, nonce, ciphertext }))
             }
+
+            async fn count_waiting_jobs(&self, tenant: TenantId) -> StoreResult<u64> {
+                let count: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM jobs WHERE tenant_id = $1 AND state IN ('queued', 'paused')",
+                )
+                .bind(tenant.0)
+                .fetch_one(&self.pool)
+                .await?;
+                u64_column(count, "count")
+            }
         }
     };
 }

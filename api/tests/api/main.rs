@@ -47,13 +47,22 @@ impl Reply {
 
 impl TestApp {
     async fn new() -> TestApp {
+        Self::with_limits(drover_api::limits::Limits::NONE).await
+    }
+
+    async fn with_limits(limits: drover_api::limits::Limits) -> TestApp {
         let db = TestDb::sqlite().await;
         ensure_cluster_admin(db.store.as_ref(), Some(ADMIN_TOKEN))
             .await
             .unwrap();
         let secrets = drover_api::secrets::SecretBox::new(&[42; drover_api::secrets::KEY_LEN]);
-        let router = app(AppState::new(db.store.clone(), MAX_BODY).with_secrets(secrets.into()));
-        TestApp { router, db }
+        let state = AppState::new(db.store.clone(), MAX_BODY)
+            .with_secrets(secrets.into())
+            .with_limits(limits);
+        TestApp {
+            router: app(state),
+            db,
+        }
     }
 
     async fn call(

@@ -349,3 +349,80 @@ async fn only_cluster_administrators_manage_enrolment() {
         .await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn a_token_over_its_rate_is_told_when_to_retry() {
+    use drover_api::limits::{Limits, Rate};
+    let app = TestApp::with_limits(Limits {
+        requests: Rate {
+            per_second: 1.0,
+            burst: 3.0,
+        },
+        ..Limits::NONE
+    })
+    .await;
+    let other = app.user_token("vision", "alice", "member").await;
+    // The helper above spent some of the administrator's burst; spend the rest.
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(app.get("/api/v1/me", ADMIN_TOKEN).await);
+    }
+    let limited = statuses
+        .iter()
+        .find(|r| r.status == StatusCode::TOO_MANY_REQUESTS)
+        .expect("no request was limited");
+    assert_eq!(limited.error_code(), "rate_limited");
+    let retry: u64 = limited.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=2).contains(&retry), "Retry-After: {retry}");
+    // Another token has its own allowance; health checks carry none.
+    assert_eq!(app.get("/api/v1/me", &other).await.status, StatusCode::OK);
+    let health = app.call(Method::GET, "/healthz", None, None, &[]).await;
+    assert_eq!(health.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_tenant_may_keep_only_so_many_jobs_waiting() {
+    use drover_api::limits::Limits;
+    let app = TestApp::with_limits(Limits {
+        max_queued_jobs_per_tenant: 2,
+        ..Limits::NONE
+    })
+    .await;
+    let alice = app.user_token("vision", "alice", "member").await;
+    let nick = app.user_token("nlp", "nick", "member").await;
+    let first = app.post("/api/v1/jobs", &alice, command_job("one")).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(
+        app.post("/api/v1/jobs", &alice, command_job("two"))
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let third = app.post("/api/v1/jobs", &alice, command_job("three")).await;
+    assert_eq!(
+        third.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        third.body
+    );
+    assert_eq!(third.error_code(), "too_many_waiting_jobs");
+    assert_eq!(
+        app.post("/api/v1/jobs", &nick, command_job("one"))
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let id = first.body["job"]["id"].as_str().unwrap();
+    app.post(&format!("/api/v1/jobs/{id}/cancel"), &alice, json!({}))
+        .await;
+    assert_eq!(
+        app.post("/api/v1/jobs", &alice, command_job("three"))
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+}

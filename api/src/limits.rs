@@ -1,0 +1,214 @@
+//! Limits that keep one caller or one tenant from taking the server or the database for itself:
+//! a token bucket per API token (requests), per tenant (log lines and metric samples reported by its
+//! tasks), and a ceiling on each tenant's waiting jobs (checked at submission).
+//!
+//! Buckets live in memory, per server replica: a replica restart refills them.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A sustained rate with a burst allowance; `per_second == 0` means unlimited.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    pub per_second: f64,
+    pub burst: f64,
+}
+
+impl Rate {
+    pub const UNLIMITED: Rate = Rate {
+        per_second: 0.0,
+        burst: 0.0,
+    };
+
+    pub fn is_unlimited(self) -> bool {
+        self.per_second <= 0.0
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// Buckets kept at most before idle (full) ones are dropped.
+const PRUNE_ABOVE: usize = 10_000;
+
+/// One token bucket per key.
+#[derive(Debug)]
+pub struct Buckets<K> {
+    rate: Rate,
+    buckets: Mutex<HashMap<K, Bucket>>,
+}
+
+impl<K: Eq + Hash + Clone> Buckets<K> {
+    pub fn new(rate: Rate) -> Self {
+        Self {
+            rate,
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn rate(&self) -> Rate {
+        self.rate
+    }
+
+    /// Takes up to `wanted` tokens from `key`'s bucket at `now`; returns how many it got.
+    pub fn take_up_to(&self, key: &K, wanted: f64, now: Instant) -> f64 {
+        if self.rate.is_unlimited() {
+            return wanted;
+        }
+        let mut buckets = self
+            .buckets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if buckets.len() > PRUNE_ABOVE {
+            let rate = self.rate;
+            buckets.retain(|_, b| refill(rate, *b, now).tokens < rate.burst);
+        }
+        let bucket = buckets.entry(key.clone()).or_insert(Bucket {
+            tokens: self.rate.burst,
+            at: now,
+        });
+        *bucket = refill(self.rate, *bucket, now);
+        let granted = wanted.min(bucket.tokens.floor()).max(0.0);
+        bucket.tokens -= granted;
+        granted
+    }
+
+    /// Takes one token, or says how long until one is there.
+    pub fn take_one(&self, key: &K, now: Instant) -> Result<(), Duration> {
+        if self.take_up_to(key, 1.0, now) >= 1.0 {
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64(1.0 / self.rate.per_second))
+        }
+    }
+}
+
+fn refill(rate: Rate, bucket: Bucket, now: Instant) -> Bucket {
+    let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
+    Bucket {
+        tokens: (bucket.tokens + elapsed * rate.per_second).min(rate.burst),
+        at: now,
+    }
+}
+
+/// The limits a server enforces; one typed struct, from its flags.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// API requests per token.
+    pub requests: Rate,
+    /// Jobs a tenant may have waiting (`queued` or `paused`); 0 means no ceiling.
+    pub max_queued_jobs_per_tenant: u32,
+    /// Log lines a tenant's tasks may report.
+    pub log_lines: Rate,
+    /// Metric samples (one value of one step) a tenant's tasks may report.
+    pub metric_samples: Rate,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            requests: Rate {
+                per_second: 50.0,
+                burst: 200.0,
+            },
+            max_queued_jobs_per_tenant: 10_000,
+            log_lines: Rate {
+                per_second: 2_000.0,
+                burst: 20_000.0,
+            },
+            metric_samples: Rate {
+                per_second: 1_000.0,
+                burst: 10_000.0,
+            },
+        }
+    }
+}
+
+impl Limits {
+    /// No limit at all (tests that are not about limits).
+    pub const NONE: Limits = Limits {
+        requests: Rate::UNLIMITED,
+        max_queued_jobs_per_tenant: 0,
+        log_lines: Rate::UNLIMITED,
+        metric_samples: Rate::UNLIMITED,
+    };
+}
+
+/// Middleware: API requests beyond the caller's token's rate get `429 Too Many Requests` with
+/// `Retry-After`. Requests without a token are not counted (they are refused, or are health checks).
+pub async fn limit_requests(
+    axum::extract::State(state): axum::extract::State<crate::state::AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let rate = state.request_buckets.rate();
+    if rate.is_unlimited() {
+        return next.run(request).await;
+    }
+    let token = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    if let Some(token) = token
+        && let Err(wait) = state
+            .request_buckets
+            .take_one(&crate::auth::hash_token(token), Instant::now())
+    {
+        let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
+        let mut response = crate::error::ApiError::new(
+            axum::http::StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            format!(
+                "too many requests with this token: at most {} a second (bursts of {}); retry in {seconds} s",
+                rate.per_second, rate.burst
+            ),
+        )
+        .into_response();
+        response.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from(seconds),
+        );
+        return response;
+    }
+    next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bucket_allows_its_burst_then_its_rate() {
+        let buckets = Buckets::new(Rate {
+            per_second: 10.0,
+            burst: 3.0,
+        });
+        let start = Instant::now();
+        for _ in 0..3 {
+            assert!(buckets.take_one(&"a", start).is_ok());
+        }
+        let wait = buckets.take_one(&"a", start).unwrap_err();
+        assert_eq!(wait, Duration::from_millis(100));
+        // Another key has its own bucket.
+        assert!(buckets.take_one(&"b", start).is_ok());
+        // A tenth of a second later, one more.
+        let later = start + Duration::from_millis(100);
+        assert!(buckets.take_one(&"a", later).is_ok());
+        assert!(buckets.take_one(&"a", later).is_err());
+        // Partial grants: 5 wanted, 3 there after a long pause (the burst caps the refill).
+        assert_eq!(
+            buckets.take_up_to(&"a", 5.0, later + Duration::from_secs(60)),
+            3.0
+        );
+        let unlimited = Buckets::new(Rate::UNLIMITED);
+        assert_eq!(unlimited.take_up_to(&"a", 1e9, start), 1e9);
+    }
+}
