@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 pub(crate) const DROVER: &str = env!("CARGO_BIN_EXE_drover");
 pub(crate) const ADMIN_TOKEN: &str = "drv_e2e_executors_admin_token_0123456789";
 /// The server's configured (reusable) enrolment token, which the executors enrol with.
-pub(crate) const ENROLLMENT_TOKEN: &str = "e2e-enrollment-token-0123456789";
+pub(crate) const ENROLLMENT_TOKEN: &str = "e2e-enrollment-token-0123456789abcdef";
 /// Steps between checkpoints in the test job.
 pub(crate) const CHECKPOINT_EVERY: u64 = 300;
 

@@ -126,6 +126,42 @@ async fn executors_enrol_once_and_a_revoked_node_is_shut_out() {
             (node_health(c, "exec-c").await.as_deref() != Some("healthy")).then_some(())
         })
         .await;
+    // The server's reusable token does not bring a revoked node back; a token minted for it does.
+    let (ok, stderr) = executor_that_exits(&cluster, "exec-c", Some(ENROLLMENT_TOKEN));
+    assert!(!ok && stderr.contains("was revoked"), "{stderr}");
+    let bound = cluster
+        .post(
+            "/api/v1/enrollment-tokens",
+            json!({"name": "exec-c again", "node": "exec-c"}),
+        )
+        .await;
+    assert_eq!(bound["enrollment_token"]["node"], "exec-c");
+    let secret = bound["secret"].as_str().unwrap().to_owned();
+    let (ok, stderr) = executor_that_exits(&cluster, "exec-e", Some(&secret));
+    assert!(
+        !ok && stderr.contains("cannot enrol"),
+        "a token for exec-c enrolled exec-e: {stderr}"
+    );
+    let back = Proc::spawn(&[
+        "executor",
+        "--gateway",
+        &cluster.gateway,
+        "--name",
+        "exec-c",
+        "--slots",
+        "1",
+        "--enrollment-token",
+        &secret,
+        "--data-dir",
+        cluster.executor_dir("exec-c").to_str().unwrap(),
+    ]);
+    back.wait_for_line("drover executor ");
+    cluster.executors.push(("exec-c".to_owned(), back));
+    cluster
+        .wait_until("exec-c back", Duration::from_secs(30), async |c| {
+            (node_health(c, "exec-c").await.as_deref() == Some("healthy")).then_some(())
+        })
+        .await;
     // The other executors, enrolled with the server's token, are untouched.
     assert_eq!(
         node_health(&cluster, "exec-a").await.as_deref(),
@@ -156,9 +192,10 @@ async fn a_secret_reaches_the_tasks_process_and_nothing_else() {
             "metadata": {"name": name},
             "spec": {
                 "type": "command",
-                // Prints the value reversed, so the log proves it arrived without holding it.
+                // Prints the value reversed, so the log proves it arrived without holding it, and
+                // whether the executor's own credentials leaked into the task's environment.
                 "command": {
-                    "argv": ["python3", "-c", "import os; print('reversed', os.environ['API_KEY'][::-1], os.environ['PLAIN'])"],
+                    "argv": ["python3", "-c", "import os; print('reversed', os.environ['API_KEY'][::-1], os.environ['PLAIN'], any(k in os.environ for k in ('DROVER_ENROLLMENT_TOKEN', 'DROVER_ADMIN_TOKEN')))"],
                     "env": {"API_KEY": {"secret": secret}, "PLAIN": "visible"}
                 },
                 "resources": {"workers": {"min": 1, "max": 1}, "gpus_per_worker": 0, "cpus_per_worker": 1}
@@ -188,7 +225,7 @@ async fn a_secret_reaches_the_tasks_process_and_nothing_else() {
     let logs = cluster.logs(&id).await;
     assert!(
         logs.iter()
-            .any(|l| l["line"] == format!("reversed {reversed} visible")),
+            .any(|l| l["line"] == format!("reversed {reversed} visible False")),
         "{logs:?}"
     );
     let job_view = cluster.job(&id).await;

@@ -88,12 +88,14 @@ impl Principal {
     }
 
     /// May mint, list and revoke `target`'s tokens: the caller's own, or those of a user the caller
-    /// manages who holds no more privilege than the caller (a tenant admin never acts for a cluster
-    /// administrator, whose token would reach every tenant).
+    /// manages who holds less privilege than the caller (a tenant admin never acts for another tenant
+    /// admin nor for a cluster administrator, whose token would reach every tenant). Cluster
+    /// administrators act for anyone.
     pub fn may_manage_tokens_of(&self, target: &User) -> bool {
         target.id == self.user.id
+            || self.user.cluster_admin
             || (self.can_manage_users_of(target.tenant_id)
-                && Privilege::of(target) <= Privilege::of(&self.user))
+                && Privilege::of(target) < Privilege::of(&self.user))
     }
 }
 

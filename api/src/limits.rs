@@ -78,6 +78,20 @@ impl<K: Eq + Hash + Clone> Buckets<K> {
         granted
     }
 
+    /// Whether `key`'s bucket holds at least one token at `now` (taking none).
+    pub fn has_one(&self, key: &K, now: Instant) -> bool {
+        if self.rate.is_unlimited() {
+            return true;
+        }
+        let buckets = self
+            .buckets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        buckets
+            .get(key)
+            .is_none_or(|bucket| refill(self.rate, *bucket, now).tokens >= 1.0)
+    }
+
     /// Takes one token, or says how long until one is there.
     pub fn take_one(&self, key: &K, now: Instant) -> Result<(), Duration> {
         if self.take_up_to(key, 1.0, now) >= 1.0 {
@@ -140,7 +154,8 @@ impl Limits {
 }
 
 /// Middleware: API requests beyond the caller's token's rate get `429 Too Many Requests` with
-/// `Retry-After`. Requests without a token are not counted (they are refused, or are health checks).
+/// `Retry-After`. Requests without a token are not counted (they are refused), nor are health checks
+/// and metrics scrapes.
 pub async fn limit_requests(
     axum::extract::State(state): axum::extract::State<crate::state::AppState>,
     request: axum::extract::Request,
@@ -148,7 +163,8 @@ pub async fn limit_requests(
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     let rate = state.request_buckets.rate();
-    if rate.is_unlimited() {
+    let probe = matches!(request.uri().path(), "/healthz" | "/readyz" | "/metrics");
+    if rate.is_unlimited() || probe {
         return next.run(request).await;
     }
     let token = request

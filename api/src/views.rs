@@ -311,6 +311,9 @@ pub struct EnrollmentTokenView {
     pub prefix: String,
     /// Executors that may still enrol with it.
     pub uses_left: u32,
+    /// The one node it may enrol, when minted for one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_by: Option<Uuid>,
     pub created_at: DateTime<Utc>,
@@ -327,6 +330,7 @@ impl From<crate::store::EnrollmentToken> for EnrollmentTokenView {
             name: token.name,
             prefix: token.prefix,
             uses_left: token.uses_left,
+            node: token.node_name,
             created_by: token.created_by.map(|u| u.0),
             created_at: token.created_at,
             expires_at: token.expires_at,

@@ -19,6 +19,9 @@ pub enum EnrollmentCommand {
         /// Lifetime, e.g. `1h` or `7d`.
         #[arg(long, default_value = "24h")]
         expires_in: String,
+        /// Mint it for this node only (needed to enrol a node again after `drover node revoke`).
+        #[arg(long)]
+        node: Option<String>,
     },
     /// List enrolment tokens (never their secrets).
     List,
@@ -66,8 +69,9 @@ pub async fn enrollment_token(
             name,
             uses,
             expires_in,
+            node,
         } => {
-            let body = json!({"name": name, "uses": uses, "expires_in": expires_in});
+            let body = json!({"name": name, "uses": uses, "expires_in": expires_in, "node": node});
             let response = client.post_json("/api/v1/enrollment-tokens", &body).await?;
             match global.output {
                 Format::Json => output::json(&response),

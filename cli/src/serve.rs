@@ -72,7 +72,7 @@ pub struct ClusterArgs {
     #[arg(long, env = "DROVER_STOP_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
     stop_grace: std::time::Duration,
     /// A reusable enrolment token executors may enrol with (for fleets that enrol nodes as they come,
-    /// such as a DaemonSet); at least 16 characters. Without it, executors enrol only with tokens a
+    /// such as a DaemonSet); at least 32 characters. Without it, executors enrol only with tokens a
     /// cluster administrator mints (`drover enrollment-token create`). Every executor always
     /// authenticates with its own node credential afterwards.
     #[arg(long, env = "DROVER_ENROLLMENT_TOKEN", hide_env_values = true)]
@@ -103,14 +103,16 @@ impl ClusterArgs {
         config.executor_timeout = self.executor_timeout;
         config.stop_grace = self.stop_grace;
         config.tick = self.tick;
-        if let Some(token) = &self.enrollment_token
-            && token.trim().len() < 16
+        // Trimmed: a token read from a file or a Kubernetes Secret often ends with a newline.
+        let token = self.enrollment_token.as_deref().map(str::trim);
+        if let Some(token) = token
+            && token.len() < 32
         {
             anyhow::bail!(
-                "--enrollment-token (DROVER_ENROLLMENT_TOKEN) must be at least 16 characters"
+                "--enrollment-token (DROVER_ENROLLMENT_TOKEN) must be at least 32 characters (e.g. `openssl rand -base64 32`)"
             );
         }
-        config.enrollment_token = self.enrollment_token.clone();
+        config.enrollment_token = token.map(str::to_owned);
         config.heartbeat_interval =
             (self.executor_timeout / 5).max(std::time::Duration::from_millis(200));
         Ok((self.gateway_listen, config))
@@ -327,11 +329,8 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         executor_timeout: std::time::Duration::from_secs(10),
         stop_grace: std::time::Duration::from_secs(10),
         tick: std::time::Duration::from_secs(1),
-        // The local executors enrol with a token made up for this start; once enrolled they keep
-        // their node credentials in their data directories.
-        enrollment_token: Some(drover_api::auth::generate_secret(
-            drover_api::auth::ENROLLMENT_PREFIX,
-        )),
+        // Each local executor enrols with a token minted for it (`dev_enrollment`).
+        enrollment_token: None,
     };
     let config = ServerConfig {
         listen: args.listen,
@@ -352,10 +351,13 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         .map(|addr| format!("http://{addr}"))
         .context("the dev server has no executor gateway")?;
     for i in 0..args.executors {
+        let name = format!("local-{i}");
+        let executor_dir = data_dir.join("executors").join(&name);
+        let enrollment_token = dev_enrollment(running.store.as_ref(), &name, &executor_dir).await?;
         let executor = crate::node::ExecutorArgs {
             gateway: gateway.clone(),
-            name: Some(format!("local-{i}")),
-            data_dir: data_dir.join("executors").join(format!("local-{i}")),
+            name: Some(name),
+            data_dir: executor_dir,
             slots: None,
             demo_gpus: Some(args.gpus_per_executor),
             demo_gpu_memory_gb: 16,
@@ -365,7 +367,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             memory_gb: 32,
             labels: Vec::new(),
             advertise_host: "127.0.0.1".to_owned(),
-            enrollment_token: cluster.enrollment_token.clone(),
+            enrollment_token,
         };
         let config = crate::node::executor_config(executor)?;
         let agent = drover_executor::Agent::new(config)?;
@@ -405,6 +407,44 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         .context("the server task failed")?
         .context("serving failed")?;
     Ok(())
+}
+
+/// A one-time enrolment token minted for a local executor that needs one: `None` when the credential
+/// kept in its data directory is live. A node whose credential is lost (its directory was removed) or
+/// unknown (a new database) is revoked and enrolled afresh: dev is its own cluster administrator.
+async fn dev_enrollment(
+    store: &dyn drover_api::store::Store,
+    name: &str,
+    executor_dir: &Path,
+) -> anyhow::Result<Option<String>> {
+    use drover_api::auth::{ENROLLMENT_PREFIX, display_prefix, generate_secret, hash_token};
+    if let Some(credential) = drover_executor::credential::load(executor_dir)?
+        && store
+            .find_node_credential(&hash_token(&credential))
+            .await?
+            .is_some_and(|record| record.revoked_at.is_none() && record.node_name == name)
+    {
+        return Ok(None);
+    }
+    drover_executor::credential::forget(executor_dir)?;
+    store.revoke_node_credentials(name).await?;
+    let admin = store
+        .first_cluster_admin()
+        .await?
+        .context("the dev server has no cluster administrator")?;
+    let secret = generate_secret(ENROLLMENT_PREFIX);
+    store
+        .create_enrollment_token(&drover_api::store::NewEnrollmentToken {
+            name: format!("drover dev: {name}"),
+            token_hash: hash_token(&secret),
+            prefix: display_prefix(&secret),
+            uses: 1,
+            created_by: admin.id,
+            expires_at: Some(chrono::Utc::now() + chrono::Duration::hours(1)),
+            node_name: Some(name.to_owned()),
+        })
+        .await?;
+    Ok(Some(secret))
 }
 
 /// Submits every example job (idempotently, so a restarted demo does not duplicate them) and lists jobs.

@@ -83,7 +83,10 @@ pub async fn enroll(
         Err(status)
             if matches!(
                 status.code(),
-                Code::Unauthenticated | Code::AlreadyExists | Code::InvalidArgument
+                Code::Unauthenticated
+                    | Code::AlreadyExists
+                    | Code::InvalidArgument
+                    | Code::PermissionDenied
             ) =>
         {
             return Err(Fatal(format!("cannot enrol: {}", status.message())).into());

@@ -70,6 +70,56 @@ fn exited(key: &pb::TaskKey, exited: pb::Exited) -> pb::ExecutorMessage {
     }))
 }
 
+/// Variables of the executor's own environment a task inherits: what programs need to run (the
+/// search path, locale, CUDA's and Python's locations, proxies). Nothing else, and no `DROVER_*`
+/// variable but the log filter: the executor's enrolment token, and in `drover dev` the server's own
+/// settings, must never reach a task.
+fn inherited(name: &str) -> bool {
+    const EXACT: [&str; 22] = [
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "TERM",
+        "LD_LIBRARY_PATH",
+        "CUDA_HOME",
+        "CUDA_PATH",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "DROVER_LOG",
+        "DROVER_LOG_FORMAT",
+        "RAYON_NUM_THREADS",
+    ];
+    const PREFIXES: [&str; 5] = ["LC_", "NVIDIA_", "CUDA_", "OMP_", "NCCL_"];
+    const PROXIES: [&str; 6] = [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+    ];
+    EXACT.contains(&name)
+        || PROXIES.contains(&name)
+        || PREFIXES.iter().any(|prefix| name.starts_with(prefix))
+}
+
+fn inherited_env() -> impl Iterator<Item = (String, String)> {
+    std::env::vars_os().filter_map(|(name, value)| {
+        let name = name.into_string().ok()?;
+        inherited(&name).then(|| Some((name, value.into_string().ok()?)))?
+    })
+}
+
 /// The environment contract of a task (documented in the README).
 fn task_env(launch: &Launch) -> Vec<(String, String)> {
     let spec = &launch.spec;
@@ -156,6 +206,8 @@ pub async fn start(
         .arg("--")
         .args(&launch.spec.argv)
         .current_dir(&workdir)
+        .env_clear()
+        .envs(inherited_env())
         .envs(launch.spec.env.iter())
         .envs(task_env(&launch))
         .stdin(Stdio::piped())
@@ -485,4 +537,33 @@ async fn read_output(
         out.line(&mut line).await;
     }
     out.flush().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inherited;
+
+    #[test]
+    fn tasks_inherit_what_programs_need_and_no_credentials() {
+        for name in [
+            "PATH",
+            "HOME",
+            "LC_ALL",
+            "NVIDIA_VISIBLE_DEVICES",
+            "https_proxy",
+            "DROVER_LOG",
+        ] {
+            assert!(inherited(name), "{name}");
+        }
+        for name in [
+            "DROVER_ENROLLMENT_TOKEN",
+            "DROVER_TOKEN",
+            "DROVER_ADMIN_TOKEN",
+            "DROVER_SECRET_KEY",
+            "DROVER_DATABASE_URL",
+            "AWS_SECRET_ACCESS_KEY",
+        ] {
+            assert!(!inherited(name), "{name}");
+        }
+    }
 }

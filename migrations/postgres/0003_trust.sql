@@ -7,6 +7,7 @@ CREATE TABLE enrollment_tokens (
     token_hash bytea NOT NULL UNIQUE,
     prefix     text NOT NULL,
     uses_left  integer NOT NULL CHECK (uses_left >= 0),
+    node_name  text,                  -- the one node it may enrol, when minted for one
     created_by uuid REFERENCES users (id),
     created_at timestamptz NOT NULL,
     expires_at timestamptz,
@@ -23,6 +24,7 @@ CREATE TABLE node_credentials (
     revoked_at      timestamptz
 );
 -- One live credential per node name: a second executor cannot enrol as a node that already has one.
+-- A name whose credential was revoked enrols again only with a token minted for that name.
 CREATE UNIQUE INDEX node_credentials_live ON node_credentials (node_name) WHERE revoked_at IS NULL;
 
 -- Tenant secrets: sealed with the server's key (ChaCha20-Poly1305, the tenant and name bound as

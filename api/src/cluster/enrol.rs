@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use tonic::Status;
 
 /// A node name as executors give it: what `Register` and `Enroll` accept.
-pub(super) fn validate_node_name(name: &str) -> Result<(), Status> {
+pub fn validate_node_name(name: &str) -> Result<(), Status> {
     let valid = !name.is_empty()
         && name.len() <= 253
         && name
@@ -81,13 +81,26 @@ impl Runtime {
                 })
             }
             Enrolment::TokenRefused => {
+                self.failed_enrolments
+                    .take_one(&(), std::time::Instant::now())
+                    .ok();
                 tracing::warn!(
                     node.name = request.node_name,
                     "refused an enrolment: unknown, expired, revoked or used-up token"
                 );
                 Err(Status::unauthenticated(
-                    "the enrolment token is unknown, expired, revoked or used up: ask a cluster administrator for one (drover enrollment-token create)",
+                    "the enrolment token is unknown, expired, revoked, used up or minted for another node: ask a cluster administrator for one (drover enrollment-token create)",
                 ))
+            }
+            Enrolment::NameRevoked => {
+                tracing::warn!(
+                    node.name = request.node_name,
+                    "refused an enrolment: the node was revoked"
+                );
+                Err(Status::permission_denied(format!(
+                    "node `{}` was revoked: only an enrolment token minted for it enrols it again (drover enrollment-token create NAME --node {})",
+                    request.node_name, request.node_name
+                )))
             }
             Enrolment::NameTaken => {
                 tracing::warn!(
@@ -102,26 +115,41 @@ impl Runtime {
         }
     }
 
-    /// The node a session's credential was issued for.
+    /// Whether the credential with this hash is still live (checked again once a session is
+    /// connected, so a revocation between the first check and the connection is not missed).
+    pub(super) async fn credential_live(&self, hash: &[u8; 32]) -> Result<bool, Status> {
+        match self.store.find_node_credential(hash).await {
+            Ok(record) => Ok(record.is_some_and(|r| r.revoked_at.is_none())),
+            Err(err) => {
+                tracing::error!(error = %err, "cannot look up a node credential");
+                Err(Status::unavailable(
+                    "the server cannot check credentials now; retry",
+                ))
+            }
+        }
+    }
+
+    /// The node a session's credential was issued for, and the credential's hash.
     pub(super) async fn authenticate_node(
         &self,
         metadata: &tonic::metadata::MetadataMap,
-    ) -> Result<String, Status> {
+    ) -> Result<(String, [u8; 32]), Status> {
         let Some(secret) = bearer(metadata) else {
             return Err(Status::unauthenticated(
                 "no node credential: enrol this executor first (--enrollment-token)",
             ));
         };
+        let hash = hash_token(secret);
         let record = self
             .store
-            .find_node_credential(&hash_token(secret))
+            .find_node_credential(&hash)
             .await
             .map_err(|err| {
                 tracing::error!(error = %err, "cannot look up a node credential");
                 Status::unavailable("the server cannot check credentials now; retry")
             })?;
         match record {
-            Some(record) if record.revoked_at.is_none() => Ok(record.node_name),
+            Some(record) if record.revoked_at.is_none() => Ok((record.node_name, hash)),
             Some(record) => {
                 tracing::warn!(
                     node.name = record.node_name,

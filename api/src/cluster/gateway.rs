@@ -8,6 +8,8 @@ use super::hub::COMMAND_QUEUE;
 
 /// Reports read from one executor and not yet applied, at most.
 const REPORT_QUEUE: usize = 4096;
+/// How long a new session may take to send its Register.
+const REGISTER_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 use super::reports::from_pb_key;
 use crate::store::{Gpu, NodeRegistration, Scope, StoreResult, Task, TaskChange, TaskState};
 use chrono::Utc;
@@ -92,11 +94,11 @@ impl ExecutorGateway for GatewayService {
         &self,
         request: Request<Streaming<pb::ExecutorMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
-        let node = self.runtime.authenticate_node(request.metadata()).await?;
+        let (node, credential) = self.runtime.authenticate_node(request.metadata()).await?;
         let mut inbound = request.into_inner();
-        let first = inbound
-            .message()
-            .await?
+        let first = tokio::time::timeout(REGISTER_WITHIN, inbound.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no Register within 10 s"))??
             .ok_or_else(|| Status::invalid_argument("the stream ended before Register"))?;
         let Some(Body::Register(register)) = first.body else {
             return Err(Status::failed_precondition(
@@ -172,6 +174,14 @@ impl ExecutorGateway for GatewayService {
                 .map_err(|_| Status::cancelled("the executor went away"))?;
         }
         let session = runtime.hub.connect(&name, commands, gpu_model);
+        // A revocation between the credential check and this connection would find no session to
+        // end: look again now that the session is there for it to find.
+        if !runtime.credential_live(&credential).await? {
+            runtime.hub.disconnect(&name, session);
+            return Err(Status::unauthenticated(format!(
+                "the credential of node `{name}` was revoked"
+            )));
+        }
         tracing::info!(
             node.name = name,
             gpus = register.gpus.len(),
@@ -215,10 +225,18 @@ impl ExecutorGateway for GatewayService {
         });
         tokio::spawn(async move {
             while let Some(body) = pending_reports.recv().await {
+                if runtime.hub.was_kicked(session) {
+                    tracing::warn!(
+                        node.name = name,
+                        "dropping the reports of a revoked node's session"
+                    );
+                    break;
+                }
                 if let Err(err) = runtime.handle_report(&name, body).await {
                     tracing::error!(node.name = name, error = %err, "cannot apply an executor's report");
                 }
             }
+            runtime.hub.forget_session(session);
         });
         self.runtime.hub.wake.notify_one();
         Ok(Response::new(ReceiverStream::new(receiver)))

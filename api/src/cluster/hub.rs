@@ -39,6 +39,8 @@ struct Executor {
 #[derive(Debug, Default)]
 pub struct Hub {
     executors: Mutex<HashMap<String, Executor>>,
+    /// Sessions ended by a revocation: what they sent and is still queued is not applied.
+    kicked: Mutex<HashSet<u64>>,
     next_session: AtomicU64,
     /// Wakes the scheduling loop.
     pub wake: Notify,
@@ -87,7 +89,27 @@ impl Hub {
     pub fn kick(&self, node: &str) {
         if let Some(executor) = self.executors().get_mut(node) {
             executor.commands = None;
+            self.kicked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(executor.session);
         }
+    }
+
+    /// Whether `session` was ended by a revocation.
+    pub fn was_kicked(&self, session: u64) -> bool {
+        self.kicked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&session)
+    }
+
+    /// Forgets a finished session's revocation mark.
+    pub fn forget_session(&self, session: u64) {
+        self.kicked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&session);
     }
 
     /// Expects `node` (which has live tasks) to come back within the timeout, counting from now.

@@ -17,6 +17,7 @@ mod scheduling;
 mod settle;
 mod snapshot;
 
+pub use enrol::validate_node_name;
 pub use gateway::GatewayService;
 pub use hub::Hub;
 pub use observe::{Budget, Observed, Observer};
@@ -78,6 +79,8 @@ pub struct Runtime {
     pub observer: Observer,
     /// Per-tenant ingestion rates.
     pub ingest: ingest::Ingest,
+    /// Refused enrolments, cluster-wide: 1 a second, bursts of 20.
+    pub failed_enrolments: crate::limits::Buckets<()>,
 }
 
 impl Runtime {
@@ -86,6 +89,10 @@ impl Runtime {
             store,
             hub: Hub::new(),
             ingest: ingest::Ingest::new(&config.limits),
+            failed_enrolments: crate::limits::Buckets::new(crate::limits::Rate {
+                per_second: 1.0,
+                burst: 20.0,
+            }),
             config,
             observer: Observer::default(),
         })

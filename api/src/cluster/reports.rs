@@ -24,13 +24,29 @@ impl Drop for WakeOnDrop<'_> {
     }
 }
 
-/// Text from a task, made storable: Postgres refuses NUL bytes in text.
+/// The longest text kept from a task's report (a log line, an exit message, an address).
+const MAX_TEXT_BYTES: usize = 16 * 1024;
+/// Log lines kept from one report, metric values from one sample.
+const MAX_LINES_PER_REPORT: usize = 1000;
+const MAX_VALUES_PER_SAMPLE: usize = 256;
+
+/// Text from a task, made storable: Postgres refuses NUL bytes in text, and nothing a task writes may
+/// be longer than `MAX_TEXT_BYTES` (cut at a character boundary, marked).
 pub(super) fn clean(text: &str) -> String {
-    if text.contains('\0') {
-        text.replace('\0', "\u{FFFD}")
-    } else {
-        text.to_owned()
+    let mut end = text.len().min(MAX_TEXT_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
     }
+    let kept = &text[..end];
+    let mut cleaned = if kept.contains('\0') {
+        kept.replace('\0', "\u{FFFD}")
+    } else {
+        kept.to_owned()
+    };
+    if end < text.len() {
+        cleaned.push_str(" [truncated]");
+    }
+    cleaned
 }
 
 /// What a task that must not report or run is told: its report is refused, and it stops at once.
@@ -68,8 +84,13 @@ pub(super) fn from_pb_key(key: Option<&pb::TaskKey>) -> Option<TaskKey> {
 /// Seconds from a task's start to the end of its first step; reported once per run.
 pub const STARTUP_METRIC: &str = "startup_s";
 
+/// A task's timestamp; the server's clock when it is more than a day off (or not a time at all), so no
+/// executor's clock can write a time the database cannot hold.
 fn time_of(ms: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(ms).unwrap_or_else(Utc::now)
+    let now = Utc::now();
+    DateTime::from_timestamp_millis(ms)
+        .filter(|at| (*at - now).abs() <= chrono::Duration::days(1))
+        .unwrap_or(now)
 }
 
 impl Runtime {
@@ -114,7 +135,7 @@ impl Runtime {
                 if self.owned(node, key).await?.is_none() {
                     return Ok(());
                 }
-                let wanted = logs.lines.len();
+                let wanted = logs.lines.len().min(MAX_LINES_PER_REPORT);
                 let granted = self
                     .admit(key.job_id, super::ingest::Kind::LogLines, wanted)
                     .await?;
@@ -385,6 +406,10 @@ impl Runtime {
             })
             .collect();
         values.sort_by(|a, b| a.0.cmp(&b.0));
+        values.truncate(MAX_VALUES_PER_SAMPLE);
+        if i64::try_from(metrics.step).is_err() {
+            return Ok(());
+        }
         let granted = self
             .admit(key.job_id, super::ingest::Kind::MetricSamples, values.len())
             .await?;
@@ -429,12 +454,15 @@ impl Runtime {
         let expected = self.checkpoint_dir(key.job_id, key.generation);
         let path = std::path::Path::new(&checkpoint.path);
         if checkpoint.path.contains('\0')
+            || checkpoint.path.len() > 4096
+            || i64::try_from(checkpoint.step).is_err()
+            || i64::try_from(checkpoint.size_bytes).is_err()
             || !path.starts_with(&expected)
             || path
                 .components()
                 .any(|c| c == std::path::Component::ParentDir)
         {
-            tracing::warn!(task = %key, path = checkpoint.path, "ignoring a checkpoint outside the generation's directory");
+            tracing::warn!(task = %key, path = clean(&checkpoint.path), "ignoring a checkpoint outside the generation's directory, or malformed");
             return Ok(());
         }
         match self
@@ -453,5 +481,28 @@ impl Runtime {
             }
             Err(err) => self.refuse(node, key, err),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_text_is_storable_and_bounded() {
+        assert_eq!(clean("a\0b"), "a\u{FFFD}b");
+        let long = "é".repeat(MAX_TEXT_BYTES);
+        let cleaned = clean(&long);
+        assert!(cleaned.len() <= MAX_TEXT_BYTES + " [truncated]".len());
+        assert!(cleaned.ends_with(" [truncated]"));
+        let now = Utc::now();
+        assert!(
+            (time_of(now.timestamp_millis()) - now)
+                .num_milliseconds()
+                .abs()
+                < 5
+        );
+        assert!((time_of(i64::MAX) - now).num_seconds().abs() < 5);
+        assert!((time_of(-62_000_000_000_000) - now).num_seconds().abs() < 5);
     }
 }

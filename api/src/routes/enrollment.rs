@@ -33,6 +33,9 @@ pub struct CreateEnrollmentToken {
     /// Lifetime in human form (`1h`, `7d`); 24 hours when absent.
     #[serde(default)]
     pub expires_in: Option<String>,
+    /// The one node it may enrol. Only such a token enrols a node whose credential was revoked.
+    #[serde(default)]
+    pub node: Option<String>,
 }
 
 /// Mint an enrolment token (cluster administrators).
@@ -58,6 +61,10 @@ pub async fn create(
         ));
     }
     let expires_at = expiry(body.expires_in.as_deref().unwrap_or(DEFAULT_LIFETIME))?;
+    if let Some(node) = &body.node {
+        crate::cluster::validate_node_name(node)
+            .map_err(|status| ApiError::invalid("node", status.message()))?;
+    }
     let secret = generate_secret(ENROLLMENT_PREFIX);
     let token = state
         .store
@@ -68,6 +75,7 @@ pub async fn create(
             uses,
             created_by: principal.user.id,
             expires_at: Some(expires_at),
+            node_name: body.node,
         })
         .await?;
     tracing::info!(enrollment_token.id = %token.id, uses, user.id = %principal.user.id, "enrolment token created");

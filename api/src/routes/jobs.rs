@@ -279,7 +279,11 @@ async fn job_models(state: &AppState, job: &Job) -> ApiResult<Option<JobModels>>
         ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 50)"),
         ("cursor" = Option<String>, Query, description = "`meta.next_cursor` of the previous page"),
     ),
-    responses((status = 200, body = JobList), (status = 400, body = ErrorBody)),
+    responses(
+        (status = 200, body = JobList), (status = 400, body = ErrorBody),
+        (status = 403, description = "Another tenant (`tenant`), for anyone but a cluster administrator", body = ErrorBody),
+        (status = 404, description = "No such tenant (`tenant`), for a cluster administrator", body = ErrorBody),
+    ),
     security(("bearer" = []))
 )]
 pub async fn list(

@@ -60,6 +60,73 @@ impl utoipa::Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+        document_common_errors(openapi);
+    }
+}
+
+/// The answers every operation of a kind can give, added to each so that no annotation can forget
+/// them: 401 and 429 wherever a token is needed, 400 wherever a body or a query string is read.
+fn document_common_errors(openapi: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::path::ParameterIn;
+    use utoipa::openapi::{
+        ContentBuilder, HeaderBuilder, ObjectBuilder, Ref, RefOr, ResponseBuilder, Type,
+    };
+    let error = |description: &str| {
+        ResponseBuilder::new().description(description).content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ErrorBody")))
+                .build(),
+        )
+    };
+    let retry_after = HeaderBuilder::new()
+        .schema(ObjectBuilder::new().schema_type(Type::Integer))
+        .description(Some("Seconds to wait before retrying"))
+        .build();
+    for item in openapi.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for operation in operations.into_iter().flatten() {
+            let responses = &mut operation.responses.responses;
+            let mut add = |status: &str, response: utoipa::openapi::Response| {
+                responses
+                    .entry(status.to_owned())
+                    .or_insert(RefOr::T(response));
+            };
+            let needs_token = operation
+                .security
+                .as_ref()
+                .is_some_and(|requirements| !requirements.is_empty());
+            if needs_token {
+                add(
+                    "401",
+                    error("No token, or an unknown, expired or revoked one").build(),
+                );
+                add(
+                    "429",
+                    error("Too many requests with this token (or, submitting a job, too many waiting jobs in the tenant)")
+                        .header("Retry-After", retry_after.clone())
+                        .build(),
+                );
+            }
+            let reads_query = operation.parameters.iter().flatten().any(|parameter| {
+                matches!(
+                    parameter.parameter_in,
+                    ParameterIn::Query | ParameterIn::Path
+                )
+            });
+            if operation.request_body.is_some() || reads_query {
+                add(
+                    "400",
+                    error("A malformed body, query parameter or path segment").build(),
+                );
+            }
+        }
     }
 }
 

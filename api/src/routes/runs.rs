@@ -330,7 +330,11 @@ fn tar_directory(dir: &std::path::Path) -> std::io::Result<std::fs::File> {
         ("limit" = Option<u32>, Query, description = "Page size, 1 to 5000 (default 1000); ignored when following"),
         ("cursor" = Option<String>, Query, description = "Start after this line id (`meta.next_cursor`)"),
     ),
-    responses((status = 200, body = LogList), (status = 404, body = ErrorBody)),
+    responses(
+        (status = 200, description = "A page of lines; with `follow=true`, a stream of lines (`LogLineView`) as newline-delimited JSON",
+         content((LogList = "application/json"), (LogLineView = "application/x-ndjson"))),
+        (status = 404, body = ErrorBody),
+    ),
     security(("bearer" = []))
 )]
 pub async fn logs(

@@ -17,11 +17,18 @@ use std::sync::Arc;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetSecret {
     /// The value (UTF-8, at most 64 KiB). Never returned.
     pub value: String,
+}
+
+/// Never prints the value.
+impl std::fmt::Debug for SetSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SetSecret").finish_non_exhaustive()
+    }
 }
 
 /// A secret without its value.

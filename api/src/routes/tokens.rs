@@ -21,7 +21,7 @@ pub struct CreateToken {
     pub name: String,
     /// Whose token; the caller's when absent. A token for someone else is how a new user gets their
     /// first one (Drover has no passwords): cluster administrators may mint one for anyone, tenant
-    /// admins for users of their tenant who are not cluster administrators, nobody else.
+    /// admins for the members and viewers of their tenant, nobody else.
     #[serde(default)]
     pub user_id: Option<uuid::Uuid>,
     /// Lifetime in human form (`30d`, `12h`); no expiry when absent.
@@ -69,7 +69,7 @@ async fn target_user(
 /// The refusal for a user the caller can see but holds less privilege than.
 fn more_privileged(user: &crate::store::User) -> ApiError {
     ApiError::forbidden(format!(
-        "`{}` holds more privilege than you: only a cluster administrator manages their tokens",
+        "`{}` holds as much privilege as you or more: only a cluster administrator manages their tokens",
         user.name
     ))
 }

@@ -19,6 +19,8 @@ pub struct NewEnrollmentToken {
     pub uses: u32,
     pub created_by: UserId,
     pub expires_at: Option<DateTime<Utc>>,
+    /// The one node it may enrol; any node when `None`.
+    pub node_name: Option<String>,
 }
 
 /// An enrolment token as listings show it: never the secret.
@@ -28,6 +30,7 @@ pub struct EnrollmentToken {
     pub name: String,
     pub prefix: String,
     pub uses_left: u32,
+    pub node_name: Option<String>,
     pub created_by: Option<UserId>,
     pub created_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
@@ -68,6 +71,8 @@ pub enum Enrolment {
     TokenRefused,
     /// The node already has a live credential: it must be revoked before anyone enrols as that node.
     NameTaken,
+    /// The node's credential was revoked: only a token minted for this node enrols it again.
+    NameRevoked,
 }
 
 /// Which enrolment token an executor presented.
@@ -109,7 +114,8 @@ pub trait TrustStore: Send + Sync {
     async fn list_enrollment_tokens(&self) -> StoreResult<Vec<EnrollmentToken>>;
     async fn revoke_enrollment_token(&self, id: Uuid) -> StoreResult<EnrollmentToken>;
     /// Spends one use of the enrolment token and records the node's credential, in one transaction: a
-    /// refused credential (the name is taken) spends nothing.
+    /// refused enrolment (the name is taken, or was revoked and the token is not minted for it)
+    /// spends nothing. A token minted for a node enrols that node only.
     async fn enroll_node(
         &self,
         with: EnrolWith<'_>,

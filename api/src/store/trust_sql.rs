@@ -3,7 +3,7 @@
 
 macro_rules! enrollment_columns {
     () => {
-        "id, name, prefix, uses_left, created_by, created_at, expires_at, revoked_at"
+        "id, name, prefix, uses_left, node_name, created_by, created_at, expires_at, revoked_at"
     };
 }
 macro_rules! credential_columns {
@@ -29,6 +29,7 @@ macro_rules! impl_trust_store {
                 name: row.try_get("name")?,
                 prefix: row.try_get("prefix")?,
                 uses_left: u32_column(row.try_get::<i32, _>("uses_left")?.into(), "uses_left")?,
+                node_name: row.try_get("node_name")?,
                 created_by: row.try_get::<Option<Uuid>, _>("created_by")?.map(UserId),
                 created_at: row.try_get("created_at")?,
                 expires_at: row.try_get("expires_at")?,
@@ -65,7 +66,7 @@ macro_rules! impl_trust_store {
             ) -> StoreResult<EnrollmentToken> {
                 let sql = concat!(
                     "INSERT INTO enrollment_tokens (id, name, token_hash, prefix, uses_left, created_by, \
-                     created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ",
+                     created_at, expires_at, node_name) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING ",
                     enrollment_columns!()
                 );
                 let row = sqlx::query(sql)
@@ -77,6 +78,7 @@ macro_rules! impl_trust_store {
                     .bind(token.created_by.0)
                     .bind(Utc::now())
                     .bind(token.expires_at)
+                    .bind(&token.node_name)
                     .fetch_one(&self.pool)
                     .await
                     .map_err(|err| unique_violation(err, "token", "this token already exists".to_owned()))?;
@@ -109,7 +111,14 @@ macro_rules! impl_trust_store {
             ) -> StoreResult<Enrolment> {
                 let mut tx = self.pool.begin_with(Self::BEGIN_WRITE).await?;
                 let now = Utc::now();
+                let revoked: Option<i32> = sqlx::query_scalar(
+                    "SELECT 1 FROM node_credentials WHERE node_name = $1 AND revoked_at IS NOT NULL LIMIT 1",
+                )
+                .bind(&credential.node_name)
+                .fetch_optional(&mut *tx)
+                .await?;
                 let enrolled_with = match with {
+                    EnrolWith::Server if revoked.is_some() => return Ok(Enrolment::NameRevoked),
                     EnrolWith::Server => "server".to_owned(),
                     EnrolWith::Token(hash) => {
                         let sql = format!(
@@ -124,6 +133,13 @@ macro_rules! impl_trust_store {
                             Some(token) if token.usable(now) => token,
                             _ => return Ok(Enrolment::TokenRefused),
                         };
+                        match &token.node_name {
+                            Some(bound) if *bound != credential.node_name => {
+                                return Ok(Enrolment::TokenRefused);
+                            }
+                            None if revoked.is_some() => return Ok(Enrolment::NameRevoked),
+                            _ => {}
+                        }
                         sqlx::query("UPDATE enrollment_tokens SET uses_left = uses_left - 1 WHERE id = $1")
                             .bind(token.id)
                             .execute(&mut *tx)

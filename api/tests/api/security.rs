@@ -81,6 +81,23 @@ async fn a_tenant_admin_cannot_act_for_a_cluster_administrator() {
         )
         .await;
     assert_eq!(for_carol.status, StatusCode::CREATED);
+    // Nor for another tenant admin: a peer's token would let it act as the peer.
+    let peer = app
+        .post(
+            "/api/v1/users",
+            &ada,
+            json!({"name": "peer", "role": "admin"}),
+        )
+        .await;
+    let peer_id = peer.body["user"]["id"].as_str().unwrap();
+    let for_peer = app
+        .post(
+            "/api/v1/tokens",
+            &ada,
+            json!({"name": "p", "user_id": peer_id}),
+        )
+        .await;
+    assert_eq!(for_peer.status, StatusCode::FORBIDDEN, "{}", for_peer.body);
     // A member cannot mint for anyone else, and is told the user does not exist.
     let carol_token = for_carol.body["secret"].as_str().unwrap();
     let ada_id = app.get("/api/v1/me", &ada).await.body["user"]["id"].clone();

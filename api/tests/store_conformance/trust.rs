@@ -32,6 +32,7 @@ async fn mint(store: &dyn Store, by: &User, secret: u8, uses: u32, expired: bool
                         Duration::hours(1)
                     },
             ),
+            node_name: None,
         })
         .await
         .unwrap();
@@ -144,12 +145,49 @@ pub(crate) async fn enrolment_spends_tokens_and_binds_node_names(db: &TestDb) {
             .unwrap()
             .is_none()
     );
+    // A revoked name does not come back with the server's token or any token not minted for it.
+    assert_eq!(
+        store
+            .enroll_node(EnrolWith::Server, &credential("gpu-01", 108))
+            .await
+            .unwrap(),
+        Enrolment::NameRevoked
+    );
+    let any = mint(store, &root, 4, 5, false).await;
+    assert_eq!(
+        store
+            .enroll_node(EnrolWith::Token(&any), &credential("gpu-01", 108))
+            .await
+            .unwrap(),
+        Enrolment::NameRevoked
+    );
+    let bound_hash = [5; 32];
+    store
+        .create_enrollment_token(&NewEnrollmentToken {
+            name: "for-gpu-01".to_owned(),
+            token_hash: bound_hash,
+            prefix: "dre_5".to_owned(),
+            uses: 2,
+            created_by: root.id,
+            expires_at: None,
+            node_name: Some("gpu-01".to_owned()),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .enroll_node(EnrolWith::Token(&bound_hash), &credential("gpu-09", 109))
+            .await
+            .unwrap(),
+        Enrolment::TokenRefused,
+        "a token minted for gpu-01 enrolled another node"
+    );
     let again = store
-        .enroll_node(EnrolWith::Server, &credential("gpu-01", 108))
+        .enroll_node(EnrolWith::Token(&bound_hash), &credential("gpu-01", 108))
         .await
         .unwrap();
     assert!(
-        matches!(again, Enrolment::Enrolled(ref r) if r.enrolled_with == "server"),
+        matches!(again, Enrolment::Enrolled(ref r) if r.enrolled_with == "for-gpu-01"),
         "{again:?}"
     );
     let live = store.live_node_credentials().await.unwrap();
