@@ -283,3 +283,30 @@ pub async fn whoami(global: &GlobalArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `drover audit`: the newest privileged actions (cluster administrators).
+pub async fn audit(global: &GlobalArgs, limit: u32) -> anyhow::Result<()> {
+    let response = Client::new(global)?
+        .get(&format!("/api/v1/audit?limit={limit}"))
+        .await?;
+    let events = response["events"].as_array().map_or(&[][..], Vec::as_slice);
+    match global.output {
+        Format::Json => output::json(&response),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = events
+                .iter()
+                .map(|e| {
+                    vec![
+                        output::text(&e["at"]),
+                        output::text(&e["actor"]),
+                        output::text(&e["action"]),
+                        output::text(&e["target"]),
+                        output::text(&e["detail"]),
+                    ]
+                })
+                .collect();
+            output::table(&["AT", "ACTOR", "ACTION", "TARGET", "DETAIL"], &rows);
+        }
+    }
+    Ok(())
+}

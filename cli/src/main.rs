@@ -107,6 +107,12 @@ enum Command {
     /// Cordon, uncordon, drain or revoke a node (cluster administrators).
     #[command(subcommand)]
     Node(node::NodeCommand),
+    /// The newest privileged actions: who did what, to what, when (cluster administrators).
+    Audit {
+        /// How many, newest first.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
     /// List the tenant's secrets (names only).
     Secrets,
     /// Set or delete a secret of the tenant.
@@ -174,6 +180,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(cmd) => admin::token(&global, cmd).await,
         Command::Nodes => admin::nodes(&global).await,
         Command::Node(cmd) => node::node(&global, cmd).await,
+        Command::Audit { limit } => admin::audit(&global, limit).await,
         Command::Secrets => secrets::secrets(&global).await,
         Command::Secret(cmd) => secrets::secret(&global, cmd).await,
         Command::EnrollmentToken(cmd) => enrollment::enrollment_token(&global, cmd).await,

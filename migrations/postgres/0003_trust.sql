@@ -43,3 +43,15 @@ CREATE TABLE secrets (
 
 -- The submission ceiling counts each tenant's waiting jobs.
 CREATE INDEX jobs_tenant_state ON jobs (tenant_id, state);
+
+-- The audit log: every privileged action (who, what, on what, when), for cluster administrators.
+CREATE TABLE audit_events (
+    id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at        timestamptz NOT NULL,
+    actor_id  uuid,                -- the user; none for an executor's enrolment
+    actor     text NOT NULL,     -- the user's name, or `node:NAME`
+    tenant_id uuid,                -- the actor's tenant
+    action    text NOT NULL,     -- `token.create`, `node.revoke`, ...
+    target    text NOT NULL,     -- what it acted on
+    detail    text NOT NULL DEFAULT ''
+);

@@ -75,6 +75,12 @@ impl Runtime {
                     enrolled_with = record.enrolled_with,
                     "executor enrolled"
                 );
+                crate::audit::record_enrolment(
+                    self.store.as_ref(),
+                    &record.node_name,
+                    &record.enrolled_with,
+                )
+                .await;
                 Ok(pb::EnrollResponse {
                     node_name: record.node_name,
                     credential: secret,

@@ -79,6 +79,21 @@ pub async fn create(
         })
         .await?;
     tracing::info!(enrollment_token.id = %token.id, uses, user.id = %principal.user.id, "enrolment token created");
+    crate::audit::record(
+        state.store.as_ref(),
+        &principal,
+        crate::audit::Action::EnrollmentTokenCreate,
+        format!("enrolment token {} ({})", token.id, token.name),
+        format!(
+            "{uses} use(s){}",
+            token
+                .node_name
+                .as_deref()
+                .map(|n| format!(", for node {n}"))
+                .unwrap_or_default()
+        ),
+    )
+    .await;
     Ok((
         StatusCode::CREATED,
         Json(EnrollmentTokenCreated {
@@ -127,6 +142,14 @@ pub async fn revoke(
         .await
         .map_err(|err| ApiError::from_store(err, not_found))?;
     tracing::info!(enrollment_token.id = %token.id, user.id = %principal.user.id, "enrolment token revoked");
+    crate::audit::record(
+        state.store.as_ref(),
+        &principal,
+        crate::audit::Action::EnrollmentTokenRevoke,
+        format!("enrolment token {} ({})", token.id, token.name),
+        "",
+    )
+    .await;
     Ok(Json(EnrollmentTokenEnvelope {
         enrollment_token: token.into(),
     }))
@@ -160,6 +183,14 @@ pub async fn revoke_node(
         return Err(ApiError::not_found(format!("no node `{name}`")));
     }
     tracing::warn!(node.name = name, revoked, disconnected, user.id = %principal.user.id, "node credential revoked");
+    crate::audit::record(
+        state.store.as_ref(),
+        &principal,
+        crate::audit::Action::NodeRevoke,
+        &name,
+        format!("{revoked} credential(s) revoked"),
+    )
+    .await;
     Ok(Json(NodeRevoked {
         node: name,
         revoked_credentials: revoked,

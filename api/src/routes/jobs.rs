@@ -421,6 +421,16 @@ pub async fn cancel(
     state.metrics.job_transition(JobState::Cancelled);
     state.wake_scheduler();
     tracing::info!(job.id = %job.id, user.id = %principal.user.id, "job cancelled");
+    if job.tenant_id != principal.user.tenant_id {
+        crate::audit::record(
+            state.store.as_ref(),
+            &principal,
+            crate::audit::Action::JobCancel,
+            format!("{}/{} ({})", job.tenant_name, job.name, job.id),
+            "",
+        )
+        .await;
+    }
     Ok(Json(JobEnvelope { job: job.into() }))
 }
 

@@ -1,5 +1,6 @@
 //! The router: every route of API v1 in one place, plus health, metrics and the OpenAPI document.
 
+pub mod audit;
 pub mod enrollment;
 pub mod health;
 pub mod jobs;
@@ -36,6 +37,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         nodes::list, nodes::get, nodes::cordon, nodes::uncordon, nodes::drain,
         enrollment::create, enrollment::list, enrollment::revoke, enrollment::revoke_node,
         secrets::set, secrets::list, secrets::delete,
+        audit::list,
     ),
     modifiers(&BearerAuth),
     tags(
@@ -45,6 +47,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         (name = "tokens", description = "API tokens"),
         (name = "secrets", description = "Tenant secrets, sealed at rest, handed only to tasks"),
         (name = "nodes", description = "GPU nodes, and the enrolment of their executors"),
+        (name = "audit", description = "The log of privileged actions"),
         (name = "health", description = "Liveness, readiness, metrics"),
     )
 )]
@@ -178,6 +181,7 @@ pub fn app(state: AppState) -> Router {
             "/api/v1/enrollment-tokens/{id}",
             axum::routing::delete(enrollment::revoke),
         )
+        .route("/api/v1/audit", get(audit::list))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics));

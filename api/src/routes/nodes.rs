@@ -103,6 +103,12 @@ async fn set_cordon(
         .await
         .map_err(|err| ApiError::from_store(err, || format!("no node `{name}`")))?;
     tracing::info!(node.name = name, cordoned, draining, user.id = %principal.user.id, "node schedulability changed");
+    let action = match (cordoned, draining) {
+        (_, true) => crate::audit::Action::NodeDrain,
+        (true, false) => crate::audit::Action::NodeCordon,
+        (false, false) => crate::audit::Action::NodeUncordon,
+    };
+    crate::audit::record(state.store.as_ref(), principal, action, name, "").await;
     state.wake_scheduler();
     Ok(Json(NodeEnvelope {
         node: node_view(state, node, &visible_tasks(state, principal).await?),

@@ -109,6 +109,16 @@ pub async fn resize(
         .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
     state.wake_scheduler();
     tracing::info!(job.id = %job_id, message = event.message, "job resources changed");
+    if stored.tenant_id != principal.user.tenant_id {
+        crate::audit::record(
+            state.store.as_ref(),
+            &principal,
+            crate::audit::Action::JobResize,
+            format!("{}/{} ({})", stored.tenant_name, stored.name, stored.id),
+            event.message.clone(),
+        )
+        .await;
+    }
     Ok(Json(JobEnvelope {
         job: updated.into(),
     }))

@@ -113,6 +113,14 @@ pub async fn set(
         })
         .await?;
     tracing::info!(tenant.id = %tenant, secret.name = info.name, user.id = %principal.user.id, "secret set");
+    crate::audit::record(
+        state.store.as_ref(),
+        &principal,
+        crate::audit::Action::SecretSet,
+        format!("{}/{}", principal.user.tenant_name, info.name),
+        "",
+    )
+    .await;
     Ok(Json(SecretEnvelope {
         secret: info.into(),
     }))
@@ -154,6 +162,14 @@ pub async fn delete(
         .await
         .map_err(|err| ApiError::from_store(err, || format!("no secret `{name}`")))?;
     tracing::info!(tenant.id = %info.tenant_id, secret.name = info.name, user.id = %principal.user.id, "secret deleted");
+    crate::audit::record(
+        state.store.as_ref(),
+        &principal,
+        crate::audit::Action::SecretDelete,
+        format!("{}/{}", principal.user.tenant_name, info.name),
+        "",
+    )
+    .await;
     Ok(Json(SecretEnvelope {
         secret: info.into(),
     }))

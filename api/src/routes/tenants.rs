@@ -76,6 +76,14 @@ pub async fn create(
         })
         .await?;
     tracing::info!(tenant.id = %tenant.id, tenant.name = %tenant.name, "tenant created");
+    crate::audit::record(
+        state.store.as_ref(),
+        &principal,
+        crate::audit::Action::TenantCreate,
+        &tenant.name,
+        "",
+    )
+    .await;
     Ok((
         StatusCode::CREATED,
         Json(TenantEnvelope {
@@ -166,6 +174,21 @@ pub async fn set_quota(
     let tenant = visible_tenant(&state, &principal, &name).await?;
     let tenant = state.store.set_tenant_quota(tenant.id, quota).await?;
     tracing::info!(tenant.id = %tenant.id, "tenant quota set");
+    crate::audit::record(
+        state.store.as_ref(),
+        &principal,
+        crate::audit::Action::TenantQuota,
+        &tenant.name,
+        format!(
+            "guaranteed {} GPUs, at most {}",
+            tenant.quota.guaranteed_gpus,
+            tenant
+                .quota
+                .max_gpus
+                .map_or_else(|| "unlimited".to_owned(), |m| m.to_string())
+        ),
+    )
+    .await;
     Ok(Json(TenantEnvelope {
         tenant: tenant.into(),
     }))

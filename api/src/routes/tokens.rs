@@ -102,6 +102,14 @@ pub async fn create(
         })
         .await?;
     tracing::info!(token.id = %token.id, user.id = %user_id, "token created");
+    crate::audit::record(
+        state.store.as_ref(),
+        &principal,
+        crate::audit::Action::TokenCreate,
+        format!("token {} ({})", token.id, token.name),
+        format!("for user {user_id}"),
+    )
+    .await;
     Ok((
         StatusCode::CREATED,
         Json(TokenCreated {
@@ -175,6 +183,14 @@ pub async fn revoke(
     let token = visible_token(&state, &principal, &id).await?;
     let token = state.store.revoke_token(token.id).await?;
     tracing::info!(token.id = %token.id, "token revoked");
+    crate::audit::record(
+        state.store.as_ref(),
+        &principal,
+        crate::audit::Action::TokenRevoke,
+        format!("token {} ({})", token.id, token.name),
+        format!("of user {}", token.user_id),
+    )
+    .await;
     Ok(Json(TokenEnvelope {
         token: token.into(),
     }))

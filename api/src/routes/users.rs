@@ -83,6 +83,22 @@ pub async fn create(
         })
         .await?;
     tracing::info!(user.id = %user.id, tenant.id = %user.tenant_id, "user created");
+    crate::audit::record(
+        state.store.as_ref(),
+        &principal,
+        crate::audit::Action::UserCreate,
+        format!("{}/{}", user.tenant_name, user.name),
+        format!(
+            "role {}{}",
+            user.role,
+            if user.cluster_admin {
+                ", cluster administrator"
+            } else {
+                ""
+            }
+        ),
+    )
+    .await;
     Ok((
         StatusCode::CREATED,
         Json(UserEnvelope { user: user.into() }),

@@ -103,6 +103,29 @@ pub struct SecretInfo {
     pub updated_at: DateTime<Utc>,
 }
 
+/// A privileged action, as the audit log records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewAuditEvent {
+    pub actor_id: Option<UserId>,
+    pub actor: String,
+    pub tenant_id: Option<TenantId>,
+    pub action: &'static str,
+    pub target: String,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEvent {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    pub actor_id: Option<UserId>,
+    pub actor: String,
+    pub tenant_id: Option<TenantId>,
+    pub action: String,
+    pub target: String,
+    pub detail: String,
+}
+
 /// The store's side of trust. Implemented by both stores; part of [`super::Store`].
 #[async_trait]
 pub trait TrustStore: Send + Sync {
@@ -135,6 +158,10 @@ pub trait TrustStore: Send + Sync {
     async fn delete_secret(&self, tenant: TenantId, name: &str) -> StoreResult<SecretInfo>;
     /// A secret's sealed value.
     async fn sealed_secret(&self, tenant: TenantId, name: &str) -> StoreResult<Option<Sealed>>;
+
+    async fn record_audit(&self, event: &NewAuditEvent) -> StoreResult<()>;
+    /// Newest first, before the event id `before`.
+    async fn list_audit(&self, before: Option<i64>, limit: u32) -> StoreResult<Vec<AuditEvent>>;
 
     /// How many of the tenant's jobs wait (`queued` or `paused`): the submission ceiling counts these.
     async fn count_waiting_jobs(&self, tenant: TenantId) -> StoreResult<u64>;

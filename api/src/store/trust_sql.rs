@@ -249,6 +249,48 @@ macro_rules! impl_trust_store {
                 Ok(row.map(|(key_id, nonce, ciphertext)| Sealed { key_id, nonce, ciphertext }))
             }
 
+            async fn record_audit(&self, event: &NewAuditEvent) -> StoreResult<()> {
+                sqlx::query(
+                    "INSERT INTO audit_events (at, actor_id, actor, tenant_id, action, target, detail) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(Utc::now())
+                .bind(event.actor_id.map(|u| u.0))
+                .bind(&event.actor)
+                .bind(event.tenant_id.map(|t| t.0))
+                .bind(event.action)
+                .bind(&event.target)
+                .bind(&event.detail)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn list_audit(&self, before: Option<i64>, limit: u32) -> StoreResult<Vec<AuditEvent>> {
+                let rows = sqlx::query(
+                    "SELECT id, at, actor_id, actor, tenant_id, action, target, detail FROM audit_events \
+                     WHERE id < $1 ORDER BY id DESC LIMIT $2",
+                )
+                .bind(before.unwrap_or(i64::MAX))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter()
+                    .map(|row| {
+                        Ok(AuditEvent {
+                            id: row.try_get("id")?,
+                            at: row.try_get("at")?,
+                            actor_id: row.try_get::<Option<Uuid>, _>("actor_id")?.map(UserId),
+                            actor: row.try_get("actor")?,
+                            tenant_id: row.try_get::<Option<Uuid>, _>("tenant_id")?.map(TenantId),
+                            action: row.try_get("action")?,
+                            target: row.try_get("target")?,
+                            detail: row.try_get("detail")?,
+                        })
+                    })
+                    .collect()
+            }
+
             async fn count_waiting_jobs(&self, tenant: TenantId) -> StoreResult<u64> {
                 let count: i64 = sqlx::query_scalar(
                     "SELECT count(*) FROM jobs WHERE tenant_id = $1 AND state IN ('queued', 'paused')",

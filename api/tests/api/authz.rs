@@ -151,6 +151,7 @@ const MATRIX: &[(&str, &str, [u16; 6])] = &[
         "/api/v1/enrollment-tokens/{id}",
         [401, 403, 403, 403, 403, 200],
     ),
+    ("get", "/api/v1/audit", [401, 403, 403, 403, 403, 200]),
 ];
 
 /// What one fresh database holds: tenant `alpha` with a viewer, a member and an admin, a job and a
