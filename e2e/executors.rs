@@ -1,7 +1,7 @@
 //! Jobs really running on a `drover server` and two `drover executor` processes (see `harness.rs`):
 //! the example in `examples/command/` (plain Python training on the shipped digits data), `train`
-//! jobs of the engine, distributed ones (`distributed.rs`), and the trust between the processes
-//! (`trust.rs`).
+//! jobs of the engine, distributed ones (`distributed.rs`), the trust between the processes
+//! (`trust.rs`) and two server replicas restarted in turn (`replicas.rs`).
 
 #![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
 
@@ -9,6 +9,8 @@
 mod distributed;
 #[path = "harness.rs"]
 mod harness;
+#[path = "replicas.rs"]
+mod replicas;
 #[path = "trust.rs"]
 mod trust;
 

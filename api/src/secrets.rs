@@ -95,15 +95,27 @@ impl SecretBox {
         SystemRandom::new()
             .fill(&mut key)
             .map_err(|_| key_file(std::io::Error::other("no randomness")))?;
+        // Written whole under a private name, then linked into place: two replicas starting at once
+        // on one shared file end up with the same key, never a half-written one.
+        let temporary = path.with_extension(format!("tmp-{}", std::process::id()));
         let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
+        options.write(true).create(true).truncate(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(path).map_err(key_file)?;
+        let mut file = options.open(&temporary).map_err(key_file)?;
         file.write_all(format!("{}\n", STANDARD.encode(key)).as_bytes())
             .and_then(|()| file.sync_all())
             .map_err(key_file)?;
-        Ok(Self::new(&key))
+        let linked = std::fs::hard_link(&temporary, path);
+        let _ = std::fs::remove_file(&temporary);
+        match linked {
+            Ok(()) => Ok(Self::new(&key)),
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+                let text = std::fs::read_to_string(path).map_err(key_file)?;
+                Self::from_base64(&text)
+            }
+            Err(err) => Err(key_file(err)),
+        }
     }
 
     pub fn key_id(&self) -> &str {

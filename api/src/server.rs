@@ -87,7 +87,9 @@ pub async fn start(
         shutdown.await;
         let _ = stop.send(true);
     });
-    let mut state = AppState::new(store.clone(), config.max_body_bytes).with_limits(config.limits);
+    let mut state = AppState::new(store.clone(), config.max_body_bytes)
+        .with_limits(config.limits)
+        .with_shutdown(stopped.clone());
     if let Some(secrets) = &config.secrets {
         state = state.with_secrets(secrets.clone());
     }
@@ -95,14 +97,29 @@ pub async fn start(
     if let Some((gateway_listen, mut cluster)) = config.cluster {
         cluster.secrets = config.secrets.clone();
         cluster.limits = config.limits;
-        let runtime = Runtime::new(store.clone(), cluster);
-        let scheduling = SchedulingLoop::new(runtime.clone())
-            .with_context(|| format!("cannot run the policy `{}`", runtime.config.policy))?;
         let gateway_listener = TcpListener::bind(gateway_listen)
             .await
             .with_context(|| format!("cannot listen for executors on {gateway_listen}"))?;
         let bound = gateway_listener.local_addr()?;
         gateway_addr = Some(bound);
+        let advertised = cluster
+            .advertise_gateway
+            .clone()
+            .unwrap_or_else(|| advertised_gateway(bound));
+        // Several replicas share a Postgres database: the one holding the lock leads. SQLite has one.
+        let leader = match store.backend() {
+            store::Backend::Postgres => crate::cluster::leader::campaign(
+                config.database_url.clone(),
+                store.clone(),
+                format!("{}/{}", host_name(), std::process::id()),
+                advertised.clone(),
+                stopped.clone(),
+            ),
+            store::Backend::Sqlite => crate::cluster::leader::always(),
+        };
+        let runtime = Runtime::replica(store.clone(), cluster, leader);
+        let scheduling = SchedulingLoop::new(runtime.clone())
+            .with_context(|| format!("cannot run the policy `{}`", runtime.config.policy))?;
         let service = GatewayService::new(runtime.clone()).into_server();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(gateway_listener);
         let gateway_stopped = signalled(stopped.clone());
@@ -134,6 +151,25 @@ pub async fn start(
         store,
         serving,
     })
+}
+
+/// This host's name, for messages and the leader record.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// Where executors reach a gateway bound to `bound`: its address, or this host's name when it
+/// listens on every interface.
+fn advertised_gateway(bound: SocketAddr) -> String {
+    if bound.ip().is_unspecified() {
+        format!("http://{}:{}", host_name(), bound.port())
+    } else {
+        format!("http://{bound}")
+    }
 }
 
 /// Resolves once the shutdown flag is set.

@@ -24,6 +24,8 @@ pub struct AppInner {
     pub limits: Limits,
     /// API requests, per token (by its hash).
     pub request_buckets: Arc<Buckets<[u8; 32]>>,
+    /// Turns true when the server stops: long requests (followed logs) end so it can.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl AppState {
@@ -36,7 +38,14 @@ impl AppState {
             secrets: None,
             limits: Limits::NONE,
             request_buckets: Arc::new(Buckets::new(Limits::NONE.requests)),
+            stopping: tokio::sync::watch::channel(false).1,
         }))
+    }
+
+    /// The same state, told when the server stops. Call before the state is shared.
+    pub fn with_shutdown(self, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
+        let inner = self.into_inner();
+        Self(Arc::new(AppInner { stopping, ..inner }))
     }
 
     /// The same state, enforcing these limits. Call before the state is shared.
@@ -67,6 +76,7 @@ impl AppState {
             secrets: shared.secrets.clone(),
             limits: shared.limits,
             request_buckets: shared.request_buckets.clone(),
+            stopping: shared.stopping.clone(),
         })
     }
 

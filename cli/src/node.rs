@@ -12,7 +12,8 @@ use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct ExecutorArgs {
-    /// The server's executor gateway.
+    /// The server's executor gateway; several replicas' gateways comma-separated (tried in turn; a
+    /// replica that does not lead redirects the executor to the one that does).
     #[arg(
         long = "gateway",
         env = "DROVER_GATEWAY",

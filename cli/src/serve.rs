@@ -58,6 +58,11 @@ pub struct ClusterArgs {
     /// Address executors dial (gRPC).
     #[arg(long, env = "DROVER_GATEWAY_LISTEN", default_value = "0.0.0.0:7070")]
     gateway_listen: SocketAddr,
+    /// Where executors reach this replica's gateway when another replica redirects them to it (the
+    /// leader's); default: the gateway's address, or this host's name when it listens on every
+    /// interface. On Kubernetes, the pod's IP.
+    #[arg(long, env = "DROVER_ADVERTISE_GATEWAY")]
+    advertise_gateway: Option<String>,
     /// Scheduling policy: fifo, fifo-backfill, drf, tiresias, optimus, gandiva or drover.
     #[arg(long, env = "DROVER_POLICY", default_value = "drover")]
     policy: String,
@@ -113,6 +118,7 @@ impl ClusterArgs {
             );
         }
         config.enrollment_token = token.map(str::to_owned);
+        config.advertise_gateway = self.advertise_gateway.clone();
         config.heartbeat_interval =
             (self.executor_timeout / 5).max(std::time::Duration::from_millis(200));
         Ok((self.gateway_listen, config))
@@ -270,6 +276,7 @@ pub async fn server(args: ServerArgs, global: &GlobalArgs) -> anyhow::Result<()>
         .await
         .context("the server task failed")?
         .context("serving failed")?;
+    out!("drover server stopped");
     Ok(())
 }
 
@@ -324,6 +331,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     let checkpoints = data_dir.join("checkpoints");
     let cluster = ClusterArgs {
         gateway_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        advertise_gateway: None,
         policy: args.policy.clone(),
         checkpoint_dir: Some(checkpoints.clone()),
         executor_timeout: std::time::Duration::from_secs(10),

@@ -20,6 +20,8 @@ use tokio_stream::wrappers::ReceiverStream;
 /// (task state changes and checkpoint records never are).
 const MAX_PENDING: usize = 10_000;
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// The metadata key a replica that does not lead names the leader's gateway with.
+const LEADER_METADATA: &str = "drover-leader";
 
 #[derive(Debug, Clone)]
 pub struct ExecutorConfig {
@@ -154,7 +156,24 @@ pub struct Agent {
     usage: UsageProbe,
     /// The node's credential, once enrolled.
     credential: Option<String>,
+    /// Where the server's replicas are (`--gateway`, comma-separated); tried in turn.
+    gateways: Vec<String>,
+    next_gateway: usize,
+    /// Where a replica that does not lead said the leader is: tried first, once.
+    redirect: Option<String>,
 }
+
+/// A replica that does not lead named the one that does: go there now, no backoff.
+#[derive(Debug)]
+struct Redirected(String);
+
+impl std::fmt::Display for Redirected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "redirected to the leader at {}", self.0)
+    }
+}
+
+impl std::error::Error for Redirected {}
 
 impl Agent {
     pub fn new(config: ExecutorConfig) -> anyhow::Result<Self> {
@@ -163,7 +182,18 @@ impl Agent {
         let (events_tx, events_rx) = mpsc::channel(4096);
         let usage = UsageProbe::new(config.source);
         let credential = credential::load(&config.data_dir)?;
+        let gateways: Vec<String> = config
+            .server
+            .split(',')
+            .map(str::trim)
+            .filter(|g| !g.is_empty())
+            .map(str::to_owned)
+            .collect();
+        anyhow::ensure!(!gateways.is_empty(), "no gateway address given (--gateway)");
         Ok(Self {
+            gateways,
+            next_gateway: 0,
+            redirect: None,
             config,
             executor_id,
             tasks: HashMap::new(),
@@ -180,6 +210,7 @@ impl Agent {
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         tokio::pin!(shutdown);
         let mut backoff = Duration::from_millis(200);
+        let mut redirects = 0;
         loop {
             let session = self.session();
             tokio::select! {
@@ -189,6 +220,12 @@ impl Agent {
                         backoff = Duration::from_millis(200);
                     }
                     Err(err) if err.downcast_ref::<credential::Fatal>().is_some() => return Err(err),
+                    // Straight there, unless redirects go round in circles (a stale leader record).
+                    Err(err) if err.downcast_ref::<Redirected>().is_some() && redirects < 3 => {
+                        tracing::info!(server = self.config.server, "{err}");
+                        redirects += 1;
+                        continue;
+                    }
                     Err(err) => tracing::warn!(server = self.config.server, error = %err, "no session with the server; retrying in {:?}", backoff),
                 },
                 () = &mut shutdown => return Ok(()),
@@ -206,6 +243,7 @@ impl Agent {
                 }
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
+            redirects = 0;
         }
     }
 
@@ -278,7 +316,16 @@ impl Agent {
     }
 
     async fn session(&mut self) -> anyhow::Result<()> {
-        let mut client = ExecutorGatewayClient::connect(self.config.server.clone()).await?;
+        let target = match self.redirect.take() {
+            Some(leader) => leader,
+            None => {
+                let gateway = self.gateways[self.next_gateway % self.gateways.len()].clone();
+                // The next attempt, if this one fails, tries the next replica.
+                self.next_gateway += 1;
+                gateway
+            }
+        };
+        let mut client = ExecutorGatewayClient::connect(target.clone()).await?;
         let (outbound, outbound_rx) = mpsc::channel::<pb::ExecutorMessage>(1024);
         let register = pb::Register {
             node_name: self.config.name.clone(),
@@ -328,6 +375,21 @@ impl Agent {
             }
             Err(status) if status.code() == tonic::Code::PermissionDenied => {
                 return Err(credential::Fatal(status.message().to_owned()).into());
+            }
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                let leader = status
+                    .metadata()
+                    .get(LEADER_METADATA)
+                    .and_then(|v| v.to_str().ok())
+                    .filter(|leader| *leader != target)
+                    .map(str::to_owned);
+                return Err(match leader {
+                    Some(leader) => {
+                        self.redirect = Some(leader.clone());
+                        Redirected(leader).into()
+                    }
+                    None => status.into(),
+                });
             }
             Err(status) => return Err(status.into()),
         };

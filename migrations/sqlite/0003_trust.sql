@@ -55,3 +55,15 @@ CREATE TABLE audit_events (
     target    text NOT NULL,     -- what it acted on
     detail    text NOT NULL DEFAULT ''
 );
+
+-- Several server replicas (Postgres): the one holding the advisory lock leads (runs the scheduling
+-- loop and the executor gateway's sessions) and says where executors reach it; the others redirect.
+CREATE TABLE cluster_leader (
+    id       integer PRIMARY KEY CHECK (id = 1),
+    holder   text NOT NULL,      -- the replica: host name and process id
+    gateway  text NOT NULL,      -- where executors reach its gateway
+    since    text NOT NULL
+);
+
+-- A user's request that a running job checkpoint now, kept until the leader has passed it on.
+ALTER TABLE jobs ADD COLUMN checkpoint_requested_at text;

@@ -95,6 +95,9 @@ impl ExecutorGateway for GatewayService {
         request: Request<Streaming<pb::ExecutorMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
         let (node, credential) = self.runtime.authenticate_node(request.metadata()).await?;
+        if !self.runtime.is_leader() {
+            return Err(self.runtime.redirect().await);
+        }
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(REGISTER_WITHIN, inbound.message())
             .await
@@ -243,7 +246,25 @@ impl ExecutorGateway for GatewayService {
     }
 }
 
+/// The metadata key that names the leader's gateway in a redirect.
+pub const LEADER_METADATA: &str = "drover-leader";
+
 impl Runtime {
+    /// What a replica that does not lead answers a session: where the leader is, when it is known.
+    async fn redirect(&self) -> Status {
+        let mut status = Status::unavailable("this server replica does not lead; go to the leader");
+        match self.store.leader().await {
+            Ok(Some(leader)) => {
+                if let Ok(value) = leader.gateway.parse() {
+                    status.metadata_mut().insert(LEADER_METADATA, value);
+                }
+            }
+            Ok(None) => {}
+            Err(err) => tracing::warn!(error = %err, "cannot read where the leader is"),
+        }
+        status
+    }
+
     /// Compares what a (re)registering executor runs with what it should run; returns the commands
     /// that stop what must not run.
     async fn resync(

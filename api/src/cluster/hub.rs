@@ -96,6 +96,13 @@ impl Hub {
         }
     }
 
+    /// Ends every session (this replica no longer leads); the nodes stay known, as after a disconnect.
+    pub fn disconnect_all(&self) {
+        for executor in self.executors().values_mut() {
+            executor.commands = None;
+        }
+    }
+
     /// Whether `session` was ended by a revocation.
     pub fn was_kicked(&self, session: u64) -> bool {
         self.kicked

@@ -11,6 +11,7 @@ mod enrol;
 mod gateway;
 mod hub;
 mod ingest;
+pub mod leader;
 mod observe;
 mod reports;
 mod scheduling;
@@ -49,6 +50,9 @@ pub struct ClusterConfig {
     pub enrollment_token: Option<String>,
     /// How much each tenant's tasks may report (log lines, metric samples).
     pub limits: crate::limits::Limits,
+    /// Where executors reach this replica's gateway, told to them when another replica redirects
+    /// them here; derived from the gateway's address when `None`.
+    pub advertise_gateway: Option<String>,
     /// Opens tenant secrets for the tasks that need them; `None`: jobs with secrets cannot start.
     pub secrets: Option<Arc<crate::secrets::SecretBox>>,
 }
@@ -64,6 +68,7 @@ impl ClusterConfig {
             checkpoint_root,
             enrollment_token: None,
             secrets: None,
+            advertise_gateway: None,
             limits: crate::limits::Limits::NONE,
         }
     }
@@ -81,11 +86,24 @@ pub struct Runtime {
     pub ingest: ingest::Ingest,
     /// Refused enrolments, cluster-wide: 1 a second, bursts of 20.
     pub failed_enrolments: crate::limits::Buckets<()>,
+    /// Whether this replica leads (runs the loop and the executors' sessions).
+    pub leader: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Runtime {
+    /// A runtime that always leads (one server).
     pub fn new(store: Arc<dyn Store>, config: ClusterConfig) -> Arc<Self> {
+        Self::replica(store, config, leader::always())
+    }
+
+    /// A runtime that leads while `leader` says so.
+    pub fn replica(
+        store: Arc<dyn Store>,
+        config: ClusterConfig,
+        leader: tokio::sync::watch::Receiver<bool>,
+    ) -> Arc<Self> {
         Arc::new(Self {
+            leader,
             store,
             hub: Hub::new(),
             ingest: ingest::Ingest::new(&config.limits),
@@ -96,6 +114,10 @@ impl Runtime {
             config,
             observer: Observer::default(),
         })
+    }
+
+    pub fn is_leader(&self) -> bool {
+        *self.leader.borrow()
     }
 
     /// Where generation `generation` of `job` writes its checkpoints.

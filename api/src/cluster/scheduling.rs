@@ -38,25 +38,35 @@ impl SchedulingLoop {
         })
     }
 
-    /// Runs rounds until `shutdown` resolves. A failed round is logged and retried on the next tick.
+    /// Runs rounds until `shutdown` resolves, while this replica leads. A failed round is logged and
+    /// retried on the next tick. Losing the lead ends every executor session, so executors go to the
+    /// new leader; gaining it starts from the store, as after a restart.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
-        match self.runtime.store.live_tasks().await {
-            Ok(live) => {
-                for task in live {
-                    self.runtime.hub.expect(&task.node_name);
+        tokio::pin!(shutdown);
+        let mut leader = self.runtime.leader.clone();
+        loop {
+            while !*leader.borrow_and_update() {
+                tokio::select! {
+                    changed = leader.changed() => if changed.is_err() { return },
+                    () = &mut shutdown => return,
                 }
             }
-            Err(err) => tracing::error!(error = %err, "cannot read live tasks at start-up"),
-        }
-        tokio::pin!(shutdown);
-        loop {
-            if let Err(err) = self.round().await {
-                tracing::error!(error = %err, "scheduling round failed");
-            }
-            tokio::select! {
-                () = tokio::time::sleep(self.runtime.config.tick) => {}
-                () = self.runtime.hub.wake.notified() => {}
-                () = &mut shutdown => return,
+            expect_executors(&self.runtime.clone()).await;
+            loop {
+                if let Err(err) = self.round().await {
+                    tracing::error!(error = %err, "scheduling round failed");
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(self.runtime.config.tick) => {}
+                    () = self.runtime.hub.wake.notified() => {}
+                    changed = leader.changed() => if changed.is_err() { return },
+                    () = &mut shutdown => return,
+                }
+                if !*leader.borrow() {
+                    tracing::warn!("no longer the leader: ending the executors' sessions here");
+                    self.runtime.hub.disconnect_all();
+                    break;
+                }
             }
         }
     }
@@ -64,6 +74,8 @@ impl SchedulingLoop {
     /// One round; public for tests that drive the loop step by step.
     pub async fn round(&mut self) -> StoreResult<()> {
         let runtime = self.runtime.clone();
+        end_revoked_sessions(&runtime).await?;
+        pass_on_checkpoint_requests(&runtime).await?;
         expire_executors(&runtime).await?;
         let nodes = runtime.store.list_nodes().await?;
         drain(&runtime, &nodes).await?;
@@ -92,6 +104,58 @@ impl SchedulingLoop {
         self.previous = plan;
         Ok(())
     }
+}
+
+/// Every node with live tasks must come back within the heartbeat timeout, or be declared lost.
+async fn expect_executors(runtime: &Runtime) {
+    match runtime.store.live_tasks().await {
+        Ok(live) => {
+            for task in live {
+                runtime.hub.expect(&task.node_name);
+            }
+        }
+        Err(err) => tracing::error!(error = %err, "cannot read live tasks on taking the lead"),
+    }
+}
+
+/// Ends the session of every connected node whose credential was revoked, on whichever replica the
+/// revocation was asked of.
+async fn end_revoked_sessions(runtime: &Runtime) -> StoreResult<()> {
+    let connected = runtime.hub.connected();
+    if connected.is_empty() {
+        return Ok(());
+    }
+    let live: HashSet<String> = runtime
+        .store
+        .live_node_credentials()
+        .await?
+        .into_iter()
+        .map(|c| c.node_name)
+        .collect();
+    for node in connected.keys().filter(|node| !live.contains(*node)) {
+        tracing::warn!(
+            node.name = node,
+            "ending the session of a node whose credential was revoked"
+        );
+        runtime.hub.kick(node);
+    }
+    Ok(())
+}
+
+/// Passes users' checkpoint requests (taken by any replica) on to the running tasks.
+async fn pass_on_checkpoint_requests(runtime: &Runtime) -> StoreResult<()> {
+    for (job_id, at) in runtime.store.checkpoint_requests().await? {
+        match runtime.store.get_job(Scope::Cluster, job_id).await {
+            Ok(job) if job.state == JobState::Running => {
+                let asked = runtime.request_checkpoint(&job).await?;
+                tracing::info!(job.id = %job_id, tasks = asked, "asked the job's tasks to checkpoint");
+            }
+            Ok(_) | Err(crate::store::StoreError::NotFound) => {}
+            Err(err) => return Err(err),
+        }
+        runtime.store.clear_checkpoint_request(job_id, at).await?;
+    }
+    Ok(())
 }
 
 /// Reads what arrived from every job that has run since the last round: its speed and loss samples

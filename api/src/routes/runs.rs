@@ -78,15 +78,20 @@ pub async fn request_checkpoint(
         .get_job(principal.scope(), job_id)
         .await
         .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
-    let Some(runtime) = &state.runtime else {
+    if state.runtime.is_none() {
         return Err(ApiError::new(
             axum::http::StatusCode::CONFLICT,
             "not_running",
             "this server runs no jobs",
         ));
-    };
+    }
+    // The request is kept in the store, so whichever replica leads passes it on (on its next round).
     let asked = if job.state == drover_core::JobState::Running {
-        runtime.request_checkpoint(&job).await?
+        let tasks = state.store.generation_tasks(job.id, job.generation).await?;
+        tasks
+            .iter()
+            .filter(|t| t.state == crate::store::TaskState::Running && !t.stop_requested)
+            .count()
     } else {
         0
     };
@@ -100,6 +105,11 @@ pub async fn request_checkpoint(
             ),
         ));
     }
+    state
+        .store
+        .request_checkpoint(job.id, chrono::Utc::now())
+        .await?;
+    state.wake_scheduler();
     Ok((
         axum::http::StatusCode::ACCEPTED,
         Json(CheckpointRequested {
@@ -450,6 +460,8 @@ fn follow_stream(
                     follow.pending = lines.into_iter().map(LogLineView::from).collect();
                 }
                 Ok(_) if finished => follow.done = true,
+                // A stopping server ends the stream; the client follows on from its last line's id.
+                Ok(_) if *follow.state.stopping.borrow() => follow.done = true,
                 Ok(_) => tokio::time::sleep(FOLLOW_POLL).await,
                 Err(err) => {
                     return Some((

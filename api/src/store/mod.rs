@@ -7,6 +7,7 @@
 //! labels), every job state change as an event, nodes as executors last reported them (with cordon and
 //! drain flags), every task of every generation of a job (the scheduling loop's intent, persisted before
 //! it is dispatched), metric samples, checkpoint records and task logs.
+//! Also the leading replica's announcement and pending checkpoint requests (`replicas`).
 //! What is rebuilt in memory at start-up: which executors are connected and when each was last heard
 //! from (an executor that does not come back within the heartbeat timeout is lost), the rendezvous
 //! state (from task addresses), and the policy's own state (by replaying snapshots).
@@ -18,6 +19,8 @@ mod exec;
 mod exec_sql;
 mod model;
 mod pg;
+mod replicas;
+mod replicas_sql;
 mod sql;
 mod sqlite;
 mod trust;
@@ -26,6 +29,7 @@ mod trust_sql;
 pub use exec::*;
 pub use model::*;
 pub use pg::PgStore;
+pub use replicas::*;
 pub use sql::{FIND_TOKEN, INSERT_EVENT, INSERT_JOB};
 pub use sqlite::SqliteStore;
 pub use trust::*;
@@ -90,7 +94,9 @@ pub enum Backend {
 }
 
 #[async_trait]
-pub trait Store: ExecStore + TrustStore + Send + Sync + std::fmt::Debug + 'static {
+pub trait Store:
+    ExecStore + TrustStore + ReplicaStore + Send + Sync + std::fmt::Debug + 'static
+{
     fn backend(&self) -> Backend;
     /// Applies pending migrations.
     async fn migrate(&self) -> StoreResult<()>;

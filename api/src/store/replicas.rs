@@ -1,0 +1,30 @@
+//! What several server replicas share through the store: which replica leads (and where executors
+//! reach it), and requests the leader must pass on to executors (a checkpoint now), so that any
+//! replica can take them.
+
+use super::StoreResult;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use drover_core::JobId;
+
+/// The leading replica, as it announced itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderRecord {
+    pub holder: String,
+    /// Where executors reach its gateway (`http://10.0.0.5:7070`).
+    pub gateway: String,
+    pub since: DateTime<Utc>,
+}
+
+#[async_trait]
+pub trait ReplicaStore: Send + Sync {
+    /// Announces this replica as the leader (the caller holds the leader lock).
+    async fn record_leader(&self, leader: &LeaderRecord) -> StoreResult<()>;
+    async fn leader(&self) -> StoreResult<Option<LeaderRecord>>;
+    /// Asks that the job's running tasks checkpoint now.
+    async fn request_checkpoint(&self, job: JobId, at: DateTime<Utc>) -> StoreResult<()>;
+    /// Jobs with a checkpoint request not yet passed on, with the request's time.
+    async fn checkpoint_requests(&self) -> StoreResult<Vec<(JobId, DateTime<Utc>)>>;
+    /// Marks the request of `at` passed on (a newer one stays).
+    async fn clear_checkpoint_request(&self, job: JobId, at: DateTime<Utc>) -> StoreResult<()>;
+}
