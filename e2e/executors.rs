@@ -7,6 +7,8 @@
 
 #[path = "distributed.rs"]
 mod distributed;
+#[path = "faults.rs"]
+mod faults;
 #[path = "harness.rs"]
 mod harness;
 #[path = "replicas.rs"]

@@ -188,11 +188,17 @@ impl Cluster {
     }
 
     pub(crate) fn start_executor(&mut self, name: &str) {
+        let gateway = self.gateway.clone();
+        self.start_executor_via(name, &gateway);
+    }
+
+    /// An executor that dials `gateway` (a proxy in front of the server's, say).
+    pub(crate) fn start_executor_via(&mut self, name: &str, gateway: &str) {
         let dir = self.executor_dir(name);
         let executor = Proc::spawn(&[
             "executor",
             "--gateway",
-            &self.gateway,
+            gateway,
             "--name",
             name,
             "--slots",

@@ -97,9 +97,13 @@ impl SecretBox {
             .map_err(|_| key_file(std::io::Error::other("no randomness")))?;
         // Written whole under a private name, then linked into place: two replicas starting at once
         // on one shared file end up with the same key, never a half-written one.
-        let temporary = path.with_extension(format!("tmp-{}", std::process::id()));
+        let mut suffix = [0u8; 8];
+        SystemRandom::new()
+            .fill(&mut suffix)
+            .map_err(|_| key_file(std::io::Error::other("no randomness")))?;
+        let temporary = path.with_extension(format!("tmp-{}", hex::encode(suffix)));
         let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
+        options.write(true).create_new(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         let mut file = options.open(&temporary).map_err(key_file)?;
@@ -109,13 +113,13 @@ impl SecretBox {
         let linked = std::fs::hard_link(&temporary, path);
         let _ = std::fs::remove_file(&temporary);
         match linked {
-            Ok(()) => Ok(Self::new(&key)),
-            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
-                let text = std::fs::read_to_string(path).map_err(key_file)?;
-                Self::from_base64(&text)
-            }
-            Err(err) => Err(key_file(err)),
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(err) => return Err(key_file(err)),
         }
+        // Whoever linked first wins: everyone uses the key that is in place.
+        let text = std::fs::read_to_string(path).map_err(key_file)?;
+        Self::from_base64(&text)
     }
 
     pub fn key_id(&self) -> &str {

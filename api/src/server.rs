@@ -106,6 +106,12 @@ pub async fn start(
             .advertise_gateway
             .clone()
             .unwrap_or_else(|| advertised_gateway(bound));
+        let uri: Result<tonic::transport::Uri, _> = advertised.parse();
+        if !uri
+            .is_ok_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some())
+        {
+            anyhow::bail!("--advertise-gateway `{advertised}`: expected http://HOST:PORT");
+        }
         // Several replicas share a Postgres database: the one holding the lock leads. SQLite has one.
         let leader = match store.backend() {
             store::Backend::Postgres => crate::cluster::leader::campaign(

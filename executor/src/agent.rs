@@ -325,7 +325,16 @@ impl Agent {
                 gateway
             }
         };
-        let mut client = ExecutorGatewayClient::connect(target.clone()).await?;
+        // Keepalives notice a server that went silent (a partition, a dead host) within seconds; the
+        // executor then reconnects, to it or to another replica.
+        let channel = tonic::transport::Endpoint::from_shared(target.clone())?
+            .connect_timeout(Duration::from_secs(5))
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(Duration::from_secs(10))
+            .keep_alive_while_idle(true)
+            .connect()
+            .await?;
+        let mut client = ExecutorGatewayClient::new(channel);
         let (outbound, outbound_rx) = mpsc::channel::<pb::ExecutorMessage>(1024);
         let register = pb::Register {
             node_name: self.config.name.clone(),

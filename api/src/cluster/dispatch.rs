@@ -163,7 +163,7 @@ impl Runtime {
     }
 
     /// Asks every running task of the job's current generation to checkpoint now (SIGUSR1); returns how
-    /// many were asked.
+    /// many were reached (a task whose executor has no open session is not).
     pub async fn request_checkpoint(&self, job: &Job) -> StoreResult<usize> {
         let tasks = self.store.generation_tasks(job.id, job.generation).await?;
         let mut asked = 0;
@@ -171,7 +171,7 @@ impl Runtime {
             .iter()
             .filter(|t| t.state == TaskState::Running && !t.stop_requested)
         {
-            self.hub.send(
+            let reached = self.hub.send(
                 &task.node_name,
                 pb::ServerMessage {
                     body: Some(pb::server_message::Body::Checkpoint(pb::CheckpointTask {
@@ -179,7 +179,7 @@ impl Runtime {
                     })),
                 },
             );
-            asked += 1;
+            asked += usize::from(reached);
         }
         Ok(asked)
     }

@@ -179,6 +179,11 @@ impl ExecutorGateway for GatewayService {
         let session = runtime.hub.connect(&name, commands, gpu_model);
         // A revocation between the credential check and this connection would find no session to
         // end: look again now that the session is there for it to find.
+        // Leadership may have moved while this session was being set up.
+        if !runtime.is_leader() {
+            runtime.hub.disconnect(&name, session);
+            return Err(runtime.redirect().await);
+        }
         if !runtime.credential_live(&credential).await? {
             runtime.hub.disconnect(&name, session);
             return Err(Status::unauthenticated(format!(

@@ -96,6 +96,16 @@ impl Hub {
         }
     }
 
+    /// Forgets every executor (this replica starts to lead): what an earlier term knew is stale, and
+    /// each node is expected afresh from now on.
+    pub fn reset(&self) {
+        self.executors().clear();
+        self.kicked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+    }
+
     /// Ends every session (this replica no longer leads); the nodes stay known, as after a disconnect.
     pub fn disconnect_all(&self) {
         for executor in self.executors().values_mut() {
@@ -237,13 +247,16 @@ impl Hub {
     }
 
     /// Sends a message outside the per-task bookkeeping (refusals).
-    pub fn send(&self, node: &str, message: ServerMessage) {
+    /// Returns whether the message was queued to the node's open session.
+    pub fn send(&self, node: &str, message: ServerMessage) -> bool {
         if let Some(Executor {
             commands: Some(commands),
             ..
         }) = self.executors().get(node)
         {
-            let _ = commands.try_send(Ok(message));
+            commands.try_send(Ok(message)).is_ok()
+        } else {
+            false
         }
     }
 

@@ -71,8 +71,19 @@ pub fn campaign(
                 gateway: gateway.clone(),
                 since: chrono::Utc::now(),
             };
-            if let Err(err) = store.record_leader(&record).await {
-                tracing::error!(error = %err, "cannot record this replica as the leader; executors cannot be redirected here");
+            // Announced before acting as leader, so followers send executors here, not to the last one.
+            let mut announced = store.record_leader(&record).await;
+            for _ in 0..3 {
+                if announced.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(POLL).await;
+                announced = store.record_leader(&record).await;
+            }
+            if let Err(err) = announced {
+                tracing::error!(error = %err, "cannot record this replica as the leader; letting the lead go");
+                let _ = connection.close().await;
+                continue;
             }
             tracing::info!(
                 holder,
@@ -83,18 +94,29 @@ pub fn campaign(
             // Lead until the session breaks or the server stops.
             loop {
                 if wait(&mut shutdown, POLL).await {
+                    // Followers must not send executors here once this process is gone.
+                    let _ = leads.send(false);
+                    let _ = store.clear_leader(&holder).await;
                     let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
                         .bind(LOCK_KEY)
                         .execute(&mut connection)
                         .await;
                     let _ = connection.close().await;
-                    let _ = leads.send(false);
                     tracing::info!("stepped down: the server is stopping");
                     return;
                 }
-                if let Err(err) = sqlx::query("SELECT 1").execute(&mut connection).await {
+                // A check that does not answer in time counts as a broken session: a leader that
+                // cannot show it still holds the lock stops acting as one.
+                let check = tokio::time::timeout(
+                    POLL * 2,
+                    sqlx::query("SELECT 1").execute(&mut connection),
+                )
+                .await;
+                if !matches!(check, Ok(Ok(_))) {
                     let _ = leads.send(false);
-                    tracing::warn!(error = %err, "stepped down: the connection holding the leader lock broke");
+                    tracing::warn!(
+                        "stepped down: the connection holding the leader lock broke or hangs"
+                    );
                     break;
                 }
             }

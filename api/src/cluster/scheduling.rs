@@ -51,6 +51,9 @@ impl SchedulingLoop {
                     () = &mut shutdown => return,
                 }
             }
+            // What an earlier term knew is stale: executors, the last plan.
+            self.runtime.hub.reset();
+            self.previous = Plan::default();
             expect_executors(&self.runtime.clone()).await;
             loop {
                 if let Err(err) = self.round().await {
@@ -60,7 +63,10 @@ impl SchedulingLoop {
                     () = tokio::time::sleep(self.runtime.config.tick) => {}
                     () = self.runtime.hub.wake.notified() => {}
                     changed = leader.changed() => if changed.is_err() { return },
-                    () = &mut shutdown => return,
+                    () = &mut shutdown => {
+                        self.runtime.hub.disconnect_all();
+                        return;
+                    }
                 }
                 if !*leader.borrow() {
                     tracing::warn!("no longer the leader: ending the executors' sessions here");
@@ -148,6 +154,12 @@ async fn pass_on_checkpoint_requests(runtime: &Runtime) -> StoreResult<()> {
         match runtime.store.get_job(Scope::Cluster, job_id).await {
             Ok(job) if job.state == JobState::Running => {
                 let asked = runtime.request_checkpoint(&job).await?;
+                // No session to its executors yet (just after a change of leader): the next round
+                // tries again, for a while.
+                let fresh = Utc::now() - at < chrono::Duration::minutes(5);
+                if asked == 0 && fresh {
+                    continue;
+                }
                 tracing::info!(job.id = %job_id, tasks = asked, "asked the job's tasks to checkpoint");
             }
             Ok(_) | Err(crate::store::StoreError::NotFound) => {}

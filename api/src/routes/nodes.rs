@@ -65,7 +65,9 @@ fn node_view(state: &AppState, node: Node, tasks: &[Task]) -> NodeView {
         .as_ref()
         .is_some_and(|r| r.hub.connected().contains_key(&node.name));
     let mut view = NodeView::from(node);
-    if state.runtime.is_some() && !connected && view.health == "healthy" {
+    // Only the leader holds sessions; a follower shows the health the leader recorded.
+    let leads = state.runtime.as_ref().is_some_and(|r| r.is_leader());
+    if leads && !connected && view.health == "healthy" {
         view.health = "disconnected".to_owned();
     }
     if let Some(runtime) = &state.runtime {

@@ -21,6 +21,8 @@ pub trait ReplicaStore: Send + Sync {
     /// Announces this replica as the leader (the caller holds the leader lock).
     async fn record_leader(&self, leader: &LeaderRecord) -> StoreResult<()>;
     async fn leader(&self) -> StoreResult<Option<LeaderRecord>>;
+    /// Withdraws `holder`'s announcement (it stops leading); another's stays.
+    async fn clear_leader(&self, holder: &str) -> StoreResult<()>;
     /// Asks that the job's running tasks checkpoint now.
     async fn request_checkpoint(&self, job: JobId, at: DateTime<Utc>) -> StoreResult<()>;
     /// Jobs with a checkpoint request not yet passed on, with the request's time.

@@ -26,6 +26,14 @@ macro_rules! impl_replica_store {
                 Ok(row.map(|(holder, gateway, since)| LeaderRecord { holder, gateway, since }))
             }
 
+            async fn clear_leader(&self, holder: &str) -> StoreResult<()> {
+                sqlx::query("DELETE FROM cluster_leader WHERE id = 1 AND holder = $1")
+                    .bind(holder)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+
             async fn request_checkpoint(&self, job: JobId, at: DateTime<Utc>) -> StoreResult<()> {
                 sqlx::query("UPDATE jobs SET checkpoint_requested_at = $2 WHERE id = $1")
                     .bind(job.0)
