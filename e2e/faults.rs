@@ -171,3 +171,96 @@ async fn a_partitioned_executor_is_replaced_and_fenced_when_it_returns() {
         })
         .await;
 }
+
+/// A small tmpfs mounted over a directory, unmounted when dropped.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    /// `None` where this process may not mount (not root): the caller says it skipped.
+    fn mount(dir: &std::path::Path, size: &str) -> Option<SmallDisk> {
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .ok()?;
+        status.success().then(|| SmallDisk(dir.to_path_buf()))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Fills the file system holding `dir` to the last byte; the filler file is returned.
+fn fill(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let chunk = vec![0u8; 4096];
+    while file
+        .write_all(&chunk)
+        .and_then(|()| file.sync_all())
+        .is_ok()
+    {}
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_that_meets_a_full_disk_leaves_the_last_good_one_to_resume_from() {
+    let cluster = Cluster::start().await;
+    let storage = cluster.dir.path().join("server").join("checkpoints");
+    let Some(_disk) = SmallDisk::mount(&storage, "2m") else {
+        eprintln!("skipped: cannot mount a tmpfs over the checkpoint storage (needs root)");
+        return;
+    };
+    let id = cluster.submit_training("disk-full").await;
+    cluster.wait_for_checkpoint(&id, CHECKPOINT_EVERY).await;
+    let good = cluster.checkpoints(&id).await;
+    let good_step = good.last().unwrap()["step"].as_u64().unwrap();
+    let filler = fill(&storage);
+
+    // The next checkpoint cannot be written: the task fails and the job restarts. The disk is
+    // freed as soon as generation 1 is over, so generation 2 can write its own.
+    cluster
+        .wait_until("generation 1 to fail", Duration::from_secs(60), async |c| {
+            let job = c.job(&id).await;
+            (job["generation"].as_u64().unwrap() >= 2 || job["state"] == "queued").then_some(())
+        })
+        .await;
+    std::fs::remove_file(&filler).unwrap();
+    let done = cluster
+        .wait_for_state(&id, "succeeded", Duration::from_secs(120))
+        .await;
+    assert_eq!(done["generation"], 2, "{:?}", cluster.events(&id).await);
+    let events = cluster.events(&id).await;
+    let failure = events
+        .iter()
+        .find(|e| e["reason"] == "task_failed")
+        .unwrap_or_else(|| panic!("no task_failed event: {events:?}"));
+    assert!(
+        failure["message"]
+            .as_str()
+            .unwrap()
+            .contains("No space left on device"),
+        "{failure}"
+    );
+    // No checkpoint of generation 1 past the good one was recorded, and generation 2 resumed
+    // from the good one.
+    let checkpoints = cluster.checkpoints(&id).await;
+    let late: Vec<&Value> = checkpoints
+        .iter()
+        .filter(|c| c["generation"] == 1 && c["step"].as_u64().unwrap() > good_step)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "a checkpoint written to a full disk was recorded: {late:?}"
+    );
+    let logs = cluster.logs(&id).await;
+    assert_eq!(resumed_step(&logs, 2), Some(good_step));
+}
