@@ -97,6 +97,16 @@ impl Cluster {
         data_dir: &Path,
         gateway: &str,
     ) -> (Proc, String, String) {
+        Self::start_server_with(database, data_dir, gateway, "3s")
+    }
+
+    /// The same, with this heartbeat timeout.
+    pub(crate) fn start_server_with(
+        database: &str,
+        data_dir: &Path,
+        gateway: &str,
+        executor_timeout: &str,
+    ) -> (Proc, String, String) {
         let server = Proc::spawn(&[
             "server",
             "--listen",
@@ -108,7 +118,7 @@ impl Cluster {
             "--data-dir",
             data_dir.to_str().unwrap(),
             "--executor-timeout",
-            "3s",
+            executor_timeout,
             "--stop-grace",
             "10s",
             "--tick",
