@@ -85,7 +85,7 @@ impl JobModels {
         let convergence = ConvergenceModel::fit(&observed.loss_samples);
         let done = observed.steps_done;
         let by_curve = convergence.map(|m| m.remaining_steps(done as f64).ceil() as u64);
-        let left = crate::cluster::parse_spec(job.document.as_ref())
+        let left = crate::cluster::parse_spec(job.document.as_deref())
             .map(|spec| Budget::of(&spec))
             .unwrap_or_default()
             .remaining(done, by_curve)

@@ -66,7 +66,7 @@ impl From<Job> for JobView {
             updated_at: job.updated_at,
             generation: job.generation,
             restarts: job.restarts,
-            spec: job.document,
+            spec: job.document.map(std::sync::Arc::unwrap_or_clone),
             model: None,
         }
     }

@@ -215,7 +215,7 @@ impl Runtime {
     }
 
     async fn prepare_task(&self, job: &Job, task: &Task, tasks: &[Task]) -> StoreResult<()> {
-        let Some(spec) = super::parse_spec(job.document.as_ref()) else {
+        let Some(spec) = super::parse_spec(job.document.as_deref()) else {
             return Ok(());
         };
         // A command job runs its argv; a train job runs the executor's training engine on the spec.

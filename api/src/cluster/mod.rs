@@ -88,7 +88,17 @@ pub struct Runtime {
     pub failed_enrolments: crate::limits::Buckets<()>,
     /// Whether this replica leads (runs the loop and the executors' sessions).
     pub leader: tokio::sync::watch::Receiver<bool>,
+    /// The documents of active jobs as last read, with the `updated_at` they were read at: a round
+    /// reads only those of jobs that are new or changed.
+    documents: std::sync::Mutex<std::collections::HashMap<drover_core::JobId, CachedDocument>>,
 }
+
+/// A job's document as read at `updated_at`, and its spec parsed once.
+type CachedDocument = (
+    chrono::DateTime<chrono::Utc>,
+    Arc<serde_json::Value>,
+    Option<Arc<DroverJob>>,
+);
 
 impl Runtime {
     /// A runtime that always leads (one server).
@@ -104,6 +114,7 @@ impl Runtime {
     ) -> Arc<Self> {
         Arc::new(Self {
             leader,
+            documents: std::sync::Mutex::new(std::collections::HashMap::new()),
             store,
             hub: Hub::new(),
             ingest: ingest::Ingest::new(&config.limits),
@@ -114,6 +125,67 @@ impl Runtime {
             config,
             observer: Observer::default(),
         })
+    }
+
+    /// Active jobs with their documents, reading from the store only the documents of jobs that are
+    /// new or changed since the last call (a queue of thousands costs one narrow query a round).
+    pub(crate) async fn active_jobs(&self) -> crate::store::StoreResult<Vec<crate::store::Job>> {
+        let mut jobs = self.store.active_job_rows().await?;
+        let missing: Vec<drover_core::JobId> = {
+            let cache = self.cached_documents();
+            jobs.iter()
+                .filter(|j| {
+                    cache
+                        .get(&j.id)
+                        .is_none_or(|(at, _, _)| *at != j.updated_at)
+                })
+                .map(|j| j.id)
+                .collect()
+        };
+        let fetched = if missing.is_empty() {
+            Vec::new()
+        } else {
+            self.store.job_documents(&missing).await?
+        };
+        let mut cache = self.cached_documents();
+        for (id, at, document) in fetched {
+            let spec = parse_spec(Some(&document)).map(Arc::new);
+            cache.insert(id, (at, Arc::new(document), spec));
+        }
+        let active: std::collections::HashSet<drover_core::JobId> =
+            jobs.iter().map(|j| j.id).collect();
+        cache.retain(|id, _| active.contains(id));
+        for job in &mut jobs {
+            job.document = cache.get(&job.id).map(|(_, document, _)| document.clone());
+        }
+        Ok(jobs)
+    }
+
+    /// The parsed specs of these jobs, as cached by [`Runtime::active_jobs`]; parsed now when not.
+    pub(crate) fn specs(
+        &self,
+        jobs: &[crate::store::Job],
+    ) -> std::collections::HashMap<drover_core::JobId, Arc<DroverJob>> {
+        let cache = self.cached_documents();
+        jobs.iter()
+            .filter_map(|job| {
+                let cached = cache
+                    .get(&job.id)
+                    .filter(|(at, _, _)| *at == job.updated_at)
+                    .and_then(|(_, _, spec)| spec.clone());
+                let spec = cached.or_else(|| parse_spec(job.document.as_deref()).map(Arc::new))?;
+                Some((job.id, spec))
+            })
+            .collect()
+    }
+
+    fn cached_documents(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<drover_core::JobId, CachedDocument>>
+    {
+        self.documents
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub fn is_leader(&self) -> bool {

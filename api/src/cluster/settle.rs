@@ -133,8 +133,8 @@ impl Runtime {
                     };
                     (change, false)
                 } else {
-                    let max_restarts =
-                        super::parse_spec(job.document.as_ref()).map_or(0, |s| s.spec.max_restarts);
+                    let max_restarts = super::parse_spec(job.document.as_deref())
+                        .map_or(0, |s| s.spec.max_restarts);
                     let node = &task.node_name;
                     if let Some(since) = self.failing_again(job).await? {
                         let change = StateChange {

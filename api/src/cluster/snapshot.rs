@@ -19,14 +19,14 @@ use drover_scheduler::{
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-pub(super) struct Built {
+pub(super) struct Built<'a> {
     pub snapshot: ClusterSnapshot,
     /// Node index → node name.
     pub node_names: Vec<String>,
     /// Per node: GPU position in the snapshot → the executor's GPU index.
     pub gpu_indices: Vec<Vec<u32>>,
     pub held: HashSet<JobId>,
-    pub jobs: HashMap<JobId, Job>,
+    pub jobs: HashMap<JobId, &'a Job>,
 }
 
 /// What has been measured of a job that has run.
@@ -40,15 +40,23 @@ fn seconds(at: chrono::DateTime<chrono::Utc>) -> f64 {
     at.timestamp_millis() as f64 / 1000.0
 }
 
-pub(super) fn build(
+/// The active jobs and their parsed specs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Active<'a> {
+    pub jobs: &'a [Job],
+    pub specs: &'a HashMap<JobId, std::sync::Arc<drover_core::DroverJob>>,
+}
+
+pub(super) fn build<'a>(
     now: chrono::DateTime<chrono::Utc>,
     nodes: &[Node],
     connected: &HashMap<String, String>,
     tenants: &[Tenant],
-    jobs: &[Job],
+    active: Active<'a>,
     live: &[Task],
     seen: &HashMap<JobId, Seen>,
-) -> Built {
+) -> Built<'a> {
+    let Active { jobs, specs } = active;
     let hosting: HashSet<&str> = live.iter().map(|t| t.node_name.as_str()).collect();
     let mut included: Vec<&Node> = nodes
         .iter()
@@ -136,11 +144,11 @@ pub(super) fn build(
         Some(Placement { tasks: placed })
     };
 
-    let jobs_by_id: HashMap<JobId, Job> = jobs.iter().map(|j| (j.id, j.clone())).collect();
+    let jobs_by_id: HashMap<JobId, &Job> = jobs.iter().map(|j| (j.id, j)).collect();
     let mut views = Vec::new();
     let mut held = HashSet::new();
     for job in jobs {
-        let Some(spec) = super::parse_spec(job.document.as_ref()) else {
+        let Some(spec) = specs.get(&job.id) else {
             continue;
         };
         let tasks = by_job.remove(&job.id).unwrap_or_default();
@@ -181,7 +189,7 @@ pub(super) fn build(
             observed: match seen.get(&job.id) {
                 Some(seen) => seen.observed.observations(
                     resources.gpus_per_worker,
-                    Budget::of(&spec),
+                    Budget::of(spec),
                     seconds(job.updated_at),
                     seen.last_checkpoint.map(seconds),
                     job.restarts,

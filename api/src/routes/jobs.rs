@@ -256,7 +256,7 @@ async fn job_models(state: &AppState, job: &Job) -> ApiResult<Option<JobModels>>
         .iter()
         .filter(|t| t.key.role == TaskRole::Worker)
         .count() as u32;
-    let shape = match parse_spec(job.document.as_ref()) {
+    let shape = match parse_spec(job.document.as_deref()) {
         Some(spec) if !job.state.holds_resources() || workers == 0 => Shape {
             ps: spec.spec.resources.ps.max,
             workers: spec.spec.resources.workers.max,

@@ -68,7 +68,11 @@ pub async fn resize(
         .get_job(principal.scope(), job_id)
         .await
         .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
-    let document = stored.document.ok_or_else(ApiError::internal)?;
+    let document = stored
+        .document
+        .clone()
+        .map(std::sync::Arc::unwrap_or_clone)
+        .ok_or_else(ApiError::internal)?;
     let mut job: DroverJob = serde_json::from_value(document).map_err(|err| {
         tracing::error!(job.id = %job_id, error = %err, "a stored job does not parse");
         ApiError::internal()

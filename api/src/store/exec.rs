@@ -255,6 +255,13 @@ pub trait ExecStore: Send + Sync {
     // Jobs and tasks, for the scheduling loop.
     /// Jobs in `queued`, `starting`, `running` or `rescaling`, oldest first, with documents.
     async fn active_jobs(&self) -> StoreResult<Vec<Job>>;
+    /// The same jobs without their documents (the scheduling loop keeps those it has seen).
+    async fn active_job_rows(&self) -> StoreResult<Vec<Job>>;
+    /// The documents of these jobs, with the `updated_at` they were read at.
+    async fn job_documents(
+        &self,
+        ids: &[JobId],
+    ) -> StoreResult<Vec<(JobId, DateTime<Utc>, serde_json::Value)>>;
     /// Every task not yet `exited` or `lost`, of any job and generation.
     async fn live_tasks(&self) -> StoreResult<Vec<Task>>;
     /// Replaces an active job's document (new resource ranges) and records `event` (its state unchanged)

@@ -182,6 +182,35 @@ macro_rules! impl_exec_store {
                 rows.iter().map(|row| job_from_row(row, true)).collect()
             }
 
+            async fn active_job_rows(&self) -> StoreResult<Vec<Job>> {
+                let sql = concat!("SELECT ", job_columns!(), " FROM jobs j JOIN tenants t ON t.id = j.tenant_id \
+                     WHERE j.state IN ('queued', 'starting', 'running', 'rescaling') ORDER BY j.id");
+                let rows = sqlx::query(sql).fetch_all(&self.pool).await?;
+                rows.iter().map(|row| job_from_row(row, false)).collect()
+            }
+
+            async fn job_documents(
+                &self,
+                ids: &[JobId],
+            ) -> StoreResult<Vec<(JobId, DateTime<Utc>, serde_json::Value)>> {
+                let mut documents = Vec::with_capacity(ids.len());
+                for chunk in ids.chunks(500) {
+                    let mut query =
+                        sqlx::QueryBuilder::<$db>::new("SELECT id, updated_at, document FROM jobs WHERE id IN (");
+                    let mut separated = query.separated(", ");
+                    for id in chunk {
+                        separated.push_bind(id.0);
+                    }
+                    separated.push_unseparated(")");
+                    let rows = query.build().fetch_all(&self.pool).await?;
+                    for row in &rows {
+                        let Json(document): Json<serde_json::Value> = row.try_get("document")?;
+                        documents.push((JobId(row.try_get("id")?), row.try_get("updated_at")?, document));
+                    }
+                }
+                Ok(documents)
+            }
+
             async fn live_tasks(&self) -> StoreResult<Vec<Task>> {
                 let sql = concat!("SELECT ", task_columns!(), " FROM tasks WHERE state NOT IN ('exited', 'lost') \
                      ORDER BY job_id, generation, role DESC, idx");

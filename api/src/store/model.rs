@@ -108,8 +108,9 @@ pub struct Job {
     pub priority: i32,
     pub max_gpus: i64,
     pub labels: BTreeMap<String, String>,
-    /// Present on single reads; lists leave it out.
-    pub document: Option<serde_json::Value>,
+    /// Present on single reads; lists leave it out. Shared: the scheduling loop hands the same
+    /// document to every round without copying it.
+    pub document: Option<std::sync::Arc<serde_json::Value>>,
     pub submitted_by: UserId,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,

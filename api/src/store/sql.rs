@@ -174,7 +174,7 @@ macro_rules! impl_store {
             let Json(labels): Json<BTreeMap<String, String>> = row.try_get("labels")?;
             let document = if with_document {
                 let Json(document): Json<serde_json::Value> = row.try_get("document")?;
-                Some(document)
+                Some(std::sync::Arc::new(document))
             } else {
                 None
             };
@@ -535,7 +535,7 @@ macro_rules! impl_store {
                         priority: job.priority,
                         max_gpus: job.max_gpus,
                         labels: job.labels.clone(),
-                        document: Some(job.document.clone()),
+                        document: Some(std::sync::Arc::new(job.document.clone())),
                         submitted_by: job.submitted_by,
                         created_at: job.created_at,
                         updated_at: job.created_at,

@@ -320,7 +320,7 @@ async fn jobs_round_trip_and_stay_in_their_tenant(db: &TestDb) {
     assert_eq!(read.tenant_name, "vision");
     assert_eq!(read.reason, ReasonCode::Submitted);
     assert_eq!(read.labels["team"], "vision");
-    assert_eq!(read.document.as_ref(), Some(&job.document));
+    assert_eq!(read.document.as_deref(), Some(&job.document));
     assert_eq!(
         read.created_at.timestamp_micros(),
         job.created_at.timestamp_micros()
