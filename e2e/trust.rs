@@ -36,6 +36,32 @@ fn executor_that_exits(cluster: &Cluster, name: &str, token: Option<&str>) -> (b
     )
 }
 
+/// Starts executor `name` with this enrolment token and waits until it is healthy.
+async fn enrol_and_run(cluster: &mut Cluster, name: &str, token: &str) {
+    let executor = Proc::spawn(&[
+        "executor",
+        "--gateway",
+        &cluster.gateway,
+        "--name",
+        name,
+        "--slots",
+        "1",
+        "--enrollment-token",
+        token,
+        "--data-dir",
+        cluster.executor_dir(name).to_str().unwrap(),
+    ]);
+    executor.wait_for_line("drover executor ");
+    cluster.executors.push((name.to_owned(), executor));
+    cluster
+        .wait_until(
+            &format!("{name} healthy"),
+            Duration::from_secs(30),
+            async |c| (node_health(c, name).await.as_deref() == Some("healthy")).then_some(()),
+        )
+        .await;
+}
+
 async fn node_health(cluster: &Cluster, name: &str) -> Option<String> {
     let nodes = cluster.get("/api/v1/nodes").await;
     nodes["nodes"]
@@ -71,26 +97,7 @@ async fn executors_enrol_once_and_a_revoked_node_is_shut_out() {
         )
         .await;
     let once = minted["secret"].as_str().unwrap().to_owned();
-    let executor = Proc::spawn(&[
-        "executor",
-        "--gateway",
-        &cluster.gateway,
-        "--name",
-        "exec-c",
-        "--slots",
-        "1",
-        "--enrollment-token",
-        &once,
-        "--data-dir",
-        cluster.executor_dir("exec-c").to_str().unwrap(),
-    ]);
-    executor.wait_for_line("drover executor ");
-    cluster.executors.push(("exec-c".to_owned(), executor));
-    cluster
-        .wait_until("exec-c healthy", Duration::from_secs(30), async |c| {
-            (node_health(c, "exec-c").await.as_deref() == Some("healthy")).then_some(())
-        })
-        .await;
+    enrol_and_run(&mut cluster, "exec-c", &once).await;
     let tokens = cluster.get("/api/v1/enrollment-tokens").await;
     assert_eq!(tokens["enrollment_tokens"][0]["uses_left"], 0);
     assert!(!tokens.to_string().contains(&once));
@@ -142,26 +149,7 @@ async fn executors_enrol_once_and_a_revoked_node_is_shut_out() {
         !ok && stderr.contains("cannot enrol"),
         "a token for exec-c enrolled exec-e: {stderr}"
     );
-    let back = Proc::spawn(&[
-        "executor",
-        "--gateway",
-        &cluster.gateway,
-        "--name",
-        "exec-c",
-        "--slots",
-        "1",
-        "--enrollment-token",
-        &secret,
-        "--data-dir",
-        cluster.executor_dir("exec-c").to_str().unwrap(),
-    ]);
-    back.wait_for_line("drover executor ");
-    cluster.executors.push(("exec-c".to_owned(), back));
-    cluster
-        .wait_until("exec-c back", Duration::from_secs(30), async |c| {
-            (node_health(c, "exec-c").await.as_deref() == Some("healthy")).then_some(())
-        })
-        .await;
+    enrol_and_run(&mut cluster, "exec-c", &secret).await;
     // The other executors, enrolled with the server's token, are untouched.
     assert_eq!(
         node_health(&cluster, "exec-a").await.as_deref(),

@@ -104,6 +104,10 @@ impl TestApp {
         self.call(Method::GET, uri, Some(token), None, &[]).await
     }
 
+    async fn delete(&self, uri: &str, token: &str) -> Reply {
+        self.call(Method::DELETE, uri, Some(token), None, &[]).await
+    }
+
     async fn post(&self, uri: &str, token: &str, body: Value) -> Reply {
         self.call(
             Method::POST,
@@ -231,13 +235,7 @@ async fn every_api_call_needs_a_valid_token() {
     );
     let id = created.body["token"]["id"].as_str().unwrap();
     let revoked = app
-        .call(
-            Method::DELETE,
-            &format!("/api/v1/tokens/{id}"),
-            Some(ADMIN_TOKEN),
-            None,
-            &[],
-        )
+        .delete(&format!("/api/v1/tokens/{id}"), ADMIN_TOKEN)
         .await;
     assert_eq!(revoked.status, StatusCode::OK);
     let after = app.get("/api/v1/me", &secret).await;

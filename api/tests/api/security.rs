@@ -45,13 +45,7 @@ async fn a_tenant_admin_cannot_act_for_a_cluster_administrator() {
     let root_tokens = app.get("/api/v1/tokens", ADMIN_TOKEN).await;
     let root_token = root_tokens.body["tokens"][0]["id"].as_str().unwrap();
     let revoked = app
-        .call(
-            Method::DELETE,
-            &format!("/api/v1/tokens/{root_token}"),
-            Some(&ada),
-            None,
-            &[],
-        )
+        .delete(&format!("/api/v1/tokens/{root_token}"), &ada)
         .await;
     assert_eq!(revoked.status, StatusCode::FORBIDDEN);
     // The administrator's token still works.
@@ -351,13 +345,7 @@ async fn only_cluster_administrators_manage_enrolment() {
     );
     let id = created.body["enrollment_token"]["id"].as_str().unwrap();
     let revoked = app
-        .call(
-            Method::DELETE,
-            &format!("/api/v1/enrollment-tokens/{id}"),
-            Some(ADMIN_TOKEN),
-            None,
-            &[],
-        )
+        .delete(&format!("/api/v1/enrollment-tokens/{id}"), ADMIN_TOKEN)
         .await;
     assert_eq!(revoked.status, StatusCode::OK);
     assert!(revoked.body["enrollment_token"]["revoked_at"].is_string());
