@@ -41,6 +41,8 @@ const PRUNE_ABOVE: usize = 10_000;
 pub struct Buckets<K> {
     rate: Rate,
     buckets: Mutex<HashMap<K, Bucket>>,
+    /// When idle buckets were last dropped: at most once a second.
+    pruned: Mutex<Option<Instant>>,
 }
 
 impl<K: Eq + Hash + Clone> Buckets<K> {
@@ -48,6 +50,7 @@ impl<K: Eq + Hash + Clone> Buckets<K> {
         Self {
             rate,
             buckets: Mutex::new(HashMap::new()),
+            pruned: Mutex::new(None),
         }
     }
 
@@ -65,8 +68,19 @@ impl<K: Eq + Hash + Clone> Buckets<K> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if buckets.len() > PRUNE_ABOVE {
-            let rate = self.rate;
-            buckets.retain(|_, b| refill(rate, *b, now).tokens < rate.burst);
+            let mut pruned = self
+                .pruned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if pruned.is_none_or(|at| now.saturating_duration_since(at) >= Duration::from_secs(1)) {
+                *pruned = Some(now);
+                let rate = self.rate;
+                buckets.retain(|_, b| refill(rate, *b, now).tokens < rate.burst);
+                // Still huge (a flood of made-up keys): start over rather than grow without bound.
+                if buckets.len() > PRUNE_ABOVE * 10 {
+                    buckets.clear();
+                }
+            }
         }
         let bucket = buckets.entry(key.clone()).or_insert(Bucket {
             tokens: self.rate.burst,
@@ -219,6 +233,8 @@ mod tests {
         let later = start + Duration::from_millis(100);
         assert!(buckets.take_one(&"a", later).is_ok());
         assert!(buckets.take_one(&"a", later).is_err());
+        assert!(!buckets.has_one(&"a", later));
+        assert!(buckets.has_one(&"never-seen", later));
         // Partial grants: 5 wanted, 3 there after a long pause (the burst caps the refill).
         assert_eq!(
             buckets.take_up_to(&"a", 5.0, later + Duration::from_secs(60)),

@@ -45,6 +45,16 @@ impl Runtime {
         request: &pb::EnrollRequest,
     ) -> Result<pb::EnrollResponse, Status> {
         validate_node_name(&request.node_name)?;
+        // Refused enrolments are few and slow (per replica: bursts of 20, then one a second), so
+        // nobody guesses tokens at speed.
+        if !self
+            .failed_enrolments
+            .has_one(&(), std::time::Instant::now())
+        {
+            return Err(Status::resource_exhausted(
+                "too many refused enrolments lately; retry in a few seconds",
+            ));
+        }
         let given = request.enrollment_token.trim();
         // The configured token is compared as digests, so the time taken says nothing about it.
         let with_server = self

@@ -60,33 +60,37 @@ impl SchedulingLoop {
                 if let Err(err) = self.round().await {
                     tracing::error!(error = %err, "scheduling round failed");
                 }
-                // Wake-ups come with every submission: under a burst the rounds still leave a gap,
-                // so the loop batches the burst instead of competing with it: a quarter tick, and
-                // three times what the round took, so the loop takes at most a quarter of the time
-                // however long the queue grows.
+                // Wake-ups come with every submission: under a burst the rounds still leave a gap
+                // of three times what the round took, so the loop batches the burst instead of
+                // competing with it (it takes at most a quarter of the time, however long the queue
+                // grows); rounds still come at least every tick.
                 let tick = self.runtime.config.tick;
-                let gap = (tick / 4)
-                    .max(started.elapsed() * 3)
+                let gap = (started.elapsed() * 3)
                     .max(std::time::Duration::from_millis(50))
-                    .min(tick * 5);
-                tokio::select! {
-                    () = tokio::time::sleep_until(started + gap) => {}
+                    .min(tick);
+                let mut moved = tokio::select! {
+                    () = tokio::time::sleep_until(started + gap) => false,
+                    changed = leader.changed() => if changed.is_err() { return } else { true },
                     () = &mut shutdown => {
                         self.runtime.hub.disconnect_all();
                         return;
                     }
+                };
+                if !moved {
+                    moved = tokio::select! {
+                        () = tokio::time::sleep_until(started + tick) => false,
+                        () = self.runtime.hub.wake.notified() => false,
+                        changed = leader.changed() => if changed.is_err() { return } else { true },
+                        () = &mut shutdown => {
+                            self.runtime.hub.disconnect_all();
+                            return;
+                        }
+                    };
                 }
-                tokio::select! {
-                    () = tokio::time::sleep(self.runtime.config.tick) => {}
-                    () = self.runtime.hub.wake.notified() => {}
-                    changed = leader.changed() => if changed.is_err() { return },
-                    () = &mut shutdown => {
-                        self.runtime.hub.disconnect_all();
-                        return;
-                    }
-                }
-                if !*leader.borrow() {
-                    tracing::warn!("no longer the leader: ending the executors' sessions here");
+                // Any change of the lead, even lost and regained in between, starts a new term:
+                // sessions end here and the outer loop starts afresh if this replica leads again.
+                if moved || leader.has_changed().unwrap_or(true) {
+                    tracing::warn!("the lead changed: ending the executors' sessions here");
                     self.runtime.hub.disconnect_all();
                     break;
                 }
