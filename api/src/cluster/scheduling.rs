@@ -61,11 +61,13 @@ impl SchedulingLoop {
                     tracing::error!(error = %err, "scheduling round failed");
                 }
                 // Wake-ups come with every submission: under a burst the rounds still leave a gap
-                // of three times what the round took, so the loop batches the burst instead of
-                // competing with it (it takes at most a quarter of the time, however long the queue
-                // grows); rounds still come at least every tick.
+                // (a quarter tick, at most 250 ms, and three times what the round took), so the loop
+                // batches the burst instead of competing with it, however long the queue grows;
+                // rounds still come at least every tick.
                 let tick = self.runtime.config.tick;
-                let gap = (started.elapsed() * 3)
+                let gap = (tick / 4)
+                    .min(std::time::Duration::from_millis(250))
+                    .max(started.elapsed() * 3)
                     .max(std::time::Duration::from_millis(50))
                     .min(tick);
                 let mut moved = tokio::select! {
