@@ -199,6 +199,20 @@ impl QueryPairs {
         }
     }
 
+    /// A numeric `cursor` (`meta.next_cursor` of a list keyed by row id), when given.
+    pub fn id_cursor(&self) -> Result<Option<i64>, ApiError> {
+        self.get("cursor")
+            .map(|raw| {
+                raw.parse::<i64>().map_err(|_| {
+                    ApiError::bad_request(
+                        "cursor",
+                        "not a cursor this server issued; pass meta.next_cursor unchanged",
+                    )
+                })
+            })
+            .transpose()
+    }
+
     /// A page size: `default` when absent, at most `max`.
     pub fn limit(&self, default: u32, max: u32) -> Result<u32, ApiError> {
         match self.get("limit") {

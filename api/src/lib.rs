@@ -5,6 +5,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod checkpoint_files;
 pub mod cluster;
 pub mod error;
 pub mod extract;

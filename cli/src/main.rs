@@ -4,6 +4,7 @@ mod admin;
 mod client;
 mod commands;
 mod enrollment;
+mod limits;
 mod node;
 mod output;
 mod runs;

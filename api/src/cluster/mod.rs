@@ -13,6 +13,7 @@ mod hub;
 mod ingest;
 pub mod leader;
 mod observe;
+mod report_text;
 mod reports;
 mod scheduling;
 mod settle;

@@ -4,12 +4,13 @@
 
 use super::Runtime;
 use super::dispatch::{is_active, to_pb_key};
+pub(super) use super::report_text::clean;
+use super::report_text::{MAX_LINES_PER_REPORT, MAX_VALUES_PER_SAMPLE, time_of};
 use super::settle::Exit;
 use crate::store::{
     NewLogLine, NewMetrics, Scope, StateChange, StoreError, StoreResult, Task, TaskChange, TaskKey,
     TaskRole, TaskState,
 };
-use chrono::{DateTime, Utc};
 use drover_core::{JobId, JobState, ReasonCode};
 use drover_proto as pb;
 use pb::executor_message::Body;
@@ -22,31 +23,6 @@ impl Drop for WakeOnDrop<'_> {
     fn drop(&mut self) {
         self.0.notify_one();
     }
-}
-
-/// The longest text kept from a task's report (a log line, an exit message, an address).
-const MAX_TEXT_BYTES: usize = 16 * 1024;
-/// Log lines kept from one report, metric values from one sample.
-const MAX_LINES_PER_REPORT: usize = 1000;
-const MAX_VALUES_PER_SAMPLE: usize = 256;
-
-/// Text from a task, made storable: Postgres refuses NUL bytes in text, and nothing a task writes may
-/// be longer than `MAX_TEXT_BYTES` (cut at a character boundary, marked).
-pub(super) fn clean(text: &str) -> String {
-    let mut end = text.len().min(MAX_TEXT_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let kept = &text[..end];
-    let mut cleaned = if kept.contains('\0') {
-        kept.replace('\0', "\u{FFFD}")
-    } else {
-        kept.to_owned()
-    };
-    if end < text.len() {
-        cleaned.push_str(" [truncated]");
-    }
-    cleaned
 }
 
 /// What a task that must not report or run is told: its report is refused, and it stops at once.
@@ -83,15 +59,6 @@ pub(super) fn from_pb_key(key: Option<&pb::TaskKey>) -> Option<TaskKey> {
 
 /// Seconds from a task's start to the end of its first step; reported once per run.
 pub const STARTUP_METRIC: &str = "startup_s";
-
-/// A task's timestamp; the server's clock when it is more than a day off (or not a time at all), so no
-/// executor's clock can write a time the database cannot hold.
-fn time_of(ms: i64) -> DateTime<Utc> {
-    let now = Utc::now();
-    DateTime::from_timestamp_millis(ms)
-        .filter(|at| (*at - now).abs() <= chrono::Duration::days(1))
-        .unwrap_or(now)
-}
 
 impl Runtime {
     /// Applies one message of `node`'s session.
@@ -481,28 +448,5 @@ impl Runtime {
             }
             Err(err) => self.refuse(node, key, err),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn task_text_is_storable_and_bounded() {
-        assert_eq!(clean("a\0b"), "a\u{FFFD}b");
-        let long = "é".repeat(MAX_TEXT_BYTES);
-        let cleaned = clean(&long);
-        assert!(cleaned.len() <= MAX_TEXT_BYTES + " [truncated]".len());
-        assert!(cleaned.ends_with(" [truncated]"));
-        let now = Utc::now();
-        assert!(
-            (time_of(now.timestamp_millis()) - now)
-                .num_milliseconds()
-                .abs()
-                < 5
-        );
-        assert!((time_of(i64::MAX) - now).num_seconds().abs() < 5);
-        assert!((time_of(-62_000_000_000_000) - now).num_seconds().abs() < 5);
     }
 }

@@ -1,7 +1,7 @@
 //! `GET /api/v1/audit`: the audit log of privileged actions, newest first (cluster administrators).
 
 use crate::auth::Principal;
-use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::error::{ApiResult, ErrorBody};
 use crate::extract::QueryPairs;
 use crate::state::AppState;
 use crate::store::AuditEvent;
@@ -69,15 +69,7 @@ pub async fn list(
     principal.require_cluster_admin()?;
     query.only(&["limit", "cursor"])?;
     let limit = query.limit(100, 500)?;
-    let before = match query.get("cursor") {
-        None => None,
-        Some(raw) => Some(raw.parse::<i64>().map_err(|_| {
-            ApiError::bad_request(
-                "cursor",
-                "not a cursor this server issued; pass meta.next_cursor unchanged",
-            )
-        })?),
-    };
+    let before = query.id_cursor()?;
     let events = state.store.list_audit(before, limit).await?;
     let next_cursor = (events.len() == limit as usize)
         .then(|| events.last().map(|e| e.id.to_string()))

@@ -454,15 +454,7 @@ pub async fn events(
     query.only(&["limit", "cursor"])?;
     let job_id = parse_job_id(&id)?;
     let page = query.limit(100, MAX_PAGE)?;
-    let after = match query.get("cursor") {
-        None => None,
-        Some(raw) => Some(raw.parse::<i64>().map_err(|_| {
-            ApiError::bad_request(
-                "cursor",
-                "not a cursor this server issued; pass meta.next_cursor unchanged",
-            )
-        })?),
-    };
+    let after = query.id_cursor()?;
     let mut events = state
         .store
         .list_job_events(principal.scope(), job_id, after, page + 1)

@@ -24,18 +24,6 @@ const MAX_PAGE: u32 = 5000;
 /// How often a followed log polls the store for new lines.
 const FOLLOW_POLL: Duration = Duration::from_millis(300);
 
-fn parse_cursor(raw: Option<&str>) -> ApiResult<Option<i64>> {
-    raw.map(|raw| {
-        raw.parse::<i64>().map_err(|_| {
-            ApiError::bad_request(
-                "cursor",
-                "not a cursor this server issued; pass meta.next_cursor unchanged",
-            )
-        })
-    })
-    .transpose()
-}
-
 fn parse_step(query: &QueryPairs, field: &'static str) -> ApiResult<Option<u64>> {
     query
         .get(field)
@@ -176,7 +164,7 @@ pub async fn metrics(
         names,
         from_step: parse_step(&query, "from_step")?,
         to_step: parse_step(&query, "to_step")?,
-        after: parse_cursor(query.get("cursor"))?,
+        after: query.id_cursor()?,
         limit: limit + 1,
     };
     if let (Some(from), Some(to)) = (filter.from_step, filter.to_step)
@@ -298,16 +286,20 @@ pub async fn download(
         }
     };
     let (file, name) = if metadata.is_dir() {
-        let archive = tokio::task::spawn_blocking(move || tar_directory(&resolved, &job_root))
-            .await
-            .map_err(|_| ApiError::internal())?
-            .map_err(refuse.clone())?;
+        let archive = tokio::task::spawn_blocking(move || {
+            crate::checkpoint_files::tar_directory(&resolved, &job_root)
+        })
+        .await
+        .map_err(|_| ApiError::internal())?
+        .map_err(refuse.clone())?;
         (tokio::fs::File::from_std(archive), format!("{base}.tar"))
     } else {
-        let file = tokio::task::spawn_blocking(move || open_within(&resolved, &job_root))
-            .await
-            .map_err(|_| ApiError::internal())?
-            .map_err(refuse)?;
+        let file = tokio::task::spawn_blocking(move || {
+            crate::checkpoint_files::open_within(&resolved, &job_root)
+        })
+        .await
+        .map_err(|_| ApiError::internal())?
+        .map_err(refuse)?;
         (tokio::fs::File::from_std(file), base)
     };
     let body = ResponseBody::from_stream(tokio_util::io::ReaderStream::new(file));
@@ -322,61 +314,6 @@ pub async fn download(
         headers.insert(header::CONTENT_DISPOSITION, value);
     }
     Ok(response)
-}
-
-/// Opens `path` for reading if the file it opens is a regular file inside `root`, judged by the open
-/// file itself (its `/proc/self/fd` link), so no symlink swapped in at any moment leads elsewhere.
-fn open_within(path: &std::path::Path, root: &std::path::Path) -> std::io::Result<std::fs::File> {
-    use std::os::fd::AsRawFd;
-    let file = std::fs::File::open(path)?;
-    let real = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
-    if !real.starts_with(root) || !file.metadata()?.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            format!("{} leads to {}", path.display(), real.display()),
-        ));
-    }
-    Ok(file)
-}
-
-/// A tar archive of `dir` in an anonymous temporary file, rewound: its regular files, each opened
-/// with `open_within(root)`; symlinks and anything else are left out.
-fn tar_directory(dir: &std::path::Path, root: &std::path::Path) -> std::io::Result<std::fs::File> {
-    use std::io::{Seek, SeekFrom};
-    let file = tempfile::tempfile()?;
-    let mut builder = tar::Builder::new(file);
-    let name = dir
-        .file_name()
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| "checkpoint".into());
-    append_tree(&mut builder, dir, &name, root)?;
-    let mut file = builder.into_inner()?;
-    file.seek(SeekFrom::Start(0))?;
-    Ok(file)
-}
-
-fn append_tree(
-    builder: &mut tar::Builder<std::fs::File>,
-    dir: &std::path::Path,
-    name: &std::path::Path,
-    root: &std::path::Path,
-) -> std::io::Result<()> {
-    let mut entries: Vec<std::fs::DirEntry> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
-    entries.sort_by_key(std::fs::DirEntry::file_name);
-    for entry in entries {
-        // The entry's own type: a symlink is never followed.
-        let kind = entry.file_type()?;
-        let entry_name = name.join(entry.file_name());
-        if kind.is_dir() {
-            append_tree(builder, &entry.path(), &entry_name, root)?;
-        } else if kind.is_file() {
-            let file = open_within(&entry.path(), root)?;
-            let mut header = tar::Header::new_gnu();
-            header.set_metadata(&file.metadata()?);
-            builder.append_data(&mut header, &entry_name, file)?;
-        }
-    }
-    Ok(())
 }
 
 /// The job's log lines (every task, every generation) in order. With `follow=true` the response is a
@@ -404,7 +341,7 @@ pub async fn logs(
 ) -> ApiResult<Response> {
     query.only(&["follow", "limit", "cursor"])?;
     let job_id = parse_job_id(&id)?;
-    let after = parse_cursor(query.get("cursor"))?;
+    let after = query.id_cursor()?;
     let follow = match query.get("follow") {
         None | Some("false") => false,
         Some("true") => true,
@@ -524,33 +461,4 @@ fn follow_stream(
             }
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{open_within, tar_directory};
-
-    #[test]
-    fn downloads_never_leave_the_jobs_directory() {
-        let storage = tempfile::tempdir().unwrap();
-        let root = storage.path().canonicalize().unwrap().join("job");
-        let checkpoint = root.join("g1").join("step-1");
-        std::fs::create_dir_all(&checkpoint).unwrap();
-        std::fs::write(checkpoint.join("model.safetensors"), b"weights").unwrap();
-        let secret = storage.path().join("secret-key");
-        std::fs::write(&secret, b"server key").unwrap();
-        std::os::unix::fs::symlink(&secret, checkpoint.join("leak")).unwrap();
-
-        assert!(open_within(&checkpoint.join("model.safetensors"), &root).is_ok());
-        let escaped = open_within(&checkpoint.join("leak"), &root).unwrap_err();
-        assert_eq!(escaped.kind(), std::io::ErrorKind::PermissionDenied);
-
-        let archive = tar_directory(&checkpoint, &root).unwrap();
-        let names: Vec<String> = tar::Archive::new(archive)
-            .entries()
-            .unwrap()
-            .map(|e| e.unwrap().path().unwrap().display().to_string())
-            .collect();
-        assert_eq!(names, ["step-1/model.safetensors"]);
-    }
 }

@@ -15,6 +15,7 @@ use tower::ServiceExt;
 
 mod authz;
 mod elastic;
+mod limits;
 mod security;
 
 const ADMIN_TOKEN: &str = "drv_test-admin-token-0123456789";
