@@ -26,6 +26,10 @@ pub struct TrainArgs {
     /// Stop after this step (a shorter run than the spec's `max_steps`).
     #[arg(long)]
     pub steps: Option<u64>,
+    /// Where to train: `cpu`, `cuda` (the first GPU) or `cuda:N`. A GPU needs a build with
+    /// `--features cuda`.
+    #[arg(long, default_value = "cpu", env = "DROVER_DEVICE")]
+    pub device: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -35,14 +39,16 @@ pub struct TrainTaskArgs {
     pub job: PathBuf,
 }
 
-fn device() -> anyhow::Result<candle_core::Device> {
-    #[cfg(feature = "cuda")]
-    {
-        if std::env::var("CUDA_VISIBLE_DEVICES").is_ok_and(|v| !v.is_empty()) {
-            return candle_core::Device::new_cuda(0).context("cannot open the GPU");
-        }
+/// The device a task trains on: the GPUs its executor assigned (`CUDA_VISIBLE_DEVICES`, set only
+/// for real GPUs), else the CPU. A task given a GPU it cannot use fails rather than train on the CPU.
+fn task_device(role: Role) -> anyhow::Result<candle_core::Device> {
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default();
+    if visible.trim().is_empty() || matches!(role, Role::Ps { .. }) {
+        // Parameter-server shards hold and update parameters on the host.
+        return Ok(candle_core::Device::Cpu);
     }
-    Ok(candle_core::Device::Cpu)
+    drover_engine::device::open_cuda(0)
+        .with_context(|| format!("this task was assigned GPU {visible}"))
 }
 
 fn load_job(path: &Path) -> anyhow::Result<DroverJob> {
@@ -59,6 +65,7 @@ fn options(
     job: &DroverJob,
     checkpoint_dir: PathBuf,
     resume_from: Option<PathBuf>,
+    device: candle_core::Device,
 ) -> anyhow::Result<TrainOptions> {
     let Some(train) = job.spec.train.clone() else {
         bail!("job {} is not of type train", job.metadata.name);
@@ -75,7 +82,7 @@ fn options(
         base_dir: std::env::current_dir().context("cannot read the working directory")?,
         log_every,
         stop_at: None,
-        device: device()?,
+        device,
         distributed: job.spec.distributed.clone(),
         cluster: None,
     })
@@ -152,25 +159,26 @@ pub async fn train_task(args: TrainTaskArgs) -> anyhow::Result<()> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let checkpoint_dir =
         PathBuf::from(env("DROVER_CHECKPOINT_DIR").context("DROVER_CHECKPOINT_DIR is not set")?);
-    let mut options = options(
-        &job,
-        checkpoint_dir.clone(),
-        env("DROVER_RESUME_FROM").map(PathBuf::from),
-    )?;
     let parse =
         |name: &str, default: u32| env(name).and_then(|v| v.parse().ok()).unwrap_or(default);
-    options.workers = parse("DROVER_NUM_WORKERS", 1);
-    options.ps = parse("DROVER_NUM_PS", 0);
-    options.rank = parse("DROVER_RANK", 0);
-    let generation = env("DROVER_GENERATION")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
     let role = match env("DROVER_ROLE").as_deref() {
         Some("ps") => Role::Ps {
             index: parse("DROVER_TASK_INDEX", 0),
         },
         _ => Role::Worker,
     };
+    let mut options = options(
+        &job,
+        checkpoint_dir.clone(),
+        env("DROVER_RESUME_FROM").map(PathBuf::from),
+        task_device(role)?,
+    )?;
+    options.workers = parse("DROVER_NUM_WORKERS", 1);
+    options.ps = parse("DROVER_NUM_PS", 0);
+    options.rank = parse("DROVER_RANK", 0);
+    let generation = env("DROVER_GENERATION")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     if options.workers > 1 || options.ps > 0 {
         options.cluster = Some(Cluster {
             job: env("DROVER_JOB_ID").context("DROVER_JOB_ID is not set")?,
@@ -233,7 +241,8 @@ impl Reporter for HumanReporter {
 
 pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
     let job = load_job(&args.file)?;
-    let mut options = options(&job, args.checkpoint_dir, args.resume_from)?;
+    let device = drover_engine::device::open(&args.device)?;
+    let mut options = options(&job, args.checkpoint_dir, args.resume_from, device)?;
     options.stop_at = args.steps;
     let started = std::time::Instant::now();
     let outcome = run(options, Box::new(HumanReporter)).await?;

@@ -358,6 +358,21 @@ fn validate_train(train: &TrainSpec, job: &DroverJob) -> Check {
     }
     validate_model(&train.model)?;
     validate_dataset(&train.dataset)?;
+    if let (ModelSpec::Cnn { .. }, DatasetSpec::Synthetic { features, .. }) =
+        (&train.model, &train.dataset)
+    {
+        // The CNN reads flat samples as square one-channel images.
+        let side = f64::from(*features).sqrt().round() as u32;
+        ensure(
+            side * side == *features && side >= 4,
+            "spec.train.dataset.features",
+            || {
+                format!(
+                    "the cnn model needs square images of at least 4×4 pixels: {features} is not a square number of at least 16"
+                )
+            },
+        )?;
+    }
     validate_optimizer(&train.optimizer)
 }
 

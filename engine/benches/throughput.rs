@@ -2,17 +2,23 @@
 //! thread count and data, in the same run; and checkpoint save/restore speed against the disk's
 //! sequential write speed.
 //!
-//! `cargo bench -p drover-engine --bench throughput [-- CASE…]` (2 threads; PyTorch is skipped with a
-//! message when the script cannot import it). Only training steps are timed, after warm-up; the
-//! PyTorch side (`torch_throughput.py`, a child process) trains on the engine's own synthetic set,
-//! drawing batches the same way, and the two sides take turns round by round, the fastest round of
-//! each counting.
+//! `cargo bench -p drover-engine --bench throughput [-- [--device cuda] CASE…]` (2 threads; PyTorch
+//! is skipped with a message when the script cannot import it; `DROVER_BENCH_PYTHON` names the
+//! interpreter, `python3` by default). Only training steps are timed, after warm-up; the PyTorch side
+//! (`torch_throughput.py`, a child process) trains on the engine's own synthetic set, drawing batches
+//! the same way, in three configurations (default optimizers, fused optimizers, `torch.compile`),
+//! and the sides take turns round by round, the fastest round of each counting. The ratio is against
+//! PyTorch's fastest configuration that ran.
+//!
+//! With `--device cuda` (a build with `--features cuda`), both sides train on the GPU: the engine's
+//! run keeps everything there ([`Run::step_on_device`]) and a round ends when the GPU has finished.
 
 #![expect(
     clippy::unwrap_used,
     reason = "a benchmark that cannot set up should stop"
 )]
 
+use candle_core::Device;
 use drover_core::spec::{CheckpointPolicy, TrainSpec};
 use drover_engine::data::Data;
 use drover_engine::{Run, TrainOptions};
@@ -66,7 +72,7 @@ fn cases(text: &Path) -> Vec<Case> {
     ]
 }
 
-fn run(case: &Case, dir: &Path) -> Run {
+fn run(case: &Case, dir: &Path, device: &Device) -> Run {
     let mut spec = case.spec.clone();
     spec["max_steps"] = json!(1_000_000);
     let spec: TrainSpec = serde_json::from_value(spec).unwrap();
@@ -77,14 +83,27 @@ fn run(case: &Case, dir: &Path) -> Run {
             keep_best: 0,
         },
         log_every: 1_000_000,
+        device: device.clone(),
         ..TrainOptions::local(spec, dir, dir)
     })
     .unwrap()
 }
 
+/// PyTorch's configurations, in the order of the table's columns.
+const CONFIGS: [&str; 3] = ["default", "fused", "compiled"];
+
 /// One timed round of `steps` training steps (gradients and the optimizer update): seconds per step,
 /// and the part of it spent applying the update.
 fn engine_round(run: &mut Run, steps: u64) -> (f64, f64) {
+    if run.is_resident() {
+        let started = Instant::now();
+        for _ in 0..steps {
+            run.step_on_device().unwrap();
+        }
+        // Reading the loss waits for the device to finish the round.
+        run.take_totals().unwrap();
+        return (started.elapsed().as_secs_f64() / steps as f64, f64::NAN);
+    }
     let mut applying = 0.0;
     let started = Instant::now();
     for _ in 0..steps {
@@ -106,7 +125,7 @@ struct Torch {
 
 impl Torch {
     /// Starts the script on the engine's own data; why not, when PyTorch cannot run here.
-    fn start(dir: &Path, text: &Path) -> Result<Self, String> {
+    fn start(dir: &Path, text: &Path, device: &str) -> Result<Self, String> {
         // The engine's synthetic training set, exactly as a run of the MLP cases loads it.
         let spec: TrainSpec = serde_json::from_value(cases(text)[0].spec.clone()).unwrap();
         let Data::Classification(data) = drover_engine::data::synthetic(4096, 784, 10, spec.seed)
@@ -120,8 +139,10 @@ impl Torch {
         let bytes: Vec<u8> = data.train.y.iter().flat_map(|v| v.to_le_bytes()).collect();
         std::fs::write(&labels, bytes).unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/torch_throughput.py");
-        let mut child = Command::new("python3")
+        let python = std::env::var("DROVER_BENCH_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+        let mut child = Command::new(&python)
             .arg(&script)
+            .args(["--device", device])
             .args(["--threads", &THREADS.to_string()])
             .args(["--warmup", &WARMUP.to_string()])
             .args(["--features", &data.train.dim.to_string()])
@@ -135,7 +156,7 @@ impl Torch {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|err| format!("cannot run python3: {err}"))?;
+            .map_err(|err| format!("cannot run {python}: {err}"))?;
         let stdin = child.stdin.take().unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
@@ -159,15 +180,20 @@ impl Torch {
         })
     }
 
-    /// Seconds per step of one timed round (the first round of a case builds and warms it up).
-    fn round(&mut self, case: &str, steps: u64) -> f64 {
-        writeln!(self.stdin, "{case} {steps}").unwrap();
+    /// Seconds per step of one timed round in configuration `config` (the first round of a case
+    /// builds and warms it up), or why that configuration cannot run here.
+    fn round(&mut self, case: &str, steps: u64, config: &str) -> Result<f64, String> {
+        writeln!(self.stdin, "{case} {steps} {config}").unwrap();
         self.stdin.flush().unwrap();
         let mut line = String::new();
         self.stdout.read_line(&mut line).unwrap();
-        line.trim()
+        let line = line.trim();
+        if let Some(reason) = line.strip_prefix("error: ") {
+            return Err(reason.to_owned());
+        }
+        Ok(line
             .parse()
-            .unwrap_or_else(|_| panic!("the PyTorch script answered {line:?} for {case}"))
+            .unwrap_or_else(|_| panic!("the PyTorch script answered {line:?} for {case}")))
     }
 }
 
@@ -207,63 +233,95 @@ fn main() {
     )
     .unwrap();
     std::fs::write(&text, corpus).unwrap();
-    // `cargo bench --bench throughput -- mlp-sgd lenet5` runs only the named cases.
-    let only: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
+    // `cargo bench --bench throughput -- --device cuda mlp-sgd lenet5` runs only the named cases.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let device_name = args
+        .iter()
+        .position(|a| a == "--device")
+        .and_then(|i| args.get(i + 1))
+        .map_or("cpu", String::as_str)
+        .to_owned();
+    let device = drover_engine::device::open(&device_name).unwrap();
+    let only: Vec<&String> = args
+        .iter()
+        .filter(|a| !a.starts_with("--") && **a != device_name)
         .collect();
     let mut cases = cases(&text);
     if !only.is_empty() {
-        cases.retain(|c| only.iter().any(|o| o == c.name));
+        cases.retain(|c| only.iter().any(|o| *o == c.name));
     }
-    let mut torch = Torch::start(dir.path(), &text);
+    let mut torch = Torch::start(dir.path(), &text, &device_name);
     println!(
-        "training throughput, {THREADS} threads, steps timed after {WARMUP} warm-up steps, best of {REPEATS} rounds taken in turn with PyTorch's (samples/s; higher is better)"
+        "training throughput on {device_name} ({THREADS} CPU threads), steps timed after {WARMUP} warm-up steps, best of {REPEATS} rounds taken in turn with PyTorch's (samples/s; higher is better); the ratio is against PyTorch's fastest configuration"
     );
     println!(
-        "{:<10} {:>12} {:>12} {:>8} {:>16}",
-        "case", "drover", "pytorch", "ratio", "drover update"
+        "{:<10} {:>10} {:>10} {:>10} {:>10} {:>7} {:>14}",
+        "case", "drover", "pt-default", "pt-fused", "pt-compile", "ratio", "drover update"
     );
+    let mut torch_errors = Vec::new();
     for case in &cases {
-        let mut run = run(case, dir.path());
+        let mut run = run(case, dir.path(), &device);
         for _ in 0..WARMUP {
-            let (_, _, _, grads) = run.gradients().unwrap();
-            run.apply(grads).unwrap();
+            engine_round(&mut run, 1);
         }
         // This machine's other load only ever slows a round down: the fastest round counts, and the
         // two sides take turns so that both meet the same load.
-        let (mut engine, mut update, mut torch_s) = (f64::INFINITY, 0.0, f64::INFINITY);
+        let (mut engine, mut update) = (f64::INFINITY, 0.0);
+        let mut torch_s: [Result<f64, String>; 3] = std::array::from_fn(|_| Ok(f64::INFINITY));
         for _ in 0..REPEATS {
             if let Ok(torch) = &mut torch {
-                torch_s = torch_s.min(torch.round(case.name, case.steps));
+                for (config, best) in CONFIGS.iter().zip(torch_s.iter_mut()) {
+                    if let Ok(seconds) = best {
+                        match torch.round(case.name, case.steps, config) {
+                            Ok(round) => *seconds = seconds.min(round),
+                            Err(reason) => *best = Err(reason),
+                        }
+                    }
+                }
             }
             let (step_s, apply_s) = engine_round(&mut run, case.steps);
             if step_s < engine {
                 (engine, update) = (step_s, apply_s);
             }
         }
-        let update = format!("{:.1} ms/step", 1000.0 * update);
-        let batch = case.spec["batch_size"].as_f64().unwrap();
-        if torch.is_ok() {
-            println!(
-                "{:<10} {:>12.0} {:>12.0} {:>7.2}x {update:>16}",
-                case.name,
-                batch / engine,
-                batch / torch_s,
-                torch_s / engine
-            );
+        let update = if update.is_nan() {
+            "on device".to_owned()
         } else {
-            println!(
-                "{:<10} {:>12.0} {:>12} {:>8} {update:>16}",
-                case.name,
-                batch / engine,
-                "-",
-                "-"
-            );
+            format!("{:.1} ms/step", 1000.0 * update)
+        };
+        let batch = case.spec["batch_size"].as_f64().unwrap();
+        let column = |r: &Result<f64, String>| match r {
+            Ok(s) if torch.is_ok() => format!("{:.0}", batch / s),
+            _ => "-".to_owned(),
+        };
+        let fastest = torch_s
+            .iter()
+            .filter_map(|r| r.as_ref().ok().copied())
+            .fold(f64::INFINITY, f64::min);
+        let ratio = if torch.is_ok() && fastest.is_finite() {
+            format!("{:.2}x", fastest / engine)
+        } else {
+            "-".to_owned()
+        };
+        println!(
+            "{:<10} {:>10.0} {:>10} {:>10} {:>10} {ratio:>7} {update:>14}",
+            case.name,
+            batch / engine,
+            column(&torch_s[0]),
+            column(&torch_s[1]),
+            column(&torch_s[2]),
+        );
+        for (config, result) in CONFIGS.iter().zip(&torch_s) {
+            if let Err(reason) = result {
+                torch_errors.push(format!("{} {config}: {reason}", case.name));
+            }
         }
     }
     if let Err(reason) = &torch {
         println!("PyTorch skipped: {reason}");
+    }
+    for error in torch_errors {
+        println!("PyTorch could not run {error}");
     }
     drop(torch);
 
@@ -271,9 +329,8 @@ fn main() {
     if !only.is_empty() {
         return;
     }
-    let mut big = run(&cases[0], dir.path());
-    let (_, _, _, grads) = big.gradients().unwrap();
-    big.apply(grads).unwrap();
+    let mut big = run(&cases[0], dir.path(), &device);
+    engine_round(&mut big, 1);
     let started = Instant::now();
     let path = big.save(&Default::default()).unwrap();
     let save_s = started.elapsed().as_secs_f64();
@@ -281,7 +338,7 @@ fn main() {
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap().len())
         .sum();
-    let mut fresh = run(&cases[0], dir.path());
+    let mut fresh = run(&cases[0], dir.path(), &device);
     let started = Instant::now();
     fresh.restore(&path).unwrap();
     let restore_s = started.elapsed().as_secs_f64();

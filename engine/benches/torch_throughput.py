@@ -3,10 +3,18 @@
 The same architectures, batches, optimizers, thread count and data as the Rust side: the benchmark
 writes the engine's synthetic training set (and points at its text) and this script draws batches
 from it the same way, a fresh random order every epoch, the gather inside the timed step on both
-sides. It runs as the benchmark's child: each line on stdin names a case, and the script answers
-with the seconds per step of one timed round of that case (the case's model is built and warmed up
-on its first round), so the two sides' rounds interleave and the machine's other load hits both
-alike. Prints "ready" once PyTorch is loaded.
+sides. It runs as the benchmark's child: each line on stdin names a case, a step count and a
+configuration, and the script answers with the seconds per step of one timed round (the case is
+built and warmed up on its first round in that configuration), so the two sides' rounds interleave
+and the machine's other load hits both alike. Configurations:
+
+- `default`: PyTorch's default optimizers (for-each implementation), eager mode;
+- `fused`: the fused optimizers (`fused=True`), eager mode: PyTorch's fastest eager configuration;
+- `compiled`: `torch.compile` of the model with the fused optimizers.
+
+A configuration that cannot run here answers `error: <reason>`. On `--device cuda` the data, model
+and optimizer live on the GPU and each round ends with a synchronisation. Prints "ready" once
+PyTorch is loaded.
 """
 import argparse
 import math
@@ -76,12 +84,12 @@ def mlp():
 class Batches:
     """Random batches of rows, a fresh order every epoch (the engine's sampler does the same)."""
 
-    def __init__(self, rows, batch):
-        self.rows, self.batch, self.order, self.at = rows, batch, None, rows
+    def __init__(self, rows, batch, device):
+        self.rows, self.batch, self.device, self.order, self.at = rows, batch, device, None, rows
 
     def next(self):
         if self.at + self.batch > self.rows:
-            self.order, self.at = torch.randperm(self.rows), 0
+            self.order, self.at = torch.randperm(self.rows, device=self.device), 0
         idx = self.order[self.at:self.at + self.batch]
         self.at += self.batch
         return idx
@@ -100,37 +108,45 @@ class Case:
         self.optimizer.step()
 
 
-def build(name, data):
+def build(name, config, data, device):
     images, labels, tokens, context = data
+    fused = {} if config == "default" else {"fused": True}
     if name in ("mlp-adamw", "mlp-sgd", "lenet5"):
         batch = 64 if name == "lenet5" else 256
-        batches = Batches(len(labels), batch)
+        batches = Batches(len(labels), batch, device)
         shape = (batch, 1, 28, 28) if name == "lenet5" else (batch, images.shape[1])
 
         def batch_fn():
             idx = batches.next()
             return images.index_select(0, idx).view(shape), labels.index_select(0, idx)
 
-        model = lenet() if name == "lenet5" else mlp()
+        model = (lenet() if name == "lenet5" else mlp()).to(device)
         if name == "mlp-adamw":
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, **fused)
         else:
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        return Case(model, optimizer, batch_fn)
-    if name == "charlm":
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, **fused)
+    elif name == "charlm":
         vocab = int(tokens.max()) + 1
-        windows = Batches((len(tokens) - 1) // context, 16)
-        offsets = torch.arange(context)
+        windows = Batches((len(tokens) - 1) // context, 16, device)
+        offsets = torch.arange(context, device=device)
 
         def batch_fn():
             starts = windows.next() * context
             idx = starts[:, None] + offsets
             return tokens[idx], tokens[idx + 1].view(-1)
 
-        model = CharLm(vocab, 2, 4, 64, context)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-        return Case(model, optimizer, batch_fn)
-    raise SystemExit(f"unknown case {name}")
+        model = CharLm(vocab, 2, 4, 64, context).to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, **fused)
+    else:
+        raise SystemExit(f"unknown case {name}")
+    if config == "compiled":
+        model = torch.compile(model)
+    return Case(model, optimizer, batch_fn)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def main():
@@ -142,28 +158,43 @@ def main():
     parser.add_argument("--features", type=int, required=True)
     parser.add_argument("--text", required=True)
     parser.add_argument("--context", type=int, default=64)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("PyTorch here has no CUDA")
     images = torch.from_numpy(np.fromfile(args.images, dtype="<f4").reshape(-1, args.features))
     labels = torch.from_numpy(np.fromfile(args.labels, dtype="<u4").astype(np.int64))
     text = open(args.text, encoding="utf-8").read()
     vocab = {c: i for i, c in enumerate(sorted(set(text)))}
     tokens = torch.tensor([vocab[c] for c in text], dtype=torch.int64)
-    data = (images, labels, tokens, args.context)
-    cases = {}
+    data = (images.to(device), labels.to(device), tokens.to(device), args.context)
+    cases, failed = {}, {}
     print("ready", flush=True)
     for line in sys.stdin:
-        name, steps = line.split()
-        case = cases.get(name)
-        if case is None:
-            case = cases[name] = build(name, data)
-            for _ in range(args.warmup):
+        name, steps, config = line.split()
+        if (name, config) in failed:
+            print(failed[(name, config)], flush=True)
+            continue
+        try:
+            case = cases.get((name, config))
+            if case is None:
+                case = build(name, config, data, device)
+                for _ in range(args.warmup):
+                    case.step()
+                cases[(name, config)] = case
+            sync(device)
+            started = time.perf_counter()
+            for _ in range(int(steps)):
                 case.step()
-        started = time.perf_counter()
-        for _ in range(int(steps)):
-            case.step()
-        print((time.perf_counter() - started) / int(steps), flush=True)
+            sync(device)
+            print((time.perf_counter() - started) / int(steps), flush=True)
+        except Exception as err:  # a configuration this PyTorch cannot run: say why, go on
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            failed[(name, config)] = f"error: {type(err).__name__}: {reason}"[:300]
+            print(failed[(name, config)], flush=True)
 
 
 if __name__ == "__main__":

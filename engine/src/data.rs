@@ -258,8 +258,25 @@ fn idx_pair(images: &Path, labels: &Path) -> Result<IdxPair, DataError> {
     let n = be_u32(&image_bytes, 4, &image_path)? as usize;
     let h = be_u32(&image_bytes, 8, &image_path)? as usize;
     let w = be_u32(&image_bytes, 12, &image_path)? as usize;
+    // The header's sizes are the file's word: multiplied without overflow, and held to its length.
+    let count = n
+        .checked_mul(h)
+        .and_then(|v| v.checked_mul(w))
+        .and_then(|v| v.checked_add(16))
+        .ok_or_else(|| {
+            format_error(
+                &image_path,
+                format!("a header of {n} images of {h}×{w} pixels is impossibly large"),
+            )
+        })?;
+    if h == 0 || w == 0 {
+        return Err(format_error(
+            &image_path,
+            format!("images of {h}×{w} pixels"),
+        ));
+    }
     let pixels = image_bytes
-        .get(16..16 + n * h * w)
+        .get(16..count)
         .ok_or_else(|| format_error(&image_path, "fewer pixels than the header says"))?;
     let label_count = be_u32(&label_bytes, 4, &label_path)? as usize;
     if label_count != n {
@@ -462,5 +479,16 @@ mod idx_tests {
         .unwrap();
         let err = idx(dir.path()).unwrap_err().to_string();
         assert!(err.contains("9 labels for 1 images"), "{err}");
+        // A header whose sizes overflow when multiplied is refused, not trusted.
+        let mut huge = vec![0, 0, 8, 3];
+        for _ in 0..3 {
+            huge.extend(u32::MAX.to_be_bytes());
+        }
+        std::fs::write(dir.path().join("train-images-idx3-ubyte"), &huge).unwrap();
+        let err = idx(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("impossibly large") || err.contains("fewer pixels"),
+            "{err}"
+        );
     }
 }

@@ -3,11 +3,14 @@
 
 pub mod checkpoint;
 pub mod data;
+pub mod device;
 pub mod dist;
+mod fused;
 pub mod linalg;
 pub mod models;
 pub mod optim;
 pub mod params;
+mod resident;
 pub mod rng;
 pub mod sampler;
 pub mod trainer;

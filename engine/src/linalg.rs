@@ -3,8 +3,9 @@
 //! candle's `matmul` wants its operands in tensors and allocates its result, so a training step through
 //! it copies every weight in and every gradient out. The MLP's hand-written backward instead calls the
 //! gemm kernels candle's CPU backend uses on the parameter and gradient buffers themselves, through
-//! this module. It is the engine's only `unsafe`: a view can only be made over a slice it fits in, and
-//! the product checks every shape before the kernel sees a pointer.
+//! this module. It is one of the few places allowed `unsafe` (Cargo.toml lists them): a view can
+//! only be made over a slice it fits in, and the product checks every shape before the kernel sees
+//! a pointer.
 
 #![expect(
     unsafe_code,

@@ -182,12 +182,32 @@ impl Optimizer {
         }
     }
 
-    /// Restores the state `state` produced; `get` looks a buffer up by name.
+    /// The name a checkpoint's manifest records for this optimizer.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Optimizer::Sgd { .. } => "sgd",
+            Optimizer::AdamW { .. } => "adamw",
+        }
+    }
+
+    /// Restores the state `state` produced for parameters `names` of `sizes` values each; `get`
+    /// looks a buffer up by name. Every buffer is checked against its parameter's size, and the step
+    /// count against what `state` writes, so a damaged or foreign checkpoint is refused whole.
     pub fn restore(
         &mut self,
         names: &[String],
+        sizes: &[usize],
         mut get: impl FnMut(&str) -> Option<Vec<f32>>,
     ) -> Result<(), String> {
+        let mut buffer = |key: String, size: usize| -> Result<Option<Vec<f32>>, String> {
+            match get(&key) {
+                Some(values) if values.len() != size => Err(format!(
+                    "{key} has {} values, its parameter {size}",
+                    values.len()
+                )),
+                found => Ok(found),
+            }
+        };
         match self {
             Optimizer::Sgd {
                 buffers, momentum, ..
@@ -195,23 +215,51 @@ impl Optimizer {
                 if *momentum == 0.0 {
                     return Ok(());
                 }
-                let restored: Option<Vec<Vec<f32>>> = names
-                    .iter()
-                    .map(|n| get(&format!("momentum.{n}")))
-                    .collect();
-                // No buffers means the checkpoint was taken before the first step.
-                *buffers = restored.unwrap_or_default();
+                let mut restored = Vec::with_capacity(names.len());
+                for (n, &size) in names.iter().zip(sizes) {
+                    restored.push(buffer(format!("momentum.{n}"), size)?);
+                }
+                let present = restored.iter().filter(|b| b.is_some()).count();
+                // No buffers at all means the checkpoint was taken before the first step.
+                *buffers = match present {
+                    0 => Vec::new(),
+                    all if all == names.len() => restored.into_iter().flatten().collect(),
+                    _ => {
+                        return Err(format!(
+                            "momentum buffers for {present} of {} parameters",
+                            names.len()
+                        ));
+                    }
+                };
                 Ok(())
             }
             Optimizer::AdamW { m, v, t, .. } => {
-                for (i, n) in names.iter().enumerate() {
-                    m[i] = get(&format!("exp_avg.{n}"))
-                        .ok_or_else(|| format!("exp_avg.{n} missing"))?;
-                    v[i] = get(&format!("exp_avg_sq.{n}"))
-                        .ok_or_else(|| format!("exp_avg_sq.{n} missing"))?;
+                let mut first = Vec::with_capacity(names.len());
+                let mut second = Vec::with_capacity(names.len());
+                for (n, &size) in names.iter().zip(sizes) {
+                    first.push(
+                        buffer(format!("exp_avg.{n}"), size)?
+                            .ok_or_else(|| format!("exp_avg.{n} missing"))?,
+                    );
+                    second.push(
+                        buffer(format!("exp_avg_sq.{n}"), size)?
+                            .ok_or_else(|| format!("exp_avg_sq.{n} missing"))?,
+                    );
                 }
                 let step = get("step").ok_or("step missing")?;
-                *t = ((step[0] as u64) << 24) | step[1] as u64;
+                let steps = match step[..] {
+                    [high, low]
+                        if [high, low]
+                            .iter()
+                            .all(|x| x.is_finite() && *x >= 0.0 && x.fract() == 0.0)
+                            && low < (1u32 << 24) as f32
+                            && high < (1u32 << 24) as f32 =>
+                    {
+                        ((high as u64) << 24) | low as u64
+                    }
+                    _ => return Err(format!("step is not a step count: {step:?}")),
+                };
+                (*m, *v, *t) = (first, second, steps);
                 Ok(())
             }
         }
@@ -344,7 +392,7 @@ mod tests {
         let state = opt.state(&names);
         let (mut restored, _) = Optimizer::new(&spec, &[2]);
         restored
-            .restore(&names, |n| {
+            .restore(&names, &[2], |n| {
                 state.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone())
             })
             .unwrap();

@@ -91,6 +91,11 @@ impl Params {
             .collect()
     }
 
+    /// The `Var`s the model computes with, in parameter order.
+    pub fn vars(&self) -> &[Var] {
+        &self.vars
+    }
+
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.names.iter().position(|n| n == name)
     }

@@ -9,6 +9,7 @@ use crate::dist::Cluster;
 use crate::models::{self, Io, Model};
 use crate::optim::{self, Optimizer};
 use crate::params::Params;
+use crate::resident::Resident;
 use crate::rng::Rng;
 use anyhow::{Context, bail};
 use candle_core::{Device, Tensor};
@@ -99,6 +100,9 @@ pub struct Run {
     batch_values: Vec<f32>,
     /// The last applied step's gradient buffers, handed back to the model to fill again.
     spare_grads: Vec<Vec<f32>>,
+    /// Set when the run trains on its device without the host in each step (a GPU run of one
+    /// process); `params.values` and the optimizer's buffers are then refreshed only for checkpoints.
+    resident: Option<Resident>,
 }
 
 fn model_json(spec: &TrainSpec) -> serde_json::Value {
@@ -140,7 +144,7 @@ impl Run {
         let model = models::build(&spec.model, &io, &mut params, spec.seed)?;
         let sizes: Vec<usize> = params.values.iter().map(Vec::len).collect();
         let (optimizer, base_lr) = Optimizer::new(&spec.optimizer, &sizes);
-        Ok(Run {
+        let mut run = Run {
             params,
             model,
             optimizer,
@@ -152,7 +156,75 @@ impl Run {
             options,
             batch_values: Vec::new(),
             spare_grads: Vec::new(),
-        })
+            resident: None,
+        };
+        // One process on a GPU keeps everything there; several exchange gradients through host
+        // memory (the wire) and keep the host path.
+        if !run.options.device.is_cpu() && run.options.cluster.is_none() {
+            run.keep_on_device()?;
+        }
+        Ok(run)
+    }
+
+    /// Trains on the device from now on: the training split and the optimizer's state are uploaded
+    /// and each step is [`Run::step_on_device`]. Done by `new` for a single-process GPU run; tests
+    /// call it on the CPU to check the device path there.
+    pub fn keep_on_device(&mut self) -> anyhow::Result<()> {
+        if self.resident.is_none() {
+            let context = self.context();
+            self.params.sync_if_stale()?;
+            self.resident = Some(Resident::new(
+                &self.data,
+                context,
+                &self.params,
+                &self.optimizer,
+                self.options.spec.seed,
+            )?);
+        }
+        Ok(())
+    }
+
+    pub fn is_resident(&self) -> bool {
+        self.resident.is_some()
+    }
+
+    /// One whole training step on the device (a run that [keeps to it](Run::keep_on_device)):
+    /// returns the step's learning rate. The loss and accuracy wait in [`Run::take_totals`].
+    pub fn step_on_device(&mut self) -> anyhow::Result<f64> {
+        let lr = optim::learning_rate(
+            self.base_lr,
+            &self.options.spec.lr_schedule,
+            self.step,
+            self.total_steps(),
+        );
+        let Some(resident) = &mut self.resident else {
+            bail!("this run does not train on its device");
+        };
+        let rows = self.sampler.next(
+            self.options.spec.batch_size as usize,
+            self.options.rank as usize,
+            self.options.workers as usize,
+        );
+        resident.step(
+            &rows,
+            self.model.as_ref(),
+            &mut self.rng,
+            &self.params,
+            &mut self.optimizer,
+            lr as f32,
+            self.options.spec.grad_clip_norm,
+        )?;
+        self.step += 1;
+        Ok(lr)
+    }
+
+    /// The loss summed over the steps on the device since the last call, and the correct
+    /// predictions; `None` for a run on the host path (its steps return them).
+    pub fn take_totals(&mut self) -> anyhow::Result<Option<(f64, usize)>> {
+        match &mut self.resident {
+            Some(resident) => Ok(Some(resident.take_totals()?)),
+            None => Ok(None),
+        }
     }
 
     /// Restores everything a checkpoint holds; refuses one taken from a different model.
@@ -177,10 +249,22 @@ impl Run {
             self.params.values[i].clone_from(values);
         }
         self.params.sync()?;
+        if loaded.manifest.optimizer != self.optimizer.kind() {
+            bail!(
+                "{} was written by the {} optimizer; this job uses {}",
+                path.display(),
+                loaded.manifest.optimizer,
+                self.optimizer.kind()
+            );
+        }
         let names = self.params.names.clone();
+        let sizes: Vec<usize> = self.params.values.iter().map(Vec::len).collect();
         self.optimizer
-            .restore(&names, |n| loaded.optimizer.get(n).cloned())
+            .restore(&names, &sizes, |n| loaded.optimizer.get(n).cloned())
             .map_err(|reason| anyhow::anyhow!("{}: optimizer state: {reason}", path.display()))?;
+        if let Some(resident) = &mut self.resident {
+            resident.upload_state(&self.params, &self.optimizer)?;
+        }
         self.rng = Rng::from_state(loaded.manifest.rng);
         let samples = match &self.data {
             Data::Classification(c) => c.train.len(),
@@ -360,11 +444,7 @@ impl Run {
             cursor: self.sampler.cursor(),
             workers: self.options.workers,
             ps: self.options.ps,
-            optimizer: match self.optimizer {
-                Optimizer::Sgd { .. } => "sgd",
-                Optimizer::AdamW { .. } => "adamw",
-            }
-            .to_owned(),
+            optimizer: self.optimizer.kind().to_owned(),
             tensors: self
                 .params
                 .names
@@ -385,6 +465,15 @@ impl Run {
     /// retention.
     pub fn save(&self, metrics: &BTreeMap<String, f64>) -> anyhow::Result<PathBuf> {
         let names = &self.params.names;
+        // A run on its device copies its state to the host for the checkpoint.
+        let downloaded = match &self.resident {
+            Some(resident) => Some(resident.download(&self.params, &self.optimizer)?),
+            None => None,
+        };
+        let (values, optimizer) = match &downloaded {
+            Some((values, optimizer)) => (values, optimizer),
+            None => (&self.params.values, &self.optimizer),
+        };
         let manifest = self.manifest(
             metrics,
             vec![Shard {
@@ -396,14 +485,14 @@ impl Run {
         let tensors: Vec<(&str, &[usize], &[f32])> = names
             .iter()
             .zip(&self.params.shapes)
-            .zip(&self.params.values)
+            .zip(values)
             .map(|((n, s), v)| (n.as_str(), s.as_slice(), v.as_slice()))
             .collect();
         let path = checkpoint::save(
             &self.options.checkpoint_dir,
             &manifest,
             &tensors,
-            &self.optimizer.state(names),
+            &optimizer.state(names),
         )?;
         self.retain();
         Ok(path)

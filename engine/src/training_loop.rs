@@ -2,7 +2,7 @@
 //! shards or ring) turning them into the next parameters, and the leader's metrics, validation,
 //! checkpoints, target and stop handling.
 
-use crate::dist::worker::Exchange;
+use crate::dist::worker::{Exchange, Exchanged};
 use crate::dist::{self, Cluster, Role};
 use crate::rng::Rng;
 use crate::trainer::{Outcome, Reporter, Requests, Run, TrainOptions};
@@ -32,7 +32,7 @@ pub fn train(
     let mut run = Run::new(options.clone())?;
     if leader {
         reporter.info(&format!(
-            "model: {} parameters in {} tensors; {} steps; global batch {}{}",
+            "model: {} parameters in {} tensors; {} steps; global batch {}{}{}",
             run.params.num_values(),
             run.params.len(),
             options
@@ -40,6 +40,13 @@ pub fn train(
                 .max_steps
                 .map_or_else(|| "until the target".to_owned(), |s| s.to_string()),
             options.spec.batch_size,
+            if run.is_resident() {
+                "; on the GPU, steps without the host"
+            } else if options.device.is_cpu() {
+                ""
+            } else {
+                "; on the GPU, gradients exchanged through the host"
+            },
             if distributed {
                 format!(
                     "; {} workers, {} PS, {:?}",
@@ -72,6 +79,7 @@ pub fn train(
     let mut reached_target = false;
     let mut first_step = true;
     let seed = options.spec.seed;
+    let batch = options.spec.batch_size as usize;
     loop {
         let done =
             run.step >= total || finish_agreed || (reached_target && !exchange.agreed_stop());
@@ -108,19 +116,32 @@ pub fn train(
                 0xD2_0907 ^ u64::from(options.rank),
             );
         }
-        let started = Instant::now();
-        let (loss, correct, samples, grads) = run.gradients()?;
-        let computed = started.elapsed();
-        let controls = [requests.stop.load(Ordering::Relaxed), reached_target];
-        let exchanged = exchange.step(&mut run, grads, samples, controls)?;
+        let exchanged = if run.is_resident() {
+            // The loss and accuracy stay on the device until the metrics are reported.
+            let lr = run.step_on_device()?;
+            window.add(0.0, 0, batch, 0, Duration::ZERO);
+            Exchanged {
+                lr,
+                stop: false,
+                finish: false,
+                bytes: 0,
+            }
+        } else {
+            let started = Instant::now();
+            let (loss, correct, samples, grads) = run.gradients()?;
+            let computed = started.elapsed();
+            let controls = [requests.stop.load(Ordering::Relaxed), reached_target];
+            let exchanged = exchange.step(&mut run, grads, samples, controls)?;
+            window.add(
+                loss,
+                correct,
+                samples,
+                exchanged.bytes,
+                started.elapsed() - computed,
+            );
+            exchanged
+        };
         (stop_agreed, finish_agreed) = (exchanged.stop, exchanged.finish);
-        window.add(
-            loss,
-            correct,
-            samples,
-            exchanged.bytes,
-            started.elapsed() - computed,
-        );
         let step = run.step;
         if !leader {
             continue;
@@ -139,6 +160,10 @@ pub fn train(
             stop_agreed |= exchange.land(&mut run)?;
         }
         if step % log_every == 0 || step == total {
+            if let Some((loss, correct)) = run.take_totals()? {
+                window.loss += loss;
+                window.correct += correct;
+            }
             let values = window.values(exchanged.lr, distributed);
             for (k, v) in &values {
                 metrics.insert((*k).to_owned(), *v);

@@ -3,6 +3,7 @@
 
 #![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
 
+use candle_core::Device;
 use drover_core::spec::{CheckpointPolicy, DatasetSpec, ModelSpec, OptimizerSpec, TrainSpec};
 use drover_engine::{Reporter, Requests, Run, TrainOptions, train};
 use std::path::Path;
@@ -214,4 +215,198 @@ fn resuming_the_char_lm_is_exact_and_it_learns() {
         outcome.metrics["loss"]
     );
     assert!(val_accuracy > 0.6, "next-character accuracy {val_accuracy}");
+}
+
+/// The parameters a run computes with (on its device).
+fn device_values(run: &Run) -> Vec<Vec<f32>> {
+    run.params
+        .vars()
+        .iter()
+        .map(|v| v.as_tensor().flatten_all().unwrap().to_vec1().unwrap())
+        .collect()
+}
+
+/// Trains `spec` for `total` steps on the host path and on the device path (the one GPU runs take;
+/// on the CPU device unless `device` names a GPU): the same data order, loss, accuracy and, up to
+/// float rounding (`tolerance`), weights.
+fn assert_device_path_matches_host(spec: TrainSpec, total: u64, device: &Device, tolerance: f32) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = Run::new(options(spec.clone(), dir.path(), 1000)).unwrap();
+    let (mut host_loss, mut host_correct, mut samples) = (0.0, 0, 0);
+    while host.step < total {
+        let (loss, correct, n, grads) = host.gradients().unwrap();
+        (host_loss, host_correct, samples) =
+            (host_loss + loss, host_correct + correct, samples + n);
+        host.apply(grads).unwrap();
+    }
+    let mut on_device = options(spec, dir.path(), 1000);
+    on_device.device = device.clone();
+    let mut device = Run::new(on_device).unwrap();
+    device.keep_on_device().unwrap();
+    assert!(device.is_resident());
+    while device.step < total {
+        device.step_on_device().unwrap();
+    }
+    let (device_loss, device_correct) = device.take_totals().unwrap().unwrap();
+    assert!(
+        (host_loss - device_loss).abs() < 1e-3 * host_loss.abs().max(1.0),
+        "loss summed over {total} steps: host {host_loss}, device {device_loss}"
+    );
+    // Rounding may flip a near tie between two classes, no more.
+    assert!(
+        host_correct.abs_diff(device_correct) <= samples / 100,
+        "correct predictions over {total} steps: host {host_correct}, device {device_correct}"
+    );
+    assert_eq!(device.take_totals().unwrap(), Some((0.0, 0)), "taken once");
+    for ((name, host), device) in host
+        .params
+        .names
+        .iter()
+        .zip(&host.params.values)
+        .zip(device_values(&device))
+    {
+        let worst = host
+            .iter()
+            .zip(&device)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            worst < tolerance,
+            "{name}: host and device differ by {worst}"
+        );
+    }
+}
+
+/// The device path on `device` for AdamW with clipping (MLP), Nesterov SGD with weight decay and plain
+/// SGD (CNN).
+fn assert_device_paths(device: &Device, tolerance: f32) {
+    let adamw = OptimizerSpec::Adamw {
+        lr: 0.003,
+        weight_decay: 0.01,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+    };
+    let mut clipped = spec(
+        ModelSpec::Mlp {
+            hidden: vec![64],
+            dropout: 0.0,
+        },
+        DatasetSpec::Digits {},
+        adamw,
+        64,
+        30,
+    );
+    clipped.grad_clip_norm = Some(0.5);
+    assert_device_path_matches_host(clipped, 30, device, tolerance);
+    for optimizer in [
+        OptimizerSpec::Sgd {
+            lr: 0.05,
+            momentum: 0.9,
+            nesterov: true,
+            weight_decay: 1e-4,
+        },
+        OptimizerSpec::Sgd {
+            lr: 0.05,
+            momentum: 0.0,
+            nesterov: false,
+            weight_decay: 1e-3,
+        },
+    ] {
+        let cnn = spec(
+            ModelSpec::Cnn {
+                channels: vec![4, 8],
+                hidden: vec![16],
+                dropout: 0.0,
+            },
+            DatasetSpec::Digits {},
+            optimizer,
+            32,
+            20,
+        );
+        assert_device_path_matches_host(cnn, 20, device, tolerance);
+    }
+}
+
+#[test]
+fn the_device_path_trains_like_the_host_path() {
+    assert_device_paths(&Device::Cpu, 2e-3);
+}
+
+/// The CUDA kernels (one launch per parameter's update) against the host path; skipped where no GPU
+/// can be opened.
+#[cfg(feature = "cuda")]
+#[test]
+fn on_a_gpu_the_fused_kernels_train_like_the_host_path() {
+    match drover_engine::device::open("cuda") {
+        // The weights drift apart faster than on the CPU device: convolutions and bias gradients
+        // sum thousands of terms in another order on the GPU, and momentum carries the difference
+        // on. The kernels themselves are checked exactly in fused.rs.
+        Ok(gpu) => assert_device_paths(&gpu, 3e-2),
+        Err(err) => eprintln!("skipped: {err:#}"),
+    }
+}
+
+#[test]
+fn a_run_on_its_device_checkpoints_and_resumes_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("tiny.txt"),
+        "the cat sat on the mat. a dog ran far. ".repeat(100),
+    )
+    .unwrap();
+    let lm = spec(
+        ModelSpec::Charlm {
+            layers: 1,
+            heads: 2,
+            d_model: 16,
+            context: 16,
+            dropout: 0.1,
+        },
+        DatasetSpec::Text {
+            path: dir.path().join("tiny.txt").display().to_string(),
+        },
+        OptimizerSpec::Adamw {
+            lr: 0.003,
+            weight_decay: 0.01,
+            beta1: 0.9,
+            beta2: 0.99,
+            eps: 1e-8,
+        },
+        8,
+        30,
+    );
+    let on_device = |spec: &TrainSpec| {
+        let mut run = Run::new(options(spec.clone(), dir.path(), 1000)).unwrap();
+        run.keep_on_device().unwrap();
+        run
+    };
+    let mut straight = on_device(&lm);
+    while straight.step < 20 {
+        straight.step_on_device().unwrap();
+    }
+    let mut first = on_device(&lm);
+    while first.step < 9 {
+        first.step_on_device().unwrap();
+    }
+    let path = first.save(&Default::default()).unwrap();
+    drop(first);
+    let mut resumed = on_device(&lm);
+    resumed.restore(&path).unwrap();
+    assert_eq!(resumed.step, 9);
+    while resumed.step < 20 {
+        resumed.step_on_device().unwrap();
+    }
+    for ((name, a), b) in straight
+        .params
+        .names
+        .iter()
+        .zip(device_values(&straight))
+        .zip(device_values(&resumed))
+    {
+        assert!(
+            a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{name} differs after resuming on the device"
+        );
+    }
 }

@@ -187,7 +187,14 @@ impl Agent {
             .split(',')
             .map(str::trim)
             .filter(|g| !g.is_empty())
-            .map(str::to_owned)
+            // `host:port` means plain HTTP/2, as the server's gateway speaks it.
+            .map(|g| {
+                if g.contains("://") {
+                    g.to_owned()
+                } else {
+                    format!("http://{g}")
+                }
+            })
             .collect();
         anyhow::ensure!(!gateways.is_empty(), "no gateway address given (--gateway)");
         Ok(Self {

@@ -156,6 +156,8 @@ fn task_env(launch: &Launch) -> Vec<(String, String)> {
             .join(",")
     };
     env.push(("CUDA_VISIBLE_DEVICES", visible));
+    // The executor numbers GPUs as NVML does (PCI bus order); CUDA's default order differs.
+    env.push(("CUDA_DEVICE_ORDER", "PCI_BUS_ID".to_owned()));
     env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 

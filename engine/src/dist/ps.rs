@@ -117,8 +117,15 @@ impl Shard {
         let sizes: Vec<usize> = slices.iter().map(|s| s.len).collect();
         let (mut optimizer, base_lr) = Optimizer::new(&config.optimizer, &sizes);
         if let Some(loaded) = resume {
+            if loaded.manifest.optimizer != optimizer.kind() {
+                anyhow::bail!(
+                    "the checkpoint was written by the {} optimizer; this job uses {}",
+                    loaded.manifest.optimizer,
+                    optimizer.kind()
+                );
+            }
             optimizer
-                .restore(&slice_names, |key| {
+                .restore(&slice_names, &sizes, |key| {
                     // `<state>.<tensor>@<offset>` is a piece of the whole `<state>.<tensor>`; other
                     // keys (the step count) are whole.
                     let Some((base, _)) = key.rsplit_once('@') else {

@@ -67,7 +67,16 @@ impl Cnn {
     ) -> Result<Self> {
         let (c, mut size) = match input_shape {
             [c, h, w] if h == w => (*c, *h),
-            [f] => (1, (*f as f64).sqrt() as usize),
+            [f] => {
+                let side = (*f as f64).sqrt().round() as usize;
+                if side * side != *f {
+                    invalid!(
+                        "the CNN needs square images; the dataset's samples have {f} features, \
+                         not a square number"
+                    );
+                }
+                (1, side)
+            }
             _ => invalid!("the CNN needs square images; the dataset's samples are {input_shape:?}"),
         };
         if size < 4 {

@@ -154,10 +154,14 @@ impl Linear {
     }
 }
 
-/// Inverted dropout with a mask from the engine's RNG.
+/// Inverted dropout with a mask from the engine's RNG on the CPU (so runs resume exactly), from the
+/// device's own generator on a GPU (the mask is drawn there).
 fn dropout(x: &Tensor, p: f64, train: bool, rng: &mut Rng) -> Result<Tensor> {
     if !train || p <= 0.0 {
         return Ok(x.clone());
+    }
+    if !x.device().is_cpu() {
+        return candle_nn::ops::dropout(x, p as f32);
     }
     let keep = (1.0 - p) as f32;
     let scale = 1.0 / keep;
