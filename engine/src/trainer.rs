@@ -387,7 +387,6 @@ impl Run {
     pub fn evaluate(&mut self) -> anyhow::Result<(f64, f64)> {
         self.params.sync_if_stale()?;
         let device = self.options.device.clone();
-        let mut no_dropout = Rng::seed(0);
         let (mut loss_sum, mut correct, mut count) = (0.0, 0usize, 0usize);
         match &self.data {
             Data::Classification(c) => {
@@ -396,7 +395,7 @@ impl Run {
                     let input =
                         models::class_batch(&c.test.x, chunk, c.test.dim, &c.input_shape, &device)?;
                     let targets = models::labels(&c.test.y, chunk, &device)?;
-                    let logits = self.model.forward(&input, false, &mut no_dropout)?;
+                    let logits = self.model.evaluate(&input)?;
                     loss_sum += f64::from(
                         candle_nn::loss::cross_entropy(&logits, &targets)?.to_scalar::<f32>()?,
                     ) * chunk.len() as f64;
@@ -417,7 +416,7 @@ impl Run {
                 let rows: Vec<u32> = (0..windows).collect();
                 for chunk in rows.chunks(16) {
                     let (input, targets) = text_batch(&t.test, chunk, context, &device)?;
-                    let logits = self.model.forward(&input, false, &mut no_dropout)?;
+                    let logits = self.model.evaluate(&input)?;
                     let n = targets.elem_count();
                     loss_sum += f64::from(
                         candle_nn::loss::cross_entropy(&logits, &targets)?.to_scalar::<f32>()?,

@@ -313,13 +313,18 @@ fn assert_device_paths(device: &Device, tolerance: f32) {
             weight_decay: 1e-3,
         },
     ] {
+        // LeNet's geometry on 28×28 images.
         let cnn = spec(
             ModelSpec::Cnn {
                 channels: vec![4, 8],
                 hidden: vec![16],
                 dropout: 0.0,
             },
-            DatasetSpec::Digits {},
+            DatasetSpec::Synthetic {
+                samples: 512,
+                features: 784,
+                classes: 10,
+            },
             optimizer,
             32,
             20,

@@ -1,24 +1,31 @@
-//! The LeNet-5 class convolutional network.
+//! The LeNet-5 class convolutional network. On the host its training step is written by hand
+//! (`conv.rs` for the convolutions, the MLP's for the fully connected head), straight on the
+//! parameter buffers; elsewhere (a GPU) it goes through candle's autograd.
 
 use super::*;
+use crate::models::conv::{self, Geometry, LayerWork};
+use crate::models::mlp::Mlp;
 
 #[derive(Debug)]
 struct Conv {
     kernel: Var,
     bias: Var,
-    padding: usize,
+    geometry: Geometry,
+    /// For every value of an image's im2col matrix (row `c·k² + i·k + j`, column `y·P + x`), the
+    /// index of the input value it copies in the image flattened with one zero appended (the index
+    /// of that zero stands for the padding). u32, on the model's device.
+    taps: Tensor,
 }
 
 impl Conv {
-    fn new(
-        params: &mut Params,
-        rng: &mut Rng,
-        name: &str,
-        c_in: usize,
-        c_out: usize,
-        k: usize,
-        padding: usize,
-    ) -> Result<Self> {
+    fn new(params: &mut Params, rng: &mut Rng, name: &str, geometry: Geometry) -> Result<Self> {
+        let Geometry {
+            channels: c_in,
+            out: c_out,
+            k,
+            pad,
+            size,
+        } = geometry;
         let fan_in = c_in * k * k;
         let bound = 1.0 / (fan_in as f32).sqrt();
         let kernel = params.add(
@@ -31,17 +38,70 @@ impl Conv {
             &[c_out],
             uniform(rng, c_out, bound),
         )?;
+        let conv = geometry.conv_size();
+        let zero = (c_in * size * size) as u32;
+        let mut taps = Vec::with_capacity(fan_in * conv * conv);
+        for c in 0..c_in {
+            for i in 0..k {
+                for j in 0..k {
+                    for y in 0..conv {
+                        for x in 0..conv {
+                            let (sy, sx) = ((y + i).wrapping_sub(pad), (x + j).wrapping_sub(pad));
+                            taps.push(if sy < size && sx < size {
+                                ((c * size + sy) * size + sx) as u32
+                            } else {
+                                zero
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        let taps = Tensor::from_vec(taps, fan_in * conv * conv, params.device())?;
         Ok(Self {
             kernel,
             bias,
-            padding,
+            geometry,
+            taps,
         })
     }
 
+    /// The convolution as im2col (one gather) and one product, in candle operations, so that its
+    /// gradients are the gather's and the product's: candle 0.9's `conv2d` computes a wrong kernel
+    /// gradient on CUDA, and a wrong result on the CPU for some shapes this model builds (3×3
+    /// kernels on 4×4 images of several channels). Tests hold this and the host's hand-written
+    /// step to a direct loop (`conv.rs`) and to each other, on the CPU and on a GPU.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.conv2d(self.kernel.as_tensor(), self.padding, 1, 1, 1)?;
+        let g = self.geometry;
+        let b = x.dim(0)?;
+        let (patch, conv) = (g.channels * g.k * g.k, g.conv_size());
+        let flat = x.reshape((b, g.channels * g.size * g.size))?;
+        let flat = Tensor::cat(&[&flat, &flat.narrow(1, 0, 1)?.zeros_like()?], 1)?;
+        let cols = flat
+            .index_select(&self.taps, 1)?
+            .reshape((b, patch, conv * conv))?;
+        let y = self
+            .kernel
+            .as_tensor()
+            .reshape((g.out, patch))?
+            .broadcast_matmul(&cols)?
+            .reshape((b, g.out, conv, conv))?;
         y.broadcast_add(&self.bias.as_tensor().reshape((1, (), 1, 1))?)
     }
+}
+
+/// 2×2 max pooling (floor) whose gradient goes to each window's maximum. candle's `max_pool2d`
+/// scales that gradient by the share of the window holding the maximum (¼ for a single one), so the
+/// pooling is a reshape and two maxima, whose gradient is the usual one.
+fn pool2(x: &Tensor) -> Result<Tensor> {
+    let (b, c, h, w) = x.dims4()?;
+    let (h2, w2) = (h / 2, w / 2);
+    let x = if h % 2 == 0 && w % 2 == 0 {
+        x.contiguous()?
+    } else {
+        x.narrow(2, 0, 2 * h2)?.narrow(3, 0, 2 * w2)?.contiguous()?
+    };
+    x.reshape((b, c, h2, 2, w2, 2))?.max(5)?.max(3)
 }
 
 /// LeNet-5 class: two convolutions, each with ReLU and 2×2 max pooling, then fully connected layers.
@@ -51,8 +111,28 @@ impl Conv {
 #[derive(Debug)]
 pub struct Cnn {
     convs: Vec<Conv>,
-    fcs: Vec<Linear>,
-    dropout: f64,
+    geometry: Vec<Geometry>,
+    /// The fully connected layers: an MLP on the flattened pooled features.
+    head: Mlp,
+    /// Index in `Params` of the first convolution's kernel; each layer adds a kernel and a bias.
+    first_param: usize,
+    work: Workspace,
+}
+
+/// A step's buffers, kept so that a step allocates nothing once the first is done.
+#[derive(Debug, Default)]
+struct Workspace {
+    layers: Vec<LayerWork>,
+    /// The batch channel-major, `[C, B, H, W]`.
+    input: Vec<f32>,
+    /// The last pooled output as rows, `[B, C·h·w]`, and its gradient.
+    flat: Vec<f32>,
+    dflat: Vec<f32>,
+    /// The gradient of the current layer's pooled output, channel-major.
+    dpooled: Vec<f32>,
+    dactivated: Vec<f32>,
+    dcols: Vec<f32>,
+    dinput: Vec<f32>,
 }
 
 impl Cnn {
@@ -82,7 +162,9 @@ impl Cnn {
         if size < 4 {
             invalid!("the CNN needs images of at least 4×4 pixels");
         }
+        let first_param = params.len();
         let mut convs = Vec::new();
+        let mut geometry = Vec::new();
         let mut c_in = c;
         for (i, &c_out) in channels.iter().enumerate() {
             let (k, pad) = if i == 0 {
@@ -92,59 +174,374 @@ impl Cnn {
             } else {
                 (3, 1)
             };
-            convs.push(Conv::new(
-                params,
-                rng,
-                &format!("conv{i}"),
-                c_in,
-                c_out as usize,
+            let layer = Geometry {
+                channels: c_in,
+                out: c_out as usize,
                 k,
                 pad,
-            )?);
-            size = (size + 2 * pad + 1 - k) / 2;
+                size,
+            };
+            convs.push(Conv::new(params, rng, &format!("conv{i}"), layer)?);
+            geometry.push(layer);
+            size = layer.pooled();
             c_in = c_out as usize;
             if size == 0 {
                 invalid!("too many convolutions for {input_shape:?} images");
             }
         }
-        let mut sizes = vec![c_in * size * size];
-        sizes.extend(hidden.iter().map(|&h| h as usize));
-        sizes.push(classes);
-        let fcs = sizes
-            .windows(2)
-            .enumerate()
-            .map(|(i, w)| Linear::new(params, rng, &format!("fc{i}"), w[0], w[1]))
-            .collect::<Result<Vec<_>>>()?;
+        let head = Mlp::new(params, rng, c_in * size * size, hidden, classes, dropout)?;
         Ok(Self {
             convs,
-            fcs,
-            dropout,
+            geometry,
+            head,
+            first_param,
+            work: Workspace::default(),
         })
+    }
+
+    /// The convolutions forward on the host, the head's forward and backward (the MLP's), then the
+    /// convolutions backward, every gradient written into `grads`.
+    fn backward(
+        &mut self,
+        params: &Params,
+        input: &[f32],
+        targets: &[u32],
+        rng: &mut Rng,
+        grads: &mut Vec<Vec<f32>>,
+    ) -> Result<BatchLoss> {
+        let batch = targets.len();
+        let Some(first) = self.geometry.first() else {
+            invalid!("a CNN needs a convolution")
+        };
+        let pixels = first.size * first.size;
+        if input.len() != batch * first.channels * pixels {
+            invalid!(
+                "a batch of {batch} images of {}×{}×{} needs {} values, not {}",
+                first.channels,
+                first.size,
+                first.size,
+                batch * first.channels * pixels,
+                input.len()
+            );
+        }
+        let work = &mut self.work;
+        work.layers
+            .resize_with(self.geometry.len(), LayerWork::default);
+        conv::transpose_batch(input, batch, first.channels, &mut work.input);
+        for (i, g) in self.geometry.iter().enumerate() {
+            let (below, rest) = work.layers.split_at_mut(i);
+            let x = match below.last() {
+                Some(previous) => &previous.pooled,
+                None => &work.input,
+            };
+            let kernel = &params.values[self.first_param + 2 * i];
+            let bias = &params.values[self.first_param + 2 * i + 1];
+            conv::forward(x, kernel, bias, g, batch, &mut rest[0]);
+        }
+        let last = self.geometry.len() - 1;
+        let out = self.geometry[last].out;
+        conv::transpose_batch(&work.layers[last].pooled, out, batch, &mut work.flat);
+        let loss = self.head.backward(
+            params,
+            &work.flat,
+            targets,
+            rng,
+            grads,
+            Some(&mut work.dflat),
+        )?;
+        conv::transpose_batch(&work.dflat, batch, out, &mut work.dpooled);
+        for (i, g) in self.geometry.iter().enumerate().rev() {
+            let kernel = &params.values[self.first_param + 2 * i];
+            let (kernel_grad, bias_grad) = match &mut grads[self.first_param + 2 * i..] {
+                [k, b, ..] => (k, b),
+                _ => invalid!("gradients for {} parameters", grads.len()),
+            };
+            conv::backward(
+                &work.dpooled,
+                kernel,
+                g,
+                batch,
+                &mut work.layers[i],
+                &mut work.dactivated,
+                kernel_grad,
+                bias_grad,
+                &mut work.dcols,
+                (i > 0).then_some(&mut work.dinput),
+            );
+            if i > 0 {
+                std::mem::swap(&mut work.dpooled, &mut work.dinput);
+            }
+        }
+        Ok(loss)
+    }
+
+    /// The batch as images `[B, C, H, W]`.
+    fn images(input: &Tensor) -> Result<Tensor> {
+        match input.dims().len() {
+            4 => Ok(input.clone()),
+            2 => {
+                let (b, f) = input.dims2()?;
+                let side = (f as f64).sqrt() as usize;
+                input.reshape((b, 1, side, side))
+            }
+            _ => input.unsqueeze(1),
+        }
+    }
+
+    /// The convolutions' output for a batch on the host, flattened `[B, C·h·w]`: what the training
+    /// step computes, for evaluation.
+    fn host_features(&self, images: &Tensor) -> Result<Tensor> {
+        let batch = images.dim(0)?;
+        let rows = images.flatten_all()?.to_vec1::<f32>()?;
+        let Some(first) = self.geometry.first() else {
+            invalid!("a CNN needs a convolution")
+        };
+        let mut input = Vec::new();
+        conv::transpose_batch(&rows, batch, first.channels, &mut input);
+        let mut work = LayerWork::default();
+        for (g, layer) in self.geometry.iter().zip(&self.convs) {
+            let kernel = layer.kernel.as_tensor().flatten_all()?.to_vec1::<f32>()?;
+            let bias = layer.bias.as_tensor().to_vec1::<f32>()?;
+            conv::forward(&input, &kernel, &bias, g, batch, &mut work);
+            std::mem::swap(&mut input, &mut work.pooled);
+        }
+        let channels = self.geometry.last().map_or(0, |g| g.out);
+        let mut flat = Vec::new();
+        conv::transpose_batch(&input, channels, batch, &mut flat);
+        let features = flat.len() / batch.max(1);
+        Tensor::from_vec(flat, (batch, features), images.device())
     }
 }
 
 impl Model for Cnn {
+    /// Through candle (autograd, any device). Training on the host takes [`Model::gradients`]
+    /// instead, and evaluation there [`Model::evaluate`].
     fn forward(&self, input: &Tensor, train: bool, rng: &mut Rng) -> Result<Tensor> {
-        let mut x = match input.dims().len() {
-            4 => input.clone(),
-            2 => {
-                let (b, f) = input.dims2()?;
-                let side = (f as f64).sqrt() as usize;
-                input.reshape((b, 1, side, side))?
-            }
-            _ => input.unsqueeze(1)?,
-        };
+        let mut x = Self::images(input)?;
         for conv in &self.convs {
-            x = conv.forward(&x)?.relu()?.max_pool2d(2)?;
+            x = pool2(&conv.forward(&x)?.relu()?)?;
         }
-        let mut x = x.flatten_from(1)?;
-        let last = self.fcs.len() - 1;
-        for (i, fc) in self.fcs.iter().enumerate() {
-            x = fc.forward(&x)?;
-            if i < last {
-                x = dropout(&x.relu()?, self.dropout, train, rng)?;
+        self.head.forward(&x, train, rng)
+    }
+
+    /// On the host, the hand-written convolutions the training step uses (faster there than
+    /// candle's operations, and the same numbers as training sees).
+    fn evaluate(&self, input: &Tensor) -> Result<Tensor> {
+        if !input.device().is_cpu() {
+            return self.forward(input, false, &mut Rng::seed(0));
+        }
+        let features = self.host_features(&Self::images(input)?)?;
+        self.head.forward(&features, false, &mut Rng::seed(0))
+    }
+
+    fn gradients(
+        &mut self,
+        params: &Params,
+        input: &[f32],
+        targets: &[u32],
+        rng: &mut Rng,
+        grads: &mut Vec<Vec<f32>>,
+    ) -> Option<Result<BatchLoss>> {
+        Some(self.backward(params, input, targets, rng, grads))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hand-written step against candle's autograd on the same batch: loss, correct predictions
+    /// and every gradient.
+    fn manual_and_autograd_agree(input_shape: &[usize], channels: &[u32], dropout: f64) {
+        let device = Device::Cpu;
+        let mut params = Params::new(&device);
+        let mut cnn = Cnn::new(
+            &mut params,
+            &mut Rng::seed(5),
+            input_shape,
+            channels,
+            &[12],
+            5,
+            dropout,
+        )
+        .expect("model");
+        let features: usize = input_shape.iter().product();
+        let batch = 3;
+        let x: Vec<f32> = (0..batch * features)
+            .map(|i| ((i * 37 % 23) as f32 - 11.0) / 11.0)
+            .collect();
+        let mut shape = vec![batch];
+        shape.extend_from_slice(input_shape);
+        let input = Tensor::from_slice(&x, shape, &device).expect("input");
+        assert_matches_autograd(&mut cnn, &params, &x, &input, &[0, 4, 2]);
+    }
+
+    #[test]
+    fn the_hand_written_lenet_step_matches_autograd() {
+        manual_and_autograd_agree(&[784], &[6, 16], 0.0);
+    }
+
+    #[test]
+    fn with_dropout_the_hand_written_step_draws_the_same_masks_as_autograd() {
+        manual_and_autograd_agree(&[784], &[6, 16], 0.3);
+    }
+
+    #[test]
+    fn small_odd_and_many_channel_images_match_autograd_too() {
+        // The digits' 8×8 (whose second layer candle's own conv2d gets wrong), odd sizes whose
+        // pooling drops a row and a column, three input channels.
+        manual_and_autograd_agree(&[64], &[4, 8], 0.0);
+        manual_and_autograd_agree(&[1, 9, 9], &[4, 5], 0.2);
+        manual_and_autograd_agree(&[3, 12, 12], &[4], 0.0);
+    }
+
+    /// The hand-written step against finite differences of its own loss, and its loss against
+    /// evaluation's: a referee independent of candle.
+    #[test]
+    fn gradients_match_finite_differences() {
+        for (shape, channels) in [
+            (vec![64], vec![4, 8]),
+            (vec![1, 9, 9], vec![4, 5]),
+            (vec![3, 12, 12], vec![4]),
+        ] {
+            let mut params = Params::new(&Device::Cpu);
+            let mut cnn = Cnn::new(
+                &mut params,
+                &mut Rng::seed(9),
+                &shape,
+                &channels,
+                &[10],
+                3,
+                0.0,
+            )
+            .expect("model");
+            let features: usize = shape.iter().product();
+            // Values without ties, so that no ReLU or pooling window sits on a kink.
+            let mut draw = Rng::seed(3);
+            let x: Vec<f32> = (0..2 * features).map(|_| draw.normal()).collect();
+            let targets = [2u32, 0];
+            let mut grads = Vec::new();
+            let mut loss_at = |params: &Params, grads: &mut Vec<Vec<f32>>| {
+                cnn.gradients(params, &x, &targets, &mut Rng::seed(0), grads)
+                    .expect("manual")
+                    .expect("step")
+                    .loss
+            };
+            let loss = loss_at(&params, &mut grads);
+            let analytic = grads.clone();
+            let mut scratch = Vec::new();
+            for (t, name) in params.names.clone().iter().enumerate() {
+                let n = params.values[t].len();
+                for e in (0..n).step_by((n / 7).max(1)) {
+                    let a = f64::from(analytic[t][e]);
+                    let original = params.values[t][e];
+                    // Central differences at two scales: a ReLU or a pooling window may switch
+                    // within one of them (a kink), hardly within both.
+                    let numeric = [1e-3f32, 1e-4].map(|h| {
+                        params.values[t][e] = original + h;
+                        let up = loss_at(&params, &mut scratch);
+                        params.values[t][e] = original - h;
+                        let down = loss_at(&params, &mut scratch);
+                        params.values[t][e] = original;
+                        (up - down) / (2.0 * f64::from(h))
+                    });
+                    assert!(
+                        numeric
+                            .iter()
+                            .any(|n| (n - a).abs() <= 2e-3 + 5e-2 * a.abs()),
+                        "{shape:?} {name}[{e}]: finite differences {numeric:?}, backward {a}"
+                    );
+                }
             }
+            // Evaluation computes the same loss as the training step.
+            let mut images = vec![2];
+            images.extend_from_slice(&shape);
+            let input = Tensor::from_vec(x.clone(), images, &Device::Cpu).expect("input");
+            let logits = cnn.evaluate(&input).expect("evaluate");
+            let y = Tensor::from_vec(targets.to_vec(), 2, &Device::Cpu).expect("targets");
+            let evaluated = candle_nn::loss::cross_entropy(&logits, &y)
+                .and_then(|l| l.to_scalar::<f32>())
+                .expect("loss");
+            assert!(
+                (f64::from(evaluated) - loss).abs() < 1e-5,
+                "{shape:?}: {evaluated} vs {loss}"
+            );
         }
-        Ok(x)
+    }
+
+    #[test]
+    fn pooling_sends_the_gradient_to_the_maximum_whole() {
+        let x = Var::from_tensor(
+            &Tensor::from_vec(vec![1.0f32, 4.0, 2.0, 3.0], (1, 1, 2, 2), &Device::Cpu).expect("x"),
+        )
+        .expect("var");
+        let y = pool2(x.as_tensor()).expect("pool");
+        let grads = y.sum_all().expect("sum").backward().expect("backward");
+        let grad = grads.get(x.as_tensor()).expect("grad");
+        assert_eq!(
+            grad.flatten_all()
+                .expect("flat")
+                .to_vec1::<f32>()
+                .expect("values"),
+            [0.0, 1.0, 0.0, 0.0]
+        );
+    }
+
+    /// The GPU path's gradients (candle's CUDA convolution, `pool2`, autograd) against the host's
+    /// hand-written step on the same batch and weights; skipped where no GPU can be opened.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn on_a_gpu_autograd_gives_the_host_step_gradients() {
+        let Ok(gpu) = crate::device::open("cuda") else {
+            eprintln!("skipped: no GPU");
+            return;
+        };
+        let build = |device: &Device| {
+            let mut params = Params::new(device);
+            let cnn = Cnn::new(
+                &mut params,
+                &mut Rng::seed(5),
+                &[784],
+                &[6, 16],
+                &[12],
+                5,
+                0.0,
+            )
+            .expect("model");
+            (params, cnn)
+        };
+        let (host_params, mut host) = build(&Device::Cpu);
+        let (gpu_params, on_gpu) = build(&gpu);
+        let mut draw = Rng::seed(3);
+        let x: Vec<f32> = (0..4 * 784).map(|_| draw.normal()).collect();
+        let targets = vec![0u32, 4, 2, 1];
+        let mut grads = Vec::new();
+        let step = host
+            .gradients(&host_params, &x, &targets, &mut Rng::seed(0), &mut grads)
+            .expect("manual")
+            .expect("step");
+        let input = Tensor::from_vec(x, (4, 784), &gpu).expect("input");
+        let logits = on_gpu
+            .forward(&input, true, &mut Rng::seed(0))
+            .expect("forward");
+        let y = Tensor::from_vec(targets, 4, &gpu).expect("targets");
+        let loss = candle_nn::loss::cross_entropy(&logits, &y).expect("loss");
+        let auto = gpu_params
+            .gradients(&loss.backward().expect("backward"))
+            .expect("grads");
+        let gpu_loss = f64::from(loss.to_scalar::<f32>().expect("scalar"));
+        let mut report = vec![format!("loss: host {} GPU {gpu_loss}", step.loss)];
+        let mut bad = (step.loss - gpu_loss).abs() > 1e-4;
+        for (name, (m, a)) in host_params.names.iter().zip(grads.iter().zip(&auto)) {
+            let worst = m
+                .iter()
+                .zip(a)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max);
+            let scale = m.iter().map(|x| x.abs()).fold(0.0f32, f32::max);
+            report.push(format!("{name}: worst {worst} of {scale}"));
+            bad |= worst > 1e-4 + 1e-3 * scale;
+        }
+        assert!(!bad, "{report:#?}");
     }
 }

@@ -19,6 +19,11 @@ macro_rules! invalid {
 pub trait Model: std::fmt::Debug + Send {
     fn forward(&self, input: &Tensor, train: bool, dropout: &mut Rng) -> Result<Tensor>;
 
+    /// Logits for evaluation (no dropout, no gradient).
+    fn evaluate(&self, input: &Tensor) -> Result<Tensor> {
+        self.forward(input, false, &mut Rng::seed(0))
+    }
+
     /// Loss and correct predictions for one batch of classification, with the gradient of every
     /// parameter (in `params` order) written into `grads` (resized to fit; whatever it held is
     /// overwritten, so the buffers of an earlier step can be handed back in). A hand-written backward
@@ -173,6 +178,7 @@ fn dropout(x: &Tensor, p: f64, train: bool, rng: &mut Rng) -> Result<Tensor> {
 
 mod charlm;
 mod cnn;
+mod conv;
 mod mlp;
 
 pub use charlm::CharLm;
@@ -282,4 +288,55 @@ pub fn correct(logits: &Tensor, targets: &Tensor) -> Result<usize> {
         .zip(&targets)
         .filter(|(p, t)| p == t)
         .count())
+}
+
+/// Tests' referee for the hand-written steps: `model`'s [`Model::gradients`] on `x` (row-major, the
+/// batch as the data holds it; run twice, the first time into buffers of the wrong sizes full of
+/// garbage) against candle's autograd through [`Model::forward`] on `input`, both drawing dropout
+/// from `Rng::seed(0)`: loss, correct predictions and every gradient.
+#[cfg(test)]
+fn assert_matches_autograd(
+    model: &mut dyn Model,
+    params: &Params,
+    x: &[f32],
+    input: &Tensor,
+    targets: &[u32],
+) {
+    let mut grads = vec![vec![f32::NAN; 3]; 2];
+    let mut manual = None;
+    for _ in 0..2 {
+        manual = Some(
+            model
+                .gradients(params, x, targets, &mut Rng::seed(0), &mut grads)
+                .expect("a hand-written step")
+                .expect("backward"),
+        );
+    }
+    let manual = manual.expect("ran");
+    let logits = model
+        .forward(input, true, &mut Rng::seed(0))
+        .expect("forward");
+    let target_tensor =
+        Tensor::from_slice(targets, targets.len(), input.device()).expect("targets");
+    let loss = candle_nn::loss::cross_entropy(&logits, &target_tensor).expect("loss");
+    let auto = params
+        .gradients(&loss.backward().expect("backward"))
+        .expect("grads");
+    let auto_loss = f64::from(loss.to_scalar::<f32>().expect("scalar"));
+    assert!(
+        (manual.loss - auto_loss).abs() < 1e-5,
+        "{input:?}: loss {} vs {auto_loss}",
+        manual.loss
+    );
+    assert_eq!(
+        manual.correct,
+        correct(&logits, &target_tensor).expect("correct")
+    );
+    assert_eq!(grads.len(), auto.len());
+    for (name, (m, a)) in params.names.iter().zip(grads.iter().zip(&auto)) {
+        assert_eq!(m.len(), a.len(), "{name}");
+        for (x, y) in m.iter().zip(a) {
+            assert!((x - y).abs() <= 1e-5 + 1e-4 * y.abs(), "{name}: {x} vs {y}");
+        }
+    }
 }
