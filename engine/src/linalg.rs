@@ -13,7 +13,8 @@
 )]
 
 /// A read-only matrix over a slice: element `(r, c)` is `data[r * row_stride + c * col_stride]`.
-/// Made only by [`MatRef::row_major`] and [`MatRef::t`], so it always spans exactly its slice.
+/// Made only by [`MatRef::row_major`], [`MatRef::columns`] and [`MatRef::t`], so it never reaches
+/// past its slice.
 #[derive(Debug, Clone, Copy)]
 pub struct MatRef<'a> {
     data: &'a [f32],
@@ -40,6 +41,32 @@ impl<'a> MatRef<'a> {
             rows,
             cols,
             row_stride: cols,
+            col_stride: 1,
+        }
+    }
+
+    /// Columns `from..from + cols` of a row-major `rows × stride` matrix over `data`: a block of a
+    /// wider matrix, without copying.
+    ///
+    /// # Panics
+    /// When `data` does not hold exactly `rows × stride` values or the columns run past a row.
+    pub fn columns(data: &'a [f32], rows: usize, stride: usize, from: usize, cols: usize) -> Self {
+        assert_eq!(
+            Some(data.len()),
+            rows.checked_mul(stride),
+            "a {rows}×{stride} matrix over {} values",
+            data.len()
+        );
+        assert!(
+            from.checked_add(cols).is_some_and(|end| end <= stride),
+            "columns {from}..{} of {stride}",
+            from.saturating_add(cols)
+        );
+        Self {
+            data: &data[from.min(data.len())..],
+            rows,
+            cols,
+            row_stride: stride,
             col_stride: 1,
         }
     }
@@ -96,11 +123,14 @@ pub fn matmul(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
         1 => gemm::Parallelism::None,
         threads => gemm::Parallelism::Rayon(threads),
     };
-    // SAFETY: `a` and `b` span exactly their slices (see `MatRef`): with positive strides the largest
-    // offset the kernel reads is (rows−1)·row_stride + (cols−1)·col_stride, which is len−1 for a
-    // row-major view and for its transpose alike. `dst` is row-major m×n over exactly m·n values, and
-    // being a unique borrow it cannot overlap `a` or `b`. Strides are below the slices' lengths, so they
-    // fit in an isize. With `read_dst` false the kernel only writes `dst`.
+    // SAFETY: `a` and `b` never reach past their slices (see `MatRef`): with positive strides the
+    // largest offset the kernel reads is (rows−1)·row_stride + (cols−1)·col_stride, which is len−1
+    // for a row-major view and for its transpose alike, and for a block of columns `from..from+cols`
+    // of a `rows × stride` matrix (its slice starting at `from`) (rows−1)·stride + cols − 1 ≤
+    // rows·stride − from − 1 = len − 1, transposed or not. `dst` is row-major m×n over exactly m·n
+    // values, and being a unique borrow it cannot overlap `a` or `b`. Strides are at most the length
+    // of the matrix a view was made from, so they fit in an isize. With `read_dst` false the kernel
+    // only writes `dst`.
     unsafe {
         gemm::gemm(
             m,
@@ -175,6 +205,32 @@ mod tests {
                 assert!((x - 2.0 * y).abs() < 2e-4, "{ta} {tb}: {x} vs 2×{y}");
             }
         }
+    }
+
+    #[test]
+    fn blocks_of_columns_multiply_as_the_columns_they_hold() {
+        // dst = A[:, 5..16] · B[:, 5..16]ᵀ for row-major A (4×20) and B (3×20): a sum over part of
+        // the inner dimension, as the CNN splits its kernel gradients.
+        let (a, b) = (values(4 * 20, 3), values(3 * 20, 4));
+        let mut dst = vec![f32::NAN; 12];
+        matmul(
+            &mut dst,
+            MatRef::columns(&a, 4, 20, 5, 11),
+            MatRef::columns(&b, 3, 20, 5, 11).t(),
+            false,
+        );
+        for (index, v) in dst.iter().enumerate() {
+            let (r, c) = (index / 3, index % 3);
+            let expected: f32 = (5..16).map(|i| a[r * 20 + i] * b[c * 20 + i]).sum();
+            assert!((v - expected).abs() < 1e-4, "{r},{c}: {v} vs {expected}");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "columns 15..21 of 20")]
+    fn a_block_past_the_rows_is_refused() {
+        let a = values(40, 0);
+        MatRef::columns(&a, 2, 20, 15, 6);
     }
 
     #[test]

@@ -50,10 +50,13 @@ pub struct LayerWork {
     pub pooled: Vec<f32>,
     /// For every pooled value, the index in `activated` of the maximum it took.
     argmax: Vec<u32>,
+    /// The kernel gradient's partial sums, one per block of positions.
+    partials: Vec<f32>,
 }
 
-/// Positions per parallel piece of the elementwise passes.
-const PIECE: usize = 1 << 13;
+/// The blocks of batch positions a kernel gradient is summed over, in parallel: fixed, so that the
+/// sum's order does not depend on the thread count.
+const KERNEL_GRADIENT_BLOCKS: usize = 8;
 
 /// im2col: column `b·P + y·W' + x` holds the patch under output position `(y, x)` of image `b`,
 /// row `c·k² + i·k + j` the input value at `(c, y + i − pad, x + j − pad)` (0 outside).
@@ -65,24 +68,31 @@ fn im2col(input: &[f32], g: &Geometry, batch: usize, cols: &mut Vec<f32>) {
         .enumerate()
         .for_each(|(row, out)| {
             let (c, i, j) = (row / (k * k), row / k % k, row % k);
+            // Output columns x read input column x + j − pad: those in range are one run.
+            let (x0, x1) = valid(j, pad, size, conv);
             for b in 0..batch {
                 let image = &input[(c * batch + b) * size * size..][..size * size];
                 let out = &mut out[b * conv * conv..][..conv * conv];
-                for y in 0..conv {
-                    let out = &mut out[y * conv..][..conv];
+                for (y, out) in out.chunks_exact_mut(conv).enumerate() {
                     let sy = (y + i).wrapping_sub(pad);
-                    if sy >= size {
+                    if sy >= size || x0 >= x1 {
                         out.fill(0.0);
                         continue;
                     }
                     let line = &image[sy * size..][..size];
-                    for (x, v) in out.iter_mut().enumerate() {
-                        let sx = (x + j).wrapping_sub(pad);
-                        *v = if sx < size { line[sx] } else { 0.0 };
-                    }
+                    out[..x0].fill(0.0);
+                    out[x0..x1].copy_from_slice(&line[x0 + j - pad..x1 + j - pad]);
+                    out[x1..].fill(0.0);
                 }
             }
         });
+}
+
+/// The output columns `x0..x1` whose input column `x + j − pad` lies in `0..size`.
+fn valid(j: usize, pad: usize, size: usize, conv: usize) -> (usize, usize) {
+    let x0 = pad.saturating_sub(j).min(conv);
+    let x1 = (size + pad).saturating_sub(j).min(conv).max(x0);
+    (x0, x1)
 }
 
 /// col2im: the input gradient `[channels, B, size, size]` from the im2col matrix's gradient, each
@@ -101,16 +111,18 @@ fn col2im(dcols: &[f32], g: &Geometry, batch: usize, dinput: &mut Vec<f32>) {
                 for j in 0..k {
                     let row = &dcols[(c * k * k + i * k + j) * positions + b * conv * conv..]
                         [..conv * conv];
-                    for y in 0..conv {
+                    let (x0, x1) = valid(j, pad, size, conv);
+                    if x0 >= x1 {
+                        continue;
+                    }
+                    for (y, row) in row.chunks_exact(conv).enumerate() {
                         let sy = (y + i).wrapping_sub(pad);
                         if sy >= size {
                             continue;
                         }
-                        for x in 0..conv {
-                            let sx = (x + j).wrapping_sub(pad);
-                            if sx < size {
-                                image[sy * size + sx] += row[y * conv + x];
-                            }
+                        let line = &mut image[sy * size + x0 + j - pad..][..x1 - x0];
+                        for (v, d) in line.iter_mut().zip(&row[x0..x1]) {
+                            *v += d;
                         }
                     }
                 }
@@ -228,14 +240,35 @@ pub fn backward(
     bias_grad
         .par_iter_mut()
         .zip(dactivated.par_chunks(positions))
-        .for_each(|(b, d)| *b = d.iter().sum());
-    kernel_grad.resize(g.out * g.patch(), 0.0);
-    matmul(
-        kernel_grad,
-        MatRef::row_major(dactivated, g.out, positions),
-        MatRef::row_major(&work.cols, g.patch(), positions).t(),
-        false,
-    );
+        .for_each(|(b, d)| *b = lane_sum(d));
+    // The kernel's gradient sums over every position of the batch, a long inner dimension for a
+    // small output that one product would leave to one thread: a fixed number of blocks of positions
+    // are multiplied in parallel and their products added in order (the same bits on any number of
+    // threads).
+    let kernel_values = g.out * g.patch();
+    let block = positions.div_ceil(KERNEL_GRADIENT_BLOCKS);
+    work.partials
+        .resize(KERNEL_GRADIENT_BLOCKS * kernel_values, 0.0);
+    work.partials
+        .par_chunks_mut(kernel_values)
+        .enumerate()
+        .for_each(|(index, partial)| {
+            let from = (index * block).min(positions);
+            let len = block.min(positions - from);
+            matmul(
+                partial,
+                MatRef::columns(dactivated, g.out, positions, from, len),
+                MatRef::columns(&work.cols, g.patch(), positions, from, len).t(),
+                false,
+            );
+        });
+    kernel_grad.clear();
+    kernel_grad.resize(kernel_values, 0.0);
+    for partial in work.partials.chunks_exact(kernel_values) {
+        for (sum, v) in kernel_grad.iter_mut().zip(partial) {
+            *sum += v;
+        }
+    }
     if let Some(dinput) = dinput {
         dcols.resize(g.patch() * positions, 0.0);
         matmul(
@@ -248,22 +281,36 @@ pub fn backward(
     }
 }
 
-/// `[B, C·S]` rows (a batch as the data holds it) to channel-major `[C, B, S]`, or back.
+/// `[B, C·S]` rows (a batch as the data holds it) to channel-major `[C, B, S]`, or back: `from` is
+/// `[rows, cols, S]`, `to` becomes `[cols, rows, S]`.
 pub fn transpose_batch(from: &[f32], rows: usize, cols: usize, to: &mut Vec<f32>) {
     to.resize(from.len(), 0.0);
-    let per = from.len() / (rows * cols).max(1);
-    to.par_chunks_mut(PIECE.max(per))
+    if rows <= 1 || cols <= 1 {
+        to.copy_from_slice(from);
+        return;
+    }
+    let per = from.len() / (rows * cols);
+    to.par_chunks_mut(rows * per)
         .enumerate()
-        .for_each(|(piece, out)| {
-            let start = piece * PIECE.max(per);
-            for (offset, v) in out.iter_mut().enumerate() {
-                // `to` is [cols, rows, per]; `from` is [rows, cols, per].
-                let index = start + offset;
-                let (c, rest) = (index / (rows * per), index % (rows * per));
-                let (r, s) = (rest / per, rest % per);
-                *v = from[(r * cols + c) * per + s];
+        .for_each(|(c, out)| {
+            for (r, out) in out.chunks_exact_mut(per).enumerate() {
+                out.copy_from_slice(&from[(r * cols + c) * per..][..per]);
             }
         });
+}
+
+/// The sum of `values` in eight interleaved lanes, added in a fixed order: vectorised, and the same
+/// bits on any machine.
+fn lane_sum(values: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let mut chunks = values.chunks_exact(8);
+    for chunk in &mut chunks {
+        for (lane, v) in lanes.iter_mut().zip(chunk) {
+            *lane += v;
+        }
+    }
+    let rest: f32 = chunks.remainder().iter().sum();
+    lanes.iter().sum::<f32>() + rest
 }
 
 #[cfg(test)]
