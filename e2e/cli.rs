@@ -261,6 +261,13 @@ async fn server_on_postgres_through_the_cli() {
         1
     );
 
+    // A resize says what the job now asks for.
+    let resized = ok(drover(
+        &url,
+        &admin,
+        &["resize", &id, "--workers", "1..2", "--ps", "0..1"],
+    ));
+    assert!(resized.contains("workers 1..2, PS 0..1"), "{resized}");
     // Cancel, cancel again, and the events that tell the story.
     assert!(ok(drover(&url, &admin, &["cancel", &id])).contains("job digits-mlp cancelled"));
     assert!(fails(drover(&url, &admin, &["cancel", &id])).contains("cannot become `cancelled`"));

@@ -313,7 +313,8 @@ pub async fn resize(global: &GlobalArgs, args: ResizeArgs) -> anyhow::Result<()>
     match global.output {
         Format::Json => output::json(&response),
         Format::Table => {
-            let resources = &response["job"]["spec"]["resources"];
+            // `job.spec` is the job's whole document; its `spec` holds the resources.
+            let resources = &response["job"]["spec"]["spec"]["resources"];
             out!(
                 "job {}: workers {}..{}, PS {}..{}; the scheduler re-plans it (see `drover events {}`)",
                 output::text(&response["job"]["name"]),

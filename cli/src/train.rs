@@ -23,7 +23,8 @@ pub struct TrainArgs {
     /// Resume from this checkpoint directory (`step-NNNNNNNN`).
     #[arg(long)]
     pub resume_from: Option<PathBuf>,
-    /// Stop after this step (a shorter run than the spec's `max_steps`).
+    /// Stop after this step (a shorter run than the spec's `max_steps`; the learning-rate schedule
+    /// still spans `max_steps`, so `--resume-from` the last checkpoint continues the full run).
     #[arg(long)]
     pub steps: Option<u64>,
     /// Where to train: `cpu`, `cuda` (the first GPU) or `cuda:N`. A GPU needs a build with

@@ -75,6 +75,7 @@ fn ps_step(names: &[String], sizes: &[usize]) -> f64 {
                     },
                     lr_schedule: LrSchedule::default(),
                     total_steps: total,
+                    schedule_steps: total,
                     start_step: 0,
                 },
                 layout.clone(),

@@ -195,7 +195,7 @@ impl Run {
             self.base_lr,
             &self.options.spec.lr_schedule,
             self.step,
-            self.total_steps(),
+            self.schedule_steps(),
         );
         let Some(resident) = &mut self.resident else {
             bail!("this run does not train on its device");
@@ -354,7 +354,7 @@ impl Run {
             self.base_lr,
             &self.options.spec.lr_schedule,
             self.step,
-            self.total_steps(),
+            self.schedule_steps(),
         );
         self.optimizer
             .step(&mut self.params.values, &grads, lr as f32);
@@ -371,16 +371,23 @@ impl Run {
             self.base_lr,
             &self.options.spec.lr_schedule,
             self.step,
-            self.total_steps(),
+            self.schedule_steps(),
         );
         self.params.mark_stale();
         self.step += 1;
         lr
     }
 
+    /// The step this run stops at: the spec's `max_steps`, or the earlier `stop_at`.
     pub fn total_steps(&self) -> u64 {
-        let steps = self.options.spec.max_steps.unwrap_or(u64::MAX);
+        let steps = self.schedule_steps();
         self.options.stop_at.map_or(steps, |s| s.min(steps))
+    }
+
+    /// The steps the learning-rate schedule spans: the spec's, whatever `stop_at` says, so that a
+    /// shortened run (`drover train --steps`) is the start of the full one and resumes into it.
+    pub fn schedule_steps(&self) -> u64 {
+        self.options.spec.max_steps.unwrap_or(u64::MAX)
     }
 
     /// Loss and accuracy on the test split (at most 64 windows of text).

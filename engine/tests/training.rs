@@ -149,6 +149,50 @@ fn resuming_an_mlp_with_dropout_and_adamw_is_exact() {
     assert_exact_resume(spec, 17, 40);
 }
 
+/// `drover train --steps k` (a run stopped early) leaves the learning-rate schedule alone: resuming
+/// from its last checkpoint continues the full run bit for bit.
+#[test]
+fn a_run_stopped_early_resumes_into_the_full_run_exactly() {
+    let spec = spec(
+        ModelSpec::Mlp {
+            hidden: vec![32],
+            dropout: 0.1,
+        },
+        DatasetSpec::Digits {},
+        OptimizerSpec::Sgd {
+            lr: 0.1,
+            momentum: 0.9,
+            nesterov: false,
+            weight_decay: 0.0,
+        },
+        50,
+        40,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut straight = Run::new(options(spec.clone(), dir.path(), 1000)).unwrap();
+    steps(&mut straight, 40);
+    let early = TrainOptions {
+        stop_at: Some(17),
+        ..options(spec.clone(), &dir.path().join("early"), 1000)
+    };
+    let outcome = train(early, &mut Collect::default(), &Requests::default()).unwrap();
+    assert_eq!(outcome.step, 17);
+    let mut resumed = Run::new(options(spec, dir.path(), 1000)).unwrap();
+    resumed
+        .restore(&outcome.last_checkpoint.expect("a checkpoint at the stop"))
+        .unwrap();
+    steps(&mut resumed, 40);
+    for (i, name) in straight.params.names.iter().enumerate() {
+        assert!(
+            straight.params.values[i]
+                .iter()
+                .zip(&resumed.params.values[i])
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{name} differs after resuming a run stopped at step 17"
+        );
+    }
+}
+
 #[test]
 fn resuming_a_cnn_with_nesterov_sgd_is_exact() {
     let spec = spec(

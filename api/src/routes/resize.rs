@@ -91,6 +91,10 @@ pub async fn resize(
     let tenant = state.store.get_tenant(stored.tenant_id).await?;
     check_quota(&tenant.name, &tenant.quota, &job)?;
     let after = &job.spec.resources;
+    if *after == before {
+        // Nothing changes: no event, no new plan.
+        return Ok(Json(JobEnvelope { job: stored.into() }));
+    }
     let event = StateChange {
         to: stored.state,
         reason: ReasonCode::ResizedByUser,

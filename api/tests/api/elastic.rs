@@ -45,6 +45,22 @@ async fn resizing_a_job_changes_its_ranges_and_checks_them() {
         "{last}"
     );
 
+    // Asking for what the job already has records nothing.
+    let count = |body: &serde_json::Value| body["events"].as_array().unwrap().len();
+    let before = count(&events.body);
+    let same = app
+        .post(&path, ADMIN_TOKEN, json!({"workers": {"min": 2, "max": 2}}))
+        .await;
+    assert_eq!(same.status, StatusCode::OK, "{}", same.body);
+    assert_eq!(
+        same.body["job"]["spec"]["spec"]["resources"]["workers"],
+        json!({"min": 2, "max": 2})
+    );
+    let after = app
+        .get(&format!("/api/v1/jobs/{id}/events"), ADMIN_TOKEN)
+        .await;
+    assert_eq!(count(&after.body), before, "{}", after.body);
+
     // Bad input is a 4xx naming the problem, and changes nothing.
     let empty = app.post(&path, ADMIN_TOKEN, json!({})).await;
     assert_eq!(

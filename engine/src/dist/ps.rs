@@ -29,7 +29,10 @@ pub struct ShardConfig {
     pub compression: Compression,
     pub optimizer: OptimizerSpec,
     pub lr_schedule: LrSchedule,
+    /// The step the job stops at.
     pub total_steps: u64,
+    /// The steps the learning-rate schedule spans (the spec's, even when the job stops earlier).
+    pub schedule_steps: u64,
     /// The step training starts (or resumes) at.
     pub start_step: u64,
 }
@@ -354,7 +357,7 @@ impl Shard {
             self.base_lr,
             &self.config.lr_schedule,
             step,
-            self.config.total_steps,
+            self.config.schedule_steps,
         ) as f32
     }
 

@@ -368,6 +368,7 @@ pub fn serve_shard(
         optimizer: options.spec.optimizer.clone(),
         lr_schedule: options.spec.lr_schedule.clone(),
         total_steps: run.total_steps(),
+        schedule_steps: run.schedule_steps(),
         start_step,
     };
     let values = layout.shard_len(index);
