@@ -358,12 +358,57 @@ impl CommandSpec {
     }
 }
 
-/// An inclusive range of task counts; `min < max` makes the job elastic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// An inclusive range of task counts; `min < max` makes the job elastic. A document may give a plain
+/// count (`workers: 2`) for `{min: 2, max: 2}`, as `drover resize --workers 2` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskRange {
     pub min: u32,
     pub max: u32,
+}
+
+impl<'de> Deserialize<'de> for TaskRange {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::{self, Unexpected};
+
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Fields {
+            min: u32,
+            max: u32,
+        }
+
+        struct Range;
+
+        impl<'de> de::Visitor<'de> for Range {
+            type Value = TaskRange;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a task count (`2`) or a range (`{min: 1, max: 4}`)")
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<TaskRange, E> {
+                let n = u32::try_from(v)
+                    .map_err(|_| E::invalid_value(Unexpected::Unsigned(v), &self))?;
+                Ok(TaskRange { min: n, max: n })
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<TaskRange, E> {
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::invalid_value(Unexpected::Signed(v), &self)),
+                }
+            }
+
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<TaskRange, A::Error> {
+                let Fields { min, max } =
+                    Fields::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(TaskRange { min, max })
+            }
+        }
+
+        deserializer.deserialize_any(Range)
+    }
 }
 
 impl TaskRange {
@@ -554,7 +599,35 @@ fn path_error<E: std::fmt::Display>(err: serde_path_to_error::Error<E>) -> SpecE
     } else {
         path
     };
-    SpecError::new(field, err.inner().to_string())
+    SpecError::new(field, in_words(&err.inner().to_string()))
+}
+
+/// serde's messages name Rust types (`expected u32`, `expected struct TaskRange`): say what is
+/// expected in words instead.
+fn in_words(message: &str) -> String {
+    let mut message = message.to_owned();
+    for (rust, words) in [
+        ("expected u8", "expected a non-negative integer"),
+        ("expected u16", "expected a non-negative integer"),
+        ("expected u32", "expected a non-negative integer"),
+        ("expected u64", "expected a non-negative integer"),
+        ("expected usize", "expected a non-negative integer"),
+        ("expected i32", "expected an integer"),
+        ("expected i64", "expected an integer"),
+        ("expected f32", "expected a number"),
+        ("expected f64", "expected a number"),
+        ("expected a boolean", "expected true or false"),
+    ] {
+        if let Some(rest) = message.strip_suffix(rust).map(str::to_owned) {
+            message = format!("{rest}{words}");
+        } else {
+            message = message.replace(&format!("{rust} "), &format!("{words} "));
+        }
+    }
+    if let Some(at) = message.find("expected struct ") {
+        message.replace_range(at.., "expected a mapping of its fields");
+    }
+    message
 }
 
 #[path = "spec_defaults.rs"]

@@ -98,6 +98,58 @@ fn wrong_types_are_named() {
     );
 }
 
+/// Every kind of mistake is told in words, at the field's full path, never with a Rust type.
+#[test]
+fn messages_say_what_is_expected_in_words() {
+    let says = |from: &str, to: &str| {
+        let err = parse_yaml(&example_with(from, to)).unwrap_err();
+        for rust in ["u32", "u64", "f64", "struct", "TaskRange"] {
+            assert!(!err.reason.contains(rust), "{to}: {}", err.reason);
+        }
+        (err.field, err.reason)
+    };
+    let (field, reason) = says("workers: {min: 1, max: 4}", "workers: {min: -1, max: 4}");
+    assert_eq!(field, "spec.resources.workers.min");
+    assert!(
+        reason.contains("expected a non-negative integer"),
+        "{reason}"
+    );
+    let (field, reason) = says("batch_size: 256", "batch_size: lots");
+    assert_eq!(field, "spec.train.batch_size");
+    assert!(
+        reason.contains("expected a non-negative integer"),
+        "{reason}"
+    );
+    let (field, reason) = says("workers: {min: 1, max: 4}", "workers: many");
+    assert_eq!(field, "spec.resources.workers");
+    assert!(reason.contains("a task count (`2`) or a range"), "{reason}");
+    let (field, reason) = says("workers: {min: 1, max: 4}", "workers: -2");
+    assert_eq!(field, "spec.resources.workers");
+    assert!(reason.contains("a task count"), "{reason}");
+    let (field, reason) = says("workers: {min: 1, max: 4}", "workers: {min: 1, most: 4}");
+    assert_eq!(field, "spec.resources.workers.most");
+    assert!(reason.contains("unknown field `most`"), "{reason}");
+    let (_, reason) = says("lr: 0.001", "lr: fast");
+    assert!(reason.contains("expected a number"), "{reason}");
+}
+
+#[test]
+fn a_plain_count_of_tasks_is_a_fixed_range() {
+    let job = parse_yaml(&example_with("workers: {min: 1, max: 4}", "workers: 2")).unwrap();
+    assert_eq!(
+        (
+            job.spec.resources.workers.min,
+            job.spec.resources.workers.max
+        ),
+        (2, 2)
+    );
+    let json = serde_json::to_value(&job).unwrap();
+    assert_eq!(
+        json["spec"]["resources"]["workers"],
+        serde_json::json!({"min": 2, "max": 2})
+    );
+}
+
 #[test]
 fn malformed_documents_are_rejected() {
     assert!(parse_yaml("apiVersion: [unclosed").is_err());
