@@ -360,3 +360,31 @@ fn dev_mode_keeps_its_token_and_data() {
         .unwrap();
     assert!(ok(output).contains("hello-command"));
 }
+
+/// A log that is not going to a terminal carries no colour codes (a redirected log is read as text).
+#[test]
+fn a_redirected_log_is_plain_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(DROVER)
+        .args([
+            "server",
+            "--database-url",
+            &format!("sqlite://{}/drover.db", dir.path().display()),
+            "--listen",
+            "127.0.0.1:0",
+            "--gateway-listen",
+            "127.0.0.1:0",
+        ])
+        .current_dir(dir.path())
+        .env_remove("NO_COLOR")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    child.kill().unwrap();
+    let output = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(log.contains("drover server listening"), "{log}");
+    assert!(!log.contains('\u{1b}'), "{log}");
+}

@@ -163,8 +163,12 @@ pub struct MigrateArgs {
 pub fn init_tracing(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("DROVER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    // Colours only for a person at a terminal: a redirected log stays plain text.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

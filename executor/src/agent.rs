@@ -233,6 +233,9 @@ impl Agent {
                         redirects += 1;
                         continue;
                     }
+                    // A session the server dropped mid-stream (it stopped or restarted): expected
+                    // in a cluster's life, and the executor reconnects.
+                    Err(err) if dropped_stream(&err) => tracing::info!(server = self.config.server, error = %err, "the server dropped the session; reconnecting in {:?}", backoff),
                     Err(err) => tracing::warn!(server = self.config.server, error = %err, "no session with the server; retrying in {:?}", backoff),
                 },
                 () = &mut shutdown => return Ok(()),
@@ -679,5 +682,33 @@ impl Agent {
                 None
             }
         }
+    }
+}
+
+/// Whether a session ended because the server's side of an established stream went away (HTTP/2
+/// reset, broken pipe), as opposed to not reaching the server at all.
+fn dropped_stream(err: &anyhow::Error) -> bool {
+    let text = format!("{err:#}").to_ascii_lowercase();
+    [
+        "h2 protocol error",
+        "broken pipe",
+        "connection reset",
+        "stream closed",
+    ]
+    .iter()
+    .any(|sign| text.contains(sign))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dropped_stream;
+
+    #[test]
+    fn a_dropped_stream_is_told_from_an_unreachable_server() {
+        let dropped = anyhow::anyhow!(
+            "status: Unknown, message: \"h2 protocol error: error reading a body from connection: Broken pipe (os error 32)\""
+        );
+        assert!(dropped_stream(&dropped));
+        assert!(!dropped_stream(&anyhow::anyhow!("transport error")));
     }
 }
