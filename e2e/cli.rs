@@ -22,6 +22,8 @@ struct Server {
     url: String,
     /// The admin token, when this start printed one.
     printed_token: Option<String>,
+    /// What it printed up to its URL and token.
+    lines: Vec<String>,
 }
 
 impl Drop for Server {
@@ -82,6 +84,7 @@ fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
         child,
         url: url.unwrap(),
         printed_token,
+        lines,
     }
 }
 
@@ -345,12 +348,23 @@ fn dev_mode_keeps_its_token_and_data() {
         nodes.contains("local-0") && nodes.contains("local-1"),
         "{nodes}"
     );
+    assert!(
+        !first.lines.iter().any(|l| l.contains("earlier runs")),
+        "{:?}",
+        first.lines
+    );
     drop(first);
     let second = start(&["--data-dir", data, "dev", "--listen", "127.0.0.1:0"], &[]);
     assert_eq!(
         second.printed_token.as_deref(),
         Some(token.as_str()),
         "the same token at every start"
+    );
+    // A restart says that it carries on from the data directory.
+    assert!(
+        second.lines.iter().any(|l| l.contains("earlier runs")),
+        "{:?}",
+        second.lines
     );
     // Without --token, the CLI finds dev's token in the data directory.
     let output = Command::new(DROVER)

@@ -136,7 +136,7 @@ pub struct DevArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Submit the example jobs in examples/ once the server is up, and list them.
+    /// Submit the example jobs in examples/ once the server is up, and follow them to the end.
     #[arg(long)]
     demo: bool,
     /// Where the demo's example jobs are.
@@ -276,6 +276,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {}", data_dir.display()))?;
     let token = dev_admin_token(data_dir)?;
     let db_path = data_dir.join("drover.db");
+    let earlier = db_path.exists();
     let checkpoints = data_dir.join("checkpoints");
     let cluster = ClusterArgs {
         gateway_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -334,6 +335,12 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         });
     }
     out!("Drover dev server");
+    if earlier {
+        out!(
+            "  (carrying on from earlier runs: {} holds their jobs and history; remove it for a fresh start)",
+            data_dir.display()
+        );
+    }
     out!("  URL:          {url}");
     out!("  Admin token:  {token}");
     out!("  API docs:     {url}/api/v1/docs");
@@ -348,14 +355,28 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     out!();
     out!("In another terminal:");
     out!("  export DROVER_SERVER={url} DROVER_TOKEN={token}");
-    out!("  drover submit examples/digits-command.yaml && drover jobs && drover logs -f <job id>");
+    if args.demo {
+        // The demo takes the examples' names, which are unique in a tenant.
+        out!("  drover jobs && drover logs -f <job id>");
+        out!("  (to submit an example again, give a copy of it a new metadata.name)");
+    } else {
+        out!(
+            "  drover submit examples/sleep-command.yaml && drover jobs && drover logs -f <job id>"
+        );
+    }
     out!(
-        "Command jobs run on the local executors; train jobs wait for the training engine. Ctrl-C stops everything."
+        "Train jobs run on Drover's engine and command jobs as processes, both on the local executors' CPU. Ctrl-C stops everything."
     );
-    if args.demo
-        && let Err(err) = demo(&url, &token, &args.examples).await
-    {
-        eprintln!("demo: {err:#}");
+    if args.demo {
+        // Ctrl-C ends the demo quietly (its next request would find the server gone).
+        tokio::select! {
+            result = demo(&url, &token, &args.examples) => {
+                if let Err(err) = result {
+                    eprintln!("demo: {err:#}");
+                }
+            }
+            () = server::shutdown_signal() => {}
+        }
     }
     running
         .serving
