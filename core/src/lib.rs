@@ -7,6 +7,7 @@
 //! - [`text`]: strings every store can keep (no NUL);
 //! - [`ids`]: typed ids, so a tenant id cannot be passed where a job id is meant.
 
+pub mod blocks;
 pub mod ids;
 pub mod spec;
 pub mod state;

@@ -14,7 +14,7 @@ mod client;
 
 pub use client::{PsClient, Reply};
 
-use drover_scheduler::perf::blocks::{Block, assign_blocks};
+use drover_core::blocks::{Block, assign_blocks};
 
 /// A task's place in a distributed job, from the executor's environment (`DROVER_*`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,12 +2,13 @@
 //! shape (Optimus's synchronous model), its convergence curve, and the assignment of parameter blocks to
 //! PS shards that balances their load.
 
-pub mod blocks;
 pub mod convergence;
 pub mod speed;
 
-pub use blocks::{Block, BlockSlice, assign_blocks};
 pub use convergence::ConvergenceModel;
+/// Optimus's parameter assignment lives in core, where the engine (which places tensors on its PS
+/// shards) uses it too.
+pub use drover_core::blocks::{self, Block, BlockSlice, assign_blocks};
 pub use speed::SpeedModel;
 
 /// Non-negative least squares for five unknowns: the best unconstrained solution over every active set
