@@ -3,6 +3,7 @@
 mod admin;
 mod client;
 mod commands;
+mod demo;
 mod enrollment;
 mod limits;
 mod node;

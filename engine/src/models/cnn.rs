@@ -111,7 +111,6 @@ fn pool2(x: &Tensor) -> Result<Tensor> {
 #[derive(Debug)]
 pub struct Cnn {
     convs: Vec<Conv>,
-    geometry: Vec<Geometry>,
     /// The fully connected layers: an MLP on the flattened pooled features.
     head: Mlp,
     /// Index in `Params` of the first convolution's kernel; each layer adds a kernel and a bias.
@@ -164,7 +163,6 @@ impl Cnn {
         }
         let first_param = params.len();
         let mut convs = Vec::new();
-        let mut geometry = Vec::new();
         let mut c_in = c;
         for (i, &c_out) in channels.iter().enumerate() {
             let (k, pad) = if i == 0 {
@@ -182,7 +180,6 @@ impl Cnn {
                 size,
             };
             convs.push(Conv::new(params, rng, &format!("conv{i}"), layer)?);
-            geometry.push(layer);
             size = layer.pooled();
             c_in = c_out as usize;
             if size == 0 {
@@ -192,7 +189,6 @@ impl Cnn {
         let head = Mlp::new(params, rng, c_in * size * size, hidden, classes, dropout)?;
         Ok(Self {
             convs,
-            geometry,
             head,
             first_param,
             work: Workspace::default(),
@@ -210,7 +206,7 @@ impl Cnn {
         grads: &mut Vec<Vec<f32>>,
     ) -> Result<BatchLoss> {
         let batch = targets.len();
-        let Some(first) = self.geometry.first() else {
+        let Some(first) = self.convs.first().map(|c| c.geometry) else {
             invalid!("a CNN needs a convolution")
         };
         let pixels = first.size * first.size;
@@ -226,9 +222,9 @@ impl Cnn {
         }
         let work = &mut self.work;
         work.layers
-            .resize_with(self.geometry.len(), LayerWork::default);
+            .resize_with(self.convs.len(), LayerWork::default);
         conv::transpose_batch(input, batch, first.channels, &mut work.input);
-        for (i, g) in self.geometry.iter().enumerate() {
+        for (i, g) in self.convs.iter().map(|c| &c.geometry).enumerate() {
             let (below, rest) = work.layers.split_at_mut(i);
             let x = match below.last() {
                 Some(previous) => &previous.pooled,
@@ -238,8 +234,8 @@ impl Cnn {
             let bias = &params.values[self.first_param + 2 * i + 1];
             conv::forward(x, kernel, bias, g, batch, &mut rest[0]);
         }
-        let last = self.geometry.len() - 1;
-        let out = self.geometry[last].out;
+        let last = self.convs.len() - 1;
+        let out = self.convs[last].geometry.out;
         conv::transpose_batch(&work.layers[last].pooled, out, batch, &mut work.flat);
         let loss = self.head.backward(
             params,
@@ -250,7 +246,7 @@ impl Cnn {
             Some(&mut work.dflat),
         )?;
         conv::transpose_batch(&work.dflat, batch, out, &mut work.dpooled);
-        for (i, g) in self.geometry.iter().enumerate().rev() {
+        for (i, g) in self.convs.iter().map(|c| &c.geometry).enumerate().rev() {
             let kernel = &params.values[self.first_param + 2 * i];
             let (kernel_grad, bias_grad) = match &mut grads[self.first_param + 2 * i..] {
                 [k, b, ..] => (k, b),
@@ -293,19 +289,20 @@ impl Cnn {
     fn host_features(&self, images: &Tensor) -> Result<Tensor> {
         let batch = images.dim(0)?;
         let rows = images.flatten_all()?.to_vec1::<f32>()?;
-        let Some(first) = self.geometry.first() else {
+        let Some(first) = self.convs.first().map(|c| c.geometry) else {
             invalid!("a CNN needs a convolution")
         };
         let mut input = Vec::new();
         conv::transpose_batch(&rows, batch, first.channels, &mut input);
         let mut work = LayerWork::default();
-        for (g, layer) in self.geometry.iter().zip(&self.convs) {
+        for layer in &self.convs {
+            let g = &layer.geometry;
             let kernel = layer.kernel.as_tensor().flatten_all()?.to_vec1::<f32>()?;
             let bias = layer.bias.as_tensor().to_vec1::<f32>()?;
             conv::forward(&input, &kernel, &bias, g, batch, &mut work);
             std::mem::swap(&mut input, &mut work.pooled);
         }
-        let channels = self.geometry.last().map_or(0, |g| g.out);
+        let channels = self.convs.last().map_or(0, |c| c.geometry.out);
         let mut flat = Vec::new();
         conv::transpose_batch(&input, channels, batch, &mut flat);
         let features = flat.len() / batch.max(1);
@@ -347,201 +344,5 @@ impl Model for Cnn {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The hand-written step against candle's autograd on the same batch: loss, correct predictions
-    /// and every gradient.
-    fn manual_and_autograd_agree(input_shape: &[usize], channels: &[u32], dropout: f64) {
-        let device = Device::Cpu;
-        let mut params = Params::new(&device);
-        let mut cnn = Cnn::new(
-            &mut params,
-            &mut Rng::seed(5),
-            input_shape,
-            channels,
-            &[12],
-            5,
-            dropout,
-        )
-        .expect("model");
-        let features: usize = input_shape.iter().product();
-        let batch = 3;
-        let x: Vec<f32> = (0..batch * features)
-            .map(|i| ((i * 37 % 23) as f32 - 11.0) / 11.0)
-            .collect();
-        let mut shape = vec![batch];
-        shape.extend_from_slice(input_shape);
-        let input = Tensor::from_slice(&x, shape, &device).expect("input");
-        assert_matches_autograd(&mut cnn, &params, &x, &input, &[0, 4, 2]);
-    }
-
-    #[test]
-    fn the_hand_written_lenet_step_matches_autograd() {
-        manual_and_autograd_agree(&[784], &[6, 16], 0.0);
-    }
-
-    #[test]
-    fn with_dropout_the_hand_written_step_draws_the_same_masks_as_autograd() {
-        manual_and_autograd_agree(&[784], &[6, 16], 0.3);
-    }
-
-    #[test]
-    fn small_odd_and_many_channel_images_match_autograd_too() {
-        // The digits' 8×8 (whose second layer candle's own conv2d gets wrong), odd sizes whose
-        // pooling drops a row and a column, three input channels.
-        manual_and_autograd_agree(&[64], &[4, 8], 0.0);
-        manual_and_autograd_agree(&[1, 9, 9], &[4, 5], 0.2);
-        manual_and_autograd_agree(&[3, 12, 12], &[4], 0.0);
-    }
-
-    /// The hand-written step against finite differences of its own loss, and its loss against
-    /// evaluation's: a referee independent of candle.
-    #[test]
-    fn gradients_match_finite_differences() {
-        for (shape, channels) in [
-            (vec![64], vec![4, 8]),
-            (vec![1, 9, 9], vec![4, 5]),
-            (vec![3, 12, 12], vec![4]),
-        ] {
-            let mut params = Params::new(&Device::Cpu);
-            let mut cnn = Cnn::new(
-                &mut params,
-                &mut Rng::seed(9),
-                &shape,
-                &channels,
-                &[10],
-                3,
-                0.0,
-            )
-            .expect("model");
-            let features: usize = shape.iter().product();
-            // Values without ties, so that no ReLU or pooling window sits on a kink.
-            let mut draw = Rng::seed(3);
-            let x: Vec<f32> = (0..2 * features).map(|_| draw.normal()).collect();
-            let targets = [2u32, 0];
-            let mut grads = Vec::new();
-            let mut loss_at = |params: &Params, grads: &mut Vec<Vec<f32>>| {
-                cnn.gradients(params, &x, &targets, &mut Rng::seed(0), grads)
-                    .expect("manual")
-                    .expect("step")
-                    .loss
-            };
-            let loss = loss_at(&params, &mut grads);
-            let analytic = grads.clone();
-            let mut scratch = Vec::new();
-            for (t, name) in params.names.clone().iter().enumerate() {
-                let n = params.values[t].len();
-                for e in (0..n).step_by((n / 7).max(1)) {
-                    let a = f64::from(analytic[t][e]);
-                    let original = params.values[t][e];
-                    // Central differences at two scales: a ReLU or a pooling window may switch
-                    // within one of them (a kink), hardly within both.
-                    let numeric = [1e-3f32, 1e-4].map(|h| {
-                        params.values[t][e] = original + h;
-                        let up = loss_at(&params, &mut scratch);
-                        params.values[t][e] = original - h;
-                        let down = loss_at(&params, &mut scratch);
-                        params.values[t][e] = original;
-                        (up - down) / (2.0 * f64::from(h))
-                    });
-                    assert!(
-                        numeric
-                            .iter()
-                            .any(|n| (n - a).abs() <= 2e-3 + 5e-2 * a.abs()),
-                        "{shape:?} {name}[{e}]: finite differences {numeric:?}, backward {a}"
-                    );
-                }
-            }
-            // Evaluation computes the same loss as the training step.
-            let mut images = vec![2];
-            images.extend_from_slice(&shape);
-            let input = Tensor::from_vec(x.clone(), images, &Device::Cpu).expect("input");
-            let logits = cnn.evaluate(&input).expect("evaluate");
-            let y = Tensor::from_vec(targets.to_vec(), 2, &Device::Cpu).expect("targets");
-            let evaluated = candle_nn::loss::cross_entropy(&logits, &y)
-                .and_then(|l| l.to_scalar::<f32>())
-                .expect("loss");
-            assert!(
-                (f64::from(evaluated) - loss).abs() < 1e-5,
-                "{shape:?}: {evaluated} vs {loss}"
-            );
-        }
-    }
-
-    #[test]
-    fn pooling_sends_the_gradient_to_the_maximum_whole() {
-        let x = Var::from_tensor(
-            &Tensor::from_vec(vec![1.0f32, 4.0, 2.0, 3.0], (1, 1, 2, 2), &Device::Cpu).expect("x"),
-        )
-        .expect("var");
-        let y = pool2(x.as_tensor()).expect("pool");
-        let grads = y.sum_all().expect("sum").backward().expect("backward");
-        let grad = grads.get(x.as_tensor()).expect("grad");
-        assert_eq!(
-            grad.flatten_all()
-                .expect("flat")
-                .to_vec1::<f32>()
-                .expect("values"),
-            [0.0, 1.0, 0.0, 0.0]
-        );
-    }
-
-    /// The GPU path's gradients (candle's CUDA convolution, `pool2`, autograd) against the host's
-    /// hand-written step on the same batch and weights; skipped where no GPU can be opened.
-    #[cfg(feature = "cuda")]
-    #[test]
-    fn on_a_gpu_autograd_gives_the_host_step_gradients() {
-        let Ok(gpu) = crate::device::open("cuda") else {
-            eprintln!("skipped: no GPU");
-            return;
-        };
-        let build = |device: &Device| {
-            let mut params = Params::new(device);
-            let cnn = Cnn::new(
-                &mut params,
-                &mut Rng::seed(5),
-                &[784],
-                &[6, 16],
-                &[12],
-                5,
-                0.0,
-            )
-            .expect("model");
-            (params, cnn)
-        };
-        let (host_params, mut host) = build(&Device::Cpu);
-        let (gpu_params, on_gpu) = build(&gpu);
-        let mut draw = Rng::seed(3);
-        let x: Vec<f32> = (0..4 * 784).map(|_| draw.normal()).collect();
-        let targets = vec![0u32, 4, 2, 1];
-        let mut grads = Vec::new();
-        let step = host
-            .gradients(&host_params, &x, &targets, &mut Rng::seed(0), &mut grads)
-            .expect("manual")
-            .expect("step");
-        let input = Tensor::from_vec(x, (4, 784), &gpu).expect("input");
-        let logits = on_gpu
-            .forward(&input, true, &mut Rng::seed(0))
-            .expect("forward");
-        let y = Tensor::from_vec(targets, 4, &gpu).expect("targets");
-        let loss = candle_nn::loss::cross_entropy(&logits, &y).expect("loss");
-        let auto = gpu_params
-            .gradients(&loss.backward().expect("backward"))
-            .expect("grads");
-        let gpu_loss = f64::from(loss.to_scalar::<f32>().expect("scalar"));
-        let mut report = vec![format!("loss: host {} GPU {gpu_loss}", step.loss)];
-        let mut bad = (step.loss - gpu_loss).abs() > 1e-4;
-        for (name, (m, a)) in host_params.names.iter().zip(grads.iter().zip(&auto)) {
-            let worst = m
-                .iter()
-                .zip(a)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0.0f32, f32::max);
-            let scale = m.iter().map(|x| x.abs()).fold(0.0f32, f32::max);
-            report.push(format!("{name}: worst {worst} of {scale}"));
-            bad |= worst > 1e-4 + 1e-3 * scale;
-        }
-        assert!(!bad, "{report:#?}");
-    }
-}
+#[path = "cnn_tests.rs"]
+mod tests;
