@@ -11,6 +11,8 @@ mod distributed;
 mod faults;
 #[path = "harness.rs"]
 mod harness;
+#[path = "pause.rs"]
+mod pause;
 #[path = "replicas.rs"]
 mod replicas;
 #[path = "trust.rs"]

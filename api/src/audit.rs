@@ -26,6 +26,8 @@ pub enum Action {
     EnrollmentTokenCreate,
     EnrollmentTokenRevoke,
     JobCancel,
+    JobPause,
+    JobResume,
     JobResize,
 }
 
@@ -47,6 +49,8 @@ impl Action {
             Action::EnrollmentTokenCreate => "enrollment_token.create",
             Action::EnrollmentTokenRevoke => "enrollment_token.revoke",
             Action::JobCancel => "job.cancel",
+            Action::JobPause => "job.pause",
+            Action::JobResume => "job.resume",
             Action::JobResize => "job.resize",
         }
     }

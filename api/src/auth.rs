@@ -121,25 +121,48 @@ impl Privilege {
     }
 }
 
-impl FromRequestParts<AppState> for Principal {
-    type Rejection = ApiError;
+/// The dashboard's session cookie: an API token of its own, minted at login and revoked at logout.
+pub const SESSION_COOKIE: &str = "drover_session";
+/// The header (or form field `_csrf`) a cookie-authenticated request that changes something must carry.
+pub const CSRF_HEADER: &str = "x-csrf-token";
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
-        let header = parts.headers.get(header::AUTHORIZATION).ok_or_else(|| {
-            ApiError::unauthenticated("missing `Authorization: Bearer <token>` header")
-        })?;
-        let token = header
-            .to_str()
-            .ok()
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|token| !token.is_empty())
-            .ok_or_else(|| {
-                ApiError::unauthenticated("the Authorization header must be `Bearer <token>`")
-            })?;
+/// The CSRF token of a session: derived from its secret, so a page can carry it and another site,
+/// which cannot read the cookie, cannot compute it.
+pub fn csrf_token(session: &str) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"drover csrf\0")
+        .chain_update(session.as_bytes())
+        .finalize();
+    hex::encode(&digest[..16])
+}
+
+/// The session token a request's cookies carry, if any.
+pub fn session_cookie(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .find_map(|pair| {
+            let (name, value) = pair.trim().split_once('=')?;
+            (name == SESSION_COOKIE && !value.is_empty()).then_some(value)
+        })
+}
+
+/// Whether `given` is the session's CSRF token (compared in constant time).
+pub fn csrf_matches(session: &str, given: &str) -> bool {
+    let expected = csrf_token(session);
+    expected.len() == given.len()
+        && expected
+            .bytes()
+            .zip(given.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+impl Principal {
+    /// The user a token (API or session) belongs to, if it is known, unrevoked and unexpired.
+    pub async fn from_token(state: &AppState, token: &str) -> Result<Principal, ApiError> {
         let record = state
             .store
             .find_token(&hash_token(token))
@@ -160,6 +183,48 @@ impl FromRequestParts<AppState> for Principal {
             token_id: record.token.id,
             tenant_quota: record.tenant_quota,
         })
+    }
+}
+
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    /// A bearer token, or the dashboard's session cookie; a cookie-authenticated request that
+    /// changes something must also carry the session's CSRF token in `X-CSRF-Token`.
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let Some(header) = parts.headers.get(header::AUTHORIZATION) else {
+            let Some(session) = session_cookie(&parts.headers) else {
+                return Err(ApiError::unauthenticated(
+                    "missing `Authorization: Bearer <token>` header",
+                ));
+            };
+            if !parts.method.is_safe() {
+                let given = parts
+                    .headers
+                    .get(CSRF_HEADER)
+                    .and_then(|value| value.to_str().ok())
+                    .unwrap_or_default();
+                if !csrf_matches(session, given) {
+                    return Err(ApiError::forbidden(
+                        "a request with the session cookie must carry the session's `X-CSRF-Token`",
+                    ));
+                }
+            }
+            return Principal::from_token(state, session).await;
+        };
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|token| !token.is_empty())
+            .ok_or_else(|| {
+                ApiError::unauthenticated("the Authorization header must be `Bearer <token>`")
+            })?;
+        Principal::from_token(state, token).await
     }
 }
 

@@ -259,16 +259,34 @@ fn model_lines(model: &Value) -> Vec<(&'static str, String)> {
 }
 
 pub async fn cancel(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
+    change_state(global, args, "cancel", "cancelled").await
+}
+
+pub async fn pause(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
+    change_state(global, args, "pause", "paused: its tasks checkpoint and stop").await
+}
+
+pub async fn resume(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
+    change_state(global, args, "resume", "queued again; it carries on from its last checkpoint").await
+}
+
+/// Posts `verb` to the job and says what became of it.
+async fn change_state(
+    global: &GlobalArgs,
+    args: JobIdArg,
+    verb: &str,
+    outcome: &str,
+) -> anyhow::Result<()> {
     let client = Client::new(global)?;
     let response = client
         .post_json(
-            &format!("/api/v1/jobs/{}/cancel", segment(&args.id)),
+            &format!("/api/v1/jobs/{}/{verb}", segment(&args.id)),
             &json!({}),
         )
         .await?;
     match global.output {
         Format::Json => output::json(&response),
-        Format::Table => out!("job {} cancelled", output::text(&response["job"]["name"])),
+        Format::Table => out!("job {} {outcome}", output::text(&response["job"]["name"])),
     }
     Ok(())
 }

@@ -75,6 +75,10 @@ enum Command {
     Job(commands::JobIdArg),
     /// Cancel a job.
     Cancel(commands::JobIdArg),
+    /// Pause a job: it checkpoints, gives its GPUs back and waits until resumed.
+    Pause(commands::JobIdArg),
+    /// Resume a paused job from its last checkpoint.
+    Resume(commands::JobIdArg),
     /// Change a job's worker and PS ranges while it runs (it rescales through a checkpoint).
     Resize(runs::ResizeArgs),
     /// Show a job's state changes with their reasons.
@@ -167,6 +171,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Jobs(args) => commands::jobs(&global, args).await,
         Command::Job(args) => commands::job(&global, args).await,
         Command::Cancel(args) => commands::cancel(&global, args).await,
+        Command::Pause(args) => commands::pause(&global, args).await,
+        Command::Resume(args) => commands::resume(&global, args).await,
         Command::Resize(args) => runs::resize(&global, args).await,
         Command::Events(args) => commands::events(&global, args).await,
         Command::Logs(args) => runs::logs(&global, args).await,

@@ -17,7 +17,13 @@ pub struct SchedulingLoop {
     runtime: Arc<Runtime>,
     policy: Box<dyn Policy>,
     previous: Plan,
+    /// When GPU use was last sampled for the dashboard.
+    sampled_at: Option<tokio::time::Instant>,
 }
+
+/// How often the leader samples the cluster's GPU use, and for how long samples are kept.
+const USAGE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+const USAGE_KEPT_DAYS: i64 = 8;
 
 fn snake(value: &impl serde::Serialize) -> String {
     serde_json::to_value(value)
@@ -35,6 +41,7 @@ impl SchedulingLoop {
             runtime,
             policy,
             previous: Plan::default(),
+            sampled_at: None,
         })
     }
 
@@ -102,6 +109,7 @@ impl SchedulingLoop {
 
     /// One round; public for tests that drive the loop step by step.
     pub async fn round(&mut self) -> StoreResult<()> {
+        let started = tokio::time::Instant::now();
         let runtime = self.runtime.clone();
         end_revoked_sessions(&runtime).await?;
         pass_on_checkpoint_requests(&runtime).await?;
@@ -134,8 +142,80 @@ impl SchedulingLoop {
         built.held.extend(finishing);
         let plan = self.policy.schedule(&built.snapshot, &self.previous);
         apply(&runtime, self.policy.name(), &built, &plan, &live).await?;
+        self.report(&built, &plan, &jobs, &live, started).await;
         self.previous = plan;
         Ok(())
+    }
+
+    /// Records the round for the dashboard (any replica's): the policy, how long the round took, the
+    /// jobs left waiting with the policy's reasons, and, once a minute, the cluster's GPU use. A
+    /// failure is logged; scheduling goes on.
+    async fn report(
+        &mut self,
+        built: &Built<'_>,
+        plan: &Plan,
+        jobs: &[Job],
+        live: &[Task],
+        started: tokio::time::Instant,
+    ) {
+        let store = &self.runtime.store;
+        let waiting = built
+            .snapshot
+            .jobs
+            .iter()
+            .filter_map(|view| match plan.jobs.get(&view.id) {
+                Some(JobPlan::Wait { reason }) => built
+                    .jobs
+                    .get(&view.id)
+                    .map(|job| (job.id, snake(reason).replace(' ', "_"))),
+                _ => None,
+            })
+            .collect();
+        let round = crate::store::RoundRecord {
+            policy: self.policy.name().to_owned(),
+            finished_at: Utc::now(),
+            duration_us: i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX),
+            waiting,
+        };
+        if let Err(err) = store.record_round(&round).await {
+            tracing::warn!(error = %err, "cannot record the scheduling round");
+        }
+        if self
+            .sampled_at
+            .is_some_and(|at| at.elapsed() < USAGE_EVERY)
+        {
+            return;
+        }
+        self.sampled_at = Some(tokio::time::Instant::now());
+        let running_jobs: HashSet<JobId> = jobs
+            .iter()
+            .filter(|job| job.state == JobState::Running)
+            .map(|job| job.id)
+            .collect();
+        let tenant_of: HashMap<JobId, &str> = jobs
+            .iter()
+            .map(|job| (job.id, job.tenant_name.as_str()))
+            .collect();
+        let mut by_tenant: BTreeMap<String, u32> = BTreeMap::new();
+        for task in live.iter().filter(|t| !t.gpus.is_empty()) {
+            if let Some(tenant) = tenant_of.get(&task.key.job_id) {
+                *by_tenant.entry((*tenant).to_owned()).or_default() += task.gpus.len() as u32;
+            }
+        }
+        let gpus = |tasks: &mut dyn Iterator<Item = &Task>| -> u32 {
+            tasks.map(|t| t.gpus.len() as u32).sum()
+        };
+        let usage = crate::store::GpuUsage {
+            at: round.finished_at,
+            total: built.snapshot.total_gpus(),
+            allocated: gpus(&mut live.iter()),
+            running: gpus(&mut live.iter().filter(|t| running_jobs.contains(&t.key.job_id))),
+            by_tenant,
+        };
+        let keep_after = round.finished_at - chrono::Duration::days(USAGE_KEPT_DAYS);
+        if let Err(err) = store.record_gpu_usage(&usage, keep_after).await {
+            tracing::warn!(error = %err, "cannot record GPU use");
+        }
     }
 }
 

@@ -278,6 +278,7 @@ async fn job_models(state: &AppState, job: &Job) -> ApiResult<Option<JobModels>>
         ("tenant" = Option<String>, Query, description = "Cluster administrators: only this tenant's jobs"),
         ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 50)"),
         ("cursor" = Option<String>, Query, description = "`meta.next_cursor` of the previous page"),
+        ("name" = Option<String>, Query, description = "Only jobs whose name contains this text"),
     ),
     responses(
         (status = 200, body = JobList), (status = 400, body = ErrorBody),
@@ -291,7 +292,7 @@ pub async fn list(
     principal: Principal,
     query: QueryPairs,
 ) -> ApiResult<Json<JobList>> {
-    query.only(&["state", "label", "tenant", "limit", "cursor"])?;
+    query.only(&["state", "label", "tenant", "name", "limit", "cursor"])?;
     let mut filter = JobFilter {
         limit: query.limit(50, MAX_PAGE)?,
         ..JobFilter::default()
@@ -309,6 +310,12 @@ pub async fn list(
         }
     }
     filter.labels = parse_label_selector(query.all("label"))?;
+    if let Some(name) = query.get("name").map(str::trim).filter(|n| !n.is_empty()) {
+        if name.len() > 253 {
+            return Err(ApiError::bad_request("name", "at most 253 characters"));
+        }
+        filter.name_contains = Some(name.to_ascii_lowercase());
+    }
     if let Some(cursor) = query.get("cursor") {
         filter.before = Some(decode_cursor(cursor).ok_or_else(|| {
             ApiError::bad_request(
@@ -405,12 +412,120 @@ pub async fn cancel(
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<Json<JobEnvelope>> {
-    let job_id = parse_job_id(&id)?;
+    let job = user_transition(&state, &principal, &id, UserAction::Cancel).await?;
+    Ok(Json(JobEnvelope { job: job.into() }))
+}
+
+/// Pause a job: its tasks checkpoint and stop, its GPUs go back to the cluster, and it waits, holding
+/// nothing, until resumed. A queued job simply stops waiting.
+#[utoipa::path(
+    post, path = "/api/v1/jobs/{id}/pause", tag = "jobs",
+    params(("id" = String, Path, description = "Job id")),
+    responses(
+        (status = 200, body = JobEnvelope),
+        (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "The job is paused already, or final", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn pause(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<Json<JobEnvelope>> {
+    let job = user_transition(&state, &principal, &id, UserAction::Pause).await?;
+    Ok(Json(JobEnvelope { job: job.into() }))
+}
+
+/// Resume a paused job: it queues again and, once scheduled, carries on from its last checkpoint.
+#[utoipa::path(
+    post, path = "/api/v1/jobs/{id}/resume", tag = "jobs",
+    params(("id" = String, Path, description = "Job id")),
+    responses(
+        (status = 200, body = JobEnvelope),
+        (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "The job is not paused", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn resume(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<Json<JobEnvelope>> {
+    let job = user_transition(&state, &principal, &id, UserAction::Resume).await?;
+    Ok(Json(JobEnvelope { job: job.into() }))
+}
+
+/// A state change a user asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserAction {
+    Cancel,
+    Pause,
+    Resume,
+}
+
+impl UserAction {
+    fn change(self, user: &str) -> (JobState, ReasonCode, String) {
+        match self {
+            UserAction::Cancel => (
+                JobState::Cancelled,
+                ReasonCode::CancelledByUser,
+                format!("cancelled by {user}"),
+            ),
+            UserAction::Pause => (
+                JobState::Paused,
+                ReasonCode::PausedByUser,
+                format!("paused by {user}; running tasks checkpoint and stop"),
+            ),
+            UserAction::Resume => (
+                JobState::Queued,
+                ReasonCode::ResumedByUser,
+                format!("resumed by {user}; it carries on from its last checkpoint"),
+            ),
+        }
+    }
+
+    fn audit(self) -> crate::audit::Action {
+        match self {
+            UserAction::Cancel => crate::audit::Action::JobCancel,
+            UserAction::Pause => crate::audit::Action::JobPause,
+            UserAction::Resume => crate::audit::Action::JobResume,
+        }
+    }
+}
+
+/// Cancels, pauses or resumes job `id` for `principal` (the REST routes and the dashboard share it).
+pub async fn user_transition(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+    action: UserAction,
+) -> ApiResult<Job> {
+    let job_id = parse_job_id(id)?;
     principal.require_job_writer()?;
+    let (to, reason, message) = action.change(&principal.user.name);
+    if action == UserAction::Resume {
+        // Only a paused job resumes: the state machine would also take a job from elsewhere to `queued`.
+        let job = state
+            .store
+            .get_job(principal.scope(), job_id)
+            .await
+            .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
+        if job.state != JobState::Paused {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "illegal_transition",
+                format!("the job is `{}`; only a paused job can be resumed", job.state),
+            ));
+        }
+    }
     let change = StateChange {
-        to: JobState::Cancelled,
-        reason: ReasonCode::CancelledByUser,
-        message: format!("cancelled by {}", principal.user.name),
+        to,
+        reason,
+        message,
         actor: Some(principal.user.id),
     };
     let job = state
@@ -418,20 +533,20 @@ pub async fn cancel(
         .transition_job(principal.scope(), job_id, &change)
         .await
         .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
-    state.metrics.job_transition(JobState::Cancelled);
+    state.metrics.job_transition(to);
     state.wake_scheduler();
-    tracing::info!(job.id = %job.id, user.id = %principal.user.id, "job cancelled");
+    tracing::info!(job.id = %job.id, user.id = %principal.user.id, reason = reason.as_str(), "job changed by its user");
     if job.tenant_id != principal.user.tenant_id {
         crate::audit::record(
             state.store.as_ref(),
-            &principal,
-            crate::audit::Action::JobCancel,
+            principal,
+            action.audit(),
             format!("{}/{} ({})", job.tenant_name, job.name, job.id),
             "",
         )
         .await;
     }
-    Ok(Json(JobEnvelope { job: job.into() }))
+    Ok(job)
 }
 
 /// Every state change of a job, oldest first, with its reason.

@@ -29,7 +29,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
     info(title = "Drover API", description = "Multi-tenant GPU cluster scheduler and training job manager"),
     paths(
         health::healthz, health::readyz, health::metrics,
-        jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::events, resize::resize,
+        jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::pause, jobs::resume, jobs::events, resize::resize,
         runs::tasks, runs::request_checkpoint, runs::metrics, runs::checkpoints, runs::download, runs::logs,
         tenants::create, tenants::list, tenants::get, tenants::set_quota,
         users::create, users::list, users::get, users::me,
@@ -140,6 +140,8 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/jobs", post(jobs::submit).get(jobs::list))
         .route("/api/v1/jobs/{id}", get(jobs::get))
         .route("/api/v1/jobs/{id}/cancel", post(jobs::cancel))
+        .route("/api/v1/jobs/{id}/pause", post(jobs::pause))
+        .route("/api/v1/jobs/{id}/resume", post(jobs::resume))
         .route("/api/v1/jobs/{id}/resize", post(resize::resize))
         .route("/api/v1/jobs/{id}/events", get(jobs::events))
         .route("/api/v1/jobs/{id}/tasks", get(runs::tasks))

@@ -262,6 +262,8 @@ pub trait ExecStore: Send + Sync {
         &self,
         ids: &[JobId],
     ) -> StoreResult<Vec<(JobId, DateTime<Utc>, serde_json::Value)>>;
+    /// The last step each of these jobs reported a `loss` at (jobs that reported none are left out).
+    async fn last_steps(&self, ids: &[JobId]) -> StoreResult<Vec<(JobId, u64)>>;
     /// Every task not yet `exited` or `lost`, of any job and generation.
     async fn live_tasks(&self) -> StoreResult<Vec<Task>>;
     /// Replaces an active job's document (new resource ranges) and records `event` (its state unchanged)
@@ -337,6 +339,17 @@ pub trait ExecStore: Send + Sync {
         scope: Scope,
         job: JobId,
     ) -> StoreResult<Vec<CheckpointRecord>>;
+    /// One metric of a job as (step, value) pairs in step order: what a chart draws.
+    async fn metric_series(
+        &self,
+        scope: Scope,
+        job: JobId,
+        name: &str,
+    ) -> StoreResult<Vec<(u64, f64)>>;
+    /// The names of the metrics a job reported, sorted.
+    async fn metric_names(&self, scope: Scope, job: JobId) -> StoreResult<Vec<String>>;
+    /// The job's last `limit` log lines, in order.
+    async fn tail_logs(&self, scope: Scope, job: JobId, limit: u32) -> StoreResult<Vec<LogLine>>;
     async fn latest_checkpoint(&self, job: JobId) -> StoreResult<Option<CheckpointRecord>>;
     /// Lines after the id `after`, in order.
     async fn list_logs(

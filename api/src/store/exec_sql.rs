@@ -211,6 +211,26 @@ macro_rules! impl_exec_store {
                 Ok(documents)
             }
 
+            async fn last_steps(&self, ids: &[JobId]) -> StoreResult<Vec<(JobId, u64)>> {
+                let mut steps = Vec::with_capacity(ids.len());
+                for chunk in ids.chunks(500) {
+                    let mut query = sqlx::QueryBuilder::<$db>::new(
+                        "SELECT job_id, max(step) AS step FROM metric_samples WHERE name = 'loss' AND job_id IN (",
+                    );
+                    let mut separated = query.separated(", ");
+                    for id in chunk {
+                        separated.push_bind(id.0);
+                    }
+                    separated.push_unseparated(") GROUP BY job_id");
+                    let rows = query.build().fetch_all(&self.pool).await?;
+                    for row in &rows {
+                        let step: i64 = row.try_get("step")?;
+                        steps.push((JobId(row.try_get("job_id")?), u64::try_from(step).unwrap_or(0)));
+                    }
+                }
+                Ok(steps)
+            }
+
             async fn live_tasks(&self) -> StoreResult<Vec<Task>> {
                 let sql = concat!("SELECT ", task_columns!(), " FROM tasks WHERE state NOT IN ('exited', 'lost') \
                      ORDER BY job_id, generation, role DESC, idx");
@@ -521,6 +541,49 @@ macro_rules! impl_exec_store {
                 .fetch_optional(&self.pool)
                 .await?;
                 row.as_ref().map(checkpoint_from_row).transpose()
+            }
+
+            async fn metric_series(
+                &self,
+                scope: Scope,
+                job: JobId,
+                name: &str,
+            ) -> StoreResult<Vec<(u64, f64)>> {
+                self.check_job_visible(scope, job).await?;
+                let rows: Vec<(i64, f64)> = sqlx::query_as(
+                    "SELECT step, value FROM metric_samples WHERE job_id = $1 AND name = $2 ORDER BY step, id",
+                )
+                .bind(job.0)
+                .bind(name)
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(step, value)| (u64::try_from(step).unwrap_or(0), value))
+                    .collect())
+            }
+
+            async fn metric_names(&self, scope: Scope, job: JobId) -> StoreResult<Vec<String>> {
+                self.check_job_visible(scope, job).await?;
+                let names: Vec<String> = sqlx::query_scalar(
+                    "SELECT DISTINCT name FROM metric_samples WHERE job_id = $1 ORDER BY name",
+                )
+                .bind(job.0)
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(names)
+            }
+
+            async fn tail_logs(&self, scope: Scope, job: JobId, limit: u32) -> StoreResult<Vec<LogLine>> {
+                self.check_job_visible(scope, job).await?;
+                let first: Option<i64> = sqlx::query_scalar(
+                    "SELECT id FROM task_logs WHERE job_id = $1 ORDER BY id DESC LIMIT 1 OFFSET $2",
+                )
+                .bind(job.0)
+                .bind(i64::from(limit.max(1) - 1))
+                .fetch_optional(&self.pool)
+                .await?;
+                self.list_logs(scope, job, first.map(|id| id - 1), limit).await
             }
 
             async fn list_logs(

@@ -126,6 +126,8 @@ pub struct JobFilter {
     pub states: Vec<JobState>,
     /// All of these labels.
     pub labels: BTreeMap<String, String>,
+    /// Only jobs whose name contains this (lowercase) text.
+    pub name_contains: Option<String>,
     /// Only jobs older than this one (the cursor).
     pub before: Option<JobId>,
     pub limit: u32,

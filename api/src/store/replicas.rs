@@ -16,6 +16,27 @@ pub struct LeaderRecord {
     pub since: DateTime<Utc>,
 }
 
+/// The leader's latest scheduling round, as the dashboard shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundRecord {
+    pub policy: String,
+    pub finished_at: DateTime<Utc>,
+    pub duration_us: i64,
+    /// The jobs the policy left waiting, in its order, with its reason (`insufficient_resources`, …).
+    pub waiting: Vec<(JobId, String)>,
+}
+
+/// The cluster's GPUs at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuUsage {
+    pub at: DateTime<Utc>,
+    pub total: u32,
+    pub allocated: u32,
+    pub running: u32,
+    /// GPUs held per tenant (by name), tenants holding none left out.
+    pub by_tenant: std::collections::BTreeMap<String, u32>,
+}
+
 #[async_trait]
 pub trait ReplicaStore: Send + Sync {
     /// Announces this replica as the leader (the caller holds the leader lock).
@@ -29,4 +50,15 @@ pub trait ReplicaStore: Send + Sync {
     async fn checkpoint_requests(&self) -> StoreResult<Vec<(JobId, DateTime<Utc>)>>;
     /// Marks the request of `at` passed on (a newer one stays).
     async fn clear_checkpoint_request(&self, job: JobId, at: DateTime<Utc>) -> StoreResult<()>;
+    /// Replaces the record of the latest scheduling round.
+    async fn record_round(&self, round: &RoundRecord) -> StoreResult<()>;
+    async fn last_round(&self) -> StoreResult<Option<RoundRecord>>;
+    /// Adds a sample of GPU use and forgets those before `keep_after`.
+    async fn record_gpu_usage(
+        &self,
+        usage: &GpuUsage,
+        keep_after: DateTime<Utc>,
+    ) -> StoreResult<()>;
+    /// Samples from `since` on, oldest first.
+    async fn gpu_usage_since(&self, since: DateTime<Utc>) -> StoreResult<Vec<GpuUsage>>;
 }

@@ -62,6 +62,94 @@ macro_rules! impl_replica_store {
                 .await?;
                 Ok(())
             }
+
+            async fn record_round(&self, round: &RoundRecord) -> StoreResult<()> {
+                let waiting: Vec<serde_json::Value> = round
+                    .waiting
+                    .iter()
+                    .map(|(job, reason)| serde_json::json!({"job": job.0, "reason": reason}))
+                    .collect();
+                sqlx::query(
+                    "INSERT INTO scheduler_rounds (id, policy, finished_at, duration_us, waiting) \
+                     VALUES (1, $1, $2, $3, $4) ON CONFLICT (id) DO UPDATE SET policy = excluded.policy, \
+                     finished_at = excluded.finished_at, duration_us = excluded.duration_us, \
+                     waiting = excluded.waiting",
+                )
+                .bind(&round.policy)
+                .bind(round.finished_at)
+                .bind(round.duration_us)
+                .bind(serde_json::Value::Array(waiting).to_string())
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn last_round(&self) -> StoreResult<Option<RoundRecord>> {
+                let row: Option<(String, DateTime<Utc>, i64, String)> = sqlx::query_as(
+                    "SELECT policy, finished_at, duration_us, waiting FROM scheduler_rounds WHERE id = 1",
+                )
+                .fetch_optional(&self.pool)
+                .await?;
+                let Some((policy, finished_at, duration_us, waiting)) = row else {
+                    return Ok(None);
+                };
+                let entries: Vec<serde_json::Value> = serde_json::from_str(&waiting)
+                    .map_err(|err| StoreError::Corrupt(format!("scheduler_rounds.waiting: {err}")))?;
+                let waiting = entries
+                    .iter()
+                    .filter_map(|entry| {
+                        let job = entry["job"].as_str()?.parse::<Uuid>().ok()?;
+                        Some((JobId(job), entry["reason"].as_str()?.to_owned()))
+                    })
+                    .collect();
+                Ok(Some(RoundRecord { policy, finished_at, duration_us, waiting }))
+            }
+
+            async fn record_gpu_usage(
+                &self,
+                usage: &GpuUsage,
+                keep_after: DateTime<Utc>,
+            ) -> StoreResult<()> {
+                let mut tx = self.pool.begin().await?;
+                sqlx::query(
+                    "INSERT INTO gpu_usage (at, total, allocated, running, by_tenant) VALUES ($1, $2, $3, $4, $5) \
+                     ON CONFLICT (at) DO NOTHING",
+                )
+                .bind(usage.at)
+                .bind(i64::from(usage.total))
+                .bind(i64::from(usage.allocated))
+                .bind(i64::from(usage.running))
+                .bind(serde_json::to_string(&usage.by_tenant).unwrap_or_else(|_| "{}".to_owned()))
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query("DELETE FROM gpu_usage WHERE at < $1")
+                    .bind(keep_after)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn gpu_usage_since(&self, since: DateTime<Utc>) -> StoreResult<Vec<GpuUsage>> {
+                let rows: Vec<(DateTime<Utc>, i64, i64, i64, String)> = sqlx::query_as(
+                    "SELECT at, total, allocated, running, by_tenant FROM gpu_usage WHERE at >= $1 ORDER BY at",
+                )
+                .bind(since)
+                .fetch_all(&self.pool)
+                .await?;
+                let count = |n: i64| u32::try_from(n).unwrap_or(0);
+                Ok(rows
+                    .into_iter()
+                    .map(|(at, total, allocated, running, by_tenant)| GpuUsage {
+                        at,
+                        total: count(total),
+                        allocated: count(allocated),
+                        running: count(running),
+                        // A sample is a convenience for charts: one that does not parse counts nothing.
+                        by_tenant: serde_json::from_str(&by_tenant).unwrap_or_default(),
+                    })
+                    .collect())
+            }
         }
     };
 }

@@ -566,6 +566,10 @@ macro_rules! impl_store {
                 if !filter.labels.is_empty() {
                     Self::push_label_filter(&mut query, &filter.labels);
                 }
+                if let Some(text) = &filter.name_contains {
+                    let escaped = text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+                    query.push(" AND j.name LIKE ").push_bind(format!("%{escaped}%")).push(" ESCAPE '\\'");
+                }
                 if let Some(before) = filter.before {
                     query.push(" AND j.id < ").push_bind(before.0);
                 }
