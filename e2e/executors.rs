@@ -5,6 +5,8 @@
 
 #![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
 
+#[path = "dashboard.rs"]
+mod dashboard;
 #[path = "distributed.rs"]
 mod distributed;
 #[path = "faults.rs"]

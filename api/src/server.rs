@@ -2,7 +2,6 @@
 
 use crate::auth::{display_prefix, generate_token, hash_token};
 use crate::cluster::{ClusterConfig, GatewayService, Runtime, SchedulingLoop};
-use crate::routes::app;
 use crate::state::AppState;
 use crate::store::{self, NewTenant, NewToken, NewUser, Quota, Store, StoreError};
 use anyhow::Context;
@@ -29,6 +28,8 @@ pub struct ServerConfig {
     pub limits: crate::limits::Limits,
     /// The key tenant secrets are sealed with; `None`: the server keeps no secrets.
     pub secrets: Option<Arc<crate::secrets::SecretBox>>,
+    /// More routes served beside the API's (the dashboard's pages), under the same middleware.
+    pub pages: axum::Router<AppState>,
 }
 
 /// What start-up did about the cluster administrator.
@@ -143,7 +144,7 @@ pub async fn start(
         tracing::info!(addr = %bound, policy = runtime.config.policy, "executor gateway listening");
         state = state.with_runtime(runtime);
     }
-    let router = app(state);
+    let router = crate::routes::app_with(state, config.pages.clone());
     let serving = tokio::spawn(async move {
         axum::serve(listener, router)
             .with_graceful_shutdown(signalled(stopped))

@@ -263,11 +263,23 @@ pub async fn cancel(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
 }
 
 pub async fn pause(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
-    change_state(global, args, "pause", "paused: its tasks checkpoint and stop").await
+    change_state(
+        global,
+        args,
+        "pause",
+        "paused: its tasks checkpoint and stop",
+    )
+    .await
 }
 
 pub async fn resume(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
-    change_state(global, args, "resume", "queued again; it carries on from its last checkpoint").await
+    change_state(
+        global,
+        args,
+        "resume",
+        "queued again; it carries on from its last checkpoint",
+    )
+    .await
 }
 
 /// Posts `verb` to the job and says what became of it.

@@ -206,6 +206,7 @@ pub async fn server(args: ServerArgs, global: &GlobalArgs) -> anyhow::Result<()>
         cluster: Some(args.cluster.config(&global.data_dir)?),
         limits: args.limits.limits()?,
         secrets: Some(std::sync::Arc::new(secrets)),
+        pages: drover_web::router(),
     };
     let running = server::start(config, server::shutdown_signal()).await?;
     if let AdminBootstrap::CreatedWithToken(token) = &running.admin {
@@ -238,6 +239,7 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         admin_token: None,
         cluster: None,
         limits: drover_api::limits::Limits::NONE,
+        pages: Default::default(),
         secrets: None,
     };
     server::open_store(&config).await?;
@@ -300,6 +302,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         secrets: Some(std::sync::Arc::new(
             drover_api::secrets::SecretBox::load_or_create(&data_dir.join(SECRET_KEY_FILE))?,
         )),
+        pages: drover_web::router(),
     };
     let running = server::start(config, server::shutdown_signal()).await?;
     let url = format!("http://{}", running.addr);
@@ -342,6 +345,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         );
     }
     out!("  URL:          {url}");
+    out!("  Dashboard:    {url}/login#token={token}   (signs the browser in as the admin)");
     out!("  Admin token:  {token}");
     out!("  API docs:     {url}/api/v1/docs");
     out!("  Database:     {} (SQLite)", db_path.display());

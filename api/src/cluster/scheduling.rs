@@ -180,10 +180,7 @@ impl SchedulingLoop {
         if let Err(err) = store.record_round(&round).await {
             tracing::warn!(error = %err, "cannot record the scheduling round");
         }
-        if self
-            .sampled_at
-            .is_some_and(|at| at.elapsed() < USAGE_EVERY)
-        {
+        if self.sampled_at.is_some_and(|at| at.elapsed() < USAGE_EVERY) {
             return;
         }
         self.sampled_at = Some(tokio::time::Instant::now());

@@ -518,7 +518,10 @@ pub async fn user_transition(
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "illegal_transition",
-                format!("the job is `{}`; only a paused job can be resumed", job.state),
+                format!(
+                    "the job is `{}`; only a paused job can be resumed",
+                    job.state
+                ),
             ));
         }
     }

@@ -135,6 +135,11 @@ fn document_common_errors(openapi: &mut utoipa::openapi::OpenApi) {
 
 /// The whole HTTP application; tests drive it in-process.
 pub fn app(state: AppState) -> Router {
+    app_with(state, Router::new())
+}
+
+/// The HTTP application with `pages` (the dashboard) served beside the API, under the same limits.
+pub fn app_with(state: AppState, pages: Router<AppState>) -> Router {
     let max_body_bytes = state.max_body_bytes;
     let api = Router::new()
         .route("/api/v1/jobs", post(jobs::submit).get(jobs::list))
@@ -193,6 +198,7 @@ pub fn app(state: AppState) -> Router {
                 .url("/api/v1/openapi.json", ApiDoc::openapi()),
         )
         .merge(api)
+        .merge(pages)
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

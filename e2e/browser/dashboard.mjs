@@ -1,0 +1,261 @@
+// Drives Debian's Chromium through Drover's dashboard (run by e2e/dashboard.rs, which starts the
+// server, two executors and a second tenant). Every check throws on failure; the last line printed on
+// success is "dashboard: all checks passed".
+import { chromium } from "playwright-core";
+import { createRequire } from "node:module";
+import { strict as assert } from "node:assert";
+import path from "node:path";
+
+const require = createRequire(import.meta.url);
+const AXE = require.resolve("axe-core/axe.min.js");
+const URL = process.env.DROVER_URL;
+const ADMIN = process.env.ADMIN_TOKEN;
+const OTHER = process.env.OTHER_TOKEN;
+const SHOTS = process.env.SCREENSHOTS;
+
+const step = (what) => console.log(`dashboard: ${what}`);
+
+// The REST API, for setting up what the browser then looks at.
+async function rest(token, method, route, body, contentType = "application/json") {
+  const response = await fetch(URL + route, {
+    method,
+    headers: { Authorization: `Bearer ${token}`, "Content-Type": contentType },
+    body: body === undefined ? undefined : (typeof body === "string" ? body : JSON.stringify(body)),
+  });
+  const json = await response.json();
+  if (!response.ok) throw new Error(`${method} ${route}: ${response.status} ${JSON.stringify(json)}`);
+  return json;
+}
+
+const sleepJob = (name, workers) => `apiVersion: drover.dev/v1
+kind: DroverJob
+metadata: {name: ${name}}
+spec:
+  type: command
+  command: {argv: [sleep, "600"]}
+  resources:
+    workers: {min: 1, max: ${workers}}
+    ps: {min: 0, max: 0}
+    gpus_per_worker: 1
+    cpus_per_worker: 1
+`;
+
+const trainJob = `apiVersion: drover.dev/v1
+kind: DroverJob
+metadata:
+  name: browser-train
+  labels: {team: vision}
+spec:
+  type: train
+  train:
+    model: {type: mlp, hidden: [256, 128]}
+    dataset: {type: digits}
+    optimizer: {type: adamw, lr: 0.001}
+    batch_size: 256
+    max_steps: 6000
+    eval_every: 1000
+  resources:
+    workers: {min: 1, max: 1}
+    ps: {min: 0, max: 0}
+    gpus_per_worker: 1
+    cpus_per_worker: 1
+  checkpoint: {every_steps: 1000, keep_last: 2}
+`;
+
+// axe-core in the page: no serious or critical violation.
+async function accessible(page, name) {
+  await page.addScriptTag({ path: AXE });
+  const violations = await page.evaluate(async () => {
+    const result = await window.axe.run(document, { resultTypes: ["violations"] });
+    return result.violations
+      .filter((v) => v.impact === "serious" || v.impact === "critical")
+      .map((v) => `${v.id} (${v.impact}): ${v.help} — ${v.nodes.slice(0, 3).map((n) => n.target.join(" ")).join("; ")}`);
+  });
+  assert.deepEqual(violations, [], `accessibility violations on ${name}`);
+}
+
+async function shoot(page, name) {
+  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
+}
+
+async function signIn(page, token) {
+  await page.goto(`${URL}/jobs`);
+  assert.match(page.url(), /\/login\?next=%2Fjobs/, "a page without a session sends to the login");
+  await page.fill("#token", token);
+  await Promise.all([page.waitForURL(`${URL}/jobs`), page.click("button[type=submit]")]);
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM,
+  args: ["--no-sandbox", "--disable-dev-shm-usage"],
+});
+try {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, acceptDownloads: true });
+  const page = await context.newPage();
+  page.on("dialog", (dialog) => dialog.accept());
+
+  // --- Sign in, and a wrong token is refused on the page.
+  await page.goto(`${URL}/login`);
+  await accessible(page, "login");
+  await shoot(page, "login");
+  await page.fill("#token", "drv_not-a-token");
+  await page.click("button[type=submit]");
+  assert.match(await page.textContent("#login-error"), /sign-in refused: invalid token/);
+  await signIn(page, ADMIN);
+  const cookies = await context.cookies();
+  const session = cookies.find((c) => c.name === "drover_session");
+  assert.ok(session.httpOnly && session.sameSite === "Strict", "HttpOnly, SameSite=Strict session");
+  assert.notEqual(session.value, ADMIN, "the browser holds a session token, not the API token");
+  step("signed in");
+
+  // --- Submit: a bad spec shows the field error beside the editor and keeps the text.
+  await page.goto(`${URL}/submit`);
+  await accessible(page, "submit");
+  const bad = trainJob.replace("batch_size: 256", "batch_size: 0");
+  await page.fill("#document", bad);
+  await page.click("#submit-form button[type=submit]");
+  assert.match(await page.textContent("#submit-error"), /spec\.train\.batch_size/);
+  assert.equal(await page.inputValue("#document"), bad, "the text is kept");
+  await shoot(page, "submit-error");
+  step("a bad spec shows its field error");
+
+  // --- Submit the job and follow it on its page without reloading.
+  await page.fill("#document", trainJob);
+  await Promise.all([page.waitForURL(/\/jobs\/[0-9a-f-]{36}$/), page.click("#submit-form button[type=submit]")]);
+  const trainUrl = page.url();
+  const trainId = trainUrl.split("/").pop();
+  let navigations = 0;
+  page.on("framenavigated", (frame) => { if (frame === page.mainFrame()) navigations += 1; });
+  const states = new Set();
+  const points = [];
+  const deadline = Date.now() + 180_000;
+  for (;;) {
+    const state = (await page.textContent("#job-state")).trim();
+    states.add(state);
+    const legend = await page.$eval("#chart svg", (svg) => svg.textContent);
+    const match = legend.match(/loss \((\d+) pts\)/);
+    if (match && (points.length === 0 || points[points.length - 1] !== Number(match[1]))) {
+      points.push(Number(match[1]));
+    }
+    if (state === "succeeded") break;
+    assert.ok(!["failed", "cancelled"].includes(state), `the job ended ${state}`);
+    assert.ok(Date.now() < deadline, `timed out; states seen: ${[...states]}`);
+    await page.waitForTimeout(300);
+  }
+  assert.equal(navigations, 0, "the page was never reloaded");
+  assert.ok(states.has("running") && states.has("succeeded"), `states seen: ${[...states]}`);
+  assert.ok(points.length >= 2, `the loss curve grew while training: ${points}`);
+  assert.ok(points.every((n, i) => i === 0 || n > points[i - 1]), `more points each time: ${points}`);
+  await page.waitForFunction(() => document.querySelector("#logs").textContent.includes("finished at step 6000"));
+  step(`followed ${trainId}: states ${[...states].join(" → ")}, loss curve ${points.join(" → ")} points`);
+
+  // --- Its checkpoint downloads (after a reload, the page lists it).
+  await page.reload();
+  await accessible(page, "job");
+  await shoot(page, "job");
+  const [download] = await Promise.all([
+    page.waitForEvent("download"),
+    page.click("#checkpoints a[download]"),
+  ]);
+  const saved = path.join(SHOTS, "checkpoint.tar");
+  await download.saveAs(saved);
+  const { statSync } = await import("node:fs");
+  assert.ok(statSync(saved).size > 1000, "a checkpoint archive came down");
+  step("downloaded its checkpoint");
+
+  // --- The chart's controls: log scale and another metric, redrawn without a reload.
+  await page.check("#chart-controls input[name=log]");
+  await page.waitForFunction(() => document.querySelector("#chart svg").textContent.includes("(log)"));
+
+  // --- Cancel another job from its page; a refused action shows the API's text.
+  const cancel = await rest(ADMIN, "POST", "/api/v1/jobs", sleepJob("browser-cancel", 1), "application/yaml");
+  await page.goto(`${URL}/jobs/${cancel.job.id}`);
+  await Promise.all([page.waitForEvent("load"), page.click("button[data-action=cancel]")]);
+  assert.equal((await page.textContent("#job-state")).trim(), "cancelled");
+  step("cancelled a job");
+  const stale = await rest(ADMIN, "POST", "/api/v1/jobs", sleepJob("browser-stale", 1), "application/yaml");
+  await page.goto(`${URL}/jobs/${stale.job.id}`);
+  await rest(ADMIN, "POST", `/api/v1/jobs/${stale.job.id}/cancel`, {});
+  await page.click("button[data-action=cancel]");
+  await page.waitForFunction(() => document.querySelector("#action-error").textContent.includes("cannot become"));
+  step("a refused action shows the API's error");
+
+  // --- Resize a third.
+  const resize = await rest(ADMIN, "POST", "/api/v1/jobs", sleepJob("browser-resize", 1), "application/yaml");
+  await page.goto(`${URL}/jobs/${resize.job.id}`);
+  await page.waitForFunction(() => document.querySelector("#job-state").textContent.trim() === "running", null, { timeout: 60_000 });
+  await page.fill("input[name=workers_min]", "1");
+  await page.fill("input[name=workers_max]", "2");
+  // Several workers of a `ps` job need a PS shard: the API says so, and the page shows it.
+  await page.click("#resize-form button[type=submit]");
+  await page.waitForFunction(() => document.querySelector("#action-error").textContent.includes("spec.resources.ps.max"));
+  await page.fill("input[name=ps_min]", "1");
+  await page.fill("input[name=ps_max]", "1");
+  await Promise.all([page.waitForEvent("load"), page.click("#resize-form button[type=submit]")]);
+  const spec = await page.textContent(".spec");
+  assert.match(spec, /ps:\s*\n\s*max: 1\s*\n\s*min: 1/, spec);
+  assert.match(spec, /workers:\s*\n\s*max: 2\s*\n\s*min: 1/, spec);
+  step("resized a job");
+
+  // --- Every page: accessible, screenshot, light and dark, desktop and phone width.
+  for (const [name, route] of [["overview", "/"], ["jobs", "/jobs"], ["queue", "/queue"], ["nodes", "/nodes"], ["tenants", "/tenants"]]) {
+    await page.goto(URL + route);
+    await accessible(page, name);
+    await shoot(page, name);
+  }
+  await page.goto(`${URL}/jobs?state=succeeded&name=browser`);
+  assert.ok((await page.textContent("#jobs-rows")).includes("browser-train"), "filters find the job");
+  assert.ok(!(await page.textContent("#jobs-rows")).includes("browser-resize"), "and only it");
+  await page.emulateMedia({ colorScheme: "dark" });
+  await page.goto(trainUrl);
+  await accessible(page, "job (dark)");
+  await shoot(page, "job-dark");
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.goto(`${URL}/jobs`);
+  await accessible(page, "jobs (phone, dark)");
+  await shoot(page, "jobs-phone-dark");
+  await page.emulateMedia({ colorScheme: "light" });
+  await page.goto(`${URL}/`);
+  await shoot(page, "overview-phone");
+  step("every page passes axe-core, light and dark, 1280×800 and 390 wide");
+
+  // --- Tokens: created with the secret shown once.
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.goto(`${URL}/tenants`);
+  await page.fill("#token-form input[name=name]", "from-the-browser");
+  await page.click("#token-form button");
+  await page.waitForFunction(() => !document.querySelector("#new-token").hidden);
+  assert.match(await page.textContent("#new-token-secret"), /^drv_/);
+  step("created a token");
+
+  // --- Another tenant's user: refused the admin tenant's job page, logs and checkpoints by URL.
+  const other = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const otherPage = await other.newPage();
+  await signIn(otherPage, OTHER);
+  assert.ok(!(await otherPage.textContent("main")).includes("browser-train"), "the jobs list is scoped");
+  for (const route of [`/jobs/${trainId}`, `/jobs/${trainId}/chart?metrics=loss`, `/jobs/${trainId}/live`,
+    `/api/v1/jobs/${trainId}/logs`, `/api/v1/jobs/${trainId}/checkpoints`, `/submit?from=${trainId}`]) {
+    const response = await otherPage.goto(URL + route);
+    assert.equal(response.status(), 404, `${route} is another tenant's`);
+  }
+  const checkpoints = await rest(ADMIN, "GET", `/api/v1/jobs/${trainId}/checkpoints`);
+  const ckpt = checkpoints.checkpoints[0].id;
+  const refused = await otherPage.goto(`${URL}/api/v1/jobs/${trainId}/checkpoints/${ckpt}/download`);
+  assert.equal(refused.status(), 404, "another tenant's checkpoint");
+  await shoot(otherPage, "other-tenant-refused");
+  // The session cookie cannot change anything without the page's CSRF token.
+  const forged = await otherPage.evaluate(async (url) => (await fetch(url, { method: "POST" })).status,
+    `${URL}/api/v1/jobs/${trainId}/cancel`);
+  assert.equal(forged, 403, "a cookie-only POST is refused");
+  step("another tenant's user is refused");
+
+  // --- Sign out ends the session.
+  await page.click("header form button");
+  await page.waitForURL(/\/login/);
+  const after = await page.goto(`${URL}/jobs`);
+  assert.match(after.url(), /\/login/, "signed out");
+  step("signed out");
+  console.log("dashboard: all checks passed");
+} finally {
+  await browser.close();
+}

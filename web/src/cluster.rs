@@ -1,0 +1,316 @@
+//! The cluster pages: the queue with each waiting job's reason, the nodes with their GPUs, and the
+//! tenants with their quotas, use and the caller's API tokens.
+
+use crate::{Layout, Session, Time, error_page, render, timestamp};
+use axum::extract::State;
+use axum::response::Response;
+use chrono::Utc;
+use drover_api::error::ApiError;
+use drover_api::extract::QueryPairs;
+use drover_api::routes::{nodes as nodes_api, tenants as tenants_api, tokens as tokens_api};
+use drover_api::state::AppState;
+use drover_api::store::JobFilter;
+use drover_core::{JobId, JobState};
+use std::collections::{BTreeMap, HashMap};
+
+/// Waiting jobs the queue page lists at most.
+const QUEUE_LIMIT: u32 = 500;
+
+#[derive(askama::Template)]
+#[template(path = "queue.html")]
+struct QueuePage {
+    layout: Layout,
+    policy: Option<String>,
+    round_at: Option<Time>,
+    waiting: Vec<Waiting>,
+    paused: Vec<Waiting>,
+}
+
+#[derive(Debug)]
+struct Waiting {
+    position: String,
+    id: String,
+    name: String,
+    tenant: String,
+    priority: i32,
+    reason: String,
+    since: Time,
+}
+
+pub async fn queue(State(state): State<AppState>, session: Session) -> Response {
+    match queue_page(&state, &session).await {
+        Ok(page) => render(&page),
+        Err(err) => error_page(err),
+    }
+}
+
+async fn queue_page(state: &AppState, session: &Session) -> Result<QueuePage, ApiError> {
+    let scope = session.principal.scope();
+    let list = async |state_filter: JobState| {
+        let filter = JobFilter {
+            states: vec![state_filter],
+            limit: QUEUE_LIMIT,
+            ..JobFilter::default()
+        };
+        state.store.list_jobs(scope, &filter).await
+    };
+    let queued = list(JobState::Queued).await?;
+    let paused = list(JobState::Paused).await?;
+    let round = state.store.last_round().await?;
+    // The policy's order at its last round; jobs it has not seen yet follow, oldest first.
+    let order: HashMap<JobId, (usize, &str)> = round
+        .as_ref()
+        .map(|r| {
+            r.waiting
+                .iter()
+                .enumerate()
+                .map(|(i, (job, reason))| (*job, (i, reason.as_str())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut queued: Vec<_> = queued
+        .into_iter()
+        .map(|job| {
+            let known = order.get(&job.id).copied();
+            (known, job)
+        })
+        .collect();
+    queued.sort_by_key(|(known, job)| (known.map_or(usize::MAX, |(i, _)| i), job.created_at));
+    let waiting = queued
+        .into_iter()
+        .enumerate()
+        .map(|(i, (known, job))| Waiting {
+            position: (i + 1).to_string(),
+            id: job.id.0.to_string(),
+            name: job.name,
+            tenant: job.tenant_name,
+            priority: job.priority,
+            reason: known.map_or_else(
+                || "not yet considered by the scheduler".to_owned(),
+                |(_, reason)| reason.replace('_', " "),
+            ),
+            since: timestamp(job.updated_at),
+        })
+        .collect();
+    let paused = paused
+        .into_iter()
+        .map(|job| Waiting {
+            position: "—".to_owned(),
+            id: job.id.0.to_string(),
+            name: job.name,
+            tenant: job.tenant_name,
+            priority: job.priority,
+            reason: job.message,
+            since: timestamp(job.updated_at),
+        })
+        .collect();
+    Ok(QueuePage {
+        layout: session.layout("queue"),
+        policy: round.as_ref().map(|r| r.policy.clone()),
+        round_at: round.as_ref().map(|r| timestamp(r.finished_at)),
+        waiting,
+        paused,
+    })
+}
+
+#[derive(askama::Template)]
+#[template(path = "nodes.html")]
+struct NodesPage {
+    layout: Layout,
+    nodes: Vec<NodeRow>,
+}
+
+#[derive(Debug)]
+struct NodeRow {
+    name: String,
+    health: String,
+    cordoned: bool,
+    draining: bool,
+    heartbeat: Option<Time>,
+    cpus: u32,
+    memory_gb: u32,
+    source: String,
+    gpus: Vec<GpuRow>,
+}
+
+#[derive(Debug)]
+struct GpuRow {
+    index: u32,
+    model: String,
+    memory: String,
+    utilization: String,
+    /// The task holding it, if the caller may see its job.
+    holder: Option<(String, String)>,
+}
+
+pub async fn nodes(State(state): State<AppState>, session: Session) -> Response {
+    let listed = nodes_api::list(State(state.clone()), session.principal.clone()).await;
+    let nodes = match listed {
+        Ok(axum::Json(list)) => list.nodes,
+        Err(err) => return error_page(err),
+    };
+    let rows = nodes
+        .into_iter()
+        .map(|node| {
+            let gpus = node
+                .gpus
+                .iter()
+                .map(|gpu| {
+                    let usage = node.gpu_usage.iter().find(|u| u.index == gpu.index);
+                    let holder = node
+                        .tasks
+                        .iter()
+                        .find(|t| t.gpus.contains(&(gpu.index as u16)))
+                        .map(|t| {
+                            (
+                                t.job_id.to_string(),
+                                format!("{}-{} (g{})", t.role.as_str(), t.index, t.generation),
+                            )
+                        });
+                    GpuRow {
+                        index: gpu.index,
+                        model: gpu.model.clone(),
+                        memory: format!("{:.0} GB", gpu.memory_gb),
+                        utilization: usage
+                            .and_then(|u| u.utilization)
+                            .map(|u| format!("{:.0}%", u * 100.0))
+                            .unwrap_or_default(),
+                        holder,
+                    }
+                })
+                .collect();
+            NodeRow {
+                name: node.name,
+                health: node.health,
+                cordoned: node.cordoned,
+                draining: node.draining,
+                heartbeat: node.last_heartbeat_at.map(timestamp),
+                cpus: node.cpus,
+                memory_gb: node.memory_gb,
+                source: node.gpu_source,
+                gpus,
+            }
+        })
+        .collect();
+    render(&NodesPage {
+        layout: session.layout("nodes"),
+        nodes: rows,
+    })
+}
+
+#[derive(askama::Template)]
+#[template(path = "tenants.html")]
+struct TenantsPage {
+    layout: Layout,
+    tenants: Vec<TenantRow>,
+    tokens: Vec<TokenRow>,
+}
+
+#[derive(Debug)]
+struct TenantRow {
+    name: String,
+    guaranteed: u32,
+    max: String,
+    in_use: u32,
+    borrowed: u32,
+    gpu_hours_week: String,
+}
+
+#[derive(Debug)]
+struct TokenRow {
+    id: String,
+    name: String,
+    prefix: String,
+    created: Time,
+    expires: Option<Time>,
+    revoked: bool,
+}
+
+pub async fn tenants(State(state): State<AppState>, session: Session) -> Response {
+    match tenants_page(&state, &session).await {
+        Ok(page) => render(&page),
+        Err(err) => error_page(err),
+    }
+}
+
+async fn tenants_page(state: &AppState, session: &Session) -> Result<TenantsPage, ApiError> {
+    let axum::Json(list) =
+        tenants_api::list(State(state.clone()), session.principal.clone()).await?;
+    // GPUs held now, by tenant: the live tasks of the jobs the caller may see.
+    let active = state
+        .store
+        .list_jobs(
+            session.principal.scope(),
+            &JobFilter {
+                states: vec![JobState::Starting, JobState::Running, JobState::Rescaling],
+                limit: 10_000,
+                ..JobFilter::default()
+            },
+        )
+        .await?;
+    let tenant_of: HashMap<JobId, &str> = active
+        .iter()
+        .map(|j| (j.id, j.tenant_name.as_str()))
+        .collect();
+    let mut in_use: BTreeMap<&str, u32> = BTreeMap::new();
+    for task in state.store.live_tasks().await? {
+        if let Some(tenant) = tenant_of.get(&task.key.job_id) {
+            *in_use.entry(tenant).or_default() += task.gpus.len() as u32;
+        }
+    }
+    // GPU-hours over the last 7 days, from the leader's samples (one a minute).
+    let samples = state
+        .store
+        .gpu_usage_since(Utc::now() - chrono::Duration::days(7))
+        .await?;
+    let mut hours: BTreeMap<&str, f64> = BTreeMap::new();
+    for pair in samples.windows(2) {
+        let seconds = (pair[1].at - pair[0].at).num_milliseconds() as f64 / 1000.0;
+        // A gap (no leader, or a restart) counts as one sampling period, not the whole gap.
+        let seconds = seconds.min(120.0);
+        for (tenant, gpus) in &pair[0].by_tenant {
+            *hours.entry(tenant.as_str()).or_default() += f64::from(*gpus) * seconds / 3600.0;
+        }
+    }
+    let tenants = list
+        .tenants
+        .iter()
+        .map(|t| {
+            let used = in_use.get(t.name.as_str()).copied().unwrap_or(0);
+            TenantRow {
+                name: t.name.clone(),
+                guaranteed: t.quota.guaranteed_gpus,
+                max: t
+                    .quota
+                    .max_gpus
+                    .map_or_else(|| "no limit".to_owned(), |m| m.to_string()),
+                in_use: used,
+                borrowed: used.saturating_sub(t.quota.guaranteed_gpus),
+                gpu_hours_week: format!("{:.1}", hours.get(t.name.as_str()).unwrap_or(&0.0)),
+            }
+        })
+        .collect();
+    let axum::Json(tokens) = tokens_api::list(
+        State(state.clone()),
+        session.principal.clone(),
+        QueryPairs::default(),
+    )
+    .await?;
+    let tokens = tokens
+        .tokens
+        .into_iter()
+        .map(|t| TokenRow {
+            id: t.id.to_string(),
+            name: t.name,
+            prefix: t.prefix,
+            created: timestamp(t.created_at),
+            expires: t.expires_at.map(timestamp),
+            revoked: t.revoked_at.is_some(),
+        })
+        .collect();
+    Ok(TenantsPage {
+        layout: session.layout("tenants"),
+        tenants,
+        tokens,
+    })
+}

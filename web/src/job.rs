@@ -1,0 +1,480 @@
+//! One job: its spec, state timeline, shape history, metric curves, fitted models, tasks, log tail
+//! and checkpoints, with the actions the caller's role allows. Reads go through the API's handler
+//! for the job (`GET /api/v1/jobs/{id}`: scoping, models) and the store's scoped queries.
+
+use crate::chart::{Chart, Series, XAxis, smooth};
+use crate::{Layout, Session, Time, duration, error_page, render, timestamp};
+use axum::extract::{Path, Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use drover_api::error::ApiError;
+use drover_api::extract::PathParam;
+use drover_api::model_views::{JobModels, RemainingBasis};
+use drover_api::routes::jobs as api;
+use drover_api::state::AppState;
+use drover_api::store::{JobEvent, LogLine, Scope};
+use drover_core::{JobId, JobState, ReasonCode};
+use serde::Deserialize;
+
+/// Log lines the page shows; the live stream appends the ones that follow.
+pub(crate) const LOG_TAIL: u32 = 200;
+
+#[derive(askama::Template)]
+#[template(path = "job.html")]
+struct JobPage {
+    layout: Layout,
+    job: Summary,
+    spec_yaml: String,
+    events: Vec<EventRow>,
+    shapes: Vec<ShapeRow>,
+    metric_names: Vec<String>,
+    selected: Vec<String>,
+    chart: String,
+    model: Option<ModelView>,
+    tasks: Vec<TaskRow>,
+    logs: Vec<String>,
+    checkpoints: Vec<CheckpointRow>,
+    actions: Actions,
+    /// The page's live stream, from what the page shows.
+    live: String,
+}
+
+/// The header of the page (redrawn by the live stream).
+#[derive(askama::Template)]
+#[template(path = "job_summary.html")]
+pub(crate) struct Summary {
+    pub id: String,
+    pub name: String,
+    pub tenant: String,
+    pub job_type: String,
+    pub state: &'static str,
+    pub reason: String,
+    pub message: String,
+    pub priority: i32,
+    pub generation: u64,
+    pub restarts: u32,
+    pub created: Time,
+    pub updated: Time,
+    pub labels: String,
+}
+
+/// The state timeline (redrawn by the live stream).
+#[derive(askama::Template)]
+#[template(path = "job_events.html")]
+pub(crate) struct EventsTable {
+    pub events: Vec<EventRow>,
+}
+
+#[derive(Debug)]
+pub(crate) struct EventRow {
+    pub at: Time,
+    pub from: String,
+    pub to: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+#[derive(Debug)]
+struct ShapeRow {
+    at: Time,
+    reason: &'static str,
+    message: String,
+    /// From the decision to running at the new shape.
+    latency: Option<String>,
+}
+
+#[derive(Debug)]
+struct ModelView {
+    steps_done: u64,
+    speed: Vec<String>,
+    theta: String,
+    fitted: bool,
+    convergence: Option<String>,
+    remaining: Option<String>,
+}
+
+#[derive(Debug)]
+struct TaskRow {
+    generation: u64,
+    name: String,
+    node: String,
+    gpus: String,
+    state: String,
+    exit: String,
+}
+
+#[derive(Debug)]
+struct CheckpointRow {
+    step: u64,
+    generation: u64,
+    size: String,
+    at: Time,
+    url: String,
+}
+
+/// Which buttons the caller sees: only those its role may use on a job in this state.
+#[derive(Debug, Default)]
+struct Actions {
+    cancel: bool,
+    pause: bool,
+    resume: bool,
+    checkpoint: bool,
+    resize: bool,
+    clone: bool,
+}
+
+pub async fn page(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+) -> Response {
+    match job_page(&state, &session, id).await {
+        Ok(page) => render(&page),
+        Err(err) => error_page(err),
+    }
+}
+
+async fn job_page(state: &AppState, session: &Session, id: String) -> Result<JobPage, ApiError> {
+    let scope = session.principal.scope();
+    let axum::Json(envelope) = api::get(
+        State(state.clone()),
+        session.principal.clone(),
+        PathParam(id.clone()),
+    )
+    .await?;
+    let view = envelope.job;
+    let job_id = JobId(view.id);
+    let events = state
+        .store
+        .list_job_events(scope, job_id, None, 1000)
+        .await?;
+    let tasks = state.store.job_tasks(scope, job_id).await?;
+    let checkpoints = state.store.list_checkpoints(scope, job_id).await?;
+    let logs = state.store.tail_logs(scope, job_id, LOG_TAIL).await?;
+    let metric_names = state.store.metric_names(scope, job_id).await?;
+    let selected: Vec<String> = ["loss", "accuracy"]
+        .iter()
+        .filter(|name| metric_names.iter().any(|n| n == *name))
+        .map(|name| (*name).to_owned())
+        .collect();
+    let chart = chart_svg(state, scope, job_id, &selected, false, 0.0).await?;
+    let step = state
+        .store
+        .last_steps(&[job_id])
+        .await?
+        .first()
+        .map_or(0, |(_, step)| *step);
+    let live = format!(
+        "/jobs/{}/live?event={}&log={}&step={step}",
+        view.id,
+        events.last().map_or(0, |e| e.id),
+        logs.last().map_or(0, |l| l.id),
+    );
+    let spec_yaml = view
+        .spec
+        .as_ref()
+        .and_then(|spec| serde_yaml::to_string(spec).ok())
+        .unwrap_or_default();
+    let writer = session.can_write_jobs();
+    let actions = Actions {
+        cancel: writer && !view.state.is_final(),
+        pause: writer && (view.state.holds_resources() || view.state == JobState::Queued),
+        resume: writer && view.state == JobState::Paused,
+        checkpoint: writer && view.state == JobState::Running,
+        resize: writer && !view.state.is_final(),
+        clone: writer,
+    };
+    Ok(JobPage {
+        layout: session.layout("jobs"),
+        model: view.model.as_ref().map(model_view),
+        job: summary(&view),
+        spec_yaml,
+        shapes: shape_history(&events),
+        events: event_rows(&events),
+        metric_names,
+        selected,
+        chart,
+        tasks: tasks
+            .iter()
+            .map(|t| TaskRow {
+                generation: t.key.generation,
+                name: format!("{}-{}", t.key.role.as_str(), t.key.index),
+                node: t.node_name.clone(),
+                gpus: if t.gpus.is_empty() {
+                    "—".to_owned()
+                } else {
+                    t.gpus
+                        .iter()
+                        .map(u16::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+                state: t.state.as_str().to_owned(),
+                exit: match (t.exit_code, t.exit_signal) {
+                    (Some(code), _) => format!("exit {code}"),
+                    (None, Some(signal)) => format!("signal {signal}"),
+                    (None, None) => String::new(),
+                },
+            })
+            .collect(),
+        logs: logs.iter().map(log_text).collect(),
+        checkpoints: checkpoints
+            .iter()
+            .rev()
+            .map(|c| CheckpointRow {
+                step: c.step,
+                generation: c.generation,
+                size: bytes(c.size_bytes),
+                at: timestamp(c.created_at),
+                url: format!("/api/v1/jobs/{}/checkpoints/{}/download", view.id, c.id),
+            })
+            .collect(),
+        actions,
+        live,
+    })
+}
+
+pub(crate) fn summary(view: &drover_api::views::JobView) -> Summary {
+    Summary {
+        id: view.id.to_string(),
+        name: view.name.clone(),
+        tenant: view.tenant.clone(),
+        job_type: serde_json::to_value(view.job_type)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        state: view.state.as_str(),
+        reason: view.reason.as_str().replace('_', " "),
+        message: view.message.clone(),
+        priority: view.priority,
+        generation: view.generation,
+        restarts: view.restarts,
+        created: timestamp(view.created_at),
+        updated: timestamp(view.updated_at),
+        labels: view
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
+}
+
+pub(crate) fn event_rows(events: &[JobEvent]) -> Vec<EventRow> {
+    events
+        .iter()
+        .map(|e| EventRow {
+            at: timestamp(e.created_at),
+            from: e
+                .from_state
+                .map_or_else(String::new, |s| s.as_str().to_owned()),
+            to: e.to_state.as_str(),
+            reason: e.reason.as_str(),
+            message: e.message.clone(),
+        })
+        .collect()
+}
+
+pub(crate) fn log_text(line: &LogLine) -> String {
+    format!(
+        "[g{} {}-{}] {}",
+        line.generation,
+        line.role.as_str(),
+        line.index,
+        line.line
+    )
+}
+
+/// The events that changed where the job runs, each rescale with how long it took to run again.
+fn shape_history(events: &[JobEvent]) -> Vec<ShapeRow> {
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| {
+            matches!(
+                e.reason,
+                ReasonCode::Allocated
+                    | ReasonCode::Resized
+                    | ReasonCode::Migrated
+                    | ReasonCode::Preempted
+                    | ReasonCode::Suspended
+                    | ReasonCode::ExecutorLost
+                    | ReasonCode::PausedByUser
+            )
+        })
+        .map(|(i, e)| {
+            let latency = matches!(e.to_state, JobState::Rescaling | JobState::Starting)
+                .then(|| {
+                    events[i + 1..]
+                        .iter()
+                        .find(|later| later.to_state != e.to_state)
+                        .filter(|later| later.to_state == JobState::Running)
+                        .map(|later| {
+                            duration(
+                                (later.created_at - e.created_at).num_milliseconds() as f64
+                                    / 1000.0,
+                            )
+                        })
+                })
+                .flatten();
+            ShapeRow {
+                at: timestamp(e.created_at),
+                reason: e.reason.as_str(),
+                message: e.message.clone(),
+                latency,
+            }
+        })
+        .collect()
+}
+
+fn model_view(model: &JobModels) -> ModelView {
+    ModelView {
+        steps_done: model.steps_done,
+        speed: model
+            .speed
+            .shapes
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} PS × {} workers: {:.1} ms/step measured ({} reports), {:.1} ms predicted",
+                    s.ps, s.workers, s.mean_step_ms, s.samples, s.predicted_step_ms
+                )
+            })
+            .collect(),
+        theta: model
+            .speed
+            .theta
+            .iter()
+            .map(|t| format!("{t:.4}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        fitted: model.speed.fitted,
+        convergence: model.convergence.as_ref().map(|c| {
+            let b = c.beta;
+            let converged = c
+                .converged_step
+                .map(|s| format!("; converges near step {s:.0}"))
+                .unwrap_or_default();
+            format!(
+                "loss ≈ 1/({:.4}·k + {:.4}) + {:.4}, fitted to {} samples{converged}",
+                b[0], b[1], b[2], c.samples
+            )
+        }),
+        remaining: model.remaining.as_ref().map(|r| {
+            let basis = match r.basis {
+                RemainingBasis::StepBudget => "to max_steps",
+                RemainingBasis::Convergence => "to convergence (fitted curve)",
+            };
+            let time = r
+                .seconds
+                .map(|s| format!("about {}", duration(s)))
+                .unwrap_or_else(|| "time unknown yet".to_owned());
+            format!(
+                "{} steps {basis}: {time} at {} PS × {} workers",
+                r.steps, r.ps, r.workers
+            )
+        }),
+    }
+}
+
+fn bytes(n: u64) -> String {
+    match n {
+        0..1024 => format!("{n} B"),
+        1024..1_048_576 => format!("{:.1} KiB", n as f64 / 1024.0),
+        _ => format!("{:.1} MiB", n as f64 / 1_048_576.0),
+    }
+}
+
+/// The chart's options, as the page's controls send them.
+#[derive(Debug, Deserialize)]
+pub struct ChartQuery {
+    /// Comma-separated metric names.
+    #[serde(default)]
+    metrics: String,
+    #[serde(default)]
+    log: bool,
+    /// 0 (raw) to 0.99.
+    #[serde(default)]
+    smooth: f64,
+}
+
+/// Metrics drawn at once, at most.
+const MAX_SERIES: usize = 8;
+
+/// `GET /jobs/{id}/chart`: the metric chart alone, as SVG, for the page's controls and live updates.
+pub async fn chart(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    Query(query): Query<ChartQuery>,
+) -> Response {
+    let Ok(job_id) = api::parse_job_id(&id) else {
+        return error_page(ApiError::not_found(format!("no job `{id}`")));
+    };
+    let names: Vec<String> = query
+        .metrics
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty() && n.len() <= 100)
+        .take(MAX_SERIES)
+        .map(str::to_owned)
+        .collect();
+    let smoothing = if query.smooth.is_finite() {
+        query.smooth.clamp(0.0, 0.99)
+    } else {
+        0.0
+    };
+    match chart_svg(
+        &state,
+        session.principal.scope(),
+        job_id,
+        &names,
+        query.log,
+        smoothing,
+    )
+    .await
+    {
+        Ok(svg) => (
+            [
+                (header::CONTENT_TYPE, "image/svg+xml; charset=utf-8"),
+                (header::CACHE_CONTROL, "no-store"),
+            ],
+            svg,
+        )
+            .into_response(),
+        Err(err) => error_page(err),
+    }
+}
+
+async fn chart_svg(
+    state: &AppState,
+    scope: Scope,
+    job: JobId,
+    names: &[String],
+    log_y: bool,
+    smoothing: f64,
+) -> Result<String, ApiError> {
+    let mut series = Vec::with_capacity(names.len());
+    for name in names {
+        let points: Vec<(f64, f64)> = state
+            .store
+            .metric_series(scope, job, name)
+            .await
+            .map_err(|err| ApiError::from_store(err, || format!("no job `{}`", job.0)))?
+            .into_iter()
+            .map(|(step, value)| (step as f64, value))
+            .collect();
+        series.push(Series {
+            name: name.clone(),
+            points: smooth(&points, smoothing),
+        });
+    }
+    Ok(Chart {
+        label: "the job's metrics by step",
+        x: XAxis::Steps,
+        y_label: "value",
+        log_y,
+        series,
+    }
+    .svg())
+}

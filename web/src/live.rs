@@ -1,0 +1,313 @@
+//! Live pages: one server-sent-event stream per page. The server reads the store on the page's
+//! behalf about once a second (so any replica serves it, and a page costs a few indexed reads per
+//! second however many metrics arrive) and sends only what changed: redrawn fragments of the page,
+//! new log lines, and a nudge to redraw the chart. Each event's id is a cursor; a reconnecting
+//! browser sends it back as `Last-Event-ID` and the stream goes on from there, without repeats.
+//! Streams are pulled, never buffered ahead, and at most [`MAX_STREAMS`] run at once.
+
+use crate::job::{EventsTable, event_rows, log_text, summary};
+use crate::{Session, error_page};
+use askama::Template;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use drover_api::extract::{PathParam, QueryPairs};
+use drover_api::routes::jobs as api;
+use drover_api::state::AppState;
+use drover_api::store::Scope;
+use drover_core::JobId;
+use futures::stream::{self, Stream};
+use std::convert::Infallible;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Live streams open at once on this server; more are refused with 503 (the page then polls by
+/// reloading, as a browser without streams would).
+pub const MAX_STREAMS: usize = 512;
+const POLL: Duration = Duration::from_secs(1);
+/// Log lines sent per event at most; a burst is spread over several.
+const LOG_BATCH: u32 = 500;
+
+static STREAMS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(MAX_STREAMS)));
+
+fn permit() -> Option<OwnedSemaphorePermit> {
+    STREAMS.clone().try_acquire_owned().ok()
+}
+
+fn too_many_streams() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too many live pages are open on this server",
+    )
+        .into_response()
+}
+
+/// Where a job's stream stands: the last event, log line and step it has sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct JobCursor {
+    event: i64,
+    log: i64,
+    step: u64,
+}
+
+impl JobCursor {
+    fn encode(self) -> String {
+        format!("{}.{}.{}", self.event, self.log, self.step)
+    }
+
+    fn decode(raw: &str) -> Option<Self> {
+        let mut parts = raw.split('.');
+        let cursor = JobCursor {
+            event: parts.next()?.parse().ok()?,
+            log: parts.next()?.parse().ok()?,
+            step: parts.next()?.parse().ok()?,
+        };
+        parts.next().is_none().then_some(cursor)
+    }
+}
+
+struct JobStream {
+    state: AppState,
+    scope: Scope,
+    job: JobId,
+    cursor: JobCursor,
+    /// Events waiting to be sent, from the last read.
+    pending: std::collections::VecDeque<Event>,
+    first: bool,
+    /// The last read found the job final.
+    final_seen: bool,
+    ended: bool,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// `GET /jobs/{id}/live?event=…&log=…&step=…`: the job page's stream. The query says what the
+/// page already shows; `Last-Event-ID` (a reconnect) takes precedence.
+pub async fn job(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let view = match api::get(
+        State(state.clone()),
+        session.principal.clone(),
+        PathParam(id),
+    )
+    .await
+    {
+        Ok(axum::Json(envelope)) => envelope.job,
+        Err(err) => return error_page(err),
+    };
+    let Some(permit) = permit() else {
+        return too_many_streams();
+    };
+    let from_query = || {
+        let pairs: Vec<(String, String)> =
+            serde_urlencoded::from_str(query.as_deref().unwrap_or("")).unwrap_or_default();
+        let get = |key: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == key)
+                .and_then(|(_, v)| v.parse().ok())
+        };
+        JobCursor {
+            event: get("event").unwrap_or(0),
+            log: get("log").unwrap_or(0),
+            step: get("step").map_or(0, |s: i64| u64::try_from(s).unwrap_or(0)),
+        }
+    };
+    let cursor = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(JobCursor::decode)
+        .unwrap_or_else(from_query);
+    let stream = JobStream {
+        state,
+        scope: session.principal.scope(),
+        job: JobId(view.id),
+        cursor,
+        pending: Default::default(),
+        first: true,
+        final_seen: false,
+        ended: false,
+        _permit: permit,
+    };
+    Sse::new(job_events(stream))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+fn job_events(stream: JobStream) -> impl Stream<Item = Result<Event, Infallible>> {
+    stream::unfold(stream, |mut s| async move {
+        loop {
+            if let Some(event) = s.pending.pop_front() {
+                return Some((Ok(event), s));
+            }
+            if s.ended || *s.state.stopping.borrow() {
+                return None;
+            }
+            if !s.first {
+                let mut stopping = s.state.stopping.clone();
+                tokio::select! {
+                    () = tokio::time::sleep(POLL) => {}
+                    _ = stopping.changed() => return None,
+                }
+            }
+            s.first = false;
+            if let Err(err) = s.read().await {
+                tracing::debug!(error = %err, job.id = %s.job, "live job stream ends");
+                return None;
+            }
+        }
+    })
+}
+
+impl JobStream {
+    /// Reads what changed since the cursor and queues the events that tell the page.
+    async fn read(&mut self) -> Result<(), drover_api::store::StoreError> {
+        let store = &self.state.store;
+        let job = store.get_job(self.scope, self.job).await?;
+        let events = store
+            .list_job_events(self.scope, self.job, None, 1000)
+            .await?;
+        let last_event = events.last().map_or(0, |e| e.id);
+        let mut next = self.cursor;
+        if last_event != self.cursor.event {
+            next.event = last_event;
+            let view = drover_api::views::JobView::from(job.clone());
+            if let Ok(html) = summary(&view).render() {
+                self.pending
+                    .push_back(Event::default().event("summary").data(html));
+            }
+            let table = EventsTable {
+                events: event_rows(&events),
+            };
+            if let Ok(html) = table.render() {
+                self.pending
+                    .push_back(Event::default().event("events").data(html));
+            }
+        }
+        let logs = store
+            .list_logs(self.scope, self.job, Some(self.cursor.log), LOG_BATCH)
+            .await?;
+        if let Some(last) = logs.last() {
+            next.log = last.id;
+            let lines: Vec<String> = logs.iter().map(log_text).collect();
+            self.pending.push_back(
+                Event::default()
+                    .event("log")
+                    .data(serde_json::to_string(&lines).unwrap_or_default()),
+            );
+        }
+        let was_final = std::mem::replace(&mut self.final_seen, job.state.is_final());
+        let step = store
+            .last_steps(&[self.job])
+            .await?
+            .first()
+            .map_or(0, |(_, step)| *step);
+        if step != self.cursor.step {
+            next.step = step;
+            // The first points: the page learns which metrics there are to draw.
+            let names = if self.cursor.step == 0 {
+                store.metric_names(self.scope, self.job).await?
+            } else {
+                Vec::new()
+            };
+            let data = serde_json::json!({"step": step, "names": names});
+            self.pending
+                .push_back(Event::default().event("metrics").data(data.to_string()));
+        }
+        // A finished job's stream ends once everything it wrote has been sent: one more read after
+        // the one that saw it final, for lines that arrive just after its last task's exit.
+        if job.state.is_final() && logs.is_empty() && was_final {
+            self.ended = true;
+            self.pending
+                .push_back(Event::default().event("end").data(job.state.as_str()));
+        }
+        if next != self.cursor || self.ended {
+            self.cursor = next;
+            if let Some(last) = self.pending.back_mut() {
+                *last = std::mem::take(last).id(next.encode());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `GET /jobs/live?…filters`: the jobs table's stream; redraws the rows when they change.
+pub async fn jobs(
+    State(state): State<AppState>,
+    session: Session,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let Some(permit) = permit() else {
+        return too_many_streams();
+    };
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query.as_deref().unwrap_or("")).unwrap_or_default();
+    let pairs: Vec<(String, String)> = pairs
+        .into_iter()
+        .filter(|(k, v)| {
+            ["state", "tenant", "label", "name", "cursor", "limit"].contains(&k.as_str())
+                && !v.is_empty()
+        })
+        .collect();
+    let start = (state, session, pairs, String::new(), true, permit);
+    let events = stream::unfold(
+        start,
+        |(state, session, pairs, last, first, permit)| async move {
+            loop {
+                if !first || !last.is_empty() {
+                    let mut stopping = state.stopping.clone();
+                    tokio::select! {
+                        () = tokio::time::sleep(POLL * 2) => {}
+                        _ = stopping.changed() => return None,
+                    }
+                }
+                if *state.stopping.borrow() {
+                    return None;
+                }
+                let listed = api::list(
+                    State(state.clone()),
+                    session.principal.clone(),
+                    QueryPairs(pairs.clone()),
+                )
+                .await
+                .ok()?;
+                let rows = crate::jobs::rows(&state, listed.0.jobs).await.ok()?;
+                let html = crate::jobs::RowsFragment { rows }.render().ok()?;
+                if html != last {
+                    let event = Event::default().event("rows").data(html.clone());
+                    return Some((
+                        Ok::<_, Infallible>(event),
+                        (state, session, pairs, html, false, permit),
+                    ));
+                }
+            }
+        },
+    );
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_survives_the_round_trip_and_garbage_is_refused() {
+        let cursor = JobCursor {
+            event: 12,
+            log: 3400,
+            step: 99,
+        };
+        assert_eq!(JobCursor::decode(&cursor.encode()), Some(cursor));
+        for bad in ["", "1.2", "1.2.3.4", "a.b.c", "1.2.-3"] {
+            assert_eq!(JobCursor::decode(bad), None, "{bad}");
+        }
+    }
+}

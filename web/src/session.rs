@@ -1,0 +1,158 @@
+//! Signing in and out. The API token a user signs in with is used once, to find the user; the
+//! browser gets a session token of its own (an API token named `dashboard session` that expires in
+//! [`SESSION_HOURS`]), in an HttpOnly, SameSite=Strict cookie. Signing out revokes it, so a copied
+//! cookie dies with the session; it also shows in the user's token list, where it can be revoked.
+
+use crate::{Session, cross_site, render, see_other};
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+use drover_api::auth::{self, Principal};
+use drover_api::state::AppState;
+use drover_api::store::NewToken;
+use serde::Deserialize;
+
+pub const SESSION_HOURS: i64 = 12;
+
+#[derive(askama::Template)]
+#[template(path = "login.html")]
+struct LoginPage {
+    next: String,
+    error: Option<String>,
+    notice: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LoginQuery {
+    next: Option<String>,
+    notice: Option<String>,
+}
+
+/// Only a path on this site: never another host (`//evil.example`, `https://…`).
+fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => {
+            path.to_owned()
+        }
+        _ => "/".to_owned(),
+    }
+}
+
+/// The login page, to come back to `back` afterwards.
+pub fn to_login(back: &str, notice: Option<&str>) -> Response {
+    let mut query = vec![("next", back)];
+    if let Some(notice) = notice {
+        query.push(("notice", notice));
+    }
+    let query = serde_urlencoded::to_string(query).unwrap_or_default();
+    see_other(&format!("/login?{query}"))
+}
+
+pub async fn login_page(Query(query): Query<LoginQuery>) -> Response {
+    render(&LoginPage {
+        next: safe_next(query.next.as_deref()),
+        error: None,
+        notice: query.notice.filter(|n| n.len() < 200),
+    })
+}
+
+#[derive(Debug, Deserialize)]
+struct LoginForm {
+    token: String,
+    next: Option<String>,
+}
+
+pub async fn login(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    if cross_site(&headers) {
+        return (StatusCode::FORBIDDEN, "cross-site sign-in refused").into_response();
+    }
+    let form: LoginForm = match serde_urlencoded::from_bytes(&body) {
+        Ok(form) => form,
+        Err(_) => return refused("/", "the form was malformed; paste your API token"),
+    };
+    let next = safe_next(form.next.as_deref());
+    let token = form.token.trim();
+    if token.is_empty() {
+        return refused(&next, "paste an API token (it starts with drv_)");
+    }
+    let principal = match Principal::from_token(&state, token).await {
+        Ok(principal) => principal,
+        Err(err) if err.status == StatusCode::UNAUTHORIZED => {
+            return refused(&next, &format!("sign-in refused: {}", err.message));
+        }
+        Err(err) => return crate::error_page(err),
+    };
+    let session = auth::generate_token();
+    let new = NewToken {
+        user_id: principal.user.id,
+        name: "dashboard session".to_owned(),
+        token_hash: auth::hash_token(&session),
+        prefix: auth::display_prefix(&session),
+        expires_at: Some(Utc::now() + chrono::Duration::hours(SESSION_HOURS)),
+    };
+    if let Err(err) = state.store.create_token(&new).await {
+        return crate::error_page(err.into());
+    }
+    tracing::info!(user.id = %principal.user.id, "dashboard session started");
+    let mut response = see_other(&next);
+    set_cookie(&mut response, &headers, &session, SESSION_HOURS * 3600);
+    response
+}
+
+fn refused(next: &str, error: &str) -> Response {
+    let page = LoginPage {
+        next: next.to_owned(),
+        error: Some(error.to_owned()),
+        notice: None,
+    };
+    (StatusCode::UNAUTHORIZED, render(&page)).into_response()
+}
+
+/// The session cookie: Secure when the request came over HTTPS (directly or through a proxy).
+fn set_cookie(response: &mut Response, headers: &HeaderMap, value: &str, max_age: i64) {
+    let secure = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|proto| proto.eq_ignore_ascii_case("https"));
+    let cookie = format!(
+        "{}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{}",
+        auth::SESSION_COOKIE,
+        if secure { "; Secure" } else { "" }
+    );
+    if let Ok(cookie) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct LogoutForm {
+    #[serde(rename = "_csrf")]
+    csrf: String,
+}
+
+pub async fn logout(
+    State(state): State<AppState>,
+    session: Session,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let valid = serde_urlencoded::from_bytes::<LogoutForm>(&body)
+        .ok()
+        .zip(auth::session_cookie(&headers))
+        .is_some_and(|(form, cookie)| auth::csrf_matches(cookie, &form.csrf));
+    if !valid || cross_site(&headers) {
+        return (
+            StatusCode::FORBIDDEN,
+            "sign-out needs the page's CSRF token",
+        )
+            .into_response();
+    }
+    if let Err(err) = state.store.revoke_token(session.principal.token_id).await {
+        return crate::error_page(err.into());
+    }
+    let mut response = to_login("/", Some("signed out"));
+    set_cookie(&mut response, &headers, "", 0);
+    response
+}

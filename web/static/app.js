@@ -1,0 +1,270 @@
+// Drover's dashboard script: local times, live updates over one server-sent-event stream per page,
+// and buttons that call the REST API with the session cookie and its CSRF token. Pages work without
+// it (they are server-rendered); it only adds what a browser cannot do from markup alone.
+"use strict";
+
+const csrf = () => document.body.dataset.csrf || "";
+
+// ---- Times: in the browser's zone, with how long ago.
+function relative(date) {
+  const seconds = Math.round((Date.now() - date.getTime()) / 1000);
+  const abs = Math.abs(seconds);
+  const [n, unit] = abs < 60 ? [abs, "s"] : abs < 3600 ? [Math.round(abs / 60), "min"]
+    : abs < 86400 ? [Math.round(abs / 3600), "h"] : [Math.round(abs / 86400), "d"];
+  return seconds >= 0 ? `${n} ${unit} ago` : `in ${n} ${unit}`;
+}
+
+function localTimes(root) {
+  for (const el of (root || document).querySelectorAll("time[datetime]")) {
+    const date = new Date(el.getAttribute("datetime"));
+    if (isNaN(date)) continue;
+    el.textContent = `${date.toLocaleString()} (${relative(date)})`;
+    el.title = el.getAttribute("datetime");
+  }
+}
+
+// ---- The REST API, with the session cookie; errors carry the API's own text.
+async function api(method, path, body) {
+  const headers = { "X-CSRF-Token": csrf() };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, {
+    method, headers, credentials: "same-origin",
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch (_) { /* not JSON */ }
+  if (!response.ok) {
+    const error = json && json.error;
+    const field = error && error.field ? `${error.field}: ` : "";
+    throw new Error(error ? `${field}${error.message}` : `${response.status} ${text}`);
+  }
+  return json;
+}
+
+function showError(message) {
+  const el = document.getElementById("action-error");
+  if (el) el.textContent = message;
+  else alert(message);
+}
+
+// Runs `action` after the user confirms what the button's data-confirm says.
+async function confirmed(button, action) {
+  const question = button.dataset.confirm;
+  if (question && !window.confirm(question)) return;
+  button.disabled = true;
+  try {
+    showError("");
+    await action();
+  } catch (err) {
+    showError(err.message);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// ---- Login: a link carrying `#token=…` (from `drover dev`) signs in without showing the token.
+function login() {
+  const form = document.getElementById("login-form");
+  if (!form) return;
+  const match = location.hash.match(/^#token=(.+)$/);
+  if (match) {
+    history.replaceState(null, "", location.pathname + location.search);
+    form.elements.token.value = decodeURIComponent(match[1]);
+    form.submit();
+  }
+}
+
+// ---- Tables whose headers sort the rows.
+function sortable() {
+  for (const table of document.querySelectorAll("table.sortable")) {
+    table.querySelectorAll("th button.sort").forEach((button) => {
+      button.addEventListener("click", () => {
+        const th = button.closest("th");
+        const column = [...th.parentNode.children].indexOf(th);
+        const ascending = th.getAttribute("aria-sort") !== "ascending";
+        table.querySelectorAll("th").forEach((h) => h.removeAttribute("aria-sort"));
+        th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+        const body = table.tBodies[0];
+        const key = (row) => {
+          const cell = row.children[column];
+          return cell ? (cell.dataset.sort ?? cell.textContent.trim()) : "";
+        };
+        const rows = [...body.rows];
+        rows.sort((a, b) => {
+          const [x, y] = [key(a), key(b)];
+          const numeric = x !== "" && y !== "" && !isNaN(x) && !isNaN(y);
+          const order = numeric ? Number(x) - Number(y) : x.localeCompare(y);
+          return ascending ? order : -order;
+        });
+        rows.forEach((row) => body.appendChild(row));
+      });
+    });
+  }
+}
+
+// ---- The jobs table follows its stream.
+function jobsList() {
+  const body = document.getElementById("jobs-rows");
+  if (!body || !window.EventSource) return;
+  const source = new EventSource(body.dataset.live + location.search);
+  source.addEventListener("rows", (event) => {
+    body.innerHTML = event.data;
+    localTimes(body);
+  });
+}
+
+// ---- A job's page: live state, timeline, logs and chart; its buttons.
+function jobPage() {
+  const root = document.getElementById("job");
+  if (!root) return;
+  const id = root.dataset.job;
+  const chart = document.getElementById("chart");
+  const controls = document.getElementById("chart-controls");
+  let chartTimer = null;
+  const redrawChart = async () => {
+    const data = new FormData(controls);
+    const query = new URLSearchParams({
+      metrics: data.getAll("metric").join(","),
+      log: data.get("log") ? "true" : "false",
+      smooth: data.get("smooth") || "0",
+    });
+    const response = await fetch(`/jobs/${id}/chart?${query}`, { credentials: "same-origin" });
+    if (response.ok) chart.innerHTML = await response.text();
+  };
+  const scheduleChart = () => {
+    if (chartTimer) return;
+    chartTimer = setTimeout(() => { chartTimer = null; redrawChart(); }, 1000);
+  };
+  controls.addEventListener("change", redrawChart);
+  controls.addEventListener("input", scheduleChart);
+
+  const logs = document.getElementById("logs");
+  const follow = document.getElementById("follow");
+  if (follow.checked) logs.scrollTop = logs.scrollHeight;
+  if (window.EventSource) {
+    const source = new EventSource(root.dataset.live);
+    source.addEventListener("summary", (event) => {
+      const summary = document.getElementById("job-summary");
+      summary.innerHTML = event.data;
+      localTimes(summary);
+    });
+    source.addEventListener("events", (event) => {
+      const events = document.getElementById("job-events");
+      events.innerHTML = event.data;
+      localTimes(events);
+    });
+    source.addEventListener("log", (event) => {
+      const lines = JSON.parse(event.data);
+      logs.append(document.createTextNode(lines.join("\n") + "\n"));
+      // Keep the page light: the last 5,000 lines.
+      const text = logs.textContent;
+      const all = text.split("\n");
+      if (all.length > 5000) logs.textContent = all.slice(-5000).join("\n");
+      if (follow.checked) logs.scrollTop = logs.scrollHeight;
+    });
+    source.addEventListener("metrics", (event) => {
+      // The first points bring the metrics' names: checkboxes for them, loss and accuracy ticked.
+      const { names } = JSON.parse(event.data);
+      const fieldset = controls.querySelector("fieldset");
+      if (names.length && !controls.querySelector("input[name=metric]")) {
+        fieldset.querySelectorAll(".muted").forEach((el) => el.remove());
+        for (const name of names) {
+          const label = document.createElement("label");
+          const box = document.createElement("input");
+          Object.assign(box, { type: "checkbox", name: "metric", value: name });
+          box.checked = name === "loss" || name === "accuracy";
+          label.append(box, ` ${name}`);
+          fieldset.append(label);
+        }
+      }
+      scheduleChart();
+    });
+    source.addEventListener("end", () => source.close());
+  }
+
+  const paths = {
+    cancel: `/api/v1/jobs/${id}/cancel`,
+    pause: `/api/v1/jobs/${id}/pause`,
+    resume: `/api/v1/jobs/${id}/resume`,
+    checkpoint: `/api/v1/jobs/${id}/checkpoint`,
+  };
+  document.querySelectorAll("button[data-action]").forEach((button) => {
+    button.addEventListener("click", () => confirmed(button, async () => {
+      await api("POST", paths[button.dataset.action], {});
+      location.reload();
+    }));
+  });
+  const resize = document.getElementById("resize-form");
+  if (resize) {
+    resize.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const button = resize.querySelector("button[type=submit]");
+      const value = (name) => resize.elements[name].value;
+      const body = { workers: { min: Number(value("workers_min")), max: Number(value("workers_max")) } };
+      if (value("ps_min") !== "" || value("ps_max") !== "") {
+        body.ps = { min: Number(value("ps_min") || 0), max: Number(value("ps_max") || value("ps_min") || 0) };
+      }
+      confirmed(button, async () => {
+        await api("POST", `/api/v1/jobs/${id}/resize`, body);
+        location.reload();
+      });
+    });
+  }
+}
+
+// ---- Nodes (administrators): cordon, uncordon, drain.
+function nodes() {
+  document.querySelectorAll("button[data-node-action]").forEach((button) => {
+    button.addEventListener("click", () => confirmed(button, async () => {
+      const node = encodeURIComponent(button.dataset.node);
+      await api("POST", `/api/v1/nodes/${node}/${button.dataset.nodeAction}`, {});
+      location.reload();
+    }));
+  });
+}
+
+// ---- Tokens: create (the secret shown once) and revoke.
+function tokens() {
+  const form = document.getElementById("token-form");
+  if (!form) return;
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const button = form.querySelector("button");
+    confirmed(button, async () => {
+      const body = { name: form.elements.name.value };
+      if (form.elements.days.value) body.expires_in = `${form.elements.days.value}d`;
+      const created = await api("POST", "/api/v1/tokens", body);
+      document.getElementById("new-token-secret").textContent = created.secret;
+      document.getElementById("new-token").hidden = false;
+      form.reset();
+    });
+  });
+  document.querySelectorAll("button[data-revoke]").forEach((button) => {
+    button.addEventListener("click", () => confirmed(button, async () => {
+      await api("DELETE", `/api/v1/tokens/${button.dataset.revoke}`);
+      location.reload();
+    }));
+  });
+}
+
+// ---- Submit: a file loads into the editor.
+function submitPage() {
+  const file = document.getElementById("document-file");
+  if (!file) return;
+  file.addEventListener("change", async () => {
+    if (file.files.length) document.getElementById("document").value = await file.files[0].text();
+  });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  localTimes();
+  setInterval(() => localTimes(), 30000);
+  login();
+  sortable();
+  jobsList();
+  jobPage();
+  nodes();
+  tokens();
+  submitPage();
+});
