@@ -17,13 +17,17 @@ async fn a_paused_job_gives_its_gpu_back_and_resumes_from_its_checkpoint() {
     assert_eq!(paused["job"]["state"], "paused");
     // Its task checkpoints on SIGTERM and exits; no GPU stays held for it.
     cluster
-        .wait_until("the paused job's task to exit", Duration::from_secs(60), async |c| {
-            let tasks = c.tasks(&id).await;
-            tasks
-                .iter()
-                .all(|t| t["state"] == "exited" && t["exit_code"] == 0)
-                .then_some(())
-        })
+        .wait_until(
+            "the paused job's task to exit",
+            Duration::from_secs(60),
+            async |c| {
+                let tasks = c.tasks(&id).await;
+                tasks
+                    .iter()
+                    .all(|t| t["state"] == "exited" && t["exit_code"] == 0)
+                    .then_some(())
+            },
+        )
         .await;
     let nodes = cluster.get("/api/v1/nodes").await;
     for node in nodes["nodes"].as_array().unwrap() {

@@ -143,6 +143,10 @@ impl JobPlan {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
     pub jobs: BTreeMap<JobId, JobPlan>,
+    /// The order the policy served the jobs in, first served first; empty for policies that serve
+    /// them in submission order (FIFO) or in no single order (DRF's progressive filling).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub order: Vec<JobId>,
 }
 
 /// A change a plan makes to what runs, with the policy's reason.

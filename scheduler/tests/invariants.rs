@@ -40,6 +40,7 @@ fn violations_are_caught() {
     let snap = snapshot(1, 2, vec![job(0, 1, 0.0), job(1, 1, 0.0)]);
     let plan = |a: JobPlan, b: JobPlan| Plan {
         jobs: [(id(0), a), (id(1), b)].into(),
+        ..Plan::default()
     };
     let ok = plan(
         run(vec![worker(0, 0, false), ps(0, 1)]),
@@ -86,6 +87,7 @@ fn violations_are_caught() {
     );
     let missing = Plan {
         jobs: [(id(0), run(vec![worker(0, 0, false), ps(0, 1)]))].into(),
+        ..Plan::default()
     };
     assert!(invariants::check(&snap, &missing).is_err());
     let bad_gpu = plan(

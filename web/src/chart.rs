@@ -49,6 +49,8 @@ pub struct Chart<'a> {
     pub x: XAxis,
     pub y_label: &'a str,
     pub log_y: bool,
+    /// The x axis spans this, whatever the points (a time window); the points' extent otherwise.
+    pub x_range: Option<(f64, f64)>,
     pub series: Vec<Series>,
 }
 
@@ -188,7 +190,11 @@ impl Chart<'_> {
             r#"<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{}" xmlns="http://www.w3.org/2000/svg">"#,
             escape(self.label)
         );
-        if !x_lo.is_finite() {
+        if let Some((lo, hi)) = self.x_range {
+            x_lo = lo;
+            x_hi = hi;
+        }
+        if !y_lo.is_finite() {
             let _ = write!(
                 out,
                 r#"<text x="{}" y="{}" text-anchor="middle" class="muted">no points yet</text></svg>"#,
@@ -200,13 +206,16 @@ impl Chart<'_> {
         if x_hi <= x_lo {
             x_hi = x_lo + 1.0;
         }
+        // Counts and rates start at zero when nothing is negative.
+        if !self.log_y && y_lo >= 0.0 && y_lo <= y_hi * 0.5 {
+            y_lo = 0.0;
+        }
         if y_hi <= y_lo {
             let pad = if y_lo == 0.0 { 1.0 } else { y_lo.abs() * 0.05 };
-            y_lo -= pad;
             y_hi += pad;
-        }
-        if !self.log_y && y_lo > 0.0 && y_lo < (y_hi - y_lo) * 0.5 {
-            y_lo = 0.0;
+            if y_lo != 0.0 {
+                y_lo -= pad;
+            }
         }
         let plot_w = WIDTH - LEFT - RIGHT;
         let plot_h = HEIGHT - TOP - BOTTOM;
@@ -342,6 +351,7 @@ mod tests {
             x: XAxis::Steps,
             y_label: "value",
             log_y: true,
+            x_range: None,
             series: vec![
                 Series {
                     name: "loss".into(),

@@ -474,6 +474,7 @@ async fn chart_svg(
         x: XAxis::Steps,
         y_label: "value",
         log_y,
+        x_range: None,
         series,
     }
     .svg())

@@ -69,18 +69,30 @@ async fn overview(state: &AppState, session: &Session) -> Result<OverviewPage, A
     let goodput =
         (allocated > 0).then(|| format!("{:.0}%", 100.0 * useful as f64 / allocated as f64));
     let seconds_ago = |at: chrono::DateTime<Utc>| (at - now).num_milliseconds() as f64 / 1000.0;
-    let series = |name: &str, pick: fn(&drover_api::store::GpuUsage) -> u32| Series {
-        name: name.to_owned(),
-        points: samples
-            .iter()
-            .map(|s| (seconds_ago(s.at), f64::from(pick(s))))
-            .collect(),
+    // Each sample holds until the next; the last one until now.
+    let series = |name: &str, pick: fn(&drover_api::store::GpuUsage) -> u32| {
+        let mut points: Vec<(f64, f64)> = Vec::with_capacity(2 * samples.len() + 1);
+        for s in &samples {
+            let value = f64::from(pick(s));
+            if let Some(&(_, previous)) = points.last() {
+                points.push((seconds_ago(s.at), previous));
+            }
+            points.push((seconds_ago(s.at), value));
+        }
+        if let Some(&(_, last)) = points.last() {
+            points.push((0.0, last));
+        }
+        Series {
+            name: name.to_owned(),
+            points,
+        }
     };
     let chart = Chart {
         label: "GPUs in use and in total over the last day",
         x: XAxis::HoursAgo,
         y_label: "GPUs",
         log_y: false,
+        x_range: Some((-86_400.0, 0.0)),
         series: vec![
             series("total", |s| s.total),
             series("allocated", |s| s.allocated),

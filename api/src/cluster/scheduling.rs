@@ -159,10 +159,23 @@ impl SchedulingLoop {
         started: tokio::time::Instant,
     ) {
         let store = &self.runtime.store;
-        let waiting = built
+        // The policy's order where it has one, else submission order (the snapshot's).
+        let by_id: HashMap<JobId, &drover_scheduler::JobView> = built
             .snapshot
             .jobs
             .iter()
+            .map(|view| (view.id, view))
+            .collect();
+        let order: Vec<&drover_scheduler::JobView> = if plan.order.is_empty() {
+            built.snapshot.jobs.iter().collect()
+        } else {
+            plan.order
+                .iter()
+                .filter_map(|id| by_id.get(id).copied())
+                .collect()
+        };
+        let waiting = order
+            .into_iter()
             .filter_map(|view| match plan.jobs.get(&view.id) {
                 Some(JobPlan::Wait { reason }) => built
                     .jobs

@@ -34,6 +34,17 @@ const MATRIX: &[(&str, &str, [u16; 6])] = &[
     ),
     (
         "post",
+        "/api/v1/jobs/{id}/pause",
+        [401, 403, 200, 200, 404, 200],
+    ),
+    // The job is queued, not paused: 409 once the caller may resume at all.
+    (
+        "post",
+        "/api/v1/jobs/{id}/resume",
+        [401, 403, 409, 409, 404, 409],
+    ),
+    (
+        "post",
         "/api/v1/jobs/{id}/resize",
         [401, 403, 200, 200, 404, 200],
     ),

@@ -44,7 +44,10 @@ pub fn ordered_round(
         }
     }
     let mut free = FreeResources::with_running(snapshot, |i, _| chosen[i]);
-    let mut plan = Plan::default();
+    let mut plan = Plan {
+        order: order.iter().map(|&i| snapshot.jobs[i].id).collect(),
+        ..Plan::default()
+    };
     // Chosen running jobs keep their placement.
     for &i in order {
         let job = &snapshot.jobs[i];

@@ -261,7 +261,10 @@ pub fn place_targets(
         targets[i].is_some() && job.placement.as_ref().map(|p| p.shape()) == targets[i]
     };
     let mut free = FreeResources::with_running(snapshot, keeps);
-    let mut plan = Plan::default();
+    let mut plan = Plan {
+        order: order.iter().map(|&i| snapshot.jobs[i].id).collect(),
+        ..Plan::default()
+    };
     let total = snapshot.total_gpus();
     for &i in order {
         let job = &snapshot.jobs[i];

@@ -1,0 +1,328 @@
+//! The dashboard driven in-process (the whole HTTP application with `oneshot`) on a real SQLite
+//! store: sign-in and its session cookie, CSRF, the open-redirect guard, tenant scoping of every
+//! page, roles hiding buttons, the submit form's field errors, and sign-out. The real browser test
+//! is `e2e/dashboard.rs`.
+
+#![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use drover_api::auth;
+use drover_api::state::AppState;
+use drover_api::store::{NewTenant, NewToken, NewUser, Quota};
+use drover_api::testing::TestDb;
+use drover_core::Role;
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+
+struct Site {
+    _db: TestDb,
+    app: Router,
+}
+
+struct Answer {
+    status: StatusCode,
+    location: String,
+    cookie: String,
+    body: String,
+}
+
+impl Site {
+    async fn new() -> (Site, [String; 3]) {
+        let db = TestDb::sqlite().await;
+        let store = db.store.clone();
+        let mut tokens = Vec::new();
+        for (tenant, user, role) in [
+            ("alpha", "ada", Role::Member),
+            ("alpha", "vic", Role::Viewer),
+            ("beta", "bob", Role::Member),
+        ] {
+            let tenant = match store.get_tenant_by_name(tenant).await {
+                Ok(t) => t,
+                Err(_) => store
+                    .create_tenant(&NewTenant {
+                        name: tenant.into(),
+                        quota: Quota::default(),
+                    })
+                    .await
+                    .unwrap(),
+            };
+            let user = store
+                .create_user(&NewUser {
+                    tenant_id: tenant.id,
+                    name: user.into(),
+                    role,
+                    cluster_admin: false,
+                })
+                .await
+                .unwrap();
+            let token = auth::generate_token();
+            store
+                .create_token(&NewToken {
+                    user_id: user.id,
+                    name: "test".into(),
+                    token_hash: auth::hash_token(&token),
+                    prefix: auth::display_prefix(&token),
+                    expires_at: None,
+                })
+                .await
+                .unwrap();
+            tokens.push(token);
+        }
+        let state = AppState::new(store, 1 << 20);
+        let app = drover_api::routes::app_with(state, drover_web::router());
+        (Site { _db: db, app }, tokens.try_into().unwrap())
+    }
+
+    async fn send(&self, request: Request<Body>) -> Answer {
+        let response = self.app.clone().oneshot(request).await.unwrap();
+        let header = |name| {
+            response
+                .headers()
+                .get(name)
+                .map(|v: &axum::http::HeaderValue| v.to_str().unwrap().to_owned())
+                .unwrap_or_default()
+        };
+        let (location, cookie) = (header(header::LOCATION), header(header::SET_COOKIE));
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        Answer {
+            status,
+            location,
+            cookie,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+
+    async fn get(&self, path: &str, session: &str) -> Answer {
+        let request = Request::get(path)
+            .header(
+                header::COOKIE,
+                format!("{}={session}", auth::SESSION_COOKIE),
+            )
+            .body(Body::empty())
+            .unwrap();
+        self.send(request).await
+    }
+
+    async fn form(&self, path: &str, session: Option<&str>, form: &[(&str, &str)]) -> Answer {
+        let mut request = Request::post(path)
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::HOST, "drover.test");
+        if let Some(session) = session {
+            request = request.header(
+                header::COOKIE,
+                format!("{}={session}", auth::SESSION_COOKIE),
+            );
+        }
+        let body = serde_urlencoded::to_string(form).unwrap();
+        self.send(request.body(Body::from(body)).unwrap()).await
+    }
+
+    /// Signs in with `token`; the session token from the cookie.
+    async fn sign_in(&self, token: &str) -> String {
+        let answer = self
+            .form("/login", None, &[("token", token), ("next", "/jobs")])
+            .await;
+        assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
+        assert_eq!(answer.location, "/jobs");
+        assert!(answer.cookie.contains("HttpOnly"), "{}", answer.cookie);
+        assert!(
+            answer.cookie.contains("SameSite=Strict"),
+            "{}",
+            answer.cookie
+        );
+        let session = answer
+            .cookie
+            .split(';')
+            .next()
+            .unwrap()
+            .split_once('=')
+            .unwrap()
+            .1
+            .to_owned();
+        assert_ne!(
+            session, token,
+            "the browser gets a session token of its own"
+        );
+        session
+    }
+
+    async fn submit(&self, session: &str, document: &str) -> Answer {
+        let csrf = auth::csrf_token(session);
+        self.form(
+            "/submit",
+            Some(session),
+            &[("_csrf", &csrf), ("document", document)],
+        )
+        .await
+    }
+}
+
+const JOB: &str = "apiVersion: drover.dev/v1
+kind: DroverJob
+metadata: {name: NAME}
+spec:
+  type: command
+  command: {argv: [sleep, '60']}
+  resources:
+    workers: {min: 1, max: 1}
+    ps: {min: 0, max: 0}
+    gpus_per_worker: 1
+";
+
+#[tokio::test]
+async fn signing_in_and_out_and_what_a_session_may_do() {
+    let (site, [ada, _, _]) = Site::new().await;
+    let answer = site.get("/jobs?state=queued", "").await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER);
+    assert_eq!(answer.location, "/login?next=%2Fjobs%3Fstate%3Dqueued");
+
+    let refused = site.form("/login", None, &[("token", "drv_wrong")]).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    assert!(refused.body.contains("sign-in refused: invalid token"));
+    // Never a redirect off the site after signing in.
+    for next in [
+        "//evil.example/x",
+        "https://evil.example",
+        "/\\evil.example",
+    ] {
+        let answer = site
+            .form("/login", None, &[("token", &ada), ("next", next)])
+            .await;
+        assert_eq!(answer.location, "/", "{next}");
+    }
+    // A sign-in posted from another site is refused.
+    let request = Request::post("/login")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::HOST, "drover.test")
+        .header(header::ORIGIN, "https://evil.example")
+        .body(Body::from(format!("token={ada}")))
+        .unwrap();
+    assert_eq!(site.send(request).await.status, StatusCode::FORBIDDEN);
+
+    let session = site.sign_in(&ada).await;
+    for page in ["/", "/jobs", "/queue", "/nodes", "/tenants", "/submit"] {
+        let answer = site.get(page, &session).await;
+        assert_eq!(answer.status, StatusCode::OK, "{page}");
+        assert!(answer.body.contains("ada · alpha · member"), "{page}");
+    }
+
+    // The cookie reaches the REST API too, but changes nothing without the page's CSRF token.
+    let created = site.submit(&session, &JOB.replace("NAME", "mine")).await;
+    assert_eq!(created.status, StatusCode::SEE_OTHER, "{}", created.body);
+    let job = created.location.trim_start_matches("/jobs/").to_owned();
+    let cancel = |csrf: Option<String>| {
+        let mut request = Request::post(format!("/api/v1/jobs/{job}/cancel")).header(
+            header::COOKIE,
+            format!("{}={session}", auth::SESSION_COOKIE),
+        );
+        if let Some(csrf) = csrf {
+            request = request.header(auth::CSRF_HEADER, csrf);
+        }
+        request.body(Body::empty()).unwrap()
+    };
+    assert_eq!(site.send(cancel(None)).await.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        site.send(cancel(Some("0".repeat(32)))).await.status,
+        StatusCode::FORBIDDEN
+    );
+    let cancelled = site.send(cancel(Some(auth::csrf_token(&session)))).await;
+    assert_eq!(cancelled.status, StatusCode::OK, "{}", cancelled.body);
+
+    // Signing out revokes the session: the same cookie then leads to the login page.
+    let csrf = auth::csrf_token(&session);
+    let stale = site
+        .form("/logout", Some(&session), &[("_csrf", "nope")])
+        .await;
+    assert_eq!(stale.status, StatusCode::FORBIDDEN);
+    let out = site
+        .form("/logout", Some(&session), &[("_csrf", &csrf)])
+        .await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    assert!(out.cookie.contains("Max-Age=0"));
+    let after = site.get("/jobs", &session).await;
+    assert_eq!(after.status, StatusCode::SEE_OTHER);
+    assert!(after.location.starts_with("/login"), "{}", after.location);
+}
+
+#[tokio::test]
+async fn pages_are_scoped_to_the_tenant_and_buttons_to_the_role() {
+    let (site, [ada, vic, bob]) = Site::new().await;
+    let (ada, vic, bob) = (
+        site.sign_in(&ada).await,
+        site.sign_in(&vic).await,
+        site.sign_in(&bob).await,
+    );
+    let created = site.submit(&bob, &JOB.replace("NAME", "bobs-job")).await;
+    let theirs = created.location.clone();
+    let id = theirs.trim_start_matches("/jobs/");
+    assert_eq!(site.get(&theirs, &bob).await.status, StatusCode::OK);
+    for path in [
+        theirs.clone(),
+        format!("{theirs}/chart?metrics=loss"),
+        format!("{theirs}/live"),
+        format!("/submit?from={id}"),
+        format!("/api/v1/jobs/{id}/logs"),
+    ] {
+        let answer = site.get(&path, &ada).await;
+        assert_eq!(answer.status, StatusCode::NOT_FOUND, "{path}");
+    }
+    assert!(!site.get("/jobs", &ada).await.body.contains("bobs-job"));
+    assert!(!site.get("/queue", &ada).await.body.contains("bobs-job"));
+    assert!(site.get("/queue", &bob).await.body.contains("bobs-job"));
+
+    // A viewer sees alpha's jobs but no button that would change one; a member sees them.
+    let created = site.submit(&ada, &JOB.replace("NAME", "adas-job")).await;
+    let page = site.get(&created.location, &vic).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        !page.body.contains("data-action="),
+        "no buttons for a viewer"
+    );
+    let page = site.get(&created.location, &ada).await;
+    for action in ["cancel", "pause"] {
+        assert!(
+            page.body.contains(&format!("data-action=\"{action}\"")),
+            "{action}"
+        );
+    }
+    let refused = site.submit(&vic, &JOB.replace("NAME", "viewers")).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn the_submit_form_shows_the_field_error_and_keeps_the_text() {
+    let (site, [ada, _, _]) = Site::new().await;
+    let session = site.sign_in(&ada).await;
+    let bad = JOB
+        .replace("NAME", "bad")
+        .replace("min: 1, max: 1", "min: 3, max: 1");
+    let answer = site.submit(&session, &bad).await;
+    assert_eq!(answer.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        answer.body.contains("spec.resources.workers"),
+        "{}",
+        answer.body
+    );
+    assert!(answer.body.contains("min: 3, max: 1"), "the text is kept");
+    let broken = site.submit(&session, "spec: [unclosed").await;
+    assert!(broken.status.is_client_error(), "{}", broken.body);
+    assert!(broken.body.contains("submit-error"));
+    let forged = site
+        .form(
+            "/submit",
+            Some(&session),
+            &[("_csrf", "x"), ("document", JOB)],
+        )
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    // Clone: the spec under a new name, ready to submit.
+    let created = site
+        .submit(&session, &JOB.replace("NAME", "original"))
+        .await;
+    let id = created.location.trim_start_matches("/jobs/");
+    let clone = site.get(&format!("/submit?from={id}"), &session).await;
+    assert!(clone.body.contains("name: original-copy"), "{}", clone.body);
+}
