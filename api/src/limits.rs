@@ -177,16 +177,19 @@ pub async fn limit_requests(
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     let rate = state.request_buckets.rate();
-    let probe = matches!(request.uri().path(), "/healthz" | "/readyz" | "/metrics");
-    if rate.is_unlimited() || probe {
+    let path = request.uri().path();
+    let free = matches!(path, "/healthz" | "/readyz" | "/metrics") || path.starts_with("/static/");
+    if rate.is_unlimited() || free {
         return next.run(request).await;
     }
+    // A bearer token, or a dashboard session (whose pages and buttons count like API calls).
     let token = request
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .map(str::trim)
+        .or_else(|| crate::auth::session_cookie(request.headers()));
     if let Some(token) = token
         && let Err(wait) = state
             .request_buckets

@@ -149,6 +149,22 @@ pub async fn nodes(State(state): State<AppState>, session: Session) -> Response 
         Ok(axum::Json(list)) => list.nodes,
         Err(err) => return error_page(err),
     };
+    // The names of the jobs holding GPUs (the API lists only the caller's tenant's tasks).
+    let active = state
+        .store
+        .list_jobs(
+            session.principal.scope(),
+            &JobFilter {
+                states: vec![JobState::Starting, JobState::Running, JobState::Rescaling],
+                limit: 10_000,
+                ..JobFilter::default()
+            },
+        )
+        .await;
+    let names: HashMap<uuid::Uuid, String> = match active {
+        Ok(jobs) => jobs.into_iter().map(|j| (j.id.0, j.name)).collect(),
+        Err(err) => return error_page(err.into()),
+    };
     let rows = nodes
         .into_iter()
         .map(|node| {
@@ -162,9 +178,10 @@ pub async fn nodes(State(state): State<AppState>, session: Session) -> Response 
                         .iter()
                         .find(|t| t.gpus.contains(&(gpu.index as u16)))
                         .map(|t| {
+                            let job = names.get(&t.job_id).map_or("a job", String::as_str);
                             (
                                 t.job_id.to_string(),
-                                format!("{}-{} (g{})", t.role.as_str(), t.index, t.generation),
+                                format!("{job}: {}-{}", t.role.as_str(), t.index),
                             )
                         });
                     GpuRow {

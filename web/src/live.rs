@@ -170,13 +170,16 @@ impl JobStream {
     async fn read(&mut self) -> Result<(), drover_api::store::StoreError> {
         let store = &self.state.store;
         let job = store.get_job(self.scope, self.job).await?;
-        let events = store
-            .list_job_events(self.scope, self.job, None, 1000)
-            .await?;
-        let last_event = events.last().map_or(0, |e| e.id);
         let mut next = self.cursor;
-        if last_event != self.cursor.event {
-            next.event = last_event;
+        // One indexed probe a second; the whole timeline only when it changed.
+        let newer = store
+            .list_job_events(self.scope, self.job, Some(self.cursor.event), 1)
+            .await?;
+        if !newer.is_empty() {
+            let events = store
+                .list_job_events(self.scope, self.job, None, 1000)
+                .await?;
+            next.event = events.last().map_or(0, |e| e.id);
             let view = drover_api::views::JobView::from(job.clone());
             if let Ok(html) = summary(&view).render() {
                 self.pending
