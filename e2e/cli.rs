@@ -271,12 +271,21 @@ async fn server_on_postgres_through_the_cli() {
         &["resize", &id, "--workers", "1..2", "--ps", "0..1"],
     ));
     assert!(resized.contains("workers 1..2, PS 0..1"), "{resized}");
+    // Pause and resume: the queued job stops waiting, then waits again; resuming it twice is refused.
+    assert!(ok(drover(&url, &admin, &["pause", &id])).contains("job digits-mlp paused"));
+    assert!(ok(drover(&url, &admin, &["resume", &id])).contains("job digits-mlp queued again"));
+    assert!(
+        fails(drover(&url, &admin, &["resume", &id])).contains("only a paused job can be resumed")
+    );
     // Cancel, cancel again, and the events that tell the story.
     assert!(ok(drover(&url, &admin, &["cancel", &id])).contains("job digits-mlp cancelled"));
     assert!(fails(drover(&url, &admin, &["cancel", &id])).contains("cannot become `cancelled`"));
     let events = ok(drover(&url, &admin, &["events", &id]));
     assert!(
-        events.contains("submitted") && events.contains("cancelled_by_user"),
+        events.contains("submitted")
+            && events.contains("paused_by_user")
+            && events.contains("resumed_by_user")
+            && events.contains("cancelled_by_user"),
         "{events}"
     );
 

@@ -199,7 +199,8 @@ try {
 
   // --- Every page: accessible, screenshot, light and dark, desktop and phone width.
   for (const [name, route] of [["overview", "/"], ["jobs", "/jobs"], ["queue", "/queue"], ["nodes", "/nodes"], ["tenants", "/tenants"]]) {
-    await page.goto(URL + route);
+    const response = await page.goto(URL + route);
+    assert.equal(response.status(), 200, `${route} answers`);
     await accessible(page, name);
     await shoot(page, name);
   }

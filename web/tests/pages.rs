@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use drover_api::auth;
 use drover_api::state::AppState;
-use drover_api::store::{NewTenant, NewToken, NewUser, Quota};
+use drover_api::store::{GpuUsage, NewTenant, NewToken, NewUser, Quota, RoundRecord};
 use drover_api::testing::TestDb;
 use drover_core::Role;
 use http_body_util::BodyExt;
@@ -30,8 +30,35 @@ struct Answer {
 
 impl Site {
     async fn new() -> (Site, [String; 3]) {
-        let db = TestDb::sqlite().await;
+        Site::on(TestDb::sqlite().await).await
+    }
+
+    async fn on(db: TestDb) -> (Site, [String; 3]) {
         let store = db.store.clone();
+        // What the leader records, so that the overview, queue and tenants pages read it back.
+        let now = chrono::Utc::now();
+        for minutes in [3, 2, 1] {
+            let usage = GpuUsage {
+                at: now - chrono::Duration::minutes(minutes),
+                total: 8,
+                allocated: 4,
+                running: 3,
+                by_tenant: [("alpha".to_owned(), 4)].into(),
+            };
+            store
+                .record_gpu_usage(&usage, now - chrono::Duration::days(8))
+                .await
+                .unwrap();
+        }
+        store
+            .record_round(&RoundRecord {
+                policy: "drover".into(),
+                finished_at: now,
+                duration_us: 1234,
+                waiting: Vec::new(),
+            })
+            .await
+            .unwrap();
         let mut tokens = Vec::new();
         for (tenant, user, role) in [
             ("alpha", "ada", Role::Member),
@@ -173,8 +200,16 @@ spec:
 ";
 
 #[tokio::test]
-async fn signing_in_and_out_and_what_a_session_may_do() {
-    let (site, [ada, _, _]) = Site::new().await;
+async fn signing_in_and_out_and_what_a_session_may_do_on_sqlite() {
+    signing_in_and_out(Site::on(TestDb::sqlite().await).await).await;
+}
+
+#[tokio::test]
+async fn signing_in_and_out_and_what_a_session_may_do_on_postgres() {
+    signing_in_and_out(Site::on(TestDb::postgres().await).await).await;
+}
+
+async fn signing_in_and_out((site, [ada, _, _]): (Site, [String; 3])) {
     let answer = site.get("/jobs?state=queued", "").await;
     assert_eq!(answer.status, StatusCode::SEE_OTHER);
     assert_eq!(answer.location, "/login?next=%2Fjobs%3Fstate%3Dqueued");
@@ -208,6 +243,10 @@ async fn signing_in_and_out_and_what_a_session_may_do() {
         assert_eq!(answer.status, StatusCode::OK, "{page}");
         assert!(answer.body.contains("ada · alpha · member"), "{page}");
     }
+    // The leader's records, read back: the round, and 3 GPUs for 2 minutes between the samples.
+    assert!(site.get("/", &session).await.body.contains("1.2 ms"));
+    let tenants = site.get("/tenants", &session).await.body;
+    assert!(tenants.contains("<td>0.1</td>"), "{tenants}");
 
     // The cookie reaches the REST API too, but changes nothing without the page's CSRF token.
     let created = site.submit(&session, &JOB.replace("NAME", "mine")).await;

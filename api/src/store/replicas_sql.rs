@@ -132,7 +132,8 @@ macro_rules! impl_replica_store {
 
             async fn gpu_usage_since(&self, since: DateTime<Utc>) -> StoreResult<Vec<GpuUsage>> {
                 let rows: Vec<(DateTime<Utc>, i64, i64, i64, String)> = sqlx::query_as(
-                    "SELECT at, total, allocated, running, by_tenant FROM gpu_usage WHERE at >= $1 ORDER BY at",
+                    "SELECT at, CAST(total AS BIGINT), CAST(allocated AS BIGINT), CAST(running AS BIGINT), by_tenant \
+                     FROM gpu_usage WHERE at >= $1 ORDER BY at",
                 )
                 .bind(since)
                 .fetch_all(&self.pool)
