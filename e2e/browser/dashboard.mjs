@@ -90,7 +90,8 @@ const browser = await chromium.launch({
   args: ["--no-sandbox", "--disable-dev-shm-usage"],
 });
 try {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, acceptDownloads: true });
+  // bypassCSP: axe-core is injected as an inline script, which the pages' policy would refuse.
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, acceptDownloads: true, bypassCSP: true });
   const page = await context.newPage();
   page.on("dialog", (dialog) => dialog.accept());
 
@@ -204,6 +205,12 @@ try {
     await accessible(page, name);
     await shoot(page, name);
   }
+  // The jobs table redraws itself when a job arrives.
+  await page.goto(`${URL}/jobs`);
+  const live = await rest(ADMIN, "POST", "/api/v1/jobs", sleepJob("browser-live", 1), "application/yaml");
+  await page.waitForFunction(() => document.querySelector("#jobs-rows").textContent.includes("browser-live"));
+  await rest(ADMIN, "POST", `/api/v1/jobs/${live.job.id}/cancel`, {});
+  step("the jobs table showed a new job without a reload");
   await page.goto(`${URL}/jobs?state=succeeded&name=browser`);
   assert.ok((await page.textContent("#jobs-rows")).includes("browser-train"), "filters find the job");
   assert.ok(!(await page.textContent("#jobs-rows")).includes("browser-resize"), "and only it");
@@ -230,7 +237,7 @@ try {
   step("created a token");
 
   // --- Another tenant's user: refused the admin tenant's job page, logs and checkpoints by URL.
-  const other = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const other = await browser.newContext({ viewport: { width: 1280, height: 800 }, bypassCSP: true });
   const otherPage = await other.newPage();
   await signIn(otherPage, OTHER);
   assert.ok(!(await otherPage.textContent("main")).includes("browser-train"), "the jobs list is scoped");

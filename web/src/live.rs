@@ -258,12 +258,13 @@ pub async fn jobs(
                 && !v.is_empty()
         })
         .collect();
-    let start = (state, session, pairs, String::new(), true, permit);
+    // The first read is what the page already shows: it is the baseline, not sent.
+    let start = (state, session, pairs, None::<String>, permit);
     let events = stream::unfold(
         start,
-        |(state, session, pairs, last, first, permit)| async move {
+        |(state, session, pairs, mut last, permit)| async move {
             loop {
-                if !first || !last.is_empty() {
+                if last.is_some() {
                     let mut stopping = state.stopping.clone();
                     tokio::select! {
                         () = tokio::time::sleep(POLL * 2) => {}
@@ -282,12 +283,16 @@ pub async fn jobs(
                 .ok()?;
                 let rows = crate::jobs::rows(&state, listed.0.jobs).await.ok()?;
                 let html = crate::jobs::RowsFragment { rows }.render().ok()?;
-                if html != last {
-                    let event = Event::default().event("rows").data(html.clone());
-                    return Some((
-                        Ok::<_, Infallible>(event),
-                        (state, session, pairs, html, false, permit),
-                    ));
+                match &last {
+                    None => last = Some(html),
+                    Some(previous) if *previous == html => {}
+                    Some(_) => {
+                        let event = Event::default().event("rows").data(html.clone());
+                        return Some((
+                            Ok::<_, Infallible>(event),
+                            (state, session, pairs, Some(html), permit),
+                        ));
+                    }
                 }
             }
         },

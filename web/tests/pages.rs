@@ -365,3 +365,90 @@ async fn the_submit_form_shows_the_field_error_and_keeps_the_text() {
     let clone = site.get(&format!("/submit?from={id}"), &session).await;
     assert!(clone.body.contains("name: original-copy"), "{}", clone.body);
 }
+
+/// A long series is gathered into step ranges by the database (SQLite and Postgres alike) and drawn
+/// with its spike.
+async fn a_long_series_is_drawn_whole(db: TestDb) {
+    use drover_api::store::{NewMetrics, NewTask, Scope, StateChange, TaskKey, TaskRole};
+    use drover_core::{JobId, JobState, ReasonCode};
+    let store = db.store.clone();
+    let (site, [ada, _, _]) = Site::on(db).await;
+    let session = site.sign_in(&ada).await;
+    let created = site.submit(&session, &JOB.replace("NAME", "long")).await;
+    let job = JobId(
+        created
+            .location
+            .trim_start_matches("/jobs/")
+            .parse()
+            .unwrap(),
+    );
+    let change = StateChange {
+        to: JobState::Starting,
+        reason: ReasonCode::Allocated,
+        message: "test".into(),
+        actor: None,
+    };
+    let task = NewTask {
+        role: TaskRole::Worker,
+        index: 0,
+        node_name: "node-0".into(),
+        gpus: vec![0],
+        cpus: 1,
+    };
+    let generation = store
+        .start_generation(job, &[task], &change)
+        .await
+        .unwrap()
+        .unwrap();
+    let key = TaskKey {
+        job_id: job,
+        generation,
+        role: TaskRole::Worker,
+        index: 0,
+    };
+    for step in 0..3000u64 {
+        let loss = if step == 1234 {
+            50.0
+        } else {
+            1.0 + 1.0 / (step as f64 + 1.0)
+        };
+        let metrics = NewMetrics {
+            key,
+            num_ps: 0,
+            num_workers: 1,
+            gpu_model: "test".into(),
+            step,
+            values: vec![("loss".into(), loss)],
+            recorded_at: chrono::Utc::now(),
+        };
+        store.record_metrics(&metrics).await.unwrap();
+    }
+    let buckets = store
+        .metric_series(Scope::Cluster, job, "loss", 100)
+        .await
+        .unwrap();
+    assert!(buckets.len() <= 101, "{}", buckets.len());
+    assert_eq!(buckets.iter().map(|b| b.samples).sum::<u64>(), 3000);
+    assert_eq!(buckets.iter().map(|b| b.max).fold(0.0, f64::max), 50.0);
+    let chart = site
+        .get(&format!("/jobs/{}/chart?metrics=loss", job.0), &session)
+        .await;
+    assert_eq!(chart.status, StatusCode::OK);
+    assert!(
+        chart.body.contains(">50</text>"),
+        "the spike sets the axis: {}",
+        chart.body
+    );
+    let page = site.get(&created.location, &session).await;
+    assert!(page.body.contains("loss ("), "the page draws the loss");
+}
+
+#[tokio::test]
+async fn a_long_series_is_drawn_whole_on_sqlite() {
+    a_long_series_is_drawn_whole(TestDb::sqlite().await).await;
+}
+
+#[tokio::test]
+async fn a_long_series_is_drawn_whole_on_postgres() {
+    a_long_series_is_drawn_whole(TestDb::postgres().await).await;
+}

@@ -197,6 +197,17 @@ pub struct MetricSample {
     pub recorded_at: DateTime<Utc>,
 }
 
+/// Samples of one metric over a range of steps (one sample when the series is short).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MetricBucket {
+    pub first_step: u64,
+    pub last_step: u64,
+    pub min: f64,
+    pub max: f64,
+    pub mean: f64,
+    pub samples: u64,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MetricFilter {
     /// Any of these names; empty means all.
@@ -339,13 +350,16 @@ pub trait ExecStore: Send + Sync {
         scope: Scope,
         job: JobId,
     ) -> StoreResult<Vec<CheckpointRecord>>;
-    /// One metric of a job as (step, value) pairs in step order: what a chart draws.
+    /// One metric of a job in step order, as a chart draws it: every sample when there are at most
+    /// `2 × buckets`, else the samples gathered into about `buckets` equal step ranges (the
+    /// database does the work: a long series never crosses the wire whole).
     async fn metric_series(
         &self,
         scope: Scope,
         job: JobId,
         name: &str,
-    ) -> StoreResult<Vec<(u64, f64)>>;
+        buckets: u32,
+    ) -> StoreResult<Vec<MetricBucket>>;
     /// The names of the metrics a job reported, sorted.
     async fn metric_names(&self, scope: Scope, job: JobId) -> StoreResult<Vec<String>>;
     /// The job's last `limit` log lines, in order.

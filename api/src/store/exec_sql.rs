@@ -548,25 +548,56 @@ macro_rules! impl_exec_store {
                 scope: Scope,
                 job: JobId,
                 name: &str,
-            ) -> StoreResult<Vec<(u64, f64)>> {
+                buckets: u32,
+            ) -> StoreResult<Vec<MetricBucket>> {
                 self.check_job_visible(scope, job).await?;
-                let rows: Vec<(i64, f64)> = sqlx::query_as(
-                    "SELECT step, value FROM metric_samples WHERE job_id = $1 AND name = $2 ORDER BY step, id",
+                let (lo, hi, count): (Option<i64>, Option<i64>, i64) = sqlx::query_as(
+                    "SELECT min(step), max(step), count(*) FROM metric_samples WHERE job_id = $1 AND name = $2",
                 )
                 .bind(job.0)
                 .bind(name)
+                .fetch_one(&self.pool)
+                .await?;
+                let (Some(lo), Some(hi)) = (lo, hi) else {
+                    return Ok(Vec::new());
+                };
+                let buckets = i64::from(buckets.max(1));
+                let width = if count <= 2 * buckets { 1 } else { (hi - lo) / buckets + 1 };
+                let rows: Vec<(i64, i64, f64, f64, f64, i64)> = sqlx::query_as(
+                    "SELECT min(step), max(step), min(value), max(value), avg(value), count(*) \
+                     FROM metric_samples WHERE job_id = $1 AND name = $2 \
+                     GROUP BY (step - $3) / $4 ORDER BY 1",
+                )
+                .bind(job.0)
+                .bind(name)
+                .bind(lo)
+                .bind(width)
                 .fetch_all(&self.pool)
                 .await?;
+                let step = |s: i64| u64::try_from(s).unwrap_or(0);
                 Ok(rows
                     .into_iter()
-                    .map(|(step, value)| (u64::try_from(step).unwrap_or(0), value))
+                    .map(|(first, last, min, max, mean, samples)| MetricBucket {
+                        first_step: step(first),
+                        last_step: step(last),
+                        min,
+                        max,
+                        mean,
+                        samples: step(samples),
+                    })
                     .collect())
             }
 
             async fn metric_names(&self, scope: Scope, job: JobId) -> StoreResult<Vec<String>> {
                 self.check_job_visible(scope, job).await?;
+                // A loose index scan: one seek per name, however many samples each has.
                 let names: Vec<String> = sqlx::query_scalar(
-                    "SELECT DISTINCT name FROM metric_samples WHERE job_id = $1 ORDER BY name",
+                    "WITH RECURSIVE names (name) AS ( \
+                         SELECT min(name) FROM metric_samples WHERE job_id = $1 \
+                         UNION ALL \
+                         SELECT (SELECT min(m.name) FROM metric_samples m WHERE m.job_id = $1 AND m.name > n.name) \
+                         FROM names n WHERE n.name IS NOT NULL \
+                     ) SELECT name FROM names WHERE name IS NOT NULL ORDER BY name",
                 )
                 .bind(job.0)
                 .fetch_all(&self.pool)
