@@ -400,8 +400,6 @@ pub struct ChartQuery {
 
 /// Metrics drawn at once, at most.
 const MAX_SERIES: usize = 8;
-/// Step ranges a long series is gathered into by the database before the chart's own LTTB.
-const SERIES_BUCKETS: u32 = 1000;
 
 /// `GET /jobs/{id}/chart`: the metric chart alone, as SVG, for the page's controls and live updates.
 pub async fn chart(
@@ -456,9 +454,7 @@ async fn chart_svg(
 ) -> Result<String, ApiError> {
     let mut series = Vec::with_capacity(names.len());
     for name in names {
-        let buckets = state
-            .store
-            .metric_series(scope, job, name, SERIES_BUCKETS)
+        let buckets = crate::series::buckets(state, scope, job, name)
             .await
             .map_err(|err| ApiError::from_store(err, || format!("no job `{}`", job.0)))?;
         // Smoothing runs over each range's mean; unsmoothed, a range shows its lowest and highest

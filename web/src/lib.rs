@@ -13,6 +13,7 @@ mod job;
 mod jobs;
 mod live;
 mod overview;
+mod series;
 mod session;
 mod submit;
 

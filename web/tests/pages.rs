@@ -426,7 +426,8 @@ async fn a_long_series_is_drawn_whole(db: TestDb) {
     let buckets = store
         .metric_series(Scope::Cluster, job, "loss", 100)
         .await
-        .unwrap();
+        .unwrap()
+        .buckets;
     assert!(buckets.len() <= 101, "{}", buckets.len());
     assert_eq!(buckets.iter().map(|b| b.samples).sum::<u64>(), 3000);
     assert_eq!(buckets.iter().map(|b| b.max).fold(0.0, f64::max), 50.0);
@@ -441,6 +442,21 @@ async fn a_long_series_is_drawn_whole(db: TestDb) {
     );
     let page = site.get(&created.location, &session).await;
     assert!(page.body.contains("loss ("), "the page draws the loss");
+    // Points that arrive later are read on the next view (the series is kept between views).
+    let metrics = NewMetrics {
+        key,
+        num_ps: 0,
+        num_workers: 1,
+        gpu_model: "test".into(),
+        step: 3000,
+        values: vec![("loss".into(), 80.0)],
+        recorded_at: chrono::Utc::now(),
+    };
+    store.record_metrics(&metrics).await.unwrap();
+    let chart = site
+        .get(&format!("/jobs/{}/chart?metrics=loss", job.0), &session)
+        .await;
+    assert!(chart.body.contains(">80</text>"), "{}", chart.body);
 }
 
 #[tokio::test]

@@ -197,6 +197,15 @@ pub struct MetricSample {
     pub recorded_at: DateTime<Utc>,
 }
 
+/// One metric gathered into the step ranges `[origin + k·width, origin + (k+1)·width)` (ranges
+/// without samples left out).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricSeries {
+    pub origin: u64,
+    pub width: u64,
+    pub buckets: Vec<MetricBucket>,
+}
+
 /// Samples of one metric over a range of steps (one sample when the series is short).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MetricBucket {
@@ -359,7 +368,16 @@ pub trait ExecStore: Send + Sync {
         job: JobId,
         name: &str,
         buckets: u32,
-    ) -> StoreResult<Vec<MetricBucket>>;
+    ) -> StoreResult<MetricSeries>;
+    /// One metric's samples after step `after` (all when `None`), in step order, `limit` at most.
+    async fn metric_points_after(
+        &self,
+        scope: Scope,
+        job: JobId,
+        name: &str,
+        after: Option<u64>,
+        limit: u32,
+    ) -> StoreResult<Vec<(u64, f64)>>;
     /// The names of the metrics a job reported, sorted.
     async fn metric_names(&self, scope: Scope, job: JobId) -> StoreResult<Vec<String>>;
     /// The job's last `limit` log lines, in order.

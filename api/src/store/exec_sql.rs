@@ -549,7 +549,7 @@ macro_rules! impl_exec_store {
                 job: JobId,
                 name: &str,
                 buckets: u32,
-            ) -> StoreResult<Vec<MetricBucket>> {
+            ) -> StoreResult<MetricSeries> {
                 self.check_job_visible(scope, job).await?;
                 let (lo, hi, count): (Option<i64>, Option<i64>, i64) = sqlx::query_as(
                     "SELECT min(step), max(step), count(*) FROM metric_samples WHERE job_id = $1 AND name = $2",
@@ -559,7 +559,7 @@ macro_rules! impl_exec_store {
                 .fetch_one(&self.pool)
                 .await?;
                 let (Some(lo), Some(hi)) = (lo, hi) else {
-                    return Ok(Vec::new());
+                    return Ok(MetricSeries::default());
                 };
                 let buckets = i64::from(buckets.max(1));
                 let width = if count <= 2 * buckets { 1 } else { (hi - lo) / buckets + 1 };
@@ -575,16 +575,49 @@ macro_rules! impl_exec_store {
                 .fetch_all(&self.pool)
                 .await?;
                 let step = |s: i64| u64::try_from(s).unwrap_or(0);
+                Ok(MetricSeries {
+                    origin: step(lo),
+                    width: step(width),
+                    buckets: rows
+                        .into_iter()
+                        .map(|(first, last, min, max, mean, samples)| MetricBucket {
+                            first_step: step(first),
+                            last_step: step(last),
+                            min,
+                            max,
+                            mean,
+                            samples: step(samples),
+                        })
+                        .collect(),
+                })
+            }
+
+            async fn metric_points_after(
+                &self,
+                scope: Scope,
+                job: JobId,
+                name: &str,
+                after: Option<u64>,
+                limit: u32,
+            ) -> StoreResult<Vec<(u64, f64)>> {
+                self.check_job_visible(scope, job).await?;
+                let after = match after {
+                    Some(step) => i64_of(step, "step")?,
+                    None => -1,
+                };
+                let rows: Vec<(i64, f64)> = sqlx::query_as(
+                    "SELECT step, value FROM metric_samples WHERE job_id = $1 AND name = $2 AND step > $3 \
+                     ORDER BY step LIMIT $4",
+                )
+                .bind(job.0)
+                .bind(name)
+                .bind(after)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
                 Ok(rows
                     .into_iter()
-                    .map(|(first, last, min, max, mean, samples)| MetricBucket {
-                        first_step: step(first),
-                        last_step: step(last),
-                        min,
-                        max,
-                        mean,
-                        samples: step(samples),
-                    })
+                    .map(|(step, value)| (u64::try_from(step).unwrap_or(0), value))
                     .collect())
             }
 
