@@ -214,18 +214,23 @@ macro_rules! impl_exec_store {
             async fn last_steps(&self, ids: &[JobId]) -> StoreResult<Vec<(JobId, u64)>> {
                 let mut steps = Vec::with_capacity(ids.len());
                 for chunk in ids.chunks(500) {
+                    // One backward index seek per job (an aggregate over the IN list would read
+                    // every loss sample of every job).
                     let mut query = sqlx::QueryBuilder::<$db>::new(
-                        "SELECT job_id, max(step) AS step FROM metric_samples WHERE name = 'loss' AND job_id IN (",
+                        "SELECT j.id AS job_id, (SELECT m.step FROM metric_samples m WHERE m.job_id = j.id \
+                         AND m.name = 'loss' ORDER BY m.step DESC LIMIT 1) AS step FROM jobs j WHERE j.id IN (",
                     );
                     let mut separated = query.separated(", ");
                     for id in chunk {
                         separated.push_bind(id.0);
                     }
-                    separated.push_unseparated(") GROUP BY job_id");
+                    separated.push_unseparated(")");
                     let rows = query.build().fetch_all(&self.pool).await?;
                     for row in &rows {
-                        let step: i64 = row.try_get("step")?;
-                        steps.push((JobId(row.try_get("job_id")?), u64::try_from(step).unwrap_or(0)));
+                        let step: Option<i64> = row.try_get("step")?;
+                        if let Some(step) = step {
+                            steps.push((JobId(row.try_get("job_id")?), u64::try_from(step).unwrap_or(0)));
+                        }
                     }
                 }
                 Ok(steps)
