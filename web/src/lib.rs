@@ -167,7 +167,8 @@ pub fn error_page(err: ApiError) -> Response {
 }
 
 /// What every page says about itself: scripts and styles only from this server (no inline script
-/// runs, whatever a page shows), never framed by another site, never sniffed, no referrer sent.
+/// runs, whatever a page shows), never framed by another site, never sniffed, no referrer sent to
+/// another site ("no-referrer" would make the browser send `Origin: null` on our own forms).
 pub const PAGE_HEADERS: [(header::HeaderName, &str); 5] = [
     (header::CACHE_CONTROL, "no-store"),
     (
@@ -177,7 +178,7 @@ pub const PAGE_HEADERS: [(header::HeaderName, &str); 5] = [
     ),
     (header::X_FRAME_OPTIONS, "DENY"),
     (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-    (header::REFERRER_POLICY, "no-referrer"),
+    (header::REFERRER_POLICY, "same-origin"),
 ];
 
 /// Renders a template; a template that fails to render is a bug, answered with a plain 500.
