@@ -18,6 +18,7 @@ use tower::ServiceExt;
 
 struct Site {
     _db: TestDb,
+    store: std::sync::Arc<dyn drover_api::store::Store>,
     app: Router,
 }
 
@@ -99,7 +100,15 @@ impl Site {
         }
         let state = AppState::new(store, 1 << 20);
         let app = drover_api::routes::app_with(state, drover_web::router());
-        (Site { _db: db, app }, tokens.try_into().unwrap())
+        let store = db.store.clone();
+        (
+            Site {
+                _db: db,
+                store,
+                app,
+            },
+            tokens.try_into().unwrap(),
+        )
     }
 
     async fn send(&self, request: Request<Body>) -> Answer {
@@ -310,7 +319,24 @@ async fn pages_are_scoped_to_the_tenant_and_buttons_to_the_role() {
     }
     assert!(!site.get("/jobs", &ada).await.body.contains("bobs-job"));
     assert!(!site.get("/queue", &ada).await.body.contains("bobs-job"));
-    assert!(site.get("/queue", &bob).await.body.contains("bobs-job"));
+    let queue = site.get("/queue", &bob).await.body;
+    assert!(
+        queue.contains("bobs-job") && queue.contains("not yet considered"),
+        "{queue}"
+    );
+    // Once the leader's round has seen it, the queue gives the policy's reason.
+    let job = drover_core::JobId(id.parse().unwrap());
+    site.store
+        .record_round(&RoundRecord {
+            policy: "drover".into(),
+            finished_at: chrono::Utc::now(),
+            duration_us: 900,
+            waiting: vec![(job, "insufficient_resources".into())],
+        })
+        .await
+        .unwrap();
+    let queue = site.get("/queue", &bob).await.body;
+    assert!(queue.contains("insufficient resources"), "{queue}");
 
     // A viewer sees alpha's jobs but no button that would change one; a member sees them.
     let created = site.submit(&ada, &JOB.replace("NAME", "adas-job")).await;
