@@ -360,19 +360,8 @@ async fn draining_a_node_moves_its_job_through_a_checkpoint() {
 
     // The job checkpointed when asked to stop and resumed from exactly there.
     let logs = cluster.logs(&id).await;
-    let stopped_at: u64 = logs
-        .iter()
-        .filter(|l| l["generation"] == 1)
-        .find_map(|l| {
-            l["line"]
-                .as_str()?
-                .strip_prefix("checkpointed at step ")?
-                .split(' ')
-                .next()?
-                .parse()
-                .ok()
-        })
-        .expect("generation 1 checkpointed on SIGTERM");
+    let stopped_at: u64 =
+        checkpointed_step(&logs, 1).expect("generation 1 checkpointed on SIGTERM");
     assert_eq!(resumed_step(&logs, 2), Some(stopped_at));
     let reasons: Vec<Value> = cluster
         .events(&id)

@@ -380,6 +380,21 @@ pub(crate) fn processes_under(dir: &Path) -> Vec<u32> {
     found
 }
 
+/// The step a generation checkpointed at when asked to stop (its "checkpointed at step N" line).
+pub(crate) fn checkpointed_step(logs: &[Value], generation: u64) -> Option<u64> {
+    logs.iter()
+        .filter(|l| l["generation"] == generation)
+        .find_map(|l| {
+            l["line"]
+                .as_str()?
+                .strip_prefix("checkpointed at step ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+}
+
 pub(crate) fn resumed_step(logs: &[Value], generation: u64) -> Option<u64> {
     logs.iter()
         .filter(|l| l["generation"] == generation)

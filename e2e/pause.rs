@@ -65,19 +65,8 @@ async fn a_paused_job_gives_its_gpu_back_and_resumes_from_its_checkpoint() {
         .await;
     assert_eq!(done["generation"], 2);
     let logs = cluster.logs(&id).await;
-    let stopped_at: u64 = logs
-        .iter()
-        .filter(|l| l["generation"] == 1)
-        .find_map(|l| {
-            l["line"]
-                .as_str()?
-                .strip_prefix("checkpointed at step ")?
-                .split(' ')
-                .next()?
-                .parse()
-                .ok()
-        })
-        .expect("generation 1 checkpointed when paused");
+    let stopped_at: u64 =
+        checkpointed_step(&logs, 1).expect("generation 1 checkpointed when paused");
     assert_eq!(resumed_step(&logs, 2), Some(stopped_at));
     let reasons: Vec<Value> = cluster
         .events(&id)
