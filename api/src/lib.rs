@@ -9,6 +9,7 @@ pub mod checkpoint_files;
 pub mod cluster;
 pub mod error;
 pub mod extract;
+pub mod kubernetes;
 pub mod limits;
 pub mod metrics;
 pub mod model_views;

@@ -142,7 +142,21 @@ pub async fn start(
         });
         tokio::spawn(scheduling.run(signalled(stopped.clone())));
         tracing::info!(addr = %bound, policy = runtime.config.policy, "executor gateway listening");
+        let kubernetes = runtime.config.kubernetes.clone();
+        let leader = runtime.leader.clone();
         state = state.with_runtime(runtime);
+        if let Some(settings) = kubernetes {
+            let client = kube::Client::try_default().await.context(
+                "--kubernetes: cannot configure a Kubernetes client (in a pod: its service account; elsewhere: KUBECONFIG or ~/.kube/config)",
+            )?;
+            let ctx = crate::kubernetes::controller::Context::new(state.clone(), client, settings);
+            tokio::spawn(crate::kubernetes::controller::run(
+                ctx,
+                leader,
+                stopped.clone(),
+            ));
+            tracing::info!("DroverJob controller on (it reconciles while this replica leads)");
+        }
     }
     let router = crate::routes::app_with(state, config.pages.clone());
     let serving = tokio::spawn(async move {

@@ -67,6 +67,8 @@ enum Command {
     Dev(serve::DevArgs),
     /// Apply database migrations and exit.
     Migrate(serve::MigrateArgs),
+    /// Print the DroverJob CustomResourceDefinition as YAML (the Helm chart ships the same file).
+    Crd,
     /// Submit a job from a YAML or JSON file (`-` reads standard input).
     Submit(commands::SubmitArgs),
     /// List jobs, newest first.
@@ -167,6 +169,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Server(args) => serve::server(args, &global).await,
         Command::Dev(args) => serve::dev(args, &global).await,
         Command::Migrate(args) => serve::migrate(args).await,
+        Command::Crd => {
+            output::out!("{}", drover_api::kubernetes::crd::crd_yaml().trim_end());
+            Ok(())
+        }
         Command::Submit(args) => commands::submit(&global, args).await,
         Command::Jobs(args) => commands::jobs(&global, args).await,
         Command::Job(args) => commands::job(&global, args).await,

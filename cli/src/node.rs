@@ -56,6 +56,10 @@ pub struct ExecutorArgs {
     /// directory (`node-credential`, mode 0600). Not needed once the node is enrolled.
     #[arg(long, env = "DROVER_ENROLLMENT_TOKEN", hide_env_values = true)]
     pub enrollment_token: Option<String>,
+    /// On Kubernetes: register with the labels of the Kubernetes node named --name (read once at
+    /// start with the pod's service account, which needs `get` on nodes); --label wins on a clash.
+    #[arg(long, env = "DROVER_KUBERNETES_NODE_LABELS")]
+    pub kubernetes_node_labels: bool,
 }
 
 fn host_name() -> String {
@@ -113,7 +117,21 @@ pub fn executor_config(args: ExecutorArgs) -> anyhow::Result<ExecutorConfig> {
 
 pub async fn executor(args: ExecutorArgs) -> anyhow::Result<()> {
     crate::serve::init_tracing(crate::serve::LogFormat::Text, "info");
-    let config = executor_config(args)?;
+    let from_kubernetes = args.kubernetes_node_labels;
+    let mut config = executor_config(args)?;
+    if from_kubernetes {
+        let labels = drover_api::kubernetes::nodes::node_labels(&config.name)
+            .await
+            .with_context(|| {
+                format!(
+                    "--kubernetes-node-labels: cannot read Kubernetes node `{}` (is --name the pod's node name, and may the service account get nodes?)",
+                    config.name
+                )
+            })?;
+        for (key, value) in labels {
+            config.labels.entry(key).or_insert(value);
+        }
+    }
     out!(
         "drover executor {} offering {} GPU(s) ({}) to {}",
         config.name,

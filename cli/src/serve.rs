@@ -85,6 +85,18 @@ pub struct ClusterArgs {
     /// The scheduling loop runs at least this often.
     #[arg(long, env = "DROVER_SCHEDULER_TICK", default_value = "1s", value_parser = humantime::parse_duration)]
     tick: std::time::Duration,
+    /// Run the DroverJob controller: `kubectl apply` submits, `kubectl delete` cancels (the leading
+    /// replica reconciles). Reaches the Kubernetes API with the pod's service account, or KUBECONFIG.
+    #[arg(long, env = "DROVER_KUBERNETES")]
+    kubernetes: bool,
+    /// The namespace label naming the tenant a namespace's DroverJobs belong to; a namespace without
+    /// it belongs to the tenant of its own name.
+    #[arg(
+        long,
+        env = "DROVER_KUBERNETES_TENANT_LABEL",
+        default_value = drover_api::kubernetes::controller::DEFAULT_TENANT_LABEL
+    )]
+    kubernetes_tenant_label: String,
 }
 
 impl ClusterArgs {
@@ -119,6 +131,15 @@ impl ClusterArgs {
         }
         config.enrollment_token = token.map(str::to_owned);
         config.advertise_gateway = self.advertise_gateway.clone();
+        if self.kubernetes {
+            config.kubernetes = Some(drover_api::kubernetes::controller::Settings {
+                tenant_label: self.kubernetes_tenant_label.clone(),
+                instance: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_owned())
+                    .unwrap_or_default(),
+                ..Default::default()
+            });
+        }
         config.heartbeat_interval =
             (self.executor_timeout / 5).max(std::time::Duration::from_millis(200));
         Ok((self.gateway_listen, config))
@@ -290,6 +311,8 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         tick: std::time::Duration::from_secs(1),
         // Each local executor enrols with a token minted for it (`dev_enrollment`).
         enrollment_token: None,
+        kubernetes: false,
+        kubernetes_tenant_label: String::new(),
     };
     let config = ServerConfig {
         listen: args.listen,
@@ -328,6 +351,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             labels: Vec::new(),
             advertise_host: "127.0.0.1".to_owned(),
             enrollment_token,
+            kubernetes_node_labels: false,
         };
         let config = crate::node::executor_config(executor)?;
         let agent = drover_executor::Agent::new(config)?;

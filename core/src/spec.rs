@@ -4,6 +4,7 @@
 //! may leave out has the default the design gives. Semantic checks (ranges, combinations) live in
 //! [`crate::validate`]; [`DroverJob::parse`] runs both.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
@@ -81,7 +82,7 @@ pub struct ObjectMeta {
     pub namespace: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum JobType {
     /// Drover's training engine.
@@ -99,7 +100,7 @@ impl JobType {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
     #[serde(rename = "type")]
@@ -120,7 +121,7 @@ pub struct JobSpec {
     pub max_restarts: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TrainSpec {
     pub model: ModelSpec,
@@ -147,7 +148,8 @@ pub struct TrainSpec {
 }
 
 /// The model and its size.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[schemars(transform = one_object)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum ModelSpec {
     /// A multi-layer perceptron.
@@ -182,7 +184,8 @@ pub enum ModelSpec {
 }
 
 /// Where the training data comes from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[schemars(transform = one_object)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum DatasetSpec {
     /// The UCI handwritten digits shipped with Drover.
@@ -209,7 +212,8 @@ pub enum DatasetSpec {
     },
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[schemars(transform = one_object)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum OptimizerSpec {
     Sgd {
@@ -247,7 +251,7 @@ impl Default for OptimizerSpec {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LrSchedule {
     #[serde(default)]
@@ -256,7 +260,9 @@ pub struct LrSchedule {
     pub decay: Decay,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Decay {
     #[default]
@@ -265,7 +271,7 @@ pub enum Decay {
 }
 
 /// Stop when a metric reaches a value.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Target {
     pub metric: String,
@@ -274,7 +280,9 @@ pub struct Target {
     pub mode: TargetMode,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum TargetMode {
     #[default]
@@ -283,13 +291,13 @@ pub enum TargetMode {
 }
 
 /// Start from another job's checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InitFrom {
     pub checkpoint: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommandSpec {
     pub argv: Vec<String>,
@@ -312,7 +320,7 @@ pub enum EnvValue {
 }
 
 /// A reference to a secret of the job's tenant (`drover secret set NAME`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SecretRef {
     pub secret: String,
@@ -411,13 +419,81 @@ impl<'de> Deserialize<'de> for TaskRange {
     }
 }
 
+/// In a custom resource's schema, an internally tagged enum (`{type: mlp, hidden: [...]}`) is one object:
+/// `type` lists every variant and the other fields are the union of the variants' fields. Kubernetes'
+/// structural schemas cannot say "these fields only with that type"; the API's validation does.
+fn one_object(schema: &mut schemars::Schema) {
+    use serde_json::Value;
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Array(variants)) = object.remove("oneOf") else {
+        return;
+    };
+    let mut tags = Vec::new();
+    let mut fields = serde_json::Map::new();
+    for variant in &variants {
+        let Some(properties) = variant.get("properties").and_then(Value::as_object) else {
+            continue;
+        };
+        for (name, field) in properties {
+            if name == "type" {
+                match (field.get("const"), field.get("enum")) {
+                    (Some(tag), _) => tags.push(tag.clone()),
+                    (None, Some(Value::Array(more))) => tags.extend(more.iter().cloned()),
+                    _ => {}
+                }
+            } else {
+                fields.entry(name.clone()).or_insert_with(|| field.clone());
+            }
+        }
+    }
+    fields.insert(
+        "type".to_owned(),
+        serde_json::json!({"type": "string", "enum": tags}),
+    );
+    object.insert("type".to_owned(), "object".into());
+    object.insert("properties".to_owned(), Value::Object(fields));
+    object.insert("required".to_owned(), serde_json::json!(["type"]));
+}
+
+/// In a custom resource's schema: a count or a `{min, max}` range. Kubernetes' structural schemas
+/// cannot say "an integer or an object", so the field is left open there and checked by the same
+/// validation every other interface runs.
+impl JsonSchema for TaskRange {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "TaskRange".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A task count (`2`) or an inclusive range (`{min: 1, max: 4}`); min < max makes the job elastic.",
+            "x-kubernetes-preserve-unknown-fields": true
+        })
+    }
+}
+
+/// In a custom resource's schema: a string, or `{secret: NAME}` (left open, as for [`TaskRange`]).
+impl JsonSchema for EnvValue {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "EnvValue".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A value, or `{secret: NAME}` for one of the tenant's secrets.",
+            "x-kubernetes-preserve-unknown-fields": true
+        })
+    }
+}
+
 impl TaskRange {
     pub fn is_elastic(self) -> bool {
         self.min < self.max
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Resources {
     #[serde(default = "defaults::workers")]
@@ -457,7 +533,7 @@ impl Default for Resources {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Distributed {
     #[serde(default)]
@@ -471,7 +547,9 @@ pub struct Distributed {
     pub compression: Compression,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum DistributedMode {
     #[default]
@@ -479,7 +557,9 @@ pub enum DistributedMode {
     Allreduce,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum SyncMode {
     #[default]
@@ -489,7 +569,8 @@ pub enum SyncMode {
 }
 
 /// Gradient compression, each with error feedback.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[schemars(transform = one_object)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Compression {
     #[default]
@@ -502,7 +583,7 @@ pub enum Compression {
     Qsgd { bits: u32 },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Scheduling {
     /// Higher runs first and may preempt lower; -1000 to 1000.
@@ -521,7 +602,7 @@ impl Default for Scheduling {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointPolicy {
     #[serde(default = "defaults::checkpoint_every_steps")]

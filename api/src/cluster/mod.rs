@@ -56,6 +56,8 @@ pub struct ClusterConfig {
     pub advertise_gateway: Option<String>,
     /// Opens tenant secrets for the tasks that need them; `None`: jobs with secrets cannot start.
     pub secrets: Option<Arc<crate::secrets::SecretBox>>,
+    /// Run the DroverJob controller (while leading) with these settings.
+    pub kubernetes: Option<crate::kubernetes::controller::Settings>,
 }
 
 impl ClusterConfig {
@@ -71,6 +73,7 @@ impl ClusterConfig {
             secrets: None,
             advertise_gateway: None,
             limits: crate::limits::Limits::NONE,
+            kubernetes: None,
         }
     }
 }

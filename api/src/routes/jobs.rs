@@ -6,7 +6,7 @@ use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{Body, PathParam, QueryPairs};
 use crate::model_views::JobModels;
 use crate::state::AppState;
-use crate::store::{Job, JobFilter, NewJob, Quota, Scope, StateChange, TaskRole};
+use crate::store::{Created, Job, JobFilter, NewJob, Quota, Scope, StateChange, TaskRole};
 use crate::views::{EventList, EventView, JobEnvelope, JobList, JobView, ListMeta};
 use axum::Json;
 use axum::extract::State;
@@ -49,43 +49,12 @@ pub async fn submit(
     let idempotency_key = idempotency_key(&headers)?;
     let mut job = DroverJob::parse(&body, format)?;
     job.status = None;
-    check_quota(&principal.user.tenant_name, &principal.tenant_quota, &job)?;
-    check_waiting_jobs(&state, &principal).await?;
-    super::secrets::check_references(
-        &state,
-        principal.user.tenant_id,
-        &principal.user.tenant_name,
-        &job,
-    )
-    .await?;
-    let new_job = NewJob {
-        id: JobId::new(),
-        tenant_id: principal.user.tenant_id,
-        tenant_name: principal.user.tenant_name.clone(),
-        name: job.metadata.name.clone(),
-        job_type: job.spec.job_type,
-        priority: job.spec.scheduling.priority,
-        max_gpus: i64::try_from(job.max_gpus()).unwrap_or(i64::MAX),
-        labels: job.metadata.labels.clone(),
-        document: serde_json::to_value(&job).map_err(|err| {
-            tracing::error!(error = %err, "serialising a parsed job failed");
-            ApiError::internal()
-        })?,
-        submitted_by: principal.user.id,
-        request_hash: idempotency_key
-            .as_ref()
-            .map(|_| Sha256::digest(&body).into()),
-        idempotency_key,
-        created_at: Utc::now(),
-    };
-    let outcome = state.store.create_job(&new_job).await?;
+    let request_hash = idempotency_key
+        .as_ref()
+        .map(|_| Sha256::digest(&body).into());
+    let outcome = create_job(&state, &principal, job, idempotency_key, request_hash).await?;
     let job = outcome.value;
     let location = HeaderValue::from_str(&format!("/api/v1/jobs/{}", job.id)).ok();
-    if outcome.created {
-        state.metrics.job_submitted();
-        state.wake_scheduler();
-        tracing::info!(job.id = %job.id, tenant.id = %job.tenant_id, job.name = %job.name, "job submitted");
-    }
     let status = if outcome.created {
         StatusCode::CREATED
     } else {
@@ -107,6 +76,53 @@ pub async fn submit(
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     Ok(response)
+}
+
+/// Stores a parsed, validated job for `principal` after the quota, queue-length and secret checks a
+/// submission gets (REST, the dashboard and the Kubernetes controller share it). With an idempotency
+/// key used before in the tenant, returns the first job (`created: false`).
+pub async fn create_job(
+    state: &AppState,
+    principal: &Principal,
+    job: DroverJob,
+    idempotency_key: Option<String>,
+    request_hash: Option<[u8; 32]>,
+) -> ApiResult<Created<Job>> {
+    check_quota(&principal.user.tenant_name, &principal.tenant_quota, &job)?;
+    check_waiting_jobs(state, principal).await?;
+    super::secrets::check_references(
+        state,
+        principal.user.tenant_id,
+        &principal.user.tenant_name,
+        &job,
+    )
+    .await?;
+    let new_job = NewJob {
+        id: JobId::new(),
+        tenant_id: principal.user.tenant_id,
+        tenant_name: principal.user.tenant_name.clone(),
+        name: job.metadata.name.clone(),
+        job_type: job.spec.job_type,
+        priority: job.spec.scheduling.priority,
+        max_gpus: i64::try_from(job.max_gpus()).unwrap_or(i64::MAX),
+        labels: job.metadata.labels.clone(),
+        document: serde_json::to_value(&job).map_err(|err| {
+            tracing::error!(error = %err, "serialising a parsed job failed");
+            ApiError::internal()
+        })?,
+        submitted_by: principal.user.id,
+        request_hash,
+        idempotency_key,
+        created_at: Utc::now(),
+    };
+    let outcome = state.store.create_job(&new_job).await?;
+    if outcome.created {
+        let job = &outcome.value;
+        state.metrics.job_submitted();
+        state.wake_scheduler();
+        tracing::info!(job.id = %job.id, tenant.id = %job.tenant_id, job.name = %job.name, "job submitted");
+    }
+    Ok(outcome)
 }
 
 fn body_format(headers: &HeaderMap, body: &[u8]) -> ApiResult<Format> {

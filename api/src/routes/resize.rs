@@ -7,7 +7,7 @@ use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{Body, PathParam};
 use crate::state::AppState;
-use crate::store::StateChange;
+use crate::store::{Job, StateChange};
 use crate::views::JobEnvelope;
 use axum::Json;
 use axum::extract::State;
@@ -53,7 +53,7 @@ pub async fn resize(
     PathParam(id): PathParam,
     Body(body): Body,
 ) -> ApiResult<Json<JobEnvelope>> {
-    let job_id = parse_job_id(&id)?;
+    parse_job_id(&id)?;
     principal.require_job_writer()?;
     let request: ResizeRequest = serde_json::from_slice(&body)
         .map_err(|err| ApiError::bad_request("body", format!("not a resize request: {err}")))?;
@@ -63,6 +63,22 @@ pub async fn resize(
             "give `workers` and/or `ps`, each {min, max}",
         ));
     }
+    let job = resize_job(&state, &principal, &id, request.workers, request.ps).await?;
+    Ok(Json(JobEnvelope { job: job.into() }))
+}
+
+/// Sets job `id`'s worker and/or PS ranges for `principal` after validating the whole changed spec
+/// against the job's tenant's quota (REST and the Kubernetes controller share it). Unchanged ranges:
+/// the job as it is, no event.
+pub async fn resize_job(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+    workers: Option<TaskRange>,
+    ps: Option<TaskRange>,
+) -> ApiResult<Job> {
+    let job_id = parse_job_id(id)?;
+    principal.require_job_writer()?;
     let stored = state
         .store
         .get_job(principal.scope(), job_id)
@@ -78,10 +94,10 @@ pub async fn resize(
         ApiError::internal()
     })?;
     let before = job.spec.resources.clone();
-    if let Some(workers) = request.workers {
+    if let Some(workers) = workers {
         job.spec.resources.workers = workers;
     }
-    if let Some(ps) = request.ps {
+    if let Some(ps) = ps {
         job.spec.resources.ps = ps;
     }
     // The same validation as a submission, on the whole changed spec.
@@ -93,7 +109,7 @@ pub async fn resize(
     let after = &job.spec.resources;
     if *after == before {
         // Nothing changes: no event, no new plan.
-        return Ok(Json(JobEnvelope { job: stored.into() }));
+        return Ok(stored);
     }
     let event = StateChange {
         to: stored.state,
@@ -120,14 +136,12 @@ pub async fn resize(
     if stored.tenant_id != principal.user.tenant_id {
         crate::audit::record(
             state.store.as_ref(),
-            &principal,
+            principal,
             crate::audit::Action::JobResize,
             format!("{}/{} ({})", stored.tenant_name, stored.name, stored.id),
             event.message.clone(),
         )
         .await;
     }
-    Ok(Json(JobEnvelope {
-        job: updated.into(),
-    }))
+    Ok(updated)
 }

@@ -131,6 +131,8 @@ pub trait Store:
     /// used in the tenant, returns the first job instead (`created` is false), or
     /// [`StoreError::IdempotencyMismatch`] when the request differs.
     async fn create_job(&self, job: &NewJob) -> StoreResult<Created<Job>>;
+    /// The tenant's job created with this idempotency key, whatever the request was.
+    async fn job_by_key(&self, tenant: TenantId, key: &str) -> StoreResult<Option<Job>>;
     async fn get_job(&self, scope: Scope, id: JobId) -> StoreResult<Job>;
     /// Newest first, without documents; `filter.limit` rows at most.
     async fn list_jobs(&self, scope: Scope, filter: &JobFilter) -> StoreResult<Vec<Job>>;

@@ -546,6 +546,10 @@ macro_rules! impl_store {
                 })
             }
 
+            async fn job_by_key(&self, tenant: TenantId, key: &str) -> StoreResult<Option<Job>> {
+                Ok(self.job_by_idempotency_key(tenant, key).await?.map(|(job, _)| job))
+            }
+
             async fn get_job(&self, scope: Scope, id: JobId) -> StoreResult<Job> {
                 self.select_job(scope, id).await
             }

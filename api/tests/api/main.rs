@@ -15,6 +15,8 @@ use tower::ServiceExt;
 
 mod authz;
 mod elastic;
+mod fake_kube;
+mod kubernetes;
 mod limits;
 mod security;
 

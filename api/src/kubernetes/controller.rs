@@ -1,0 +1,768 @@
+//! The DroverJob controller: reconciles each object with its job in the store.
+//!
+//! - A namespace maps to a tenant: its `drover.dev/tenant` label (the label key is configurable), or
+//!   else the tenant named like the namespace. The job is submitted as that tenant's `kubernetes`
+//!   user (made on first use, role member), through the same checks as a REST submission.
+//! - The job is created idempotently, keyed by the object's uid: a controller that restarts between
+//!   creating the job and writing status finds the same job, never a second one.
+//! - Status (state, reason, shape, progress, last loss, checkpoints, conditions with
+//!   `observedGeneration`) is written back while the job is active, and every job event becomes a
+//!   Kubernetes Event on the object.
+//! - Editing `spec.resources.workers`/`ps` resizes the job; any other edit is refused with the
+//!   `Synced` condition (the job goes on as submitted).
+//! - Deleting the object cancels the job and waits for its tasks to stop before the finalizer goes.
+
+use super::crd::{DroverJob, DroverJobStatus, FINALIZER};
+use super::status::{conditions, describe_job, pascal, set_condition};
+use crate::auth::Principal;
+use crate::error::ApiError;
+use crate::routes::jobs::{UserAction, create_job, user_transition};
+use crate::routes::resize::resize_job;
+use crate::state::AppState;
+use crate::store::{Job, JobFilter, NewUser, Scope, StoreError, TaskState, Tenant};
+use chrono::Utc;
+use drover_core::spec::{API_VERSION, Format, KIND};
+use drover_core::{JobId, JobState, Role, TokenId};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{Event as Finalizing, finalizer};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The user, in each tenant, that jobs from Kubernetes are submitted as.
+pub const CONTROLLER_USER: &str = "kubernetes";
+/// The namespace label that names a namespace's tenant, by default.
+pub const DEFAULT_TENANT_LABEL: &str = "drover.dev/tenant";
+
+/// How the controller behaves.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The namespace label that names the tenant.
+    pub tenant_label: String,
+    /// How often an active job's status is refreshed.
+    pub resync: Duration,
+    /// How long to wait before trying again after a problem the user must fix (unknown tenant,
+    /// over quota, name taken).
+    pub retry: Duration,
+    /// The Event reporter's instance (the pod's name).
+    pub instance: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            tenant_label: DEFAULT_TENANT_LABEL.to_owned(),
+            resync: Duration::from_secs(5),
+            retry: Duration::from_secs(30),
+            instance: String::new(),
+        }
+    }
+}
+
+/// What each reconcile needs.
+pub struct Context {
+    pub state: AppState,
+    pub client: Client,
+    pub recorder: Recorder,
+    pub settings: Settings,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    pub fn new(state: AppState, client: Client, settings: Settings) -> Arc<Self> {
+        let reporter = Reporter {
+            controller: "drover".to_owned(),
+            instance: (!settings.instance.is_empty()).then(|| settings.instance.clone()),
+        };
+        Arc::new(Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            state,
+            client,
+            settings,
+        })
+    }
+}
+
+/// Why a reconcile did not finish; the object is tried again.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("the Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("the store: {0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Api(String),
+    #[error("job {0} is cancelled; waiting for its tasks to stop")]
+    Settling(JobId),
+    #[error("the finalizer: {0}")]
+    Finalizer(String),
+}
+
+impl From<ApiError> for Error {
+    fn from(err: ApiError) -> Self {
+        Error::Api(format!("{} ({}): {}", err.code, err.status, err.message))
+    }
+}
+
+/// Runs the controller while this replica leads, until `stopped` turns true. A replica that stops
+/// leading stops reconciling; the next leader picks up where it left off (all state is in the
+/// objects and the store).
+pub async fn run(
+    ctx: Arc<Context>,
+    mut leader: watch::Receiver<bool>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            led = leader.wait_for(|leads| *leads) => if led.is_err() { return },
+            _ = stopped.wait_for(|stop| *stop) => return,
+        }
+        tracing::info!("leading: reconciling DroverJobs and Kubernetes nodes");
+        let jobs = Controller::new(
+            Api::<DroverJob>::all(ctx.client.clone()),
+            watcher::Config::default(),
+        )
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|outcome| async move {
+            if let Err(err) = outcome {
+                tracing::debug!(error = %err, "a DroverJob reconcile did not finish");
+            }
+        });
+        let nodes = super::nodes::sync(ctx.clone());
+        tokio::select! {
+            () = jobs => {},
+            () = nodes => {},
+            _ = leader.wait_for(|leads| !*leads) => {
+                tracing::info!("no longer leading: the DroverJob controller stops");
+            }
+            _ = stopped.wait_for(|stop| *stop) => return,
+        }
+    }
+}
+
+/// Tries a failed reconcile again: soon for a job that is settling, later for anything else.
+pub fn error_policy(obj: Arc<DroverJob>, err: &Error, _ctx: Arc<Context>) -> Action {
+    match err {
+        Error::Settling(_) => Action::requeue(Duration::from_secs(2)),
+        other => {
+            tracing::warn!(object = %obj.name_any(), namespace = obj.namespace().unwrap_or_default(), error = %other, "DroverJob reconcile failed; retrying");
+            Action::requeue(Duration::from_secs(10))
+        }
+    }
+}
+
+/// One reconcile of one object.
+pub async fn reconcile(obj: Arc<DroverJob>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = obj.namespace().unwrap_or_default();
+    let api: Api<DroverJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    finalizer(&api, FINALIZER, obj, |event| async {
+        match event {
+            Finalizing::Apply(obj) => apply(&obj, &ctx, &api).await,
+            Finalizing::Cleanup(obj) => cleanup(&obj, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|err| match err {
+        kube::runtime::finalizer::Error::ApplyFailed(err)
+        | kube::runtime::finalizer::Error::CleanupFailed(err) => err,
+        other => Error::Finalizer(other.to_string()),
+    })
+}
+
+/// The object's uid as the idempotency key of its job.
+fn job_key(obj: &DroverJob) -> String {
+    format!("kubernetes/{}", obj.uid().unwrap_or_default())
+}
+
+async fn apply(obj: &DroverJob, ctx: &Context, api: &Api<DroverJob>) -> Result<Action, Error> {
+    let now = Utc::now();
+    let generation = obj.metadata.generation;
+    let old = obj.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    status.observed_generation = generation;
+    let tenant = match tenant_of(obj, ctx).await? {
+        Ok(tenant) => tenant,
+        Err(message) => {
+            refuse(&mut status, "UnknownTenant", &message, generation, now);
+            return finish(
+                obj,
+                ctx,
+                api,
+                &old,
+                status,
+                Action::requeue(ctx.settings.retry),
+            )
+            .await;
+        }
+    };
+    status.tenant = Some(tenant.name.clone());
+    let principal = principal_for(ctx, &tenant).await?;
+    let store = ctx.state.store.as_ref();
+    let existing = store.job_by_key(tenant.id, &job_key(obj)).await?;
+    let document = match document_of(obj) {
+        Ok(document) => document,
+        Err(err) => {
+            let message = format!("{}: {}", err.field, err.reason);
+            match &existing {
+                None => refuse(&mut status, "InvalidSpec", &message, generation, now),
+                Some(_) => set_condition(
+                    &mut status.conditions,
+                    conditions::SYNCED,
+                    false,
+                    "InvalidSpec",
+                    format!("{message}; the job goes on as it was"),
+                    generation,
+                    now,
+                ),
+            }
+            if existing.is_none() {
+                return finish(obj, ctx, api, &old, status, Action::await_change()).await;
+            }
+            let job = existing.ok_or_else(|| Error::Api("the job vanished".to_owned()))?;
+            return report(obj, ctx, api, &old, status, &job, now).await;
+        }
+    };
+    let job = match existing {
+        Some(job) => {
+            sync_spec(
+                ctx,
+                &principal,
+                &job,
+                &document,
+                &mut status,
+                generation,
+                now,
+            )
+            .await?;
+            job
+        }
+        None => match submit(ctx, &principal, obj, document).await? {
+            Ok(job) => {
+                set_condition(
+                    &mut status.conditions,
+                    conditions::SYNCED,
+                    true,
+                    "Submitted",
+                    "the job runs the object's spec",
+                    generation,
+                    now,
+                );
+                job
+            }
+            Err((reason, message)) => {
+                refuse(&mut status, &reason, &message, generation, now);
+                return finish(
+                    obj,
+                    ctx,
+                    api,
+                    &old,
+                    status,
+                    Action::requeue(ctx.settings.retry),
+                )
+                .await;
+            }
+        },
+    };
+    report(obj, ctx, api, &old, status, &job, now).await
+}
+
+/// Writes the job's state into the status, publishes its new events, and decides when to look again.
+async fn report(
+    obj: &DroverJob,
+    ctx: &Context,
+    api: &Api<DroverJob>,
+    old: &DroverJobStatus,
+    mut status: DroverJobStatus,
+    job: &Job,
+    now: chrono::DateTime<Utc>,
+) -> Result<Action, Error> {
+    let store = ctx.state.store.as_ref();
+    let job = store.get_job(Scope::Tenant(job.tenant_id), job.id).await?;
+    let max_steps = job
+        .document
+        .as_deref()
+        .and_then(|d| d.pointer("/spec/train/max_steps"))
+        .and_then(Value::as_u64);
+    let waiting = if job.state == JobState::Queued {
+        store.last_round().await?.and_then(|round| {
+            round
+                .waiting
+                .into_iter()
+                .find(|(id, _)| *id == job.id)
+                .map(|(_, reason)| reason)
+        })
+    } else {
+        None
+    };
+    set_condition(
+        &mut status.conditions,
+        conditions::ACCEPTED,
+        true,
+        "Submitted",
+        format!("job {} in tenant {}", job.id, job.tenant_name),
+        obj.metadata.generation,
+        now,
+    );
+    describe_job(
+        store,
+        &job,
+        max_steps,
+        waiting.as_deref(),
+        &mut status,
+        obj.metadata.generation,
+        now,
+    )
+    .await?;
+    status.last_event_id = publish_events(obj, ctx, &job, old.last_event_id).await?;
+    let next = if job.state.is_final() {
+        Action::await_change()
+    } else {
+        Action::requeue(ctx.settings.resync)
+    };
+    finish(obj, ctx, api, old, status, next).await
+}
+
+/// Patches the status when it changed, and returns `next`.
+async fn finish(
+    obj: &DroverJob,
+    ctx: &Context,
+    api: &Api<DroverJob>,
+    old: &DroverJobStatus,
+    status: DroverJobStatus,
+    next: Action,
+) -> Result<Action, Error> {
+    if *old != status || obj.status.is_none() {
+        let patch = json!({ "status": status });
+        api.patch_status(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+        // A condition that went False for the first time (or with a new message) is also an Event.
+        for condition in &status.conditions {
+            let before = old.conditions.iter().find(|c| c.type_ == condition.type_);
+            let changed = before
+                .is_none_or(|b| b.status != condition.status || b.message != condition.message);
+            if condition.status == "False"
+                && changed
+                && matches!(
+                    condition.type_.as_str(),
+                    conditions::ACCEPTED | conditions::SYNCED
+                )
+            {
+                event(
+                    ctx,
+                    obj,
+                    EventType::Warning,
+                    &condition.reason,
+                    &condition.message,
+                )
+                .await;
+            }
+        }
+    }
+    Ok(next)
+}
+
+/// Marks the object as not accepted: Drover does not have (and does not run) its job.
+fn refuse(
+    status: &mut DroverJobStatus,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: chrono::DateTime<Utc>,
+) {
+    status.state = Some("Waiting".to_owned());
+    if reason == "InvalidSpec" {
+        status.state = Some("Invalid".to_owned());
+    }
+    status.reason = Some(reason.to_owned());
+    status.message = Some(message.to_owned());
+    set_condition(
+        &mut status.conditions,
+        conditions::ACCEPTED,
+        false,
+        reason,
+        message,
+        generation,
+        now,
+    );
+}
+
+/// The tenant the object's namespace maps to, or a message saying why there is none.
+async fn tenant_of(obj: &DroverJob, ctx: &Context) -> Result<Result<Tenant, String>, Error> {
+    let namespace = obj.namespace().unwrap_or_default();
+    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    let label = &ctx.settings.tenant_label;
+    let labelled = namespaces
+        .get_opt(&namespace)
+        .await?
+        .and_then(|ns| ns.labels().get(label).cloned());
+    let (name, how) = match labelled {
+        Some(name) => (name, format!("the namespace's label `{label}`")),
+        None => (
+            namespace.clone(),
+            format!("the namespace's name (it has no `{label}` label)"),
+        ),
+    };
+    match ctx.state.store.get_tenant_by_name(&name).await {
+        Ok(tenant) => Ok(Ok(tenant)),
+        Err(StoreError::NotFound) => Ok(Err(format!(
+            "no Drover tenant `{name}` (from {how}); create it (`drover tenant create {name}`) or label the namespace `{label}=<tenant>`"
+        ))),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The tenant's `kubernetes` user as a principal, made on first use.
+async fn principal_for(ctx: &Context, tenant: &Tenant) -> Result<Principal, Error> {
+    let store = ctx.state.store.as_ref();
+    let find = || async {
+        store
+            .list_users(Scope::Tenant(tenant.id))
+            .await
+            .map(|users| users.into_iter().find(|u| u.name == CONTROLLER_USER))
+    };
+    let user = match find().await? {
+        Some(user) => user,
+        None => {
+            let new = NewUser {
+                tenant_id: tenant.id,
+                name: CONTROLLER_USER.to_owned(),
+                role: Role::Member,
+                cluster_admin: false,
+            };
+            match store.create_user(&new).await {
+                Ok(user) => user,
+                // Made by a concurrent reconcile in the same tenant.
+                Err(StoreError::Conflict { .. }) => find()
+                    .await?
+                    .ok_or_else(|| Error::Api("the kubernetes user vanished".to_owned()))?,
+                Err(err) => return Err(err.into()),
+            }
+        }
+    };
+    Ok(Principal {
+        user,
+        // It holds no token: it acts inside the server.
+        token_id: TokenId(uuid::Uuid::nil()),
+        tenant_quota: tenant.quota,
+    })
+}
+
+/// The object as the API's document, validated by the API's own parser (the field paths in its
+/// errors are the object's). Kubernetes' own metadata (annotations, managed fields) stays out.
+fn document_of(obj: &DroverJob) -> Result<drover_core::DroverJob, drover_core::spec::SpecError> {
+    let document = json!({
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": obj.name_any(),
+            "labels": obj.labels(),
+            "namespace": obj.namespace(),
+        },
+        "spec": obj.spec,
+    });
+    let bytes = serde_json::to_vec(&document).unwrap_or_default();
+    drover_core::DroverJob::parse(&bytes, Format::Json)
+}
+
+/// Submits the object's job; a user's problem (quota, name taken) comes back as (reason, message).
+async fn submit(
+    ctx: &Context,
+    principal: &Principal,
+    obj: &DroverJob,
+    mut document: drover_core::DroverJob,
+) -> Result<Result<Job, (String, String)>, Error> {
+    let key = job_key(obj);
+    let hash: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+    let name = document.metadata.name.clone();
+    for attempt in 0..2 {
+        match create_job(
+            &ctx.state,
+            principal,
+            document.clone(),
+            Some(key.clone()),
+            Some(hash),
+        )
+        .await
+        {
+            Ok(created) => return Ok(Ok(created.value)),
+            Err(err) if err.status.is_client_error() => {
+                let taken = err.field.as_deref() == Some("metadata.name")
+                    && err.status == axum::http::StatusCode::CONFLICT;
+                if taken && attempt == 0 && name_free_later(ctx, principal, &name).await? {
+                    // An ended job has the name (the object was deleted and applied again):
+                    // the new job takes the name with the object's uid.
+                    let uid = obj.uid().unwrap_or_default();
+                    document.metadata.name = format!("{name}-{}", &uid[..uid.len().min(8)]);
+                    continue;
+                }
+                let reason = if taken {
+                    "NameTaken".to_owned()
+                } else {
+                    pascal(err.code)
+                };
+                let field = err.field.map(|f| format!("{f}: ")).unwrap_or_default();
+                return Ok(Err((reason, format!("{field}{}", err.message))));
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(Err((
+        "NameTaken".to_owned(),
+        format!("jobs named `{name}` exist in the tenant"),
+    )))
+}
+
+/// Whether the job holding `name` in the tenant has ended (so a suffixed name may be used).
+async fn name_free_later(ctx: &Context, principal: &Principal, name: &str) -> Result<bool, Error> {
+    let filter = JobFilter {
+        name_contains: Some(name.to_owned()),
+        limit: 100,
+        ..JobFilter::default()
+    };
+    let jobs = ctx
+        .state
+        .store
+        .list_jobs(principal.scope(), &filter)
+        .await?;
+    Ok(jobs
+        .iter()
+        .find(|job| job.name == name)
+        .is_some_and(|job| job.state.is_final()))
+}
+
+/// Applies an edit of the object to its job: new worker/PS ranges resize it; anything else is
+/// refused with the Synced condition.
+async fn sync_spec(
+    ctx: &Context,
+    principal: &Principal,
+    job: &Job,
+    document: &drover_core::DroverJob,
+    status: &mut DroverJobStatus,
+    generation: Option<i64>,
+    now: chrono::DateTime<Utc>,
+) -> Result<(), Error> {
+    let stored = ctx
+        .state
+        .store
+        .get_job(Scope::Tenant(job.tenant_id), job.id)
+        .await?;
+    let Some(stored_spec) = stored
+        .document
+        .as_deref()
+        .and_then(|d| d.get("spec"))
+        .cloned()
+    else {
+        return Err(Error::Api(format!("job {} has no stored document", job.id)));
+    };
+    let wanted = serde_json::to_value(&document.spec).unwrap_or_default();
+    let mut changed = Vec::new();
+    changed_fields(&stored_spec, &wanted, "spec", &mut changed);
+    let (resizes, others): (Vec<_>, Vec<_>) = changed.into_iter().partition(|path| {
+        path.starts_with("spec.resources.workers") || path.starts_with("spec.resources.ps")
+    });
+    if let Some(first) = others.first() {
+        let message = format!(
+            "{first} cannot change once the job is submitted (only spec.resources.workers and spec.resources.ps can: they resize it); delete the object and apply it again to run a changed job. The job goes on as it was submitted"
+        );
+        set_condition(
+            &mut status.conditions,
+            conditions::SYNCED,
+            false,
+            "ImmutableField",
+            message,
+            generation,
+            now,
+        );
+        return Ok(());
+    }
+    if !resizes.is_empty() {
+        let resources = &document.spec.resources;
+        let id = job.id.to_string();
+        match resize_job(
+            &ctx.state,
+            principal,
+            &id,
+            Some(resources.workers),
+            Some(resources.ps),
+        )
+        .await
+        {
+            Ok(_) => {}
+            Err(err) if err.status.is_client_error() => {
+                let field = err.field.map(|f| format!("{f}: ")).unwrap_or_default();
+                set_condition(
+                    &mut status.conditions,
+                    conditions::SYNCED,
+                    false,
+                    "ResizeRefused",
+                    format!("{field}{}", err.message),
+                    generation,
+                    now,
+                );
+                return Ok(());
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+    // Nothing new: the reason of the last change (a resize) stays.
+    let kept = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::SYNCED && c.status == "True")
+        .map(|c| c.reason.clone());
+    let reason = match (resizes.is_empty(), kept) {
+        (false, _) => "Resized".to_owned(),
+        (true, Some(kept)) => kept,
+        (true, None) => "Submitted".to_owned(),
+    };
+    set_condition(
+        &mut status.conditions,
+        conditions::SYNCED,
+        true,
+        &reason,
+        "the job runs the object's spec",
+        generation,
+        now,
+    );
+    Ok(())
+}
+
+/// The dotted paths where `new` differs from `old` (objects field by field, anything else whole).
+fn changed_fields(old: &Value, new: &Value, path: &str, out: &mut Vec<String>) {
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for key in keys {
+                let null = Value::Null;
+                changed_fields(
+                    a.get(key).unwrap_or(&null),
+                    b.get(key).unwrap_or(&null),
+                    &format!("{path}.{key}"),
+                    out,
+                );
+            }
+        }
+        (a, b) if a != b => out.push(path.to_owned()),
+        _ => {}
+    }
+}
+
+/// Publishes the job's events after `after` as Kubernetes Events; returns the last one's id.
+async fn publish_events(
+    obj: &DroverJob,
+    ctx: &Context,
+    job: &Job,
+    after: Option<i64>,
+) -> Result<Option<i64>, Error> {
+    let events = ctx
+        .state
+        .store
+        .list_job_events(Scope::Tenant(job.tenant_id), job.id, after, 50)
+        .await?;
+    let mut last = after;
+    for e in events {
+        let kind = if matches!(e.to_state, JobState::Failed) {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        let note = format!("{}: {}", e.to_state.as_str(), e.message);
+        event(ctx, obj, kind, &pascal(e.reason.as_str()), &note).await;
+        last = Some(e.id);
+    }
+    Ok(last)
+}
+
+/// Publishes one Event on the object; a failure is logged, never fatal (Events are best effort).
+async fn event(ctx: &Context, obj: &DroverJob, kind: EventType, reason: &str, note: &str) {
+    let reference: ObjectReference = obj.object_ref(&());
+    let event = Event {
+        type_: kind,
+        reason: reason.chars().take(128).collect(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&event, &reference).await {
+        tracing::warn!(object = %obj.name_any(), error = %err, "cannot publish a Kubernetes Event");
+    }
+}
+
+/// Deleting the object: cancel its job, and keep the finalizer until the job's tasks have stopped.
+async fn cleanup(obj: &DroverJob, ctx: &Context) -> Result<Action, Error> {
+    let tenant = match tenant_of(obj, ctx).await? {
+        Ok(tenant) => tenant,
+        // No tenant: no job was ever made.
+        Err(_) => return Ok(Action::await_change()),
+    };
+    let store = ctx.state.store.as_ref();
+    let Some(job) = store.job_by_key(tenant.id, &job_key(obj)).await? else {
+        return Ok(Action::await_change());
+    };
+    if !job.state.is_final() {
+        let principal = principal_for(ctx, &tenant).await?;
+        match user_transition(
+            &ctx.state,
+            &principal,
+            &job.id.to_string(),
+            UserAction::Cancel,
+        )
+        .await
+        {
+            Ok(_) => {
+                event(
+                    ctx,
+                    obj,
+                    EventType::Normal,
+                    "Cancelling",
+                    "the object was deleted: its job is cancelled",
+                )
+                .await;
+            }
+            // Ended meanwhile.
+            Err(err) if err.status == axum::http::StatusCode::CONFLICT => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    let tasks = store.job_tasks(Scope::Tenant(tenant.id), job.id).await?;
+    if tasks
+        .iter()
+        .any(|t| !matches!(t.state, TaskState::Exited | TaskState::Lost))
+    {
+        return Err(Error::Settling(job.id));
+    }
+    Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changed_fields_names_each_difference() {
+        let old = json!({"resources": {"workers": {"min": 1, "max": 2}, "ps": 1}, "train": {"max_steps": 10}});
+        let new = json!({"resources": {"workers": {"min": 1, "max": 4}, "ps": 1}, "train": {"max_steps": 20}});
+        let mut out = Vec::new();
+        changed_fields(&old, &new, "spec", &mut out);
+        assert_eq!(out, ["spec.resources.workers.max", "spec.train.max_steps"]);
+    }
+}
