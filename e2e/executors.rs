@@ -1,7 +1,8 @@
 //! Jobs really running on a `drover server` and two `drover executor` processes (see `harness.rs`):
 //! the example in `examples/command/` (plain Python training on the shipped digits data), `train`
 //! jobs of the engine, distributed ones (`distributed.rs`), the trust between the processes
-//! (`trust.rs`) and two server replicas restarted in turn (`replicas.rs`).
+//! (`trust.rs`), two server replicas restarted in turn (`replicas.rs`) and DroverJobs through the
+//! Kubernetes controller (`kubernetes.rs`).
 
 #![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
 
@@ -9,10 +10,18 @@
 mod dashboard;
 #[path = "distributed.rs"]
 mod distributed;
+#[path = "../api/tests/api/fake_kube.rs"]
+#[expect(
+    dead_code,
+    reason = "the API tests use the rest of the fake (expiry, restarts)"
+)]
+mod fake_kube;
 #[path = "faults.rs"]
 mod faults;
 #[path = "harness.rs"]
 mod harness;
+#[path = "kubernetes.rs"]
+mod kubernetes;
 #[path = "pause.rs"]
 mod pause;
 #[path = "replicas.rs"]

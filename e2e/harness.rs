@@ -37,8 +37,14 @@ impl Drop for Proc {
 
 impl Proc {
     pub(crate) fn spawn(args: &[&str]) -> Proc {
+        Self::spawn_with_env(args, &[])
+    }
+
+    /// The same, with more environment variables.
+    pub(crate) fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
         let mut child = Command::new(DROVER)
             .args(args)
+            .envs(env.iter().copied())
             .current_dir(repo_root())
             .env_remove("DROVER_TOKEN")
             .env_remove("DROVER_SERVER")
@@ -107,7 +113,19 @@ impl Cluster {
         gateway: &str,
         executor_timeout: &str,
     ) -> (Proc, String, String) {
-        let server = Proc::spawn(&[
+        Self::start_server_configured(database, data_dir, gateway, executor_timeout, &[], &[])
+    }
+
+    /// The same, with more flags and environment variables.
+    pub(crate) fn start_server_configured(
+        database: &str,
+        data_dir: &Path,
+        gateway: &str,
+        executor_timeout: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> (Proc, String, String) {
+        let mut args = vec![
             "server",
             "--listen",
             "127.0.0.1:0",
@@ -123,7 +141,9 @@ impl Cluster {
             "10s",
             "--tick",
             "500ms",
-        ]);
+        ];
+        args.extend_from_slice(extra);
+        let server = Proc::spawn_with_env(&args, env);
         let url = server.wait_for_line("drover server listening on ");
         let gateway = server.wait_for_line("executor gateway listening on ");
         (server, url, gateway)
@@ -135,6 +155,15 @@ impl Cluster {
 
     /// Two executors of `slots` GPU slots (and twice as many CPUs) each.
     pub(crate) async fn start_with_slots(slots: u32) -> Cluster {
+        Self::start_configured(slots, &[], &[]).await
+    }
+
+    /// The same, the server started with more flags and environment variables.
+    pub(crate) async fn start_configured(
+        slots: u32,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Cluster {
         let database = drover_api::testing::create_postgres_database().await;
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -142,10 +171,13 @@ impl Cluster {
             .local_addr()
             .unwrap()
             .port();
-        let (server, url, gateway) = Self::start_server(
+        let (server, url, gateway) = Self::start_server_configured(
             &database.url,
             &dir.path().join("server"),
             &format!("127.0.0.1:{port}"),
+            "3s",
+            extra,
+            env,
         );
         let mut cluster = Cluster {
             database,
