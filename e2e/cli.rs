@@ -33,10 +33,19 @@ impl Drop for Server {
     }
 }
 
+/// The CLI config file the tests' `drover` processes use unless a test gives its own: never the
+/// user's own (`drover dev` writes a context there).
+fn isolated_config() -> PathBuf {
+    std::env::temp_dir()
+        .join(format!("drover-e2e-cli-{}", std::process::id()))
+        .join("config.yaml")
+}
+
 /// Starts `drover <args>` and reads its stdout until it says where it listens.
 fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
     let mut command = Command::new(DROVER);
     command
+        .env("DROVER_CONFIG", isolated_config())
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -90,6 +99,7 @@ fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
 
 fn drover(server: &str, token: &str, args: &[&str]) -> Output {
     Command::new(DROVER)
+        .env("DROVER_CONFIG", isolated_config())
         .args(args)
         .env("DROVER_SERVER", server)
         .env("DROVER_TOKEN", token)
@@ -134,6 +144,7 @@ async fn server_on_postgres_through_the_cli() {
     let data_dir = tempfile::tempdir().unwrap();
     assert!(
         ok(Command::new(DROVER)
+            .env("DROVER_CONFIG", isolated_config())
             .args(["migrate", "--database-url", &database_url])
             .output()
             .unwrap())
@@ -315,7 +326,12 @@ fn dev_mode_keeps_its_token_and_data() {
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
     let data = data_dir.to_str().unwrap();
-    let first = start(&["--data-dir", data, "dev", "--listen", "127.0.0.1:0"], &[]);
+    let config = dir.path().join("home").join("config.yaml");
+    let config_env = [("DROVER_CONFIG", config.to_str().unwrap())];
+    let first = start(
+        &["--data-dir", data, "dev", "--listen", "127.0.0.1:0"],
+        &config_env,
+    );
     let token = std::fs::read_to_string(data_dir.join("admin-token"))
         .unwrap()
         .trim()
@@ -363,7 +379,10 @@ fn dev_mode_keeps_its_token_and_data() {
         first.lines
     );
     drop(first);
-    let second = start(&["--data-dir", data, "dev", "--listen", "127.0.0.1:0"], &[]);
+    let second = start(
+        &["--data-dir", data, "dev", "--listen", "127.0.0.1:0"],
+        &config_env,
+    );
     assert_eq!(
         second.printed_token.as_deref(),
         Some(token.as_str()),
@@ -378,10 +397,92 @@ fn dev_mode_keeps_its_token_and_data() {
     // Without --token, the CLI finds dev's token in the data directory.
     let output = Command::new(DROVER)
         .args(["--data-dir", data, "--server", &second.url, "jobs"])
+        .env("DROVER_CONFIG", isolated_config())
         .env_remove("DROVER_TOKEN")
         .output()
         .unwrap();
     assert!(ok(output).contains("hello-command"));
+
+    // dev saved a context: the CLI works from any directory with no flags.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let cli = |args: &[&str]| {
+        Command::new(DROVER)
+            .args(args)
+            .current_dir(elsewhere.path())
+            .env("DROVER_CONFIG", &config)
+            .env_remove("DROVER_TOKEN")
+            .env_remove("DROVER_SERVER")
+            .output()
+            .unwrap()
+    };
+    assert!(ok(cli(&["jobs"])).contains("hello-command-"));
+    let contexts = ok(cli(&["context", "list"]));
+    assert!(
+        contexts
+            .lines()
+            .any(|l| l.starts_with('*') && l.contains("dev") && l.contains(&second.url)),
+        "{contexts}"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&config).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the config file holds tokens");
+    }
+    // metadata.generateName: one file submitted twice makes two jobs, each with a fresh name.
+    let example = repo_root().join("examples/sleep-command.yaml");
+    let example = example.to_str().unwrap();
+    let names: Vec<String> = (0..2)
+        .map(|_| {
+            let printed = ok(cli(&["submit", example]));
+            printed
+                .split_whitespace()
+                .find(|word| word.starts_with("hello-command-"))
+                .unwrap_or_else(|| panic!("no generated name in {printed}"))
+                .to_owned()
+        })
+        .collect();
+    assert_ne!(names[0], names[1]);
+    assert!(
+        names.iter().all(|n| n.len() == "hello-command-".len() + 5),
+        "{names:?}"
+    );
+
+    // login checks the token and makes a context; `context use` switches back.
+    let bad = cli(&[
+        "login",
+        "--server",
+        &second.url,
+        "--token",
+        "drv_not-a-token-at-all",
+        "--name",
+        "x",
+    ]);
+    assert!(!bad.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&bad.stderr).lines().count(),
+        1,
+        "{bad:?}"
+    );
+    assert!(!ok(cli(&["context", "list"])).contains(" x "));
+    let login = ok(cli(&[
+        "login",
+        "--server",
+        &second.url,
+        "--token",
+        &token,
+        "--name",
+        "again",
+    ]));
+    assert!(login.contains("context `again` is current"), "{login}");
+    assert!(ok(cli(&["context", "use", "dev"])).contains("`dev` is current"));
+    let unknown = cli(&["context", "use", "nope"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert_eq!(
+        stderr.trim(),
+        "error: no context `nope`; the contexts are: again, dev"
+    );
 }
 
 /// A log that is not going to a terminal carries no colour codes (a redirected log is read as text).

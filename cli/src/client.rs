@@ -15,14 +15,15 @@ pub struct Client {
 }
 
 impl Client {
+    /// A client for the server and token the flags, the environment or the current context name.
     pub fn new(global: &GlobalArgs) -> anyhow::Result<Self> {
-        let token = match &global.token {
-            Some(token) => token.clone(),
-            None => dev_token(global).ok_or_else(|| {
-                anyhow!("no API token: pass --token or set DROVER_TOKEN (`drover dev` prints one)")
-            })?,
-        };
-        let base = global.server.trim_end_matches('/').to_owned();
+        let (server, token) = crate::config::resolve(global)?;
+        Self::with(&server, &token)
+    }
+
+    /// A client for this server with this token.
+    pub fn with(server: &str, token: &str) -> anyhow::Result<Self> {
+        let base = server.trim_end_matches('/').to_owned();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             bail!("--server must be an http:// or https:// URL, got `{base}`");
         }
@@ -31,7 +32,11 @@ impl Client {
             .connect_timeout(Duration::from_secs(10))
             .build()
             .context("cannot build the HTTP client")?;
-        Ok(Self { http, base, token })
+        Ok(Self {
+            http,
+            base,
+            token: token.to_owned(),
+        })
     }
 
     pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
@@ -165,16 +170,4 @@ async fn decode(response: reqwest::Response) -> anyhow::Result<Value> {
         Some(field) => bail!("{message} (field `{field}`, HTTP {})", status.as_u16()),
         None => bail!("{message} (HTTP {})", status.as_u16()),
     }
-}
-
-/// The admin token `drover dev` keeps in its data directory, when talking to a local server.
-fn dev_token(global: &GlobalArgs) -> Option<String> {
-    let local = global.server.contains("://127.0.0.1") || global.server.contains("://localhost");
-    if !local {
-        return None;
-    }
-    std::fs::read_to_string(global.data_dir.join(crate::serve::TOKEN_FILE))
-        .ok()
-        .map(|token| token.trim().to_owned())
-        .filter(|token| !token.is_empty())
 }

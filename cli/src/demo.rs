@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// Submits every example job (idempotently, so a restarted demo does not duplicate them) and lists jobs.
 pub async fn demo(url: &str, token: &str, examples: &Path) -> anyhow::Result<()> {
     let global = GlobalArgs {
-        server: url.to_owned(),
+        server: Some(url.to_owned()),
         token: Some(token.to_owned()),
         output: crate::output::Format::Table,
         data_dir: PathBuf::from(".drover"),

@@ -3,6 +3,8 @@
 mod admin;
 mod client;
 mod commands;
+mod config;
+mod contexts;
 mod demo;
 mod enrollment;
 mod limits;
@@ -34,15 +36,10 @@ struct Cli {
 /// Options every client verb takes.
 #[derive(Debug, clap::Args)]
 pub struct GlobalArgs {
-    /// The Drover server's URL.
-    #[arg(
-        long,
-        global = true,
-        env = "DROVER_SERVER",
-        default_value = "http://127.0.0.1:8080"
-    )]
-    pub server: String,
-    /// API token. Without one, the token `drover dev` keeps in its data directory is used if present.
+    /// The Drover server's URL (default: the current context's, else http://127.0.0.1:8080).
+    #[arg(long, global = true, env = "DROVER_SERVER")]
+    pub server: Option<String>,
+    /// API token (default: the current context's; `drover login` and `drover dev` make contexts).
     #[arg(long, global = true, env = "DROVER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Output format.
@@ -67,6 +64,12 @@ enum Command {
     Dev(serve::DevArgs),
     /// Apply database migrations and exit.
     Migrate(serve::MigrateArgs),
+    /// Check a token against a server and save them as the current context (`--server URL`; the
+    /// token from --token, DROVER_TOKEN or standard input).
+    Login(contexts::LoginArgs),
+    /// List, switch or delete contexts (servers with their tokens, in ~/.config/drover/config.yaml).
+    #[command(subcommand)]
+    Context(contexts::ContextCommand),
     /// Print the DroverJob CustomResourceDefinition as YAML (the Helm chart ships the same file).
     Crd,
     /// Submit a job from a YAML or JSON file (`-` reads standard input).
@@ -145,8 +148,28 @@ enum Command {
     Sim(sim::SimArgs),
 }
 
+/// The command line, with `--server`/`--token` (global, for the client verbs) left out of the help of
+/// the verbs that talk to no server: each gets a hidden stand-in, which clap then does not replace
+/// with the global one.
+fn command() -> clap::Command {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    for verb in [
+        "server", "dev", "migrate", "crd", "executor", "sim", "train",
+    ] {
+        command = command.mut_subcommand(verb, |sub| {
+            ["server", "token"].into_iter().fold(sub, |sub, name| {
+                sub.arg(clap::Arg::new(name).long(name).hide(true).num_args(1))
+            })
+        });
+    }
+    command
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&command().get_matches()) {
+        Ok(cli) => cli,
+        Err(err) => err.exit(),
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -169,6 +192,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Server(args) => serve::server(args, &global).await,
         Command::Dev(args) => serve::dev(args, &global).await,
         Command::Migrate(args) => serve::migrate(args).await,
+        Command::Login(args) => contexts::login(&global, args).await,
+        Command::Context(cmd) => contexts::context(&global, cmd),
         Command::Crd => {
             output::out!("{}", drover_api::kubernetes::crd::crd_yaml().trim_end());
             Ok(())

@@ -8,8 +8,6 @@ use drover_api::server::{self, AdminBootstrap, ServerConfig};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-/// The file in the dev data directory that holds the admin token.
-pub const TOKEN_FILE: &str = "admin-token";
 /// The file in the data directory that holds the key tenant secrets are sealed with, by default.
 pub const SECRET_KEY_FILE: &str = "secret-key";
 
@@ -172,6 +170,10 @@ pub struct DevArgs {
     /// Scheduling policy.
     #[arg(long, default_value = "drover")]
     policy: String,
+    /// Start over: remove the data directory's database, checkpoints and executor state first (its
+    /// admin token and secret key stay).
+    #[arg(long)]
+    fresh: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -273,7 +275,7 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
 
 /// Reads the dev admin token, or creates one (mode 0600) on the first start.
 fn dev_admin_token(data_dir: &Path) -> anyhow::Result<String> {
-    let path = data_dir.join(TOKEN_FILE);
+    let path = data_dir.join(crate::config::TOKEN_FILE);
     match std::fs::read_to_string(&path) {
         Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_owned()),
         Ok(_) => {}
@@ -299,6 +301,9 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {}", data_dir.display()))?;
     let token = dev_admin_token(data_dir)?;
     let db_path = data_dir.join("drover.db");
+    if args.fresh {
+        fresh_start(data_dir)?;
+    }
     let earlier = db_path.exists();
     let checkpoints = data_dir.join("checkpoints");
     let cluster = ClusterArgs {
@@ -364,7 +369,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     out!("Drover dev server");
     if earlier {
         out!(
-            "  (carrying on from earlier runs: {} holds their jobs and history; remove it for a fresh start)",
+            "  (carrying on from earlier runs: {} holds their jobs and history; `drover dev --fresh` starts over)",
             data_dir.display()
         );
     }
@@ -381,12 +386,30 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         args.policy
     );
     out!();
-    out!("In another terminal:");
-    out!("  export DROVER_SERVER={url} DROVER_TOKEN={token}");
+    // The CLI finds this server from any directory through its context.
+    let mut config = crate::config::Config::load().unwrap_or_default();
+    config.set_current(
+        "dev",
+        crate::config::Context {
+            server: url.clone(),
+            token: token.clone(),
+        },
+    );
+    match config.save() {
+        Ok(path) => out!(
+            "  CLI context:  `dev`, current ({}): the drover CLI talks to this server from any directory",
+            path.display()
+        ),
+        Err(err) => eprintln!("warning: cannot save the CLI context `dev`: {err:#}"),
+    }
+    out!();
+    out!("In another terminal (`cargo install --path cli` puts drover on your PATH):");
     if args.demo {
         // The demo takes the examples' names, which are unique in a tenant.
         out!("  drover jobs && drover logs -f <job id>");
-        out!("  (to submit an example again, give a copy of it a new metadata.name)");
+        out!(
+            "  drover submit examples/digits-command.yaml    # again and again: a generateName job"
+        );
     } else {
         out!(
             "  drover submit examples/sleep-command.yaml && drover jobs && drover logs -f <job id>"
@@ -411,6 +434,38 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         .await
         .context("the server task failed")?
         .context("serving failed")?;
+    Ok(())
+}
+
+/// `drover dev --fresh`: removes what a run keeps (the database, checkpoints, the executors' state).
+fn fresh_start(data_dir: &Path) -> anyhow::Result<()> {
+    let mut removed = Vec::new();
+    for name in ["drover.db", "drover.db-wal", "drover.db-shm"] {
+        let path = data_dir.join(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed.push(path),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => {
+                return Err(err).with_context(|| format!("cannot remove {}", path.display()));
+            }
+        }
+    }
+    for name in ["checkpoints", "executors"] {
+        let path = data_dir.join(name);
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => removed.push(path),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => {
+                return Err(err).with_context(|| format!("cannot remove {}", path.display()));
+            }
+        }
+    }
+    if !removed.is_empty() {
+        out!(
+            "--fresh: removed the earlier runs' database, checkpoints and executor state in {}",
+            data_dir.display()
+        );
+    }
     Ok(())
 }
 

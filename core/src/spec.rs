@@ -72,8 +72,17 @@ pub struct DroverJob {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ObjectMeta {
-    /// A DNS-1123 label, unique within the tenant.
+    /// A DNS-1123 label, unique within the tenant. May be left out when `generateName` is given.
+    #[serde(default)]
     pub name: String,
+    /// A prefix the server completes to a unique name (five random characters appended), as
+    /// Kubernetes does, for a job submitted again and again from one file. `name`, if given, wins.
+    #[serde(
+        rename = "generateName",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub generate_name: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -42,7 +42,14 @@ pub fn validate(job: &DroverJob) -> Check {
     ensure(job.kind == KIND, "kind", || {
         format!("must be `{KIND}`, got `{}`", job.kind)
     })?;
-    validate_name(&job.metadata.name, "metadata.name")?;
+    match (job.metadata.name.as_str(), &job.metadata.generate_name) {
+        ("", Some(prefix)) => validate_name_prefix(prefix)?,
+        ("", None) => fail(
+            "metadata.name",
+            "required (or give metadata.generateName, a prefix the server completes to a unique name)",
+        )?,
+        (name, _) => validate_name(name, "metadata.name")?,
+    }
     validate_storable(job)?;
     validate_labels(job)?;
     validate_resources(job)?;
@@ -168,6 +175,34 @@ pub fn validate_name(name: &str, field: &str) -> Check {
              with a letter or digit)"
         )
     })
+}
+
+/// The longest `generateName`: the five characters appended keep the name within 63.
+pub const MAX_NAME_PREFIX: usize = 58;
+
+/// A `generateName` prefix: what a DNS-1123 label may start with (it may end with `-`).
+fn validate_name_prefix(prefix: &str) -> Check {
+    let field = "metadata.generateName";
+    ensure(!prefix.is_empty(), field, || "must not be empty".into())?;
+    ensure(prefix.len() <= MAX_NAME_PREFIX, field, || {
+        format!(
+            "must be at most {MAX_NAME_PREFIX} characters (five are appended), got {}",
+            prefix.len()
+        )
+    })?;
+    let valid_chars = prefix
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    ensure(
+        valid_chars && prefix.as_bytes()[0].is_ascii_alphanumeric(),
+        field,
+        || {
+            format!(
+                "`{prefix}` cannot start a DNS-1123 label (lowercase letters, digits and '-', starting \
+                 with a letter or digit)"
+            )
+        },
+    )
 }
 
 fn validate_labels(job: &DroverJob) -> Check {

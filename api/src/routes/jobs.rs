@@ -6,7 +6,9 @@ use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{Body, PathParam, QueryPairs};
 use crate::model_views::JobModels;
 use crate::state::AppState;
-use crate::store::{Created, Job, JobFilter, NewJob, Quota, Scope, StateChange, TaskRole};
+use crate::store::{
+    Created, Job, JobFilter, NewJob, Quota, Scope, StateChange, StoreError, TaskRole,
+};
 use crate::views::{EventList, EventView, JobEnvelope, JobList, JobView, ListMeta};
 use axum::Json;
 use axum::extract::State;
@@ -97,25 +99,47 @@ pub async fn create_job(
         &job,
     )
     .await?;
-    let new_job = NewJob {
-        id: JobId::new(),
-        tenant_id: principal.user.tenant_id,
-        tenant_name: principal.user.tenant_name.clone(),
-        name: job.metadata.name.clone(),
-        job_type: job.spec.job_type,
-        priority: job.spec.scheduling.priority,
-        max_gpus: i64::try_from(job.max_gpus()).unwrap_or(i64::MAX),
-        labels: job.metadata.labels.clone(),
-        document: serde_json::to_value(&job).map_err(|err| {
-            tracing::error!(error = %err, "serialising a parsed job failed");
-            ApiError::internal()
-        })?,
-        submitted_by: principal.user.id,
-        request_hash,
-        idempotency_key,
-        created_at: Utc::now(),
+    // `metadata.generateName`: the name is the prefix and five random characters, drawn again
+    // while the tenant has a job of that name.
+    let prefix = job
+        .metadata
+        .name
+        .is_empty()
+        .then(|| job.metadata.generate_name.clone())
+        .flatten();
+    let mut job = job;
+    let mut attempt = 0;
+    let outcome = loop {
+        if let Some(prefix) = &prefix {
+            job.metadata.name = format!("{prefix}{}", name_suffix());
+        }
+        let new_job = NewJob {
+            id: JobId::new(),
+            tenant_id: principal.user.tenant_id,
+            tenant_name: principal.user.tenant_name.clone(),
+            name: job.metadata.name.clone(),
+            job_type: job.spec.job_type,
+            priority: job.spec.scheduling.priority,
+            max_gpus: i64::try_from(job.max_gpus()).unwrap_or(i64::MAX),
+            labels: job.metadata.labels.clone(),
+            document: serde_json::to_value(&job).map_err(|err| {
+                tracing::error!(error = %err, "serialising a parsed job failed");
+                ApiError::internal()
+            })?,
+            submitted_by: principal.user.id,
+            request_hash,
+            idempotency_key: idempotency_key.clone(),
+            created_at: Utc::now(),
+        };
+        match state.store.create_job(&new_job).await {
+            Err(StoreError::Conflict { field, .. })
+                if prefix.is_some() && field == "metadata.name" && attempt < 8 =>
+            {
+                attempt += 1;
+            }
+            other => break other?,
+        }
     };
-    let outcome = state.store.create_job(&new_job).await?;
     if outcome.created {
         let job = &outcome.value;
         state.metrics.job_submitted();
@@ -123,6 +147,16 @@ pub async fn create_job(
         tracing::info!(job.id = %job.id, tenant.id = %job.tenant_id, job.name = %job.name, "job submitted");
     }
     Ok(outcome)
+}
+
+/// Five characters for a generated name, from Kubernetes' alphabet (no vowels, no look-alikes).
+fn name_suffix() -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+        .collect()
 }
 
 fn body_format(headers: &HeaderMap, body: &[u8]) -> ApiResult<Format> {

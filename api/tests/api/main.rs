@@ -393,6 +393,71 @@ async fn idempotency_key_returns_the_first_job_never_a_twin() {
 }
 
 #[tokio::test]
+async fn generate_name_completes_to_a_fresh_name_each_time() {
+    let app = TestApp::new().await;
+    let name_line = EXAMPLE
+        .lines()
+        .find(|l| l.trim_start().starts_with("name: "))
+        .unwrap();
+    let generated = EXAMPLE.replace(name_line, "  generateName: nightly-");
+    let mut names = Vec::new();
+    for _ in 0..3 {
+        let reply = app.submit_yaml(ADMIN_TOKEN, &generated).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
+        let name = reply.body["job"]["name"].as_str().unwrap().to_owned();
+        assert!(
+            name.len() == "nightly-".len() + 5 && name.starts_with("nightly-"),
+            "{name}"
+        );
+        let id = reply.body["job"]["id"].as_str().unwrap();
+        let job = app.get(&format!("/api/v1/jobs/{id}"), ADMIN_TOKEN).await;
+        assert_eq!(job.body["job"]["spec"]["metadata"]["name"], name.as_str());
+        assert_eq!(
+            job.body["job"]["spec"]["metadata"]["generateName"],
+            "nightly-"
+        );
+        names.push(name);
+    }
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 3);
+
+    // A name given wins over generateName; neither is an error; a bad prefix names its field.
+    let both = EXAMPLE.replace(name_line, &format!("{name_line}\n  generateName: nightly-"));
+    let reply = app.submit_yaml(ADMIN_TOKEN, &both).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
+    assert_eq!(
+        reply.body["job"]["name"],
+        name_line.trim().trim_start_matches("name: ")
+    );
+    let neither = EXAMPLE.replace(name_line, "  namespace: default");
+    let reply = app.submit_yaml(ADMIN_TOKEN, &neither).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        reply.body
+    );
+    assert_eq!(reply.error_field(), "metadata.name");
+    for bad in ["Nightly-", "-nightly", &"n".repeat(59)] {
+        let reply = app
+            .submit_yaml(
+                ADMIN_TOKEN,
+                &EXAMPLE.replace(name_line, &format!("  generateName: {bad}")),
+            )
+            .await;
+        assert_eq!(
+            reply.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{bad}: {}",
+            reply.body
+        );
+        assert_eq!(reply.error_field(), "metadata.generateName");
+    }
+    assert_eq!(app.job_count().await, 4);
+}
+
+#[tokio::test]
 async fn bad_submissions_get_a_4xx_naming_the_problem_and_store_nothing() {
     let app = TestApp::new().await;
     let yaml = |doc: String| {
