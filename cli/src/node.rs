@@ -120,7 +120,8 @@ pub async fn executor(args: ExecutorArgs) -> anyhow::Result<()> {
     let from_kubernetes = args.kubernetes_node_labels;
     let mut config = executor_config(args)?;
     if from_kubernetes {
-        let labels = drover_api::kubernetes::nodes::node_labels(&config.name)
+        let room = drover_core::validate::MAX_LABELS.saturating_sub(config.labels.len());
+        let labels = drover_api::kubernetes::nodes::node_labels(&config.name, room)
             .await
             .with_context(|| {
                 format!(

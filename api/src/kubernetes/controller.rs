@@ -109,6 +109,9 @@ pub enum Error {
     Api(String),
     #[error("job {0} is cancelled; waiting for its tasks to stop")]
     Settling(JobId),
+    /// Drover refused what the object asks for; tried again slowly.
+    #[error("{0}")]
+    Refused(String),
     #[error("the finalizer: {0}")]
     Finalizer(String),
 }
@@ -139,8 +142,14 @@ pub async fn run(
         )
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|outcome| async move {
-            if let Err(err) = outcome {
-                tracing::debug!(error = %err, "a DroverJob reconcile did not finish");
+            match outcome {
+                // Watching failed (no CRD installed, no permission, the API server away): say so.
+                Err(kube::runtime::controller::Error::QueueError(err)) => {
+                    tracing::warn!(error = %err, "watching DroverJobs failed; retrying");
+                }
+                // Reconcile failures are logged by `error_policy`.
+                Err(err) => tracing::debug!(error = %err, "a DroverJob reconcile did not finish"),
+                Ok(_) => {}
             }
         });
         let nodes = super::nodes::sync(ctx.clone());
@@ -159,6 +168,7 @@ pub async fn run(
 pub fn error_policy(obj: Arc<DroverJob>, err: &Error, _ctx: Arc<Context>) -> Action {
     match err {
         Error::Settling(_) => Action::requeue(Duration::from_secs(2)),
+        Error::Refused(_) => Action::requeue(Duration::from_secs(60)),
         other => {
             tracing::warn!(object = %obj.name_any(), namespace = obj.namespace().unwrap_or_default(), error = %other, "DroverJob reconcile failed; retrying");
             Action::requeue(Duration::from_secs(10))
@@ -195,7 +205,7 @@ async fn apply(obj: &DroverJob, ctx: &Context, api: &Api<DroverJob>) -> Result<A
     let old = obj.status.clone().unwrap_or_default();
     let mut status = old.clone();
     status.observed_generation = generation;
-    let tenant = match tenant_of(obj, ctx).await? {
+    let tenant = match tenant_for(obj, ctx).await? {
         Ok(tenant) => tenant,
         Err(message) => {
             refuse(&mut status, "UnknownTenant", &message, generation, now);
@@ -347,7 +357,7 @@ async fn finish(
     next: Action,
 ) -> Result<Action, Error> {
     if *old != status || obj.status.is_none() {
-        let patch = json!({ "status": status });
+        let patch = json!({ "status": with_nulls(&status) });
         api.patch_status(
             &obj.name_any(),
             &PatchParams::default(),
@@ -380,6 +390,33 @@ async fn finish(
     Ok(next)
 }
 
+/// The status as a merge patch: a field that is now absent is sent as null, so it is removed.
+fn with_nulls(status: &DroverJobStatus) -> Value {
+    let mut value = serde_json::to_value(status).unwrap_or_default();
+    if let Value::Object(fields) = &mut value {
+        for key in [
+            "jobId",
+            "tenant",
+            "state",
+            "reason",
+            "message",
+            "workers",
+            "ps",
+            "gpus",
+            "progress",
+            "step",
+            "lastMetric",
+            "checkpoints",
+            "lastEventId",
+            "observedGeneration",
+            "conditions",
+        ] {
+            fields.entry(key).or_insert(Value::Null);
+        }
+    }
+    value
+}
+
 /// Marks the object as not accepted: Drover does not have (and does not run) its job.
 fn refuse(
     status: &mut DroverJobStatus,
@@ -403,6 +440,26 @@ fn refuse(
         generation,
         now,
     );
+}
+
+/// The tenant of the object's job: the one recorded in its status once Drover has the job (a
+/// namespace relabelled later does not move it, or make a second job), else the namespace's.
+async fn tenant_for(obj: &DroverJob, ctx: &Context) -> Result<Result<Tenant, String>, Error> {
+    let recorded = obj
+        .status
+        .as_ref()
+        .filter(|status| status.job_id.is_some())
+        .and_then(|status| status.tenant.clone());
+    let Some(name) = recorded else {
+        return tenant_of(obj, ctx).await;
+    };
+    match ctx.state.store.get_tenant_by_name(&name).await {
+        Ok(tenant) => Ok(Ok(tenant)),
+        Err(StoreError::NotFound) => Ok(Err(format!(
+            "the tenant `{name}` of this object's job no longer exists"
+        ))),
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// The tenant the object's namespace maps to, or a message saying why there is none.
@@ -510,8 +567,9 @@ async fn submit(
                 if taken && attempt == 0 && name_free_later(ctx, principal, &name).await? {
                     // An ended job has the name (the object was deleted and applied again):
                     // the new job takes the name with the object's uid.
-                    let uid = obj.uid().unwrap_or_default();
-                    document.metadata.name = format!("{name}-{}", &uid[..uid.len().min(8)]);
+                    let uid: String = obj.uid().unwrap_or_default().chars().take(8).collect();
+                    let stem: String = name.chars().take(63 - 1 - uid.len()).collect();
+                    document.metadata.name = format!("{}-{uid}", stem.trim_end_matches('-'));
                     continue;
                 }
                 let reason = if taken {
@@ -686,7 +744,15 @@ async fn publish_events(
             EventType::Normal
         };
         let note = format!("{}: {}", e.to_state.as_str(), e.message);
-        event(ctx, obj, kind, &pascal(e.reason.as_str()), &note).await;
+        event_as(
+            ctx,
+            obj,
+            kind,
+            &pascal(e.reason.as_str()),
+            &note,
+            &pascal(e.to_state.as_str()),
+        )
+        .await;
         last = Some(e.id);
     }
     Ok(last)
@@ -694,12 +760,26 @@ async fn publish_events(
 
 /// Publishes one Event on the object; a failure is logged, never fatal (Events are best effort).
 async fn event(ctx: &Context, obj: &DroverJob, kind: EventType, reason: &str, note: &str) {
+    event_as(ctx, obj, kind, reason, note, "Reconcile").await;
+}
+
+/// The same, under `action`: kube's recorder folds Events of one object with the same type, reason
+/// and action into one series (kept with the first note) for a few minutes.
+async fn event_as(
+    ctx: &Context,
+    obj: &DroverJob,
+    kind: EventType,
+    reason: &str,
+    note: &str,
+    action: &str,
+) {
     let reference: ObjectReference = obj.object_ref(&());
     let event = Event {
         type_: kind,
         reason: reason.chars().take(128).collect(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Reconcile".to_owned(),
+        // The API server takes at most 1 kB of note.
+        note: Some(super::status::truncate(note.to_owned(), 1000)),
+        action: action.chars().take(128).collect(),
         secondary: None,
     };
     if let Err(err) = ctx.recorder.publish(&event, &reference).await {
@@ -709,9 +789,9 @@ async fn event(ctx: &Context, obj: &DroverJob, kind: EventType, reason: &str, no
 
 /// Deleting the object: cancel its job, and keep the finalizer until the job's tasks have stopped.
 async fn cleanup(obj: &DroverJob, ctx: &Context) -> Result<Action, Error> {
-    let tenant = match tenant_of(obj, ctx).await? {
+    let tenant = match tenant_for(obj, ctx).await? {
         Ok(tenant) => tenant,
-        // No tenant: no job was ever made.
+        // No tenant: no job was ever made (or its tenant, with its jobs, is gone).
         Err(_) => return Ok(Action::await_change()),
     };
     let store = ctx.state.store.as_ref();
@@ -740,6 +820,15 @@ async fn cleanup(obj: &DroverJob, ctx: &Context) -> Result<Action, Error> {
             }
             // Ended meanwhile.
             Err(err) if err.status == axum::http::StatusCode::CONFLICT => {}
+            // Refused (the tenant's `kubernetes` user may not cancel): the finalizer stays, and says why.
+            Err(err) if err.status.is_client_error() => {
+                let message = format!(
+                    "cannot cancel job {}: {}; the object stays until it can be (or its job ends)",
+                    job.id, err.message
+                );
+                event(ctx, obj, EventType::Warning, "CancelRefused", &message).await;
+                return Err(Error::Refused(message));
+            }
             Err(err) => return Err(err.into()),
         }
     }

@@ -67,10 +67,77 @@ async fn apply(
     Ok(())
 }
 
-/// The labels of Kubernetes node `name`, for an executor to register with (in-cluster config).
-pub async fn node_labels(name: &str) -> anyhow::Result<BTreeMap<String, String>> {
+/// The label prefixes an executor takes from its Kubernetes node: the well-known ones and the GPU's
+/// (GPU feature discovery's `nvidia.com/gpu.product`, `.memory`, ...), plus every label without a
+/// prefix. Node feature discovery alone adds a hundred more, past the 64 labels a node may have.
+const NODE_LABEL_PREFIXES: &[&str] = &[
+    "kubernetes.io/",
+    "node.kubernetes.io/",
+    "topology.kubernetes.io/",
+    "node-role.kubernetes.io/",
+    "nvidia.com/gpu.",
+    "nvidia.com/cuda.",
+];
+
+/// The labels of Kubernetes node `name` worth registering with (in-cluster config): those with a
+/// prefix in [`NODE_LABEL_PREFIXES`] or none, at most `room` of them.
+pub async fn node_labels(name: &str, room: usize) -> anyhow::Result<BTreeMap<String, String>> {
     let client = Client::try_default().await?;
     let api: Api<Node> = Api::all(client);
     let node = api.get(name).await?;
-    Ok(node.labels().clone())
+    let (kept, skipped) = select_labels(node.labels(), room);
+    if skipped > 0 {
+        tracing::info!(
+            node = name,
+            kept = kept.len(),
+            skipped,
+            "took the node's well-known and GPU labels; skipped the rest"
+        );
+    }
+    Ok(kept)
+}
+
+fn select_labels(
+    labels: &BTreeMap<String, String>,
+    room: usize,
+) -> (BTreeMap<String, String>, usize) {
+    let mut kept = BTreeMap::new();
+    for (key, value) in labels {
+        let wanted = !key.contains('/') || NODE_LABEL_PREFIXES.iter().any(|p| key.starts_with(p));
+        if wanted && kept.len() < room {
+            kept.insert(key.clone(), value.clone());
+        }
+    }
+    let skipped = labels.len() - kept.len();
+    (kept, skipped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_well_known_and_gpu_labels_are_taken_within_the_room_left() {
+        let mut labels: BTreeMap<String, String> = (0..120)
+            .map(|i| {
+                (
+                    format!("feature.node.kubernetes.io/cpu-{i}"),
+                    "true".to_owned(),
+                )
+            })
+            .collect();
+        labels.insert("kubernetes.io/hostname".into(), "gpu-1".into());
+        labels.insert(
+            "nvidia.com/gpu.product".into(),
+            "NVIDIA-H100-80GB-HBM3".into(),
+        );
+        labels.insert("pool".into(), "a".into());
+        let (kept, skipped) = select_labels(&labels, 64);
+        assert_eq!(
+            kept.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["kubernetes.io/hostname", "nvidia.com/gpu.product", "pool"]
+        );
+        assert_eq!(skipped, 120);
+        assert_eq!(select_labels(&labels, 1).0.len(), 1);
+    }
 }

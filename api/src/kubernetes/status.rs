@@ -54,7 +54,8 @@ pub fn timestamp(at: DateTime<Utc>) -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::from_second(at.timestamp()).unwrap_or_default()
 }
 
-fn truncate(mut text: String, max: usize) -> String {
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub fn truncate(mut text: String, max: usize) -> String {
     if text.len() > max {
         let mut end = max;
         while !text.is_char_boundary(end) {

@@ -296,6 +296,23 @@ async fn controller_lifecycle(db: TestDb) {
     assert!(message.contains("no Drover tenant `nowhere`"), "{message}");
     assert_eq!(h.jobs().await.len(), 1);
 
+    // Relabelling the namespace later moves nothing: the job stays in its tenant, and no second
+    // job appears in the other (nor does the object claim that tenant is unknown).
+    let relabel = |tenant: &str| {
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": NAMESPACE, "labels": {"drover.dev/tenant": tenant}}})
+    };
+    h.fake.seed("namespaces", None, relabel("elsewhere"));
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let object = h.object(NAMESPACE, "digits-mlp").unwrap();
+    assert_eq!(object["status"]["tenant"], "vision");
+    assert!(
+        condition_is(&object, "Accepted", "True", "Submitted"),
+        "{object:#}"
+    );
+    assert_eq!(h.jobs().await.len(), 1);
+    h.fake.seed("namespaces", None, relabel("vision"));
+
     // The controller stops after creating a job but before its status was written (simulated by
     // wiping the status), and a new one starts: it finds the same job, never a second.
     h.stop_controller();
