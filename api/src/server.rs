@@ -146,9 +146,12 @@ pub async fn start(
         let leader = runtime.leader.clone();
         state = state.with_runtime(runtime);
         if let Some(settings) = kubernetes {
-            let client = kube::Client::try_default().await.context(
-                "--kubernetes: cannot configure a Kubernetes client (in a pod: its service account; elsewhere: KUBECONFIG or ~/.kube/config)",
-            )?;
+            // kube's error already says what it tried: one line, not its whole chain again.
+            let client = kube::Client::try_default().await.map_err(|err| {
+                anyhow::anyhow!(
+                    "--kubernetes: cannot configure a Kubernetes client (in a pod: its service account; elsewhere: KUBECONFIG or ~/.kube/config): {err}"
+                )
+            })?;
             let ctx = crate::kubernetes::controller::Context::new(state.clone(), client, settings);
             tokio::spawn(crate::kubernetes::controller::run(
                 ctx,

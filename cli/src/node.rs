@@ -123,9 +123,9 @@ pub async fn executor(args: ExecutorArgs) -> anyhow::Result<()> {
         let room = drover_core::validate::MAX_LABELS.saturating_sub(config.labels.len());
         let labels = drover_api::kubernetes::nodes::node_labels(&config.name, room)
             .await
-            .with_context(|| {
-                format!(
-                    "--kubernetes-node-labels: cannot read Kubernetes node `{}` (is --name the pod's node name, and may the service account get nodes?)",
+            .map_err(|err| {
+                anyhow::anyhow!(
+                    "--kubernetes-node-labels: cannot read Kubernetes node `{}` (is --name the pod's node name, and may the service account get nodes?): {err}",
                     config.name
                 )
             })?;

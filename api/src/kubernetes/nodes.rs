@@ -82,9 +82,15 @@ const NODE_LABEL_PREFIXES: &[&str] = &[
 /// The labels of Kubernetes node `name` worth registering with (in-cluster config): those with a
 /// prefix in [`NODE_LABEL_PREFIXES`] or none, at most `room` of them.
 pub async fn node_labels(name: &str, room: usize) -> anyhow::Result<BTreeMap<String, String>> {
-    let client = Client::try_default().await?;
+    // kube's errors say what they tried; `{err}` keeps them to one line.
+    let client = Client::try_default()
+        .await
+        .map_err(|err| anyhow::anyhow!("{err}"))?;
     let api: Api<Node> = Api::all(client);
-    let node = api.get(name).await?;
+    let node = api
+        .get(name)
+        .await
+        .map_err(|err| anyhow::anyhow!("{err}"))?;
     let (kept, skipped) = select_labels(node.labels(), room);
     if skipped > 0 {
         tracing::info!(
