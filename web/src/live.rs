@@ -258,45 +258,43 @@ pub async fn jobs(
                 && !v.is_empty()
         })
         .collect();
-    // The first read is what the page already shows: it is the baseline, not sent.
+    // The first read is sent too: the page was rendered before this stream connected, and a job that
+    // arrived in between is in the first read but not on the page (a baseline taken here would hide it
+    // until the next change).
     let start = (state, session, pairs, None::<String>, permit);
-    let events = stream::unfold(
-        start,
-        |(state, session, pairs, mut last, permit)| async move {
-            loop {
-                if last.is_some() {
-                    let mut stopping = state.stopping.clone();
-                    tokio::select! {
-                        () = tokio::time::sleep(POLL * 2) => {}
-                        _ = stopping.changed() => return None,
-                    }
-                }
-                if *state.stopping.borrow() {
-                    return None;
-                }
-                let listed = api::list(
-                    State(state.clone()),
-                    session.principal.clone(),
-                    QueryPairs(pairs.clone()),
-                )
-                .await
-                .ok()?;
-                let rows = crate::jobs::rows(&state, listed.0.jobs).await.ok()?;
-                let html = crate::jobs::RowsFragment { rows }.render().ok()?;
-                match &last {
-                    None => last = Some(html),
-                    Some(previous) if *previous == html => {}
-                    Some(_) => {
-                        let event = Event::default().event("rows").data(html.clone());
-                        return Some((
-                            Ok::<_, Infallible>(event),
-                            (state, session, pairs, Some(html), permit),
-                        ));
-                    }
+    let events = stream::unfold(start, |(state, session, pairs, last, permit)| async move {
+        loop {
+            if last.is_some() {
+                let mut stopping = state.stopping.clone();
+                tokio::select! {
+                    () = tokio::time::sleep(POLL * 2) => {}
+                    _ = stopping.changed() => return None,
                 }
             }
-        },
-    );
+            if *state.stopping.borrow() {
+                return None;
+            }
+            let listed = api::list(
+                State(state.clone()),
+                session.principal.clone(),
+                QueryPairs(pairs.clone()),
+            )
+            .await
+            .ok()?;
+            let rows = crate::jobs::rows(&state, listed.0.jobs).await.ok()?;
+            let html = crate::jobs::RowsFragment { rows }.render().ok()?;
+            match &last {
+                Some(previous) if *previous == html => {}
+                _ => {
+                    let event = Event::default().event("rows").data(html.clone());
+                    return Some((
+                        Ok::<_, Infallible>(event),
+                        (state, session, pairs, Some(html), permit),
+                    ));
+                }
+            }
+        }
+    });
     Sse::new(events)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()

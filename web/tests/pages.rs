@@ -295,6 +295,33 @@ async fn signing_in_and_out((site, [ada, _, _]): (Site, [String; 3])) {
     assert!(after.location.starts_with("/login"), "{}", after.location);
 }
 
+/// A job that arrives between the jobs page's render and its stream's connection is on the stream's
+/// first event: the stream starts with the rows as they are, not with a silent baseline.
+#[tokio::test]
+async fn the_jobs_stream_starts_with_the_rows_as_they_are_now() {
+    let (site, [_, _, bob]) = Site::new().await;
+    let bob = site.sign_in(&bob).await;
+    assert!(!site.get("/jobs", &bob).await.body.contains("late-job"));
+    site.submit(&bob, &JOB.replace("NAME", "late-job")).await;
+    let request = Request::get("/jobs/live")
+        .header(header::COOKIE, format!("{}={bob}", auth::SESSION_COOKIE))
+        .body(Body::empty())
+        .unwrap();
+    let response = site.app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body();
+    let frame = tokio::time::timeout(std::time::Duration::from_secs(10), body.frame())
+        .await
+        .expect("the stream sent nothing")
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(frame.data_ref().unwrap()).into_owned();
+    assert!(
+        text.starts_with("event: rows") && text.contains("late-job"),
+        "{text}"
+    );
+}
+
 #[tokio::test]
 async fn pages_are_scoped_to_the_tenant_and_buttons_to_the_role() {
     let (site, [ada, vic, bob]) = Site::new().await;
