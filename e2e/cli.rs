@@ -416,6 +416,17 @@ fn dev_mode_keeps_its_token_and_data() {
             .unwrap()
     };
     assert!(ok(cli(&["jobs"])).contains("hello-command-"));
+    // Without --demo, each local executor advertises this host's CPUs (which they share).
+    let host_cpus = std::thread::available_parallelism().unwrap().get();
+    let nodes: serde_json::Value =
+        serde_json::from_str(&ok(cli(&["nodes", "-o", "json"]))).unwrap();
+    let cpus: Vec<u64> = nodes["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["cpus"].as_u64().unwrap())
+        .collect();
+    assert_eq!(cpus, [host_cpus as u64, host_cpus as u64], "{nodes}");
     let contexts = ok(cli(&["context", "list"]));
     assert!(
         contexts

@@ -174,6 +174,10 @@ pub struct DevArgs {
     /// admin token and secret key stay).
     #[arg(long)]
     fresh: bool,
+    /// CPUs each local executor advertises. Default: this host's (the local executors share them);
+    /// with --demo, enough for the demo's five-task parameter-server job, which the banner says.
+    #[arg(long)]
+    cpus_per_executor: Option<u32>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -306,6 +310,15 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     }
     let earlier = db_path.exists();
     let checkpoints = data_dir.join("checkpoints");
+    let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    // The demo's `digits-ps` runs 3 workers and 2 PS shards at a CPU each: more task slots than a
+    // small host's cores, which its tasks then share.
+    let demo_cpus = 4 * args.gpus_per_executor.max(1);
+    let cpus_per_executor = match args.cpus_per_executor {
+        Some(cpus) => cpus.max(1),
+        None if args.demo => host_cpus.max(demo_cpus),
+        None => host_cpus,
+    };
     let cluster = ClusterArgs {
         gateway_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         advertise_gateway: None,
@@ -349,9 +362,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             slots: None,
             demo_gpus: Some(args.gpus_per_executor),
             demo_gpu_memory_gb: 16,
-            // Room for the demo's parameter-server job next to the others (tasks share this
-            // machine's real cores anyway).
-            cpus: Some(4 * args.gpus_per_executor.max(1)),
+            cpus: Some(cpus_per_executor),
             memory_gb: 32,
             labels: Vec::new(),
             advertise_host: "127.0.0.1".to_owned(),
@@ -380,11 +391,23 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     out!("  Database:     {} (SQLite)", db_path.display());
     out!("  Checkpoints:  {}", checkpoints.display());
     out!(
-        "  Executors:    {} local, {} demo GPUs each (tasks run on the CPU), policy {}",
+        "  Executors:    {} local, {} demo GPUs and {} CPUs each (tasks run on the CPU), policy {}",
         args.executors,
         args.gpus_per_executor,
+        cpus_per_executor,
         args.policy
     );
+    if cpus_per_executor > host_cpus {
+        out!(
+            "                ({} CPUs each is more than this host's {host_cpus}, which the tasks share{})",
+            cpus_per_executor,
+            if args.cpus_per_executor.is_none() {
+                ": the demo's parameter-server job needs the room; --cpus-per-executor sets it"
+            } else {
+                ""
+            }
+        );
+    }
     out!();
     // The CLI finds this server from any directory through its context.
     let mut config = crate::config::Config::load().unwrap_or_default();
