@@ -494,6 +494,47 @@ fn dev_mode_keeps_its_token_and_data() {
         stderr.trim(),
         "error: no context `nope`; the contexts are: again, dev"
     );
+
+    // `dev --help` offers no --server/--token (they are for the client verbs, whose help has them).
+    let help = ok(cli(&["dev", "--help"]));
+    assert!(
+        !help.contains("--server") && !help.contains("--token") && help.contains("--fresh"),
+        "{help}"
+    );
+    assert!(ok(cli(&["jobs", "--help"])).contains("--server"));
+
+    // --fresh starts over: the earlier runs' jobs are gone, and it says what it removed.
+    drop(second);
+    let third = start(
+        &[
+            "--data-dir",
+            data,
+            "dev",
+            "--listen",
+            "127.0.0.1:0",
+            "--fresh",
+        ],
+        &config_env,
+    );
+    assert!(
+        third
+            .lines
+            .iter()
+            .any(|l| l.starts_with("--fresh: removed")),
+        "{:?}",
+        third.lines
+    );
+    assert!(
+        !third.lines.iter().any(|l| l.contains("carrying on")),
+        "{:?}",
+        third.lines
+    );
+    assert_eq!(
+        third.printed_token.as_deref(),
+        Some(token.as_str()),
+        "the token stays"
+    );
+    assert!(!ok(cli(&["jobs"])).contains("hello-command"));
 }
 
 /// A log that is not going to a terminal carries no colour codes (a redirected log is read as text).
