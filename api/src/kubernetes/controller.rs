@@ -12,27 +12,25 @@
 //!   `Synced` condition (the job goes on as submitted).
 //! - Deleting the object cancels the job and waits for its tasks to stop before the finalizer goes.
 
+use super::admission::{document_of, principal_for, submit, tenant_for};
 use super::crd::{DroverJob, DroverJobStatus, FINALIZER};
-use super::status::{conditions, describe_job, pascal, set_condition};
-use crate::auth::Principal;
+use super::edits::sync_spec;
+use super::events::{event, publish_events};
+use super::status::{conditions, describe_job, set_condition};
 use crate::error::ApiError;
-use crate::routes::jobs::{UserAction, create_job, user_transition};
-use crate::routes::resize::resize_job;
+use crate::routes::jobs::{UserAction, user_transition};
 use crate::state::AppState;
-use crate::store::{Job, JobFilter, NewUser, Scope, StoreError, TaskState, Tenant};
+use crate::store::{Job, Scope, StoreError, TaskState};
 use chrono::Utc;
-use drover_core::spec::{API_VERSION, Format, KIND};
-use drover_core::{JobId, JobState, Role, TokenId};
+use drover_core::{JobId, JobState};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as Finalizing, finalizer};
 use kube::runtime::watcher;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -195,7 +193,7 @@ pub async fn reconcile(obj: Arc<DroverJob>, ctx: Arc<Context>) -> Result<Action,
 }
 
 /// The object's uid as the idempotency key of its job.
-fn job_key(obj: &DroverJob) -> String {
+pub(super) fn job_key(obj: &DroverJob) -> String {
     format!("kubernetes/{}", obj.uid().unwrap_or_default())
 }
 
@@ -228,22 +226,20 @@ async fn apply(obj: &DroverJob, ctx: &Context, api: &Api<DroverJob>) -> Result<A
         Ok(document) => document,
         Err(err) => {
             let message = format!("{}: {}", err.field, err.reason);
-            match &existing {
-                None => refuse(&mut status, "InvalidSpec", &message, generation, now),
-                Some(_) => set_condition(
-                    &mut status.conditions,
-                    conditions::SYNCED,
-                    false,
-                    "InvalidSpec",
-                    format!("{message}; the job goes on as it was"),
-                    generation,
-                    now,
-                ),
-            }
-            if existing.is_none() {
+            let Some(job) = existing else {
+                refuse(&mut status, "InvalidSpec", &message, generation, now);
                 return finish(obj, ctx, api, &old, status, Action::await_change()).await;
-            }
-            let job = existing.ok_or_else(|| Error::Api("the job vanished".to_owned()))?;
+            };
+            // An edit made the spec invalid: the job goes on as it was.
+            set_condition(
+                &mut status.conditions,
+                conditions::SYNCED,
+                false,
+                "InvalidSpec",
+                format!("{message}; the job goes on as it was"),
+                generation,
+                now,
+            );
             return report(obj, ctx, api, &old, status, &job, now).await;
         }
     };
@@ -442,351 +438,6 @@ fn refuse(
     );
 }
 
-/// The tenant of the object's job: the one recorded in its status once Drover has the job (a
-/// namespace relabelled later does not move it, or make a second job), else the namespace's.
-async fn tenant_for(obj: &DroverJob, ctx: &Context) -> Result<Result<Tenant, String>, Error> {
-    let recorded = obj
-        .status
-        .as_ref()
-        .filter(|status| status.job_id.is_some())
-        .and_then(|status| status.tenant.clone());
-    let Some(name) = recorded else {
-        return tenant_of(obj, ctx).await;
-    };
-    match ctx.state.store.get_tenant_by_name(&name).await {
-        Ok(tenant) => Ok(Ok(tenant)),
-        Err(StoreError::NotFound) => Ok(Err(format!(
-            "the tenant `{name}` of this object's job no longer exists"
-        ))),
-        Err(err) => Err(err.into()),
-    }
-}
-
-/// The tenant the object's namespace maps to, or a message saying why there is none.
-async fn tenant_of(obj: &DroverJob, ctx: &Context) -> Result<Result<Tenant, String>, Error> {
-    let namespace = obj.namespace().unwrap_or_default();
-    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
-    let label = &ctx.settings.tenant_label;
-    let labelled = namespaces
-        .get_opt(&namespace)
-        .await?
-        .and_then(|ns| ns.labels().get(label).cloned());
-    let (name, how) = match labelled {
-        Some(name) => (name, format!("the namespace's label `{label}`")),
-        None => (
-            namespace.clone(),
-            format!("the namespace's name (it has no `{label}` label)"),
-        ),
-    };
-    match ctx.state.store.get_tenant_by_name(&name).await {
-        Ok(tenant) => Ok(Ok(tenant)),
-        Err(StoreError::NotFound) => Ok(Err(format!(
-            "no Drover tenant `{name}` (from {how}); create it (`drover tenant create {name}`) or label the namespace `{label}=<tenant>`"
-        ))),
-        Err(err) => Err(err.into()),
-    }
-}
-
-/// The tenant's `kubernetes` user as a principal, made on first use.
-async fn principal_for(ctx: &Context, tenant: &Tenant) -> Result<Principal, Error> {
-    let store = ctx.state.store.as_ref();
-    let find = || async {
-        store
-            .list_users(Scope::Tenant(tenant.id))
-            .await
-            .map(|users| users.into_iter().find(|u| u.name == CONTROLLER_USER))
-    };
-    let user = match find().await? {
-        Some(user) => user,
-        None => {
-            let new = NewUser {
-                tenant_id: tenant.id,
-                name: CONTROLLER_USER.to_owned(),
-                role: Role::Member,
-                cluster_admin: false,
-            };
-            match store.create_user(&new).await {
-                Ok(user) => user,
-                // Made by a concurrent reconcile in the same tenant.
-                Err(StoreError::Conflict { .. }) => find()
-                    .await?
-                    .ok_or_else(|| Error::Api("the kubernetes user vanished".to_owned()))?,
-                Err(err) => return Err(err.into()),
-            }
-        }
-    };
-    Ok(Principal {
-        user,
-        // It holds no token: it acts inside the server.
-        token_id: TokenId(uuid::Uuid::nil()),
-        tenant_quota: tenant.quota,
-    })
-}
-
-/// The object as the API's document, validated by the API's own parser (the field paths in its
-/// errors are the object's). Kubernetes' own metadata (annotations, managed fields) stays out.
-fn document_of(obj: &DroverJob) -> Result<drover_core::DroverJob, drover_core::spec::SpecError> {
-    let document = json!({
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {
-            "name": obj.name_any(),
-            "labels": obj.labels(),
-            "namespace": obj.namespace(),
-        },
-        "spec": obj.spec,
-    });
-    let bytes = serde_json::to_vec(&document).unwrap_or_default();
-    drover_core::DroverJob::parse(&bytes, Format::Json)
-}
-
-/// Submits the object's job; a user's problem (quota, name taken) comes back as (reason, message).
-async fn submit(
-    ctx: &Context,
-    principal: &Principal,
-    obj: &DroverJob,
-    mut document: drover_core::DroverJob,
-) -> Result<Result<Job, (String, String)>, Error> {
-    let key = job_key(obj);
-    let hash: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-    let name = document.metadata.name.clone();
-    for attempt in 0..2 {
-        match create_job(
-            &ctx.state,
-            principal,
-            document.clone(),
-            Some(key.clone()),
-            Some(hash),
-        )
-        .await
-        {
-            Ok(created) => return Ok(Ok(created.value)),
-            Err(err) if err.status.is_client_error() => {
-                let taken = err.field.as_deref() == Some("metadata.name")
-                    && err.status == axum::http::StatusCode::CONFLICT;
-                if taken && attempt == 0 && name_free_later(ctx, principal, &name).await? {
-                    // An ended job has the name (the object was deleted and applied again):
-                    // the new job takes the name with the object's uid.
-                    let uid: String = obj.uid().unwrap_or_default().chars().take(8).collect();
-                    let stem: String = name.chars().take(63 - 1 - uid.len()).collect();
-                    document.metadata.name = format!("{}-{uid}", stem.trim_end_matches('-'));
-                    continue;
-                }
-                let reason = if taken {
-                    "NameTaken".to_owned()
-                } else {
-                    pascal(err.code)
-                };
-                let field = err.field.map(|f| format!("{f}: ")).unwrap_or_default();
-                return Ok(Err((reason, format!("{field}{}", err.message))));
-            }
-            Err(err) => return Err(err.into()),
-        }
-    }
-    Ok(Err((
-        "NameTaken".to_owned(),
-        format!("jobs named `{name}` exist in the tenant"),
-    )))
-}
-
-/// Whether the job holding `name` in the tenant has ended (so a suffixed name may be used).
-async fn name_free_later(ctx: &Context, principal: &Principal, name: &str) -> Result<bool, Error> {
-    let filter = JobFilter {
-        name_contains: Some(name.to_owned()),
-        limit: 100,
-        ..JobFilter::default()
-    };
-    let jobs = ctx
-        .state
-        .store
-        .list_jobs(principal.scope(), &filter)
-        .await?;
-    Ok(jobs
-        .iter()
-        .find(|job| job.name == name)
-        .is_some_and(|job| job.state.is_final()))
-}
-
-/// Applies an edit of the object to its job: new worker/PS ranges resize it; anything else is
-/// refused with the Synced condition.
-async fn sync_spec(
-    ctx: &Context,
-    principal: &Principal,
-    job: &Job,
-    document: &drover_core::DroverJob,
-    status: &mut DroverJobStatus,
-    generation: Option<i64>,
-    now: chrono::DateTime<Utc>,
-) -> Result<(), Error> {
-    let stored = ctx
-        .state
-        .store
-        .get_job(Scope::Tenant(job.tenant_id), job.id)
-        .await?;
-    let Some(stored_spec) = stored
-        .document
-        .as_deref()
-        .and_then(|d| d.get("spec"))
-        .cloned()
-    else {
-        return Err(Error::Api(format!("job {} has no stored document", job.id)));
-    };
-    let wanted = serde_json::to_value(&document.spec).unwrap_or_default();
-    let mut changed = Vec::new();
-    changed_fields(&stored_spec, &wanted, "spec", &mut changed);
-    let (resizes, others): (Vec<_>, Vec<_>) = changed.into_iter().partition(|path| {
-        path.starts_with("spec.resources.workers") || path.starts_with("spec.resources.ps")
-    });
-    if let Some(first) = others.first() {
-        let message = format!(
-            "{first} cannot change once the job is submitted (only spec.resources.workers and spec.resources.ps can: they resize it); delete the object and apply it again to run a changed job. The job goes on as it was submitted"
-        );
-        set_condition(
-            &mut status.conditions,
-            conditions::SYNCED,
-            false,
-            "ImmutableField",
-            message,
-            generation,
-            now,
-        );
-        return Ok(());
-    }
-    if !resizes.is_empty() {
-        let resources = &document.spec.resources;
-        let id = job.id.to_string();
-        match resize_job(
-            &ctx.state,
-            principal,
-            &id,
-            Some(resources.workers),
-            Some(resources.ps),
-        )
-        .await
-        {
-            Ok(_) => {}
-            Err(err) if err.status.is_client_error() => {
-                let field = err.field.map(|f| format!("{f}: ")).unwrap_or_default();
-                set_condition(
-                    &mut status.conditions,
-                    conditions::SYNCED,
-                    false,
-                    "ResizeRefused",
-                    format!("{field}{}", err.message),
-                    generation,
-                    now,
-                );
-                return Ok(());
-            }
-            Err(err) => return Err(err.into()),
-        }
-    }
-    // Nothing new: the reason of the last change (a resize) stays.
-    let kept = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == conditions::SYNCED && c.status == "True")
-        .map(|c| c.reason.clone());
-    let reason = match (resizes.is_empty(), kept) {
-        (false, _) => "Resized".to_owned(),
-        (true, Some(kept)) => kept,
-        (true, None) => "Submitted".to_owned(),
-    };
-    set_condition(
-        &mut status.conditions,
-        conditions::SYNCED,
-        true,
-        &reason,
-        "the job runs the object's spec",
-        generation,
-        now,
-    );
-    Ok(())
-}
-
-/// The dotted paths where `new` differs from `old` (objects field by field, anything else whole).
-fn changed_fields(old: &Value, new: &Value, path: &str, out: &mut Vec<String>) {
-    match (old, new) {
-        (Value::Object(a), Value::Object(b)) => {
-            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
-            for key in keys {
-                let null = Value::Null;
-                changed_fields(
-                    a.get(key).unwrap_or(&null),
-                    b.get(key).unwrap_or(&null),
-                    &format!("{path}.{key}"),
-                    out,
-                );
-            }
-        }
-        (a, b) if a != b => out.push(path.to_owned()),
-        _ => {}
-    }
-}
-
-/// Publishes the job's events after `after` as Kubernetes Events; returns the last one's id.
-async fn publish_events(
-    obj: &DroverJob,
-    ctx: &Context,
-    job: &Job,
-    after: Option<i64>,
-) -> Result<Option<i64>, Error> {
-    let events = ctx
-        .state
-        .store
-        .list_job_events(Scope::Tenant(job.tenant_id), job.id, after, 50)
-        .await?;
-    let mut last = after;
-    for e in events {
-        let kind = if matches!(e.to_state, JobState::Failed) {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
-        let note = format!("{}: {}", e.to_state.as_str(), e.message);
-        event_as(
-            ctx,
-            obj,
-            kind,
-            &pascal(e.reason.as_str()),
-            &note,
-            &pascal(e.to_state.as_str()),
-        )
-        .await;
-        last = Some(e.id);
-    }
-    Ok(last)
-}
-
-/// Publishes one Event on the object; a failure is logged, never fatal (Events are best effort).
-async fn event(ctx: &Context, obj: &DroverJob, kind: EventType, reason: &str, note: &str) {
-    event_as(ctx, obj, kind, reason, note, "Reconcile").await;
-}
-
-/// The same, under `action`: kube's recorder folds Events of one object with the same type, reason
-/// and action into one series (kept with the first note) for a few minutes.
-async fn event_as(
-    ctx: &Context,
-    obj: &DroverJob,
-    kind: EventType,
-    reason: &str,
-    note: &str,
-    action: &str,
-) {
-    let reference: ObjectReference = obj.object_ref(&());
-    let event = Event {
-        type_: kind,
-        reason: reason.chars().take(128).collect(),
-        // The API server takes at most 1 kB of note.
-        note: Some(super::status::truncate(note.to_owned(), 1000)),
-        action: action.chars().take(128).collect(),
-        secondary: None,
-    };
-    if let Err(err) = ctx.recorder.publish(&event, &reference).await {
-        tracing::warn!(object = %obj.name_any(), error = %err, "cannot publish a Kubernetes Event");
-    }
-}
-
 /// Deleting the object: cancel its job, and keep the finalizer until the job's tasks have stopped.
 async fn cleanup(obj: &DroverJob, ctx: &Context) -> Result<Action, Error> {
     let tenant = match tenant_for(obj, ctx).await? {
@@ -840,18 +491,4 @@ async fn cleanup(obj: &DroverJob, ctx: &Context) -> Result<Action, Error> {
         return Err(Error::Settling(job.id));
     }
     Ok(Action::await_change())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn changed_fields_names_each_difference() {
-        let old = json!({"resources": {"workers": {"min": 1, "max": 2}, "ps": 1}, "train": {"max_steps": 10}});
-        let new = json!({"resources": {"workers": {"min": 1, "max": 4}, "ps": 1}, "train": {"max_steps": 20}});
-        let mut out = Vec::new();
-        changed_fields(&old, &new, "spec", &mut out);
-        assert_eq!(out, ["spec.resources.workers.max", "spec.train.max_steps"]);
-    }
 }
