@@ -22,6 +22,8 @@ mod faults;
 mod harness;
 #[path = "kubernetes.rs"]
 mod kubernetes;
+#[path = "object_store.rs"]
+mod object_store;
 #[path = "pause.rs"]
 mod pause;
 #[path = "replicas.rs"]

@@ -428,6 +428,7 @@ async fn the_server_rides_out_a_postgres_restart_without_losing_or_doubling_a_jo
         gateway,
         http: reqwest::Client::new(),
         slots: 1,
+        executor_env: Vec::new(),
     };
     cluster.start_executor("exec-a");
     let id = cluster.submit_training("through-a-db-restart").await;

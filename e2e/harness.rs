@@ -94,6 +94,8 @@ pub(crate) struct Cluster {
     pub(crate) http: reqwest::Client,
     /// GPU slots each executor offers.
     pub(crate) slots: u32,
+    /// More environment variables for executors (an object store's credentials).
+    pub(crate) executor_env: Vec<(String, String)>,
 }
 
 impl Cluster {
@@ -164,6 +166,17 @@ impl Cluster {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Cluster {
+        Self::start_sharing_env(slots, extra, env, &[]).await
+    }
+
+    /// The same, `shared_env` given to the server and the executors alike.
+    pub(crate) async fn start_sharing_env(
+        slots: u32,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        shared_env: &[(&str, &str)],
+    ) -> Cluster {
+        let server_env: Vec<(&str, &str)> = env.iter().chain(shared_env).copied().collect();
         let database = drover_api::testing::create_postgres_database().await;
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -177,7 +190,7 @@ impl Cluster {
             &format!("127.0.0.1:{port}"),
             "3s",
             extra,
-            env,
+            &server_env,
         );
         let mut cluster = Cluster {
             database,
@@ -188,6 +201,10 @@ impl Cluster {
             executors: Vec::new(),
             http: reqwest::Client::new(),
             slots,
+            executor_env: shared_env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
         };
         for name in ["exec-a", "exec-b"] {
             cluster.start_executor(name);
@@ -237,19 +254,27 @@ impl Cluster {
     /// An executor that dials `gateway` (a proxy in front of the server's, say).
     pub(crate) fn start_executor_via(&mut self, name: &str, gateway: &str) {
         let dir = self.executor_dir(name);
-        let executor = Proc::spawn(&[
-            "executor",
-            "--gateway",
-            gateway,
-            "--name",
-            name,
-            "--slots",
-            &self.slots.to_string(),
-            "--cpus",
-            &(2 * self.slots).to_string(),
-            "--data-dir",
-            dir.to_str().unwrap(),
-        ]);
+        let env: Vec<(&str, &str)> = self
+            .executor_env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let executor = Proc::spawn_with_env(
+            &[
+                "executor",
+                "--gateway",
+                gateway,
+                "--name",
+                name,
+                "--slots",
+                &self.slots.to_string(),
+                "--cpus",
+                &(2 * self.slots).to_string(),
+                "--data-dir",
+                dir.to_str().unwrap(),
+            ],
+            &env,
+        );
         executor.wait_for_line("drover executor ");
         self.executors.push((name.to_owned(), executor));
     }

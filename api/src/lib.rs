@@ -6,6 +6,7 @@
 pub mod audit;
 pub mod auth;
 pub mod checkpoint_files;
+pub mod checkpoint_store;
 pub mod cluster;
 pub mod error;
 pub mod extract;

@@ -68,6 +68,15 @@ pub struct ClusterArgs {
     /// Default: `checkpoints` in the data directory.
     #[arg(long, env = "DROVER_CHECKPOINT_DIR")]
     checkpoint_dir: Option<PathBuf>,
+    /// Checkpoint storage in an S3-compatible object store instead: `s3://bucket/prefix`. Credentials,
+    /// region and endpoint come from the standard AWS_* variables (AWS_ACCESS_KEY_ID,
+    /// AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL), which executors need too.
+    #[arg(
+        long,
+        env = "DROVER_CHECKPOINT_STORE",
+        conflicts_with = "checkpoint_dir"
+    )]
+    checkpoint_store: Option<String>,
     /// An executor not heard from for this long is lost; its jobs go back to the queue.
     #[arg(long, env = "DROVER_EXECUTOR_TIMEOUT", default_value = "15s", value_parser = humantime::parse_duration)]
     executor_timeout: std::time::Duration,
@@ -98,23 +107,34 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
-    fn config(&self, data_dir: &Path) -> anyhow::Result<(SocketAddr, ClusterConfig)> {
+    async fn config(&self, data_dir: &Path) -> anyhow::Result<(SocketAddr, ClusterConfig)> {
         if drover_scheduler::is_oracle_policy(&self.policy) {
             anyhow::bail!(
                 "--policy {}: an oracle baseline needs true job lengths, which only the simulator has",
                 self.policy
             );
         }
-        let dir = self
-            .checkpoint_dir
-            .clone()
-            .unwrap_or_else(|| data_dir.join("checkpoints"));
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create the checkpoint directory {}", dir.display()))?;
-        let root = dir
-            .canonicalize()
-            .with_context(|| format!("cannot resolve {}", dir.display()))?;
-        let mut config = ClusterConfig::new(&self.policy, root);
+        let mut config = match &self.checkpoint_store {
+            Some(url) => {
+                let storage = drover_api::checkpoint_store::ObjectStorage::connect(url).await?;
+                let mut config = ClusterConfig::new(&self.policy, PathBuf::from(storage.root()));
+                config.checkpoint_store = Some(std::sync::Arc::new(storage));
+                config
+            }
+            None => {
+                let dir = self
+                    .checkpoint_dir
+                    .clone()
+                    .unwrap_or_else(|| data_dir.join("checkpoints"));
+                std::fs::create_dir_all(&dir).with_context(|| {
+                    format!("cannot create the checkpoint directory {}", dir.display())
+                })?;
+                let root = dir
+                    .canonicalize()
+                    .with_context(|| format!("cannot resolve {}", dir.display()))?;
+                ClusterConfig::new(&self.policy, root)
+            }
+        };
         config.executor_timeout = self.executor_timeout;
         config.stop_grace = self.stop_grace;
         config.tick = self.tick;
@@ -230,7 +250,7 @@ pub async fn server(args: ServerArgs, global: &GlobalArgs) -> anyhow::Result<()>
         max_db_connections: args.db_max_connections,
         max_body_bytes: args.max_body_bytes,
         admin_token: args.admin_token,
-        cluster: Some(args.cluster.config(&global.data_dir)?),
+        cluster: Some(args.cluster.config(&global.data_dir).await?),
         limits: args.limits.limits()?,
         secrets: Some(std::sync::Arc::new(secrets)),
         pages: drover_web::router(),
@@ -324,6 +344,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         advertise_gateway: None,
         policy: args.policy.clone(),
         checkpoint_dir: Some(checkpoints.clone()),
+        checkpoint_store: None,
         executor_timeout: std::time::Duration::from_secs(10),
         stop_grace: std::time::Duration::from_secs(10),
         tick: std::time::Duration::from_secs(1),
@@ -338,7 +359,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         max_db_connections: 8,
         max_body_bytes: 1 << 20,
         admin_token: Some(token.clone()),
-        cluster: Some(cluster.config(data_dir)?),
+        cluster: Some(cluster.config(data_dir).await?),
         limits: drover_api::limits::Limits::default(),
         secrets: Some(std::sync::Arc::new(
             drover_api::secrets::SecretBox::load_or_create(&data_dir.join(SECRET_KEY_FILE))?,

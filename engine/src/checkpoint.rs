@@ -167,13 +167,42 @@ pub fn begin(dir: &Path, step: u64) -> Result<Pending, CheckpointError> {
 
 /// Writes named flat buffers (optimizer state) as 1-D tensors to one safetensors file.
 pub fn write_flat(path: &Path, buffers: &[(String, Vec<f32>)]) -> Result<(), CheckpointError> {
-    let shapes: Vec<[usize; 1]> = buffers.iter().map(|(_, v)| [v.len()]).collect();
-    let tensors: Vec<(&str, &[usize], &[f32])> = buffers
+    write_tensors(path, &flat_views(buffers, &flat_shapes(buffers)))
+}
+
+fn flat_shapes(buffers: &[(String, Vec<f32>)]) -> Vec<[usize; 1]> {
+    buffers.iter().map(|(_, v)| [v.len()]).collect()
+}
+
+fn flat_views<'a>(
+    buffers: &'a [(String, Vec<f32>)],
+    shapes: &'a [[usize; 1]],
+) -> Vec<(&'a str, &'a [usize], &'a [f32])> {
+    buffers
         .iter()
-        .zip(&shapes)
+        .zip(shapes)
         .map(|((n, v), s)| (n.as_str(), s.as_slice(), v.as_slice()))
-        .collect();
-    write_tensors(path, &tensors)
+        .collect()
+}
+
+/// A safetensors file's bytes in memory: what a PS shard sends the worker that assembles a
+/// checkpoint, which need not share a filesystem with it.
+pub fn tensors_bytes(tensors: &[(&str, &[usize], &[f32])]) -> Result<Vec<u8>, CheckpointError> {
+    let views = tensors
+        .iter()
+        .map(|(name, shape, values)| (*name, F32View { shape, values }));
+    safetensors::serialize(views, None).map_err(|err| invalid(Path::new("<in memory>"), err))
+}
+
+/// [`tensors_bytes`] of named flat buffers.
+pub fn flat_bytes(buffers: &[(String, Vec<f32>)]) -> Result<Vec<u8>, CheckpointError> {
+    tensors_bytes(&flat_views(buffers, &flat_shapes(buffers)))
+}
+
+/// Writes a file's bytes and fsyncs it.
+pub fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    std::fs::write(path, bytes).map_err(io(path))?;
+    sync_file(path)
 }
 
 /// Writes the manifest and makes the checkpoint durable under its final name; returns that path.

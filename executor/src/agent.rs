@@ -5,6 +5,7 @@
 
 use crate::credential;
 use crate::gpu::{GpuInfo, GpuSource, UsageProbe};
+use crate::storage::{self, Remote};
 use crate::task::{self, Launch, StopHandle};
 use drover_proto as pb;
 use drover_proto::executor_gateway_client::ExecutorGatewayClient;
@@ -12,6 +13,7 @@ use pb::executor_message::Body;
 use pb::server_message::Body as Command;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -60,6 +62,8 @@ fn key_of(key: &pb::TaskKey) -> Key {
 
 #[derive(Debug)]
 enum Phase {
+    /// Address reserved; the checkpoint it resumes from is being downloaded.
+    Fetching,
     Prepared,
     Running(StopHandle),
     Stopping,
@@ -84,12 +88,14 @@ struct LocalTask {
     address: String,
     phase: Phase,
     pid: u32,
+    /// The object store its checkpoints go to (its spec names local copies).
+    remote: Option<Arc<Remote>>,
 }
 
 impl LocalTask {
     fn status(&self) -> pb::TaskStatus {
         let phase = match self.phase {
-            Phase::Prepared => pb::TaskPhase::Prepared,
+            Phase::Fetching | Phase::Prepared => pb::TaskPhase::Prepared,
             Phase::Running(_) => pb::TaskPhase::Running,
             Phase::Stopping => pb::TaskPhase::Stopping,
             Phase::Exited => pb::TaskPhase::Exited,
@@ -161,7 +167,17 @@ pub struct Agent {
     next_gateway: usize,
     /// Where a replica that does not lead said the leader is: tried first, once.
     redirect: Option<String>,
+    /// The checkpoint storage the server named, when it is an object store; or why it cannot be used.
+    remote: Option<Result<Arc<Remote>, String>>,
+    fetched_tx: mpsc::Sender<Fetched>,
+    fetched_rx: mpsc::Receiver<Fetched>,
 }
+
+/// A task's object store, if it has one, and the checkpoint to download before it can start.
+type Localised = (Option<Arc<Remote>>, Option<String>);
+
+/// A download of the checkpoint a task resumes from, finished.
+type Fetched = (pb::TaskKey, Result<(), String>);
 
 /// A replica that does not lead named the one that does: go there now, no backoff.
 #[derive(Debug)]
@@ -180,6 +196,7 @@ impl Agent {
         std::fs::create_dir_all(config.data_dir.join("tasks"))?;
         let executor_id = executor_id(&config.data_dir)?;
         let (events_tx, events_rx) = mpsc::channel(4096);
+        let (fetched_tx, fetched_rx) = mpsc::channel(64);
         let usage = UsageProbe::new(config.source);
         let credential = credential::load(&config.data_dir)?;
         let gateways: Vec<String> = config
@@ -210,6 +227,9 @@ impl Agent {
             dropped: 0,
             usage,
             credential,
+            remote: None,
+            fetched_tx,
+            fetched_rx,
         })
     }
 
@@ -248,6 +268,9 @@ impl Agent {
                     () = &mut wait => break,
                     Some(event) = self.events_rx.recv() => {
                         let _ = self.on_event(event, None).await;
+                    }
+                    Some(fetched) = self.fetched_rx.recv() => {
+                        let _ = self.on_fetched(fetched, None).await;
                     }
                     () = &mut shutdown => return Ok(()),
                 }
@@ -426,6 +449,7 @@ impl Agent {
             tasks = self.tasks.len(),
             "registered with the server"
         );
+        self.use_storage(&registered.checkpoint_root);
         if self.dropped > 0 {
             tracing::warn!(
                 dropped = self.dropped,
@@ -444,6 +468,7 @@ impl Agent {
                     None => return Ok(()),
                 },
                 Some(event) = self.events_rx.recv() => self.on_event(event, Some(&outbound)).await?,
+                Some(fetched) = self.fetched_rx.recv() => self.on_fetched(fetched, Some(&outbound)).await?,
                 _ = heartbeat.tick() => {
                     let beat = pb::Heartbeat {
                         gpus: self.usage.sample(&self.config.gpus),
@@ -462,8 +487,9 @@ impl Agent {
                 let (Some(key), Some(spec)) = (prepare.task, prepare.spec) else {
                     return;
                 };
-                let reply = self.prepare(key, spec).await;
-                let _ = outbound.send(reply).await;
+                if let Some(reply) = self.prepare(key, spec).await {
+                    let _ = outbound.send(reply).await;
+                }
             }
             Command::Start(start) => {
                 let Some(key) = start.task else { return };
@@ -504,9 +530,15 @@ impl Agent {
     }
 
     /// Reserves an address for the task. A repeated prepare answers with what the task already has.
-    async fn prepare(&mut self, key: pb::TaskKey, spec: pb::TaskSpec) -> pb::ExecutorMessage {
+    async fn prepare(
+        &mut self,
+        key: pb::TaskKey,
+        mut spec: pb::TaskSpec,
+    ) -> Option<pb::ExecutorMessage> {
         if let Some(task) = self.tasks.get(&key_of(&key)) {
-            return match task.phase {
+            return Some(match task.phase {
+                // Answered when the download ends.
+                Phase::Fetching => return None,
                 Phase::Prepared => update(
                     &key,
                     pb::task_update::Event::Prepared(pb::Prepared {
@@ -517,8 +549,19 @@ impl Agent {
                     &key,
                     pb::task_update::Event::Started(pb::Started { pid: task.pid }),
                 ),
-            };
+            });
         }
+        let (remote, fetch) = match self.localise(&mut spec) {
+            Ok(localised) => localised,
+            Err(message) => {
+                tracing::warn!(
+                    job.id = key.job_id,
+                    message,
+                    "task cannot use the checkpoint storage"
+                );
+                return Some(exit_report(&key, message, false, false));
+            }
+        };
         let bind = format!(
             "{}:0",
             if self.config.advertise_host == "localhost" {
@@ -533,7 +576,12 @@ impl Agent {
         {
             Ok(addr) => addr.port(),
             Err(err) => {
-                return exit_report(&key, format!("cannot reserve a port: {err}"), false, false);
+                return Some(exit_report(
+                    &key,
+                    format!("cannot reserve a port: {err}"),
+                    false,
+                    false,
+                ));
             }
         };
         let address = format!("{}:{port}", self.config.advertise_host);
@@ -545,20 +593,123 @@ impl Agent {
             address,
             "task prepared"
         );
+        let fetching = fetch.is_some();
         self.tasks.insert(
             key_of(&key),
             LocalTask {
                 key: key.clone(),
                 spec,
                 address: address.clone(),
-                phase: Phase::Prepared,
+                phase: if fetching {
+                    Phase::Fetching
+                } else {
+                    Phase::Prepared
+                },
                 pid: 0,
+                remote: remote.clone(),
             },
         );
-        update(
+        if let (Some(remote), Some(location)) = (remote, fetch) {
+            // In the background: the session goes on heartbeating while a large checkpoint comes.
+            tracing::info!(
+                job.id = key.job_id,
+                location,
+                "downloading the checkpoint to resume from"
+            );
+            let done = self.fetched_tx.clone();
+            tokio::spawn(async move {
+                let result =
+                    remote.fetch(&location).await.map(drop).map_err(|err| {
+                        format!("cannot download the checkpoint {location}: {err:#}")
+                    });
+                let _ = done.send((key, result)).await;
+            });
+            return None;
+        }
+        Some(update(
             &key,
             pb::task_update::Event::Prepared(pb::Prepared { address }),
-        )
+        ))
+    }
+
+    /// Connects to the object store the server keeps checkpoints in (once; again when it changes).
+    fn use_storage(&mut self, root: &str) {
+        if !storage::is_url(root) {
+            self.remote = None;
+            return;
+        }
+        if let Some(Ok(remote)) = &self.remote
+            && remote.root() == root.trim_end_matches('/')
+        {
+            return;
+        }
+        let connected = Remote::connect(root, self.config.data_dir.join("checkpoints"));
+        if let Err(err) = &connected {
+            tracing::error!(error = %err, "cannot use the checkpoint storage; tasks here cannot start");
+        }
+        self.remote = Some(connected.map(Arc::new).map_err(|err| format!("{err:#}")));
+    }
+
+    /// Points a task with an object store at local copies: where it writes checkpoints, and the one it
+    /// resumes from. Returns the store, and the location to download first when there is no copy here.
+    fn localise(&self, spec: &mut pb::TaskSpec) -> Result<Localised, String> {
+        if !storage::is_url(&spec.checkpoint_dir) {
+            return Ok((None, None));
+        }
+        let remote = match &self.remote {
+            Some(Ok(remote)) => remote.clone(),
+            Some(Err(reason)) => {
+                return Err(format!(
+                    "this node cannot use the checkpoint storage: {reason}"
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "the checkpoint storage {} is not the one this node registered with",
+                    spec.checkpoint_dir
+                ));
+            }
+        };
+        spec.checkpoint_dir = remote.local(&spec.checkpoint_dir)?.display().to_string();
+        let mut fetch = None;
+        if !spec.resume_from.is_empty() {
+            let local = remote.local(&spec.resume_from)?;
+            if !local.exists() {
+                fetch = Some(std::mem::take(&mut spec.resume_from));
+            }
+            spec.resume_from = local.display().to_string();
+        }
+        Ok((Some(remote), fetch))
+    }
+
+    /// A download finished: the task is prepared, or it fails. Nothing when it was stopped meanwhile.
+    async fn on_fetched(
+        &mut self,
+        (key, result): Fetched,
+        outbound: Option<&mpsc::Sender<pb::ExecutorMessage>>,
+    ) -> anyhow::Result<()> {
+        let Some(task) = self.tasks.get_mut(&key_of(&key)) else {
+            return Ok(());
+        };
+        if !matches!(task.phase, Phase::Fetching) {
+            return Ok(());
+        }
+        let report = match result {
+            Ok(()) => {
+                task.phase = Phase::Prepared;
+                update(
+                    &key,
+                    pb::task_update::Event::Prepared(pb::Prepared {
+                        address: task.address.clone(),
+                    }),
+                )
+            }
+            Err(message) => {
+                tracing::warn!(job.id = key.job_id, message, "task cannot resume");
+                exit_report(&key, message, false, false)
+            }
+        };
+        self.on_event(report, outbound).await
     }
 
     async fn start(&mut self, key: pb::TaskKey, peers: Vec<String>) -> pb::ExecutorMessage {
@@ -610,6 +761,7 @@ impl Agent {
             base_dir: self.config.base_dir.clone(),
             shim: self.config.shim.clone(),
             hide_gpus: !self.config.source.is_real(),
+            remote: task.remote.clone(),
         };
         match task::start(launch, self.events_tx.clone()).await {
             Ok((pid, handle)) => {
@@ -667,7 +819,7 @@ impl Agent {
                 handle.stop(grace);
                 None
             }
-            Phase::Prepared => {
+            Phase::Fetching | Phase::Prepared => {
                 self.tasks.remove(&k);
                 Some(exit_report(
                     key,

@@ -6,6 +6,7 @@ pub mod agent;
 pub mod credential;
 pub mod gpu;
 pub mod shim;
+pub mod storage;
 pub mod task;
 
 pub use agent::{Agent, ExecutorConfig};

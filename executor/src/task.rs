@@ -3,6 +3,7 @@
 //! records), stopped with SIGTERM then SIGKILL after the grace period, and reaped with its exit cause.
 
 use crate::shim::ShimStatus;
+use crate::storage::Remote;
 use drover_proto as pb;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -39,6 +40,8 @@ pub struct Launch {
     pub shim: Vec<String>,
     /// Hide every GPU (advertised GPUs are not real ones).
     pub hide_gpus: bool,
+    /// The object store checkpoints go to; the spec's checkpoint directory is a local copy.
+    pub remote: Option<Arc<Remote>>,
 }
 
 /// Asks a running task to stop within a grace period.
@@ -224,12 +227,21 @@ pub async fn start(
     let (stop_tx, stop_rx) = oneshot::channel();
     let tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_LINES)));
     let checkpoint_dir = PathBuf::from(&launch.spec.checkpoint_dir);
+    // With an object store, announced checkpoints are uploaded (in order) before they are recorded.
+    let (records, uploader) = match launch.remote.clone() {
+        Some(remote) => {
+            let (tx, rx) = mpsc::channel(UPLOAD_QUEUE);
+            let uploader = tokio::spawn(upload_checkpoints(remote, rx, events.clone()));
+            (Records::Upload(tx), Some(uploader))
+        }
+        None => (Records::Direct, None),
+    };
     let stdout = child.stdout.take().map(|out| {
         tokio::spawn(read_output(
             out,
             "stdout",
             launch.key.clone(),
-            Some(checkpoint_dir),
+            Some((checkpoint_dir, records)),
             events.clone(),
             tail.clone(),
         ))
@@ -278,6 +290,11 @@ pub async fn start(
             {
                 abort.abort();
             }
+        }
+        // The exit is reported after the last checkpoint is in the store and recorded, so a job
+        // resumes from it.
+        if let Some(uploader) = uploader {
+            let _ = uploader.await;
         }
         let status: Option<ShimStatus> = std::fs::read(&status_file)
             .ok()
@@ -402,12 +419,71 @@ fn checkpoint_record(
     })
 }
 
+/// Where a task's checkpoint records go: to the server, or first to the object store.
+enum Records {
+    Direct,
+    Upload(mpsc::Sender<pb::Checkpoint>),
+}
+
+/// Checkpoints announced but not yet uploaded; a task announcing faster than they upload waits.
+const UPLOAD_QUEUE: usize = 2;
+
+/// Uploads each announced checkpoint, then records it; what the task's own retention deleted
+/// locally is deleted from the store too. A checkpoint that cannot be uploaded is not recorded.
+async fn upload_checkpoints(
+    remote: Arc<Remote>,
+    mut records: mpsc::Receiver<pb::Checkpoint>,
+    events: mpsc::Sender<pb::ExecutorMessage>,
+) {
+    let mut uploaded = crate::storage::Uploaded::default();
+    while let Some(mut record) = records.recv().await {
+        let local = PathBuf::from(&record.path);
+        let started = std::time::Instant::now();
+        let key = record.task.clone().unwrap_or_default();
+        match remote.upload(&local).await {
+            Ok(location) => {
+                tracing::info!(
+                    job.id = key.job_id,
+                    step = record.step,
+                    location,
+                    bytes = record.size_bytes,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "checkpoint uploaded"
+                );
+                record.path = location;
+                let _ = events.send(message(Body::Checkpoint(record))).await;
+                uploaded.note(local);
+                uploaded.prune(&remote).await;
+            }
+            Err(err) => {
+                tracing::warn!(job.id = key.job_id, step = record.step, error = %err, "cannot upload a checkpoint");
+                let line = format!(
+                    "drover: the checkpoint of step {} could not be uploaded to {} and is not recorded: {err:#}",
+                    record.step,
+                    remote.root()
+                );
+                let _ = events
+                    .send(message(Body::Logs(pb::Logs {
+                        task: Some(key),
+                        lines: vec![pb::LogLine {
+                            stream: "stderr".to_owned(),
+                            line,
+                            time_ms: now_ms(),
+                        }],
+                    })))
+                    .await;
+            }
+        }
+    }
+}
+
 /// Turns one output stream of a task into log batches, metrics and checkpoint records.
 struct Output {
     stream: &'static str,
     key: pb::TaskKey,
-    /// Set for stdout, the stream contract lines are read from.
-    checkpoint_dir: Option<PathBuf>,
+    /// Set for stdout, the stream contract lines are read from: where checkpoints must be, and
+    /// where their records go.
+    checkpoints: Option<(PathBuf, Records)>,
     events: mpsc::Sender<pb::ExecutorMessage>,
     tail: Arc<Mutex<VecDeque<String>>>,
     batch: Vec<pb::LogLine>,
@@ -442,7 +518,7 @@ impl Output {
             }
             tail.push_back(line.clone());
         }
-        if let Some(dir) = self.checkpoint_dir.clone()
+        if let Some(dir) = self.checkpoints.as_ref().map(|(dir, _)| dir.clone())
             && line.starts_with('{')
             && let Ok(contract) = serde_json::from_str::<ContractLine>(&line)
         {
@@ -468,9 +544,14 @@ impl Output {
                     .await
                     .unwrap_or_else(|_| Err("the check of the checkpoint failed".to_owned()));
                     match record {
-                        Ok(record) => {
-                            let _ = self.events.send(message(Body::Checkpoint(record))).await;
-                        }
+                        Ok(record) => match &self.checkpoints {
+                            Some((_, Records::Upload(uploads))) => {
+                                let _ = uploads.send(record).await;
+                            }
+                            _ => {
+                                let _ = self.events.send(message(Body::Checkpoint(record))).await;
+                            }
+                        },
                         Err(reason) => self.batch.push(pb::LogLine {
                             stream: "stderr".to_owned(),
                             line: format!("drover: ignored a checkpoint announcement: {reason}"),
@@ -495,7 +576,7 @@ async fn read_output(
     output: impl AsyncRead + Unpin,
     stream: &'static str,
     key: pb::TaskKey,
-    checkpoint_dir: Option<PathBuf>,
+    checkpoints: Option<(PathBuf, Records)>,
     events: mpsc::Sender<pb::ExecutorMessage>,
     tail: Arc<Mutex<VecDeque<String>>>,
 ) {
@@ -503,7 +584,7 @@ async fn read_output(
     let mut out = Output {
         stream,
         key,
-        checkpoint_dir,
+        checkpoints,
         events,
         tail,
         batch: Vec::new(),

@@ -44,8 +44,11 @@ pub struct ClusterConfig {
     pub heartbeat_interval: Duration,
     /// How long a stopping task may take to checkpoint before it is killed.
     pub stop_grace: Duration,
-    /// Checkpoint storage: a directory every executor can reach (absolute).
+    /// Checkpoint storage: a directory every executor can reach (absolute), or an object store's
+    /// URL (`s3://bucket/prefix`, then `checkpoint_store` is set).
     pub checkpoint_root: PathBuf,
+    /// The object store checkpoints go to, when they do not go to a directory.
+    pub checkpoint_store: Option<Arc<crate::checkpoint_store::ObjectStorage>>,
     /// The server's own enrolment token (`--enrollment-token`): reusable, for fleets that enrol
     /// executors as they come (a DaemonSet). `None`: only tokens minted through the API enrol.
     pub enrollment_token: Option<String>,
@@ -69,6 +72,7 @@ impl ClusterConfig {
             heartbeat_interval: Duration::from_secs(2),
             stop_grace: Duration::from_secs(30),
             checkpoint_root,
+            checkpoint_store: None,
             enrollment_token: None,
             secrets: None,
             advertise_gateway: None,

@@ -249,6 +249,9 @@ pub async fn download(
     let Some(runtime) = &state.runtime else {
         return Err(ApiError::not_found("this server has no checkpoint storage"));
     };
+    if let Some(storage) = &runtime.config.checkpoint_store {
+        return download_from_store(storage, job_id, &record.path, &checkpoint).await;
+    }
     let root = runtime.config.checkpoint_root.clone();
     let path = std::path::PathBuf::from(&record.path);
     let resolved = tokio::fs::canonicalize(&path).await.map_err(|_| {
@@ -303,6 +306,58 @@ pub async fn download(
         (tokio::fs::File::from_std(file), base)
     };
     let body = ResponseBody::from_stream(tokio_util::io::ReaderStream::new(file));
+    Ok(attachment(body, &name))
+}
+
+/// A checkpoint's download from an object store: the object itself, or a tar archive of the objects
+/// under it.
+async fn download_from_store(
+    storage: &crate::checkpoint_store::ObjectStorage,
+    job_id: JobId,
+    location: &str,
+    checkpoint: &str,
+) -> ApiResult<Response> {
+    use object_store::ObjectStore;
+    let failed = |err: anyhow::Error| {
+        tracing::error!(job.id = %job_id, location, error = %err, "cannot read a checkpoint from the store");
+        ApiError::internal()
+    };
+    let entries = storage
+        .entries(location, job_id)
+        .await
+        .map_err(failed)?
+        .ok_or_else(|| {
+            ApiError::not_found(format!("checkpoint `{checkpoint}` is no longer in storage"))
+        })?;
+    let base = location
+        .rsplit('/')
+        .next()
+        .filter(|name| !name.is_empty())
+        .unwrap_or("checkpoint")
+        .to_owned();
+    if let [single] = entries.as_slice()
+        && single.name.is_empty()
+    {
+        let object = storage
+            .store()
+            .get(&single.key)
+            .await
+            .map_err(|err| failed(err.into()))?;
+        return Ok(attachment(
+            ResponseBody::from_stream(object.into_stream()),
+            &base,
+        ));
+    }
+    let archive = storage.tar(&base, entries).await.map_err(failed)?;
+    let file = tokio::fs::File::from_std(archive);
+    Ok(attachment(
+        ResponseBody::from_stream(tokio_util::io::ReaderStream::new(file)),
+        &format!("{base}.tar"),
+    ))
+}
+
+/// A download response: the bytes as an attachment named `name`.
+fn attachment(body: ResponseBody, name: &str) -> Response {
     let disposition = format!("attachment; filename=\"{}\"", name.replace('"', ""));
     let mut response = body.into_response();
     let headers = response.headers_mut();
@@ -313,7 +368,7 @@ pub async fn download(
     if let Ok(value) = HeaderValue::from_str(&disposition) {
         headers.insert(header::CONTENT_DISPOSITION, value);
     }
-    Ok(response)
+    response
 }
 
 /// The job's log lines (every task, every generation) in order. With `follow=true` the response is a

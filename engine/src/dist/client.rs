@@ -4,7 +4,9 @@
 
 use super::Layout;
 use super::compress::{self, Compressor};
+use super::ps::shard_name;
 use super::wire::{self, Hello, Kind};
+use crate::checkpoint;
 use crate::rng::Rng;
 use anyhow::{Context, bail};
 use drover_core::spec::Compression;
@@ -48,13 +50,14 @@ impl Conn {
         }
     }
 
-    fn ack(&mut self) -> anyhow::Result<()> {
+    /// Reads an acknowledgement; returns what it carries (a checkpoint's files, or nothing).
+    fn ack(&mut self) -> anyhow::Result<Vec<u8>> {
         let header = wire::read_header(&mut self.reader)?;
         let payload = wire::read_payload(&mut self.reader, header.len)?;
         if header.kind != Kind::Ack || header.flags != 0 {
             bail!("{}", String::from_utf8_lossy(&payload));
         }
-        Ok(())
+        Ok(payload)
     }
 }
 
@@ -206,15 +209,17 @@ impl PsClient {
 
     /// Asks every shard to write its part of the checkpoint being assembled in `dir`.
     pub fn checkpoint(&mut self, step: u64, dir: &Path) -> anyhow::Result<()> {
-        let request = serde_json::to_vec(&wire::CheckpointRequest {
-            dir: dir.display().to_string(),
-        })?;
         for conn in &mut self.conns {
-            wire::write_frame(&mut conn.writer, Kind::Checkpoint, 0, step, &[&request])?;
+            wire::write_frame(&mut conn.writer, Kind::Checkpoint, 0, step, &[])?;
             conn.writer.flush()?;
         }
-        for conn in &mut self.conns {
-            conn.ack()?;
+        for (index, conn) in self.conns.iter_mut().enumerate() {
+            let files = conn.ack()?;
+            let (model, optimizer) = split_files(&files)
+                .with_context(|| format!("PS shard {index} sent a malformed checkpoint"))?;
+            let (model_file, optimizer_file) = checkpoint::shard_files(&shard_name(index));
+            checkpoint::write_bytes(&dir.join(model_file), model)?;
+            checkpoint::write_bytes(&dir.join(optimizer_file), optimizer)?;
         }
         Ok(())
     }
@@ -230,6 +235,17 @@ impl PsClient {
         }
         Ok(())
     }
+}
+
+/// A shard's checkpoint files from its acknowledgement: the model file's length (u64, little
+/// endian), the model file, then the optimizer file.
+fn split_files(payload: &[u8]) -> anyhow::Result<(&[u8], &[u8])> {
+    let (len, rest) = payload
+        .split_first_chunk::<8>()
+        .ok_or_else(|| anyhow::anyhow!("{} bytes, no length", payload.len()))?;
+    let len = usize::try_from(u64::from_le_bytes(*len))?;
+    anyhow::ensure!(len <= rest.len(), "a model file longer than the payload");
+    Ok(rest.split_at(len))
 }
 
 /// Runs `op` on every shard's connection with that shard's pieces of the parameters, all at once.

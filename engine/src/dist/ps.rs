@@ -12,7 +12,6 @@ use crate::optim::{self, Optimizer};
 use drover_core::spec::{Compression, LrSchedule, OptimizerSpec, SyncMode};
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, RwLock};
 use std::time::Duration;
@@ -321,12 +320,18 @@ impl Shard {
                     self.reply(rank, header.step + 1, writer)?;
                 }
                 Kind::Checkpoint => {
-                    let request: wire::CheckpointRequest = serde_json::from_slice(
-                        &wire::read_payload(reader, header.len)?,
-                    )
-                    .map_err(|e| wire::protocol_error(format!("bad checkpoint request: {e}")))?;
-                    match self.write_checkpoint(Path::new(&request.dir)) {
-                        Ok(()) => wire::write_frame(writer, Kind::Ack, 0, header.step, &[])?,
+                    wire::skip(reader, header.len)?;
+                    match self.checkpoint_files() {
+                        Ok((model, optimizer)) => {
+                            let model_len = (model.len() as u64).to_le_bytes();
+                            wire::write_frame(
+                                writer,
+                                Kind::Ack,
+                                0,
+                                header.step,
+                                &[&model_len, &model, &optimizer],
+                            )?;
+                        }
                         Err(err) => {
                             let reason = format!("PS shard {}: {err:#}", self.config.index);
                             wire::write_frame(
@@ -450,11 +455,11 @@ impl Shard {
         writer.flush()
     }
 
-    /// Writes this shard's slices and their optimizer state into a checkpoint being assembled.
-    fn write_checkpoint(&self, dir: &Path) -> anyhow::Result<()> {
+    /// This shard's files of a checkpoint, in memory: its slices (`model`) and their optimizer state.
+    /// The worker assembling the checkpoint writes them, so shards need no shared filesystem.
+    fn checkpoint_files(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
         let state = self.lock();
         let params = self.params.read().unwrap_or_else(|e| e.into_inner());
-        let (model_file, optimizer_file) = checkpoint::shard_files(&shard_name(self.config.index));
         let shapes: Vec<[usize; 1]> = params.iter().map(|p| [p.len()]).collect();
         let tensors: Vec<(&str, &[usize], &[f32])> = self
             .names
@@ -463,12 +468,9 @@ impl Shard {
             .zip(params.iter())
             .map(|((n, s), v)| (n.as_str(), s.as_slice(), v.as_slice()))
             .collect();
-        checkpoint::write_tensors(&dir.join(model_file), &tensors)?;
-        checkpoint::write_flat(
-            &dir.join(optimizer_file),
-            &state.optimizer.state(&self.names),
-        )?;
-        Ok(())
+        let model = checkpoint::tensors_bytes(&tensors)?;
+        let optimizer = checkpoint::flat_bytes(&state.optimizer.state(&self.names))?;
+        Ok((model, optimizer))
     }
 
     /// The shard's current values, slice by slice (tests).

@@ -20,9 +20,10 @@ pub enum Kind {
     Pull = 5,
     /// PS → worker: the shard's parameters as of `step`.
     Params = 6,
-    /// Worker 0 → PS: write your part of a checkpoint (payload: JSON [`CheckpointRequest`]).
+    /// Worker 0 → PS: send your part of a checkpoint (no payload).
     Checkpoint = 7,
-    /// PS → worker 0: done (empty) or failed (payload: the reason, flags 1).
+    /// PS → worker 0: done (empty; after `Checkpoint`, the shard's model and optimizer files: the
+    /// model file's length as u64 little endian, then both files) or failed (the reason, flags 1).
     Ack = 8,
     /// Worker 0 → PS: the job is over (or stops); answer every worker with `Stop`.
     Shutdown = 9,
@@ -194,13 +195,6 @@ pub struct Hello {
     pub workers: u32,
     /// The model layout's fingerprint.
     pub layout: u64,
-}
-
-/// What worker 0 asks each PS shard to write into a checkpoint being assembled.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct CheckpointRequest {
-    /// The checkpoint's temporary directory.
-    pub dir: String,
 }
 
 #[cfg(test)]
