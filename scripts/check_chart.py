@@ -183,6 +183,7 @@ def check_promises(name: str, merged: dict, objects: list[tuple[str, dict]], out
     external = {  # Secrets the chart reads but the user provides.
         merged["auth"]["existingSecret"],
         merged["postgres"]["external"]["existingSecret"],
+        merged["checkpoints"]["objectStore"]["existingSecret"],
     } - {""}
     rendered = {(o["kind"], o["metadata"]["name"]): o for _, o in objects}
     for source, obj in objects:
@@ -229,11 +230,24 @@ def check_promises(name: str, merged: dict, objects: list[tuple[str, dict]], out
                 elif target is not None and pre_install and not (
                         "pre-install" in hook_phases(target) and hook_weight(target) < hook_weight(obj)):
                     out.fail(cwhere, f"is a pre-install hook but reads {kind} {ref}, which does not exist yet")
-        # One checkpoint directory for the server and every executor.
+        # One checkpoint directory for the server and every executor; or one object store, which
+        # the server names and both reach with the same settings.
+        object_store = merged["checkpoints"]["type"] == "objectStore"
         for container in spec.get("containers", []):
             mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts", [])}
             env = {e["name"]: e.get("value") for e in container.get("env", [])}
-            if container["name"] in ("server", "executor"):
+            if object_store and container["name"] in ("server", "executor"):
+                settings = merged["checkpoints"]["objectStore"]
+                if "checkpoints" in mounts:
+                    out.fail(f"{where}: container {container['name']}", "mounts a checkpoint volume beside the object store")
+                if container["name"] == "server" and env.get("DROVER_CHECKPOINT_STORE") != settings["url"]:
+                    out.fail(f"{where}: container server", "DROVER_CHECKPOINT_STORE is not checkpoints.objectStore.url")
+                if settings["endpoint"] and env.get("AWS_ENDPOINT_URL") != settings["endpoint"]:
+                    out.fail(f"{where}: container {container['name']}", "AWS_ENDPOINT_URL is not checkpoints.objectStore.endpoint")
+                secrets = [e["secretRef"]["name"] for e in container.get("envFrom", []) if "secretRef" in e]
+                if settings["existingSecret"] and settings["existingSecret"] not in secrets:
+                    out.fail(f"{where}: container {container['name']}", "does not read the object store's credentials Secret")
+            elif container["name"] in ("server", "executor"):
                 path = mounts.get("checkpoints")
                 if path != "/var/lib/drover/checkpoints":
                     out.fail(f"{where}: container {container['name']}",

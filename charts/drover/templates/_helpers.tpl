@@ -124,8 +124,10 @@ Secrets exist, so with postgres.external.url it reads a hook Secret of its own (
 {{- end -}}
 {{- end -}}
 
-{{/* The checkpoint volume (the same directory for the server and every executor). */}}
+{{/* The checkpoint volume (the same directory for the server and every executor); none with an
+object store. */}}
 {{- define "drover.checkpointVolume" -}}
+{{- if ne .Values.checkpoints.type "objectStore" }}
 - name: checkpoints
 {{- if eq .Values.checkpoints.type "hostPath" }}
   hostPath:
@@ -134,6 +136,43 @@ Secrets exist, so with postgres.external.url it reads a hook Secret of its own (
 {{- else }}
   persistentVolumeClaim:
     claimName: {{ .Values.checkpoints.pvc.existingClaim | default (include "drover.suffixed" (list . "checkpoints")) }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The checkpoint volume's mount, where there is one. */}}
+{{- define "drover.checkpointMount" -}}
+{{- if ne .Values.checkpoints.type "objectStore" }}
+- name: checkpoints
+  mountPath: /var/lib/drover/checkpoints
+{{- end }}
+{{- end -}}
+
+{{/* The object store's settings, for the server and the executors (the standard AWS variables). */}}
+{{- define "drover.objectStoreEnv" -}}
+{{- if eq .Values.checkpoints.type "objectStore" }}
+{{- with .Values.checkpoints.objectStore }}
+{{- if .region }}
+- name: AWS_REGION
+  value: {{ .region | quote }}
+{{- end }}
+{{- if .endpoint }}
+- name: AWS_ENDPOINT_URL
+  value: {{ .endpoint | quote }}
+{{- end }}
+{{- if .allowHttp }}
+- name: AWS_ALLOW_HTTP
+  value: "true"
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The object store's credentials Secret, as environment variables. */}}
+{{- define "drover.objectStoreEnvFrom" -}}
+{{- if and (eq .Values.checkpoints.type "objectStore") .Values.checkpoints.objectStore.existingSecret }}
+- secretRef:
+    name: {{ .Values.checkpoints.objectStore.existingSecret }}
 {{- end }}
 {{- end -}}
 
