@@ -164,42 +164,52 @@ mod tests {
 
     #[tokio::test]
     async fn a_checkpoint_is_found_by_its_location_within_its_job_only() {
+        let job = drover_core::JobId(uuid::Uuid::new_v4());
+        let other = drover_core::JobId(uuid::Uuid::new_v4());
         let store = Arc::new(InMemory::new());
         let storage = ObjectStorage::with_store("s3://b/ckpt/", store.clone(), Key::from("ckpt"));
         for (key, bytes) in [
-            ("ckpt/7/g1/step-00000010/manifest.json", &b"{}"[..]),
-            ("ckpt/7/g1/step-00000010/model.safetensors", b"weights"),
-            ("ckpt/7/g1/file.bin", b"file"),
-            ("ckpt/8/g1/step-00000010/manifest.json", b"other job"),
+            (
+                format!("ckpt/{job}/g1/step-00000010/manifest.json"),
+                &b"{}"[..],
+            ),
+            (
+                format!("ckpt/{job}/g1/step-00000010/model.safetensors"),
+                b"weights",
+            ),
+            (format!("ckpt/{job}/g1/file.bin"), b"file"),
+            (
+                format!("ckpt/{other}/g1/step-00000010/manifest.json"),
+                b"other job",
+            ),
         ] {
             store
                 .put(&Key::from(key), bytes.to_vec().into())
                 .await
                 .unwrap();
         }
-        let job = drover_core::JobId(7);
         let dir = storage
-            .entries("s3://b/ckpt/7/g1/step-00000010", job)
+            .entries(&format!("s3://b/ckpt/{job}/g1/step-00000010"), job)
             .await
             .unwrap()
             .unwrap();
         let names: Vec<_> = dir.iter().map(|e| e.name.join("/")).collect();
         assert_eq!(names, ["manifest.json", "model.safetensors"]);
         let file = storage
-            .entries("s3://b/ckpt/7/g1/file.bin", job)
+            .entries(&format!("s3://b/ckpt/{job}/g1/file.bin"), job)
             .await
             .unwrap()
             .unwrap();
         assert_eq!((file.len(), file[0].size), (1, 4));
         for elsewhere in [
-            "s3://b/ckpt/8/g1/step-00000010",
-            "s3://b/ckpt/7/../8/g1/step-00000010",
-            "s3://b/ckpt/7/g1/step-00000099",
-            "s3://other/ckpt/7/g1/step-00000010",
-            "/var/lib/drover/checkpoints/7/g1/step-00000010",
+            format!("s3://b/ckpt/{other}/g1/step-00000010"),
+            format!("s3://b/ckpt/{job}/../{other}/g1/step-00000010"),
+            format!("s3://b/ckpt/{job}/g1/step-00000099"),
+            format!("s3://other/ckpt/{job}/g1/step-00000010"),
+            format!("/var/lib/drover/checkpoints/{job}/g1/step-00000010"),
         ] {
             assert!(
-                storage.entries(elsewhere, job).await.unwrap().is_none(),
+                storage.entries(&elsewhere, job).await.unwrap().is_none(),
                 "{elsewhere}"
             );
         }

@@ -104,6 +104,10 @@ pub struct ClusterArgs {
         default_value = drover_api::kubernetes::controller::DEFAULT_TENANT_LABEL
     )]
     kubernetes_tenant_label: String,
+    /// With --kubernetes: jobs submitted over REST or the CLI appear as DroverJob objects too, in
+    /// their tenant's namespace (the one labelled with the tenant, or named like it).
+    #[arg(long, env = "DROVER_KUBERNETES_MIRROR", requires = "kubernetes")]
+    kubernetes_mirror: bool,
 }
 
 impl ClusterArgs {
@@ -152,6 +156,7 @@ impl ClusterArgs {
         if self.kubernetes {
             config.kubernetes = Some(drover_api::kubernetes::controller::Settings {
                 tenant_label: self.kubernetes_tenant_label.clone(),
+                mirror: self.kubernetes_mirror,
                 instance: std::fs::read_to_string("/proc/sys/kernel/hostname")
                     .map(|h| h.trim().to_owned())
                     .unwrap_or_default(),
@@ -352,6 +357,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         enrollment_token: None,
         kubernetes: false,
         kubernetes_tenant_label: String::new(),
+        kubernetes_mirror: false,
     };
     let config = ServerConfig {
         listen: args.listen,

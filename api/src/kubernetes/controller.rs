@@ -11,11 +11,13 @@
 //! - Editing `spec.resources.workers`/`ps` resizes the job; any other edit is refused with the
 //!   `Synced` condition (the job goes on as submitted).
 //! - Deleting the object cancels the job and waits for its tasks to stop before the finalizer goes.
+//! - With `mirror`, jobs submitted over REST get objects too (`mirror.rs`).
 
 use super::admission::{document_of, principal_for, submit, tenant_for};
 use super::crd::{DroverJob, DroverJobStatus, FINALIZER};
 use super::edits::sync_spec;
 use super::events::{event, publish_events};
+use super::mirror::{Mirrored, mirrored_job};
 use super::status::{conditions, describe_job, set_condition};
 use crate::error::ApiError;
 use crate::routes::jobs::{UserAction, user_transition};
@@ -52,6 +54,8 @@ pub struct Settings {
     pub retry: Duration,
     /// The Event reporter's instance (the pod's name).
     pub instance: String,
+    /// Make objects for jobs submitted over REST too (in their tenant's namespace).
+    pub mirror: bool,
 }
 
 impl Default for Settings {
@@ -61,6 +65,7 @@ impl Default for Settings {
             resync: Duration::from_secs(5),
             retry: Duration::from_secs(30),
             instance: String::new(),
+            mirror: false,
         }
     }
 }
@@ -151,9 +156,17 @@ pub async fn run(
             }
         });
         let nodes = super::nodes::sync(ctx.clone());
+        let mirror = async {
+            if ctx.settings.mirror {
+                super::mirror::run(ctx.clone()).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             () = jobs => {},
             () = nodes => {},
+            () = mirror => {},
             _ = leader.wait_for(|leads| !*leads) => {
                 tracing::info!("no longer leading: the DroverJob controller stops");
             }
@@ -192,6 +205,23 @@ pub async fn reconcile(obj: Arc<DroverJob>, ctx: Arc<Context>) -> Result<Action,
     })
 }
 
+/// The object's job: the one submitted for it (keyed by its uid), or the REST job it mirrors; an
+/// error message for a mirror whose job is not there.
+async fn job_of(
+    obj: &DroverJob,
+    ctx: &Context,
+    tenant: &crate::store::Tenant,
+) -> Result<Result<Option<Job>, String>, Error> {
+    if let Some(job) = ctx.state.store.job_by_key(tenant.id, &job_key(obj)).await? {
+        return Ok(Ok(Some(job)));
+    }
+    Ok(match mirrored_job(obj, ctx, tenant).await? {
+        Mirrored::No => Ok(None),
+        Mirrored::Job(job) => Ok(Some(job)),
+        Mirrored::Gone(message) => Err(message),
+    })
+}
+
 /// The object's uid as the idempotency key of its job.
 pub(super) fn job_key(obj: &DroverJob) -> String {
     format!("kubernetes/{}", obj.uid().unwrap_or_default())
@@ -220,8 +250,13 @@ async fn apply(obj: &DroverJob, ctx: &Context, api: &Api<DroverJob>) -> Result<A
     };
     status.tenant = Some(tenant.name.clone());
     let principal = principal_for(ctx, &tenant).await?;
-    let store = ctx.state.store.as_ref();
-    let existing = store.job_by_key(tenant.id, &job_key(obj)).await?;
+    let existing = match job_of(obj, ctx, &tenant).await? {
+        Ok(job) => job,
+        Err(message) => {
+            refuse(&mut status, "MirroredJobGone", &message, generation, now);
+            return finish(obj, ctx, api, &old, status, Action::await_change()).await;
+        }
+    };
     let document = match document_of(obj) {
         Ok(document) => document,
         Err(err) => {
@@ -244,6 +279,9 @@ async fn apply(obj: &DroverJob, ctx: &Context, api: &Api<DroverJob>) -> Result<A
         }
     };
     let job = match existing {
+        // Looked at again only when the object was edited since: a resize made over REST is not
+        // undone by an object that still shows the old ranges.
+        Some(job) if old.observed_generation == generation && old.job_id.is_some() => job,
         Some(job) => {
             sync_spec(
                 ctx,
@@ -446,7 +484,7 @@ async fn cleanup(obj: &DroverJob, ctx: &Context) -> Result<Action, Error> {
         Err(_) => return Ok(Action::await_change()),
     };
     let store = ctx.state.store.as_ref();
-    let Some(job) = store.job_by_key(tenant.id, &job_key(obj)).await? else {
+    let Ok(Some(job)) = job_of(obj, ctx, &tenant).await? else {
         return Ok(Action::await_change());
     };
     if !job.state.is_final() {

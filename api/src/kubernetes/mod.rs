@@ -6,5 +6,6 @@ pub mod controller;
 pub mod crd;
 mod edits;
 mod events;
+pub mod mirror;
 pub mod nodes;
 pub mod status;

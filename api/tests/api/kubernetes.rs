@@ -18,20 +18,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-const JOB: &str = include_str!("../../../examples/k8s/digits-mlp.yaml");
-const NAMESPACE: &str = "team-vision";
+pub(super) const JOB: &str = include_str!("../../../examples/k8s/digits-mlp.yaml");
+pub(super) const NAMESPACE: &str = "team-vision";
 
-struct Harness {
-    fake: FakeKube,
-    store: Arc<dyn Store>,
-    state: AppState,
-    tenant: drover_api::store::Tenant,
+pub(super) struct Harness {
+    pub(super) fake: FakeKube,
+    pub(super) store: Arc<dyn Store>,
+    pub(super) state: AppState,
+    pub(super) tenant: drover_api::store::Tenant,
     stop: Option<watch::Sender<bool>>,
     _db: TestDb,
 }
 
 impl Harness {
-    async fn new(db: TestDb) -> Harness {
+    pub(super) async fn new(db: TestDb) -> Harness {
         ensure_cluster_admin(db.store.as_ref(), Some("drv_kube-test-admin-token-0123"))
             .await
             .unwrap();
@@ -70,11 +70,17 @@ impl Harness {
     }
 
     /// Starts a controller (as the leader) against the fake API server.
-    fn start_controller(&mut self) {
+    pub(super) fn start_controller(&mut self) {
+        self.start_controller_mirroring(false);
+    }
+
+    /// The same, mirroring REST jobs as objects or not.
+    pub(super) fn start_controller_mirroring(&mut self, mirror: bool) {
         let settings = Settings {
             resync: Duration::from_millis(200),
             retry: Duration::from_millis(300),
             instance: "test".to_owned(),
+            mirror,
             ..Settings::default()
         };
         let ctx = Context::new(self.state.clone(), self.fake.client(), settings);
@@ -87,22 +93,22 @@ impl Harness {
         self.stop = Some(stop);
     }
 
-    fn stop_controller(&mut self) {
+    pub(super) fn stop_controller(&mut self) {
         if let Some(stop) = self.stop.take() {
             stop.send_replace(true);
         }
     }
 
-    fn api(&self, namespace: &str) -> Api<DroverJob> {
+    pub(super) fn api(&self, namespace: &str) -> Api<DroverJob> {
         Api::namespaced(self.fake.client(), namespace)
     }
 
-    fn object(&self, namespace: &str, name: &str) -> Option<Value> {
+    pub(super) fn object(&self, namespace: &str, name: &str) -> Option<Value> {
         self.fake.get("droverjobs", Some(namespace), name)
     }
 
     /// Waits until `check` holds for the object (or panics with what it was).
-    async fn until(
+    pub(super) async fn until(
         &self,
         namespace: &str,
         name: &str,
@@ -124,7 +130,7 @@ impl Harness {
         }
     }
 
-    async fn jobs(&self) -> Vec<drover_api::store::Job> {
+    pub(super) async fn jobs(&self) -> Vec<drover_api::store::Job> {
         let filter = JobFilter {
             limit: 100,
             ..JobFilter::default()
@@ -136,7 +142,7 @@ impl Harness {
     }
 
     /// The Events recorded for an object, as `reason: note`.
-    fn events(&self, name: &str) -> Vec<String> {
+    pub(super) fn events(&self, name: &str) -> Vec<String> {
         self.fake
             .list("events")
             .into_iter()
@@ -152,21 +158,21 @@ impl Harness {
     }
 }
 
-fn job_object(name: &str) -> DroverJob {
+pub(super) fn job_object(name: &str) -> DroverJob {
     let mut job: DroverJob = serde_yaml::from_str(JOB).unwrap();
     job.metadata.name = Some(name.to_owned());
     job.metadata.namespace = None;
     job
 }
 
-fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
+pub(super) fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
     object["status"]["conditions"]
         .as_array()?
         .iter()
         .find(|c| c["type"] == kind)
 }
 
-fn condition_is(object: &Value, kind: &str, status: &str, reason: &str) -> bool {
+pub(super) fn condition_is(object: &Value, kind: &str, status: &str, reason: &str) -> bool {
     condition(object, kind).is_some_and(|c| c["status"] == status && c["reason"] == reason)
 }
 

@@ -17,6 +17,7 @@ mod authz;
 mod elastic;
 mod fake_kube;
 mod kubernetes;
+mod kubernetes_mirror;
 mod limits;
 mod security;
 
