@@ -8,7 +8,7 @@
 use futures::TryStreamExt;
 use object_store::ObjectStore;
 use object_store::path::Path as Key;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
@@ -22,6 +22,8 @@ pub struct Remote {
     prefix: Key,
     /// Where the local copies live: `<data dir>/checkpoints`.
     cache: PathBuf,
+    /// One download at a time per checkpoint: a job's tasks on this node resume from the same one.
+    downloads: Arc<std::sync::Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>>,
 }
 
 /// Whether a checkpoint root is an object store's URL rather than a directory.
@@ -61,6 +63,7 @@ impl Remote {
             store,
             prefix,
             cache,
+            downloads: Arc::default(),
         }
     }
 
@@ -167,8 +170,28 @@ impl Remote {
     pub async fn fetch(&self, location: &str) -> anyhow::Result<PathBuf> {
         let relative = self.relative(location).map_err(anyhow::Error::msg)?;
         let local = self.cache.join(relative);
-        if tokio::fs::try_exists(&local).await.unwrap_or(false) {
-            return Ok(local);
+        let lock = self
+            .downloads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(local.clone())
+            .or_default()
+            .clone();
+        let fetched = {
+            let _one_at_a_time = lock.lock().await;
+            self.fetch_once(location, relative, &local).await
+        };
+        drop(lock);
+        self.downloads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|_, lock| Arc::strong_count(lock) > 1);
+        fetched.map(|()| local)
+    }
+
+    async fn fetch_once(&self, location: &str, relative: &str, local: &Path) -> anyhow::Result<()> {
+        if tokio::fs::try_exists(local).await.unwrap_or(false) {
+            return Ok(());
         }
         let key = self.key(relative);
         let parent = local
@@ -179,7 +202,10 @@ impl Remote {
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or("checkpoint");
-        let tmp = parent.join(format!(".{name}.download-{}", std::process::id()));
+        let tmp = parent.join(format!(
+            ".{name}.download-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
         let _ = tokio::fs::remove_dir_all(&tmp).await;
         let _ = tokio::fs::remove_file(&tmp).await;
         let single = match self.store.head(&key).await {
@@ -212,8 +238,8 @@ impl Remote {
                 self.download(&object.location, &path).await?;
             }
         }
-        tokio::fs::rename(&tmp, &local).await?;
-        Ok(local)
+        tokio::fs::rename(&tmp, local).await?;
+        Ok(())
     }
 
     async fn download(&self, key: &Key, path: &Path) -> anyhow::Result<()> {
@@ -356,6 +382,31 @@ mod tests {
                 .is_err(),
             "a checkpoint that is not in the store"
         );
+        // Three tasks resuming from the same checkpoint at once: one download, three answers.
+        std::fs::remove_dir_all(&fetched).unwrap();
+        let (a, b, c) = tokio::join!(
+            down.fetch(&location),
+            down.fetch(&location),
+            down.fetch(&location)
+        );
+        for path in [a, b, c] {
+            assert_eq!(path.unwrap(), fetched);
+        }
+        assert_eq!(
+            std::fs::read(fetched.join("nested/model.safetensors")).unwrap(),
+            vec![7u8; 3 << 20]
+        );
+        let leftovers: Vec<_> = std::fs::read_dir(fetched.parent().unwrap())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(
+            leftovers.len(),
+            1,
+            "no temporary downloads left: {leftovers:?}"
+        );
+        assert!(down.downloads.lock().unwrap().is_empty());
 
         let mut uploaded = Uploaded::default();
         uploaded.note(step.clone());
