@@ -230,13 +230,21 @@ impl Cluster {
 
     /// `kill -9` of the server, and a new one on the same database and gateway address.
     pub(crate) fn restart_server(&mut self) {
+        self.restart_server_configured(&[], &[]);
+    }
+
+    /// The same, the new server started with more flags and environment variables.
+    pub(crate) fn restart_server_configured(&mut self, extra: &[&str], env: &[(&str, &str)]) {
         self.server.child.kill().unwrap();
         self.server.child.wait().unwrap();
         let gateway = self.gateway.trim_start_matches("http://").to_owned();
-        let (server, url, _) = Self::start_server(
+        let (server, url, _) = Self::start_server_configured(
             &self.database.url,
             &self.dir.path().join("server"),
             &gateway,
+            "3s",
+            extra,
+            env,
         );
         self.server = server;
         self.url = url;

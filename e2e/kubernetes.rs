@@ -77,12 +77,8 @@ async fn droverjobs_run_and_cancel_through_the_controller() {
         ),
     )
     .unwrap();
-    let cluster = Cluster::start_configured(
-        1,
-        &["--kubernetes"],
-        &[("KUBECONFIG", kubeconfig.path().to_str().unwrap())],
-    )
-    .await;
+    let kube_env = [("KUBECONFIG", kubeconfig.path().to_str().unwrap())];
+    let mut cluster = Cluster::start_configured(1, &["--kubernetes"], &kube_env).await;
     cluster
         .post(
             "/api/v1/tenants",
@@ -151,13 +147,18 @@ async fn droverjobs_run_and_cancel_through_the_controller() {
         "the finalizer went before the task stopped: {tasks:?}"
     );
 
-    // Cordoning a Kubernetes node cordons the Drover node of that name, and uncordoning lifts it.
+    // Cordoning a Kubernetes node cordons the Drover node of that name (in the audit log, by
+    // `kubernetes`), and uncordoning lifts it, also after the server restarted in between (a new
+    // leader learns from the audit log which cordons were the controller's).
     let node = |unschedulable: bool| {
         json!({"apiVersion": "v1", "kind": "Node",
                "metadata": {"name": "exec-a", "labels": {"nvidia.com/gpu.present": "true"}},
                "spec": {"unschedulable": unschedulable}})
     };
-    for cordoned in [true, false] {
+    for (cordoned, restart) in [(true, false), (false, false), (true, true), (false, false)] {
+        if restart {
+            cluster.restart_server_configured(&["--kubernetes"], &kube_env);
+        }
         fake.seed("nodes", None, node(cordoned));
         cluster
             .wait_until(
@@ -169,5 +170,38 @@ async fn droverjobs_run_and_cancel_through_the_controller() {
                 },
             )
             .await;
+        if restart {
+            // Cordoned before the restart, uncordoned after it.
+            cluster.restart_server_configured(&["--kubernetes"], &kube_env);
+        }
     }
+    let audit = cluster.get("/api/v1/audit?limit=100").await;
+    let by_controller: Vec<(String, String)> = audit["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["actor"] == "kubernetes")
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap().to_owned(),
+                e["target"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        by_controller
+            .iter()
+            .filter(|(a, _)| a == "node.cordon")
+            .count(),
+        2,
+        "{by_controller:?}"
+    );
+    assert_eq!(
+        by_controller
+            .iter()
+            .filter(|(a, _)| a == "node.uncordon")
+            .count(),
+        2,
+        "{by_controller:?}"
+    );
 }

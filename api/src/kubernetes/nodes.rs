@@ -1,11 +1,13 @@
 //! Kubernetes nodes and Drover nodes of the same name (the executor DaemonSet registers each executor
 //! with its pod's node name): cordoning a node in Kubernetes (`kubectl cordon`, or the first step of
 //! `kubectl drain`) cordons the Drover node, so the scheduler places nothing new there; uncordoning
-//! it in Kubernetes lifts a cordon the controller set. Node labels reach Drover through the executor
-//! ([`node_labels`]), which registers with them.
+//! it in Kubernetes lifts a cordon the controller set. Both go to the audit log under the actor
+//! `kubernetes`, and that log is how a new leader knows which cordons were the controller's. Node
+//! labels reach Drover through the executor ([`node_labels`]), which registers with them.
 
-use super::controller::Context;
-use crate::store::StoreError;
+use super::controller::{CONTROLLER_USER, Context};
+use crate::audit::Action;
+use crate::store::{NewAuditEvent, Store, StoreError};
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
@@ -17,8 +19,14 @@ use std::sync::Arc;
 /// Follows Kubernetes' nodes until the watch ends (it retries with backoff on its own).
 pub async fn sync(ctx: Arc<Context>) {
     let api: Api<Node> = Api::all(ctx.client.clone());
-    // The nodes this controller cordoned: only those does an uncordon in Kubernetes release.
-    let mut cordoned_here: HashSet<String> = HashSet::new();
+    // The nodes the controller cordoned: only those does an uncordon in Kubernetes release.
+    let mut cordoned_here = match cordoned_by_controller(ctx.state.store.as_ref()).await {
+        Ok(nodes) => nodes,
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot read which nodes the controller cordoned; their uncordons in Kubernetes will not lift them");
+            HashSet::new()
+        }
+    };
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .applied_objects();
@@ -58,13 +66,70 @@ async fn apply(
         store.set_node_cordon(&name, true, drover.draining).await?;
         cordoned_here.insert(name.clone());
         tracing::info!(node = %name, "cordoned in Kubernetes: cordoned in Drover");
+        audit(
+            store,
+            Action::NodeCordon,
+            &name,
+            "the Kubernetes node is unschedulable",
+        )
+        .await;
         ctx.state.wake_scheduler();
     } else if !unschedulable && drover.cordoned && cordoned_here.remove(&name) {
         store.set_node_cordon(&name, false, false).await?;
         tracing::info!(node = %name, "uncordoned in Kubernetes: uncordoned in Drover");
+        audit(
+            store,
+            Action::NodeUncordon,
+            &name,
+            "the Kubernetes node is schedulable again",
+        )
+        .await;
         ctx.state.wake_scheduler();
     }
     Ok(())
+}
+
+/// Audit log entries read, newest first, to find the controller's standing cordons.
+const AUDIT_LOOKBACK: u32 = 20_000;
+
+/// The nodes whose last cordon, uncordon or drain in the audit log was the controller's cordon.
+async fn cordoned_by_controller(store: &dyn Store) -> Result<HashSet<String>, StoreError> {
+    let mut decided = HashSet::new();
+    let mut cordoned = HashSet::new();
+    let mut before = None;
+    let mut read = 0;
+    while read < AUDIT_LOOKBACK {
+        let page = store.list_audit(before, 500).await?;
+        let Some(last) = page.last() else { break };
+        before = Some(last.id);
+        read += page.len() as u32;
+        for event in &page {
+            let about_cordon = [Action::NodeCordon, Action::NodeUncordon, Action::NodeDrain]
+                .iter()
+                .any(|a| a.as_str() == event.action);
+            if about_cordon && decided.insert(event.target.clone()) {
+                let ours = event.actor_id.is_none() && event.actor == CONTROLLER_USER;
+                if ours && event.action == Action::NodeCordon.as_str() {
+                    cordoned.insert(event.target.clone());
+                }
+            }
+        }
+    }
+    Ok(cordoned)
+}
+
+async fn audit(store: &dyn Store, action: Action, node: &str, detail: &str) {
+    let event = NewAuditEvent {
+        actor_id: None,
+        actor: CONTROLLER_USER.to_owned(),
+        tenant_id: None,
+        action: action.as_str(),
+        target: node.to_owned(),
+        detail: detail.to_owned(),
+    };
+    if let Err(err) = store.record_audit(&event).await {
+        tracing::error!(node, action = event.action, error = %err, "cannot record an audit event");
+    }
 }
 
 /// The label prefixes an executor takes from its Kubernetes node: the well-known ones and the GPU's
