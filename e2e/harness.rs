@@ -99,16 +99,8 @@ pub(crate) struct Cluster {
 }
 
 impl Cluster {
-    /// Starts the server; `gateway` fixes the executor gateway's address (a restart keeps it).
-    pub(crate) fn start_server(
-        database: &str,
-        data_dir: &Path,
-        gateway: &str,
-    ) -> (Proc, String, String) {
-        Self::start_server_with(database, data_dir, gateway, "3s")
-    }
-
-    /// The same, with this heartbeat timeout.
+    /// Starts the server with this heartbeat timeout; `gateway` fixes the executor gateway's address
+    /// (a restart keeps it).
     pub(crate) fn start_server_with(
         database: &str,
         data_dir: &Path,
