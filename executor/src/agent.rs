@@ -5,7 +5,7 @@
 
 use crate::credential;
 use crate::gpu::{GpuInfo, GpuSource, UsageProbe};
-use crate::storage::{self, Remote};
+use crate::storage::Remote;
 use crate::task::{self, Launch, StopHandle};
 use drover_proto as pb;
 use drover_proto::executor_gateway_client::ExecutorGatewayClient;
@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use storage_phase::Fetched;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -24,6 +25,8 @@ const MAX_PENDING: usize = 10_000;
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// The metadata key a replica that does not lead names the leader's gateway with.
 const LEADER_METADATA: &str = "drover-leader";
+
+mod storage_phase;
 
 #[derive(Debug, Clone)]
 pub struct ExecutorConfig {
@@ -172,12 +175,6 @@ pub struct Agent {
     fetched_tx: mpsc::Sender<Fetched>,
     fetched_rx: mpsc::Receiver<Fetched>,
 }
-
-/// A task's object store, if it has one, and the checkpoint to download before it can start.
-type Localised = (Option<Arc<Remote>>, Option<String>);
-
-/// A download of the checkpoint a task resumes from, finished.
-type Fetched = (pb::TaskKey, Result<(), String>);
 
 /// A replica that does not lead named the one that does: go there now, no backoff.
 #[derive(Debug)]
@@ -630,86 +627,6 @@ impl Agent {
             &key,
             pb::task_update::Event::Prepared(pb::Prepared { address }),
         ))
-    }
-
-    /// Connects to the object store the server keeps checkpoints in (once; again when it changes).
-    fn use_storage(&mut self, root: &str) {
-        if !storage::is_url(root) {
-            self.remote = None;
-            return;
-        }
-        if let Some(Ok(remote)) = &self.remote
-            && remote.root() == root.trim_end_matches('/')
-        {
-            return;
-        }
-        let connected = Remote::connect(root, self.config.data_dir.join("checkpoints"));
-        if let Err(err) = &connected {
-            tracing::error!(error = %err, "cannot use the checkpoint storage; tasks here cannot start");
-        }
-        self.remote = Some(connected.map(Arc::new).map_err(|err| format!("{err:#}")));
-    }
-
-    /// Points a task with an object store at local copies: where it writes checkpoints, and the one it
-    /// resumes from. Returns the store, and the location to download first when there is no copy here.
-    fn localise(&self, spec: &mut pb::TaskSpec) -> Result<Localised, String> {
-        if !storage::is_url(&spec.checkpoint_dir) {
-            return Ok((None, None));
-        }
-        let remote = match &self.remote {
-            Some(Ok(remote)) => remote.clone(),
-            Some(Err(reason)) => {
-                return Err(format!(
-                    "this node cannot use the checkpoint storage: {reason}"
-                ));
-            }
-            None => {
-                return Err(format!(
-                    "the checkpoint storage {} is not the one this node registered with",
-                    spec.checkpoint_dir
-                ));
-            }
-        };
-        spec.checkpoint_dir = remote.local(&spec.checkpoint_dir)?.display().to_string();
-        let mut fetch = None;
-        if !spec.resume_from.is_empty() {
-            let local = remote.local(&spec.resume_from)?;
-            if !local.exists() {
-                fetch = Some(std::mem::take(&mut spec.resume_from));
-            }
-            spec.resume_from = local.display().to_string();
-        }
-        Ok((Some(remote), fetch))
-    }
-
-    /// A download finished: the task is prepared, or it fails. Nothing when it was stopped meanwhile.
-    async fn on_fetched(
-        &mut self,
-        (key, result): Fetched,
-        outbound: Option<&mpsc::Sender<pb::ExecutorMessage>>,
-    ) -> anyhow::Result<()> {
-        let Some(task) = self.tasks.get_mut(&key_of(&key)) else {
-            return Ok(());
-        };
-        if !matches!(task.phase, Phase::Fetching) {
-            return Ok(());
-        }
-        let report = match result {
-            Ok(()) => {
-                task.phase = Phase::Prepared;
-                update(
-                    &key,
-                    pb::task_update::Event::Prepared(pb::Prepared {
-                        address: task.address.clone(),
-                    }),
-                )
-            }
-            Err(message) => {
-                tracing::warn!(job.id = key.job_id, message, "task cannot resume");
-                exit_report(&key, message, false, false)
-            }
-        };
-        self.on_event(report, outbound).await
     }
 
     async fn start(&mut self, key: pb::TaskKey, peers: Vec<String>) -> pb::ExecutorMessage {
