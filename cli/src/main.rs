@@ -133,6 +133,10 @@ enum Command {
     #[command(subcommand)]
     EnrollmentToken(enrollment::EnrollmentCommand),
     /// Run an executor: the node agent that runs tasks on this host's GPUs.
+    ///
+    /// Checkpoints go where the server says: a directory every executor reaches, or an S3-compatible
+    /// object store, for which this process needs the same AWS_* variables as the server
+    /// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL; tasks never get them).
     Executor(node::ExecutorArgs),
     /// Train a `train` job's spec here, with Drover's engine (no server needed).
     Train(train::TrainArgs),
