@@ -17,8 +17,8 @@ use super::admission::{document_of, principal_for, submit, tenant_for};
 use super::crd::{DroverJob, DroverJobStatus, FINALIZER};
 use super::edits::sync_spec;
 use super::events::{event, publish_events};
-use super::mirror::{Mirrored, mirrored_job};
-use super::status::{conditions, describe_job, set_condition};
+use super::mirror::job_of;
+use super::status::{conditions, describe_job, refuse, set_condition, with_nulls};
 use crate::error::ApiError;
 use crate::routes::jobs::{UserAction, user_transition};
 use crate::state::AppState;
@@ -202,23 +202,6 @@ pub async fn reconcile(obj: Arc<DroverJob>, ctx: Arc<Context>) -> Result<Action,
         kube::runtime::finalizer::Error::ApplyFailed(err)
         | kube::runtime::finalizer::Error::CleanupFailed(err) => err,
         other => Error::Finalizer(other.to_string()),
-    })
-}
-
-/// The object's job: the one submitted for it (keyed by its uid), or the REST job it mirrors; an
-/// error message for a mirror whose job is not there.
-async fn job_of(
-    obj: &DroverJob,
-    ctx: &Context,
-    tenant: &crate::store::Tenant,
-) -> Result<Result<Option<Job>, String>, Error> {
-    if let Some(job) = ctx.state.store.job_by_key(tenant.id, &job_key(obj)).await? {
-        return Ok(Ok(Some(job)));
-    }
-    Ok(match mirrored_job(obj, ctx, tenant).await? {
-        Mirrored::No => Ok(None),
-        Mirrored::Job(job) => Ok(Some(job)),
-        Mirrored::Gone(message) => Err(message),
     })
 }
 
@@ -422,58 +405,6 @@ async fn finish(
         }
     }
     Ok(next)
-}
-
-/// The status as a merge patch: a field that is now absent is sent as null, so it is removed.
-fn with_nulls(status: &DroverJobStatus) -> Value {
-    let mut value = serde_json::to_value(status).unwrap_or_default();
-    if let Value::Object(fields) = &mut value {
-        for key in [
-            "jobId",
-            "tenant",
-            "state",
-            "reason",
-            "message",
-            "workers",
-            "ps",
-            "gpus",
-            "progress",
-            "step",
-            "lastMetric",
-            "checkpoints",
-            "lastEventId",
-            "observedGeneration",
-            "conditions",
-        ] {
-            fields.entry(key).or_insert(Value::Null);
-        }
-    }
-    value
-}
-
-/// Marks the object as not accepted: Drover does not have (and does not run) its job.
-fn refuse(
-    status: &mut DroverJobStatus,
-    reason: &str,
-    message: &str,
-    generation: Option<i64>,
-    now: chrono::DateTime<Utc>,
-) {
-    status.state = Some("Waiting".to_owned());
-    if reason == "InvalidSpec" {
-        status.state = Some("Invalid".to_owned());
-    }
-    status.reason = Some(reason.to_owned());
-    status.message = Some(message.to_owned());
-    set_condition(
-        &mut status.conditions,
-        conditions::ACCEPTED,
-        false,
-        reason,
-        message,
-        generation,
-        now,
-    );
 }
 
 /// Deleting the object: cancel its job, and keep the finalizer until the job's tasks have stopped.

@@ -11,7 +11,7 @@
 //!   was cancelled with it). A name already taken in the namespace by another object is left alone.
 
 use super::admission::principal_for;
-use super::controller::{CONTROLLER_USER, Context, Error};
+use super::controller::{CONTROLLER_USER, Context, Error, job_key};
 use super::crd::{DroverJob, DroverJobSpec};
 use crate::store::{Job, JobFilter, Scope, StoreError, Tenant};
 use drover_core::{JobId, JobState, UserId};
@@ -215,4 +215,21 @@ pub(super) async fn mirrored_job(
         )));
     }
     Ok(Mirrored::Job(job))
+}
+
+/// The object's job: the one submitted for it (keyed by its uid), or the REST job it mirrors; an
+/// error message for a mirror whose job is not there.
+pub(super) async fn job_of(
+    obj: &DroverJob,
+    ctx: &Context,
+    tenant: &Tenant,
+) -> Result<Result<Option<Job>, String>, Error> {
+    if let Some(job) = ctx.state.store.job_by_key(tenant.id, &job_key(obj)).await? {
+        return Ok(Ok(Some(job)));
+    }
+    Ok(match mirrored_job(obj, ctx, tenant).await? {
+        Mirrored::No => Ok(None),
+        Mirrored::Job(job) => Ok(Some(job)),
+        Mirrored::Gone(message) => Err(message),
+    })
 }

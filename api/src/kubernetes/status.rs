@@ -6,6 +6,7 @@ use crate::store::{Job, Scope, Store, StoreResult, TaskRole, TaskState};
 use chrono::{DateTime, Utc};
 use drover_core::JobState;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use serde_json::Value;
 
 /// The condition types the controller writes.
 pub mod conditions {
@@ -187,6 +188,58 @@ fn progress(step: u64, max_steps: Option<u64>, state: JobState) -> String {
         }
         _ => step.to_string(),
     }
+}
+
+/// The status as a merge patch: a field that is now absent is sent as null, so it is removed.
+pub(super) fn with_nulls(status: &DroverJobStatus) -> Value {
+    let mut value = serde_json::to_value(status).unwrap_or_default();
+    if let Value::Object(fields) = &mut value {
+        for key in [
+            "jobId",
+            "tenant",
+            "state",
+            "reason",
+            "message",
+            "workers",
+            "ps",
+            "gpus",
+            "progress",
+            "step",
+            "lastMetric",
+            "checkpoints",
+            "lastEventId",
+            "observedGeneration",
+            "conditions",
+        ] {
+            fields.entry(key).or_insert(Value::Null);
+        }
+    }
+    value
+}
+
+/// Marks the object as not accepted: Drover does not have (and does not run) its job.
+pub(super) fn refuse(
+    status: &mut DroverJobStatus,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: DateTime<Utc>,
+) {
+    status.state = Some("Waiting".to_owned());
+    if reason == "InvalidSpec" {
+        status.state = Some("Invalid".to_owned());
+    }
+    status.reason = Some(reason.to_owned());
+    status.message = Some(message.to_owned());
+    set_condition(
+        &mut status.conditions,
+        conditions::ACCEPTED,
+        false,
+        reason,
+        message,
+        generation,
+        now,
+    );
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The router: every route of API v1 in one place, plus health, metrics and the OpenAPI document.
 
 pub mod audit;
+pub mod download;
 pub mod enrollment;
 pub mod health;
 pub mod jobs;
@@ -30,7 +31,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
     paths(
         health::healthz, health::readyz, health::metrics,
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::pause, jobs::resume, jobs::events, resize::resize,
-        runs::tasks, runs::request_checkpoint, runs::metrics, runs::checkpoints, runs::download, runs::logs,
+        runs::tasks, runs::request_checkpoint, runs::metrics, runs::checkpoints, download::download, runs::logs,
         tenants::create, tenants::list, tenants::get, tenants::set_quota,
         users::create, users::list, users::get, users::me,
         tokens::create, tokens::list, tokens::revoke,
@@ -158,7 +159,7 @@ pub fn app_with(state: AppState, pages: Router<AppState>) -> Router {
         )
         .route(
             "/api/v1/jobs/{id}/checkpoints/{checkpoint}/download",
-            get(runs::download),
+            get(download::download),
         )
         .route("/api/v1/jobs/{id}/logs", get(runs::logs))
         .route("/api/v1/tenants", post(tenants::create).get(tenants::list))
