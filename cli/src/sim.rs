@@ -3,7 +3,9 @@
 use crate::output::out;
 use anyhow::{Context, bail};
 use drover_scheduler::cluster::uniform_cluster;
-use drover_scheduler::sim::{self, Report, SimConfig, Stopwatch, TraceFilter};
+use drover_scheduler::forecast::ForecastConfig;
+use drover_scheduler::sim::predict::{self, Accuracy, PredictOptions};
+use drover_scheduler::sim::{self, Outcome, Report, SimConfig, Stopwatch, TraceFilter};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -45,6 +47,13 @@ pub struct SimArgs {
     /// Time between scheduling rounds.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     round: Duration,
+    /// Also predict, at each arrival that has to wait, when it will start (the server's queue
+    /// forecast, seeing only observations), and report how far off the predictions were.
+    #[arg(long)]
+    predict: bool,
+    /// With --predict: predict for one waiting arrival in N (the forecast replays ahead each time).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    predict_every: u32,
     /// Directory for report.json, summary.csv, per-job CSVs and SVG charts.
     #[arg(long, default_value = "sim-out")]
     out: PathBuf,
@@ -173,12 +182,18 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
     let mut reports = Vec::new();
     let mut cdfs = Vec::new();
     let mut timelines = Vec::new();
+    let mut accuracies = Vec::new();
     for name in &policies {
         let started = Instant::now();
         eprint!("running {name} ... ");
         let clock = WallClock(Instant::now());
-        let (report, outcome) = sim::run_policy(name, &workload, config, &clock)
-            .with_context(|| format!("policy {name}"))?;
+        let predict = args.predict.then_some(PredictOptions {
+            forecast: ForecastConfig::default(),
+            every: args.predict_every as usize,
+        });
+        let (report, outcome) =
+            sim::run_policy_predicting(name, &workload, config, predict, &clock)
+                .with_context(|| format!("policy {name}"))?;
         eprintln!(
             "{} rounds in {:.1}s",
             report.rounds,
@@ -201,6 +216,14 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
                 .map(|&(t, b)| (t, f64::from(b)))
                 .collect::<Vec<_>>(),
         ));
+        if args.predict {
+            let accuracy = predict::accuracy(&outcome.predictions, &outcome, 600.0);
+            std::fs::write(
+                args.out.join(format!("predictions-{name}.csv")),
+                predictions_csv(&outcome),
+            )?;
+            accuracies.push((name.clone(), accuracy, started.elapsed()));
+        }
         reports.push(report);
     }
     let gpus = node_count * gpus_per_node;
@@ -218,6 +241,9 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
         out!("{}", serde_json::to_string_pretty(&reports)?);
     } else {
         print_table(&reports);
+        if args.predict {
+            print_accuracy(&accuracies);
+        }
     }
     eprintln!(
         "wrote report.json, summary.csv, jobs-<policy>.csv, jct-cdf.svg and utilisation.svg to {}",
@@ -270,4 +296,59 @@ fn print_table(reports: &[Report]) {
         ],
         &rows,
     );
+}
+
+/// One row per prediction: when it was made, what it said, and when the job really started.
+fn predictions_csv(outcome: &Outcome) -> String {
+    let mut csv = String::from(
+        "job,submit_s,made_at_s,predicted_start_s,predicted_p10_s,predicted_p90_s,actual_start_s\n",
+    );
+    let cell = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.0}"));
+    for record in &outcome.predictions {
+        let Some(actual) = outcome.jobs.get(record.job) else {
+            continue;
+        };
+        csv.push_str(&format!(
+            "{},{:.0},{:.0},{},{},{},{:.0}\n",
+            record.job,
+            actual.submit_s,
+            record.made_at_s,
+            cell(record.start_s),
+            cell(record.start_p10_s),
+            cell(record.start_p90_s),
+            actual.first_start_s
+        ));
+    }
+    csv
+}
+
+fn print_accuracy(rows: &[(String, Accuracy, Duration)]) {
+    out!();
+    out!("Start predictions made at submission, for jobs that waited over 10 minutes:");
+    out!();
+    out!(
+        "| policy | predictions | waits > 10 min | median error | p90 error | within p10–p90 | beyond horizon | run time |"
+    );
+    out!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let pct = |v: f64| {
+        if v.is_finite() {
+            format!("{:.1}%", 100.0 * v)
+        } else if v.is_nan() {
+            "–".to_owned()
+        } else {
+            "∞".to_owned()
+        }
+    };
+    for (name, a, took) in rows {
+        out!(
+            "| `{name}` | {} | {} | {} | {} | {} | {} | {:.0} s |",
+            a.predictions,
+            a.long_waits,
+            pct(a.median_error),
+            pct(a.p90_error),
+            pct(a.within_band),
+            pct(a.beyond_horizon),
+            took.as_secs_f64()
+        );
+    }
 }

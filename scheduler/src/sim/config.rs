@@ -80,4 +80,6 @@ pub struct Outcome {
     pub round_ns: Vec<u64>,
     pub arrival_ns: Vec<u64>,
     pub rounds: u64,
+    /// Start predictions made at arrivals, when asked for.
+    pub predictions: Vec<super::predict::PredictionRecord>,
 }

@@ -1,6 +1,7 @@
 //! The event loop: a virtual clock advancing from event to event (arrivals, completions, scheduling
 //! rounds), jobs progressing at their hidden true speed, and the policy deciding from observations.
 
+use super::predict::{PredictOptions, Predictor};
 use super::truth::{OracleState, checkpoint_factor};
 use super::workload::{Workload, noisy};
 use crate::invariants;
@@ -39,6 +40,7 @@ struct Engine<'a> {
     gpu_users: Vec<u8>,
     busy: u32,
     oracle: Option<Arc<Mutex<OracleState>>>,
+    predictor: Option<Predictor>,
 }
 
 fn index_of(job: &JobView) -> usize {
@@ -305,6 +307,7 @@ pub(crate) fn simulate(
     policy: &mut dyn Policy,
     config: SimConfig,
     oracle: Option<Arc<Mutex<OracleState>>>,
+    predict: Option<(&str, PredictOptions)>,
     stopwatch: &dyn Stopwatch,
 ) -> Result<Outcome, SimError> {
     let n = workload.jobs.len();
@@ -328,6 +331,7 @@ pub(crate) fn simulate(
         gpu_users: vec![0; workload.nodes.len() * 64],
         busy: 0,
         oracle,
+        predictor: predict.map(|(policy, options)| Predictor::new(policy, options)),
     };
     let mut previous = Plan::default();
     let mut next_arrival = 0;
@@ -372,7 +376,11 @@ pub(crate) fn simulate(
                     engine.occupy(&placement, false);
                 }
                 engine.live[index].finish = Some(now);
-                engine.snapshot.jobs.remove(position);
+                let job = engine.snapshot.jobs.remove(position);
+                if let Some(predictor) = &mut engine.predictor {
+                    let gpus = f64::from(job.gpus_at(job.preferred).max(1));
+                    predictor.finished(job.tenant, job.observed.attained_gpu_s / gpus);
+                }
                 completed = true;
             } else {
                 position += 1;
@@ -397,6 +405,11 @@ pub(crate) fn simulate(
                 .push(stopwatch.now_ns().saturating_sub(started));
             engine.apply(position, &decision, now);
             engine.refresh_rates();
+            if matches!(decision, JobPlan::Wait { .. })
+                && let Some(predictor) = &mut engine.predictor
+            {
+                predictor.arrived_waiting(&engine.snapshot, job.view.id, next_arrival - 1);
+            }
         }
         // A full round after completions and on the tick.
         if completed || now >= last_round + config.round_s - 1e-9 {
@@ -432,6 +445,9 @@ pub(crate) fn simulate(
             last_round = now;
         }
         engine.record_busy(now);
+    }
+    if let Some(predictor) = engine.predictor.take() {
+        engine.outcome.predictions = predictor.records;
     }
     engine.outcome.jobs = workload
         .jobs

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod engine;
+pub mod predict;
 pub mod report;
 pub mod speed;
 pub mod svg;
@@ -51,13 +52,32 @@ pub fn run_policy(
     config: SimConfig,
     stopwatch: &dyn Stopwatch,
 ) -> Result<(Report, Outcome), RunError> {
+    run_policy_predicting(policy, workload, config, None, stopwatch)
+}
+
+/// [`run_policy`], and with `predict`, a start prediction for waiting arrivals
+/// ([`Outcome::predictions`]; [`predict::accuracy`] scores them).
+pub fn run_policy_predicting(
+    policy: &str,
+    workload: &Workload,
+    config: SimConfig,
+    predict: Option<predict::PredictOptions>,
+    stopwatch: &dyn Stopwatch,
+) -> Result<(Report, Outcome), RunError> {
     let (mut policy_impl, state) = if is_oracle_policy(policy) {
         let (oracle, state) = oracle_for(workload, &config);
         (build_policy(policy, Some(Box::new(oracle)))?, Some(state))
     } else {
         (build_policy(policy, None)?, None)
     };
-    let outcome = engine::simulate(workload, policy_impl.as_mut(), config, state, stopwatch)?;
+    let outcome = engine::simulate(
+        workload,
+        policy_impl.as_mut(),
+        config,
+        state,
+        predict.map(|options| (policy, options)),
+        stopwatch,
+    )?;
     let report = build_report(
         policy,
         config.seed,

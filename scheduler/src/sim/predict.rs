@@ -1,0 +1,165 @@
+//! How good are queue predictions? At every arrival that has to wait, the simulator forks its state
+//! into [`crate::forecast`] (which sees only observations and the history of finished jobs, as the
+//! server does) and records the predicted start; the replay then shows when the job really started.
+
+use super::config::Outcome;
+use super::report::percentile;
+use crate::forecast::{ForecastConfig, Priors, Remaining, estimate, predict_start};
+use crate::snapshot::ClusterSnapshot;
+use drover_core::JobId;
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// Which arrivals get a prediction, and how the forecast runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PredictOptions {
+    pub forecast: ForecastConfig,
+    /// Predict for one waiting arrival in this many (1: every one).
+    pub every: usize,
+}
+
+/// One prediction made at a job's arrival.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PredictionRecord {
+    /// Index of the job in the workload.
+    pub job: usize,
+    pub made_at_s: f64,
+    pub start_s: Option<f64>,
+    pub start_p10_s: Option<f64>,
+    pub start_p90_s: Option<f64>,
+}
+
+/// The predictor the engine calls at arrivals; it also learns from every completion.
+#[derive(Debug)]
+pub(crate) struct Predictor {
+    policy: String,
+    options: PredictOptions,
+    waiting_arrivals: usize,
+    /// Finished jobs: (tenant, GPU-seconds per GPU of their preferred shape).
+    history: Vec<(u32, f64)>,
+    priors: Priors,
+    priors_from: usize,
+    pub(crate) records: Vec<PredictionRecord>,
+}
+
+impl Predictor {
+    pub(crate) fn new(policy: &str, options: PredictOptions) -> Predictor {
+        Predictor {
+            policy: policy.to_owned(),
+            options,
+            waiting_arrivals: 0,
+            history: Vec::new(),
+            priors: Priors::default(),
+            priors_from: 0,
+            records: Vec::new(),
+        }
+    }
+
+    pub(crate) fn finished(&mut self, tenant: u32, seconds: f64) {
+        self.history.push((tenant, seconds));
+    }
+
+    /// A job arrived and waits: predict its start from what can be observed now.
+    pub(crate) fn arrived_waiting(&mut self, snapshot: &ClusterSnapshot, job: JobId, index: usize) {
+        self.waiting_arrivals += 1;
+        if !(self.waiting_arrivals - 1).is_multiple_of(self.options.every.max(1)) {
+            return;
+        }
+        // Refit the priors when history has grown by a tenth (sorting all of it each time is waste).
+        if self.history.len() > self.priors_from + self.priors_from / 10 || self.priors_from == 0 {
+            self.priors = Priors::from_history(&self.history);
+            self.priors_from = self.history.len();
+        }
+        let remaining: HashMap<JobId, Remaining> = snapshot
+            .jobs
+            .iter()
+            .map(|j| (j.id, estimate(j, &self.priors)))
+            .collect();
+        let prediction = predict_start(
+            snapshot,
+            &self.policy,
+            &remaining,
+            &self.options.forecast,
+            job,
+        )
+        .ok()
+        .flatten();
+        self.records.push(PredictionRecord {
+            job: index,
+            made_at_s: snapshot.now_s,
+            start_s: prediction.as_ref().and_then(|p| p.start_s),
+            start_p10_s: prediction.as_ref().and_then(|p| p.start_p10_s),
+            start_p90_s: prediction.as_ref().and_then(|p| p.start_p90_s),
+        });
+    }
+}
+
+/// Prediction error over the jobs that waited longer than `min_wait_s`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Accuracy {
+    pub predictions: usize,
+    /// Of those, the jobs whose actual wait exceeded the threshold.
+    pub long_waits: usize,
+    pub min_wait_s: f64,
+    /// |predicted start − actual start| / actual wait, median and 90th percentile.
+    pub median_error: f64,
+    pub p90_error: f64,
+    /// Share whose actual start lies within the predicted [p10, p90] band.
+    pub within_band: f64,
+    /// Share predicted to start beyond the forecast's horizon.
+    pub beyond_horizon: f64,
+}
+
+/// Compares each prediction with what happened.
+pub fn accuracy(records: &[PredictionRecord], outcome: &Outcome, min_wait_s: f64) -> Accuracy {
+    let mut errors = Vec::new();
+    let mut within = 0usize;
+    let mut beyond = 0usize;
+    for record in records {
+        let Some(actual) = outcome.jobs.get(record.job) else {
+            continue;
+        };
+        let wait = actual.first_start_s - actual.submit_s;
+        if !(wait > min_wait_s) {
+            continue;
+        }
+        let Some(predicted) = record.start_s else {
+            beyond += 1;
+            errors.push(f64::INFINITY);
+            continue;
+        };
+        errors.push((predicted - actual.first_start_s).abs() / wait);
+        if let (Some(lo), Some(hi)) = (record.start_p10_s, record.start_p90_s)
+            && lo - 1.0 <= actual.first_start_s
+            && actual.first_start_s <= hi + 1.0
+        {
+            within += 1;
+        }
+    }
+    errors.sort_by(f64::total_cmp);
+    let n = errors.len();
+    let share = |k: usize| {
+        if n == 0 {
+            f64::NAN
+        } else {
+            k as f64 / n as f64
+        }
+    };
+    Accuracy {
+        predictions: records.len(),
+        long_waits: n,
+        min_wait_s,
+        median_error: if n == 0 {
+            f64::NAN
+        } else {
+            percentile(&errors, 0.5)
+        },
+        p90_error: if n == 0 {
+            f64::NAN
+        } else {
+            percentile(&errors, 0.9)
+        },
+        within_band: share(within),
+        beyond_horizon: share(beyond),
+    }
+}

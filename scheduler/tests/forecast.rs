@@ -1,0 +1,259 @@
+//! Queue forecasts: hand-made queues whose answer is known, every policy predicting every waiting job,
+//! and the simulator scoring predictions against what happened.
+
+#![expect(clippy::unwrap_used, reason = "tests")]
+
+mod common;
+
+use common::{FixedOracle, apply, id, job, snapshot};
+use drover_scheduler::cluster::uniform_cluster;
+use drover_scheduler::forecast::{
+    ForecastConfig, NO_HISTORY, Priors, Remaining, estimate, forecast, predict_start,
+};
+use drover_scheduler::sim::predict::{PredictOptions, accuracy};
+use drover_scheduler::sim::{self, SimConfig, Stopwatch, TraceFilter};
+use drover_scheduler::snapshot::{Shape, StepStats};
+use drover_scheduler::{Plan, build_policy, policy_names};
+use std::collections::HashMap;
+
+fn fixed(seconds: f64) -> Remaining {
+    Remaining {
+        p10: seconds * 0.5,
+        p50: seconds,
+        p90: seconds * 2.0,
+    }
+}
+
+/// One 4-GPU node: job 0 holds all four GPUs with an hour left; jobs 1 and 2 (4 GPUs each) wait.
+fn full_node() -> (
+    drover_scheduler::ClusterSnapshot,
+    Plan,
+    HashMap<drover_core::JobId, Remaining>,
+) {
+    let mut snap = snapshot(1, 4, vec![job(0, 4, 0.0), job(1, 4, 10.0), job(2, 4, 20.0)]);
+    let plan = build_policy("fifo", None)
+        .unwrap()
+        .schedule(&snap, &Plan::default());
+    apply(&mut snap, &plan);
+    let plan = build_policy("fifo", None).unwrap().schedule(&snap, &plan);
+    let remaining = HashMap::from([
+        (id(0), fixed(3_600.0)),
+        (id(1), fixed(1_800.0)),
+        (id(2), fixed(600.0)),
+    ]);
+    (snap, plan, remaining)
+}
+
+#[test]
+fn fifo_queue_starts_each_job_when_the_one_before_it_finishes() {
+    let (snap, plan, remaining) = full_node();
+    let config = ForecastConfig::default();
+    let forecast = forecast(&snap, &plan, "fifo", &remaining, &config).unwrap();
+    assert_eq!(forecast.waiting.len(), 2);
+    let (first, second) = (&forecast.waiting[0], &forecast.waiting[1]);
+    assert_eq!((first.job, first.position), (id(1), 1));
+    assert_eq!((second.job, second.position), (id(2), 2));
+    let now = snap.now_s;
+    // Job 0 runs an hour; job 1 then 30 minutes; job 2 starts after both.
+    let start1 = first.start_s.unwrap() - now;
+    let start2 = second.start_s.unwrap() - now;
+    assert!((start1 - 3_600.0).abs() < 1.0, "{start1}");
+    assert!((start2 - 5_400.0).abs() < 1.0, "{start2}");
+    assert!((first.finish_s.unwrap() - now - 5_400.0).abs() < 1.0);
+    // The band: every job at half or at twice its estimate.
+    assert!((first.start_p10_s.unwrap() - now - 1_800.0).abs() < 1.0);
+    assert!((first.start_p90_s.unwrap() - now - 7_200.0).abs() < 1.0);
+    assert!((second.start_p90_s.unwrap() - now - 10_800.0).abs() < 1.0);
+    assert!((forecast.finishing[&id(0)] - now - 3_600.0).abs() < 1.0);
+}
+
+#[test]
+fn a_job_larger_than_the_cluster_gets_no_start_and_the_horizon_bounds_the_rest() {
+    let mut snap = snapshot(1, 4, vec![job(0, 4, 0.0), job(1, 8, 1.0), job(2, 4, 2.0)]);
+    let plan = build_policy("fifo-backfill", None)
+        .unwrap()
+        .schedule(&snap, &Plan::default());
+    apply(&mut snap, &plan);
+    let plan = build_policy("fifo-backfill", None)
+        .unwrap()
+        .schedule(&snap, &plan);
+    let remaining = HashMap::from([(id(0), fixed(7_200.0)), (id(2), fixed(60.0))]);
+    let config = ForecastConfig {
+        horizon_s: 3_600.0,
+        ..ForecastConfig::default()
+    };
+    let f = forecast(&snap, &plan, "fifo-backfill", &remaining, &config).unwrap();
+    let never = f.waiting.iter().find(|p| p.job == id(1)).unwrap();
+    assert_eq!(never.start_s, None);
+    // Job 0 needs two hours; an hour's horizon sees job 2 start in none of the scenarios but the
+    // fastest (half the estimate is still an hour: not within the horizon).
+    let later = f.waiting.iter().find(|p| p.job == id(2)).unwrap();
+    assert_eq!(later.start_s, None);
+    assert_eq!(later.start_p90_s, None);
+}
+
+#[test]
+fn every_policy_predicts_every_waiting_job_deterministically() {
+    // 2 nodes x 4 GPUs; twelve jobs of 1-4 GPUs, two tenants, some running.
+    let jobs = (0..12u128)
+        .map(|n| {
+            let mut j = job(n, [1, 2, 4][n as usize % 3], n as f64 * 10.0);
+            j.tenant = (n % 2) as u32;
+            j
+        })
+        .collect();
+    let mut snap = snapshot(2, 4, jobs);
+    let remaining: HashMap<_, _> = (0..12u128)
+        .map(|n| (id(n), fixed(600.0 * (1 + n % 5) as f64)))
+        .collect();
+    for name in policy_names() {
+        let oracle = FixedOracle(remaining.iter().map(|(k, v)| (*k, v.p50)).collect());
+        let mut policy = build_policy(name, Some(Box::new(oracle))).unwrap();
+        let plan = policy.schedule(&snap, &Plan::default());
+        let mut running = snap.clone();
+        apply(&mut running, &plan);
+        let plan = policy.schedule(&running, &plan);
+        let config = ForecastConfig::default();
+        let a = forecast(&running, &plan, name, &remaining, &config).unwrap();
+        let b = forecast(&running, &plan, name, &remaining, &config).unwrap();
+        assert_eq!(a, b, "{name}: not deterministic");
+        let waiting = plan
+            .jobs
+            .values()
+            .filter(|d| matches!(d, drover_scheduler::JobPlan::Wait { .. }))
+            .count();
+        assert!(waiting > 0, "{name}: nothing waits");
+        assert_eq!(a.waiting.len(), waiting, "{name}");
+        for (i, p) in a.waiting.iter().enumerate() {
+            assert_eq!(p.position as usize, i + 1);
+            let start = p.start_s.unwrap_or_else(|| panic!("{name}: {p:?}"));
+            assert!(start >= running.now_s, "{name}: {p:?}");
+            assert!(p.start_p10_s.unwrap() <= start + 1e-6, "{name}: {p:?}");
+            assert!(p.start_p90_s.unwrap() + 1e-6 >= start, "{name}: {p:?}");
+        }
+        snap.now_s += 1.0;
+    }
+}
+
+#[test]
+fn estimates_use_the_budget_and_speed_else_the_tenants_history() {
+    let mut j = job(0, 2, 0.0);
+    // Seen at its preferred shape: 0.5 s a step, 1,000 of a 3,000-step budget done.
+    j.observed.step_stats.push(StepStats {
+        shape: Shape { ps: 1, workers: 2 },
+        shared: false,
+        samples: 20,
+        mean_step_s: 0.5,
+    });
+    j.observed.steps_done = 1_000;
+    j.observed.step_budget = Some(3_000);
+    j.observed.runs_to_budget = true;
+    let e = estimate(&j, &Priors::default());
+    assert!((e.p50 - 1_000.0).abs() < 50.0, "{e:?}");
+    assert!(e.p10 < e.p50 && e.p50 < e.p90);
+
+    // Nothing observed: the tenant's own history once it has five jobs, else everyone's.
+    let mut fresh = job(1, 1, 0.0);
+    fresh.tenant = 1;
+    let mut history: Vec<(u32, f64)> = (0..20).map(|i| (0, 100.0 * f64::from(i))).collect();
+    let priors = Priors::from_history(&history);
+    assert_eq!(estimate(&fresh, &priors).p50, priors.overall.unwrap().p50);
+    history.extend((0..5).map(|_| (1, 5_000.0)));
+    let priors = Priors::from_history(&history);
+    assert_eq!(estimate(&fresh, &priors).p50, 5_000.0);
+    // Having already run past its tenant's median, it is not predicted to be done.
+    fresh.observed.executed_s = 6_000.0;
+    assert!(estimate(&fresh, &priors).p50 > 0.0);
+    assert_eq!(
+        estimate(&fresh, &Priors::default()).p50,
+        NO_HISTORY.p50 * 6_000.0 / NO_HISTORY.p50
+    );
+}
+
+#[test]
+fn a_just_arrived_job_is_predicted_after_the_next_round() {
+    let (mut snap, _, remaining) = full_node();
+    for j in &mut snap.jobs[1..] {
+        j.placement = None;
+    }
+    let p = predict_start(&snap, "fifo", &remaining, &ForecastConfig::default(), id(2))
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.position, 2);
+    assert!((p.start_s.unwrap() - snap.now_s - 5_400.0).abs() < 1.0);
+    // A job that fits now is started by that round: nothing to predict.
+    let mut idle = snapshot(1, 4, vec![job(5, 2, 0.0)]);
+    idle.now_s = 0.0;
+    assert_eq!(
+        predict_start(
+            &idle,
+            "fifo",
+            &HashMap::new(),
+            &ForecastConfig::default(),
+            id(5)
+        )
+        .unwrap(),
+        None
+    );
+}
+
+struct Frozen;
+
+impl Stopwatch for Frozen {
+    fn now_ns(&self) -> u64 {
+        0
+    }
+}
+
+#[test]
+fn the_simulator_scores_predictions_against_actual_starts() {
+    let models = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/models/ps_worker_speed.txt"
+    ))
+    .unwrap();
+    // A burst on a small cluster: most jobs wait.
+    let mut text = String::from("submit_s,duration_s,gpus,tenant\n");
+    for i in 0..40u32 {
+        let gpus = [1, 2, 4, 1][(i % 4) as usize];
+        text.push_str(&format!(
+            "{},{},{},vc{}\n",
+            i * 30,
+            900 + (i * 7919) % 3_600,
+            gpus,
+            i % 2
+        ));
+    }
+    let trace = sim::parse_trace(&text, &TraceFilter::default()).unwrap();
+    let models = sim::parse_models(&models).unwrap();
+    let workload = sim::build_workload(&trace, &models, uniform_cluster(1, 8, 64, 32), 3);
+    let options = PredictOptions {
+        forecast: ForecastConfig::default(),
+        every: 1,
+    };
+    for name in ["fifo", "tiresias", "drover"] {
+        let (_, outcome) = sim::run_policy_predicting(
+            name,
+            &workload,
+            SimConfig::default(),
+            Some(options),
+            &Frozen,
+        )
+        .unwrap();
+        assert!(
+            outcome.predictions.len() >= 10,
+            "{name}: {}",
+            outcome.predictions.len()
+        );
+        let a = accuracy(&outcome.predictions, &outcome, 600.0);
+        assert!(a.long_waits > 0, "{name}");
+        assert!(a.median_error.is_finite(), "{name}: {a:?}");
+        // Without predictions asked for, none are made and the replay is unchanged.
+        let (_, plain) = sim::run_policy(name, &workload, SimConfig::default(), &Frozen).unwrap();
+        assert!(plain.predictions.is_empty());
+        assert_eq!(
+            plain.jobs, outcome.jobs,
+            "{name}: predicting changed the replay"
+        );
+    }
+}
