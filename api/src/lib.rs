@@ -3,6 +3,7 @@
 //! [`routes::app`] builds the whole HTTP application from an [`state::AppState`]; [`server::start`] opens
 //! the store, migrates, makes sure a cluster administrator exists and serves.
 
+pub mod accounting;
 pub mod audit;
 pub mod auth;
 pub mod checkpoint_files;

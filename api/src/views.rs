@@ -46,6 +46,9 @@ pub struct JobView {
     /// predict; only on single reads of a job that has reported a step.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<JobModels>,
+    /// Its place in the queue and predicted start; only on single reads of a queued job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<crate::routes::queue::QueuePosition>,
 }
 
 impl From<Job> for JobView {
@@ -68,6 +71,7 @@ impl From<Job> for JobView {
             restarts: job.restarts,
             spec: job.document.map(std::sync::Arc::unwrap_or_clone),
             model: None,
+            queue: None,
         }
     }
 }

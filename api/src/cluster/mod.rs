@@ -8,10 +8,12 @@
 
 mod dispatch;
 mod enrol;
+mod forecast;
 mod gateway;
 mod hub;
 mod ingest;
 pub mod leader;
+mod ledger;
 mod observe;
 mod report_text;
 mod reports;
@@ -20,6 +22,7 @@ mod settle;
 mod snapshot;
 
 pub use enrol::validate_node_name;
+pub use forecast::{FULL_EVERY as FORECAST_FULL_EVERY, HEAD as FORECAST_HEAD};
 pub use gateway::GatewayService;
 pub use hub::Hub;
 pub use observe::{Budget, Observed, Observer};

@@ -4,6 +4,7 @@
 //! tasks that must stop) before dispatching them.
 
 use super::Runtime;
+use super::forecast::{Forecaster, Input, Offers};
 use super::snapshot::{self, Built, Seen};
 use crate::store::{Job, NewTask, Scope, StateChange, StoreResult, Task, TaskRole};
 use chrono::Utc;
@@ -19,6 +20,8 @@ pub struct SchedulingLoop {
     previous: Plan,
     /// When GPU use was last sampled for the dashboard.
     sampled_at: Option<tokio::time::Instant>,
+    /// Rounds handed to the queue forecaster.
+    offers: Arc<Offers>,
 }
 
 /// How often the leader samples the cluster's GPU use, and for how long samples are kept.
@@ -42,7 +45,23 @@ impl SchedulingLoop {
             policy,
             previous: Plan::default(),
             sampled_at: None,
+            offers: Arc::new(Offers::default()),
         })
+    }
+
+    /// Forecasts the queue from the last round now, the whole of it, and records it (tests; the
+    /// running loop has its forecaster do this beside it).
+    pub async fn forecast_now(&self) -> StoreResult<()> {
+        let Some(input) = self.offers_take() else {
+            return Ok(());
+        };
+        Forecaster::new(self.runtime.store.clone(), self.offers.clone())
+            .forecast(input, true)
+            .await
+    }
+
+    fn offers_take(&self) -> Option<Input> {
+        self.offers.take()
     }
 
     /// Runs rounds until `shutdown` resolves, while this replica leads. A failed round is logged and
@@ -50,6 +69,14 @@ impl SchedulingLoop {
     /// new leader; gaining it starts from the store, as after a restart.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
+        // The forecaster lives as long as the loop: it stops when `_forecasting` is dropped.
+        let (_forecasting, stopped) = tokio::sync::watch::channel(());
+        let mut stopped = stopped;
+        tokio::spawn(
+            Forecaster::new(self.runtime.store.clone(), self.offers.clone()).run(async move {
+                let _ = stopped.changed().await;
+            }),
+        );
         let mut leader = self.runtime.leader.clone();
         loop {
             while !*leader.borrow_and_update() {
@@ -114,6 +141,7 @@ impl SchedulingLoop {
         end_revoked_sessions(&runtime).await?;
         pass_on_checkpoint_requests(&runtime).await?;
         expire_executors(&runtime).await?;
+        super::ledger::close_allocations(&runtime).await?;
         let nodes = runtime.store.list_nodes().await?;
         drain(&runtime, &nodes).await?;
         reconcile_all(&runtime).await?;
@@ -143,6 +171,14 @@ impl SchedulingLoop {
         let plan = self.policy.schedule(&built.snapshot, &self.previous);
         apply(&runtime, self.policy.name(), &built, &plan, &live).await?;
         self.report(&built, &plan, &jobs, &live, started).await;
+        if self.offers.wanted() {
+            self.offers.offer(Input {
+                snapshot: built.snapshot.clone(),
+                plan: plan.clone(),
+                policy: self.runtime.config.policy.clone(),
+                tenants: tenants.iter().map(|t| t.id).collect(),
+            });
+        }
         self.previous = plan;
         Ok(())
     }

@@ -6,9 +6,7 @@ use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{Body, PathParam, QueryPairs};
 use crate::model_views::JobModels;
 use crate::state::AppState;
-use crate::store::{
-    Created, Job, JobFilter, NewJob, Quota, Scope, StateChange, StoreError, TaskRole,
-};
+use crate::store::{Created, Job, JobFilter, NewJob, Quota, StateChange, StoreError, TaskRole};
 use crate::views::{EventList, EventView, JobEnvelope, JobList, JobView, ListMeta};
 use axum::Json;
 use axum::extract::State;
@@ -279,8 +277,10 @@ pub async fn get(
         .await
         .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
     let model = job_models(&state, &job).await?;
+    let queue = super::queue::position_of(&state, &job).await?;
     let mut view = JobView::from(job);
     view.model = model;
+    view.queue = queue;
     Ok(Json(JobEnvelope { job: view }))
 }
 
@@ -374,22 +374,7 @@ pub async fn list(
             )
         })?);
     }
-    let scope = match query.get("tenant") {
-        None => principal.scope(),
-        // Anyone else's tenant gets the same answer whether it exists or not.
-        Some(name) if !principal.user.cluster_admin && name != principal.user.tenant_name => {
-            return Err(
-                ApiError::forbidden("you may only list your own tenant's jobs")
-                    .with_field("tenant"),
-            );
-        }
-        Some(name) => {
-            let tenant = state.store.get_tenant_by_name(name).await.map_err(|err| {
-                ApiError::from_store(err, || format!("no tenant `{name}`")).with_field("tenant")
-            })?;
-            Scope::Tenant(tenant.id)
-        }
-    };
+    let scope = super::tenant_scope(&state, &principal, query.get("tenant"), "jobs").await?;
     // One row more than asked tells whether another page exists.
     let page = filter.limit;
     filter.limit = page + 1;

@@ -6,11 +6,13 @@ pub mod enrollment;
 pub mod health;
 pub mod jobs;
 pub mod nodes;
+pub mod queue;
 pub mod resize;
 pub mod runs;
 pub mod secrets;
 pub mod tenants;
 pub mod tokens;
+pub mod usage;
 pub mod users;
 
 use crate::error::ApiError;
@@ -30,9 +32,9 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
     info(title = "Drover API", description = "Multi-tenant GPU cluster scheduler and training job manager"),
     paths(
         health::healthz, health::readyz, health::metrics,
-        jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::pause, jobs::resume, jobs::events, resize::resize,
+        jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::pause, jobs::resume, jobs::events, resize::resize, queue::list,
         runs::tasks, runs::request_checkpoint, runs::metrics, runs::checkpoints, download::download, runs::logs,
-        tenants::create, tenants::list, tenants::get, tenants::set_quota,
+        tenants::create, tenants::list, tenants::get, tenants::set_quota, usage::usage,
         users::create, users::list, users::get, users::me,
         tokens::create, tokens::list, tokens::revoke,
         nodes::list, nodes::get, nodes::cordon, nodes::uncordon, nodes::drain,
@@ -134,6 +136,29 @@ fn document_common_errors(openapi: &mut utoipa::openapi::OpenApi) {
     }
 }
 
+/// The scope a `?tenant=` query asks for: the caller's own by default; another tenant only for a
+/// cluster administrator (anyone else gets the same 403 whether that tenant exists or not).
+pub(crate) async fn tenant_scope(
+    state: &AppState,
+    principal: &crate::auth::Principal,
+    tenant: Option<&str>,
+    what: &str,
+) -> crate::error::ApiResult<crate::store::Scope> {
+    match tenant {
+        None => Ok(principal.scope()),
+        Some(name) if !principal.user.cluster_admin && name != principal.user.tenant_name => Err(
+            ApiError::forbidden(format!("you may only list your own tenant's {what}"))
+                .with_field("tenant"),
+        ),
+        Some(name) => {
+            let tenant = state.store.get_tenant_by_name(name).await.map_err(|err| {
+                ApiError::from_store(err, || format!("no tenant `{name}`")).with_field("tenant")
+            })?;
+            Ok(crate::store::Scope::Tenant(tenant.id))
+        }
+    }
+}
+
 /// The whole HTTP application; tests drive it in-process.
 pub fn app(state: AppState) -> Router {
     app_with(state, Router::new())
@@ -162,6 +187,8 @@ pub fn app_with(state: AppState, pages: Router<AppState>) -> Router {
             get(download::download),
         )
         .route("/api/v1/jobs/{id}/logs", get(runs::logs))
+        .route("/api/v1/queue", get(queue::list))
+        .route("/api/v1/usage", get(usage::usage))
         .route("/api/v1/tenants", post(tenants::create).get(tenants::list))
         .route("/api/v1/tenants/{name}", get(tenants::get))
         .route("/api/v1/tenants/{name}/quota", put(tenants::set_quota))

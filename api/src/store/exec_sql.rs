@@ -65,6 +65,16 @@ macro_rules! impl_exec_store {
                 let mut tx = self.pool.begin_with(Self::BEGIN_WRITE).await?;
                 let now = Utc::now();
                 let expected = generation.map(|g| i64_of(g, "generation")).transpose()?;
+                // Why it is allocated, for the ledger: a rescale's own reason, else why it was queued.
+                let start_cause: String = if generation.is_some() {
+                    change.reason.as_str().to_owned()
+                } else {
+                    sqlx::query_scalar("SELECT reason FROM jobs WHERE id = $1")
+                        .bind(job.0)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .unwrap_or_default()
+                };
                 let generation: Option<i64> = sqlx::query_scalar(
                     "UPDATE jobs SET state = $2, reason = $3, message = $4, updated_at = $5, generation = generation + 1 \
                      WHERE id = $1 AND state = $6 AND ($7 IS NULL OR generation = $7) RETURNING generation",
@@ -94,6 +104,19 @@ macro_rules! impl_exec_store {
                         .execute(&mut *tx)
                         .await?;
                 }
+                // The accounting ledger's row for this allocation, closed once its tasks have ended.
+                let gpus: i64 = tasks.iter().map(|t| t.gpus.len() as i64).sum();
+                sqlx::query(
+                    "INSERT INTO allocations (job_id, generation, tenant_id, user_id, gpus, started_at, start_cause) \
+                     SELECT id, $2, tenant_id, submitted_by, $3, $4, $5 FROM jobs WHERE id = $1",
+                )
+                .bind(job.0)
+                .bind(generation)
+                .bind(gpus)
+                .bind(now)
+                .bind(start_cause)
+                .execute(&mut *tx)
+                .await?;
                 insert_change(&mut tx, job, from, change, now).await?;
                 tx.commit().await?;
                 Ok(Some(u64_column(generation, "generation")?))

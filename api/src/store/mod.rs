@@ -7,7 +7,8 @@
 //! labels), every job state change as an event, nodes as executors last reported them (with cordon and
 //! drain flags), every task of every generation of a job (the scheduling loop's intent, persisted before
 //! it is dispatched), metric samples, checkpoint records and task logs.
-//! Also the leading replica's announcement and pending checkpoint requests (`replicas`).
+//! Also the leading replica's announcement and pending checkpoint requests (`replicas`), and what it
+//! computes for users: the queue forecast and the accounting ledger of allocations (`ledger`).
 //! What is rebuilt in memory at start-up: which executors are connected and when each was last heard
 //! from (an executor that does not come back within the heartbeat timeout is lost), the rendezvous
 //! state (from task addresses), and the policy's own state (by replaying snapshots).
@@ -17,6 +18,8 @@
 
 mod exec;
 mod exec_sql;
+mod ledger;
+mod ledger_sql;
 mod model;
 mod pg;
 mod replicas;
@@ -27,6 +30,7 @@ mod trust;
 mod trust_sql;
 
 pub use exec::*;
+pub use ledger::*;
 pub use model::*;
 pub use pg::PgStore;
 pub use replicas::*;
@@ -95,7 +99,7 @@ pub enum Backend {
 
 #[async_trait]
 pub trait Store:
-    ExecStore + TrustStore + ReplicaStore + Send + Sync + std::fmt::Debug + 'static
+    ExecStore + TrustStore + ReplicaStore + LedgerStore + Send + Sync + std::fmt::Debug + 'static
 {
     fn backend(&self) -> Backend;
     /// Applies pending migrations.

@@ -408,3 +408,148 @@ pub(crate) async fn running_jobs_rescale_under_a_new_generation(db: &TestDb) {
         })
     ));
 }
+
+/// The ledger opens an allocation with each generation (why it started, how many GPUs), closes it
+/// with what the loop found, and reports it with its names; the queue forecast round-trips.
+pub(crate) async fn generations_open_allocations_in_the_ledger(db: &TestDb) {
+    let store = db.store.as_ref();
+    let (tenant, alice) = fixture(store, "vision").await;
+    let job = store
+        .create_job(&new_job(&tenant, alice.id, "ledger", &[]))
+        .await
+        .unwrap()
+        .value;
+    let before = Utc::now() - chrono::Duration::seconds(1);
+    let two = NewTask {
+        gpus: vec![0, 1],
+        ..worker("gpu-a")
+    };
+    let allocated = change(JobState::Starting, ReasonCode::Allocated);
+    store
+        .start_generation(
+            job.id,
+            &[
+                two,
+                NewTask {
+                    index: 1,
+                    ..worker("gpu-b")
+                },
+            ],
+            &allocated,
+        )
+        .await
+        .unwrap();
+    let open = store.open_allocations().await.unwrap();
+    assert_eq!(open.len(), 1);
+    let a = &open[0];
+    assert_eq!((a.job_id, a.generation, a.gpus), (job.id, 1, 3));
+    assert_eq!((a.tenant_id, a.user_id), (tenant.id, alice.id));
+    assert_eq!(a.start_cause, "submitted");
+    assert!(a.ended_at.is_none() && a.started_at >= before);
+
+    let key = TaskKey {
+        job_id: job.id,
+        generation: 1,
+        role: TaskRole::Worker,
+        index: 0,
+    };
+    assert_eq!(store.first_step_at(job.id, 1).await.unwrap(), None);
+    store.record_metrics(&metrics(key, 10, 1.0)).await.unwrap();
+    store.record_metrics(&metrics(key, 5, 1.5)).await.unwrap();
+    assert!(store.first_step_at(job.id, 1).await.unwrap().is_some());
+    assert_eq!(store.last_checkpoint_at(job.id, 1).await.unwrap(), None);
+    let checkpoint = store.record_checkpoint(&key, 10, "/c/10", 1).await.unwrap();
+    let at = store.last_checkpoint_at(job.id, 1).await.unwrap().unwrap();
+    assert!((at - checkpoint.created_at).num_milliseconds().abs() <= 1);
+
+    // Preempted and started again: the second allocation says why.
+    let preempted = change(JobState::Queued, ReasonCode::Preempted);
+    store
+        .transition_job_in_generation(job.id, 1, &preempted, false)
+        .await
+        .unwrap();
+    let ended = Utc::now();
+    let end = AllocationEnd {
+        ended_at: ended,
+        end_cause: "preemption".to_owned(),
+        first_step_at: Some(checkpoint.created_at),
+        kept_until: Some(checkpoint.created_at),
+        idle_gpu_s: 1.5,
+    };
+    store.close_allocation(job.id, 1, &end).await.unwrap();
+    store
+        .start_generation(job.id, &[worker("gpu-b")], &allocated)
+        .await
+        .unwrap();
+    let open = store.open_allocations().await.unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(
+        (open[0].generation, open[0].start_cause.as_str()),
+        (2, "preempted")
+    );
+
+    let rows = store
+        .allocations_between(
+            Scope::Cluster,
+            before,
+            Utc::now() + chrono::Duration::seconds(1),
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+    let first = &rows[0];
+    assert_eq!(
+        (
+            first.tenant.as_str(),
+            first.user.as_str(),
+            first.job.as_str()
+        ),
+        ("vision", "alice", "ledger")
+    );
+    assert_eq!(first.allocation.end_cause.as_deref(), Some("preemption"));
+    assert_eq!(first.allocation.idle_gpu_s, 1.5);
+    assert!(first.allocation.ended_at.is_some());
+    // Another tenant sees none of it; a window before it all, nothing.
+    let (other, _) = fixture(store, "speech").await;
+    assert!(
+        store
+            .allocations_between(Scope::Tenant(other.id), before, Utc::now(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .allocations_between(
+                Scope::Cluster,
+                before - chrono::Duration::hours(1),
+                before,
+                10
+            )
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    assert_eq!(store.queue_forecast().await.unwrap(), None);
+    let forecast = QueueForecast {
+        policy: "drover".to_owned(),
+        computed_at: Utc::now(),
+        entries: vec![QueueEntry {
+            job: job.id,
+            position: 1,
+            reason: "insufficient_resources".to_owned(),
+            start: Some(Utc::now()),
+            finish: None,
+            p10: Some(Utc::now()),
+            p90: None,
+        }],
+        finishing: BTreeMap::from([(job.id, Utc::now())]),
+    };
+    store.record_forecast(&forecast).await.unwrap();
+    store.record_forecast(&forecast).await.unwrap();
+    let read = store.queue_forecast().await.unwrap().unwrap();
+    assert_eq!(read.entries, forecast.entries);
+    assert_eq!(read.finishing.len(), 1);
+}

@@ -56,6 +56,7 @@ conformance!(
     executors_register_and_lose_tasks,
     jobs_with_ended_tasks_are_finishing,
     running_jobs_rescale_under_a_new_generation,
+    generations_open_allocations_in_the_ledger,
     enrolment_spends_tokens_and_binds_node_names,
 );
 

@@ -1,0 +1,235 @@
+//! The queue forecast, beside the scheduling loop and never in it: after each round the loop offers
+//! its snapshot and plan (cloned only when the forecaster is free to take them); the forecaster
+//! predicts the head of the queue from every offer and the whole queue at most every
+//! [`FULL_EVERY`], on a blocking thread, and records the result for any replica to serve.
+
+use crate::store::{QueueEntry, QueueForecast, Store, StoreResult};
+use chrono::{DateTime, Utc};
+use drover_core::{JobId, TenantId};
+use drover_scheduler::forecast::{self, ForecastConfig, Priors, Remaining};
+use drover_scheduler::{ClusterSnapshot, Plan};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// The whole queue is predicted at most this often; the head after every round.
+pub const FULL_EVERY: Duration = Duration::from_secs(30);
+/// Waiting jobs, first in the policy's order, predicted after every round.
+pub const HEAD: usize = 10;
+/// How often the tenants' history of finished jobs is read again, and how far back it goes.
+const HISTORY_EVERY: Duration = Duration::from_secs(600);
+const HISTORY_DAYS: i64 = 30;
+const HISTORY_JOBS: u32 = 20_000;
+
+/// What one round hands the forecaster.
+#[derive(Debug)]
+pub(super) struct Input {
+    pub snapshot: ClusterSnapshot,
+    pub plan: Plan,
+    pub policy: String,
+    /// Each snapshot tenant's id, by index.
+    pub tenants: Vec<TenantId>,
+}
+
+/// The loop's side: offers, and whether the forecaster wants one.
+#[derive(Debug, Default)]
+pub(super) struct Offers {
+    slot: Mutex<Option<Input>>,
+    busy: AtomicBool,
+    ready: Notify,
+}
+
+impl Offers {
+    /// Whether an offer would be taken now (the forecaster is idle): only then is it worth cloning
+    /// the snapshot.
+    pub fn wanted(&self) -> bool {
+        !self.busy.load(Ordering::Acquire)
+    }
+
+    pub fn offer(&self, input: Input) {
+        if let Ok(mut slot) = self.slot.lock() {
+            *slot = Some(input);
+        }
+        self.ready.notify_one();
+    }
+
+    pub fn take(&self) -> Option<Input> {
+        self.slot.lock().ok().and_then(|mut slot| slot.take())
+    }
+}
+
+/// The forecaster's state between offers.
+#[derive(Debug)]
+pub(super) struct Forecaster {
+    store: Arc<dyn Store>,
+    offers: Arc<Offers>,
+    last_full: Option<Instant>,
+    /// The latest prediction per job (from a full or a head forecast).
+    known: HashMap<JobId, QueueEntry>,
+    history: Option<(Instant, Vec<(TenantId, f64)>)>,
+}
+
+fn time_of(seconds: Option<f64>) -> Option<DateTime<Utc>> {
+    let ms = seconds.filter(|s| s.is_finite())? * 1000.0;
+    DateTime::from_timestamp_millis(ms as i64)
+}
+
+fn snake(value: &impl serde::Serialize) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+impl Forecaster {
+    pub fn new(store: Arc<dyn Store>, offers: Arc<Offers>) -> Self {
+        Self {
+            store,
+            offers,
+            last_full: None,
+            known: HashMap::new(),
+            history: None,
+        }
+    }
+
+    /// Forecasts every offer until `stop` resolves.
+    pub async fn run(mut self, stop: impl Future<Output = ()>) {
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = self.offers.ready.notified() => {}
+                () = &mut stop => return,
+            }
+            let Some(input) = self.offers.take() else {
+                continue;
+            };
+            self.offers.busy.store(true, Ordering::Release);
+            let full = self.last_full.is_none_or(|at| at.elapsed() >= FULL_EVERY);
+            if let Err(err) = self.forecast(input, full).await {
+                tracing::warn!(error = %err, "the queue forecast failed");
+            }
+            self.offers.busy.store(false, Ordering::Release);
+        }
+    }
+
+    /// Finished jobs' lengths, read again every [`HISTORY_EVERY`].
+    async fn history(&mut self) -> StoreResult<Vec<(TenantId, f64)>> {
+        if let Some((at, history)) = &self.history
+            && at.elapsed() < HISTORY_EVERY
+        {
+            return Ok(history.clone());
+        }
+        let since = Utc::now() - chrono::Duration::days(HISTORY_DAYS);
+        let history: Vec<(TenantId, f64)> = self
+            .store
+            .finished_jobs_since(since, HISTORY_JOBS)
+            .await?
+            .into_iter()
+            .map(|(tenant, gpu_s, gpus)| (tenant, gpu_s / f64::from(gpus.max(1))))
+            .collect();
+        self.history = Some((Instant::now(), history.clone()));
+        Ok(history)
+    }
+
+    /// One forecast of the whole queue (`full`) or of its head, recorded in the store.
+    pub async fn forecast(&mut self, input: Input, full: bool) -> StoreResult<()> {
+        let history = self.history().await?;
+        let started = Instant::now();
+        let computed = tokio::task::spawn_blocking(move || {
+            let index: HashMap<TenantId, u32> = input
+                .tenants
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (*id, i as u32))
+                .collect();
+            let history: Vec<(u32, f64)> = history
+                .iter()
+                .filter_map(|(tenant, s)| Some((*index.get(tenant)?, *s)))
+                .collect();
+            let priors = Priors::from_history(&history);
+            let remaining: HashMap<JobId, Remaining> = input
+                .snapshot
+                .jobs
+                .iter()
+                .map(|job| (job.id, forecast::estimate(job, &priors)))
+                .collect();
+            let config = ForecastConfig {
+                head: (!full).then_some(HEAD),
+                round_s: 60.0,
+                ..ForecastConfig::default()
+            };
+            let result = forecast::forecast(
+                &input.snapshot,
+                &input.plan,
+                &input.policy,
+                &remaining,
+                &config,
+            );
+            (input.policy, result)
+        })
+        .await;
+        let (policy, result) = match computed {
+            Ok(done) => done,
+            Err(err) => {
+                tracing::error!(error = %err, "the queue forecast panicked");
+                return Ok(());
+            }
+        };
+        let forecast = match result {
+            Ok(forecast) => forecast,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot forecast with this policy");
+                return Ok(());
+            }
+        };
+        if full {
+            self.last_full = Some(Instant::now());
+        }
+        tracing::debug!(
+            full,
+            waiting = forecast.waiting.len(),
+            rounds = forecast.rounds,
+            took_ms = started.elapsed().as_millis() as u64,
+            "queue forecast"
+        );
+        let head = if full { usize::MAX } else { HEAD };
+        let mut entries = Vec::with_capacity(forecast.waiting.len());
+        for (i, p) in forecast.waiting.iter().enumerate() {
+            let fresh = QueueEntry {
+                job: p.job,
+                position: p.position,
+                reason: snake(&p.reason),
+                start: time_of(p.start_s),
+                finish: time_of(p.finish_s),
+                p10: time_of(p.start_p10_s),
+                p90: time_of(p.start_p90_s),
+            };
+            // Beyond the head, a head forecast keeps the last full forecast's times.
+            let entry = match self.known.get(&p.job) {
+                Some(old) if i >= head => QueueEntry {
+                    position: p.position,
+                    reason: fresh.reason,
+                    ..old.clone()
+                },
+                _ => fresh,
+            };
+            entries.push(entry);
+        }
+        self.known = entries.iter().map(|e| (e.job, e.clone())).collect();
+        let finishing: BTreeMap<JobId, DateTime<Utc>> = forecast
+            .finishing
+            .iter()
+            .filter_map(|(job, s)| Some((*job, time_of(Some(*s))?)))
+            .collect();
+        self.store
+            .record_forecast(&QueueForecast {
+                policy,
+                computed_at: Utc::now(),
+                entries,
+                finishing,
+            })
+            .await
+    }
+}
