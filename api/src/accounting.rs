@@ -168,6 +168,16 @@ pub enum Period {
     Total,
 }
 
+impl Period {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Period::Day => "day",
+            Period::Week => "week",
+            Period::Total => "total",
+        }
+    }
+}
+
 /// The start of the period holding `at` (weeks start on Monday, UTC).
 pub fn period_start(
     period: Period,

@@ -182,6 +182,19 @@ pub async fn job(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
                 out!("{:<10} {}", format!("{key}:"), output::text(&job[field]));
             }
             out!("{:<10} {}", "Labels:", output::labels(&job["labels"]));
+            let queue = &job["queue"];
+            if queue.is_object() {
+                out!(
+                    "{:<10} {} in the queue, waiting because {}; starts {}",
+                    "Queue:",
+                    match queue["position"].as_u64() {
+                        Some(n) => format!("#{n}"),
+                        None => "not yet placed".to_owned(),
+                    },
+                    output::text(&queue["reason"]).replace('_', " "),
+                    crate::usage::predicted_start(queue)
+                );
+            }
             if job["model"].is_object() {
                 for (key, line) in model_lines(&job["model"]) {
                     out!("{:<10} {line}", format!("{key}:"));

@@ -15,6 +15,7 @@ mod secrets;
 mod serve;
 mod sim;
 mod train;
+mod usage;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -86,6 +87,10 @@ enum Command {
     Resume(commands::JobIdArg),
     /// Change a job's worker and PS ranges while it runs (it rescales through a checkpoint).
     Resize(runs::ResizeArgs),
+    /// Waiting jobs in the order the policy would start them, with their predicted start.
+    Queue(usage::QueueArgs),
+    /// GPU-hours allocated, used by training and lost by cause; each tenant's fair share.
+    Usage(usage::UsageArgs),
     /// Show a job's state changes with their reasons.
     Events(commands::JobIdArg),
     /// Show a job's output (`-f` streams it until the job ends).
@@ -209,6 +214,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Pause(args) => commands::pause(&global, args).await,
         Command::Resume(args) => commands::resume(&global, args).await,
         Command::Resize(args) => runs::resize(&global, args).await,
+        Command::Queue(args) => usage::queue(&global, args).await,
+        Command::Usage(args) => usage::usage(&global, args).await,
         Command::Events(args) => commands::events(&global, args).await,
         Command::Logs(args) => runs::logs(&global, args).await,
         Command::Metrics(args) => runs::metrics(&global, args).await,

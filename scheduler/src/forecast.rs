@@ -2,9 +2,9 @@
 //! cluster plays its own rounds ahead on a virtual clock, running jobs finish when their estimated
 //! remaining work is done, queued jobs start when the policy starts them, and nothing new arrives.
 //!
-//! Remaining work comes from what has been observed (a step budget or a fitted loss curve, times the
-//! fitted speed), or, for a job with too little history, from how long finished jobs of its tenant
-//! took ([`Priors`]). Each estimate has a 10th, 50th and 90th percentile; the replay runs once per
+//! Remaining work comes from what has been observed (a step budget, cut short by a fitted loss curve
+//! when the job stops at a target, times the fitted speed), or, for a job without a budget or not yet
+//! measured, from how long finished jobs of its tenant took, given how long it has run ([`Priors`]). Each estimate has a 10th, 50th and 90th percentile; the replay runs once per
 //! percentile (every job at its own percentile) and a job's predicted start under the three runs gives
 //! its band. Like the policies, this is pure: no IO, no clock; the caller hands in the time.
 
@@ -139,21 +139,16 @@ pub fn estimate(job: &JobView, priors: &Priors) -> Remaining {
     } else {
         ConvergenceModel::fit(&job.observed.loss_samples).map(|m| m.remaining_steps(done))
     };
-    if let Some(step_s) = step_s(job, job.preferred) {
-        match (budget_left, fitted_left) {
-            // It stops at its budget: the speed is the only uncertainty.
-            (Some(left), None) => {
-                return Remaining::scaled(Remaining::point(left * step_s), 0.9, 1.2);
-            }
-            (Some(left), Some(fit)) => {
-                return Remaining::scaled(Remaining::point(left.min(fit) * step_s), 0.6, 1.3);
-            }
-            (None, Some(fit)) => {
-                return Remaining::scaled(Remaining::point(fit * step_s), 0.5, 2.0);
-            }
-            (None, None) => {}
-        }
+    if let (Some(step_s), Some(left)) = (step_s(job, job.preferred), budget_left) {
+        // It stops at its budget, or at its target when it has one and the loss curve says it is
+        // near: the speed (and the fit) are the only uncertainty.
+        return match fitted_left {
+            None => Remaining::scaled(Remaining::point(left * step_s), 0.9, 1.2),
+            Some(fit) => Remaining::scaled(Remaining::point(left.min(fit) * step_s), 0.6, 1.3),
+        };
     }
+    // Without a budget a fitted loss curve says when training could stop, not when the job will:
+    // how long its tenant's jobs ran is the better guide.
     // History: what is left of a job like its tenant's, given how long it has run already.
     let prior = priors.for_tenant(job.tenant);
     let ran = job.observed.executed_s;

@@ -35,6 +35,22 @@ struct Waiting {
     priority: i32,
     reason: String,
     since: Time,
+    /// The predicted start, e.g. `in 1 h 5 min`, with its p10–p90 band.
+    start: String,
+    band: String,
+    start_at: Option<Time>,
+}
+
+/// `in 12 min` from now, or `now`.
+fn from_now(at: Option<chrono::DateTime<Utc>>, now: chrono::DateTime<Utc>) -> String {
+    match at {
+        None => "—".to_owned(),
+        Some(at) if at <= now + chrono::Duration::seconds(30) => "now".to_owned(),
+        Some(at) => format!(
+            "in {}",
+            crate::duration((at - now).num_milliseconds() as f64 / 1000.0)
+        ),
+    }
 }
 
 pub async fn queue(State(state): State<AppState>, session: Session) -> Response {
@@ -57,6 +73,7 @@ async fn queue_page(state: &AppState, session: &Session) -> Result<QueuePage, Ap
     let queued = list(JobState::Queued).await?;
     let paused = list(JobState::Paused).await?;
     let round = state.store.last_round().await?;
+    let forecast = state.store.queue_forecast().await?;
     // The policy's order at its last round; jobs it has not seen yet follow, oldest first.
     let order: HashMap<JobId, (usize, &str)> = round
         .as_ref()
@@ -68,6 +85,12 @@ async fn queue_page(state: &AppState, session: &Session) -> Result<QueuePage, Ap
                 .collect()
         })
         .unwrap_or_default();
+    let predicted: HashMap<JobId, &drover_api::store::QueueEntry> = forecast
+        .iter()
+        .flat_map(|f| f.entries.iter())
+        .map(|e| (e.job, e))
+        .collect();
+    let now = Utc::now();
     let mut queued: Vec<_> = queued
         .into_iter()
         .map(|job| {
@@ -79,17 +102,36 @@ async fn queue_page(state: &AppState, session: &Session) -> Result<QueuePage, Ap
     let waiting = queued
         .into_iter()
         .enumerate()
-        .map(|(i, (known, job))| Waiting {
-            position: (i + 1).to_string(),
-            id: job.id.0.to_string(),
-            name: job.name,
-            tenant: job.tenant_name,
-            priority: job.priority,
-            reason: known.map_or_else(
-                || "not yet considered by the scheduler".to_owned(),
-                |(_, reason)| reason.replace('_', " "),
-            ),
-            since: timestamp(job.updated_at),
+        .map(|(i, (known, job))| {
+            let entry = predicted.get(&job.id);
+            let (start, band, start_at) = match entry {
+                None => ("not forecast yet".to_owned(), String::new(), None),
+                Some(e) if e.start.is_none() => ("beyond 30 days".to_owned(), String::new(), None),
+                Some(e) => (
+                    from_now(e.start, now),
+                    format!(
+                        "{} – {}",
+                        from_now(e.p10, now),
+                        e.p90.map_or("later".to_owned(), |p| from_now(Some(p), now))
+                    ),
+                    e.start.map(timestamp),
+                ),
+            };
+            Waiting {
+                start,
+                band,
+                start_at,
+                position: (i + 1).to_string(),
+                id: job.id.0.to_string(),
+                name: job.name,
+                tenant: job.tenant_name,
+                priority: job.priority,
+                reason: known.map_or_else(
+                    || "not yet considered by the scheduler".to_owned(),
+                    |(_, reason)| reason.replace('_', " "),
+                ),
+                since: timestamp(job.updated_at),
+            }
         })
         .collect();
     let paused = paused
@@ -102,6 +144,9 @@ async fn queue_page(state: &AppState, session: &Session) -> Result<QueuePage, Ap
             priority: job.priority,
             reason: job.message,
             since: timestamp(job.updated_at),
+            start: String::new(),
+            band: String::new(),
+            start_at: None,
         })
         .collect();
     Ok(QueuePage {
@@ -230,7 +275,11 @@ struct TenantRow {
     max: String,
     in_use: u32,
     borrowed: u32,
-    gpu_hours_week: String,
+    /// Guaranteed GPUs it does not use while other tenants borrow.
+    lent: String,
+    allocated_week: String,
+    used_week: String,
+    lost_week: String,
 }
 
 #[derive(Debug)]
@@ -275,20 +324,28 @@ async fn tenants_page(state: &AppState, session: &Session) -> Result<TenantsPage
             *in_use.entry(tenant).or_default() += task.gpus.len() as u32;
         }
     }
-    // GPU-hours over the last 7 days, from the leader's samples (one a minute).
-    let samples = state
-        .store
-        .gpu_usage_since(Utc::now() - chrono::Duration::days(7))
-        .await?;
-    let mut hours: BTreeMap<&str, f64> = BTreeMap::new();
-    for pair in samples.windows(2) {
-        let seconds = (pair[1].at - pair[0].at).num_milliseconds() as f64 / 1000.0;
-        // A gap (no leader, or a restart) counts as one sampling period, not the whole gap.
-        let seconds = seconds.min(120.0);
-        for (tenant, gpus) in &pair[0].by_tenant {
-            *hours.entry(tenant.as_str()).or_default() += f64::from(*gpus) * seconds / 3600.0;
-        }
-    }
+    // GPU-hours over the last 7 days from the accounting ledger, and the fair share now.
+    let now = Utc::now();
+    let usage = drover_api::routes::usage::report(
+        state,
+        session.principal.scope(),
+        now - chrono::Duration::days(7),
+        now,
+        drover_api::routes::usage::By::Tenant,
+        drover_api::accounting::Period::Total,
+    )
+    .await?;
+    let hours: HashMap<&str, &drover_api::accounting::Totals> = usage
+        .rows
+        .iter()
+        .map(|r| (r.tenant.as_str(), &r.totals))
+        .collect();
+    let lent: HashMap<&str, f64> = usage
+        .fair_share
+        .iter()
+        .filter(|r| r.period_start.is_none())
+        .map(|r| (r.tenant.as_str(), r.lent_gpus))
+        .collect();
     let tenants = list
         .tenants
         .iter()
@@ -303,7 +360,26 @@ async fn tenants_page(state: &AppState, session: &Session) -> Result<TenantsPage
                     .map_or_else(|| "no limit".to_owned(), |m| m.to_string()),
                 in_use: used,
                 borrowed: used.saturating_sub(t.quota.guaranteed_gpus),
-                gpu_hours_week: format!("{:.1}", hours.get(t.name.as_str()).unwrap_or(&0.0)),
+                lent: format!("{:.1}", lent.get(t.name.as_str()).copied().unwrap_or(0.0)),
+                allocated_week: hours.get(t.name.as_str()).map_or("0.0".to_owned(), |h| {
+                    format!("{:.1}", h.allocated_gpu_hours)
+                }),
+                used_week: hours
+                    .get(t.name.as_str())
+                    .map_or("0.0".to_owned(), |h| format!("{:.1}", h.used_gpu_hours)),
+                lost_week: hours.get(t.name.as_str()).map_or("0.0".to_owned(), |h| {
+                    let causes: Vec<String> = h
+                        .lost_by_cause
+                        .iter()
+                        .filter(|(_, v)| **v >= 0.05)
+                        .map(|(c, v)| format!("{c} {v:.1}"))
+                        .collect();
+                    if causes.is_empty() {
+                        format!("{:.1}", h.lost_gpu_hours)
+                    } else {
+                        format!("{:.1} ({})", h.lost_gpu_hours, causes.join(", "))
+                    }
+                }),
             }
         })
         .collect();

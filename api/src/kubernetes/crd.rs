@@ -34,6 +34,7 @@ pub const FINALIZER: &str = "drover.dev/cancel-job";
     printcolumn = r#"{"name":"GPUs","type":"integer","jsonPath":".status.gpus","description":"GPUs held now"}"#,
     printcolumn = r#"{"name":"Progress","type":"string","jsonPath":".status.progress","description":"Steps done of the budget"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.reason","priority":1,"description":"Why the job is in its state"}"#,
+    printcolumn = r#"{"name":"Starts","type":"date","jsonPath":".status.predictedStart","priority":1,"description":"Predicted start while queued"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 pub struct DroverJobSpec {
@@ -80,6 +81,16 @@ pub struct DroverJobStatus {
     /// Checkpoints recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoints: Option<u32>,
+    /// While queued: its place in the order the policy would start jobs (1 first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<u32>,
+    /// While queued: when it should start (RFC 3339), from the queue forecast; `null` beyond its
+    /// 30-day horizon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_start: Option<String>,
+    /// The latest start the forecast's band gives (every job at its 90th percentile estimate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_start_p90: Option<String>,
     /// The id of the last job event published as a Kubernetes Event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_event_id: Option<i64>,
@@ -263,7 +274,7 @@ mod tests {
         assert_eq!(
             columns,
             [
-                "State", "Workers", "PS", "GPUs", "Progress", "Reason", "Age"
+                "State", "Workers", "PS", "GPUs", "Progress", "Reason", "Starts", "Age"
             ]
         );
         assert_eq!(

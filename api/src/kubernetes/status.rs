@@ -173,6 +173,18 @@ pub async fn describe_job(
         );
     }
     status.reason = Some(reason);
+    let entry = if job.state == JobState::Queued {
+        store
+            .queue_forecast()
+            .await?
+            .and_then(|f| f.entries.into_iter().find(|e| e.job == job.id))
+    } else {
+        None
+    };
+    let rfc3339 = |at: DateTime<Utc>| at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    status.queue_position = entry.as_ref().map(|e| e.position);
+    status.predicted_start = entry.as_ref().and_then(|e| e.start).map(rfc3339);
+    status.predicted_start_p90 = entry.as_ref().and_then(|e| e.p90).map(rfc3339);
     Ok(())
 }
 

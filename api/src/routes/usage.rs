@@ -41,6 +41,16 @@ pub enum By {
     Job,
 }
 
+impl By {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            By::Tenant => "tenant",
+            By::User => "user",
+            By::Job => "job",
+        }
+    }
+}
+
 /// One group in one period.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct UsageRow {
@@ -185,23 +195,7 @@ pub async fn usage(
         }
     };
     let scope = super::tenant_scope(&state, &principal, query.get("tenant"), "usage").await?;
-    let rows = state
-        .store
-        .allocations_between(scope, from, to, MAX_ALLOCATIONS)
-        .await?;
-    let truncated = rows.len() >= MAX_ALLOCATIONS as usize;
-    let (rows, total) = tally(&rows, by, period, from, to.min(now), now);
-    let fair_share = fair_share(&state, scope, period, from, to).await?;
-    let usage = Usage {
-        from,
-        to,
-        by: query.get("by").unwrap_or("tenant").to_owned(),
-        period: query.get("period").unwrap_or("total").to_owned(),
-        rows,
-        total,
-        fair_share,
-        truncated,
-    };
+    let usage = report(&state, scope, from, to, by, period).await?;
     if csv {
         return Ok((
             [
@@ -216,6 +210,35 @@ pub async fn usage(
             .into_response());
     }
     Ok(Json(usage).into_response())
+}
+
+/// The usage report of `scope` over [`from`, `to`).
+pub async fn report(
+    state: &AppState,
+    scope: Scope,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    by: By,
+    period: Period,
+) -> ApiResult<Usage> {
+    let now = Utc::now();
+    let rows = state
+        .store
+        .allocations_between(scope, from, to, MAX_ALLOCATIONS)
+        .await?;
+    let truncated = rows.len() >= MAX_ALLOCATIONS as usize;
+    let (rows, total) = tally(&rows, by, period, from, to, now);
+    let fair_share = fair_share(state, scope, period, from, to).await?;
+    Ok(Usage {
+        from,
+        to,
+        by: by.as_str().to_owned(),
+        period: period.as_str().to_owned(),
+        rows,
+        total,
+        fair_share,
+        truncated,
+    })
 }
 
 type Key = (String, Option<String>, Option<(uuid::Uuid, String)>);

@@ -100,6 +100,9 @@ const MATRIX: &[(&str, &str, [u16; 6])] = &[
     ("get", "/api/v1/users", [401, 200, 200, 200, 200, 200]),
     ("get", "/api/v1/users/{id}", [401, 200, 200, 200, 404, 200]),
     ("get", "/api/v1/me", [401, 200, 200, 200, 200, 200]),
+    // Each caller's own tenant's queue and usage (the cluster admin's: every tenant's).
+    ("get", "/api/v1/queue", [401, 200, 200, 200, 200, 200]),
+    ("get", "/api/v1/usage", [401, 200, 200, 200, 200, 200]),
     ("post", "/api/v1/tokens", [401, 201, 201, 201, 201, 201]),
     ("get", "/api/v1/tokens", [401, 200, 200, 200, 200, 200]),
     // The viewer's own token: the viewer, their tenant admin and a cluster admin may revoke it.

@@ -19,6 +19,7 @@ mod fake_kube;
 mod kubernetes;
 mod kubernetes_mirror;
 mod limits;
+mod queue_usage;
 mod security;
 
 const ADMIN_TOKEN: &str = "drv_test-admin-token-0123456789";
