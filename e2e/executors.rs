@@ -6,6 +6,8 @@
 
 #![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
 
+#[path = "accounting.rs"]
+mod accounting;
 #[path = "dashboard.rs"]
 mod dashboard;
 #[path = "distributed.rs"]
