@@ -36,20 +36,6 @@ struct StateLabels {
     state: &'static str,
 }
 
-/// A tenant's figure of one kind; tenants beyond [`MAX_TENANT_SERIES`] are summed under `_other`.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TenantLabels {
-    tenant: String,
-    kind: &'static str,
-}
-
-/// Tenants with series of their own at most (the largest by GPU-hours allocated).
-pub const MAX_TENANT_SERIES: usize = 50;
-/// How often the per-tenant figures are recomputed (scrapes in between read the last ones).
-const TENANT_REFRESH: std::time::Duration = std::time::Duration::from_secs(60);
-
-type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
-
 #[derive(Debug, Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
@@ -58,9 +44,6 @@ pub struct Metrics {
     jobs_submitted: Counter,
     transitions: Family<StateLabels, Counter>,
     jobs: Family<StateLabels, Gauge>,
-    tenant_gpus: Family<TenantLabels, FloatGauge>,
-    tenant_gpu_hours: Family<TenantLabels, FloatGauge>,
-    tenants_at: Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 impl Default for Metrics {
@@ -100,18 +83,6 @@ impl Metrics {
             "Jobs in the store, by state (read at scrape time)",
             jobs.clone(),
         );
-        let tenant_gpus = Family::<TenantLabels, FloatGauge>::default();
-        registry.register(
-            "tenant_gpus",
-            "GPUs per tenant now, by kind: guaranteed, held, borrowed (held beyond the guarantee), lent (guaranteed but idle while others borrow)",
-            tenant_gpus.clone(),
-        );
-        let tenant_gpu_hours = Family::<TenantLabels, FloatGauge>::default();
-        registry.register(
-            "tenant_gpu_hours_24h",
-            "GPU-hours per tenant over the last 24 hours, by kind: allocated, used, or lost_<cause>",
-            tenant_gpu_hours.clone(),
-        );
         Self {
             registry: Arc::new(registry),
             requests,
@@ -119,9 +90,6 @@ impl Metrics {
             jobs_submitted,
             transitions,
             jobs,
-            tenant_gpus,
-            tenant_gpu_hours,
-            tenants_at: Arc::new(std::sync::Mutex::new(None)),
         }
     }
 
@@ -150,87 +118,6 @@ impl Metrics {
         }
     }
 
-    /// Whether the per-tenant figures are due for a refresh (and marks them refreshed).
-    pub fn tenants_due(&self) -> bool {
-        let Ok(mut at) = self.tenants_at.lock() else {
-            return false;
-        };
-        if at.is_some_and(|t| t.elapsed() < TENANT_REFRESH) {
-            return false;
-        }
-        *at = Some(Instant::now());
-        true
-    }
-
-    /// Replaces the per-tenant figures: `usage` per tenant (24 hours) and `shares` now.
-    pub fn set_tenants(
-        &self,
-        usage: &[(String, crate::accounting::Totals)],
-        shares: &[crate::routes::usage::ShareRow],
-    ) {
-        let mut ranked: Vec<&(String, crate::accounting::Totals)> = usage.iter().collect();
-        ranked.sort_by(|a, b| b.1.allocated_gpu_hours.total_cmp(&a.1.allocated_gpu_hours));
-        let own: std::collections::HashSet<&str> = ranked
-            .iter()
-            .take(MAX_TENANT_SERIES)
-            .map(|(t, _)| t.as_str())
-            .chain(
-                shares
-                    .iter()
-                    .take(MAX_TENANT_SERIES)
-                    .map(|s| s.tenant.as_str()),
-            )
-            .take(MAX_TENANT_SERIES)
-            .collect();
-        let name = |tenant: &str| {
-            if own.contains(tenant) {
-                tenant.to_owned()
-            } else {
-                "_other".to_owned()
-            }
-        };
-        self.tenant_gpu_hours.clear();
-        let add = |tenant: &str, kind: &'static str, value: f64| {
-            self.tenant_gpu_hours
-                .get_or_create(&TenantLabels {
-                    tenant: name(tenant),
-                    kind,
-                })
-                .inc_by(value);
-        };
-        for (tenant, totals) in usage {
-            add(tenant, "allocated", totals.allocated_gpu_hours);
-            add(tenant, "used", totals.used_gpu_hours);
-            for cause in crate::routes::usage::CAUSES {
-                let kind = LOST_KINDS
-                    .iter()
-                    .find(|(c, _)| *c == cause)
-                    .map_or("lost_other", |(_, k)| *k);
-                add(
-                    tenant,
-                    kind,
-                    totals.lost_by_cause.get(cause).copied().unwrap_or(0.0),
-                );
-            }
-        }
-        self.tenant_gpus.clear();
-        for share in shares {
-            for (kind, value) in [
-                ("guaranteed", f64::from(share.guaranteed_gpus)),
-                ("held", share.held_gpus),
-                ("borrowed", share.borrowed_gpus),
-                ("lent", share.lent_gpus),
-            ] {
-                self.tenant_gpus
-                    .get_or_create(&TenantLabels {
-                        tenant: name(&share.tenant),
-                        kind,
-                    })
-                    .inc_by(value);
-            }
-        }
-    }
-
     pub fn encode(&self) -> String {
         let mut out = String::new();
         if let Err(err) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
@@ -239,19 +126,6 @@ impl Metrics {
         out
     }
 }
-
-/// The `kind` label of each lost cause.
-const LOST_KINDS: [(&str, &str); 9] = [
-    ("startup", "lost_startup"),
-    ("preemption", "lost_preemption"),
-    ("failure", "lost_failure"),
-    ("resize", "lost_resize"),
-    ("migration", "lost_migration"),
-    ("paused", "lost_paused"),
-    ("cancelled", "lost_cancelled"),
-    ("idle", "lost_idle"),
-    ("other", "lost_other"),
-];
 
 /// Middleware: counts every request and times it, by route template.
 pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {

@@ -37,34 +37,6 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         Ok(counts) => state.metrics.set_job_counts(&counts),
         Err(err) => tracing::warn!(error = %err, "counting jobs for metrics failed"),
     }
-    if state.metrics.tenants_due() {
-        let now = chrono::Utc::now();
-        let report = super::usage::report(
-            &state,
-            crate::store::Scope::Cluster,
-            now - chrono::Duration::hours(24),
-            now,
-            super::usage::By::Tenant,
-            crate::accounting::Period::Total,
-        )
-        .await;
-        match report {
-            Ok(report) => {
-                let usage: Vec<(String, crate::accounting::Totals)> = report
-                    .rows
-                    .into_iter()
-                    .map(|r| (r.tenant, r.totals))
-                    .collect();
-                let shares: Vec<super::usage::ShareRow> = report
-                    .fair_share
-                    .into_iter()
-                    .filter(|s| s.period_start.is_none())
-                    .collect();
-                state.metrics.set_tenants(&usage, &shares);
-            }
-            Err(err) => tracing::warn!(error = ?err, "tenant usage for metrics failed"),
-        }
-    }
     (
         [(
             header::CONTENT_TYPE,

@@ -13,6 +13,7 @@ pub mod secrets;
 pub mod tenants;
 pub mod tokens;
 pub mod usage;
+pub mod usage_metrics;
 pub mod users;
 
 use crate::error::ApiError;
@@ -34,7 +35,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         health::healthz, health::readyz, health::metrics,
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::pause, jobs::resume, jobs::events, resize::resize, queue::list,
         runs::tasks, runs::request_checkpoint, runs::metrics, runs::checkpoints, download::download, runs::logs,
-        tenants::create, tenants::list, tenants::get, tenants::set_quota, usage::usage,
+        tenants::create, tenants::list, tenants::get, tenants::set_quota, usage::usage, usage_metrics::metrics,
         users::create, users::list, users::get, users::me,
         tokens::create, tokens::list, tokens::revoke,
         nodes::list, nodes::get, nodes::cordon, nodes::uncordon, nodes::drain,
@@ -189,6 +190,7 @@ pub fn app_with(state: AppState, pages: Router<AppState>) -> Router {
         .route("/api/v1/jobs/{id}/logs", get(runs::logs))
         .route("/api/v1/queue", get(queue::list))
         .route("/api/v1/usage", get(usage::usage))
+        .route("/api/v1/usage/metrics", get(usage_metrics::metrics))
         .route("/api/v1/tenants", post(tenants::create).get(tenants::list))
         .route("/api/v1/tenants/{name}", get(tenants::get))
         .route("/api/v1/tenants/{name}/quota", put(tenants::set_quota))

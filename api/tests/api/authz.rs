@@ -103,6 +103,11 @@ const MATRIX: &[(&str, &str, [u16; 6])] = &[
     // Each caller's own tenant's queue and usage (the cluster admin's: every tenant's).
     ("get", "/api/v1/queue", [401, 200, 200, 200, 200, 200]),
     ("get", "/api/v1/usage", [401, 200, 200, 200, 200, 200]),
+    (
+        "get",
+        "/api/v1/usage/metrics",
+        [401, 200, 200, 200, 200, 200],
+    ),
     ("post", "/api/v1/tokens", [401, 201, 201, 201, 201, 201]),
     ("get", "/api/v1/tokens", [401, 200, 200, 200, 200, 200]),
     // The viewer's own token: the viewer, their tenant admin and a cluster admin may revoke it.

@@ -260,3 +260,76 @@ async fn usage_adds_up_per_job_and_exports_csv() {
     let forbidden = app.get("/api/v1/usage?tenant=speech", &vision).await;
     assert_eq!(forbidden.status, StatusCode::FORBIDDEN);
 }
+
+#[tokio::test]
+async fn tenant_metrics_need_a_token_and_show_only_the_callers_tenant() {
+    let app = TestApp::new().await;
+    let vision = app.user_token("vision", "ada", "member").await;
+    let speech = app.user_token("speech", "bo", "member").await;
+    let store = app.db.store.as_ref();
+    let allocated = StateChange {
+        to: JobState::Starting,
+        reason: ReasonCode::Allocated,
+        message: String::new(),
+        actor: None,
+    };
+    for (token, name, gpu) in [(&vision, "mine", 0), (&speech, "theirs", 1)] {
+        let job = id_of(&app.submit_yaml(token, &named(name)).await);
+        let task = NewTask {
+            role: TaskRole::Worker,
+            index: 0,
+            node_name: "gpu-a".to_owned(),
+            gpus: vec![gpu],
+            cpus: 1,
+        };
+        store
+            .start_generation(job, &[task], &allocated)
+            .await
+            .unwrap();
+    }
+    let sample = drover_api::store::GpuUsage {
+        at: Utc::now(),
+        total: 4,
+        allocated: 2,
+        running: 2,
+        by_tenant: BTreeMap::from([("vision".to_owned(), 1), ("speech".to_owned(), 1)]),
+    };
+    store
+        .record_gpu_usage(&sample, Utc::now() - Duration::days(1))
+        .await
+        .unwrap();
+
+    let anonymous = app
+        .call(
+            axum::http::Method::GET,
+            "/api/v1/usage/metrics",
+            None,
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+    let own = app.get("/api/v1/usage/metrics", &vision).await;
+    assert_eq!(own.status, StatusCode::OK);
+    let text = own.body.as_str().unwrap();
+    assert!(
+        text.contains("drover_tenant_gpu_hours_24h{tenant=\"vision\",kind=\"allocated\"}"),
+        "{text}"
+    );
+    assert!(
+        text.contains("drover_tenant_gpus{tenant=\"vision\",kind=\"held\"} 1"),
+        "{text}"
+    );
+    assert!(!text.contains("speech"), "{text}");
+    let all = app.get("/api/v1/usage/metrics", ADMIN_TOKEN).await;
+    let all = all.body.as_str().unwrap();
+    assert!(
+        all.contains("tenant=\"speech\",kind=\"lost_startup\""),
+        "{all}"
+    );
+    // The unauthenticated /metrics names no tenant.
+    let public = app
+        .call(axum::http::Method::GET, "/metrics", None, None, &[])
+        .await;
+    assert!(!public.body.as_str().unwrap().contains("vision"));
+}
