@@ -505,7 +505,19 @@ async fn apply(
                     WaitReason::Suspended => ReasonCode::Suspended,
                     _ => ReasonCode::Preempted,
                 };
-                let message = format!("{policy}: {}", snake(reason));
+                let message = match (takers(built, plan, view), ahead(built, plan, view)) {
+                    (takers, _) if !takers.is_empty() => format!(
+                        "{policy}: {}; its GPUs went to {}",
+                        snake(reason),
+                        takers.join(", ")
+                    ),
+                    (_, ahead) if !ahead.is_empty() => format!(
+                        "{policy}: {}, for {} ahead of it in the policy's order",
+                        snake(reason),
+                        ahead.join(", ")
+                    ),
+                    _ => format!("{policy}: {}", snake(reason)),
+                };
                 if runtime
                     .transition(job, JobState::Queued, code, message, false)
                     .await?
@@ -560,6 +572,73 @@ async fn apply(
         }
     }
     Ok(())
+}
+
+/// The jobs `plan` starts or moves onto the GPUs `victim` holds now, each with its tenant, priority and
+/// the policy's rule for running it: who took a preempted job's GPUs, and why.
+fn takers(built: &Built<'_>, plan: &Plan, victim: &drover_scheduler::JobView) -> Vec<String> {
+    let Some(current) = &victim.placement else {
+        return Vec::new();
+    };
+    let gpus =
+        |placement: &drover_scheduler::Placement| -> HashSet<(drover_scheduler::NodeId, u16)> {
+            placement
+                .tasks
+                .iter()
+                .flat_map(|t| t.gpus.iter().map(move |g| (t.node, *g)))
+                .collect()
+        };
+    let held = gpus(current);
+    let mut takers = Vec::new();
+    for view in &built.snapshot.jobs {
+        if view.id == victim.id {
+            continue;
+        }
+        let Some(JobPlan::Run { placement, reason }) = plan.jobs.get(&view.id) else {
+            continue;
+        };
+        let before = view.placement.as_ref().map(gpus).unwrap_or_default();
+        let takes = gpus(placement)
+            .iter()
+            .any(|gpu| held.contains(gpu) && !before.contains(gpu));
+        if takes && let Some(job) = built.jobs.get(&view.id) {
+            takers.push(format!(
+                "{} (tenant {}, priority {}: {})",
+                job.name,
+                job.tenant_name,
+                job.priority,
+                snake(reason)
+            ));
+        }
+    }
+    takers
+}
+
+/// The waiting jobs the policy put ahead of `victim` (at most three): whom it makes room for when its
+/// GPUs go to them at a later round, once its tasks have stopped.
+fn ahead(built: &Built<'_>, plan: &Plan, victim: &drover_scheduler::JobView) -> Vec<String> {
+    let Some(victim_at) = plan.order.iter().position(|id| *id == victim.id) else {
+        return Vec::new();
+    };
+    plan.order[..victim_at]
+        .iter()
+        .filter(|id| matches!(plan.jobs.get(id), Some(JobPlan::Wait { .. })))
+        .filter(|id| {
+            built
+                .snapshot
+                .jobs
+                .iter()
+                .any(|v| v.id == **id && v.placement.is_none())
+        })
+        .filter_map(|id| built.jobs.get(id))
+        .take(3)
+        .map(|job| {
+            format!(
+                "{} (tenant {}, priority {})",
+                job.name, job.tenant_name, job.priority
+            )
+        })
+        .collect()
 }
 
 /// The rows of a placement's tasks, with the executors' GPU indices.
