@@ -400,7 +400,9 @@ async fn fair_share(
             }
         }
     }
-    let mut periods: BTreeMap<(String, DateTime<Utc>), (f64, f64, f64, u32)> = BTreeMap::new();
+    // Per tenant and period: the sums of held, borrowed and lent GPUs, and the samples summed.
+    type Sums = (f64, f64, f64, u32);
+    let mut periods: BTreeMap<(String, DateTime<Utc>), Sums> = BTreeMap::new();
     for sample in &samples {
         let start = accounting::period_start(period, sample.at, from);
         for (name, (held, borrowed, lent)) in shares(sample, &guaranteed) {

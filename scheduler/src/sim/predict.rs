@@ -120,7 +120,7 @@ pub fn accuracy(records: &[PredictionRecord], outcome: &Outcome, min_wait_s: f64
             continue;
         };
         let wait = actual.first_start_s - actual.submit_s;
-        if !(wait > min_wait_s) {
+        if wait.is_nan() || wait <= min_wait_s {
             continue;
         }
         let Some(predicted) = record.start_s else {
