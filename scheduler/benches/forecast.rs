@@ -104,7 +104,8 @@ fn main() {
             std::thread::spawn(move || {
                 let mut done = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    std::hint::black_box(forecast(&snapshot, &plan, &name, &remaining, &full));
+                    let _ =
+                        std::hint::black_box(forecast(&snapshot, &plan, &name, &remaining, &full));
                     done += 1;
                 }
                 done

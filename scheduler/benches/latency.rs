@@ -8,9 +8,20 @@
 
 mod common;
 
-use common::{RandomOracle, build, percentile};
-use drover_scheduler::{Plan, build_policy, policy_names};
+use common::{build, percentile};
+use drover_core::JobId;
+use drover_scheduler::snapshot::Shape;
+use drover_scheduler::{Oracle, Plan, build_policy, policy_names};
 use std::time::Instant;
+
+#[derive(Debug)]
+struct RandomOracle;
+
+impl Oracle for RandomOracle {
+    fn remaining_s(&self, job: JobId, _shape: Shape) -> f64 {
+        (job.0.as_u128() % 9973) as f64 * 37.0
+    }
+}
 
 fn measure(label: &str, gpus: u32, running: usize, queued: usize, rounds: usize) {
     let snapshot = build(gpus, running, queued);

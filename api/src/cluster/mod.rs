@@ -8,6 +8,7 @@
 
 mod dispatch;
 mod enrol;
+mod explain;
 mod forecast;
 mod gateway;
 mod hub;
@@ -17,6 +18,7 @@ mod ledger;
 mod observe;
 mod report_text;
 mod reports;
+mod round_report;
 mod scheduling;
 mod settle;
 mod snapshot;

@@ -15,20 +15,16 @@ use std::sync::Arc;
 
 #[derive(Debug)]
 pub struct SchedulingLoop {
-    runtime: Arc<Runtime>,
-    policy: Box<dyn Policy>,
+    pub(super) runtime: Arc<Runtime>,
+    pub(super) policy: Box<dyn Policy>,
     previous: Plan,
     /// When GPU use was last sampled for the dashboard.
-    sampled_at: Option<tokio::time::Instant>,
+    pub(super) sampled_at: Option<tokio::time::Instant>,
     /// Rounds handed to the queue forecaster.
     offers: Arc<Offers>,
 }
 
-/// How often the leader samples the cluster's GPU use, and for how long samples are kept.
-const USAGE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
-const USAGE_KEPT_DAYS: i64 = 8;
-
-fn snake(value: &impl serde::Serialize) -> String {
+pub(super) fn snake(value: &impl serde::Serialize) -> String {
     serde_json::to_value(value)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -181,87 +177,6 @@ impl SchedulingLoop {
         }
         self.previous = plan;
         Ok(())
-    }
-
-    /// Records the round for the dashboard (any replica's): the policy, how long the round took, the
-    /// jobs left waiting with the policy's reasons, and, once a minute, the cluster's GPU use. A
-    /// failure is logged; scheduling goes on.
-    async fn report(
-        &mut self,
-        built: &Built<'_>,
-        plan: &Plan,
-        jobs: &[Job],
-        live: &[Task],
-        started: tokio::time::Instant,
-    ) {
-        let store = &self.runtime.store;
-        // The policy's order where it has one, else submission order (the snapshot's).
-        let by_id: HashMap<JobId, &drover_scheduler::JobView> = built
-            .snapshot
-            .jobs
-            .iter()
-            .map(|view| (view.id, view))
-            .collect();
-        let order: Vec<&drover_scheduler::JobView> = if plan.order.is_empty() {
-            built.snapshot.jobs.iter().collect()
-        } else {
-            plan.order
-                .iter()
-                .filter_map(|id| by_id.get(id).copied())
-                .collect()
-        };
-        let waiting = order
-            .into_iter()
-            .filter_map(|view| match plan.jobs.get(&view.id) {
-                Some(JobPlan::Wait { reason }) => built
-                    .jobs
-                    .get(&view.id)
-                    .map(|job| (job.id, snake(reason).replace(' ', "_"))),
-                _ => None,
-            })
-            .collect();
-        let round = crate::store::RoundRecord {
-            policy: self.policy.name().to_owned(),
-            finished_at: Utc::now(),
-            duration_us: i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX),
-            waiting,
-        };
-        if let Err(err) = store.record_round(&round).await {
-            tracing::warn!(error = %err, "cannot record the scheduling round");
-        }
-        if self.sampled_at.is_some_and(|at| at.elapsed() < USAGE_EVERY) {
-            return;
-        }
-        self.sampled_at = Some(tokio::time::Instant::now());
-        let running_jobs: HashSet<JobId> = jobs
-            .iter()
-            .filter(|job| job.state == JobState::Running)
-            .map(|job| job.id)
-            .collect();
-        let tenant_of: HashMap<JobId, &str> = jobs
-            .iter()
-            .map(|job| (job.id, job.tenant_name.as_str()))
-            .collect();
-        let mut by_tenant: BTreeMap<String, u32> = BTreeMap::new();
-        for task in live.iter().filter(|t| !t.gpus.is_empty()) {
-            if let Some(tenant) = tenant_of.get(&task.key.job_id) {
-                *by_tenant.entry((*tenant).to_owned()).or_default() += task.gpus.len() as u32;
-            }
-        }
-        let gpus = |tasks: &mut dyn Iterator<Item = &Task>| -> u32 {
-            tasks.map(|t| t.gpus.len() as u32).sum()
-        };
-        let usage = crate::store::GpuUsage {
-            at: round.finished_at,
-            total: built.snapshot.total_gpus(),
-            allocated: gpus(&mut live.iter()),
-            running: gpus(&mut live.iter().filter(|t| running_jobs.contains(&t.key.job_id))),
-            by_tenant,
-        };
-        let keep_after = round.finished_at - chrono::Duration::days(USAGE_KEPT_DAYS);
-        if let Err(err) = store.record_gpu_usage(&usage, keep_after).await {
-            tracing::warn!(error = %err, "cannot record GPU use");
-        }
     }
 }
 
@@ -505,7 +420,10 @@ async fn apply(
                     WaitReason::Suspended => ReasonCode::Suspended,
                     _ => ReasonCode::Preempted,
                 };
-                let message = match (takers(built, plan, view), ahead(built, plan, view)) {
+                let message = match (
+                    super::explain::takers(built, plan, view),
+                    super::explain::ahead(built, plan, view),
+                ) {
                     (takers, _) if !takers.is_empty() => format!(
                         "{policy}: {}; its GPUs went to {}",
                         snake(reason),
@@ -572,73 +490,6 @@ async fn apply(
         }
     }
     Ok(())
-}
-
-/// The jobs `plan` starts or moves onto the GPUs `victim` holds now, each with its tenant, priority and
-/// the policy's rule for running it: who took a preempted job's GPUs, and why.
-fn takers(built: &Built<'_>, plan: &Plan, victim: &drover_scheduler::JobView) -> Vec<String> {
-    let Some(current) = &victim.placement else {
-        return Vec::new();
-    };
-    let gpus =
-        |placement: &drover_scheduler::Placement| -> HashSet<(drover_scheduler::NodeId, u16)> {
-            placement
-                .tasks
-                .iter()
-                .flat_map(|t| t.gpus.iter().map(move |g| (t.node, *g)))
-                .collect()
-        };
-    let held = gpus(current);
-    let mut takers = Vec::new();
-    for view in &built.snapshot.jobs {
-        if view.id == victim.id {
-            continue;
-        }
-        let Some(JobPlan::Run { placement, reason }) = plan.jobs.get(&view.id) else {
-            continue;
-        };
-        let before = view.placement.as_ref().map(gpus).unwrap_or_default();
-        let takes = gpus(placement)
-            .iter()
-            .any(|gpu| held.contains(gpu) && !before.contains(gpu));
-        if takes && let Some(job) = built.jobs.get(&view.id) {
-            takers.push(format!(
-                "{} (tenant {}, priority {}: {})",
-                job.name,
-                job.tenant_name,
-                job.priority,
-                snake(reason)
-            ));
-        }
-    }
-    takers
-}
-
-/// The waiting jobs the policy put ahead of `victim` (at most three): whom it makes room for when its
-/// GPUs go to them at a later round, once its tasks have stopped.
-fn ahead(built: &Built<'_>, plan: &Plan, victim: &drover_scheduler::JobView) -> Vec<String> {
-    let Some(victim_at) = plan.order.iter().position(|id| *id == victim.id) else {
-        return Vec::new();
-    };
-    plan.order[..victim_at]
-        .iter()
-        .filter(|id| matches!(plan.jobs.get(id), Some(JobPlan::Wait { .. })))
-        .filter(|id| {
-            built
-                .snapshot
-                .jobs
-                .iter()
-                .any(|v| v.id == **id && v.placement.is_none())
-        })
-        .filter_map(|id| built.jobs.get(id))
-        .take(3)
-        .map(|job| {
-            format!(
-                "{} (tenant {}, priority {})",
-                job.name, job.tenant_name, job.priority
-            )
-        })
-        .collect()
 }
 
 /// The rows of a placement's tasks, with the executors' GPU indices.

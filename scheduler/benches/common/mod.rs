@@ -6,18 +6,9 @@ use drover_scheduler::cluster::uniform_cluster;
 use drover_scheduler::snapshot::{
     ClusterSnapshot, JobView, Observations, Range, Shape, StepStats, Tenant,
 };
-use drover_scheduler::{Oracle, Plan, build_policy};
+use drover_scheduler::{Plan, build_policy};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-#[derive(Debug)]
-pub struct RandomOracle;
-
-impl Oracle for RandomOracle {
-    fn remaining_s(&self, job: JobId, _shape: Shape) -> f64 {
-        (job.0.as_u128() % 9973) as f64 * 37.0
-    }
-}
 
 fn job(i: usize, gpus: u32, tenant: u32, rng: &mut ChaCha8Rng) -> JobView {
     JobView {

@@ -1,360 +1,22 @@
-//! When will a queued job start? The live snapshot forked into a fast replay: the policy that runs the
-//! cluster plays its own rounds ahead on a virtual clock, running jobs finish when their estimated
-//! remaining work is done, queued jobs start when the policy starts them, and nothing new arrives.
-//!
-//! Remaining work comes from what has been observed (a step budget, cut short by a fitted loss curve
-//! when the job stops at a target, times the fitted speed), or, for a job without a budget or not yet
-//! measured, from how long finished jobs of its tenant took, given how long it has run ([`Priors`]). Each estimate has a 10th, 50th and 90th percentile; the replay runs once per
-//! percentile (every job at its own percentile) and a job's predicted start under the three runs gives
-//! its band. Like the policies, this is pure: no IO, no clock; the caller hands in the time.
+//! One replay: the snapshot on a virtual clock, jobs progressing at their estimated rate, the policy
+//! deciding every round and at every completion, the simulator's costs for starts, resizes and
+//! preemptions, and no new arrivals.
 
-use crate::perf::{ConvergenceModel, SpeedModel};
+use super::estimate::{NO_HISTORY, Remaining, step_s};
+use super::{ForecastConfig, Scenario};
 use crate::plan::{JobPlan, Placement, Plan, WaitReason};
 use crate::policy::{Oracle, PolicyError, build_policy};
-use crate::sim::Costs;
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
 use drover_core::JobId;
-use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-/// Seconds of work a job has left, at its preferred shape with its GPUs to itself.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Remaining {
-    pub p10: f64,
-    pub p50: f64,
-    pub p90: f64,
-}
-
-impl Remaining {
-    fn at(self, scenario: Scenario) -> f64 {
-        match scenario {
-            Scenario::Low => self.p10,
-            Scenario::Median => self.p50,
-            Scenario::High => self.p90,
-        }
-    }
-
-    fn scaled(self, low: f64, high: f64) -> Remaining {
-        Remaining {
-            p10: self.p50 * low,
-            p50: self.p50,
-            p90: self.p50 * high,
-        }
-    }
-}
-
-/// Quantiles of how long finished jobs took (seconds at their preferred shape).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Quantiles {
-    pub p10: f64,
-    pub p50: f64,
-    pub p90: f64,
-    pub samples: usize,
-}
-
-impl Quantiles {
-    /// `None` without usable samples (negative and non-finite ones are dropped).
-    pub fn of(mut durations: Vec<f64>) -> Option<Quantiles> {
-        durations.retain(|d| d.is_finite() && *d >= 0.0);
-        if durations.is_empty() {
-            return None;
-        }
-        durations.sort_by(f64::total_cmp);
-        let at = |p: f64| {
-            let position = p * (durations.len() - 1) as f64;
-            let (lo, hi) = (position.floor() as usize, position.ceil() as usize);
-            durations[lo] + (durations[hi] - durations[lo]) * (position - lo as f64)
-        };
-        Some(Quantiles {
-            p10: at(0.1),
-            p50: at(0.5),
-            p90: at(0.9),
-            samples: durations.len(),
-        })
-    }
-}
-
-/// How long jobs took, per tenant (index into the snapshot's tenants) and over all tenants.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Priors {
-    pub overall: Option<Quantiles>,
-    pub by_tenant: BTreeMap<u32, Quantiles>,
-}
-
-/// A tenant's own history is used once it has this many finished jobs.
-pub const TENANT_HISTORY_MIN: usize = 5;
-
-/// With no history at all: an hour, between ten minutes and eight hours.
-pub const NO_HISTORY: Quantiles = Quantiles {
-    p10: 600.0,
-    p50: 3_600.0,
-    p90: 28_800.0,
-    samples: 0,
-};
-
-impl Priors {
-    /// From finished jobs' (tenant, seconds at their preferred shape).
-    pub fn from_history(history: &[(u32, f64)]) -> Priors {
-        let all: Vec<f64> = history.iter().map(|&(_, d)| d).collect();
-        let mut per: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
-        for &(tenant, duration) in history {
-            per.entry(tenant).or_default().push(duration);
-        }
-        Priors {
-            overall: Quantiles::of(all),
-            by_tenant: per
-                .into_iter()
-                .filter_map(|(tenant, d)| Some((tenant, Quantiles::of(d)?)))
-                .filter(|(_, q)| q.samples >= TENANT_HISTORY_MIN)
-                .collect(),
-        }
-    }
-
-    fn for_tenant(&self, tenant: u32) -> Quantiles {
-        self.by_tenant
-            .get(&tenant)
-            .copied()
-            .or(self.overall)
-            .unwrap_or(NO_HISTORY)
-    }
-}
-
-/// Seconds per step at `shape` from what was observed, when anything was.
-fn step_s(job: &JobView, shape: Shape) -> Option<f64> {
-    if job.observed.step_stats.is_empty() {
-        return None;
-    }
-    let model = SpeedModel::from_observations(&job.observed.step_stats);
-    let s = model.step_s(shape);
-    (s.is_finite() && s > 0.0).then_some(s)
-}
-
-/// A job's remaining work from what has been observed of it, else from its tenant's history.
-pub fn estimate(job: &JobView, priors: &Priors) -> Remaining {
-    let done = job.observed.steps_done as f64;
-    let budget_left = job.observed.step_budget.map(|b| (b as f64 - done).max(0.0));
-    let fitted_left = if job.observed.runs_to_budget {
-        None
-    } else {
-        ConvergenceModel::fit(&job.observed.loss_samples).map(|m| m.remaining_steps(done))
-    };
-    if let (Some(step_s), Some(left)) = (step_s(job, job.preferred), budget_left) {
-        // It stops at its budget, or at its target when it has one and the loss curve says it is
-        // near: the speed (and the fit) are the only uncertainty.
-        return match fitted_left {
-            None => Remaining::scaled(Remaining::point(left * step_s), 0.9, 1.2),
-            Some(fit) => Remaining::scaled(Remaining::point(left.min(fit) * step_s), 0.6, 1.3),
-        };
-    }
-    // Without a budget a fitted loss curve says when training could stop, not when the job will:
-    // how long its tenant's jobs ran is the better guide.
-    // History: what is left of a job like its tenant's, given how long it has run already.
-    let prior = priors.for_tenant(job.tenant);
-    let ran = job.observed.executed_s;
-    let left = |q: f64| {
-        if ran < q {
-            q - ran
-        } else {
-            // Past that quantile already: it has about as long again to go, by the usual rule of
-            // thumb for heavy-tailed lengths.
-            ran.max(60.0) * q / prior.p50.max(1.0)
-        }
-    };
-    let (p10, p50, p90) = (left(prior.p10), left(prior.p50), left(prior.p90));
-    Remaining {
-        p10: p10.min(p50),
-        p50,
-        p90: p90.max(p50),
-    }
-}
-
-impl Remaining {
-    fn point(seconds: f64) -> Remaining {
-        Remaining {
-            p10: seconds,
-            p50: seconds,
-            p90: seconds,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct ForecastConfig {
-    /// Seconds between the replay's rounds (rounds also follow every completion).
-    pub round_s: f64,
-    /// How far ahead to look; jobs not started by then get no prediction.
-    pub horizon_s: f64,
-    /// At most this many rounds per replay (bounds the work on a huge queue).
-    pub max_rounds: u32,
-    /// Stop once this many of the waiting jobs (in the policy's order) have started; `None` for all.
-    pub head: Option<usize>,
-    pub costs: Costs,
-    pub packing_slowdown: f64,
-}
-
-impl Default for ForecastConfig {
-    fn default() -> Self {
-        ForecastConfig {
-            round_s: 300.0,
-            horizon_s: 30.0 * 86_400.0,
-            max_rounds: 2_000,
-            head: None,
-            costs: Costs::default(),
-            packing_slowdown: 0.25,
-        }
-    }
-}
-
-/// One waiting job's prediction. Times are on the snapshot's clock.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Prediction {
-    pub job: JobId,
-    /// 1 for the job the policy would start first.
-    pub position: u32,
-    pub reason: WaitReason,
-    /// `None`: not started within the horizon (or the replay's round budget).
-    pub start_s: Option<f64>,
-    pub finish_s: Option<f64>,
-    /// The start if jobs take as long as their 10th / 90th percentile estimates.
-    pub start_p10_s: Option<f64>,
-    pub start_p90_s: Option<f64>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Forecast {
-    pub now_s: f64,
-    /// Waiting jobs, in the policy's order.
-    pub waiting: Vec<Prediction>,
-    /// Running jobs' predicted finish (median estimate).
-    pub finishing: BTreeMap<JobId, f64>,
-    /// Rounds the three replays took together.
-    pub rounds: u32,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Scenario {
-    Low,
-    Median,
-    High,
-}
-
-/// The waiting jobs in the order `plan` would start them: the policy's order, then submission order.
-pub fn queue_order(snapshot: &ClusterSnapshot, plan: &Plan) -> Vec<(JobId, WaitReason)> {
-    let waiting = |id: &JobId| match plan.jobs.get(id) {
-        Some(JobPlan::Wait { reason }) => Some(*reason),
-        _ => None,
-    };
-    let mut seen = std::collections::HashSet::new();
-    plan.order
-        .iter()
-        .copied()
-        .chain(snapshot.jobs.iter().map(|j| j.id))
-        .filter(|id| seen.insert(*id))
-        .filter_map(|id| Some((id, waiting(&id)?)))
-        .collect()
-}
-
-/// Predicts when every job `plan` leaves waiting starts, replaying `policy` ahead from `snapshot`
-/// with `plan` applied. A job without an entry in `remaining` is estimated with [`NO_HISTORY`].
-pub fn forecast(
-    snapshot: &ClusterSnapshot,
-    plan: &Plan,
-    policy: &str,
-    remaining: &HashMap<JobId, Remaining>,
-    config: &ForecastConfig,
-) -> Result<Forecast, PolicyError> {
-    let order = queue_order(snapshot, plan);
-    let targets: Vec<JobId> = order
-        .iter()
-        .take(config.head.unwrap_or(usize::MAX))
-        .map(|&(id, _)| id)
-        .collect();
-    replay_all(snapshot, plan, policy, remaining, config, &order, &targets)
-}
-
-/// Predicts when one job starts, from a snapshot taken between rounds (the job has just arrived and
-/// waits): the policy's next round runs at the snapshot's time, then the replay goes on. `None` when
-/// that round starts the job.
-pub fn predict_start(
-    snapshot: &ClusterSnapshot,
-    policy: &str,
-    remaining: &HashMap<JobId, Remaining>,
-    config: &ForecastConfig,
-    job: JobId,
-) -> Result<Option<Prediction>, PolicyError> {
-    let oracle = EstimateOracle::shared(snapshot, remaining, Scenario::Median);
-    let plan = build_policy(policy, Some(Box::new(oracle)))?.schedule(snapshot, &Plan::default());
-    let order = queue_order(snapshot, &plan);
-    if !order.iter().any(|&(id, _)| id == job) {
-        return Ok(None);
-    }
-    let forecast = replay_all(snapshot, &plan, policy, remaining, config, &order, &[job])?;
-    Ok(forecast.waiting.into_iter().find(|p| p.job == job))
-}
-
-fn replay_all(
-    snapshot: &ClusterSnapshot,
-    plan: &Plan,
-    policy: &str,
-    remaining: &HashMap<JobId, Remaining>,
-    config: &ForecastConfig,
-    order: &[(JobId, WaitReason)],
-    targets: &[JobId],
-) -> Result<Forecast, PolicyError> {
-    let mut runs = Vec::with_capacity(3);
-    let mut rounds = 0;
-    for scenario in [Scenario::Median, Scenario::Low, Scenario::High] {
-        let run = Replay::new(snapshot, plan, policy, remaining, scenario, config)?.run(targets);
-        rounds += run.rounds;
-        runs.push(run);
-        if targets.is_empty() {
-            break;
-        }
-    }
-    let median = &runs[0];
-    let start = |run: &Outcome, id: &JobId| run.starts.get(id).copied();
-    let waiting = order
-        .iter()
-        .enumerate()
-        .map(|(i, &(id, reason))| {
-            let starts: Vec<f64> = runs.iter().filter_map(|r| start(r, &id)).collect();
-            let started_everywhere = starts.len() == runs.len();
-            Prediction {
-                job: id,
-                position: i as u32 + 1,
-                reason,
-                start_s: start(median, &id),
-                finish_s: median.finishes.get(&id).copied(),
-                start_p10_s: starts.iter().copied().reduce(f64::min),
-                start_p90_s: if started_everywhere {
-                    starts.iter().copied().reduce(f64::max)
-                } else {
-                    None
-                },
-            }
-        })
-        .collect();
-    let finishing = snapshot
-        .jobs
-        .iter()
-        .filter(|j| j.placement.is_some())
-        .filter_map(|j| Some((j.id, *median.finishes.get(&j.id)?)))
-        .collect();
-    Ok(Forecast {
-        now_s: snapshot.now_s,
-        waiting,
-        finishing,
-        rounds,
-    })
-}
 
 /// What one replay found.
 #[derive(Debug, Default)]
-struct Outcome {
-    starts: HashMap<JobId, f64>,
-    finishes: HashMap<JobId, f64>,
-    rounds: u32,
+pub(super) struct Outcome {
+    pub starts: HashMap<JobId, f64>,
+    pub finishes: HashMap<JobId, f64>,
+    pub rounds: u32,
 }
 
 /// Progress of one job in the replay.
@@ -372,13 +34,13 @@ struct Progress {
 
 /// Remaining times as the estimates have them, for oracle policies (SRTF) in the replay.
 #[derive(Debug)]
-struct EstimateOracle {
+pub(super) struct EstimateOracle {
     left: Arc<Mutex<HashMap<JobId, (f64, f64)>>>,
 }
 
 impl EstimateOracle {
     /// An oracle over the jobs' estimates at `scenario`, not updated (for a single round).
-    fn shared(
+    pub(super) fn shared(
         snapshot: &ClusterSnapshot,
         remaining: &HashMap<JobId, Remaining>,
         scenario: Scenario,
@@ -413,7 +75,7 @@ impl Oracle for EstimateOracle {
     }
 }
 
-struct Replay<'a> {
+pub(super) struct Replay<'a> {
     snapshot: ClusterSnapshot,
     previous: Plan,
     first_plan: Option<&'a Plan>,
@@ -426,7 +88,7 @@ struct Replay<'a> {
 }
 
 impl<'a> Replay<'a> {
-    fn new(
+    pub(super) fn new(
         snapshot: &ClusterSnapshot,
         plan: &'a Plan,
         policy: &str,
@@ -648,7 +310,7 @@ impl<'a> Replay<'a> {
         }
     }
 
-    fn run(mut self, targets: &[JobId]) -> Outcome {
+    pub(super) fn run(mut self, targets: &[JobId]) -> Outcome {
         let mut outcome = Outcome::default();
         let mut now = self.snapshot.now_s;
         let end = now + self.config.horizon_s;
