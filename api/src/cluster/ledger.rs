@@ -13,7 +13,7 @@ const EVENTS_READ: u32 = 1_000;
 
 /// Closes every open allocation whose tasks have all ended.
 pub(super) async fn close_allocations(runtime: &Runtime) -> StoreResult<()> {
-    for allocation in runtime.store.open_allocations().await? {
+    for allocation in runtime.store.ended_allocations().await? {
         close(runtime, &allocation).await?;
     }
     Ok(())

@@ -45,21 +45,6 @@ impl SchedulingLoop {
         })
     }
 
-    /// Forecasts the queue from the last round now, the whole of it, and records it (tests; the
-    /// running loop has its forecaster do this beside it).
-    pub async fn forecast_now(&self) -> StoreResult<()> {
-        let Some(input) = self.offers_take() else {
-            return Ok(());
-        };
-        Forecaster::new(self.runtime.store.clone(), self.offers.clone())
-            .forecast(input, true)
-            .await
-    }
-
-    fn offers_take(&self) -> Option<Input> {
-        self.offers.take()
-    }
-
     /// Runs rounds until `shutdown` resolves, while this replica leads. A failed round is logged and
     /// retried on the next tick. Losing the lead ends every executor session, so executors go to the
     /// new leader; gaining it starts from the store, as after a restart.

@@ -91,8 +91,11 @@ pub trait LedgerStore: Send + Sync {
     /// Replaces the stored forecast.
     async fn record_forecast(&self, forecast: &QueueForecast) -> StoreResult<()>;
     async fn queue_forecast(&self) -> StoreResult<Option<QueueForecast>>;
-    /// Allocations whose tasks have not all been seen to end yet.
+    /// Allocations not closed yet.
     async fn open_allocations(&self) -> StoreResult<Vec<Allocation>>;
+    /// Allocations not closed yet whose tasks have all ended (what the loop closes): one query,
+    /// however many jobs run.
+    async fn ended_allocations(&self) -> StoreResult<Vec<Allocation>>;
     async fn close_allocation(
         &self,
         job: JobId,

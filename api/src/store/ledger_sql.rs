@@ -71,6 +71,16 @@ macro_rules! impl_ledger_store {
                 rows.iter().map(allocation_from_row).collect()
             }
 
+            async fn ended_allocations(&self) -> StoreResult<Vec<Allocation>> {
+                let sql = format!(
+                    "SELECT {ALLOCATION_COLUMNS} FROM allocations a WHERE ended_at IS NULL AND NOT EXISTS \
+                     (SELECT 1 FROM tasks t WHERE t.job_id = a.job_id AND t.generation = a.generation \
+                     AND t.state NOT IN ('exited', 'lost'))"
+                );
+                let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(&self.pool).await?;
+                rows.iter().map(allocation_from_row).collect()
+            }
+
             async fn close_allocation(
                 &self,
                 job: JobId,

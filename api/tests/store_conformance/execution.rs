@@ -446,6 +446,8 @@ pub(crate) async fn generations_open_allocations_in_the_ledger(db: &TestDb) {
     assert_eq!((a.tenant_id, a.user_id), (tenant.id, alice.id));
     assert_eq!(a.start_cause, "submitted");
     assert!(a.ended_at.is_none() && a.started_at >= before);
+    // Its tasks live: nothing for the loop to close yet.
+    assert!(store.ended_allocations().await.unwrap().is_empty());
 
     let key = TaskKey {
         job_id: job.id,
@@ -468,6 +470,17 @@ pub(crate) async fn generations_open_allocations_in_the_ledger(db: &TestDb) {
         .transition_job_in_generation(job.id, 1, &preempted, false)
         .await
         .unwrap();
+    for index in [0, 1] {
+        let key = TaskKey { index, ..key };
+        let exited = TaskChange {
+            state: Some(TaskState::Exited),
+            ..TaskChange::default()
+        };
+        store.update_task(&key, &exited).await.unwrap();
+    }
+    let ended_now = store.ended_allocations().await.unwrap();
+    assert_eq!(ended_now.len(), 1);
+    assert_eq!(ended_now[0].generation, 1);
     let ended = Utc::now();
     let end = AllocationEnd {
         ended_at: ended,
