@@ -54,6 +54,10 @@ pub struct SimArgs {
     /// With --predict: predict for one waiting arrival in N (the forecast replays ahead each time).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     predict_every: u32,
+    /// With --predict: expect the arrivals of the last WINDOW to repeat while predicting (`0s`: no
+    /// new arrivals).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    predict_arrival_window: Duration,
     /// Directory for report.json, summary.csv, per-job CSVs and SVG charts.
     #[arg(long, default_value = "sim-out")]
     out: PathBuf,
@@ -190,6 +194,7 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
         let predict = args.predict.then_some(PredictOptions {
             forecast: ForecastConfig::default(),
             every: args.predict_every as usize,
+            arrival_window_s: args.predict_arrival_window.as_secs_f64(),
         });
         let (report, outcome) =
             sim::run_policy_predicting(name, &workload, config, predict, &clock)

@@ -61,6 +61,7 @@ fn main() {
         let plan = build_policy(name, None)
             .expect("policy")
             .schedule(&snapshot, &plan);
+        let live = build_policy(name, None).expect("policy");
         let remaining = snapshot
             .jobs
             .iter()
@@ -79,7 +80,8 @@ fn main() {
             ..ForecastConfig::default()
         };
         let started = Instant::now();
-        let f = forecast(&snapshot, &plan, name, &remaining, &head).expect("forecast");
+        let f =
+            forecast(&snapshot, &plan, live.as_ref(), &remaining, &head, &[]).expect("forecast");
         let head_ms = started.elapsed().as_secs_f64() * 1e3;
         std::hint::black_box(f);
         let full = ForecastConfig {
@@ -87,7 +89,8 @@ fn main() {
             ..ForecastConfig::default()
         };
         let started = Instant::now();
-        let whole = forecast(&snapshot, &plan, name, &remaining, &full).expect("forecast");
+        let whole =
+            forecast(&snapshot, &plan, live.as_ref(), &remaining, &full, &[]).expect("forecast");
         let full_ms = started.elapsed().as_secs_f64() * 1e3;
         let predicted = whole.waiting.iter().filter(|p| p.start_s.is_some()).count();
 
@@ -100,12 +103,18 @@ fn main() {
                 plan.clone(),
                 remaining.clone(),
             );
-            let name = name.to_owned();
+            let policy = live.fork(None).expect("fork");
             std::thread::spawn(move || {
                 let mut done = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    let _ =
-                        std::hint::black_box(forecast(&snapshot, &plan, &name, &remaining, &full));
+                    let _ = std::hint::black_box(forecast(
+                        &snapshot,
+                        &plan,
+                        &name,
+                        &remaining,
+                        &full,
+                        &[],
+                    ));
                     done += 1;
                 }
                 done

@@ -9,6 +9,7 @@ use common::{FixedOracle, apply, id, job, snapshot};
 use drover_scheduler::cluster::uniform_cluster;
 use drover_scheduler::forecast::{
     ForecastConfig, NO_HISTORY, Priors, Remaining, estimate, forecast, predict_start,
+    recent_arrivals,
 };
 use drover_scheduler::sim::predict::{PredictOptions, accuracy};
 use drover_scheduler::sim::{self, SimConfig, Stopwatch, TraceFilter};
@@ -48,7 +49,15 @@ fn full_node() -> (
 fn fifo_queue_starts_each_job_when_the_one_before_it_finishes() {
     let (snap, plan, remaining) = full_node();
     let config = ForecastConfig::default();
-    let forecast = forecast(&snap, &plan, "fifo", &remaining, &config).unwrap();
+    let forecast = forecast(
+        &snap,
+        &plan,
+        &*build_policy("fifo", None).unwrap(),
+        &remaining,
+        &config,
+        &[],
+    )
+    .unwrap();
     assert_eq!(forecast.waiting.len(), 2);
     let (first, second) = (&forecast.waiting[0], &forecast.waiting[1]);
     assert_eq!((first.job, first.position), (id(1), 1));
@@ -82,7 +91,15 @@ fn a_job_larger_than_the_cluster_gets_no_start_and_the_horizon_bounds_the_rest()
         horizon_s: 3_600.0,
         ..ForecastConfig::default()
     };
-    let f = forecast(&snap, &plan, "fifo-backfill", &remaining, &config).unwrap();
+    let f = forecast(
+        &snap,
+        &plan,
+        &*build_policy("fifo-backfill", None).unwrap(),
+        &remaining,
+        &config,
+        &[],
+    )
+    .unwrap();
     let never = f.waiting.iter().find(|p| p.job == id(1)).unwrap();
     assert_eq!(never.start_s, None);
     // Job 0 needs two hours; an hour's horizon sees job 2 start in none of the scenarios but the
@@ -114,8 +131,8 @@ fn every_policy_predicts_every_waiting_job_deterministically() {
         apply(&mut running, &plan);
         let plan = policy.schedule(&running, &plan);
         let config = ForecastConfig::default();
-        let a = forecast(&running, &plan, name, &remaining, &config).unwrap();
-        let b = forecast(&running, &plan, name, &remaining, &config).unwrap();
+        let a = forecast(&running, &plan, policy.as_ref(), &remaining, &config, &[]).unwrap();
+        let b = forecast(&running, &plan, policy.as_ref(), &remaining, &config, &[]).unwrap();
         assert_eq!(a, b, "{name}: not deterministic");
         let waiting = plan
             .jobs
@@ -176,9 +193,16 @@ fn a_just_arrived_job_is_predicted_after_the_next_round() {
     for j in &mut snap.jobs[1..] {
         j.placement = None;
     }
-    let p = predict_start(&snap, "fifo", &remaining, &ForecastConfig::default(), id(2))
-        .unwrap()
-        .unwrap();
+    let p = predict_start(
+        &snap,
+        &*build_policy("fifo", None).unwrap(),
+        &remaining,
+        &ForecastConfig::default(),
+        &[],
+        id(2),
+    )
+    .unwrap()
+    .unwrap();
     assert_eq!(p.position, 2);
     assert!((p.start_s.unwrap() - snap.now_s - 5_400.0).abs() < 1.0);
     // A job that fits now is started by that round: nothing to predict.
@@ -187,9 +211,10 @@ fn a_just_arrived_job_is_predicted_after_the_next_round() {
     assert_eq!(
         predict_start(
             &idle,
-            "fifo",
+            &*build_policy("fifo", None).unwrap(),
             &HashMap::new(),
             &ForecastConfig::default(),
+            &[],
             id(5)
         )
         .unwrap(),
@@ -230,6 +255,7 @@ fn the_simulator_scores_predictions_against_actual_starts() {
     let options = PredictOptions {
         forecast: ForecastConfig::default(),
         every: 1,
+        arrival_window_s: 0.0,
     };
     for name in ["fifo", "tiresias", "drover"] {
         let (_, outcome) = sim::run_policy_predicting(
@@ -256,4 +282,73 @@ fn the_simulator_scores_predictions_against_actual_starts() {
             "{name}: predicting changed the replay"
         );
     }
+}
+
+#[test]
+fn expected_arrivals_repeat_the_recent_window_and_delay_a_job_they_overtake() {
+    // One 4-GPU node, job 0 runs another 10 minutes; job 1 (1 GPU) waits, priority 0. Every 5
+    // minutes lately a priority-5 job of 4 GPUs arrived: under DRF-free priority order (drover) they
+    // go first, so job 1 starts later than it would with no arrivals.
+    let mut running = job(0, 4, 0.0);
+    running.priority = 10;
+    let mut snap = snapshot(1, 4, vec![running, job(1, 1, 900.0)]);
+    let recent: Vec<_> = (0..3u128)
+        .map(|n| {
+            let mut j = job(100 + n, 4, 700.0 + 100.0 * n as f64);
+            j.priority = 5;
+            j
+        })
+        .collect();
+    let recent_refs: Vec<_> = recent.iter().collect();
+    let history: Vec<(u32, f64)> = (0..10).map(|_| (0, 1_200.0)).collect();
+    let priors = Priors::from_history(&history);
+    let arrivals = recent_arrivals(&recent_refs, snap.now_s, 300.0, 3_600.0, 100, &priors);
+    // The window holds the two submitted in the last 300 s, repeated every 300 s for an hour.
+    assert_eq!(arrivals.len(), 24);
+    assert!(
+        arrivals
+            .windows(2)
+            .all(|w| w[0].job.submit_s <= w[1].job.submit_s)
+    );
+    assert!(arrivals.iter().all(|a| a.job.submit_s > snap.now_s));
+    assert_eq!(arrivals[0].remaining.p50, 1_200.0);
+    let ids: std::collections::HashSet<_> = arrivals.iter().map(|a| a.job.id).collect();
+    assert_eq!(ids.len(), arrivals.len());
+    assert!(recent_arrivals(&recent_refs, snap.now_s, 300.0, 3_600.0, 5, &priors).len() == 5);
+    assert!(recent_arrivals(&recent_refs, snap.now_s, 0.0, 3_600.0, 100, &priors).is_empty());
+
+    let plan = build_policy("drover", None)
+        .unwrap()
+        .schedule(&snap, &Plan::default());
+    apply(&mut snap, &plan);
+    let plan = build_policy("drover", None).unwrap().schedule(&snap, &plan);
+    let remaining = HashMap::from([(id(0), fixed(600.0)), (id(1), fixed(600.0))]);
+    let config = ForecastConfig::default();
+    let alone = forecast(
+        &snap,
+        &plan,
+        &*build_policy("drover", None).unwrap(),
+        &remaining,
+        &config,
+        &[],
+    )
+    .unwrap();
+    let crowded = forecast(
+        &snap,
+        &plan,
+        &*build_policy("drover", None).unwrap(),
+        &remaining,
+        &config,
+        &arrivals,
+    )
+    .unwrap();
+    let start = |f: &drover_scheduler::forecast::Forecast| {
+        f.waiting.iter().find(|p| p.job == id(1)).unwrap().start_s
+    };
+    let (alone, crowded) = (start(&alone).unwrap(), start(&crowded));
+    assert!((alone - snap.now_s - 600.0).abs() < 61.0, "{alone}");
+    assert!(
+        crowded.is_none_or(|c| c > alone + 300.0),
+        "{crowded:?} vs {alone}"
+    );
 }

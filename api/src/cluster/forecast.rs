@@ -28,7 +28,8 @@ const HISTORY_JOBS: u32 = 20_000;
 pub(super) struct Input {
     pub snapshot: ClusterSnapshot,
     pub plan: Plan,
-    pub policy: String,
+    /// The loop's policy, forked with its state.
+    pub policy: Box<dyn drover_scheduler::Policy>,
     /// Each snapshot tenant's id, by index.
     pub tenants: Vec<TenantId>,
 }
@@ -163,11 +164,12 @@ impl Forecaster {
             let result = forecast::forecast(
                 &input.snapshot,
                 &input.plan,
-                &input.policy,
+                input.policy.as_ref(),
                 &remaining,
                 &config,
+                &[],
             );
-            (input.policy, result)
+            (input.policy.name().to_owned(), result)
         })
         .await;
         let (policy, result) = match computed {

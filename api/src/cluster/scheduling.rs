@@ -152,11 +152,13 @@ impl SchedulingLoop {
         let plan = self.policy.schedule(&built.snapshot, &self.previous);
         apply(&runtime, self.policy.name(), &built, &plan, &live).await?;
         self.report(&built, &plan, &jobs, &live, started).await;
-        if self.offers.wanted() {
+        if self.offers.wanted()
+            && let Ok(policy) = self.policy.fork(None)
+        {
             self.offers.offer(Input {
                 snapshot: built.snapshot.clone(),
                 plan: plan.clone(),
-                policy: self.runtime.config.policy.clone(),
+                policy,
                 tenants: tenants.iter().map(|t| t.id).collect(),
             });
         }

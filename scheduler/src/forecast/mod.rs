@@ -14,9 +14,9 @@ mod replay;
 pub use estimate::{NO_HISTORY, Priors, Quantiles, Remaining, TENANT_HISTORY_MIN, estimate};
 
 use crate::plan::{JobPlan, Plan, WaitReason};
-use crate::policy::{PolicyError, build_policy};
+use crate::policy::{Policy, PolicyError};
 use crate::sim::Costs;
-use crate::snapshot::ClusterSnapshot;
+use crate::snapshot::{ClusterSnapshot, JobView};
 use drover_core::JobId;
 use replay::{EstimateOracle, Outcome, Replay};
 use serde::Serialize;
@@ -47,6 +47,57 @@ impl Default for ForecastConfig {
             packing_slowdown: 0.25,
         }
     }
+}
+
+/// A job expected to be submitted during the replay, with its estimated work.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arrival {
+    /// `submit_s` is when it arrives; its id must not be a real job's.
+    pub job: JobView,
+    pub remaining: Remaining,
+}
+
+/// The arrivals to expect if the last `window_s` seconds repeat: every job in `recent` submitted within
+/// that window, again one, two, … windows later, up to `ahead_s` past `now_s` and `cap` jobs. Each copy
+/// gets a fresh id (counting down from the top of the id space) and nothing observed.
+pub fn recent_arrivals(
+    recent: &[&JobView],
+    now_s: f64,
+    window_s: f64,
+    ahead_s: f64,
+    cap: usize,
+    priors: &Priors,
+) -> Vec<Arrival> {
+    let mut window: Vec<&JobView> = recent
+        .iter()
+        .copied()
+        .filter(|j| j.submit_s > now_s - window_s && j.submit_s <= now_s)
+        .collect();
+    if window_s <= 0.0 || window.is_empty() {
+        return Vec::new();
+    }
+    window.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s));
+    let mut out = Vec::new();
+    let mut repeat = 1.0;
+    'repeats: while repeat * window_s <= ahead_s {
+        for job in &window {
+            if out.len() >= cap {
+                break 'repeats;
+            }
+            let mut copy = (*job).clone();
+            copy.id = JobId(uuid::Uuid::from_u128(u128::MAX - out.len() as u128));
+            copy.submit_s = job.submit_s + repeat * window_s;
+            copy.placement = None;
+            copy.observed = crate::snapshot::Observations::default();
+            let remaining = estimate(&copy, priors);
+            out.push(Arrival {
+                job: copy,
+                remaining,
+            });
+        }
+        repeat += 1.0;
+    }
+    out
 }
 
 /// One waiting job's prediction. Times are on the snapshot's clock.
@@ -103,9 +154,10 @@ pub fn queue_order(snapshot: &ClusterSnapshot, plan: &Plan) -> Vec<(JobId, WaitR
 pub fn forecast(
     snapshot: &ClusterSnapshot,
     plan: &Plan,
-    policy: &str,
+    policy: &dyn Policy,
     remaining: &HashMap<JobId, Remaining>,
     config: &ForecastConfig,
+    arrivals: &[Arrival],
 ) -> Result<Forecast, PolicyError> {
     let order = queue_order(snapshot, plan);
     let targets: Vec<JobId> = order
@@ -113,7 +165,9 @@ pub fn forecast(
         .take(config.head.unwrap_or(usize::MAX))
         .map(|&(id, _)| id)
         .collect();
-    replay_all(snapshot, plan, policy, remaining, config, &order, &targets)
+    replay_all(
+        snapshot, plan, policy, remaining, config, arrivals, &targets,
+    )
 }
 
 /// Predicts when one job starts, from a snapshot taken between rounds (the job has just arrived and
@@ -121,34 +175,41 @@ pub fn forecast(
 /// that round starts the job.
 pub fn predict_start(
     snapshot: &ClusterSnapshot,
-    policy: &str,
+    policy: &dyn Policy,
     remaining: &HashMap<JobId, Remaining>,
     config: &ForecastConfig,
+    arrivals: &[Arrival],
     job: JobId,
 ) -> Result<Option<Prediction>, PolicyError> {
     let oracle = EstimateOracle::shared(snapshot, remaining, Scenario::Median);
-    let plan = build_policy(policy, Some(Box::new(oracle)))?.schedule(snapshot, &Plan::default());
+    let plan = policy
+        .fork(Some(Box::new(oracle)))?
+        .schedule(snapshot, &Plan::default());
     let order = queue_order(snapshot, &plan);
     if !order.iter().any(|&(id, _)| id == job) {
         return Ok(None);
     }
-    let forecast = replay_all(snapshot, &plan, policy, remaining, config, &order, &[job])?;
+    let forecast = replay_all(snapshot, &plan, policy, remaining, config, arrivals, &[job])?;
     Ok(forecast.waiting.into_iter().find(|p| p.job == job))
 }
 
 fn replay_all(
     snapshot: &ClusterSnapshot,
     plan: &Plan,
-    policy: &str,
+    policy: &dyn Policy,
     remaining: &HashMap<JobId, Remaining>,
     config: &ForecastConfig,
-    order: &[(JobId, WaitReason)],
+    arrivals: &[Arrival],
     targets: &[JobId],
 ) -> Result<Forecast, PolicyError> {
+    let order = queue_order(snapshot, plan);
     let mut runs = Vec::with_capacity(3);
     let mut rounds = 0;
     for scenario in [Scenario::Median, Scenario::Low, Scenario::High] {
-        let run = Replay::new(snapshot, plan, policy, remaining, scenario, config)?.run(targets);
+        let run = Replay::new(
+            snapshot, plan, policy, remaining, scenario, config, arrivals,
+        )?
+        .run(targets);
         rounds += run.rounds;
         runs.push(run);
         if targets.is_empty() {

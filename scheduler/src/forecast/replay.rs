@@ -3,9 +3,9 @@
 //! preemptions, and no new arrivals.
 
 use super::estimate::{NO_HISTORY, Remaining, step_s};
-use super::{ForecastConfig, Scenario};
+use super::{Arrival, ForecastConfig, Scenario};
 use crate::plan::{JobPlan, Placement, Plan, WaitReason};
-use crate::policy::{Oracle, PolicyError, build_policy};
+use crate::policy::{Oracle, PolicyError};
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
 use drover_core::JobId;
 use std::collections::HashMap;
@@ -85,24 +85,26 @@ pub(super) struct Replay<'a> {
     config: &'a ForecastConfig,
     /// Jobs using each GPU, keyed by (node, GPU).
     gpu_users: HashMap<(u32, u16), u8>,
+    /// Expected arrivals, by submission time, and the next to come.
+    arrivals: &'a [Arrival],
+    next_arrival: usize,
+    scenario: Scenario,
 }
 
 impl<'a> Replay<'a> {
     pub(super) fn new(
         snapshot: &ClusterSnapshot,
         plan: &'a Plan,
-        policy: &str,
+        policy: &dyn crate::Policy,
         remaining: &HashMap<JobId, Remaining>,
         scenario: Scenario,
         config: &'a ForecastConfig,
+        arrivals: &'a [Arrival],
     ) -> Result<Self, PolicyError> {
         let oracle = Arc::new(Mutex::new(HashMap::new()));
-        let policy = build_policy(
-            policy,
-            Some(Box::new(EstimateOracle {
-                left: oracle.clone(),
-            })),
-        )?;
+        let policy = policy.fork(Some(Box::new(EstimateOracle {
+            left: oracle.clone(),
+        })))?;
         let progress = snapshot
             .jobs
             .iter()
@@ -134,6 +136,9 @@ impl<'a> Replay<'a> {
             progress,
             config,
             gpu_users: HashMap::new(),
+            arrivals,
+            next_arrival: 0,
+            scenario,
         };
         let placements: Vec<Placement> = replay
             .snapshot
@@ -332,13 +337,38 @@ impl<'a> Replay<'a> {
                 .filter(|j| j.placement.is_some())
                 .map(|j| self.finish_time(j.id, now))
                 .fold(f64::INFINITY, f64::min);
-            let next = completion.min(last_round + self.config.round_s).max(now);
+            let arrival = self
+                .arrivals
+                .get(self.next_arrival)
+                .map_or(f64::INFINITY, |a| a.job.submit_s);
+            let next = completion
+                .min(last_round + self.config.round_s)
+                .min(arrival)
+                .max(now);
             if next > end {
                 break;
             }
             self.advance(now, next);
             now = next;
             self.snapshot.now_s = now;
+            while let Some(arrival) = self.arrivals.get(self.next_arrival)
+                && arrival.job.submit_s <= now
+            {
+                self.next_arrival += 1;
+                let mut job = arrival.job.clone();
+                job.placement = None;
+                job.observed.last_state_change_s = now;
+                self.progress.insert(
+                    job.id,
+                    Progress {
+                        left: arrival.remaining.at(self.scenario).max(0.0),
+                        rate: 0.0,
+                        productive_from: now,
+                        owed_s: 0.0,
+                    },
+                );
+                self.snapshot.jobs.push(job);
+            }
             let mut position = 0;
             while position < self.snapshot.jobs.len() {
                 let job = &self.snapshot.jobs[position];

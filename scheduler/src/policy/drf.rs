@@ -3,7 +3,7 @@
 //! tenant; work-conserving; non-preemptive. Weights are the tenants' guaranteed GPUs when any tenant has
 //! one (weighted DRF), else equal.
 
-use super::{Policy, arrival_if_free};
+use super::{Oracle, Policy, PolicyError, arrival_if_free};
 use crate::place::{FreeResources, Strategy};
 use crate::plan::{JobPlan, Plan, RunReason, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView};
@@ -22,6 +22,10 @@ fn share_key(gpus: u64, cpus: u64, total_gpus: u64, total_cpus: u64, weight: f64
 }
 
 impl Policy for Drf {
+    fn fork(&self, _oracle: Option<Box<dyn Oracle>>) -> Result<Box<dyn Policy>, PolicyError> {
+        Ok(Box::new(self.clone()))
+    }
+
     fn name(&self) -> &'static str {
         "drf"
     }

@@ -6,7 +6,7 @@
 
 use super::elastic::{ElasticParams, allocate, min_shape, place_targets};
 use super::optimus::{ModelCache, arrival_at_min_shape};
-use super::{Policy, Tiresias};
+use super::{Oracle, Policy, PolicyError, Tiresias};
 use crate::plan::{JobPlan, Placement, Plan, Role, RunReason, TaskPlacement, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
 use std::collections::BTreeMap;
@@ -120,6 +120,10 @@ impl DroverPolicy {
 }
 
 impl Policy for DroverPolicy {
+    fn fork(&self, _oracle: Option<Box<dyn Oracle>>) -> Result<Box<dyn Policy>, PolicyError> {
+        Ok(Box::new(self.clone()))
+    }
+
     fn name(&self) -> &'static str {
         match (self.quotas, self.packing, self.params.grow) {
             (true, true, true) => "drover",

@@ -1,6 +1,6 @@
 //! FIFO and FIFO with backfill: non-preemptive, in submission order, at the requested shape.
 
-use super::{Policy, arrival_if_free};
+use super::{Oracle, Policy, PolicyError, arrival_if_free};
 use crate::place::{FreeResources, Strategy};
 use crate::plan::{JobPlan, Plan, RunReason, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView};
@@ -23,6 +23,10 @@ impl Fifo {
 }
 
 impl Policy for Fifo {
+    fn fork(&self, _oracle: Option<Box<dyn Oracle>>) -> Result<Box<dyn Policy>, PolicyError> {
+        Ok(Box::new(self.clone()))
+    }
+
     fn name(&self) -> &'static str {
         if self.backfill {
             "fifo-backfill"

@@ -13,7 +13,7 @@
 //!   they have room (consolidation, which also de-fragments).
 
 use super::drover::pack;
-use super::{Policy, arrival_if_free, ordered_round};
+use super::{Oracle, Policy, PolicyError, arrival_if_free, ordered_round};
 use crate::place::{FreeResources, Strategy};
 use crate::plan::{JobPlan, Plan, RunReason, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
@@ -79,6 +79,10 @@ impl Gandiva {
 }
 
 impl Policy for Gandiva {
+    fn fork(&self, _oracle: Option<Box<dyn Oracle>>) -> Result<Box<dyn Policy>, PolicyError> {
+        Ok(Box::new(self.clone()))
+    }
+
     fn name(&self) -> &'static str {
         "gandiva"
     }

@@ -34,6 +34,9 @@ pub trait Policy: std::fmt::Debug + Send {
     /// The incremental entry point: place one new arrival (already in `snapshot.jobs`, waiting) without
     /// a full round, in what the running jobs leave free.
     fn place_arrival(&mut self, snapshot: &ClusterSnapshot, job: &JobView) -> JobPlan;
+    /// A copy with this policy's state, to replay ahead from (the queue forecast). An oracle baseline
+    /// takes `oracle` in place of its own (an error without one); other policies ignore it.
+    fn fork(&self, oracle: Option<Box<dyn Oracle>>) -> Result<Box<dyn Policy>, PolicyError>;
 }
 
 /// The truth about a job's remaining work. Only SRTF takes one: it is an oracle baseline. In the

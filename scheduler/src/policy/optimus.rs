@@ -6,7 +6,7 @@
 //! ablation that takes the true remaining steps and speed instead (through the oracle).
 
 use super::elastic::{ElasticParams, allocate, min_shape, place_targets};
-use super::{Oracle, Policy};
+use super::{Oracle, Policy, PolicyError};
 use crate::perf::{ConvergenceModel, SpeedModel};
 use crate::place::{FreeResources, Strategy};
 use crate::plan::{JobPlan, Plan, RunReason};
@@ -130,6 +130,18 @@ pub(crate) fn arrival_at_min_shape(
 }
 
 impl Policy for Optimus {
+    fn fork(&self, oracle: Option<Box<dyn Oracle>>) -> Result<Box<dyn Policy>, PolicyError> {
+        let oracle = match self.oracle {
+            Some(_) => Some(oracle.ok_or(PolicyError::NeedsOracle("optimus-oracle"))?),
+            None => None,
+        };
+        Ok(Box::new(Optimus {
+            oracle,
+            models: self.models.clone(),
+            params: self.params,
+        }))
+    }
+
     fn name(&self) -> &'static str {
         if self.oracle.is_some() {
             "optimus-oracle"

@@ -1,7 +1,7 @@
 //! SRTF: preemptive shortest-remaining-time-first, an oracle baseline. It alone is given the true
 //! remaining time of every job (through [`super::Oracle`]); it runs jobs at their requested shape.
 
-use super::{Oracle, Policy, arrival_if_free, ordered_round};
+use super::{Oracle, Policy, PolicyError, arrival_if_free, ordered_round};
 use crate::place::Strategy;
 use crate::plan::{JobPlan, Plan, RunReason};
 use crate::snapshot::{ClusterSnapshot, JobView};
@@ -18,6 +18,12 @@ impl Srtf {
 }
 
 impl Policy for Srtf {
+    fn fork(&self, oracle: Option<Box<dyn Oracle>>) -> Result<Box<dyn Policy>, PolicyError> {
+        Ok(Box::new(Srtf::new(
+            oracle.ok_or(PolicyError::NeedsOracle("srtf"))?,
+        )))
+    }
+
     fn name(&self) -> &'static str {
         "srtf"
     }

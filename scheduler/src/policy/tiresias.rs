@@ -5,7 +5,7 @@
 //! waited `promote_knob` × its run time since it last entered Q0 is promoted back to Q0. Models with
 //! high tensor skew get consolidated placement (fewest nodes, or wait); the rest are placed anywhere.
 
-use super::{Policy, arrival_if_free, ordered_round};
+use super::{Oracle, Policy, PolicyError, arrival_if_free, ordered_round};
 use crate::place::Strategy;
 use crate::plan::{JobPlan, Plan, RunReason};
 use crate::snapshot::{ClusterSnapshot, JobView};
@@ -105,6 +105,10 @@ impl Tiresias {
 }
 
 impl Policy for Tiresias {
+    fn fork(&self, _oracle: Option<Box<dyn Oracle>>) -> Result<Box<dyn Policy>, PolicyError> {
+        Ok(Box::new(self.clone()))
+    }
+
     fn name(&self) -> &'static str {
         "tiresias"
     }

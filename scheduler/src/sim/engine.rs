@@ -307,7 +307,7 @@ pub(crate) fn simulate(
     policy: &mut dyn Policy,
     config: SimConfig,
     oracle: Option<Arc<Mutex<OracleState>>>,
-    predict: Option<(&str, PredictOptions)>,
+    predict: Option<PredictOptions>,
     stopwatch: &dyn Stopwatch,
 ) -> Result<Outcome, SimError> {
     let n = workload.jobs.len();
@@ -331,7 +331,7 @@ pub(crate) fn simulate(
         gpu_users: vec![0; workload.nodes.len() * 64],
         busy: 0,
         oracle,
-        predictor: predict.map(|(policy, options)| Predictor::new(policy, options)),
+        predictor: predict.map(Predictor::new),
     };
     let mut previous = Plan::default();
     let mut next_arrival = 0;
@@ -394,6 +394,9 @@ pub(crate) fn simulate(
             && job.view.submit_s <= now
         {
             next_arrival += 1;
+            if let Some(predictor) = &mut engine.predictor {
+                predictor.arrived(&job.view);
+            }
             engine.snapshot.jobs.push(job.view.clone());
             let position = engine.snapshot.jobs.len() - 1;
             engine.snapshot.jobs[position].observed.last_state_change_s = now;
@@ -408,7 +411,12 @@ pub(crate) fn simulate(
             if matches!(decision, JobPlan::Wait { .. })
                 && let Some(predictor) = &mut engine.predictor
             {
-                predictor.arrived_waiting(&engine.snapshot, job.view.id, next_arrival - 1);
+                predictor.arrived_waiting(
+                    &engine.snapshot,
+                    &*policy,
+                    job.view.id,
+                    next_arrival - 1,
+                );
             }
         }
         // A full round after completions and on the tick.

@@ -75,7 +75,7 @@ pub fn run_policy_predicting(
         policy_impl.as_mut(),
         config,
         state,
-        predict.map(|options| (policy, options)),
+        predict,
         stopwatch,
     )?;
     let report = build_report(

@@ -4,7 +4,9 @@
 
 use super::config::Outcome;
 use super::report::percentile;
-use crate::forecast::{ForecastConfig, Priors, Remaining, estimate, predict_start};
+use crate::forecast::{
+    ForecastConfig, Priors, Remaining, estimate, predict_start, recent_arrivals,
+};
 use crate::snapshot::ClusterSnapshot;
 use drover_core::JobId;
 use serde::Serialize;
@@ -16,7 +18,14 @@ pub struct PredictOptions {
     pub forecast: ForecastConfig,
     /// Predict for one waiting arrival in this many (1: every one).
     pub every: usize,
+    /// Expect the arrivals of the last this many seconds to repeat during the replay (0: no new
+    /// arrivals, the baseline).
+    pub arrival_window_s: f64,
 }
+
+/// How far ahead expected arrivals go, and how many at most.
+const ARRIVALS_AHEAD_S: f64 = 6.0 * 3600.0;
+const ARRIVALS_CAP: usize = 2_000;
 
 /// One prediction made at a job's arrival.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -32,25 +41,26 @@ pub struct PredictionRecord {
 /// The predictor the engine calls at arrivals; it also learns from every completion.
 #[derive(Debug)]
 pub(crate) struct Predictor {
-    policy: String,
     options: PredictOptions,
     waiting_arrivals: usize,
     /// Finished jobs: (tenant, GPU-seconds per GPU of their preferred shape).
     history: Vec<(u32, f64)>,
     priors: Priors,
     priors_from: usize,
+    /// Jobs submitted within the arrival window, oldest first.
+    recent: std::collections::VecDeque<crate::snapshot::JobView>,
     pub(crate) records: Vec<PredictionRecord>,
 }
 
 impl Predictor {
-    pub(crate) fn new(policy: &str, options: PredictOptions) -> Predictor {
+    pub(crate) fn new(options: PredictOptions) -> Predictor {
         Predictor {
-            policy: policy.to_owned(),
             options,
             waiting_arrivals: 0,
             history: Vec::new(),
             priors: Priors::default(),
             priors_from: 0,
+            recent: std::collections::VecDeque::new(),
             records: Vec::new(),
         }
     }
@@ -59,8 +69,30 @@ impl Predictor {
         self.history.push((tenant, seconds));
     }
 
+    /// Every arrival, as it was submitted.
+    pub(crate) fn arrived(&mut self, job: &crate::snapshot::JobView) {
+        if self.options.arrival_window_s <= 0.0 {
+            return;
+        }
+        while self
+            .recent
+            .front()
+            .is_some_and(|j| j.submit_s <= job.submit_s - self.options.arrival_window_s)
+        {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(job.clone());
+    }
+
     /// A job arrived and waits: predict its start from what can be observed now.
-    pub(crate) fn arrived_waiting(&mut self, snapshot: &ClusterSnapshot, job: JobId, index: usize) {
+    /// `policy` is the replay's own, with its state: the forecast forks it.
+    pub(crate) fn arrived_waiting(
+        &mut self,
+        snapshot: &ClusterSnapshot,
+        policy: &dyn crate::Policy,
+        job: JobId,
+        index: usize,
+    ) {
         self.waiting_arrivals += 1;
         if !(self.waiting_arrivals - 1).is_multiple_of(self.options.every.max(1)) {
             return;
@@ -75,11 +107,23 @@ impl Predictor {
             .iter()
             .map(|j| (j.id, estimate(j, &self.priors)))
             .collect();
+        // Without itself: it has arrived already.
+        let recent: Vec<&crate::snapshot::JobView> =
+            self.recent.iter().filter(|j| j.id != job).collect();
+        let arrivals = recent_arrivals(
+            &recent,
+            snapshot.now_s,
+            self.options.arrival_window_s,
+            ARRIVALS_AHEAD_S,
+            ARRIVALS_CAP,
+            &self.priors,
+        );
         let prediction = predict_start(
             snapshot,
-            &self.policy,
+            policy,
             &remaining,
             &self.options.forecast,
+            &arrivals,
             job,
         )
         .ok()
