@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{build, percentile};
+use common::{SIZES, build_with, percentile};
 use drover_core::JobId;
 use drover_scheduler::snapshot::Shape;
 use drover_scheduler::{Oracle, Plan, build_policy, policy_names};
@@ -24,7 +24,7 @@ impl Oracle for RandomOracle {
 }
 
 fn measure(label: &str, gpus: u32, running: usize, queued: usize, rounds: usize) {
-    let snapshot = build(gpus, running, queued);
+    let snapshot = build_with(gpus, running, queued, SIZES);
     println!(
         "\n{label}: {queued} queued + {running} running jobs on {gpus} GPUs, {rounds} rounds each"
     );

@@ -40,9 +40,19 @@ fn job(i: usize, gpus: u32, tenant: u32, rng: &mut ChaCha8Rng) -> JobView {
     }
 }
 
-pub fn build(gpus: u32, running: usize, queued: usize) -> ClusterSnapshot {
+/// Jobs' GPU counts, drawn uniformly: mostly small, a few of 4 and 8.
+pub const SIZES: &[u32] = &[1, 1, 1, 1, 2, 2, 4, 8];
+
+/// The running jobs' GPU counts are drawn from `running_sizes` (larger ones fill the cluster), the
+/// queued ones' from [`SIZES`].
+pub fn build_with(
+    gpus: u32,
+    running: usize,
+    queued: usize,
+    running_sizes: &[u32],
+) -> ClusterSnapshot {
     let mut rng = ChaCha8Rng::seed_from_u64(42);
-    let sizes = [1, 1, 1, 1, 2, 2, 4, 8];
+    let sizes = SIZES;
     let mut snapshot = ClusterSnapshot {
         now_s: 1e6,
         nodes: uniform_cluster(gpus / 8, 8, 96, 32),
@@ -57,7 +67,7 @@ pub fn build(gpus: u32, running: usize, queued: usize) -> ClusterSnapshot {
             .map(|i| {
                 job(
                     i,
-                    sizes[rng.random_range(0..sizes.len())],
+                    running_sizes[rng.random_range(0..running_sizes.len())],
                     (i % 10) as u32,
                     &mut rng,
                 )

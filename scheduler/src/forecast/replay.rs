@@ -2,7 +2,7 @@
 //! deciding every round and at every completion, the simulator's costs for starts, resizes and
 //! preemptions, and no new arrivals.
 
-use super::estimate::{NO_HISTORY, Remaining, step_s};
+use super::estimate::{NO_HISTORY, Remaining};
 use super::{Arrival, ForecastConfig, Scenario};
 use crate::plan::{JobPlan, Placement, Plan, WaitReason};
 use crate::policy::{Oracle, PolicyError};
@@ -85,6 +85,8 @@ pub(super) struct Replay<'a> {
     config: &'a ForecastConfig,
     /// Jobs using each GPU, keyed by (node, GPU).
     gpu_users: HashMap<(u32, u16), u8>,
+    /// Each job's speed model, fitted once (observations do not change during a replay).
+    speed: HashMap<JobId, Option<crate::perf::SpeedModel>>,
     /// Expected arrivals, by submission time, and the next to come.
     arrivals: &'a [Arrival],
     next_arrival: usize,
@@ -136,6 +138,16 @@ impl<'a> Replay<'a> {
             progress,
             config,
             gpu_users: HashMap::new(),
+            speed: snapshot
+                .jobs
+                .iter()
+                .map(|j| {
+                    let model = (!j.observed.step_stats.is_empty()).then(|| {
+                        crate::perf::SpeedModel::from_observations(&j.observed.step_stats)
+                    });
+                    (j.id, model)
+                })
+                .collect(),
             arrivals,
             next_arrival: 0,
             scenario,
@@ -171,7 +183,12 @@ impl<'a> Replay<'a> {
         if shape.workers == 0 {
             return 0.0;
         }
-        let relative = match (step_s(job, job.preferred), step_s(job, shape)) {
+        let step = |shape: Shape| {
+            let model = self.speed.get(&job.id)?.as_ref()?;
+            let s = model.step_s(shape);
+            (s.is_finite() && s > 0.0).then_some(s)
+        };
+        let relative = match (step(job.preferred), step(shape)) {
             (Some(preferred), Some(here)) => preferred / here,
             // Nothing observed: speed in proportion to workers.
             _ => f64::from(shape.workers) / f64::from(job.preferred.workers.max(1)),
