@@ -1,5 +1,7 @@
 //! Drover's shared vocabulary, used by the control plane, the CLI and (later) the scheduler and executors:
 //!
+//! - [`experiment`]: the `DroverExperiment` document (a hyper-parameter search) and the trial jobs it
+//!   builds ([`experiment_validate`] checks it);
 //! - [`spec`]: the `DroverJob` document, parsed from JSON or YAML, and its validation ([`validate`]);
 //! - [`state`]: the job state machine (the one place that knows which transitions are legal) and the
 //!   typed reason codes every transition carries;
@@ -8,6 +10,8 @@
 //! - [`ids`]: typed ids, so a tenant id cannot be passed where a job id is meant.
 
 pub mod blocks;
+pub mod experiment;
+pub mod experiment_validate;
 pub mod ids;
 pub mod spec;
 pub mod state;

@@ -635,41 +635,7 @@ impl Default for CheckpointPolicy {
 impl DroverJob {
     /// Parses and validates a document. The error names the first problem found.
     pub fn parse(bytes: &[u8], format: Format) -> Result<DroverJob, SpecError> {
-        let job = match format {
-            Format::Json => {
-                let mut de = serde_json::Deserializer::from_slice(bytes);
-                let job: DroverJob = serde_path_to_error::deserialize(&mut de).map_err(|err| {
-                    let malformed = !err.inner().is_data();
-                    let mut spec_err = path_error(err);
-                    spec_err.malformed = malformed;
-                    spec_err
-                })?;
-                de.end()
-                    .map_err(|err| SpecError::malformed("(document)", err.to_string()))?;
-                job
-            }
-            Format::Yaml => {
-                let de = serde_yaml::Deserializer::from_slice(bytes);
-                serde_path_to_error::deserialize(de).map_err(|err| {
-                    // serde_yaml does not classify its errors: anything that is not one of serde's
-                    // data errors (or ours, from validation) is a syntax error.
-                    let message = err.inner().to_string();
-                    let data = [
-                        "invalid type",
-                        "invalid value",
-                        "invalid length",
-                        "unknown variant",
-                        "unknown field",
-                        "missing field",
-                        "duplicate field",
-                    ];
-                    let malformed = !data.iter().any(|prefix| message.contains(prefix));
-                    let mut spec_err = path_error(err);
-                    spec_err.malformed = malformed;
-                    spec_err
-                })?
-            }
-        };
+        let job: DroverJob = parse_document(bytes, format)?;
         crate::validate::validate(&job)?;
         Ok(job)
     }
@@ -677,6 +643,48 @@ impl DroverJob {
     /// Total GPUs the job asks for at its largest shape.
     pub fn max_gpus(&self) -> u64 {
         u64::from(self.spec.resources.workers.max) * u64::from(self.spec.resources.gpus_per_worker)
+    }
+}
+
+/// Deserialises a document strictly; the error names the field (or says the bytes are not a document).
+pub(crate) fn parse_document<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    format: Format,
+) -> Result<T, SpecError> {
+    match format {
+        Format::Json => {
+            let mut de = serde_json::Deserializer::from_slice(bytes);
+            let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+                let malformed = !err.inner().is_data();
+                let mut spec_err = path_error(err);
+                spec_err.malformed = malformed;
+                spec_err
+            })?;
+            de.end()
+                .map_err(|err| SpecError::malformed("(document)", err.to_string()))?;
+            Ok(value)
+        }
+        Format::Yaml => {
+            let de = serde_yaml::Deserializer::from_slice(bytes);
+            serde_path_to_error::deserialize(de).map_err(|err| {
+                // serde_yaml does not classify its errors: anything that is not one of serde's
+                // data errors (or ours, from validation) is a syntax error.
+                let message = err.inner().to_string();
+                let data = [
+                    "invalid type",
+                    "invalid value",
+                    "invalid length",
+                    "unknown variant",
+                    "unknown field",
+                    "missing field",
+                    "duplicate field",
+                ];
+                let malformed = !data.iter().any(|prefix| message.contains(prefix));
+                let mut spec_err = path_error(err);
+                spec_err.malformed = malformed;
+                spec_err
+            })
+        }
     }
 }
 
