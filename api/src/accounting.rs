@@ -53,7 +53,7 @@ pub fn cause_of_reason(reason: &str) -> &'static str {
         "resized" | "resized_by_user" => "resize",
         "migrated" => "migration",
         "paused_by_user" | "resumed_by_user" => "paused",
-        "cancelled_by_user" => "cancelled",
+        "cancelled_by_user" | "stopped_by_search" => "cancelled",
         "completed" => "completed",
         _ => "other",
     }

@@ -145,6 +145,11 @@ pub async fn start(
         let kubernetes = runtime.config.kubernetes.clone();
         let leader = runtime.leader.clone();
         state = state.with_runtime(runtime);
+        tokio::spawn(crate::experiments::run(
+            state.clone(),
+            leader.clone(),
+            signalled(stopped.clone()),
+        ));
         if let Some(settings) = kubernetes {
             // kube's error already says what it tried: one line, not its whole chain again.
             let client = kube::Client::try_default().await.map_err(|err| {

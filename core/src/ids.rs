@@ -57,3 +57,7 @@ typed_id!(
     /// An API token (the id, never the secret).
     TokenId
 );
+typed_id!(
+    /// A hyper-parameter search.
+    ExperimentId
+);

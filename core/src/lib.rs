@@ -19,7 +19,7 @@ pub mod tenancy;
 pub mod text;
 pub mod validate;
 
-pub use ids::{JobId, TenantId, TokenId, UserId};
+pub use ids::{ExperimentId, JobId, TenantId, TokenId, UserId};
 pub use spec::{DroverJob, JobSpec, SpecError};
 pub use state::{IllegalTransition, JobState, ReasonCode};
 pub use tenancy::Role;

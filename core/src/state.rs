@@ -181,6 +181,8 @@ pub enum ReasonCode {
     CancelledByUser,
     /// A user changed its worker or PS ranges; the scheduler re-plans it.
     ResizedByUser,
+    /// Its experiment stopped it: early stopping, a budget, or the experiment's cancellation.
+    StoppedBySearch,
     /// Training reached its step budget or target, or the command exited 0.
     Completed,
 }
@@ -204,6 +206,7 @@ impl ReasonCode {
             ReasonCode::ResumedByUser => "resumed_by_user",
             ReasonCode::CancelledByUser => "cancelled_by_user",
             ReasonCode::ResizedByUser => "resized_by_user",
+            ReasonCode::StoppedBySearch => "stopped_by_search",
             ReasonCode::Completed => "completed",
         }
     }

@@ -244,7 +244,23 @@ impl Runtime {
             (None, _) => return Ok(()),
         };
         let num_workers = num_workers(tasks);
-        let resume = self.store.latest_checkpoint(job.id).await?;
+        // Its own last checkpoint; before it has one, the checkpoint `train.init_from` names.
+        let resume = match self.store.latest_checkpoint(job.id).await? {
+            Some(own) => Some(own),
+            None => match spec.spec.train.as_ref().and_then(|t| t.init_from.as_ref()) {
+                None => None,
+                Some(init) => match self.init_checkpoint(job, &init.checkpoint).await? {
+                    Ok(checkpoint) => Some(checkpoint),
+                    Err(why) => {
+                        tracing::warn!(job.id = %job.id, why, "job cannot start from its init_from checkpoint");
+                        self.transition(job, JobState::Failed, ReasonCode::UserError, why, false)
+                            .await?;
+                        self.hub.wake.notify_one();
+                        return Ok(());
+                    }
+                },
+            },
+        };
         let message = pb::ServerMessage {
             body: Some(pb::server_message::Body::Prepare(pb::PrepareTask {
                 task: Some(to_pb_key(&task.key)),
@@ -275,6 +291,35 @@ impl Runtime {
 }
 
 impl Runtime {
+    /// The checkpoint a job's `train.init_from` names, if it is one of the job's tenant's; `Err` says
+    /// why not (the job then fails: retrying cannot help).
+    async fn init_checkpoint(
+        &self,
+        job: &Job,
+        id: &str,
+    ) -> StoreResult<Result<crate::store::CheckpointRecord, String>> {
+        let missing = || {
+            Err(format!(
+                "spec.train.init_from.checkpoint: no checkpoint `{id}` in the tenant"
+            ))
+        };
+        let Ok(uuid) = uuid::Uuid::parse_str(id) else {
+            return Ok(missing());
+        };
+        let Some(checkpoint) = self.store.checkpoint_by_id(uuid).await? else {
+            return Ok(missing());
+        };
+        match self
+            .store
+            .get_job(Scope::Tenant(job.tenant_id), checkpoint.job_id)
+            .await
+        {
+            Ok(_) => Ok(Ok(checkpoint)),
+            Err(crate::store::StoreError::NotFound) => Ok(missing()),
+            Err(err) => Err(err),
+        }
+    }
+
     /// A command task's environment, its secrets opened; `Err` says which secret is missing or does
     /// not open (the job then fails: retrying cannot help). Values are never logged.
     async fn task_env(

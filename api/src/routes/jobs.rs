@@ -97,6 +97,7 @@ pub async fn create_job(
         &job,
     )
     .await?;
+    check_init_from(state, principal, &job).await?;
     // `metadata.generateName`: the name is the prefix and five random characters, drawn again
     // while the tenant has a job of that name.
     let prefix = job
@@ -157,7 +158,7 @@ fn name_suffix() -> String {
         .collect()
 }
 
-fn body_format(headers: &HeaderMap, body: &[u8]) -> ApiResult<Format> {
+pub(crate) fn body_format(headers: &HeaderMap, body: &[u8]) -> ApiResult<Format> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
@@ -226,6 +227,46 @@ pub(super) fn check_quota(tenant_name: &str, quota: &Quota, job: &DroverJob) -> 
         ));
     }
     Ok(())
+}
+
+/// `train.init_from` must name a checkpoint of one of the tenant's jobs.
+async fn check_init_from(
+    state: &AppState,
+    principal: &Principal,
+    job: &DroverJob,
+) -> ApiResult<()> {
+    let Some(init) = job.spec.train.as_ref().and_then(|t| t.init_from.as_ref()) else {
+        return Ok(());
+    };
+    let field = "spec.train.init_from.checkpoint";
+    let missing = || {
+        ApiError::invalid(
+            field,
+            format!(
+                "no checkpoint `{}` in the tenant (`drover checkpoints JOB` lists a job's)",
+                init.checkpoint
+            ),
+        )
+    };
+    let id = uuid::Uuid::parse_str(&init.checkpoint).map_err(|_| missing())?;
+    let checkpoint = state
+        .store
+        .checkpoint_by_id(id)
+        .await
+        .map_err(|err| ApiError::from_store(err, || "checkpoint".into()))?
+        .ok_or_else(missing)?;
+    match state
+        .store
+        .get_job(
+            crate::store::Scope::Tenant(principal.user.tenant_id),
+            checkpoint.job_id,
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(StoreError::NotFound) => Err(missing()),
+        Err(err) => Err(ApiError::from_store(err, || "job".into())),
+    }
 }
 
 /// A tenant may keep only so many jobs waiting, so that no tenant can fill the database. Concurrent

@@ -3,6 +3,7 @@
 pub mod audit;
 pub mod download;
 pub mod enrollment;
+pub mod experiments;
 pub mod health;
 pub mod jobs;
 pub mod nodes;
@@ -34,6 +35,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
     paths(
         health::healthz, health::readyz, health::metrics,
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::pause, jobs::resume, jobs::events, resize::resize, queue::list,
+        experiments::submit, experiments::list, experiments::get, experiments::trials, experiments::events,
+        experiments::pause, experiments::resume, experiments::cancel,
         runs::tasks, runs::request_checkpoint, runs::metrics, runs::checkpoints, download::download, runs::logs,
         tenants::create, tenants::list, tenants::get, tenants::set_quota, usage::usage, usage_metrics::metrics,
         users::create, users::list, users::get, users::me,
@@ -46,6 +49,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
     modifiers(&BearerAuth),
     tags(
         (name = "jobs", description = "Training and command jobs"),
+        (name = "experiments", description = "Hyper-parameter searches: trials are jobs the searcher starts"),
         (name = "tenants", description = "Teams and their GPU quotas"),
         (name = "users", description = "Users and their roles"),
         (name = "tokens", description = "API tokens"),
@@ -189,6 +193,16 @@ pub fn app_with(state: AppState, pages: Router<AppState>) -> Router {
         )
         .route("/api/v1/jobs/{id}/logs", get(runs::logs))
         .route("/api/v1/queue", get(queue::list))
+        .route(
+            "/api/v1/experiments",
+            post(experiments::submit).get(experiments::list),
+        )
+        .route("/api/v1/experiments/{id}", get(experiments::get))
+        .route("/api/v1/experiments/{id}/trials", get(experiments::trials))
+        .route("/api/v1/experiments/{id}/events", get(experiments::events))
+        .route("/api/v1/experiments/{id}/pause", post(experiments::pause))
+        .route("/api/v1/experiments/{id}/resume", post(experiments::resume))
+        .route("/api/v1/experiments/{id}/cancel", post(experiments::cancel))
         .route("/api/v1/usage", get(usage::usage))
         .route("/api/v1/usage/metrics", get(usage_metrics::metrics))
         .route("/api/v1/tenants", post(tenants::create).get(tenants::list))

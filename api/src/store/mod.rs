@@ -9,6 +9,8 @@
 //! it is dispatched), metric samples, checkpoint records and task logs.
 //! Also the leading replica's announcement and pending checkpoint requests (`replicas`), and what it
 //! computes for users: the queue forecast and the accounting ledger of allocations (`ledger`).
+//! Hyper-parameter searches (`experiments`): each experiment, its trials (points of the space) and
+//! segments (the jobs that ran them, each row written before its job), and its events.
 //! What is rebuilt in memory at start-up: which executors are connected and when each was last heard
 //! from (an executor that does not come back within the heartbeat timeout is lost), the rendezvous
 //! state (from task addresses), and the policy's own state (by replaying snapshots).
@@ -18,6 +20,8 @@
 
 mod exec;
 mod exec_sql;
+mod experiments;
+mod experiments_sql;
 mod ledger;
 mod ledger_sql;
 mod model;
@@ -30,6 +34,7 @@ mod trust;
 mod trust_sql;
 
 pub use exec::*;
+pub use experiments::*;
 pub use ledger::*;
 pub use model::*;
 pub use pg::PgStore;
@@ -99,7 +104,15 @@ pub enum Backend {
 
 #[async_trait]
 pub trait Store:
-    ExecStore + TrustStore + ReplicaStore + LedgerStore + Send + Sync + std::fmt::Debug + 'static
+    ExecStore
+    + TrustStore
+    + ReplicaStore
+    + LedgerStore
+    + ExperimentStore
+    + Send
+    + Sync
+    + std::fmt::Debug
+    + 'static
 {
     fn backend(&self) -> Backend;
     /// Applies pending migrations.

@@ -47,3 +47,4 @@ super::exec_sql::impl_exec_store!(PgStore, sqlx::Postgres);
 super::trust_sql::impl_trust_store!(PgStore);
 super::replicas_sql::impl_replica_store!(PgStore);
 super::ledger_sql::impl_ledger_store!(PgStore);
+super::experiments_sql::impl_experiment_store!(PgStore, sqlx::Postgres);

@@ -29,6 +29,43 @@ const MATRIX: &[(&str, &str, [u16; 6])] = &[
     ("get", "/api/v1/jobs/{id}", [401, 200, 200, 200, 404, 200]),
     (
         "post",
+        "/api/v1/experiments",
+        [401, 403, 201, 201, 201, 201],
+    ),
+    ("get", "/api/v1/experiments", [401, 200, 200, 200, 200, 200]),
+    (
+        "get",
+        "/api/v1/experiments/{id}",
+        [401, 200, 200, 200, 404, 200],
+    ),
+    (
+        "get",
+        "/api/v1/experiments/{id}/trials",
+        [401, 200, 200, 200, 404, 200],
+    ),
+    (
+        "get",
+        "/api/v1/experiments/{id}/events",
+        [401, 200, 200, 200, 404, 200],
+    ),
+    (
+        "post",
+        "/api/v1/experiments/{id}/pause",
+        [401, 403, 200, 200, 404, 200],
+    ),
+    // The experiment is active, not paused: 409 once the caller may resume at all.
+    (
+        "post",
+        "/api/v1/experiments/{id}/resume",
+        [401, 403, 409, 409, 404, 409],
+    ),
+    (
+        "post",
+        "/api/v1/experiments/{id}/cancel",
+        [401, 403, 200, 200, 404, 200],
+    ),
+    (
+        "post",
         "/api/v1/jobs/{id}/cancel",
         [401, 403, 200, 200, 404, 200],
     ),
@@ -178,6 +215,7 @@ const MATRIX: &[(&str, &str, [u16; 6])] = &[
 struct Fixture {
     tokens: [Option<String>; 6],
     job: String,
+    experiment: String,
     viewer: String,
     viewer_token: String,
     enrollment_token: String,
@@ -190,6 +228,15 @@ async fn fixture(app: &TestApp) -> Fixture {
     let other = app.user_token("beta", "bob", "admin").await;
     let job = app.post("/api/v1/jobs", &member, command_job("work")).await;
     assert_eq!(job.status, StatusCode::CREATED, "{}", job.body);
+    let experiment = app
+        .post("/api/v1/experiments", &member, experiment("search"))
+        .await;
+    assert_eq!(
+        experiment.status,
+        StatusCode::CREATED,
+        "{}",
+        experiment.body
+    );
     let secret = app
         .call(
             Method::PUT,
@@ -238,6 +285,10 @@ async fn fixture(app: &TestApp) -> Fixture {
             Some(ADMIN_TOKEN.to_owned()),
         ],
         job: job.body["job"]["id"].as_str().unwrap().to_owned(),
+        experiment: experiment.body["experiment"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
         viewer: me.body["user"]["id"].as_str().unwrap().to_owned(),
         viewer_token: tokens.body["tokens"][0]["id"].as_str().unwrap().to_owned(),
         enrollment_token: enrollment.body["enrollment_token"]["id"]
@@ -260,6 +311,21 @@ fn command_job(name: &str) -> Value {
     })
 }
 
+fn experiment(name: &str) -> Value {
+    json!({
+        "apiVersion": "drover.dev/v1",
+        "kind": "DroverExperiment",
+        "metadata": {"name": name},
+        "spec": {
+            "trial": {"type": "command", "command": {"argv": ["true"]},
+                      "resources": {"workers": {"min": 1, "max": 1}, "gpus_per_worker": 0}},
+            "parameters": {"x": {"type": "double", "min": 0, "max": 1}},
+            "metric": {"name": "loss", "goal": "minimize"},
+            "searcher": {"type": "random"}
+        }
+    })
+}
+
 /// The template with the fixture's resources in it.
 fn concrete(template: &str, fx: &Fixture) -> String {
     let id = if template.starts_with("/api/v1/users/") {
@@ -268,6 +334,8 @@ fn concrete(template: &str, fx: &Fixture) -> String {
         &fx.viewer_token
     } else if template.starts_with("/api/v1/enrollment-tokens/") {
         &fx.enrollment_token
+    } else if template.starts_with("/api/v1/experiments/") {
+        &fx.experiment
     } else {
         &fx.job
     };
@@ -288,6 +356,7 @@ fn concrete(template: &str, fx: &Fixture) -> String {
 fn body(method: &str, template: &str) -> Option<Value> {
     Some(match (method, template) {
         ("post", "/api/v1/jobs") => command_job("another"),
+        ("post", "/api/v1/experiments") => experiment("another"),
         ("post", "/api/v1/jobs/{id}/resize") => {
             json!({"workers": {"min": 1, "max": 2}, "ps": {"min": 1, "max": 1}})
         }

@@ -15,6 +15,7 @@ use tower::ServiceExt;
 
 mod authz;
 mod elastic;
+mod experiments;
 mod fake_kube;
 mod kubernetes;
 mod kubernetes_mirror;
@@ -29,6 +30,7 @@ const EXAMPLE: &str = include_str!("../../../examples/reference/every-field.yaml
 struct TestApp {
     router: Router,
     db: TestDb,
+    state: AppState,
 }
 
 struct Reply {
@@ -65,8 +67,9 @@ impl TestApp {
             .with_secrets(secrets.into())
             .with_limits(limits);
         TestApp {
-            router: app(state),
+            router: app(state.clone()),
             db,
+            state,
         }
     }
 

@@ -1,0 +1,605 @@
+//! `/api/v1/experiments`: hyper-parameter searches. Submit, list, read (best trial and every trial
+//! with its point and last metric), pause and resume, cancel, and the experiment's events. The
+//! experiment driver (`crate::experiments`) runs the trials.
+
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::experiments::{cancel_running, event, segment_state, trial_records};
+use crate::extract::{Body, PathParam, QueryPairs};
+use crate::state::AppState;
+use crate::store::{Experiment, ExperimentState, NewExperiment};
+use crate::views::ListMeta;
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use drover_core::experiment::{DroverExperiment, MetricGoal};
+use drover_core::{ExperimentId, JobId};
+use drover_search::SegmentState;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+const MAX_PAGE: u32 = 500;
+
+/// An experiment as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExperimentView {
+    pub id: String,
+    pub name: String,
+    pub tenant: String,
+    #[schema(value_type = String)]
+    pub state: ExperimentState,
+    pub message: String,
+    pub searcher: String,
+    pub metric: MetricGoal,
+    pub best_trial: Option<u32>,
+    pub best_value: Option<f64>,
+    pub num_trials: Option<usize>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub ended_at: Option<DateTime<Utc>>,
+    /// The whole document, defaults filled in.
+    #[schema(value_type = Object)]
+    pub document: serde_json::Value,
+    /// Every trial (on `GET /api/v1/experiments/{id}` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trials: Option<Vec<TrialView>>,
+}
+
+/// One trial: a point of the space and the jobs that ran it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TrialView {
+    pub trial: u32,
+    /// `active`, `succeeded`, `failed` or `stopped`.
+    pub state: String,
+    #[schema(value_type = Object)]
+    pub params: serde_json::Value,
+    /// The last value of the experiment's metric it reported, and at which step.
+    pub last_value: Option<f64>,
+    pub last_step: Option<u64>,
+    /// Its best value by the metric's goal.
+    pub best_value: Option<f64>,
+    /// Started from this trial's checkpoint (PBT's exploit).
+    pub source_trial: Option<u32>,
+    pub replaces: Option<u32>,
+    pub stop_reason: Option<String>,
+    pub jobs: Vec<TrialJobView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TrialJobView {
+    pub segment: u32,
+    pub job_id: Option<String>,
+    pub name: Option<String>,
+    pub state: Option<String>,
+    pub max_steps: Option<u64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExperimentEnvelope {
+    pub experiment: ExperimentView,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExperimentList {
+    pub experiments: Vec<ExperimentView>,
+    pub meta: ListMeta,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TrialList {
+    pub trials: Vec<TrialView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExperimentEventView {
+    pub id: i64,
+    pub message: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExperimentEventList {
+    pub events: Vec<ExperimentEventView>,
+    pub meta: ListMeta,
+}
+
+fn view(experiment: Experiment, trials: Option<Vec<TrialView>>) -> ExperimentView {
+    let parsed: Option<DroverExperiment> = serde_json::from_value(experiment.document.clone()).ok();
+    ExperimentView {
+        id: experiment.id.to_string(),
+        name: experiment.name,
+        tenant: experiment.tenant_name,
+        state: experiment.state,
+        message: experiment.message,
+        searcher: parsed
+            .as_ref()
+            .map_or_else(String::new, |d| d.spec.searcher.name().to_owned()),
+        metric: parsed.as_ref().map_or_else(
+            || MetricGoal {
+                name: String::new(),
+                goal: drover_core::experiment::Goal::Minimize,
+            },
+            |d| d.spec.metric.clone(),
+        ),
+        best_trial: experiment.best_trial,
+        best_value: experiment.best_value,
+        num_trials: trials.as_ref().map(Vec::len),
+        created_at: experiment.created_at,
+        updated_at: experiment.updated_at,
+        ended_at: experiment.ended_at,
+        document: experiment.document,
+        trials,
+    }
+}
+
+fn parse_id(raw: &str) -> ApiResult<ExperimentId> {
+    raw.parse()
+        .map_err(|_| ApiError::not_found(format!("no experiment `{raw}`")))
+}
+
+async fn load(state: &AppState, principal: &Principal, raw: &str) -> ApiResult<Experiment> {
+    let id = parse_id(raw)?;
+    state
+        .store
+        .get_experiment(principal.scope(), id)
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no experiment `{raw}`")))
+}
+
+/// Every trial of an experiment with its jobs and metric.
+pub async fn trial_views(state: &AppState, experiment: &Experiment) -> ApiResult<Vec<TrialView>> {
+    let store = state.store.as_ref();
+    let internal = |err| ApiError::from_store(err, || "experiment".into());
+    let goal = serde_json::from_value::<DroverExperiment>(experiment.document.clone())
+        .map(|d| d.spec.metric)
+        .ok();
+    let (trials, segments) = store
+        .experiment_trials(experiment.id)
+        .await
+        .map_err(internal)?;
+    let samples = match &goal {
+        Some(metric) => store
+            .experiment_samples(experiment.id, &metric.name)
+            .await
+            .map_err(internal)?,
+        None => Vec::new(),
+    };
+    let records = trial_records(&trials, &segments, &samples);
+    Ok(trials
+        .iter()
+        .zip(records)
+        .map(|(row, record)| {
+            let mine: Vec<_> = segments.iter().filter(|s| s.trial == row.trial).collect();
+            let state = match mine.last().map(|s| segment_state(s)) {
+                Some(SegmentState::Active) | None => "active",
+                Some(SegmentState::Succeeded) => "succeeded",
+                Some(SegmentState::Failed) => "failed",
+                Some(SegmentState::Stopped) => "stopped",
+            };
+            let last = record.curve.last().copied();
+            let best_value = goal.as_ref().and_then(|metric| {
+                record
+                    .curve
+                    .iter()
+                    .map(|&(_, v)| v)
+                    .min_by(|a, b| metric.goal.loss(*a).total_cmp(&metric.goal.loss(*b)))
+            });
+            TrialView {
+                trial: row.trial,
+                state: state.to_owned(),
+                params: row.params.clone(),
+                last_value: last.map(|l| l.1),
+                last_step: last.map(|l| l.0),
+                best_value,
+                source_trial: row.source.map(|s| s.0),
+                replaces: row.replaces,
+                stop_reason: mine.iter().rev().find_map(|s| s.stop_reason.clone()),
+                jobs: mine
+                    .iter()
+                    .map(|s| TrialJobView {
+                        segment: s.segment,
+                        job_id: s.job_id.map(|j: JobId| j.to_string()),
+                        name: s.job_name.clone(),
+                        state: s.job_state.map(|j| j.to_string()),
+                        max_steps: s.max_steps,
+                    })
+                    .collect(),
+            }
+        })
+        .collect())
+}
+
+/// Submit an experiment (JSON or YAML `DroverExperiment`). Its trials are jobs of the caller's
+/// tenant, named `<experiment>-t<trial>-<segment>`, counted against its quota.
+#[utoipa::path(
+    post, path = "/api/v1/experiments", tag = "experiments",
+    request_body(content = DroverExperiment, description = "A DroverExperiment, as JSON (or YAML with Content-Type: application/yaml)", content_type = "application/json"),
+    responses(
+        (status = 201, description = "Created", body = ExperimentEnvelope),
+        (status = 400, description = "Malformed body", body = ErrorBody),
+        (status = 409, description = "An experiment with this name exists in the tenant", body = ErrorBody),
+        (status = 422, description = "Invalid experiment; `field` names the problem", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn submit(
+    State(state): State<AppState>,
+    principal: Principal,
+    headers: HeaderMap,
+    Body(body): Body,
+) -> ApiResult<Response> {
+    principal.require_job_writer()?;
+    let format = super::jobs::body_format(&headers, &body)?;
+    let mut experiment = DroverExperiment::parse(&body, format)?;
+    experiment.status = None;
+    let document = serde_json::to_value(&experiment).map_err(|err| {
+        tracing::error!(error = %err, "serialising a parsed experiment failed");
+        ApiError::internal()
+    })?;
+    let now = Utc::now();
+    let created = state
+        .store
+        .create_experiment(&NewExperiment {
+            id: ExperimentId::new(),
+            tenant_id: principal.user.tenant_id,
+            name: experiment.metadata.name.clone(),
+            document,
+            submitted_by: principal.user.id,
+            created_at: now,
+        })
+        .await
+        .map_err(|err| ApiError::from_store(err, || "experiment".into()))?;
+    event(
+        &state,
+        created.id,
+        format!(
+            "submitted by {}: {} searcher, {} {}",
+            principal.user.name,
+            experiment.spec.searcher.name(),
+            match experiment.spec.metric.goal {
+                drover_core::experiment::Goal::Minimize => "minimise",
+                drover_core::experiment::Goal::Maximize => "maximise",
+            },
+            experiment.spec.metric.name
+        ),
+        now,
+    )
+    .await;
+    tracing::info!(experiment.id = %created.id, user.id = %principal.user.id, "experiment submitted");
+    let location = HeaderValue::from_str(&format!("/api/v1/experiments/{}", created.id)).ok();
+    let mut response = (
+        StatusCode::CREATED,
+        Json(ExperimentEnvelope {
+            experiment: view(created, Some(Vec::new())),
+        }),
+    )
+        .into_response();
+    if let Some(location) = location {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// The caller's tenant's experiments (every tenant's for cluster administrators), newest first.
+#[utoipa::path(
+    get, path = "/api/v1/experiments", tag = "experiments",
+    params(("limit" = Option<u32>, Query, description = "At most this many, 1 to 500 (default 100)")),
+    responses((status = 200, body = ExperimentList)),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    principal: Principal,
+    query: QueryPairs,
+) -> ApiResult<Json<ExperimentList>> {
+    query.only(&["limit"])?;
+    let limit = query.limit(100, MAX_PAGE)?;
+    let experiments = state
+        .store
+        .list_experiments(principal.scope(), limit)
+        .await
+        .map_err(|err| ApiError::from_store(err, || "experiments".into()))?;
+    Ok(Json(ExperimentList {
+        experiments: experiments.into_iter().map(|e| view(e, None)).collect(),
+        meta: ListMeta { next_cursor: None },
+    }))
+}
+
+/// One experiment, with its best trial and every trial's point, state and last metric.
+#[utoipa::path(
+    get, path = "/api/v1/experiments/{id}", tag = "experiments",
+    params(("id" = String, Path, description = "Experiment id")),
+    responses((status = 200, body = ExperimentEnvelope), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn get(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<Json<ExperimentEnvelope>> {
+    let experiment = load(&state, &principal, &id).await?;
+    let trials = trial_views(&state, &experiment).await?;
+    Ok(Json(ExperimentEnvelope {
+        experiment: view(experiment, Some(trials)),
+    }))
+}
+
+/// An experiment's trials: points, states, metrics and jobs.
+#[utoipa::path(
+    get, path = "/api/v1/experiments/{id}/trials", tag = "experiments",
+    params(("id" = String, Path, description = "Experiment id")),
+    responses((status = 200, body = TrialList), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn trials(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<Json<TrialList>> {
+    let experiment = load(&state, &principal, &id).await?;
+    Ok(Json(TrialList {
+        trials: trial_views(&state, &experiment).await?,
+    }))
+}
+
+/// What the experiment did, oldest first: trials started, promoted, stopped; budgets reached.
+#[utoipa::path(
+    get, path = "/api/v1/experiments/{id}/events", tag = "experiments",
+    params(
+        ("id" = String, Path, description = "Experiment id"),
+        ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 100)"),
+        ("cursor" = Option<String>, Query, description = "`meta.next_cursor` of the previous page"),
+    ),
+    responses((status = 200, body = ExperimentEventList), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn events(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+    query: QueryPairs,
+) -> ApiResult<Json<ExperimentEventList>> {
+    query.only(&["limit", "cursor"])?;
+    let page = query.limit(100, MAX_PAGE)?;
+    let after = query.id_cursor()?;
+    let experiment = load(&state, &principal, &id).await?;
+    let mut events = state
+        .store
+        .list_experiment_events(experiment.id, after, page + 1)
+        .await
+        .map_err(|err| ApiError::from_store(err, || "experiment".into()))?;
+    let next_cursor = if events.len() > page as usize {
+        events.truncate(page as usize);
+        events.last().map(|event| event.id.to_string())
+    } else {
+        None
+    };
+    Ok(Json(ExperimentEventList {
+        events: events
+            .into_iter()
+            .map(|e| ExperimentEventView {
+                id: e.id,
+                message: e.message,
+                created_at: e.created_at,
+            })
+            .collect(),
+        meta: ListMeta { next_cursor },
+    }))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Pause,
+    Resume,
+    Cancel,
+}
+
+/// Pause an experiment: no new trials start, and its running trials pause (they checkpoint and give
+/// their GPUs back).
+#[utoipa::path(
+    post, path = "/api/v1/experiments/{id}/pause", tag = "experiments",
+    params(("id" = String, Path, description = "Experiment id")),
+    responses(
+        (status = 200, body = ExperimentEnvelope),
+        (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "The experiment is not active", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn pause(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<Json<ExperimentEnvelope>> {
+    act(&state, &principal, &id, Action::Pause).await
+}
+
+/// Resume a paused experiment: its paused trials queue again and the searcher carries on.
+#[utoipa::path(
+    post, path = "/api/v1/experiments/{id}/resume", tag = "experiments",
+    params(("id" = String, Path, description = "Experiment id")),
+    responses(
+        (status = 200, body = ExperimentEnvelope),
+        (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "The experiment is not paused", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn resume(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<Json<ExperimentEnvelope>> {
+    act(&state, &principal, &id, Action::Resume).await
+}
+
+/// Cancel an experiment and its running trials.
+#[utoipa::path(
+    post, path = "/api/v1/experiments/{id}/cancel", tag = "experiments",
+    params(("id" = String, Path, description = "Experiment id")),
+    responses(
+        (status = 200, body = ExperimentEnvelope),
+        (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "The experiment has ended", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn cancel(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<Json<ExperimentEnvelope>> {
+    act(&state, &principal, &id, Action::Cancel).await
+}
+
+async fn act(
+    state: &AppState,
+    principal: &Principal,
+    raw: &str,
+    action: Action,
+) -> ApiResult<Json<ExperimentEnvelope>> {
+    let experiment = load(state, principal, raw).await?;
+    principal.require_job_writer()?;
+    let conflict = |why: String| ApiError::new(StatusCode::CONFLICT, "illegal_transition", why);
+    let now = Utc::now();
+    let store = state.store.as_ref();
+    let internal = |err| ApiError::from_store(err, || "experiment".into());
+    let who = &principal.user.name;
+    match action {
+        Action::Pause => {
+            if experiment.state != ExperimentState::Active {
+                return Err(conflict(format!(
+                    "the experiment is `{}`; only an active experiment can be paused",
+                    experiment.state
+                )));
+            }
+            store
+                .set_experiment_state(
+                    experiment.id,
+                    ExperimentState::Paused,
+                    &format!("paused by {who}"),
+                    now,
+                )
+                .await
+                .map_err(internal)?;
+            let paused = each_trial_job(
+                state,
+                principal,
+                &experiment,
+                super::jobs::UserAction::Pause,
+            )
+            .await?;
+            event(
+                state,
+                experiment.id,
+                format!("paused by {who} ({paused} running trials paused)"),
+                now,
+            )
+            .await;
+        }
+        Action::Resume => {
+            if experiment.state != ExperimentState::Paused {
+                return Err(conflict(format!(
+                    "the experiment is `{}`; only a paused experiment can be resumed",
+                    experiment.state
+                )));
+            }
+            store
+                .set_experiment_state(
+                    experiment.id,
+                    ExperimentState::Active,
+                    &format!("resumed by {who}"),
+                    now,
+                )
+                .await
+                .map_err(internal)?;
+            let resumed = each_trial_job(
+                state,
+                principal,
+                &experiment,
+                super::jobs::UserAction::Resume,
+            )
+            .await?;
+            event(
+                state,
+                experiment.id,
+                format!("resumed by {who} ({resumed} trials resumed)"),
+                now,
+            )
+            .await;
+        }
+        Action::Cancel => {
+            if experiment.state.is_terminal() {
+                return Err(conflict(format!(
+                    "the experiment is `{}` already",
+                    experiment.state
+                )));
+            }
+            store
+                .set_experiment_state(
+                    experiment.id,
+                    ExperimentState::Cancelled,
+                    &format!("cancelled by {who}"),
+                    now,
+                )
+                .await
+                .map_err(internal)?;
+            let cancelled = cancel_running(
+                state,
+                experiment.id,
+                &format!("its experiment was cancelled by {who}"),
+            )
+            .await
+            .map_err(internal)?;
+            event(
+                state,
+                experiment.id,
+                format!("cancelled by {who} ({cancelled} running trials cancelled)"),
+                now,
+            )
+            .await;
+        }
+    }
+    let experiment = load(state, principal, raw).await?;
+    let trials = trial_views(state, &experiment).await?;
+    Ok(Json(ExperimentEnvelope {
+        experiment: view(experiment, Some(trials)),
+    }))
+}
+
+/// Pauses (or resumes) every trial job that can be; returns how many changed.
+async fn each_trial_job(
+    state: &AppState,
+    principal: &Principal,
+    experiment: &Experiment,
+    action: super::jobs::UserAction,
+) -> ApiResult<usize> {
+    let (_, segments) = state
+        .store
+        .experiment_trials(experiment.id)
+        .await
+        .map_err(|err| ApiError::from_store(err, || "experiment".into()))?;
+    let mut changed = 0;
+    for segment in &segments {
+        let (Some(job), Some(job_state)) = (segment.job_id, segment.job_state) else {
+            continue;
+        };
+        let applies = match action {
+            super::jobs::UserAction::Resume => job_state == drover_core::JobState::Paused,
+            _ => !job_state.is_final() && job_state != drover_core::JobState::Paused,
+        };
+        if applies
+            && super::jobs::user_transition(state, principal, &job.to_string(), action)
+                .await
+                .is_ok()
+        {
+            changed += 1;
+        }
+    }
+    Ok(changed)
+}
