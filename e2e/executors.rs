@@ -12,6 +12,8 @@ mod accounting;
 mod dashboard;
 #[path = "distributed.rs"]
 mod distributed;
+#[path = "experiments.rs"]
+mod experiments;
 #[path = "../api/tests/api/fake_kube.rs"]
 #[expect(
     dead_code,

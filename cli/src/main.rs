@@ -7,6 +7,7 @@ mod config;
 mod contexts;
 mod demo;
 mod enrollment;
+mod experiments;
 mod limits;
 mod node;
 mod output;
@@ -134,6 +135,9 @@ enum Command {
     /// Set or delete a secret of the tenant.
     #[command(subcommand)]
     Secret(secrets::SecretCommand),
+    /// Hyper-parameter searches: submit, follow, and take the best trial's model.
+    #[command(subcommand)]
+    Experiment(experiments::ExperimentCommand),
     /// Mint, list and revoke the tokens executors enrol with (cluster administrators).
     #[command(subcommand)]
     EnrollmentToken(enrollment::EnrollmentCommand),
@@ -233,6 +237,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Audit { limit } => admin::audit(&global, limit).await,
         Command::Secrets => secrets::secrets(&global).await,
         Command::Secret(cmd) => secrets::secret(&global, cmd).await,
+        Command::Experiment(cmd) => experiments::experiment(&global, cmd).await,
         Command::EnrollmentToken(cmd) => enrollment::enrollment_token(&global, cmd).await,
         Command::Executor(args) => node::executor(args).await,
         Command::TaskShim(args) => node::task_shim(args).await,

@@ -202,6 +202,21 @@ pub async fn start(
         .map_err(|err| StartError::Node(format!("cannot create the task's directories: {err}")))?;
     let status_file = launch.task_dir.join("exit-status.json");
     let _ = std::fs::remove_file(&status_file);
+    // An experiment's trial gets its hyper-parameters (`DROVER_HPARAMS`, set by the server: see
+    // `drover_core::experiment::HPARAMS_ENV`) as a JSON file too.
+    let hparams = launch.spec.env.get("DROVER_HPARAMS").map(|json| {
+        let path = launch.task_dir.join("hparams.json");
+        std::fs::write(&path, json).map(|()| path)
+    });
+    let hparams_file = match hparams {
+        None => None,
+        Some(Ok(path)) => Some(path.display().to_string()),
+        Some(Err(err)) => {
+            return Err(StartError::Node(format!(
+                "cannot write the trial's hparams.json: {err}"
+            )));
+        }
+    };
     let (shim_program, shim_args) = launch
         .shim
         .split_first()
@@ -218,6 +233,7 @@ pub async fn start(
         .envs(inherited_env())
         .envs(launch.spec.env.iter())
         .envs(task_env(&launch))
+        .envs(hparams_file.map(|path| ("DROVER_HPARAMS_FILE", path)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

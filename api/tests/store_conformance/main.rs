@@ -12,8 +12,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 mod execution;
+mod experiments;
 mod trust;
 use execution::*;
+use experiments::*;
 use trust::*;
 
 macro_rules! conformance {
@@ -58,6 +60,7 @@ conformance!(
     running_jobs_rescale_under_a_new_generation,
     generations_open_allocations_in_the_ledger,
     enrolment_spends_tokens_and_binds_node_names,
+    experiments_keep_trials_and_segments_once,
 );
 
 async fn tenant(store: &dyn Store, name: &str) -> Tenant {
