@@ -38,6 +38,40 @@ pub async fn demo(url: &str, token: &str, examples: &Path) -> anyhow::Result<()>
             eprintln!("demo: {err:#}");
         }
     }
+    // Hyper-parameter searches: `examples/experiments/`. One already there (a restarted demo) stays.
+    let experiments = examples.join("experiments");
+    let mut searches: Vec<PathBuf> = std::fs::read_dir(&experiments)
+        .map(|dir| {
+            dir.filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+                .collect()
+        })
+        .unwrap_or_default();
+    searches.sort();
+    let client = crate::client::Client::new(&global)?;
+    for file in searches {
+        let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+        match client
+            .send(
+                reqwest::Method::POST,
+                "/api/v1/experiments",
+                Some(("application/yaml", bytes)),
+                &[],
+            )
+            .await
+        {
+            Ok(reply) => out!(
+                "experiment {} submitted ({} searcher): `drover experiment get {}` follows it",
+                crate::output::text(&reply["experiment"]["name"]),
+                crate::output::text(&reply["experiment"]["searcher"]),
+                crate::output::text(&reply["experiment"]["name"]),
+            ),
+            Err(err) if format!("{err:#}").contains("already has an experiment") => {
+                out!("experiment from {} already submitted by an earlier run", file.display());
+            }
+            Err(err) => eprintln!("demo: {}: {err:#}", file.display()),
+        }
+    }
     out!();
     crate::commands::jobs(
         &global,
@@ -55,14 +89,34 @@ pub async fn demo(url: &str, token: &str, examples: &Path) -> anyhow::Result<()>
     watch(&global).await
 }
 
-/// Prints every job's state changes as they happen, and a finished job's last metrics.
+/// Prints every job's state changes as they happen, and a finished job's last metrics; an
+/// experiment's trials show as the experiment's events instead, and its best trial when it ends.
 async fn watch(global: &GlobalArgs) -> anyhow::Result<()> {
     use crate::output::text;
     let client = crate::client::Client::new(global)?;
     let mut seen: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
     loop {
+        let experiments = client.get("/api/v1/experiments?limit=20").await?;
+        for experiment in experiments["experiments"].as_array().map_or(&[][..], Vec::as_slice) {
+            let id = text(&experiment["id"]);
+            let name = text(&experiment["name"]);
+            let after = seen.get(&id).copied().unwrap_or(0);
+            let events = client
+                .get(&format!("/api/v1/experiments/{id}/events?cursor={after}&limit=100"))
+                .await?;
+            for event in events["events"].as_array().map_or(&[][..], Vec::as_slice) {
+                seen.insert(id.clone(), event["id"].as_i64().unwrap_or(after));
+                out!("  {name:<16} {}", text(&event["message"]));
+                if text(&event["message"]).starts_with("finished") {
+                    out!("  {name:<16} the winner: drover experiment best {name}");
+                }
+            }
+        }
         let jobs = client.get("/api/v1/jobs?limit=100").await?;
         for job in jobs["jobs"].as_array().map_or(&[][..], Vec::as_slice) {
+            if !job["labels"]["drover.dev/experiment"].is_null() {
+                continue;
+            }
             let id = text(&job["id"]);
             let name = text(&job["name"]);
             let after = seen.get(&id).copied().unwrap_or(0);
