@@ -166,6 +166,64 @@ async fn asha_resumes_promoted_trials_from_their_checkpoints_across_a_server_kil
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pbt_starts_an_exploiting_trial_from_the_source_trials_checkpoint() {
+    let cluster = Cluster::start_with_slots(2).await;
+    let mut spec = asha("digits-pbt");
+    spec["spec"]["searcher"] = json!({
+        "type": "pbt", "population": 4, "ready_steps": 30, "max_steps": 90, "quantile": 0.25
+    });
+    spec["spec"]["budget"] = json!({"max_trials": 12, "max_concurrent_trials": 4});
+    let created = cluster.post("/api/v1/experiments", spec).await;
+    let id = created["experiment"]["id"].as_str().unwrap().to_owned();
+    let done = wait_finished(&cluster, &id, Duration::from_secs(300)).await;
+    let trials = done["trials"].as_array().unwrap();
+    let exploits: Vec<&Value> = trials
+        .iter()
+        .filter(|t| !t["source_trial"].is_null())
+        .collect();
+    assert!(!exploits.is_empty(), "some member was replaced: {done}");
+    for trial in exploits {
+        let source = &trials[trial["source_trial"].as_u64().unwrap() as usize];
+        // The source's checkpoint at the end of the round it was chosen for: the last one of one of
+        // its jobs; the exploiting trial's first job restored exactly that file.
+        let first = trial["jobs"][0]["job_id"].as_str().unwrap();
+        let logs = cluster.logs(first).await;
+        let resumed = logs
+            .iter()
+            .filter_map(|l| l["line"].as_str())
+            .find(|l| l.contains("resumed from step"))
+            .unwrap_or_else(|| panic!("trial {} did not resume: {logs:?}", trial["trial"]))
+            .to_owned();
+        let mut found = false;
+        for job in source["jobs"].as_array().unwrap() {
+            let checkpoints = cluster.checkpoints(job["job_id"].as_str().unwrap()).await;
+            if let Some(last) = checkpoints
+                .iter()
+                .max_by_key(|c| c["step"].as_u64().unwrap())
+            {
+                let path = last["path"].as_str().unwrap();
+                found |= resumed.contains(&format!("resumed from step {} ({path})", last["step"]));
+            }
+        }
+        assert!(
+            found,
+            "trial {} resumed from its source's checkpoint: {resumed}",
+            trial["trial"]
+        );
+        assert!(
+            trial["params"] != source["params"],
+            "explored: the hyper-parameters were perturbed"
+        );
+    }
+    // Every member trained to max_steps.
+    let finished_at_90 = trials
+        .iter()
+        .filter(|t| t["jobs"].as_array().unwrap().last().unwrap()["max_steps"] == 90)
+        .count();
+    assert!(finished_at_90 >= 4, "{done}");
+}
+
 /// Branin in Python: the trial reads its point from `DROVER_HPARAMS_FILE`, checks the per-parameter
 /// variables agree, and reports the value as a metrics contract line.
 const BRANIN: &str = r#"

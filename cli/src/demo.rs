@@ -50,7 +50,8 @@ pub async fn demo(url: &str, token: &str, examples: &Path) -> anyhow::Result<()>
     searches.sort();
     let client = crate::client::Client::new(&global)?;
     for file in searches {
-        let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+        let bytes =
+            std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
         match client
             .send(
                 reqwest::Method::POST,
@@ -67,7 +68,10 @@ pub async fn demo(url: &str, token: &str, examples: &Path) -> anyhow::Result<()>
                 crate::output::text(&reply["experiment"]["name"]),
             ),
             Err(err) if format!("{err:#}").contains("already has an experiment") => {
-                out!("experiment from {} already submitted by an earlier run", file.display());
+                out!(
+                    "experiment from {} already submitted by an earlier run",
+                    file.display()
+                );
             }
             Err(err) => eprintln!("demo: {}: {err:#}", file.display()),
         }
@@ -97,12 +101,17 @@ async fn watch(global: &GlobalArgs) -> anyhow::Result<()> {
     let mut seen: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
     loop {
         let experiments = client.get("/api/v1/experiments?limit=20").await?;
-        for experiment in experiments["experiments"].as_array().map_or(&[][..], Vec::as_slice) {
+        for experiment in experiments["experiments"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice)
+        {
             let id = text(&experiment["id"]);
             let name = text(&experiment["name"]);
             let after = seen.get(&id).copied().unwrap_or(0);
             let events = client
-                .get(&format!("/api/v1/experiments/{id}/events?cursor={after}&limit=100"))
+                .get(&format!(
+                    "/api/v1/experiments/{id}/events?cursor={after}&limit=100"
+                ))
                 .await?;
             for event in events["events"].as_array().map_or(&[][..], Vec::as_slice) {
                 seen.insert(id.clone(), event["id"].as_i64().unwrap_or(after));

@@ -188,3 +188,14 @@ spec:
     let asha = text.replace("{type: tpe}", "{type: asha, min_steps: 1, max_steps: 9}");
     assert_eq!(error_field(&asha), "spec.searcher.type");
 }
+
+#[test]
+fn the_shipped_example_experiments_are_valid() {
+    for (name, text) in [(
+        "digits-asha",
+        include_str!("../../examples/experiments/digits-asha.yaml"),
+    )] {
+        let experiment = parse(text).unwrap_or_else(|err| panic!("{name}: {err}"));
+        assert_eq!(experiment.metadata.name, name);
+    }
+}
