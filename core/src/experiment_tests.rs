@@ -191,11 +191,7 @@ spec:
 
 #[test]
 fn the_shipped_example_experiments_are_valid() {
-    for (name, text) in [(
-        "digits-asha",
-        include_str!("../../examples/experiments/digits-asha.yaml"),
-    )] {
-        let experiment = parse(text).unwrap_or_else(|err| panic!("{name}: {err}"));
-        assert_eq!(experiment.metadata.name, name);
-    }
+    let text = include_str!("../../examples/experiments/digits-asha.yaml");
+    let experiment = parse(text).unwrap_or_else(|err| panic!("digits-asha: {err}"));
+    assert_eq!(experiment.metadata.name, "digits-asha");
 }

@@ -62,6 +62,24 @@ spec:
   checkpoint: {every_steps: 1000, keep_last: 2}
 `;
 
+// A random search of command trials: each reports (x - 0.3)^2 + y for its point.
+const searchDoc = `apiVersion: drover.dev/v1
+kind: DroverExperiment
+metadata: {name: browser-search}
+spec:
+  trial:
+    type: command
+    command:
+      argv: [python3, -c, 'import json, os; p = json.load(open(os.environ["DROVER_HPARAMS_FILE"])); print(json.dumps({"drover": "metrics", "step": 1, "values": {"score": (p["x"] - 0.3) ** 2 + p["y"]}}))']
+    resources: {workers: {min: 1, max: 1}, ps: {min: 0, max: 0}, gpus_per_worker: 0, cpus_per_worker: 1}
+  parameters:
+    x: {type: double, min: 0, max: 1}
+    y: {type: log_uniform, min: 0.001, max: 1}
+  metric: {name: score, goal: minimize}
+  searcher: {type: random}
+  budget: {max_trials: 4, max_concurrent_trials: 2}
+`;
+
 // axe-core in the page: no serious or critical violation.
 async function accessible(page, name) {
   await page.addScriptTag({ path: AXE });
@@ -198,8 +216,31 @@ try {
   assert.match(spec, /workers:\s*\n\s*max: 2\s*\n\s*min: 1/, spec);
   step("resized a job");
 
+  // --- An experiment: its trials run, its page shows them sorted by the metric, with its charts.
+  const search = await rest(ADMIN, "POST", "/api/v1/experiments", searchDoc, "application/yaml");
+  const searchId = search.experiment.id;
+  for (let i = 0; ; i++) {
+    const e = (await rest(ADMIN, "GET", `/api/v1/experiments/${searchId}`)).experiment;
+    if (e.state === "succeeded") break;
+    assert.ok(i < 240 && e.state !== "failed", `the experiment finishes: ${JSON.stringify(e)}`);
+    await page.waitForTimeout(500);
+  }
+  await page.goto(`${URL}/experiments`);
+  await Promise.all([page.waitForEvent("load"), page.click(`a[href="/experiments/${searchId}"]`)]);
+  const values = await page.$$eval("#trials tbody tr td:nth-child(3)", (cells) => cells.map((c) => Number(c.textContent)));
+  assert.equal(values.length, 4, "every trial is listed");
+  assert.deepEqual(values, [...values].sort((a, b) => a - b), "sorted by the metric, lowest (best) first");
+  assert.ok((await page.textContent("#trials tbody tr:first-child")).includes("(best)"), "the best trial leads");
+  assert.equal(await page.locator("figure.chart-box svg").count(), 4, "best so far, curves, a scatter per parameter");
+  assert.equal(await page.locator("figure.chart-box circle").count(), 8, "each trial a dot on each scatter");
+  await accessible(page, "experiment");
+  await shoot(page, "experiment");
+  await Promise.all([page.waitForEvent("load"), page.click('a[href="?sort=trial"]')]);
+  assert.equal((await page.textContent("#trials tbody tr:first-child td:first-child")).trim().split(" ")[0], "0");
+  step("an experiment's page shows its trials, sorted, and its charts");
+
   // --- Every page: accessible, screenshot, light and dark, desktop and phone width.
-  for (const [name, route] of [["overview", "/"], ["jobs", "/jobs"], ["queue", "/queue"], ["nodes", "/nodes"], ["tenants", "/tenants"]]) {
+  for (const [name, route] of [["overview", "/"], ["jobs", "/jobs"], ["experiments", "/experiments"], ["queue", "/queue"], ["nodes", "/nodes"], ["tenants", "/tenants"]]) {
     const response = await page.goto(URL + route);
     assert.equal(response.status(), 200, `${route} answers`);
     await accessible(page, name);
@@ -242,7 +283,8 @@ try {
   await signIn(otherPage, OTHER);
   assert.ok(!(await otherPage.textContent("main")).includes("browser-train"), "the jobs list is scoped");
   for (const route of [`/jobs/${trainId}`, `/jobs/${trainId}/chart?metrics=loss`, `/jobs/${trainId}/live`,
-    `/api/v1/jobs/${trainId}/logs`, `/api/v1/jobs/${trainId}/checkpoints`, `/submit?from=${trainId}`]) {
+    `/api/v1/jobs/${trainId}/logs`, `/api/v1/jobs/${trainId}/checkpoints`, `/submit?from=${trainId}`,
+    `/experiments/${searchId}`]) {
     const response = await otherPage.goto(URL + route);
     assert.equal(response.status(), 404, `${route} is another tenant's`);
   }

@@ -35,22 +35,28 @@ pub struct Series {
 
 /// How the x axis reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum XAxis {
+pub enum XAxis<'a> {
     /// Training steps.
     Steps,
     /// Seconds relative to now (negative: the past), labelled in hours.
     HoursAgo,
+    /// An experiment's trials, by index.
+    Trials,
+    /// Any quantity, labelled so.
+    Named(&'a str),
 }
 
 #[derive(Debug, Clone)]
 pub struct Chart<'a> {
     /// What the chart shows, for screen readers.
     pub label: &'a str,
-    pub x: XAxis,
+    pub x: XAxis<'a>,
     pub y_label: &'a str,
     pub log_y: bool,
     /// The x axis spans this, whatever the points (a time window); the points' extent otherwise.
     pub x_range: Option<(f64, f64)>,
+    /// Points as dots (a scatter) rather than joined lines; points need not be sorted.
+    pub markers: bool,
     pub series: Vec<Series>,
 }
 
@@ -156,18 +162,20 @@ impl Chart<'_> {
         let series: Vec<Series> = self
             .series
             .iter()
-            .map(|s| Series {
-                name: s.name.clone(),
-                points: lttb(
-                    &s.points
-                        .iter()
-                        .copied()
-                        .filter(|&(x, y)| {
-                            x.is_finite() && y.is_finite() && (!self.log_y || y > 0.0)
-                        })
-                        .collect::<Vec<_>>(),
-                    MAX_POINTS,
-                ),
+            .map(|s| {
+                let mut points: Vec<(f64, f64)> = s
+                    .points
+                    .iter()
+                    .copied()
+                    .filter(|&(x, y)| x.is_finite() && y.is_finite() && (!self.log_y || y > 0.0))
+                    .collect();
+                if self.markers {
+                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                }
+                Series {
+                    name: s.name.clone(),
+                    points: lttb(&points, MAX_POINTS),
+                }
             })
             .collect();
         let all = series.iter().flat_map(|s| s.points.iter());
@@ -247,6 +255,8 @@ impl Chart<'_> {
         }
         let (x_ticks, x_label) = match self.x {
             XAxis::Steps => (ticks(x_lo, x_hi, 6), "step"),
+            XAxis::Trials => (ticks(x_lo, x_hi, 6), "trial"),
+            XAxis::Named(name) => (ticks(x_lo, x_hi, 6), name),
             XAxis::HoursAgo => (
                 ticks(x_lo / 3600.0, x_hi / 3600.0, 6)
                     .into_iter()
@@ -257,7 +267,7 @@ impl Chart<'_> {
         };
         for t in x_ticks {
             let label = match self.x {
-                XAxis::Steps => number(t),
+                XAxis::Steps | XAxis::Trials | XAxis::Named(_) => number(t),
                 XAxis::HoursAgo => number(-t / 3600.0),
             };
             let _ = write!(
@@ -267,6 +277,7 @@ impl Chart<'_> {
                 HEIGHT - BOTTOM + 16.0
             );
         }
+        let x_label = escape(x_label);
         let _ = write!(
             out,
             r#"<line class="axis" x1="{LEFT}" x2="{}" y1="{y}" y2="{y}"/><line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{y}"/>"#,
@@ -282,7 +293,25 @@ impl Chart<'_> {
             escape(self.y_label),
             if self.log_y { " (log)" } else { "" }
         );
-        for (i, s) in series.iter().enumerate() {
+        for (i, s) in series.iter().enumerate().filter(|_| self.markers) {
+            let (colour, _) = STYLES[i % STYLES.len()];
+            let _ = write!(
+                out,
+                r#"<g fill="{colour}" data-series="{}">"#,
+                escape(&s.name)
+            );
+            for &(x, y) in &s.points {
+                let y = if self.log_y { y.log10() } else { y };
+                let _ = write!(
+                    out,
+                    r#"<circle cx="{:.1}" cy="{:.1}" r="3.5"/>"#,
+                    sx(x),
+                    sy(y)
+                );
+            }
+            out.push_str("</g>");
+        }
+        for (i, s) in series.iter().enumerate().filter(|_| !self.markers) {
             let (colour, dash) = STYLES[i % STYLES.len()];
             let _ = write!(
                 out,
@@ -352,6 +381,7 @@ mod tests {
             y_label: "value",
             log_y: true,
             x_range: None,
+            markers: false,
             series: vec![
                 Series {
                     name: "loss".into(),

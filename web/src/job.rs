@@ -480,6 +480,7 @@ async fn chart_svg(
         y_label: "value",
         log_y,
         x_range: None,
+        markers: false,
         series,
     }
     .svg())

@@ -9,6 +9,7 @@
 
 mod chart;
 mod cluster;
+mod experiments;
 mod job;
 mod jobs;
 mod live;
@@ -40,6 +41,8 @@ pub fn router() -> Router<AppState> {
         .route("/jobs/{id}", get(job::page))
         .route("/jobs/{id}/chart", get(job::chart))
         .route("/jobs/{id}/live", get(live::job))
+        .route("/experiments", get(experiments::list))
+        .route("/experiments/{id}", get(experiments::page))
         .route("/queue", get(cluster::queue))
         .route("/nodes", get(cluster::nodes))
         .route("/tenants", get(cluster::tenants))

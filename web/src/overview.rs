@@ -93,6 +93,7 @@ async fn overview(state: &AppState, session: &Session) -> Result<OverviewPage, A
         y_label: "GPUs",
         log_y: false,
         x_range: Some((-86_400.0, 0.0)),
+        markers: false,
         series: vec![
             series("total", |s| s.total),
             series("allocated", |s| s.allocated),

@@ -248,6 +248,19 @@ function tokens() {
   });
 }
 
+// ---- An experiment's page: its pause, resume and cancel buttons.
+function experimentPage() {
+  const root = document.getElementById("experiment");
+  if (!root) return;
+  const id = root.dataset.experiment;
+  document.querySelectorAll("button[data-experiment-action]").forEach((button) => {
+    button.addEventListener("click", () => confirmed(button, async () => {
+      await api("POST", `/api/v1/experiments/${id}/${button.dataset.experimentAction}`, {});
+      location.reload();
+    }));
+  });
+}
+
 // ---- Submit: a file loads into the editor.
 function submitPage() {
   const file = document.getElementById("document-file");
@@ -264,6 +277,7 @@ document.addEventListener("DOMContentLoaded", () => {
   sortable();
   jobsList();
   jobPage();
+  experimentPage();
   nodes();
   tokens();
   submitPage();

@@ -247,7 +247,15 @@ async fn signing_in_and_out((site, [ada, _, _]): (Site, [String; 3])) {
     assert_eq!(site.send(request).await.status, StatusCode::FORBIDDEN);
 
     let session = site.sign_in(&ada).await;
-    for page in ["/", "/jobs", "/queue", "/nodes", "/tenants", "/submit"] {
+    for page in [
+        "/",
+        "/jobs",
+        "/experiments",
+        "/queue",
+        "/nodes",
+        "/tenants",
+        "/submit",
+    ] {
         let answer = site.get(page, &session).await;
         assert_eq!(answer.status, StatusCode::OK, "{page}");
         assert!(answer.body.contains("ada · alpha · member"), "{page}");

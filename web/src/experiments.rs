@@ -1,0 +1,334 @@
+//! The experiment pages: the tenant's hyper-parameter searches, and one experiment with its
+//! best-so-far curve, every trial's curve overlaid, each numeric hyper-parameter against the metric,
+//! and the trials table sorted by the metric or by trial. The same store calls and views as
+//! `GET /api/v1/experiments` and `GET /api/v1/experiments/{id}`.
+
+use crate::chart::{Chart, Series, XAxis};
+use crate::{Layout, Session, Time, error_page, render, timestamp};
+use axum::extract::State;
+use axum::response::Response;
+use drover_api::error::ApiError;
+use drover_api::extract::{PathParam, QueryPairs};
+use drover_api::routes::experiments::{TrialView, trial_views};
+use drover_api::state::AppState;
+use drover_api::store::{Experiment, ExperimentState};
+use drover_core::ExperimentId;
+use drover_core::experiment::{DroverExperiment, Goal, Param};
+use std::collections::BTreeMap;
+
+/// Experiments the list shows at most.
+const LIST_LIMIT: u32 = 200;
+/// Trials whose curves are drawn at most (the best ones).
+const CURVES: usize = 12;
+
+#[derive(Debug)]
+struct Row {
+    id: String,
+    name: String,
+    tenant: String,
+    state: String,
+    searcher: String,
+    metric: String,
+    best: String,
+    best_trial: String,
+    created: Time,
+}
+
+fn row(experiment: &Experiment, document: Option<&DroverExperiment>) -> Row {
+    Row {
+        id: experiment.id.to_string(),
+        name: experiment.name.clone(),
+        tenant: experiment.tenant_name.clone(),
+        state: experiment.state.to_string(),
+        searcher: document.map_or_else(String::new, |d| d.spec.searcher.name().to_owned()),
+        metric: document.map_or_else(String::new, |d| {
+            let goal = match d.spec.metric.goal {
+                Goal::Minimize => "min",
+                Goal::Maximize => "max",
+            };
+            format!("{} ({goal})", d.spec.metric.name)
+        }),
+        best: experiment.best_value.map_or("—".to_owned(), value_text),
+        best_trial: experiment
+            .best_trial
+            .map_or("—".to_owned(), |t| t.to_string()),
+        created: timestamp(experiment.created_at),
+    }
+}
+
+fn value_text(value: f64) -> String {
+    if value.abs() >= 1000.0 || value == 0.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.4}")
+    }
+}
+
+fn document(experiment: &Experiment) -> Option<DroverExperiment> {
+    serde_json::from_value(experiment.document.clone()).ok()
+}
+
+#[derive(askama::Template)]
+#[template(path = "experiments.html")]
+struct ListPage {
+    layout: Layout,
+    rows: Vec<Row>,
+}
+
+pub async fn list(State(state): State<AppState>, session: Session) -> Response {
+    let experiments = match state
+        .store
+        .list_experiments(session.principal.scope(), LIST_LIMIT)
+        .await
+    {
+        Ok(experiments) => experiments,
+        Err(err) => return error_page(ApiError::from_store(err, || "experiments".into())),
+    };
+    let rows = experiments
+        .iter()
+        .map(|e| row(e, document(e).as_ref()))
+        .collect();
+    render(&ListPage {
+        layout: session.layout("experiments"),
+        rows,
+    })
+}
+
+#[derive(Debug)]
+struct TrialRow {
+    trial: u32,
+    state: String,
+    value: String,
+    step: String,
+    params: String,
+    jobs: Vec<(String, String)>,
+    note: String,
+    best: bool,
+}
+
+#[derive(Debug, Default)]
+struct Actions {
+    pause: bool,
+    resume: bool,
+    cancel: bool,
+}
+
+#[derive(askama::Template)]
+#[template(path = "experiment.html")]
+struct DetailPage {
+    layout: Layout,
+    e: Row,
+    message: String,
+    sort: &'static str,
+    trials: Vec<TrialRow>,
+    best_curve: String,
+    curves: String,
+    scatters: Vec<String>,
+    actions: Actions,
+}
+
+pub async fn page(
+    State(state): State<AppState>,
+    session: Session,
+    PathParam(id): PathParam,
+    query: QueryPairs,
+) -> Response {
+    match detail(&state, &session, &id, &query).await {
+        Ok(page) => render(&page),
+        Err(err) => error_page(err),
+    }
+}
+
+async fn detail(
+    state: &AppState,
+    session: &Session,
+    raw: &str,
+    query: &QueryPairs,
+) -> Result<DetailPage, ApiError> {
+    query.only(&["sort"])?;
+    let sort = match query.get("sort") {
+        None | Some("value") => "value",
+        Some("trial") => "trial",
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "sort",
+                format!("`{other}`: expected value or trial"),
+            ));
+        }
+    };
+    let missing = || ApiError::not_found(format!("no experiment `{raw}`"));
+    let id: ExperimentId = raw.parse().map_err(|_| missing())?;
+    let experiment = state
+        .store
+        .get_experiment(session.principal.scope(), id)
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no experiment `{raw}`")))?;
+    let parsed = document(&experiment);
+    let goal = parsed
+        .as_ref()
+        .map_or(Goal::Minimize, |d| d.spec.metric.goal);
+    let metric = parsed
+        .as_ref()
+        .map_or_else(String::new, |d| d.spec.metric.name.clone());
+    let views = trial_views(state, &experiment).await?;
+    let loss = |v: Option<f64>| v.map_or(f64::INFINITY, |v| goal.loss(v));
+    let samples = state
+        .store
+        .experiment_samples(experiment.id, &metric)
+        .await
+        .map_err(|err| ApiError::from_store(err, || "experiment".into()))?;
+    let mut curves: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
+    for s in &samples {
+        curves
+            .entry(s.trial)
+            .or_default()
+            .push((s.step as f64, s.value));
+    }
+
+    // Best so far, by trial index: each trial's final (else last) value.
+    let mut best_so_far = Vec::new();
+    let mut best: Option<f64> = None;
+    for view in &views {
+        if let Some(v) = view.last_value
+            && best.is_none_or(|b| goal.loss(v) < goal.loss(b))
+        {
+            best = Some(v);
+        }
+        if let Some(b) = best {
+            best_so_far.push((f64::from(view.trial), b));
+        }
+    }
+    let best_curve = Chart {
+        label: "the best value found, by trial",
+        x: XAxis::Trials,
+        y_label: &metric,
+        log_y: false,
+        x_range: None,
+        markers: false,
+        series: vec![Series {
+            name: format!("best {metric}"),
+            points: best_so_far,
+        }],
+    }
+    .svg();
+    // The best trials' curves, overlaid.
+    let mut ranked: Vec<&TrialView> = views.iter().filter(|v| v.last_value.is_some()).collect();
+    ranked.sort_by(|a, b| loss(a.best_value).total_cmp(&loss(b.best_value)));
+    let curves_svg = Chart {
+        label: "each trial's metric by step (the best trials)",
+        x: XAxis::Steps,
+        y_label: &metric,
+        log_y: false,
+        x_range: None,
+        markers: false,
+        series: ranked
+            .iter()
+            .take(CURVES)
+            .map(|v| Series {
+                name: format!("trial {}", v.trial),
+                points: curves.remove(&v.trial).unwrap_or_default(),
+            })
+            .collect(),
+    }
+    .svg();
+    // Each numeric hyper-parameter against the metric, one scatter per parameter.
+    let mut scatters = Vec::new();
+    if let Some(d) = &parsed {
+        for (name, param) in &d.spec.parameters {
+            let log = match param {
+                Param::Int { log, .. } | Param::Double { log, .. } => *log,
+                Param::LogUniform { .. } => true,
+                _ => continue,
+            };
+            let points: Vec<(f64, f64)> = views
+                .iter()
+                .filter_map(|v| {
+                    let x = v.params.get(name)?.as_f64()?;
+                    let x = if log { x.log10() } else { x };
+                    Some((x, v.last_value?))
+                })
+                .collect();
+            let label = format!("{name} against {metric}");
+            let x_label = if log {
+                format!("{name} (log10)")
+            } else {
+                name.clone()
+            };
+            scatters.push(
+                Chart {
+                    label: &label,
+                    x: XAxis::Named(&x_label),
+                    y_label: &metric,
+                    log_y: false,
+                    x_range: None,
+                    markers: true,
+                    series: vec![Series {
+                        name: format!("{} trials", points.len()),
+                        points,
+                    }],
+                }
+                .svg(),
+            );
+        }
+    }
+    let best_trial = experiment.best_trial;
+    let mut trials: Vec<TrialRow> = views
+        .iter()
+        .map(|v| TrialRow {
+            trial: v.trial,
+            state: v.state.clone(),
+            value: v.last_value.map_or("—".to_owned(), value_text),
+            step: v.last_step.map_or("—".to_owned(), |s| s.to_string()),
+            params: v
+                .params
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default(),
+            jobs: v
+                .jobs
+                .iter()
+                .filter_map(|j| Some((j.job_id.clone()?, j.name.clone().unwrap_or_default())))
+                .collect(),
+            note: match (&v.stop_reason, v.source_trial) {
+                (Some(reason), _) => reason.clone(),
+                (None, Some(source)) => format!("from trial {source}'s checkpoint"),
+                (None, None) => String::new(),
+            },
+            best: Some(v.trial) == best_trial,
+        })
+        .collect();
+    if sort == "value" {
+        let by_value: BTreeMap<u32, f64> = views
+            .iter()
+            .map(|v| (v.trial, loss(v.last_value)))
+            .collect();
+        trials.sort_by(|a, b| {
+            by_value[&a.trial]
+                .total_cmp(&by_value[&b.trial])
+                .then(a.trial.cmp(&b.trial))
+        });
+    }
+    let writer =
+        session.principal.user.cluster_admin || session.principal.user.role.can_write_jobs();
+    let actions = Actions {
+        pause: writer && experiment.state == ExperimentState::Active,
+        resume: writer && experiment.state == ExperimentState::Paused,
+        cancel: writer && !experiment.state.is_terminal(),
+    };
+    Ok(DetailPage {
+        layout: session.layout("experiments"),
+        message: experiment.message.clone(),
+        e: row(&experiment, parsed.as_ref()),
+        sort,
+        trials,
+        best_curve,
+        curves: curves_svg,
+        scatters,
+        actions,
+    })
+}
