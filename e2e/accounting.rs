@@ -30,21 +30,6 @@ fn job(name: &str, steps: u32, priority: i32) -> Value {
     })
 }
 
-fn drover_cli(cluster: &Cluster, args: &[&str]) -> String {
-    let output = Command::new(DROVER)
-        .args(args)
-        .args(["--server", &cluster.url, "--token", ADMIN_TOKEN])
-        .current_dir(repo_root())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "drover {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_predictions_and_gpu_accounting_add_up_through_a_preemption_and_a_kill() {
     let started = Instant::now();

@@ -7,7 +7,6 @@
 use super::harness::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
 
 fn asha(name: &str) -> Value {
@@ -39,21 +38,6 @@ fn asha(name: &str) -> Value {
             "seed": 11
         }
     })
-}
-
-fn drover_cli(cluster: &Cluster, args: &[&str]) -> String {
-    let output = Command::new(DROVER)
-        .args(args)
-        .args(["--server", &cluster.url, "--token", ADMIN_TOKEN])
-        .current_dir(repo_root())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "drover {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
 }
 
 async fn experiment(cluster: &Cluster, id: &str) -> Value {

@@ -413,6 +413,22 @@ impl Cluster {
     }
 }
 
+/// `drover ARGS` against the cluster's server as the admin; its standard output (it must succeed).
+pub(crate) fn drover_cli(cluster: &Cluster, args: &[&str]) -> String {
+    let output = Command::new(DROVER)
+        .args(args)
+        .args(["--server", &cluster.url, "--token", ADMIN_TOKEN])
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "drover {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
 /// Process ids whose command line or environment mention `dir` (the executor's data directory).
 pub(crate) fn processes_under(dir: &Path) -> Vec<u32> {
     let needle = dir.to_str().unwrap().as_bytes();

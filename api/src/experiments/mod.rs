@@ -10,7 +10,7 @@
 
 mod situation;
 
-pub use situation::{segment_state, trial_records};
+pub use situation::{params_of, segment_state, trial_records};
 
 use crate::auth::Principal;
 use crate::state::AppState;
@@ -53,26 +53,54 @@ pub async fn run(
     }
 }
 
-/// The last reason each experiment's trial could not be submitted, so a lasting refusal (quota, queue
-/// cap) is recorded once as an event rather than every pass.
+/// What the driver remembers between passes (only to do less; nothing here is needed for
+/// correctness): the last reason each experiment's trial could not be submitted, so a lasting refusal
+/// (quota, queue cap) is recorded once as an event rather than every pass; and what each experiment
+/// looked like at its last full pass, so a pass that would see nothing new is skipped.
 #[derive(Debug, Default)]
-pub struct Blocked(Mutex<HashMap<ExperimentId, String>>);
+pub struct Blocked {
+    reasons: Mutex<HashMap<ExperimentId, String>>,
+    seen: Mutex<HashMap<ExperimentId, (Watermark, std::time::Instant)>>,
+}
+
+/// The experiment's state and last update, its trial jobs' count and their last change.
+type Watermark = (ExperimentState, DateTime<Utc>, i64, Option<DateTime<Utc>>);
+
+/// A pass is made at least this often (budgets by time and GPU-hours, early stopping on new metrics).
+const FULL_PASS_EVERY: Duration = Duration::from_secs(10);
 
 impl Blocked {
     /// `true` when `why` is new for the experiment.
     fn note(&self, id: ExperimentId, why: &str) -> bool {
         let mut map = self
-            .0
+            .reasons
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         map.insert(id, why.to_owned()).as_deref() != Some(why)
     }
 
     fn clear(&self, id: ExperimentId) {
-        self.0
+        self.reasons
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .remove(&id);
+    }
+
+    /// `true` when the experiment looks as it did at the last pass, which was recent.
+    fn unchanged(&self, id: ExperimentId, mark: &Watermark) -> bool {
+        let seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        seen.get(&id)
+            .is_some_and(|(last, at)| last == mark && at.elapsed() < FULL_PASS_EVERY)
+    }
+
+    fn passed(&self, id: ExperimentId, mark: Watermark) {
+        self.seen
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(id, (mark, std::time::Instant::now()));
     }
 }
 
@@ -103,6 +131,16 @@ pub async fn drive(
 ) -> Result<(), DriveError> {
     let store = state.store.as_ref();
     let now = Utc::now();
+    let (segments_made, last_change) = store.experiment_watermark(experiment.id).await?;
+    let mark = (
+        experiment.state,
+        experiment.updated_at,
+        segments_made,
+        last_change,
+    );
+    if blocked.unchanged(experiment.id, &mark) {
+        return Ok(());
+    }
     let document: DroverExperiment = match serde_json::from_value(experiment.document.clone()) {
         Ok(document) => document,
         Err(err) => {
@@ -116,6 +154,7 @@ pub async fn drive(
         }
     };
     let principal = principal_of(state, experiment).await?;
+    blocked.passed(experiment.id, mark);
     let (trials, segments) = store.experiment_trials(experiment.id).await?;
     // Segments written but whose job an earlier pass did not get to create.
     for segment in segments.iter().filter(|s| s.job_id.is_none()) {
@@ -346,10 +385,7 @@ async fn submit_segment(
             }
         }
     };
-    let params: Assignment = match &trial.params {
-        serde_json::Value::Object(map) => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        _ => Assignment::new(),
-    };
+    let params = params_of(&trial.params);
     let name = segment_job_name(&experiment.name, segment.trial, segment.segment);
     let run = TrialRun {
         name: &name,

@@ -17,6 +17,14 @@ pub fn segment_state(row: &SegmentRow) -> SegmentState {
     }
 }
 
+/// A trial's stored point (a JSON object) as an assignment.
+pub fn params_of(value: &serde_json::Value) -> Assignment {
+    match value {
+        serde_json::Value::Object(map) => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        _ => Assignment::new(),
+    }
+}
+
 /// The trials as the searcher sees them.
 pub fn trial_records(
     trials: &[TrialRow],
@@ -26,12 +34,7 @@ pub fn trial_records(
     trials
         .iter()
         .map(|trial| {
-            let params: Assignment = match &trial.params {
-                serde_json::Value::Object(map) => {
-                    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-                }
-                _ => Assignment::new(),
-            };
+            let params = params_of(&trial.params);
             let mine = || samples.iter().filter(|s| s.trial == trial.trial);
             let segments: Vec<Segment> = segments
                 .iter()

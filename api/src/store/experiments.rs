@@ -193,6 +193,12 @@ pub trait ExperimentStore {
         id: ExperimentId,
         name: &str,
     ) -> StoreResult<Vec<TrialSample>>;
+    /// What changes when a trial job is made or changes state: the number of segments and the latest
+    /// time one of their jobs changed. The driver skips a pass that would see nothing new.
+    async fn experiment_watermark(
+        &self,
+        id: ExperimentId,
+    ) -> StoreResult<(i64, Option<DateTime<Utc>>)>;
     /// GPU-seconds allocated to the experiment's trial jobs, open allocations counted up to `now`.
     async fn experiment_gpu_seconds(
         &self,

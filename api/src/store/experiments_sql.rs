@@ -305,6 +305,20 @@ macro_rules! impl_experiment_store {
                     .collect()
             }
 
+            async fn experiment_watermark(
+                &self,
+                id: ExperimentId,
+            ) -> StoreResult<(i64, Option<DateTime<Utc>>)> {
+                let (count, latest): (i64, Option<DateTime<Utc>>) = sqlx::query_as(
+                    "SELECT count(*), max(j.updated_at) FROM experiment_segments s \
+                     LEFT JOIN jobs j ON j.id = s.job_id WHERE s.experiment_id = $1",
+                )
+                .bind(id.0)
+                .fetch_one(&self.pool)
+                .await?;
+                Ok((count, latest))
+            }
+
             async fn experiment_gpu_seconds(&self, id: ExperimentId, now: DateTime<Utc>) -> StoreResult<f64> {
                 let rows: Vec<(i64, DateTime<Utc>, Option<DateTime<Utc>>)> = sqlx::query_as(
                     "SELECT CAST(a.gpus AS BIGINT), a.started_at, a.ended_at FROM allocations a \
