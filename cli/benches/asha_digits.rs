@@ -6,7 +6,7 @@
 //! average: the best validation accuracy each reached, and the steps each needed to reach the lower of
 //! the two bests.
 //!
-//! `cargo bench -p drover --bench asha_digits`. `SEEDS` (default 5) and `SAMPLER` (Optuna's sampler:
+//! `cargo bench -p drover --bench asha_digits`. `SEEDS` (default 10) and `SAMPLER` (Optuna's sampler:
 //! `random`, the default, like ASHA's; or `tpe`) in the environment. Optuna runs under
 //! `DROVER_BENCH_PYTHON` if set, else `.tools/optuna/bin/python` (`cargo bench -p drover-search --bench
 //! regret` installs it); without it the Optuna column is skipped with a message.
@@ -169,7 +169,7 @@ fn main() {
     let seeds: u64 = std::env::var("SEEDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
+        .unwrap_or(10);
     let sampler = std::env::var("SAMPLER").unwrap_or_else(|_| "random".to_owned());
     let python = python();
     if python.is_none() {
@@ -183,6 +183,7 @@ fn main() {
         "seed", "budget", "drover", "optuna", "target", "drover steps", "optuna steps"
     );
     let (mut sum_ours, mut sum_theirs, mut n) = (0.0, 0.0, 0);
+    let (mut steps_ours, mut steps_theirs, mut fewer, mut more) = (0u64, 0u64, 0, 0);
     for seed in 1..=seeds {
         let work =
             std::env::temp_dir().join(format!("drover-asha-bench-{seed}-{}", std::process::id()));
@@ -205,6 +206,13 @@ fn main() {
                 sum_ours += ours_best;
                 sum_theirs += theirs_best;
                 n += 1;
+                let (a, b) = (steps_to(&ours, target), steps_to(&theirs, target));
+                if let (Some(a), Some(b)) = (a, b) {
+                    steps_ours += a;
+                    steps_theirs += b;
+                    fewer += usize::from(a < b);
+                    more += usize::from(a > b);
+                }
             }
             Some(Err(why)) => {
                 println!("{seed:>4} {budget:>8} {ours_best:>9.4}  optuna failed: {why}")
@@ -217,6 +225,11 @@ fn main() {
             "mean best validation accuracy at Drover's budget: drover {:.4}, optuna ({sampler} + SuccessiveHalvingPruner) {:.4}",
             sum_ours / f64::from(n),
             sum_theirs / f64::from(n)
+        );
+        println!(
+            "steps to the lower of the two bests: drover fewer in {fewer} seeds, more in {more}; mean {:.0} against {:.0}",
+            steps_ours as f64 / f64::from(n),
+            steps_theirs as f64 / f64::from(n)
         );
     }
     println!("total {:.1} s", started.elapsed().as_secs_f64());

@@ -232,7 +232,8 @@ try {
   assert.deepEqual(values, [...values].sort((a, b) => a - b), "sorted by the metric, lowest (best) first");
   assert.ok((await page.textContent("#trials tbody tr:first-child")).includes("(best)"), "the best trial leads");
   assert.equal(await page.locator("figure.chart-box svg").count(), 4, "best so far, curves, a scatter per parameter");
-  assert.equal(await page.locator("figure.chart-box circle").count(), 8, "each trial a dot on each scatter");
+  assert.equal(await page.locator("section[aria-labelledby=scatter-title] circle").count(), 8, "each trial a dot on each scatter");
+  assert.equal(await page.locator("section[aria-labelledby=curves-title] circle").count(), 4, "a one-step curve shows as a dot");
   await accessible(page, "experiment");
   await shoot(page, "experiment");
   await Promise.all([page.waitForEvent("load"), page.click('a[href="?sort=trial"]')]);

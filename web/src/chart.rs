@@ -323,6 +323,16 @@ impl Chart<'_> {
                 let _ = write!(out, "{:.1},{:.1} ", sx(x), sy(y));
             }
             out.push_str(r#""/>"#);
+            // A line of one point draws nothing: show it as a dot.
+            if let [(x, y)] = s.points[..] {
+                let y = if self.log_y { y.log10() } else { y };
+                let _ = write!(
+                    out,
+                    r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{colour}"/>"#,
+                    sx(x),
+                    sy(y)
+                );
+            }
         }
         // The legend, top right, one line per series.
         for (i, s) in series.iter().enumerate() {
