@@ -71,9 +71,11 @@ fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
     let mut lines = Vec::new();
     let mut url = None;
     let mut printed_token = None;
-    // `drover dev` prints its URL, then its token.
+    // `drover dev` prints its URL, then its token, then the CLI context it saved (which the tests read:
+    // waiting for the token alone raced with the save on a loaded machine).
     let is_dev = args.contains(&"dev");
-    while url.is_none() || (is_dev && printed_token.is_none()) {
+    let mut context_saved = false;
+    while url.is_none() || (is_dev && (printed_token.is_none() || !context_saved)) {
         let remaining = deadline.saturating_duration_since(Instant::now());
         let line = receiver
             .recv_timeout(remaining)
@@ -86,6 +88,8 @@ fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
             printed_token = Some(rest.trim().to_owned());
         } else if line.trim().starts_with("drv_") {
             printed_token = Some(line.trim().to_owned());
+        } else if line.trim().starts_with("CLI context:") {
+            context_saved = true;
         }
         lines.push(line);
     }

@@ -19,6 +19,8 @@ pub const MAX_CATEGORIES: usize = 256;
 pub const MAX_TRIALS: u32 = 10_000;
 pub const MAX_CONCURRENT_TRIALS: u32 = 1_000;
 pub const MAX_GRID_POINTS: u32 = 100;
+/// Trials built from the space's corners to check the template against, at most.
+pub const MAX_CHECKED_POINTS: usize = 256;
 
 fn fail(field: &str, reason: impl Into<String>) -> Check {
     Err(SpecError::new(field, reason))
@@ -67,9 +69,13 @@ pub fn validate(experiment: &DroverExperiment) -> Check {
         SearcherSpec::Pbt { ready_steps, .. } => Some(ready_steps),
         _ => None,
     };
+    // At most `MAX_CHECKED_POINTS`, so a large space costs a bounded time to submit.
     let mut points = vec![first_point(&spec.parameters, None)];
-    for (name, param) in &spec.parameters {
+    'corners: for (name, param) in &spec.parameters {
         for value in extremes(param) {
+            if points.len() >= MAX_CHECKED_POINTS {
+                break 'corners;
+            }
             points.push(first_point(&spec.parameters, Some((name, value))));
         }
     }

@@ -10,12 +10,11 @@
 //! seeded by the experiment's seed and the trial's index, so the same seed and the same results give the
 //! same proposals.
 //!
-//! The searchers, each in its module: [`grid`] and random (below), [`tpe`], [`asha`] (and asynchronous
+//! The searchers: grid ([`space::grid`]) and random (below), [`tpe`], [`asha`] (and asynchronous
 //! Hyperband), [`pbt`]; [`stopping`] holds the median rule and learning-curve extrapolation for the
 //! searchers that do not stop trials themselves.
 
 pub mod asha;
-pub mod grid;
 mod math;
 pub mod offline;
 pub mod pbt;
@@ -142,11 +141,15 @@ pub struct Plan {
 
 /// Trials to start in all, the grid's size by default for a grid.
 pub fn max_trials(spec: &ExperimentSpec) -> u32 {
+    let grid = grid_points(spec);
+    max_trials_of(spec, grid.as_deref())
+}
+
+fn max_trials_of(spec: &ExperimentSpec, grid: Option<&[Assignment]>) -> u32 {
     match (spec.budget.max_trials, &spec.searcher) {
         (Some(max), _) => max,
-        (None, SearcherSpec::Grid { points }) => {
-            let dims = space::dims(&spec.parameters);
-            space::grid(&dims, *points).len().min(u32::MAX as usize) as u32
+        (None, SearcherSpec::Grid { .. }) => {
+            grid.map_or(0, |g| g.len().min(u32::MAX as usize) as u32)
         }
         (None, SearcherSpec::Pbt { population, .. }) => population.saturating_mul(4),
         (None, _) => DEFAULT_MAX_TRIALS,
@@ -171,9 +174,22 @@ fn splitmix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// A grid searcher's points, in order (built once per plan).
+fn grid_points(spec: &ExperimentSpec) -> Option<Vec<Assignment>> {
+    match spec.searcher {
+        SearcherSpec::Grid { points } => Some(space::grid(&space::dims(&spec.parameters), points)),
+        _ => None,
+    }
+}
+
 /// The next decision a searcher makes for one free slot, or `None` when it has nothing to start now.
-/// `trials` includes the decisions already made this round.
-fn next(spec: &ExperimentSpec, trials: &[TrialRecord], max_trials: u32) -> Option<Decision> {
+/// `trials` includes the decisions already made this round; `grid` is the grid's points for a grid.
+fn next(
+    spec: &ExperimentSpec,
+    trials: &[TrialRecord],
+    max_trials: u32,
+    grid: Option<&[Assignment]>,
+) -> Option<Decision> {
     let may_start = (trials.len() as u64) < u64::from(max_trials);
     let index = trials.len() as u32;
     let start = |params: Assignment, max_steps: Option<u64>| Decision::Start {
@@ -184,9 +200,8 @@ fn next(spec: &ExperimentSpec, trials: &[TrialRecord], max_trials: u32) -> Optio
         replaces: None,
     };
     match &spec.searcher {
-        SearcherSpec::Grid { points } => {
-            let dims = space::dims(&spec.parameters);
-            let point = grid::nth(&dims, *points, index as usize)?;
+        SearcherSpec::Grid { .. } => {
+            let point = grid?.get(index as usize)?.clone();
             may_start.then(|| start(point, None))
         }
         SearcherSpec::Random {} => may_start.then(|| start(random_point(spec, index), None)),
@@ -240,11 +255,12 @@ pub fn plan(spec: &ExperimentSpec, situation: &Situation) -> Plan {
         apply(&mut trials, &decision);
         plan.decisions.push(decision);
     }
-    let max_trials = max_trials(spec);
+    let grid = grid_points(spec);
+    let max_trials = max_trials_of(spec, grid.as_deref());
     let active = trials.iter().filter(|trial| trial.is_active()).count();
     let slots = (spec.budget.max_concurrent_trials as usize).saturating_sub(active);
     for _ in 0..slots {
-        let Some(decision) = next(spec, &trials, max_trials) else {
+        let Some(decision) = next(spec, &trials, max_trials, grid.as_deref()) else {
             break;
         };
         apply(&mut trials, &decision);
