@@ -340,7 +340,9 @@ pub const DEFAULT_MAX_TRIALS: u32 = 20;
 impl DroverExperiment {
     /// Parses and validates a document. The error names the first problem found.
     pub fn parse(bytes: &[u8], format: Format) -> Result<DroverExperiment, SpecError> {
-        let experiment: DroverExperiment = parse_document(bytes, format)?;
+        let experiment: DroverExperiment = parse_document(bytes, format).map_err(|err| {
+            crate::spec::wrong_kind(bytes, crate::spec::KIND, EXPERIMENT_KIND).unwrap_or(err)
+        })?;
         crate::experiment_validate::validate(&experiment)?;
         Ok(experiment)
     }

@@ -190,6 +190,24 @@ spec:
 }
 
 #[test]
+fn a_document_of_the_other_kind_says_which_command_takes_it() {
+    let err = DroverJob::parse(DIGITS.as_bytes(), Format::Yaml).expect_err("not a job");
+    assert_eq!(err.field, "kind");
+    assert!(
+        err.reason.contains("drover experiment submit"),
+        "{}",
+        err.reason
+    );
+    let job = include_str!("../../examples/digits-mlp.yaml");
+    let err = parse(job).expect_err("not an experiment");
+    assert_eq!(err.field, "kind");
+    assert!(err.reason.contains("drover submit"), "{}", err.reason);
+    let json = serde_json::to_vec(&serde_json::json!({"apiVersion": "drover.dev/v1", "kind": "DroverJob", "metadata": {"name": "x"}, "spec": {"type": "command"}})).expect("json");
+    let err = DroverExperiment::parse(&json, Format::Json).expect_err("not an experiment");
+    assert_eq!(err.field, "kind", "{err}");
+}
+
+#[test]
 fn the_shipped_example_experiments_are_valid() {
     let text = include_str!("../../examples/experiments/digits-asha.yaml");
     let experiment = parse(text).unwrap_or_else(|err| panic!("digits-asha: {err}"));

@@ -635,7 +635,9 @@ impl Default for CheckpointPolicy {
 impl DroverJob {
     /// Parses and validates a document. The error names the first problem found.
     pub fn parse(bytes: &[u8], format: Format) -> Result<DroverJob, SpecError> {
-        let job: DroverJob = parse_document(bytes, format)?;
+        let job: DroverJob = parse_document(bytes, format).map_err(|err| {
+            wrong_kind(bytes, crate::experiment::EXPERIMENT_KIND, KIND).unwrap_or(err)
+        })?;
         crate::validate::validate(&job)?;
         Ok(job)
     }
@@ -644,6 +646,37 @@ impl DroverJob {
     pub fn max_gpus(&self) -> u64 {
         u64::from(self.spec.resources.workers.max) * u64::from(self.spec.resources.gpus_per_worker)
     }
+}
+
+/// When a document that does not parse says it is of kind `found` (not `expected`), the error says
+/// so, rather than naming the first field the other kind does not have.
+pub(crate) fn wrong_kind(bytes: &[u8], found: &str, expected: &str) -> Option<SpecError> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let says = text.lines().any(|line| {
+        let line = line.trim().trim_start_matches('{').trim();
+        let rest = line
+            .strip_prefix("kind:")
+            .or_else(|| line.strip_prefix("\"kind\":"))
+            .or_else(|| line.strip_prefix("\"kind\" :"));
+        rest.is_some_and(|v| {
+            v.trim()
+                .trim_matches(|c| c == '"' || c == '\'' || c == ',')
+                .trim()
+                == found
+        })
+    }) || text.contains(&format!("\"kind\":\"{found}\""))
+        || text.contains(&format!("\"kind\": \"{found}\""));
+    says.then(|| {
+        let how = if found == crate::experiment::EXPERIMENT_KIND {
+            "submit it with `drover experiment submit` (POST /api/v1/experiments)"
+        } else {
+            "submit it with `drover submit` (POST /api/v1/jobs)"
+        };
+        SpecError::new(
+            "kind",
+            format!("this is a {found}, not a {expected}: {how}"),
+        )
+    })
 }
 
 /// Deserialises a document strictly; the error names the field (or says the bytes are not a document).
