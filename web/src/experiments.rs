@@ -78,7 +78,7 @@ struct ListPage {
 pub async fn list(State(state): State<AppState>, session: Session) -> Response {
     let experiments = match state
         .store
-        .list_experiments(session.principal.scope(), LIST_LIMIT)
+        .list_experiments(session.principal.scope(), None, LIST_LIMIT)
         .await
     {
         Ok(experiments) => experiments,

@@ -285,7 +285,10 @@ pub async fn submit(
 /// The caller's tenant's experiments (every tenant's for cluster administrators), newest first.
 #[utoipa::path(
     get, path = "/api/v1/experiments", tag = "experiments",
-    params(("limit" = Option<u32>, Query, description = "At most this many, 1 to 500 (default 100)")),
+    params(
+        ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 100)"),
+        ("cursor" = Option<String>, Query, description = "`meta.next_cursor` of the previous page"),
+    ),
     responses((status = 200, body = ExperimentList)),
     security(("bearer" = []))
 )]
@@ -294,16 +297,31 @@ pub async fn list(
     principal: Principal,
     query: QueryPairs,
 ) -> ApiResult<Json<ExperimentList>> {
-    query.only(&["limit"])?;
+    query.only(&["limit", "cursor"])?;
     let limit = query.limit(100, MAX_PAGE)?;
-    let experiments = state
+    let before = match query.get("cursor") {
+        None => None,
+        Some(raw) => Some(raw.parse::<ExperimentId>().map_err(|_| {
+            ApiError::bad_request(
+                "cursor",
+                "not a cursor this API returned (meta.next_cursor)",
+            )
+        })?),
+    };
+    let mut experiments = state
         .store
-        .list_experiments(principal.scope(), limit)
+        .list_experiments(principal.scope(), before, limit + 1)
         .await
         .map_err(|err| ApiError::from_store(err, || "experiments".into()))?;
+    let next_cursor = if experiments.len() > limit as usize {
+        experiments.truncate(limit as usize);
+        experiments.last().map(|e| e.id.to_string())
+    } else {
+        None
+    };
     Ok(Json(ExperimentList {
         experiments: experiments.into_iter().map(|e| view(e, None)).collect(),
-        meta: ListMeta { next_cursor: None },
+        meta: ListMeta { next_cursor },
     }))
 }
 

@@ -146,8 +146,13 @@ pub trait ExperimentStore {
     /// A name already used in the tenant is a conflict on `metadata.name`.
     async fn create_experiment(&self, experiment: &NewExperiment) -> StoreResult<Experiment>;
     async fn get_experiment(&self, scope: Scope, id: ExperimentId) -> StoreResult<Experiment>;
-    /// Newest first, `limit` at most.
-    async fn list_experiments(&self, scope: Scope, limit: u32) -> StoreResult<Vec<Experiment>>;
+    /// Newest first, `limit` at most, older than the experiment `before` when given (the cursor).
+    async fn list_experiments(
+        &self,
+        scope: Scope,
+        before: Option<ExperimentId>,
+        limit: u32,
+    ) -> StoreResult<Vec<Experiment>>;
     /// Experiments not yet ended (active or paused), across tenants: the driver's work list.
     async fn open_experiments(&self) -> StoreResult<Vec<Experiment>>;
     async fn set_experiment_state(

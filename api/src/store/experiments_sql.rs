@@ -86,12 +86,20 @@ macro_rules! impl_experiment_store {
                 row.as_ref().map(experiment_from_row).transpose()?.ok_or(StoreError::NotFound)
             }
 
-            async fn list_experiments(&self, scope: Scope, limit: u32) -> StoreResult<Vec<Experiment>> {
+            async fn list_experiments(
+                &self,
+                scope: Scope,
+                before: Option<ExperimentId>,
+                limit: u32,
+            ) -> StoreResult<Vec<Experiment>> {
                 let mut query = sqlx::QueryBuilder::<$db>::new(concat!(
                     "SELECT ", experiment_columns!(), " FROM experiments e JOIN tenants t ON t.id = e.tenant_id WHERE 1 = 1"
                 ));
                 if let Some(tenant) = scope.tenant() {
                     query.push(" AND e.tenant_id = ").push_bind(tenant.0);
+                }
+                if let Some(before) = before {
+                    query.push(" AND e.id < ").push_bind(before.0);
                 }
                 query.push(" ORDER BY e.id DESC LIMIT ").push_bind(i64::from(limit));
                 let rows = query.build().fetch_all(&self.pool).await?;

@@ -224,4 +224,29 @@ async fn bad_experiments_get_a_4xx_naming_the_field() {
     assert_eq!(taken.error_field(), "metadata.name");
     let unknown = app.get("/api/v1/experiments/not-an-id", ADMIN_TOKEN).await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+    // Pages, newest first, with a cursor.
+    for name in ["second", "third"] {
+        let reply = submit(&app, &member, &ASHA.replace("digits-asha", name)).await;
+        assert_eq!(reply.status, StatusCode::CREATED);
+    }
+    let page = app.get("/api/v1/experiments?limit=2", &member).await;
+    let names: Vec<&str> = page.body["experiments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["third", "second"]);
+    let cursor = page.body["meta"]["next_cursor"].as_str().unwrap();
+    let rest = app
+        .get(
+            &format!("/api/v1/experiments?limit=2&cursor={cursor}"),
+            &member,
+        )
+        .await;
+    assert_eq!(rest.body["experiments"][0]["name"], "digits-asha");
+    assert!(rest.body["meta"]["next_cursor"].is_null());
+    let bad = app.get("/api/v1/experiments?cursor=nope", &member).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert_eq!(bad.error_field(), "cursor");
 }

@@ -50,7 +50,7 @@ pub(crate) async fn experiments_keep_trials_and_segments_once(db: &TestDb) {
     ));
     assert_eq!(
         store
-            .list_experiments(Scope::Tenant(tenant.id), 10)
+            .list_experiments(Scope::Tenant(tenant.id), None, 10)
             .await
             .unwrap()
             .len(),
