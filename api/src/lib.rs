@@ -10,6 +10,7 @@ pub mod checkpoint_files;
 pub mod checkpoint_store;
 pub mod cluster;
 pub mod error;
+pub mod experiment_views;
 pub mod experiments;
 pub mod extract;
 pub mod kubernetes;

@@ -341,8 +341,20 @@ impl Chart<'_> {
             let x = WIDTH - RIGHT - 170.0;
             let _ = write!(
                 out,
-                r#"<line x1="{x}" x2="{}" y1="{y}" y2="{y}" stroke="{colour}" stroke-width="2" stroke-dasharray="{dash}"/><text class="legend" x="{}" y="{}">{} ({} pts)</text>"#,
-                x + 24.0,
+                r#"{}<text class="legend" x="{}" y="{}">{} ({} pts)</text>"#,
+                if self.markers {
+                    // A round mark (not a <circle>: those are the data's dots).
+                    format!(
+                        r#"<rect x="{}" y="{}" width="7" height="7" rx="3.5" fill="{colour}"/>"#,
+                        x + 8.5,
+                        y - 3.5
+                    )
+                } else {
+                    format!(
+                        r#"<line x1="{x}" x2="{}" y1="{y}" y2="{y}" stroke="{colour}" stroke-width="2" stroke-dasharray="{dash}"/>"#,
+                        x + 24.0
+                    )
+                },
                 x + 30.0,
                 y + 4.0,
                 escape(&s.name),

@@ -4,7 +4,11 @@
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorBody};
-use crate::experiments::{cancel_running, event, segment_state, trial_records};
+use crate::experiment_views::{
+    ExperimentEnvelope, ExperimentEventList, ExperimentEventView, ExperimentList, TrialList,
+    trial_views, view,
+};
+use crate::experiments::{cancel_running, event};
 use crate::extract::{Body, PathParam, QueryPairs};
 use crate::state::AppState;
 use crate::store::{Experiment, ExperimentState, NewExperiment};
@@ -13,126 +17,11 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use chrono::{DateTime, Utc};
-use drover_core::experiment::{DroverExperiment, MetricGoal};
-use drover_core::{ExperimentId, JobId};
-use drover_search::SegmentState;
-use serde::Serialize;
-use utoipa::ToSchema;
+use chrono::Utc;
+use drover_core::ExperimentId;
+use drover_core::experiment::DroverExperiment;
 
 const MAX_PAGE: u32 = 500;
-
-/// An experiment as the API shows it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ExperimentView {
-    pub id: String,
-    pub name: String,
-    pub tenant: String,
-    #[schema(value_type = String)]
-    pub state: ExperimentState,
-    pub message: String,
-    pub searcher: String,
-    pub metric: MetricGoal,
-    pub best_trial: Option<u32>,
-    pub best_value: Option<f64>,
-    pub num_trials: Option<usize>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    pub ended_at: Option<DateTime<Utc>>,
-    /// The whole document, defaults filled in.
-    #[schema(value_type = Object)]
-    pub document: serde_json::Value,
-    /// Every trial (on `GET /api/v1/experiments/{id}` only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub trials: Option<Vec<TrialView>>,
-}
-
-/// One trial: a point of the space and the jobs that ran it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TrialView {
-    pub trial: u32,
-    /// `active`, `succeeded`, `failed` or `stopped`.
-    pub state: String,
-    #[schema(value_type = Object)]
-    pub params: serde_json::Value,
-    /// The last value of the experiment's metric it reported, and at which step.
-    pub last_value: Option<f64>,
-    pub last_step: Option<u64>,
-    /// Its best value by the metric's goal.
-    pub best_value: Option<f64>,
-    /// Started from this trial's checkpoint (PBT's exploit).
-    pub source_trial: Option<u32>,
-    pub replaces: Option<u32>,
-    pub stop_reason: Option<String>,
-    pub jobs: Vec<TrialJobView>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TrialJobView {
-    pub segment: u32,
-    pub job_id: Option<String>,
-    pub name: Option<String>,
-    pub state: Option<String>,
-    pub max_steps: Option<u64>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ExperimentEnvelope {
-    pub experiment: ExperimentView,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ExperimentList {
-    pub experiments: Vec<ExperimentView>,
-    pub meta: ListMeta,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TrialList {
-    pub trials: Vec<TrialView>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ExperimentEventView {
-    pub id: i64,
-    pub message: String,
-    pub created_at: DateTime<Utc>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ExperimentEventList {
-    pub events: Vec<ExperimentEventView>,
-    pub meta: ListMeta,
-}
-
-fn view(experiment: Experiment, trials: Option<Vec<TrialView>>) -> ExperimentView {
-    let parsed: Option<DroverExperiment> = serde_json::from_value(experiment.document.clone()).ok();
-    ExperimentView {
-        id: experiment.id.to_string(),
-        name: experiment.name,
-        tenant: experiment.tenant_name,
-        state: experiment.state,
-        message: experiment.message,
-        searcher: parsed
-            .as_ref()
-            .map_or_else(String::new, |d| d.spec.searcher.name().to_owned()),
-        metric: parsed.as_ref().map_or_else(
-            || MetricGoal {
-                name: String::new(),
-                goal: drover_core::experiment::Goal::Minimize,
-            },
-            |d| d.spec.metric.clone(),
-        ),
-        best_trial: experiment.best_trial,
-        best_value: experiment.best_value,
-        num_trials: trials.as_ref().map(Vec::len),
-        created_at: experiment.created_at,
-        updated_at: experiment.updated_at,
-        ended_at: experiment.ended_at,
-        document: experiment.document,
-        trials,
-    }
-}
 
 fn parse_id(raw: &str) -> ApiResult<ExperimentId> {
     raw.parse()
@@ -146,69 +35,6 @@ async fn load(state: &AppState, principal: &Principal, raw: &str) -> ApiResult<E
         .get_experiment(principal.scope(), id)
         .await
         .map_err(|err| ApiError::from_store(err, || format!("no experiment `{raw}`")))
-}
-
-/// Every trial of an experiment with its jobs and metric.
-pub async fn trial_views(state: &AppState, experiment: &Experiment) -> ApiResult<Vec<TrialView>> {
-    let store = state.store.as_ref();
-    let internal = |err| ApiError::from_store(err, || "experiment".into());
-    let goal = serde_json::from_value::<DroverExperiment>(experiment.document.clone())
-        .map(|d| d.spec.metric)
-        .ok();
-    let (trials, segments) = store
-        .experiment_trials(experiment.id)
-        .await
-        .map_err(internal)?;
-    let samples = match &goal {
-        Some(metric) => store
-            .experiment_samples(experiment.id, &metric.name)
-            .await
-            .map_err(internal)?,
-        None => Vec::new(),
-    };
-    let records = trial_records(&trials, &segments, &samples);
-    Ok(trials
-        .iter()
-        .zip(records)
-        .map(|(row, record)| {
-            let mine: Vec<_> = segments.iter().filter(|s| s.trial == row.trial).collect();
-            let state = match mine.last().map(|s| segment_state(s)) {
-                Some(SegmentState::Active) | None => "active",
-                Some(SegmentState::Succeeded) => "succeeded",
-                Some(SegmentState::Failed) => "failed",
-                Some(SegmentState::Stopped) => "stopped",
-            };
-            let last = record.curve.last().copied();
-            let best_value = goal.as_ref().and_then(|metric| {
-                record
-                    .curve
-                    .iter()
-                    .map(|&(_, v)| v)
-                    .min_by(|a, b| metric.goal.loss(*a).total_cmp(&metric.goal.loss(*b)))
-            });
-            TrialView {
-                trial: row.trial,
-                state: state.to_owned(),
-                params: row.params.clone(),
-                last_value: last.map(|l| l.1),
-                last_step: last.map(|l| l.0),
-                best_value,
-                source_trial: row.source.map(|s| s.0),
-                replaces: row.replaces,
-                stop_reason: mine.iter().rev().find_map(|s| s.stop_reason.clone()),
-                jobs: mine
-                    .iter()
-                    .map(|s| TrialJobView {
-                        segment: s.segment,
-                        job_id: s.job_id.map(|j: JobId| j.to_string()),
-                        name: s.job_name.clone(),
-                        state: s.job_state.map(|j| j.to_string()),
-                        max_steps: s.max_steps,
-                    })
-                    .collect(),
-            }
-        })
-        .collect())
 }
 
 /// Submit an experiment (JSON or YAML `DroverExperiment`). Its trials are jobs of the caller's
