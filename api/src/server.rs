@@ -163,7 +163,9 @@ pub async fn start(
                 leader,
                 stopped.clone(),
             ));
-            tracing::info!("DroverJob controller on (it reconciles while this replica leads)");
+            tracing::info!(
+                "DroverJob and DroverExperiment controller on (it reconciles while this replica leads)"
+            );
         }
     }
     let router = crate::routes::app_with(state, config.pages.clone());

@@ -72,8 +72,9 @@ enum Command {
     /// List, switch or delete contexts (servers with their tokens, in ~/.config/drover/config.yaml).
     #[command(subcommand)]
     Context(contexts::ContextCommand),
-    /// Print the DroverJob CustomResourceDefinition as YAML (the Helm chart ships the same file).
-    Crd,
+    /// Print the CustomResourceDefinitions (DroverJob and DroverExperiment) as YAML, one document
+    /// each (`drover crd | kubectl apply -f -`); the Helm chart ships the same files.
+    Crd(CrdArgs),
     /// Submit a job from a YAML or JSON file (`-` reads standard input).
     Submit(commands::SubmitArgs),
     /// List jobs, newest first.
@@ -161,6 +162,13 @@ enum Command {
     Sim(sim::SimArgs),
 }
 
+#[derive(Debug, clap::Args)]
+struct CrdArgs {
+    /// Print only this one (as the chart's `crds/<NAME>.yaml`).
+    #[arg(value_parser = ["droverjob", "droverexperiment"])]
+    name: Option<String>,
+}
+
 /// The command line, with `--server`/`--token` (global, for the client verbs) left out of the help of
 /// the verbs that talk to no server: each gets a hidden stand-in, which clap then does not replace
 /// with the global one.
@@ -207,8 +215,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate(args) => serve::migrate(args).await,
         Command::Login(args) => contexts::login(&global, args).await,
         Command::Context(cmd) => contexts::context(&global, cmd),
-        Command::Crd => {
-            output::out!("{}", drover_api::kubernetes::crd::crd_yaml().trim_end());
+        Command::Crd(args) => {
+            let documents: Vec<String> = drover_api::kubernetes::crd::all_crds_yaml()
+                .into_iter()
+                .filter(|(name, _)| args.name.as_deref().is_none_or(|wanted| wanted == *name))
+                .map(|(_, yaml)| yaml.trim_end().to_owned())
+                .collect();
+            output::out!("{}", documents.join("\n---\n"));
             Ok(())
         }
         Command::Submit(args) => commands::submit(&global, args).await,

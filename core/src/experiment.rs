@@ -77,11 +77,13 @@ fn default_seed() -> u64 {
 /// One parameter of the space. `when` makes it conditional: it exists only in trials where another
 /// parameter took one of the listed values.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[schemars(transform = crate::spec::one_object)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Param {
     /// Always this value.
     Const {
         #[schema(value_type = Object)]
+        #[schemars(schema_with = "any_value")]
         value: Value,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         when: Option<Condition>,
@@ -114,6 +116,7 @@ pub enum Param {
     /// One of these values (numbers, strings, lists: any JSON value).
     Categorical {
         #[schema(value_type = Vec<Object>)]
+        #[schemars(schema_with = "any_values")]
         values: Vec<Value>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         when: Option<Condition>,
@@ -138,7 +141,25 @@ impl Param {
 pub struct Condition {
     pub param: String,
     #[schema(value_type = Vec<Object>)]
+    #[schemars(schema_with = "any_values")]
     pub one_of: Vec<Value>,
+}
+
+/// In a custom resource's schema: any JSON value (a number, a string, a list, a mapping). Kubernetes'
+/// structural schemas need a type on every node unless it is left open, as this one is.
+fn any_value(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "Any value: a number, a string, a list or a mapping.",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+/// In a custom resource's schema: a list of any JSON values (see [`any_value`]).
+fn any_values(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": any_value(generator)
+    })
 }
 
 /// The metric a trial reports (a metric line's name, e.g. `val_accuracy`) and which way is better.
@@ -168,6 +189,7 @@ impl Goal {
 
 /// How trials are chosen.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[schemars(transform = crate::spec::one_object)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum SearcherSpec {
     /// Every combination once; real-valued parameters take `points` evenly spaced values (in log space
@@ -269,6 +291,7 @@ impl SearcherSpec {
 
 /// Stopping poor trials early, for the searchers that do not decide it themselves.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema, Default)]
+#[schemars(transform = crate::spec::one_object)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum EarlyStopping {
     #[default]

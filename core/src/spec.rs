@@ -430,8 +430,10 @@ impl<'de> Deserialize<'de> for TaskRange {
 
 /// In a custom resource's schema, an internally tagged enum (`{type: mlp, hidden: [...]}`) is one object:
 /// `type` lists every variant and the other fields are the union of the variants' fields. Kubernetes'
-/// structural schemas cannot say "these fields only with that type"; the API's validation does.
-fn one_object(schema: &mut schemars::Schema) {
+/// structural schemas cannot say "these fields only with that type"; the API's validation does. A field
+/// two variants type differently is a `number` where both are numbers (`int` and `double` bounds),
+/// else left open.
+pub(crate) fn one_object(schema: &mut schemars::Schema) {
     use serde_json::Value;
     let Some(object) = schema.as_object_mut() else {
         return;
@@ -452,8 +454,10 @@ fn one_object(schema: &mut schemars::Schema) {
                     (None, Some(Value::Array(more))) => tags.extend(more.iter().cloned()),
                     _ => {}
                 }
+            } else if let Some(existing) = fields.get_mut(name) {
+                union_field(existing, field);
             } else {
-                fields.entry(name.clone()).or_insert_with(|| field.clone());
+                fields.insert(name.clone(), field.clone());
             }
         }
     }
@@ -464,6 +468,39 @@ fn one_object(schema: &mut schemars::Schema) {
     object.insert("type".to_owned(), "object".into());
     object.insert("properties".to_owned(), Value::Object(fields));
     object.insert("required".to_owned(), serde_json::json!(["type"]));
+}
+
+/// A field of one variant of [`one_object`]'s enum merged with the same field of another; the first
+/// one's description stays.
+fn union_field(existing: &mut serde_json::Value, other: &serde_json::Value) {
+    use serde_json::Value;
+    let shape = |field: &Value| {
+        let mut field = field.clone();
+        if let Some(map) = field.as_object_mut() {
+            map.remove("description");
+            map.remove("default");
+        }
+        field
+    };
+    if shape(existing) == shape(other) {
+        return;
+    }
+    let numeric = |field: &Value| {
+        matches!(
+            field.get("type").and_then(Value::as_str),
+            Some("integer" | "number")
+        )
+    };
+    let description = existing.get("description").cloned();
+    let mut merged = if numeric(existing) && numeric(other) {
+        serde_json::json!({"type": "number"})
+    } else {
+        serde_json::json!({"x-kubernetes-preserve-unknown-fields": true})
+    };
+    if let (Some(description), Some(map)) = (description, merged.as_object_mut()) {
+        map.insert("description".to_owned(), description);
+    }
+    *existing = merged;
 }
 
 /// In a custom resource's schema: a count or a `{min, max}` range. Kubernetes' structural schemas

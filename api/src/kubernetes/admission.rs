@@ -15,18 +15,28 @@ use kube::api::Api;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-/// The tenant of the object's job: the one recorded in its status once Drover has the job (a
-/// namespace relabelled later does not move it, or make a second job), else the namespace's.
+/// An object the controller admits into a tenant: a DroverJob or a DroverExperiment.
+pub(super) trait Admitted: ResourceExt {
+    /// The tenant its status records once Drover has its job (or experiment).
+    fn recorded_tenant(&self) -> Option<String>;
+}
+
+impl Admitted for DroverJob {
+    fn recorded_tenant(&self) -> Option<String> {
+        self.status
+            .as_ref()
+            .filter(|status| status.job_id.is_some())
+            .and_then(|status| status.tenant.clone())
+    }
+}
+
+/// The tenant of the object's job (or experiment): the one recorded in its status once Drover has it
+/// (a namespace relabelled later does not move it, or make a second one), else the namespace's.
 pub(super) async fn tenant_for(
-    obj: &DroverJob,
+    obj: &impl Admitted,
     ctx: &Context,
 ) -> Result<Result<Tenant, String>, Error> {
-    let recorded = obj
-        .status
-        .as_ref()
-        .filter(|status| status.job_id.is_some())
-        .and_then(|status| status.tenant.clone());
-    let Some(name) = recorded else {
+    let Some(name) = obj.recorded_tenant() else {
         return tenant_of(obj, ctx).await;
     };
     match ctx.state.store.get_tenant_by_name(&name).await {
@@ -40,7 +50,7 @@ pub(super) async fn tenant_for(
 
 /// The tenant the object's namespace maps to, or a message saying why there is none.
 pub(super) async fn tenant_of(
-    obj: &DroverJob,
+    obj: &impl ResourceExt,
     ctx: &Context,
 ) -> Result<Result<Tenant, String>, Error> {
     let namespace = obj.namespace().unwrap_or_default();

@@ -12,11 +12,12 @@
 //!   `Synced` condition (the job goes on as submitted).
 //! - Deleting the object cancels the job and waits for its tasks to stop before the finalizer goes.
 //! - With `mirror`, jobs submitted over REST get objects too (`mirror.rs`).
+//! - DroverExperiments are reconciled beside DroverJobs, by the same rules (`experiments.rs`).
 
 use super::admission::{document_of, principal_for, submit, tenant_for};
 use super::crd::{DroverJob, DroverJobStatus, FINALIZER};
 use super::edits::sync_spec;
-use super::events::{event, publish_events};
+use super::events::{event, publish_events, warn_on_refusals};
 use super::mirror::job_of;
 use super::status::{conditions, describe_job, refuse, set_condition, with_nulls};
 use crate::error::ApiError;
@@ -138,7 +139,7 @@ pub async fn run(
             led = leader.wait_for(|leads| *leads) => if led.is_err() { return },
             _ = stopped.wait_for(|stop| *stop) => return,
         }
-        tracing::info!("leading: reconciling DroverJobs and Kubernetes nodes");
+        tracing::info!("leading: reconciling DroverJobs, DroverExperiments and Kubernetes nodes");
         let jobs = Controller::new(
             Api::<DroverJob>::all(ctx.client.clone()),
             watcher::Config::default(),
@@ -155,6 +156,7 @@ pub async fn run(
                 Ok(_) => {}
             }
         });
+        let experiments = super::experiments::run(ctx.clone());
         let nodes = super::nodes::sync(ctx.clone());
         let mirror = async {
             if ctx.settings.mirror {
@@ -165,23 +167,29 @@ pub async fn run(
         };
         tokio::select! {
             () = jobs => {},
+            () = experiments => {},
             () = nodes => {},
             () = mirror => {},
             _ = leader.wait_for(|leads| !*leads) => {
-                tracing::info!("no longer leading: the DroverJob controller stops");
+                tracing::info!("no longer leading: the DroverJob and DroverExperiment controllers stop");
             }
             _ = stopped.wait_for(|stop| *stop) => return,
         }
     }
 }
 
-/// Tries a failed reconcile again: soon for a job that is settling, later for anything else.
-pub fn error_policy(obj: Arc<DroverJob>, err: &Error, _ctx: Arc<Context>) -> Action {
+/// Tries a failed reconcile again (of either kind): soon for an object whose job or trials are
+/// settling, later for anything else.
+pub fn error_policy<K: kube::Resource<DynamicType = ()>>(
+    obj: Arc<K>,
+    err: &Error,
+    _ctx: Arc<Context>,
+) -> Action {
     match err {
         Error::Settling(_) => Action::requeue(Duration::from_secs(2)),
         Error::Refused(_) => Action::requeue(Duration::from_secs(60)),
         other => {
-            tracing::warn!(object = %obj.name_any(), namespace = obj.namespace().unwrap_or_default(), error = %other, "DroverJob reconcile failed; retrying");
+            tracing::warn!(kind = %K::kind(&()), object = %obj.name_any(), namespace = obj.namespace().unwrap_or_default(), error = %other, "reconcile failed; retrying");
             Action::requeue(Duration::from_secs(10))
         }
     }
@@ -382,27 +390,7 @@ async fn finish(
         )
         .await?;
         // A condition that went False for the first time (or with a new message) is also an Event.
-        for condition in &status.conditions {
-            let before = old.conditions.iter().find(|c| c.type_ == condition.type_);
-            let changed = before
-                .is_none_or(|b| b.status != condition.status || b.message != condition.message);
-            if condition.status == "False"
-                && changed
-                && matches!(
-                    condition.type_.as_str(),
-                    conditions::ACCEPTED | conditions::SYNCED
-                )
-            {
-                event(
-                    ctx,
-                    obj,
-                    EventType::Warning,
-                    &condition.reason,
-                    &condition.message,
-                )
-                .await;
-            }
-        }
+        warn_on_refusals(ctx, obj, &old.conditions, &status.conditions).await;
     }
     Ok(next)
 }

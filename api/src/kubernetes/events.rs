@@ -1,4 +1,5 @@
-//! The job's events as Kubernetes Events on its object (best effort: a failure is logged).
+//! The job's events as Kubernetes Events on its object (best effort: a failure is logged), and the
+//! Event helpers the experiment controller uses too.
 
 use super::controller::{Context, Error};
 use super::crd::DroverJob;
@@ -46,7 +47,7 @@ pub(super) async fn publish_events(
 /// Publishes one Event on the object; a failure is logged, never fatal (Events are best effort).
 pub(super) async fn event(
     ctx: &Context,
-    obj: &DroverJob,
+    obj: &impl Resource<DynamicType = ()>,
     kind: EventType,
     reason: &str,
     note: &str,
@@ -58,7 +59,7 @@ pub(super) async fn event(
 /// and action into one series (kept with the first note) for a few minutes.
 pub(super) async fn event_as(
     ctx: &Context,
-    obj: &DroverJob,
+    obj: &impl Resource<DynamicType = ()>,
     kind: EventType,
     reason: &str,
     note: &str,
@@ -75,5 +76,37 @@ pub(super) async fn event_as(
     };
     if let Err(err) = ctx.recorder.publish(&event, &reference).await {
         tracing::warn!(object = %obj.name_any(), error = %err, "cannot publish a Kubernetes Event");
+    }
+}
+
+/// Each `Accepted` or `Synced` condition that went False since `old` (or changed its message) is
+/// also a Warning Event.
+pub(super) async fn warn_on_refusals(
+    ctx: &Context,
+    obj: &impl Resource<DynamicType = ()>,
+    old: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    new: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+) {
+    use super::status::conditions;
+    for condition in new {
+        let before = old.iter().find(|c| c.type_ == condition.type_);
+        let changed =
+            before.is_none_or(|b| b.status != condition.status || b.message != condition.message);
+        if condition.status == "False"
+            && changed
+            && matches!(
+                condition.type_.as_str(),
+                conditions::ACCEPTED | conditions::SYNCED
+            )
+        {
+            event(
+                ctx,
+                obj,
+                EventType::Warning,
+                &condition.reason,
+                &condition.message,
+            )
+            .await;
+        }
     }
 }

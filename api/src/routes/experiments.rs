@@ -58,7 +58,31 @@ pub async fn submit(
 ) -> ApiResult<Response> {
     principal.require_job_writer()?;
     let format = super::jobs::body_format(&headers, &body)?;
-    let mut experiment = DroverExperiment::parse(&body, format)?;
+    let experiment = DroverExperiment::parse(&body, format)?;
+    let created = create_experiment(&state, &principal, experiment).await?;
+    let location = HeaderValue::from_str(&format!("/api/v1/experiments/{}", created.id)).ok();
+    let mut response = (
+        StatusCode::CREATED,
+        Json(ExperimentEnvelope {
+            experiment: view(created, Some(Vec::new())),
+        }),
+    )
+        .into_response();
+    if let Some(location) = location {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// Creates a parsed (so validated) experiment as `principal`'s, in their tenant, and records who
+/// submitted it. A name taken in the tenant is a 409 on `metadata.name`. Shared by the route and the
+/// Kubernetes controller (`crate::kubernetes::experiments`).
+pub async fn create_experiment(
+    state: &AppState,
+    principal: &Principal,
+    mut experiment: DroverExperiment,
+) -> ApiResult<Experiment> {
+    principal.require_job_writer()?;
     experiment.status = None;
     let document = serde_json::to_value(&experiment).map_err(|err| {
         tracing::error!(error = %err, "serialising a parsed experiment failed");
@@ -78,7 +102,7 @@ pub async fn submit(
         .await
         .map_err(|err| ApiError::from_store(err, || "experiment".into()))?;
     event(
-        &state,
+        state,
         created.id,
         format!(
             "submitted by {}: {} searcher, {} {}",
@@ -94,18 +118,7 @@ pub async fn submit(
     )
     .await;
     tracing::info!(experiment.id = %created.id, user.id = %principal.user.id, "experiment submitted");
-    let location = HeaderValue::from_str(&format!("/api/v1/experiments/{}", created.id)).ok();
-    let mut response = (
-        StatusCode::CREATED,
-        Json(ExperimentEnvelope {
-            experiment: view(created, Some(Vec::new())),
-        }),
-    )
-        .into_response();
-    if let Some(location) = location {
-        response.headers_mut().insert(header::LOCATION, location);
-    }
-    Ok(response)
+    Ok(created)
 }
 
 /// The caller's tenant's experiments (every tenant's for cluster administrators), newest first.
@@ -233,8 +246,9 @@ pub async fn events(
     }))
 }
 
+/// What a user may do to an experiment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Action {
+pub enum ExperimentAction {
     Pause,
     Resume,
     Cancel,
@@ -258,7 +272,7 @@ pub async fn pause(
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<Json<ExperimentEnvelope>> {
-    act(&state, &principal, &id, Action::Pause).await
+    experiment_transition(&state, &principal, &id, ExperimentAction::Pause).await
 }
 
 /// Resume a paused experiment: its paused trials queue again and the searcher carries on.
@@ -278,7 +292,7 @@ pub async fn resume(
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<Json<ExperimentEnvelope>> {
-    act(&state, &principal, &id, Action::Resume).await
+    experiment_transition(&state, &principal, &id, ExperimentAction::Resume).await
 }
 
 /// Cancel an experiment and its running trials.
@@ -298,14 +312,17 @@ pub async fn cancel(
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<Json<ExperimentEnvelope>> {
-    act(&state, &principal, &id, Action::Cancel).await
+    experiment_transition(&state, &principal, &id, ExperimentAction::Cancel).await
 }
 
-async fn act(
+/// Pauses, resumes or cancels the experiment `raw` (an id) as `principal`; an action its state does
+/// not allow is a 409 `illegal_transition`. Cancelling cancels its running trial jobs. Shared by the
+/// routes and the Kubernetes controller (deleting a DroverExperiment cancels it).
+pub async fn experiment_transition(
     state: &AppState,
     principal: &Principal,
     raw: &str,
-    action: Action,
+    action: ExperimentAction,
 ) -> ApiResult<Json<ExperimentEnvelope>> {
     let experiment = load(state, principal, raw).await?;
     principal.require_job_writer()?;
@@ -315,7 +332,7 @@ async fn act(
     let internal = |err| ApiError::from_store(err, || "experiment".into());
     let who = &principal.user.name;
     match action {
-        Action::Pause => {
+        ExperimentAction::Pause => {
             if experiment.state != ExperimentState::Active {
                 return Err(conflict(format!(
                     "the experiment is `{}`; only an active experiment can be paused",
@@ -346,7 +363,7 @@ async fn act(
             )
             .await;
         }
-        Action::Resume => {
+        ExperimentAction::Resume => {
             if experiment.state != ExperimentState::Paused {
                 return Err(conflict(format!(
                     "the experiment is `{}`; only a paused experiment can be resumed",
@@ -377,7 +394,7 @@ async fn act(
             )
             .await;
         }
-        Action::Cancel => {
+        ExperimentAction::Cancel => {
             if experiment.state.is_terminal() {
                 return Err(conflict(format!(
                     "the experiment is `{}` already",

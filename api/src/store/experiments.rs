@@ -153,6 +153,12 @@ pub trait ExperimentStore {
         before: Option<ExperimentId>,
         limit: u32,
     ) -> StoreResult<Vec<Experiment>>;
+    /// The tenant's experiment of that name (names are unique within a tenant).
+    async fn experiment_by_name(
+        &self,
+        tenant: TenantId,
+        name: &str,
+    ) -> StoreResult<Option<Experiment>>;
     /// Experiments not yet ended (active or paused), across tenants: the driver's work list.
     async fn open_experiments(&self) -> StoreResult<Vec<Experiment>>;
     async fn set_experiment_state(

@@ -106,6 +106,22 @@ macro_rules! impl_experiment_store {
                 rows.iter().map(experiment_from_row).collect()
             }
 
+            async fn experiment_by_name(
+                &self,
+                tenant: TenantId,
+                name: &str,
+            ) -> StoreResult<Option<Experiment>> {
+                let row = sqlx::query(concat!(
+                    "SELECT ", experiment_columns!(), " FROM experiments e JOIN tenants t ON t.id = e.tenant_id \
+                     WHERE e.tenant_id = $1 AND e.name = $2"
+                ))
+                .bind(tenant.0)
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await?;
+                row.as_ref().map(experiment_from_row).transpose()
+            }
+
             async fn open_experiments(&self) -> StoreResult<Vec<Experiment>> {
                 let rows = sqlx::query(concat!(
                     "SELECT ", experiment_columns!(), " FROM experiments e JOIN tenants t ON t.id = e.tenant_id \

@@ -18,6 +18,7 @@ mod elastic;
 mod experiments;
 mod fake_kube;
 mod kubernetes;
+mod kubernetes_experiments;
 mod kubernetes_mirror;
 mod limits;
 mod queue_usage;

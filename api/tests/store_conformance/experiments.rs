@@ -1,4 +1,4 @@
-//! Experiments: unique names per tenant, trials and segments written once (the driver's intents),
+//! Experiments: unique names per tenant (found by name), trials and segments written once (the driver's intents),
 //! segments joined to their jobs' states, metric samples and GPU-seconds of the trial jobs, events,
 //! checkpoints found by id.
 
@@ -57,6 +57,23 @@ pub(crate) async fn experiments_keep_trials_and_segments_once(db: &TestDb) {
         1
     );
     assert_eq!(store.open_experiments().await.unwrap().len(), 1);
+    // By name, within its tenant only.
+    let found = store.experiment_by_name(tenant.id, "search").await.unwrap();
+    assert_eq!(found.map(|e| e.id), Some(experiment.id));
+    assert!(
+        store
+            .experiment_by_name(other.id, "search")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .experiment_by_name(tenant.id, "elsewhere")
+            .await
+            .unwrap()
+            .is_none()
+    );
 
     let trial = TrialRow {
         experiment_id: experiment.id,
