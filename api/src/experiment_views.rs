@@ -55,6 +55,12 @@ pub struct TrialView {
     pub source_trial: Option<u32>,
     pub replaces: Option<u32>,
     pub stop_reason: Option<String>,
+    /// While it runs: how promising the searcher finds it, in [0, 1] (1 best), which the scheduler
+    /// uses to choose among the experiment's trials when GPUs are short.
+    pub promise: Option<f64>,
+    /// While it runs: the searcher expects to stop it or not to promote it at its next decision, so
+    /// it is the first of the experiment's trials to wait or be preempted.
+    pub doomed: Option<bool>,
     pub jobs: Vec<TrialJobView>,
 }
 
@@ -129,9 +135,10 @@ pub fn view(experiment: Experiment, trials: Option<Vec<TrialView>>) -> Experimen
 pub async fn trial_views(state: &AppState, experiment: &Experiment) -> ApiResult<Vec<TrialView>> {
     let store = state.store.as_ref();
     let internal = |err| ApiError::from_store(err, || "experiment".into());
-    let goal = serde_json::from_value::<DroverExperiment>(experiment.document.clone())
-        .map(|d| d.spec.metric)
+    let spec = serde_json::from_value::<DroverExperiment>(experiment.document.clone())
+        .map(|d| d.spec)
         .ok();
+    let goal = spec.as_ref().map(|s| s.metric.clone());
     let (trials, segments) = store
         .experiment_trials(experiment.id)
         .await
@@ -144,6 +151,10 @@ pub async fn trial_views(state: &AppState, experiment: &Experiment) -> ApiResult
         None => Vec::new(),
     };
     let records = trial_records(&trials, &segments, &samples);
+    let outlook = spec
+        .as_ref()
+        .map(|spec| drover_search::outlook(spec, &records))
+        .unwrap_or_default();
     Ok(trials
         .iter()
         .zip(records)
@@ -173,6 +184,8 @@ pub async fn trial_views(state: &AppState, experiment: &Experiment) -> ApiResult
                 source_trial: row.source.map(|s| s.0),
                 replaces: row.replaces,
                 stop_reason: mine.iter().rev().find_map(|s| s.stop_reason.clone()),
+                promise: outlook.get(&row.trial).map(|o| o.promise),
+                doomed: outlook.get(&row.trial).map(|o| o.doomed),
                 jobs: mine
                     .iter()
                     .map(|s| TrialJobView {

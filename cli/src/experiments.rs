@@ -235,18 +235,33 @@ fn trials_table(trials: &[Value]) {
         .iter()
         .map(|t| {
             let jobs = t["jobs"].as_array().map_or(0, Vec::len);
+            // While it runs: the searcher's outlook, which the scheduler acts on.
+            let promise = match (t["promise"].as_f64(), t["doomed"].as_bool()) {
+                (Some(_), Some(true)) => "doomed".to_owned(),
+                (Some(p), _) => format!("{p:.2}"),
+                _ => "-".to_owned(),
+            };
             vec![
                 output::text(&t["trial"]),
                 output::text(&t["state"]),
                 output::text(&t["last_value"]),
                 output::text(&t["last_step"]),
+                promise,
                 jobs.to_string(),
                 params_text(&t["params"]),
             ]
         })
         .collect();
     output::table(
-        &["TRIAL", "STATE", "LAST", "STEP", "JOBS", "HYPER-PARAMETERS"],
+        &[
+            "TRIAL",
+            "STATE",
+            "LAST",
+            "STEP",
+            "PROMISE",
+            "JOBS",
+            "HYPER-PARAMETERS",
+        ],
         &rows,
     );
 }

@@ -4,6 +4,7 @@ use crate::output::out;
 use anyhow::{Context, bail};
 use drover_scheduler::cluster::uniform_cluster;
 use drover_scheduler::forecast::ForecastConfig;
+use drover_scheduler::sim::experiments::{ExperimentOptions, ExperimentRow, Experiments};
 use drover_scheduler::sim::predict::{self, Accuracy, PredictOptions};
 use drover_scheduler::sim::{self, Outcome, Report, SimConfig, Stopwatch, TraceFilter};
 use std::path::PathBuf;
@@ -58,6 +59,20 @@ pub struct SimArgs {
     /// new arrivals).
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     predict_arrival_window: Duration,
+    /// Add this many hyper-parameter searches (ASHA over the digits example's space, run by Drover's
+    /// own searcher) next to the trace's jobs, submitted evenly over its span by the tenants with the
+    /// largest guarantees in turn; their trials are jobs the searcher makes, promotes and stops.
+    #[arg(long, default_value_t = 0)]
+    experiments: usize,
+    /// With --experiments: trials per experiment.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    experiment_trials: u32,
+    /// With --experiments: trials each experiment runs at once.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    experiment_concurrency: u32,
+    /// With --experiments: hours a trial that reaches the top rung trains on one GPU.
+    #[arg(long, default_value_t = 4.0)]
+    trial_hours: f64,
     /// Directory for report.json, summary.csv, per-job CSVs and SVG charts.
     #[arg(long, default_value = "sim-out")]
     out: PathBuf,
@@ -142,6 +157,20 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
             .filter(|p| !p.is_empty())
             .collect(),
     };
+    if args.experiments > 0 {
+        if !(args.trial_hours > 0.0 && args.trial_hours <= 1000.0) {
+            bail!("--trial-hours: between 0 and 1000 hours");
+        }
+        if let Some(oracle) = policies
+            .iter()
+            .find(|p| drover_scheduler::is_oracle_policy(p))
+        {
+            bail!(
+                "{oracle} needs every job's length in advance; a search's trials have none (leave it \
+                 out of --compare when using --experiments)"
+            );
+        }
+    }
     for name in &policies {
         let ablation = drover_scheduler::ablation_names().contains(&name.as_str());
         if !ablation && !drover_scheduler::policy_names().contains(&name.as_str()) {
@@ -187,6 +216,11 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
     let mut cdfs = Vec::new();
     let mut timelines = Vec::new();
     let mut accuracies = Vec::new();
+    let mut experiment_rows = Vec::new();
+    let span = (
+        workload.jobs.first().map_or(0.0, |j| j.view.submit_s),
+        workload.jobs.last().map_or(0.0, |j| j.view.submit_s),
+    );
     for name in &policies {
         let started = Instant::now();
         eprint!("running {name} ... ");
@@ -196,9 +230,32 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
             every: args.predict_every as usize,
             arrival_window_s: args.predict_arrival_window.as_secs_f64(),
         });
+        let mut searches = (args.experiments > 0).then(|| {
+            let options = ExperimentOptions {
+                count: args.experiments,
+                max_trials: args.experiment_trials,
+                max_concurrent_trials: args.experiment_concurrency,
+                trial_hours: args.trial_hours,
+                ..ExperimentOptions::default()
+            };
+            Experiments::new(
+                options,
+                &workload.tenants,
+                &models,
+                span,
+                args.cpus_per_node,
+                args.seed,
+            )
+        });
+        let spawner = searches
+            .as_mut()
+            .map(|s| s as &mut dyn sim::engine::Spawner);
         let (report, outcome) =
-            sim::run_policy_predicting(name, &workload, config, predict, &clock)
+            sim::run_policy_with(name, &workload, config, predict, spawner, &clock)
                 .with_context(|| format!("policy {name}"))?;
+        if let Some(searches) = &searches {
+            experiment_rows.push((name.clone(), searches.rows()));
+        }
         eprintln!(
             "{} rounds in {:.1}s",
             report.rounds,
@@ -249,6 +306,15 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
         if args.predict {
             print_accuracy(&accuracies);
         }
+        if !experiment_rows.is_empty() {
+            print_experiments(&experiment_rows);
+        }
+    }
+    if !experiment_rows.is_empty() {
+        std::fs::write(
+            args.out.join("experiments.csv"),
+            experiments_csv(&experiment_rows),
+        )?;
     }
     eprintln!(
         "wrote report.json, summary.csv, jobs-<policy>.csv, jct-cdf.svg and utilisation.svg to {}",
@@ -356,4 +422,78 @@ fn print_accuracy(rows: &[(String, Accuracy, Duration)]) {
             took.as_secs_f64()
         );
     }
+}
+
+/// Per policy: the searches' mean time to their first full-fidelity result and to their end, their
+/// mean best value and the GPU-hours their trials used.
+fn print_experiments(runs: &[(String, Vec<ExperimentRow>)]) {
+    let hours = |s: f64| format!("{:.2}h", s / 3600.0);
+    let mean = |values: Vec<f64>| {
+        let n = values.len().max(1) as f64;
+        values.iter().sum::<f64>() / n
+    };
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|(policy, rows)| {
+            let full: Vec<f64> = rows
+                .iter()
+                .filter_map(|r| r.first_full_s.map(|t| t - r.submit_s))
+                .collect();
+            let best_at: Vec<f64> = rows
+                .iter()
+                .filter_map(|r| r.best_at_s.map(|t| t - r.submit_s))
+                .collect();
+            let best: Vec<f64> = rows.iter().filter_map(|r| r.best).collect();
+            vec![
+                policy.clone(),
+                rows.len().to_string(),
+                rows.iter().map(|r| r.trials).sum::<usize>().to_string(),
+                if full.len() == rows.len() {
+                    hours(mean(full))
+                } else {
+                    format!("{} of {}", full.len(), rows.len())
+                },
+                hours(mean(best_at)),
+                hours(mean(rows.iter().map(|r| r.finish_s - r.submit_s).collect())),
+                format!("{:.4}", mean(best)),
+                format!("{:.0}", rows.iter().map(|r| r.gpu_hours).sum::<f64>()),
+            ]
+        })
+        .collect();
+    crate::output::table(
+        &[
+            "POLICY",
+            "EXPERIMENTS",
+            "TRIALS",
+            "FIRST FULL RESULT",
+            "TIME TO BEST",
+            "EXPERIMENT TIME",
+            "MEAN BEST LOSS",
+            "TRIAL GPU-H",
+        ],
+        &rows,
+    );
+}
+
+fn experiments_csv(runs: &[(String, Vec<ExperimentRow>)]) -> String {
+    let mut csv = String::from(
+        "policy,experiment,tenant,submit_s,first_full_s,best_at_s,finish_s,best,trials,gpu_hours\n",
+    );
+    let cell = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v}"));
+    for (policy, rows) in runs {
+        for (i, r) in rows.iter().enumerate() {
+            csv.push_str(&format!(
+                "{policy},{i},{},{:.0},{},{},{:.0},{},{},{:.2}\n",
+                r.tenant,
+                r.submit_s,
+                cell(r.first_full_s),
+                cell(r.best_at_s),
+                r.finish_s,
+                cell(r.best),
+                r.trials,
+                r.gpu_hours
+            ));
+        }
+    }
+    csv
 }

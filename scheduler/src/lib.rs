@@ -23,4 +23,4 @@ pub use plan::{JobPlan, Placement, Plan, Role, RunReason, TaskPlacement, WaitRea
 pub use policy::{
     Oracle, Policy, PolicyError, ablation_names, build_policy, is_oracle_policy, policy_names,
 };
-pub use snapshot::{ClusterSnapshot, JobView, Shape};
+pub use snapshot::{ClusterSnapshot, JobView, SearchHint, Shape};

@@ -2,7 +2,7 @@
 
 use crate::cluster::Node;
 use crate::plan::Placement;
-use drover_core::JobId;
+use drover_core::{ExperimentId, JobId};
 use serde::{Deserialize, Serialize};
 
 /// A job's shape: parameter-server shards and workers.
@@ -69,6 +69,18 @@ pub struct Observations {
     pub runs_to_budget: bool,
 }
 
+/// What the hyper-parameter searcher says of a job that is one of its experiment's trials.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SearchHint {
+    pub experiment: ExperimentId,
+    /// In `[0, 1]`, 1 the experiment's most promising trial (its rank at a comparable step, raised by
+    /// how far a multi-fidelity searcher has promoted it).
+    pub promise: f64,
+    /// The searcher will most likely stop the trial, not promote it, or replace it at its next
+    /// decision: what it trains until then is probably wasted.
+    pub doomed: bool,
+}
+
 /// One job as the scheduler sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobView {
@@ -93,6 +105,9 @@ pub struct JobView {
     /// Where the job runs now; `None` while it waits.
     pub placement: Option<Placement>,
     pub observed: Observations,
+    /// Set when the job is a trial of a hyper-parameter search.
+    #[serde(default)]
+    pub search: Option<SearchHint>,
 }
 
 impl JobView {

@@ -17,15 +17,17 @@
 pub mod asha;
 mod math;
 pub mod offline;
+pub mod outlook;
 pub mod pbt;
 pub mod space;
 pub mod stopping;
 pub mod tpe;
 
+pub use outlook::{Outlook, outlook};
+
 use drover_core::experiment::{Assignment, DEFAULT_MAX_TRIALS, ExperimentSpec, SearcherSpec};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use std::collections::BTreeMap;
 
 /// What the store knows of one trial: a point of the space and the segments (jobs) that ran it.
 #[derive(Debug, Clone, PartialEq)]
@@ -348,32 +350,4 @@ pub fn best_trial(spec: &ExperimentSpec, trials: &[TrialRecord]) -> Option<(u32,
                 .total_cmp(&goal.loss(b.1))
                 .then(a.0.cmp(&b.0))
         })
-}
-
-/// How promising each active trial is, in `[0, 1]` (1 best): its rank by the metric among all trials
-/// at a comparable point, raised by how far a multi-fidelity searcher has promoted it. The scheduler
-/// prefers promising trials under contention.
-pub fn promise(spec: &ExperimentSpec, trials: &[TrialRecord]) -> BTreeMap<u32, f64> {
-    let goal = spec.metric.goal;
-    let mut scored: Vec<(u32, f64)> = trials
-        .iter()
-        .filter_map(|trial| trial.best_loss(goal).map(|loss| (trial.index, loss)))
-        .collect();
-    scored.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let n = scored.len().max(1) as f64;
-    let rank: BTreeMap<u32, f64> = scored
-        .iter()
-        .enumerate()
-        .map(|(i, &(index, _))| (index, 1.0 - i as f64 / n))
-        .collect();
-    let depth = |trial: &TrialRecord| trial.segments.len().saturating_sub(1) as f64;
-    let max_depth = trials.iter().map(depth).fold(0.0, f64::max).max(1.0);
-    trials
-        .iter()
-        .filter(|trial| trial.is_active())
-        .map(|trial| {
-            let by_rank = rank.get(&trial.index).copied().unwrap_or(0.5);
-            (trial.index, 0.5 * by_rank + 0.5 * depth(trial) / max_depth)
-        })
-        .collect()
 }

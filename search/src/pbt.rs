@@ -77,20 +77,9 @@ pub fn next(spec: &ExperimentSpec, trials: &[TrialRecord], may_start: bool) -> O
             replaces: None,
         });
     }
-    let goal = spec.metric.goal;
     let current = members(trials);
-    // Ranked members: those with a value, best first. A replacement that has not reported yet ranks
-    // with the value of the trial it replaced, so one exploit does not push the next member down.
-    let mut ranked: Vec<(&TrialRecord, f64)> = current
-        .iter()
-        .filter_map(|trial| {
-            let value = lineage_value(trials, trial)?;
-            let loss = goal.loss(value);
-            loss.is_finite().then_some((*trial, loss))
-        })
-        .collect();
-    ranked.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.index.cmp(&b.0.index)));
-    let cut = ((ranked.len() as f64 * settings.quantile).ceil() as usize).max(1);
+    let ranked = ranked(spec, trials, &current);
+    let cut = cut_of(ranked.len(), settings.quantile);
     // The lowest-indexed member resting between rounds decides first.
     let resting = current
         .iter()
@@ -132,6 +121,50 @@ pub fn next(spec: &ExperimentSpec, trials: &[TrialRecord], may_start: bool) -> O
         segment: resting.segments.len() as u32,
         max_steps: next_steps,
     })
+}
+
+/// The members with a value, best first, with their loss. A replacement that has not reported yet
+/// ranks with the value of the trial it replaced, so one exploit does not push the next member down.
+fn ranked<'t>(
+    spec: &ExperimentSpec,
+    trials: &'t [TrialRecord],
+    current: &[&'t TrialRecord],
+) -> Vec<(&'t TrialRecord, f64)> {
+    let goal = spec.metric.goal;
+    let mut ranked: Vec<(&TrialRecord, f64)> = current
+        .iter()
+        .filter_map(|trial| {
+            let loss = goal.loss(lineage_value(trials, trial)?);
+            loss.is_finite().then_some((*trial, loss))
+        })
+        .collect();
+    ranked.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.index.cmp(&b.0.index)));
+    ranked
+}
+
+/// How many members make the top (and the bottom) quantile.
+fn cut_of(ranked: usize, quantile: f64) -> usize {
+    ((ranked as f64 * quantile).ceil() as usize).max(1)
+}
+
+/// Each ranked member's rank score in `[0, 1]` (1 best) and whether it sits in the bottom quantile,
+/// where the end of its round will replace it.
+pub(crate) fn standings(spec: &ExperimentSpec, trials: &[TrialRecord]) -> Vec<(u32, f64, bool)> {
+    let Some(settings) = settings(spec) else {
+        return Vec::new();
+    };
+    let current = members(trials);
+    let ranked = ranked(spec, trials, &current);
+    let n = ranked.len();
+    let cut = cut_of(n, settings.quantile);
+    ranked
+        .iter()
+        .enumerate()
+        .map(|(position, (trial, _))| {
+            let score = 1.0 - position as f64 / n as f64;
+            (trial.index, score, n >= 2 && position >= n - cut.min(n))
+        })
+        .collect()
 }
 
 /// The last value a trial reported, or else the one the trial it replaced reported, and so on.

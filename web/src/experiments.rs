@@ -294,10 +294,20 @@ async fn detail(
                 .iter()
                 .filter_map(|j| Some((j.job_id.clone()?, j.name.clone().unwrap_or_default())))
                 .collect(),
-            note: match (&v.stop_reason, v.source_trial) {
-                (Some(reason), _) => reason.clone(),
-                (None, Some(source)) => format!("from trial {source}'s checkpoint"),
-                (None, None) => String::new(),
+            note: match (&v.stop_reason, v.source_trial, v.promise, v.doomed) {
+                (Some(reason), ..) => reason.clone(),
+                (None, _, Some(_), Some(true)) => {
+                    "doomed: the searcher does not expect to keep it; it yields its GPU to the \
+                     experiment's other trials first"
+                        .to_owned()
+                }
+                (None, source, Some(promise), _) => {
+                    let from = source
+                        .map_or_else(String::new, |s| format!("from trial {s}'s checkpoint; "));
+                    format!("{from}promise {promise:.2}")
+                }
+                (None, Some(source), None, _) => format!("from trial {source}'s checkpoint"),
+                (None, None, None, _) => String::new(),
             },
             best: Some(v.trial) == best_trial,
         })

@@ -11,6 +11,7 @@ mod enrol;
 mod explain;
 mod forecast;
 mod gateway;
+mod hints;
 mod hub;
 mod ingest;
 pub mod leader;
@@ -26,6 +27,7 @@ mod snapshot;
 pub use enrol::validate_node_name;
 pub use forecast::{FULL_EVERY as FORECAST_FULL_EVERY, HEAD as FORECAST_HEAD};
 pub use gateway::GatewayService;
+pub use hints::SearchHints;
 pub use hub::Hub;
 pub use observe::{Budget, Observed, Observer};
 pub use scheduling::SchedulingLoop;
@@ -99,6 +101,8 @@ pub struct Runtime {
     pub ingest: ingest::Ingest,
     /// Refused enrolments, cluster-wide: 1 a second, bursts of 20.
     pub failed_enrolments: crate::limits::Buckets<()>,
+    /// The experiment driver's outlook on trial jobs, for the scheduling loop.
+    pub search_hints: SearchHints,
     /// Whether this replica leads (runs the loop and the executors' sessions).
     pub leader: tokio::sync::watch::Receiver<bool>,
     /// The documents of active jobs as last read, with the `updated_at` they were read at: a round
@@ -137,6 +141,7 @@ impl Runtime {
             }),
             config,
             observer: Observer::default(),
+            search_hints: SearchHints::default(),
         })
     }
 

@@ -146,6 +146,7 @@ impl SchedulingLoop {
             &live,
             &seen,
         );
+        runtime.search_hints.apply(&mut built.snapshot.jobs);
         // A job some of whose tasks have ended (workers done before the leader, or one failed) is
         // not resized for the tasks it no longer has: it is left alone until it is settled.
         built.held.extend(finishing);

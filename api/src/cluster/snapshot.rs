@@ -200,6 +200,7 @@ pub(super) fn build<'a>(
                     ..Observations::default()
                 },
             },
+            search: None,
         };
         if tasks.is_empty() {
             if job.state == JobState::Queued {
@@ -258,6 +259,7 @@ pub(super) fn build<'a>(
             consolidate: false,
             placement: None,
             observed: Observations::default(),
+            search: None,
         };
         hold(&mut view, placement);
         held.insert(job_id);

@@ -106,12 +106,46 @@ impl Blocked {
 
 /// One pass over every open experiment.
 pub async fn drive_all(state: &AppState, blocked: &Blocked) -> StoreResult<()> {
-    for experiment in state.store.open_experiments().await? {
+    let open = state.store.open_experiments().await?;
+    if let Some(runtime) = &state.runtime {
+        runtime
+            .search_hints
+            .retain(&open.iter().map(|e| e.id).collect());
+    }
+    for experiment in open {
         if let Err(err) = drive(state, &experiment, blocked).await {
             tracing::warn!(experiment.id = %experiment.id, error = %err, "experiment pass failed");
         }
     }
     Ok(())
+}
+
+/// Tells the scheduling loop how promising each trial's current job is.
+fn publish_hints(
+    state: &AppState,
+    experiment: ExperimentId,
+    document: &DroverExperiment,
+    records: &[drover_search::TrialRecord],
+    segments: &[crate::store::SegmentRow],
+) {
+    let Some(runtime) = &state.runtime else {
+        return;
+    };
+    let outlook = drover_search::outlook(&document.spec, records);
+    let hints = outlook.into_iter().filter_map(|(trial, outlook)| {
+        let job = segments
+            .iter()
+            .filter(|s| s.trial == trial)
+            .max_by_key(|s| s.segment)?
+            .job_id?;
+        let hint = drover_scheduler::SearchHint {
+            experiment,
+            promise: outlook.promise,
+            doomed: outlook.doomed,
+        };
+        Some((job, hint))
+    });
+    runtime.search_hints.set(experiment, hints);
 }
 
 /// What went wrong with one experiment in a pass.
@@ -171,6 +205,7 @@ pub async fn drive(
         .experiment_samples(experiment.id, &document.spec.metric.name)
         .await?;
     let records = trial_records(&trials, &segments, &samples);
+    publish_hints(state, experiment.id, &document, &records, &segments);
     let best = drover_search::best_trial(&document.spec, &records);
     if best != experiment.best_trial.zip(experiment.best_value) {
         store.set_experiment_best(experiment.id, best, now).await?;

@@ -64,6 +64,10 @@ async fn an_experiment_starts_its_trials_as_the_tenants_jobs_and_cancels_them_wi
         assert_eq!(trial["jobs"][0]["name"], format!("digits-asha-t{i}-0"));
         assert_eq!(trial["jobs"][0]["max_steps"], 10);
         assert!(trial["params"]["train.optimizer.lr"].is_number());
+        // What the scheduler is told of it: nothing reported yet, so middling promise, not doomed.
+        let promise = trial["promise"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&promise), "{trial}");
+        assert_eq!(trial["doomed"], false);
     }
     // The trials are ordinary jobs of the tenant, labelled with their experiment, steps set by ASHA.
     let job_id = trials[0]["jobs"][0]["job_id"].as_str().unwrap();
@@ -138,7 +142,9 @@ async fn an_experiment_starts_its_trials_as_the_tenants_jobs_and_cancels_them_wi
     assert_eq!(job.body["job"]["reason"], "stopped_by_search");
     let trials = cancelled.body["experiment"]["trials"].as_array().unwrap();
     assert!(
-        trials.iter().all(|t| t["state"] == "stopped"),
+        trials
+            .iter()
+            .all(|t| t["state"] == "stopped" && t["promise"].is_null()),
         "{}",
         cancelled.body
     );

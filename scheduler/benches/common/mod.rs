@@ -37,6 +37,7 @@ fn job(i: usize, gpus: u32, tenant: u32, rng: &mut ChaCha8Rng) -> JobView {
             executed_s: rng.random_range(0.0..50_000.0),
             ..Observations::default()
         },
+        search: None,
     }
 }
 

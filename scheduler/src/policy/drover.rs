@@ -25,6 +25,8 @@ pub struct DroverPolicy {
     pub packing: bool,
     /// Admit each tenant's jobs up to its guaranteed GPUs before anyone borrows.
     pub quotas: bool,
+    /// Order a search's trials by their searcher's hints ([`super::trials`]).
+    pub search: bool,
 }
 
 impl Default for DroverPolicy {
@@ -38,6 +40,7 @@ impl Default for DroverPolicy {
             params: ElasticParams::default(),
             packing: true,
             quotas: true,
+            search: true,
         }
     }
 }
@@ -53,7 +56,7 @@ impl DroverPolicy {
         };
         order.sort_by_key(|&i| key(i));
         if !self.quotas {
-            return order;
+            return self.with_hints(snapshot, order);
         }
         // Jobs within their tenant's guarantee go first, in the same order; the rest borrow after.
         let mut used: BTreeMap<u32, u64> = BTreeMap::new();
@@ -74,8 +77,17 @@ impl DroverPolicy {
             }
         }
         guaranteed.extend(borrowing);
-        let order = self.cheapest_victims_last(snapshot, guaranteed);
+        let order = self.with_hints(snapshot, guaranteed);
+        let order = self.cheapest_victims_last(snapshot, order);
         super::non_preemptible_first(snapshot, &order)
+    }
+
+    fn with_hints(&self, snapshot: &ClusterSnapshot, order: Vec<usize>) -> Vec<usize> {
+        if self.search {
+            super::trials::prefer_promising(snapshot, order)
+        } else {
+            order
+        }
     }
 
     /// What preempting a running job costs now: a checkpoint and a restart when the checkpoint fits in
@@ -125,11 +137,12 @@ impl Policy for DroverPolicy {
     }
 
     fn name(&self) -> &'static str {
-        match (self.quotas, self.packing, self.params.grow) {
-            (true, true, true) => "drover",
-            (false, _, _) => "drover-no-quotas",
-            (_, false, _) => "drover-no-packing",
-            (_, _, false) => "drover-no-elastic",
+        match (self.quotas, self.packing, self.params.grow, self.search) {
+            (true, true, true, true) => "drover",
+            (false, _, _, _) => "drover-no-quotas",
+            (_, false, _, _) => "drover-no-packing",
+            (_, _, false, _) => "drover-no-elastic",
+            (_, _, _, false) => "drover-no-search",
         }
     }
 

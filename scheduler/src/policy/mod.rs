@@ -10,6 +10,7 @@ mod gandiva;
 mod optimus;
 mod srtf;
 mod tiresias;
+mod trials;
 
 pub use common::{arrival_if_free, non_preemptible_first, ordered_round};
 pub use drf::Drf;
@@ -74,7 +75,12 @@ pub fn policy_names() -> Vec<&'static str> {
 /// Variants of `drover` with one ingredient removed, for measuring what each contributes (not in
 /// `policy_names`, so `--compare all` leaves them out; `--compare` accepts them by name).
 pub fn ablation_names() -> Vec<&'static str> {
-    vec!["drover-no-quotas", "drover-no-packing", "drover-no-elastic"]
+    vec![
+        "drover-no-quotas",
+        "drover-no-packing",
+        "drover-no-elastic",
+        "drover-no-search",
+    ]
 }
 
 /// Whether the named policy is an oracle baseline (it needs the true remaining times).
@@ -105,6 +111,10 @@ pub fn build_policy(
         }),
         "drover-no-packing" => Box::new(DroverPolicy {
             packing: false,
+            ..DroverPolicy::default()
+        }),
+        "drover-no-search" => Box::new(DroverPolicy {
+            search: false,
             ..DroverPolicy::default()
         }),
         "drover-no-elastic" => Box::new(DroverPolicy {

@@ -2,12 +2,14 @@
 //! rounds), jobs progressing at their hidden true speed, and the policy deciding from observations.
 
 use super::predict::{PredictOptions, Predictor};
+use super::truth::JobTruth;
 use super::truth::{OracleState, checkpoint_factor};
 use super::workload::{Workload, noisy};
 use crate::invariants;
 use crate::plan::{JobPlan, Placement, Plan, WaitReason};
 use crate::policy::Policy;
-use crate::snapshot::{ClusterSnapshot, JobView, StepStats};
+use crate::snapshot::{ClusterSnapshot, JobView, SearchHint, StepStats};
+use drover_core::JobId;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::sync::{Arc, Mutex};
@@ -29,8 +31,34 @@ struct Live {
     restarts: u32,
 }
 
-struct Engine<'a> {
-    workload: &'a Workload,
+/// Jobs made while the simulation runs (a searcher's trials, [`super::experiments`]), asked before
+/// every full round.
+pub trait Spawner {
+    /// When it next wants a round with nothing else happening (an experiment's submission);
+    /// infinity when never.
+    fn next_wake_s(&self) -> f64;
+    /// It will make nothing more: the simulation may end.
+    fn done(&self) -> bool;
+    /// `jobs` are the active jobs as the policy is about to see them, `ended` the spawned jobs that
+    /// completed since the last call; new jobs take ids from `next_index` on, in order.
+    fn round(&mut self, now_s: f64, next_index: u128, jobs: &[JobView], ended: &[JobId])
+    -> Spawned;
+}
+
+/// What a [`Spawner`] does at a round.
+#[derive(Debug, Default)]
+pub struct Spawned {
+    pub jobs: Vec<(JobView, JobTruth)>,
+    /// Active jobs to stop now (they end without completing).
+    pub stop: Vec<JobId>,
+    pub hints: Vec<(JobId, SearchHint)>,
+}
+
+struct Engine {
+    /// The workload's truths, then those of spawned jobs.
+    truths: Vec<JobTruth>,
+    /// Spawned jobs that completed since the spawner was last asked.
+    ended: Vec<JobId>,
     config: SimConfig,
     snapshot: ClusterSnapshot,
     live: Vec<Live>,
@@ -47,7 +75,7 @@ fn index_of(job: &JobView) -> usize {
     job.id.0.as_u128() as usize
 }
 
-impl Engine<'_> {
+impl Engine {
     fn ckpt_factor(&self) -> f64 {
         checkpoint_factor(
             self.config.costs.checkpoint_every_s,
@@ -74,7 +102,7 @@ impl Engine<'_> {
         } else {
             1.0
         };
-        self.workload.truths[index].steps_per_s(placement.shape()) * self.ckpt_factor() * slowdown
+        self.truths[index].steps_per_s(placement.shape()) * self.ckpt_factor() * slowdown
     }
 
     /// Counts a placement's GPUs in (`add`) or out.
@@ -114,7 +142,7 @@ impl Engine<'_> {
         if live.rate <= 0.0 {
             return f64::INFINITY;
         }
-        let remaining = (self.workload.truths[index].total_steps - live.steps).max(0.0);
+        let remaining = (self.truths[index].total_steps - live.steps).max(0.0);
         live.productive_from.max(now) + remaining / live.rate
     }
 
@@ -133,8 +161,7 @@ impl Engine<'_> {
             let index = index_of(job);
             let live = &mut self.live[index];
             let productive = (to - from.max(live.productive_from)).max(0.0);
-            live.steps =
-                (live.steps + live.rate * productive).min(self.workload.truths[index].total_steps);
+            live.steps = (live.steps + live.rate * productive).min(self.truths[index].total_steps);
             if every > 0.0 && to > live.productive_from {
                 let done = ((to - live.productive_from) / every).floor() as u64;
                 if done > live.checkpoints_in_run {
@@ -171,7 +198,7 @@ impl Engine<'_> {
             if now <= live.productive_from || live.rate <= 0.0 {
                 continue;
             }
-            let truth = &self.workload.truths[index];
+            let truth = &self.truths[index];
             let shape = placement.shape();
             let step_s = noisy(
                 &mut self.rng,
@@ -215,7 +242,9 @@ impl Engine<'_> {
         {
             for job in &self.snapshot.jobs {
                 let index = index_of(job);
-                state.steps_done[index] = self.live[index].steps;
+                if let Some(done) = state.steps_done.get_mut(index) {
+                    *done = self.live[index].steps;
+                }
             }
         }
     }
@@ -289,6 +318,38 @@ impl Engine<'_> {
         }
     }
 
+    /// Asks the spawner, then stops, adds and hints what it says.
+    fn spawn(&mut self, spawner: &mut dyn Spawner, now: f64) {
+        let ended = std::mem::take(&mut self.ended);
+        let spawned = spawner.round(now, self.truths.len() as u128, &self.snapshot.jobs, &ended);
+        for id in &spawned.stop {
+            let Some(position) = self.snapshot.jobs.iter().position(|j| j.id == *id) else {
+                continue;
+            };
+            let job = self.snapshot.jobs.remove(position);
+            if let Some(placement) = &job.placement {
+                self.occupy(placement, false);
+            }
+            let live = &mut self.live[index_of(&job)];
+            live.rate = 0.0;
+            live.finish = Some(now);
+        }
+        for (mut view, truth) in spawned.jobs {
+            debug_assert_eq!(index_of(&view), self.truths.len());
+            view.placement = None;
+            view.observed.last_state_change_s = now;
+            self.truths.push(truth);
+            self.live.push(Live::default());
+            self.snapshot.jobs.push(view);
+        }
+        for (id, hint) in spawned.hints {
+            if let Some(job) = self.snapshot.jobs.iter_mut().find(|j| j.id == id) {
+                job.search = Some(hint);
+            }
+        }
+        self.refresh_rates();
+    }
+
     fn record_busy(&mut self, now: f64) {
         if self
             .outcome
@@ -308,6 +369,7 @@ pub(crate) fn simulate(
     config: SimConfig,
     oracle: Option<Arc<Mutex<OracleState>>>,
     predict: Option<PredictOptions>,
+    mut spawner: Option<&mut dyn Spawner>,
     stopwatch: &dyn Stopwatch,
 ) -> Result<Outcome, SimError> {
     let n = workload.jobs.len();
@@ -317,7 +379,8 @@ pub(crate) fn simulate(
         state.steps_done = vec![0.0; n];
     }
     let mut engine = Engine {
-        workload,
+        truths: workload.truths.to_vec(),
+        ended: Vec::new(),
         config,
         snapshot: ClusterSnapshot {
             now_s: 0.0,
@@ -339,13 +402,16 @@ pub(crate) fn simulate(
     let mut last_round = f64::NEG_INFINITY;
     let give_up_at = workload.jobs.last().map_or(0.0, |j| j.view.submit_s) + 400.0 * 86_400.0;
     loop {
-        if next_arrival >= n && engine.snapshot.jobs.is_empty() {
+        let spawning = spawner.as_ref().is_some_and(|s| !s.done());
+        if next_arrival >= n && engine.snapshot.jobs.is_empty() && !spawning {
             break;
         }
+        let wake = spawner.as_ref().map_or(f64::INFINITY, |s| s.next_wake_s());
         let arrival = workload
             .jobs
             .get(next_arrival)
-            .map_or(f64::INFINITY, |j| j.view.submit_s);
+            .map_or(f64::INFINITY, |j| j.view.submit_s)
+            .min(wake);
         let completion = engine
             .snapshot
             .jobs
@@ -377,6 +443,9 @@ pub(crate) fn simulate(
                 }
                 engine.live[index].finish = Some(now);
                 let job = engine.snapshot.jobs.remove(position);
+                if index >= n {
+                    engine.ended.push(job.id);
+                }
                 if let Some(predictor) = &mut engine.predictor {
                     let gpus = f64::from(job.gpus_at(job.preferred).max(1));
                     predictor.finished(job.tenant, job.observed.attained_gpu_s / gpus);
@@ -420,8 +489,11 @@ pub(crate) fn simulate(
             }
         }
         // A full round after completions and on the tick.
-        if completed || now >= last_round + config.round_s - 1e-9 {
+        if completed || wake <= now || now >= last_round + config.round_s - 1e-9 {
             engine.observe(now);
+            if let Some(spawner) = spawner.as_deref_mut() {
+                engine.spawn(spawner, now);
+            }
             let started = stopwatch.now_ns();
             let plan = policy.schedule(&engine.snapshot, &previous);
             engine

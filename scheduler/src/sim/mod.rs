@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod engine;
+pub mod experiments;
 pub mod predict;
 pub mod report;
 pub mod speed;
@@ -64,6 +65,18 @@ pub fn run_policy_predicting(
     predict: Option<predict::PredictOptions>,
     stopwatch: &dyn Stopwatch,
 ) -> Result<(Report, Outcome), RunError> {
+    run_policy_with(policy, workload, config, predict, None, stopwatch)
+}
+
+/// [`run_policy_predicting`], with jobs made while it runs by `spawner` (a searcher's trials).
+pub fn run_policy_with(
+    policy: &str,
+    workload: &Workload,
+    config: SimConfig,
+    predict: Option<predict::PredictOptions>,
+    spawner: Option<&mut dyn engine::Spawner>,
+    stopwatch: &dyn Stopwatch,
+) -> Result<(Report, Outcome), RunError> {
     let (mut policy_impl, state) = if is_oracle_policy(policy) {
         let (oracle, state) = oracle_for(workload, &config);
         (build_policy(policy, Some(Box::new(oracle)))?, Some(state))
@@ -76,6 +89,7 @@ pub fn run_policy_predicting(
         config,
         state,
         predict,
+        spawner,
         stopwatch,
     )?;
     let report = build_report(

@@ -186,6 +186,7 @@ pub fn build_workload(
                 consolidate: HIGH_SKEW_MODELS.contains(&model.name.as_str()),
                 placement: None,
                 observed: Observations::default(),
+                search: None,
             },
             recorded_duration_s: job.duration_s,
             recorded,

@@ -29,6 +29,7 @@ pub fn job(id: u128, gpus: u32, submit_s: f64) -> JobView {
         consolidate: false,
         placement: None,
         observed: Observations::default(),
+        search: None,
     }
 }
 
