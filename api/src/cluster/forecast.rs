@@ -1,7 +1,8 @@
 //! The queue forecast, beside the scheduling loop and never in it: after each round the loop offers
 //! its snapshot and plan (cloned only when the forecaster is free to take them); the forecaster
-//! predicts the head of the queue from every offer and the whole queue at most every
-//! [`FULL_EVERY`], on a blocking thread, and records the result for any replica to serve.
+//! predicts the head of the queue from every offer it takes and the whole queue at most every
+//! [`FULL_EVERY`], on a blocking thread, and records the result for any replica to serve. It uses at
+//! most a quarter of the machine's cores: after each forecast it rests in proportion.
 
 use crate::store::{QueueEntry, QueueForecast, Store, StoreResult};
 use chrono::{DateTime, Utc};
@@ -18,6 +19,16 @@ use tokio::sync::Notify;
 pub const FULL_EVERY: Duration = Duration::from_secs(30);
 /// Waiting jobs, first in the policy's order, predicted after every round.
 pub const HEAD: usize = 10;
+/// The share of the machine's cores the forecaster may use.
+const CORE_SHARE: f64 = 0.25;
+
+/// After a forecast that took `t`, the forecaster rests `rest_factor() · t` before it takes the next
+/// offer, so that its one thread is busy at most `CORE_SHARE · cores` of the time.
+fn rest_factor() -> f64 {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+    let duty = (CORE_SHARE * cores).min(1.0);
+    1.0 / duty - 1.0
+}
 /// How often the tenants' history of finished jobs is read again, and how far back it goes.
 const HISTORY_EVERY: Duration = Duration::from_secs(600);
 const HISTORY_DAYS: i64 = 30;
@@ -108,8 +119,17 @@ impl Forecaster {
             };
             self.offers.busy.store(true, Ordering::Release);
             let full = self.last_full.is_none_or(|at| at.elapsed() >= FULL_EVERY);
+            let started = Instant::now();
             if let Err(err) = self.forecast(input, full).await {
                 tracing::warn!(error = %err, "the queue forecast failed");
+            }
+            // A budget: the forecast is a convenience, so it takes at most a quarter of the
+            // machine's cores however long the queue (it runs on one: on two cores it rests as long
+            // as it worked, from four on it does not rest). A cheap one still follows every round.
+            let rest = started.elapsed().mul_f64(rest_factor());
+            tokio::select! {
+                () = tokio::time::sleep(rest) => {}
+                () = &mut stop => return,
             }
             self.offers.busy.store(false, Ordering::Release);
         }

@@ -134,23 +134,31 @@ impl SchedulingLoop {
         let connected = runtime.hub.connected();
         let seen = observe(&runtime, &jobs).await?;
         let specs = runtime.specs(&jobs);
-        let mut built = snapshot::build(
-            Utc::now(),
-            &nodes,
-            &connected,
-            &tenants,
-            snapshot::Active {
-                jobs: &jobs,
-                specs: &specs,
-            },
-            &live,
-            &seen,
-        );
-        runtime.search_hints.apply(&mut built.snapshot.jobs);
-        // A job some of whose tasks have ended (workers done before the leader, or one failed) is
-        // not resized for the tasks it no longer has: it is left alone until it is settled.
-        built.held.extend(finishing);
-        let plan = self.policy.schedule(&built.snapshot, &self.previous);
+        // Building the snapshot and planning are CPU work that grows with the queue (tens of
+        // milliseconds for tens of thousands of jobs): off the async workers, so requests are not
+        // held up behind them.
+        let policy = &mut self.policy;
+        let previous = &self.previous;
+        let (built, plan) = cpu_bound(|| {
+            let mut built = snapshot::build(
+                Utc::now(),
+                &nodes,
+                &connected,
+                &tenants,
+                snapshot::Active {
+                    jobs: &jobs,
+                    specs: &specs,
+                },
+                &live,
+                &seen,
+            );
+            runtime.search_hints.apply(&mut built.snapshot.jobs);
+            // A job some of whose tasks have ended (workers done before the leader, or one failed)
+            // is not resized for the tasks it no longer has: it is left alone until it is settled.
+            built.held.extend(finishing);
+            let plan = policy.schedule(&built.snapshot, previous);
+            (built, plan)
+        });
         apply(&runtime, self.policy.name(), &built, &plan, &live).await?;
         self.report(&built, &plan, &jobs, &live, started).await;
         if self.offers.wanted()
@@ -165,6 +173,16 @@ impl SchedulingLoop {
         }
         self.previous = plan;
         Ok(())
+    }
+}
+
+/// Runs `work` where it does not stall the async runtime's other tasks: on a multi-threaded runtime
+/// the worker hands its queue to another thread for the duration; on a single-threaded one (tests)
+/// there is no other worker to hand it to, so it runs in place.
+pub(super) fn cpu_bound<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
     }
 }
 
