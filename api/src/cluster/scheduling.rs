@@ -77,14 +77,15 @@ impl SchedulingLoop {
                 }
                 // Wake-ups come with every submission: under a burst the rounds still leave a gap
                 // (a quarter tick, at most 250 ms, and three times what the round took), so the loop
-                // batches the burst instead of competing with it, however long the queue grows;
-                // rounds still come at least every tick.
+                // batches the burst instead of competing with it, however long the queue grows.
+                // Rounds come at least every tick while they take under a third of it; a round that
+                // takes longer is followed by three times its length, not by the tick, or a long
+                // queue would keep the loop busy most of the time.
                 let tick = self.runtime.config.tick;
                 let gap = (tick / 4)
                     .min(std::time::Duration::from_millis(250))
                     .max(started.elapsed() * 3)
-                    .max(std::time::Duration::from_millis(50))
-                    .min(tick);
+                    .max(std::time::Duration::from_millis(50));
                 let mut moved = tokio::select! {
                     () = tokio::time::sleep_until(started + gap) => false,
                     changed = leader.changed() => if changed.is_err() { return } else { true },
