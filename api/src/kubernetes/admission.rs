@@ -42,7 +42,7 @@ pub(super) async fn tenant_for(
     match ctx.state.store.get_tenant_by_name(&name).await {
         Ok(tenant) => Ok(Ok(tenant)),
         Err(StoreError::NotFound) => Ok(Err(format!(
-            "the tenant `{name}` of this object's job no longer exists"
+            "the tenant `{name}` this object was submitted to no longer exists"
         ))),
         Err(err) => Err(err.into()),
     }
