@@ -134,6 +134,15 @@ fn ticks(lo: f64, hi: f64, count: usize) -> Vec<f64> {
     (first..=last).map(|i| i as f64 * step).collect()
 }
 
+/// [`ticks`] for a count (steps, trials): no tick between two whole numbers.
+fn whole_ticks(lo: f64, hi: f64, count: usize) -> Vec<f64> {
+    let whole: Vec<f64> = ticks(lo, hi, count)
+        .into_iter()
+        .filter(|t| t.fract() == 0.0)
+        .collect();
+    if whole.is_empty() { vec![lo] } else { whole }
+}
+
 fn number(value: f64) -> String {
     let magnitude = value.abs();
     if value == 0.0 {
@@ -254,8 +263,8 @@ impl Chart<'_> {
             );
         }
         let (x_ticks, x_label) = match self.x {
-            XAxis::Steps => (ticks(x_lo, x_hi, 6), "step"),
-            XAxis::Trials => (ticks(x_lo, x_hi, 6), "trial"),
+            XAxis::Steps => (whole_ticks(x_lo, x_hi, 6), "step"),
+            XAxis::Trials => (whole_ticks(x_lo, x_hi, 6), "trial"),
             XAxis::Named(name) => (ticks(x_lo, x_hi, 6), name),
             XAxis::HoursAgo => (
                 ticks(x_lo / 3600.0, x_hi / 3600.0, 6)
@@ -369,6 +378,13 @@ impl Chart<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_count_axis_has_whole_ticks_only() {
+        assert_eq!(whole_ticks(0.0, 3.0, 6), vec![0.0, 1.0, 2.0, 3.0]);
+        assert_eq!(whole_ticks(1.0, 2.0, 6), vec![1.0, 2.0]);
+        assert_eq!(whole_ticks(0.0, 1000.0, 6), ticks(0.0, 1000.0, 6));
+    }
 
     #[test]
     fn lttb_keeps_the_ends_and_the_peaks_of_a_long_series() {
