@@ -344,6 +344,10 @@ fn print_table(reports: &[Report]) {
                 format!("{:.1}", r.max_rho),
                 format!("{:.3}", r.jain_index),
                 format!("{:.2}", r.restarts_per_job),
+                r.disruptions.preemptions.to_string(),
+                r.disruptions.suspensions.to_string(),
+                r.disruptions.resizes.to_string(),
+                r.disruptions.migrations.to_string(),
                 format!("{:.2}", r.round_latency_p99_us / 1000.0),
                 baseline.map_or_else(|| "-".to_owned(), |b| format!("{:.2}x", b / r.avg_jct_s)),
             ]
@@ -362,11 +366,27 @@ fn print_table(reports: &[Report]) {
             "MAX RHO",
             "JAIN",
             "RESTARTS/JOB",
+            "PREEMPT",
+            "SUSPEND",
+            "RESIZE",
+            "MIGRATE",
             "ROUND P99 (ms)",
             "VS FIFO",
         ],
         &rows,
     );
+    if let Some(drf) = reports.iter().find(|r| r.policy == "drf") {
+        for report in reports.iter().filter(|r| r.policy != "drf") {
+            if let Some((tenant, ratio)) = sim::tenant_rho_ratios(report, drf).first() {
+                out!(
+                    "{}: worst tenant max rho {:.2}x its max rho under drf ({})",
+                    report.policy,
+                    ratio,
+                    tenant
+                );
+            }
+        }
+    }
 }
 
 /// One row per prediction: when it was made, what it said, and when the job really started.

@@ -1,6 +1,7 @@
 //! Checks every plan must pass, whatever the policy: each active job decided once; gangs whole and
-//! within their ranges; no CPU over-committed; no GPU shared without an explicit packing decision, by
-//! more than two jobs, or beyond its memory.
+//! within their ranges (a fixed-size job only at its size); no CPU over-committed; no GPU shared without
+//! an explicit packing decision, by more than two jobs, or beyond its memory; no tenant past its maximum
+//! GPUs.
 
 use crate::plan::{JobPlan, Plan, Role};
 use crate::snapshot::ClusterSnapshot;
@@ -40,6 +41,7 @@ pub fn check(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), Violation> {
 /// CPU over-committed, no GPU shared without a packing decision or beyond its memory.
 pub fn check_placements(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), Violation> {
     let mut cpus_used = vec![0u64; snapshot.nodes.len()];
+    let mut tenant_gpus: BTreeMap<u32, u64> = BTreeMap::new();
     // (node, gpu) -> [(job index, packed, memory)]
     let mut gpu_users: BTreeMap<(u32, u16), Vec<GpuUser>> = BTreeMap::new();
     for (i, job) in snapshot.jobs.iter().enumerate() {
@@ -56,6 +58,7 @@ pub fn check_placements(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), V
                 job.id
             ));
         }
+        *tenant_gpus.entry(job.tenant).or_default() += u64::from(placement.num_gpus());
         let mut seen_indices = std::collections::BTreeSet::new();
         for task in &placement.tasks {
             if !seen_indices.insert((task.role, task.index)) {
@@ -98,6 +101,19 @@ pub fn check_placements(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), V
                 }
                 users.push((i, task.packed, job.gpu_memory_gb));
             }
+        }
+    }
+    for (tenant, used) in tenant_gpus {
+        if let Some(max) = snapshot
+            .tenants
+            .get(tenant as usize)
+            .and_then(|t| t.max_gpus)
+            && used > u64::from(max)
+        {
+            return violation(format!(
+                "tenant {} holds {used} GPUs, its maximum is {max}",
+                snapshot.tenants[tenant as usize].name
+            ));
         }
     }
     for (node, used) in snapshot.nodes.iter().zip(&cpus_used) {

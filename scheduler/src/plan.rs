@@ -94,6 +94,8 @@ pub enum WaitReason {
     Suspended,
     /// Preempted without waiting for a checkpoint: the work since its last one is lost.
     PreemptedWithoutCheckpoint,
+    /// Starting it (or keeping its shape) would take its tenant past its maximum GPUs.
+    TenantLimit,
 }
 
 /// Why a job runs where it runs.

@@ -4,12 +4,15 @@
 //! dominant resource); and Gandiva-style packing of waiting single-GPU jobs onto GPUs a single-GPU job
 //! already uses, when both fit in the GPU's memory. See `README.md` for the measurements behind it.
 
-use super::elastic::{ElasticParams, allocate, min_shape, place_targets};
-use super::optimus::{ModelCache, arrival_at_min_shape};
+use super::elastic::{ElasticParams, ResizeRule, allocate, min_shape, place_targets};
+use super::optimus::ModelCache;
 use super::{Oracle, Policy, PolicyError, Tiresias};
+use crate::perf::SpeedModel;
+use crate::place::FreeResources;
 use crate::plan::{JobPlan, Placement, Plan, Role, RunReason, TaskPlacement, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
-use std::collections::BTreeMap;
+use drover_core::JobId;
+use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Debug, Clone)]
 pub struct DroverPolicy {
@@ -27,6 +30,10 @@ pub struct DroverPolicy {
     pub quotas: bool,
     /// Order a search's trials by their searcher's hints ([`super::trials`]).
     pub search: bool,
+    /// Packing introspection: a job seen running this many times slower shared than alone is not
+    /// packed again, and its pair is undone.
+    pub max_shared_slowdown: f64,
+    pub(super) no_pack: BTreeSet<JobId>,
 }
 
 impl Default for DroverPolicy {
@@ -37,10 +44,18 @@ impl Default for DroverPolicy {
             grace_s: 60.0,
             las: Tiresias::default(),
             models: ModelCache::default(),
-            params: ElasticParams::default(),
+            params: ElasticParams {
+                resize: ResizeRule::Amortised {
+                    cost_s: 60.0,
+                    margin: 1.0,
+                },
+                grow: true,
+            },
             packing: true,
             quotas: true,
             search: true,
+            max_shared_slowdown: 2.0,
+            no_pack: BTreeSet::new(),
         }
     }
 }
@@ -150,19 +165,21 @@ impl Policy for DroverPolicy {
         let order = self.order(snapshot);
         let estimates = self.models.estimates(snapshot);
         let mut remaining = |i: usize, shape: Shape| {
-            let (steps, speed) = &estimates[i];
+            let (steps, speed, _) = &estimates[i];
             steps * speed.step_s(shape)
         };
-        let targets = allocate(snapshot, &order, &mut remaining, self.params);
+        let uncertainty = |i: usize| estimates[i].2;
+        let targets = allocate(snapshot, &order, &mut remaining, &uncertainty, self.params);
         let (mut plan, mut free) = place_targets(snapshot, &order, &targets, Tiresias::strategy);
         if self.packing {
-            pack(
+            let live: BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
+            self.no_pack.retain(|id| live.contains(id));
+            super::gandiva::learn_bad_packing(
                 snapshot,
-                &order,
-                &mut plan,
-                &mut free,
-                &std::collections::BTreeSet::new(),
+                self.max_shared_slowdown,
+                &mut self.no_pack,
             );
+            pack(snapshot, &order, &mut plan, &mut free, &self.no_pack);
         }
         // A victim that cannot checkpoint within the grace period, or that would lose less by being
         // killed than a checkpoint costs, is killed rather than waited for.
@@ -178,12 +195,114 @@ impl Policy for DroverPolicy {
     }
 
     fn place_arrival(&mut self, snapshot: &ClusterSnapshot, job: &JobView) -> JobPlan {
-        arrival_at_min_shape(
-            snapshot,
-            job,
-            Tiresias::strategy(job),
-            RunReason::PriorityOrder,
+        let smallest = min_shape(job);
+        if job.gpus_at(smallest) > snapshot.total_gpus() {
+            return JobPlan::Wait {
+                reason: WaitReason::NeverFits,
+            };
+        }
+        let mut free = FreeResources::with_running(snapshot, |_, _| true);
+        // What the jobs already waiting need at their smallest shapes stays theirs.
+        let (mut gpus, mut cpus) = (free.free_gpus(), free.free_cpus());
+        for other in snapshot
+            .jobs
+            .iter()
+            .filter(|j| j.placement.is_none() && j.id != job.id)
+        {
+            let shape = min_shape(other);
+            gpus = gpus.saturating_sub(other.gpus_at(shape));
+            cpus = cpus.saturating_sub(
+                shape.workers * other.cpus_per_worker + shape.ps * other.cpus_per_ps,
+            );
+        }
+        let held: u32 = snapshot
+            .jobs
+            .iter()
+            .filter(|j| j.tenant == job.tenant)
+            .filter_map(|j| j.placement.as_ref())
+            .map(|p| p.num_gpus())
+            .sum();
+        if let Some(max) = snapshot
+            .tenants
+            .get(job.tenant as usize)
+            .and_then(|t| t.max_gpus)
+        {
+            gpus = gpus.min(max.saturating_sub(held));
+        }
+        let mut shape = arrival_shape(job, gpus, cpus, snapshot);
+        loop {
+            match free.place(job, shape, Tiresias::strategy(job)) {
+                Ok(placement) => {
+                    return JobPlan::Run {
+                        placement,
+                        reason: RunReason::PriorityOrder,
+                    };
+                }
+                Err(reason) if shape == smallest => return JobPlan::Wait { reason },
+                // Fragmented: halve the workers, then drop PS, down to the smallest shape.
+                Err(_) if shape.workers > smallest.workers => {
+                    shape.workers = (shape.workers / 2).max(smallest.workers);
+                }
+                Err(_) => shape = smallest,
+            }
+        }
+    }
+}
+
+/// A relative speed-up smaller than this does not earn an arriving job another task.
+const ARRIVAL_MIN_GAIN: f64 = 0.05;
+
+/// The shape an arriving job starts at: from its smallest, add workers (up to the size its user asked
+/// for) or PS (within its range) one at a time, the one that speeds it most per unit of dominant
+/// resource first, while each addition speeds it by at least [`ARRIVAL_MIN_GAIN`] and fits in `gpus`
+/// and `cpus`. Starting at the right shape saves the resize a later round would pay to get there.
+fn arrival_shape(job: &JobView, gpus: u32, cpus: u32, snapshot: &ClusterSnapshot) -> Shape {
+    let speed = SpeedModel::from_observations(&job.observed.step_stats);
+    let mut shape = min_shape(job);
+    let max_workers = job
+        .preferred
+        .workers
+        .clamp(job.workers.min, job.workers.max);
+    let total_gpus = f64::from(snapshot.total_gpus().max(1));
+    let total_cpus = f64::from(snapshot.total_cpus().max(1));
+    let demand = |s: Shape| {
+        (
+            s.workers * job.gpus_per_worker,
+            s.workers * job.cpus_per_worker + s.ps * job.cpus_per_ps,
         )
+    };
+    loop {
+        let now = speed.step_s(shape);
+        let candidates = [
+            (shape.workers < max_workers).then_some(Shape {
+                workers: shape.workers + 1,
+                ..shape
+            }),
+            (shape.ps < job.ps.max).then_some(Shape {
+                ps: shape.ps + 1,
+                ..shape
+            }),
+        ];
+        let best = candidates
+            .into_iter()
+            .flatten()
+            .filter(|&next| {
+                let (g, c) = demand(next);
+                g <= gpus && c <= cpus && now - speed.step_s(next) >= ARRIVAL_MIN_GAIN * now
+            })
+            .map(|next| {
+                let (g0, c0) = demand(shape);
+                let (g1, c1) = demand(next);
+                let share = (f64::from(g1 - g0) / total_gpus)
+                    .max(f64::from(c1 - c0) / total_cpus)
+                    .max(1e-9);
+                ((now - speed.step_s(next)) / share, next)
+            })
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        match best {
+            Some((_, next)) => shape = next,
+            None => return shape,
+        }
     }
 }
 
@@ -216,10 +335,10 @@ pub(super) fn pack(
     snapshot: &ClusterSnapshot,
     order: &[usize],
     plan: &mut Plan,
-    free: &mut crate::place::FreeResources,
-    exclude: &std::collections::BTreeSet<drover_core::JobId>,
+    free: &mut FreeResources,
+    exclude: &BTreeSet<JobId>,
 ) {
-    let positions: BTreeMap<drover_core::JobId, usize> = snapshot
+    let positions: BTreeMap<JobId, usize> = snapshot
         .jobs
         .iter()
         .enumerate()
@@ -241,7 +360,7 @@ pub(super) fn pack(
             .and_then(|t| t.max_gpus)
             .unwrap_or(u32::MAX)
     };
-    let mut hosts: Vec<(crate::NodeId, u16, drover_core::JobId, f64)> = Vec::new();
+    let mut hosts: Vec<(crate::NodeId, u16, JobId, f64)> = Vec::new();
     for (id, decision) in &plan.jobs {
         if exclude.contains(id) {
             continue;
@@ -389,7 +508,7 @@ pub(super) fn pack(
     }
 }
 
-fn mark_packed(plan: &mut Plan, host: drover_core::JobId) {
+fn mark_packed(plan: &mut Plan, host: JobId) {
     if let Some(JobPlan::Run { placement, .. }) = plan.jobs.get_mut(&host) {
         for task in placement
             .tasks

@@ -9,11 +9,22 @@ use crate::snapshot::{ClusterSnapshot, JobView, Shape};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+/// When a running job's shape is worth changing, where keeping it is possible.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ResizeRule {
+    /// When the change saves at least this many seconds of predicted remaining time (Optimus).
+    Threshold(f64),
+    /// When the predicted saving, discounted by the prediction's relative uncertainty u (the job may
+    /// have only (1 − u) of its predicted time left), exceeds (1 + margin) × what the resize costs
+    /// (`cost_s`: a checkpoint and a restart). A job predicted to end before a resize pays back is
+    /// never resized: its whole remaining time is less than the cost.
+    Amortised { cost_s: f64, margin: f64 },
+}
+
 /// Tuning of the allocation.
 #[derive(Debug, Clone, Copy)]
 pub struct ElasticParams {
-    /// Seconds of remaining time a shape change must save before a running job is resized.
-    pub change_penalty_s: f64,
+    pub resize: ResizeRule,
     /// Whether jobs may grow beyond their smallest shape at all.
     pub grow: bool,
 }
@@ -21,8 +32,23 @@ pub struct ElasticParams {
 impl Default for ElasticParams {
     fn default() -> Self {
         ElasticParams {
-            change_penalty_s: 300.0,
+            resize: ResizeRule::Threshold(300.0),
             grow: true,
+        }
+    }
+}
+
+impl ResizeRule {
+    /// Whether moving from `current` (`remaining_now` seconds left) to a target with `remaining_then`
+    /// left is worth it, for a prediction of relative uncertainty `uncertainty`.
+    pub fn worth_it(self, remaining_now: f64, remaining_then: f64, uncertainty: f64) -> bool {
+        let saving = remaining_now - remaining_then;
+        match self {
+            ResizeRule::Threshold(seconds) => saving >= seconds,
+            ResizeRule::Amortised { cost_s, margin } => {
+                remaining_now > cost_s
+                    && saving * (1.0 - uncertainty.clamp(0.0, 1.0)) > cost_s * (1.0 + margin)
+            }
         }
     }
 }
@@ -68,11 +94,13 @@ impl Ord for Gain {
     }
 }
 
-/// Target shapes (`None`: not admitted) for every job, given `remaining_s(job index, shape)`.
+/// Target shapes (`None`: not admitted) for every job, given `remaining_s(job index, shape)` and the
+/// relative uncertainty of that prediction (`uncertainty(job index)`, for [`ResizeRule::Amortised`]).
 pub fn allocate(
     snapshot: &ClusterSnapshot,
     order: &[usize],
     remaining_s: &mut dyn FnMut(usize, Shape) -> f64,
+    uncertainty: &dyn Fn(usize) -> f64,
     params: ElasticParams,
 ) -> Vec<Option<Shape>> {
     let total_gpus = u64::from(snapshot.total_gpus());
@@ -221,7 +249,7 @@ pub fn allocate(
             );
         }
     }
-    // Stickiness: a running job keeps its shape unless the change saves more than it costs.
+    // Stickiness: a running job keeps its shape unless the change is worth it ([`ResizeRule`]).
     for &i in order {
         let job = &snapshot.jobs[i];
         let (Some(target), Some(current)) = (targets[i], job.placement.as_ref().map(|p| p.shape()))
@@ -234,7 +262,11 @@ pub fn allocate(
         {
             continue;
         }
-        if remaining_s(i, current) - remaining_s(i, target) < params.change_penalty_s {
+        if !params.resize.worth_it(
+            remaining_s(i, current),
+            remaining_s(i, target),
+            uncertainty(i),
+        ) {
             let (g0, c0) = demand(job, target);
             let (g1, c1) = demand(job, current);
             let quota = tenant_left[job.tenant as usize].saturating_add(g0);

@@ -7,15 +7,16 @@
 //!   memory. Introspection: a job whose step time while shared is more than twice its step time alone
 //!   (the pair then makes less progress than one job alone) is not packed again, and its pair is undone.
 //! - Grow-shrink: when nobody waits, an elastic job grows to twice its workers (within its range) onto
-//!   idle GPUs; it shrinks back to its requested shape as soon as others wait. A job whose observed step
-//!   rate did not improve at the larger shape is not grown again.
+//!   idle GPUs; as soon as others wait it shrinks back to its requested shape, keeping the first of its
+//!   workers where they are and giving the other GPUs back. A job whose observed step rate did not
+//!   improve at the larger shape is not grown again.
 //! - Migration: a running job spread over more nodes than its GPUs need is moved onto fewer nodes when
 //!   they have room (consolidation, which also de-fragments).
 
 use super::drover::pack;
 use super::{Oracle, Policy, PolicyError, arrival_if_free, ordered_round};
 use crate::place::{FreeResources, Strategy};
-use crate::plan::{JobPlan, Plan, RunReason, WaitReason};
+use crate::plan::{JobPlan, Plan, Role, RunReason, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
 use drover_core::JobId;
 use std::collections::BTreeSet;
@@ -49,20 +50,32 @@ fn mean_step(job: &JobView, shape: Shape, shared: bool) -> Option<f64> {
         .map(|s| s.mean_step_s)
 }
 
+/// Packing introspection: jobs whose observed step time while sharing a GPU is more than
+/// `max_slowdown` times their step time alone at the same shape join `no_pack`.
+pub(super) fn learn_bad_packing(
+    snapshot: &ClusterSnapshot,
+    max_slowdown: f64,
+    no_pack: &mut BTreeSet<JobId>,
+) {
+    for job in &snapshot.jobs {
+        for stats in job.observed.step_stats.iter().filter(|s| s.shared) {
+            if let Some(alone) = mean_step(job, stats.shape, false)
+                && stats.mean_step_s > max_slowdown * alone
+            {
+                no_pack.insert(job.id);
+            }
+        }
+    }
+}
+
 impl Gandiva {
     /// Learns from observed progress which packings and growths did not pay.
     fn introspect(&mut self, snapshot: &ClusterSnapshot) {
         let live: BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
         self.no_pack.retain(|id| live.contains(id));
         self.no_grow.retain(|id| live.contains(id));
+        learn_bad_packing(snapshot, self.max_shared_slowdown, &mut self.no_pack);
         for job in &snapshot.jobs {
-            for stats in job.observed.step_stats.iter().filter(|s| s.shared) {
-                if let Some(alone) = mean_step(job, stats.shape, false)
-                    && stats.mean_step_s > self.max_shared_slowdown * alone
-                {
-                    self.no_pack.insert(job.id);
-                }
-            }
             let preferred_rate = mean_step(job, job.preferred, false).map(|t| 1.0 / t);
             for stats in job
                 .observed
@@ -89,12 +102,15 @@ impl Policy for Gandiva {
 
     fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {
         self.introspect(snapshot);
-        let now = snapshot.now_s;
         let total = snapshot.total_gpus();
         let someone_waits = snapshot
             .jobs
             .iter()
             .any(|j| j.placement.is_none() && j.gpus_at(j.preferred) <= total);
+        // Shrink: while others wait, grown jobs hold only their requested shape.
+        let shrunk = someone_waits.then(|| shrink_grown(snapshot)).flatten();
+        let snapshot = shrunk.as_ref().unwrap_or(snapshot);
+        let now = snapshot.now_s;
         // 0: running within its slice; 1: waiting, longest wait first; 2: running past its slice, the
         // longest-running last (first to be suspended).
         let key = |i: usize| {
@@ -133,6 +149,37 @@ impl Policy for Gandiva {
     fn place_arrival(&mut self, snapshot: &ClusterSnapshot, job: &JobView) -> JobPlan {
         arrival_if_free(snapshot, job, Strategy::Relaxed, RunReason::Started)
     }
+}
+
+/// The snapshot with every job grown past its requested workers held at its requested shape (its
+/// lowest-numbered workers, where they are, and all its PS); `None` when no job is grown.
+fn shrink_grown(snapshot: &ClusterSnapshot) -> Option<ClusterSnapshot> {
+    let grown = |job: &JobView| {
+        job.placement
+            .as_ref()
+            .is_some_and(|p| p.shape().workers > job.preferred.workers)
+    };
+    if !snapshot.jobs.iter().any(grown) {
+        return None;
+    }
+    let mut shrunk = snapshot.clone();
+    for job in shrunk.jobs.iter_mut().filter(|j| grown(j)) {
+        let keep = job.preferred.workers;
+        if let Some(placement) = &mut job.placement {
+            placement
+                .tasks
+                .retain(|t| t.role != Role::Worker || t.index < keep);
+            if placement.shape().workers != keep {
+                // Worker indices not 0..w: leave the job as it is rather than guess.
+                job.placement = snapshot
+                    .jobs
+                    .iter()
+                    .find(|j| j.id == job.id)
+                    .and_then(|j| j.placement.clone());
+            }
+        }
+    }
+    Some(shrunk)
 }
 
 impl Gandiva {

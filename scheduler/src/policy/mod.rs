@@ -7,6 +7,7 @@ mod drover;
 mod elastic;
 mod fifo;
 mod gandiva;
+mod limits;
 mod optimus;
 mod srtf;
 mod tiresias;
@@ -15,9 +16,10 @@ mod trials;
 pub use common::{arrival_if_free, non_preemptible_first, ordered_round};
 pub use drf::Drf;
 pub use drover::DroverPolicy;
-pub use elastic::{ElasticParams, allocate, min_shape, place_targets};
+pub use elastic::{ElasticParams, ResizeRule, allocate, min_shape, place_targets};
 pub use fifo::Fifo;
 pub use gandiva::Gandiva;
+pub use limits::TenantLimited;
 pub use optimus::Optimus;
 pub use srtf::Srtf;
 pub use tiresias::Tiresias;
@@ -88,8 +90,16 @@ pub fn is_oracle_policy(name: &str) -> bool {
     matches!(name, "srtf" | "optimus-oracle")
 }
 
-/// Builds a policy by name. `oracle` is handed to oracle baselines and dropped by every other policy.
+/// Builds a policy by name, held to the tenants' maximum GPUs ([`TenantLimited`]). `oracle` is handed
+/// to oracle baselines and dropped by every other policy.
 pub fn build_policy(
+    name: &str,
+    oracle: Option<Box<dyn Oracle>>,
+) -> Result<Box<dyn Policy>, PolicyError> {
+    Ok(Box::new(TenantLimited(build_unlimited(name, oracle)?)))
+}
+
+fn build_unlimited(
     name: &str,
     oracle: Option<Box<dyn Oracle>>,
 ) -> Result<Box<dyn Policy>, PolicyError> {
@@ -120,7 +130,7 @@ pub fn build_policy(
         "drover-no-elastic" => Box::new(DroverPolicy {
             params: ElasticParams {
                 grow: false,
-                ..ElasticParams::default()
+                ..DroverPolicy::default().params
             },
             ..DroverPolicy::default()
         }),

@@ -32,8 +32,11 @@ struct CachedModels {
 }
 
 impl ModelCache {
-    /// (remaining steps, speed model) of every job in the snapshot.
-    pub(crate) fn estimates(&mut self, snapshot: &ClusterSnapshot) -> Vec<(f64, SpeedModel)> {
+    /// (remaining steps, speed model, relative uncertainty of the remaining time) of every job in the
+    /// snapshot. The uncertainty is coarse: 0.25 with a fitted curve and speed model, 0.5 with either on
+    /// its prior, 0.8 with both (the prior's 1,000 steps say nothing about this job); a step budget the
+    /// job runs to counts as a fitted curve.
+    pub(crate) fn estimates(&mut self, snapshot: &ClusterSnapshot) -> Vec<(f64, SpeedModel, f64)> {
         let live: std::collections::BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
         self.entries.retain(|id, _| live.contains(id));
         snapshot
@@ -65,15 +68,22 @@ impl ModelCache {
                 let mut remaining = entry
                     .convergence
                     .map_or(PRIOR_REMAINING_STEPS.max(done), |m| m.remaining_steps(done));
+                let mut known_length = entry.convergence.is_some();
                 if let Some(budget) = observed.step_budget {
                     let left = (budget as f64 - done).max(1.0);
                     remaining = if observed.runs_to_budget {
+                        known_length = true;
                         left
                     } else {
                         remaining.min(left)
                     };
                 }
-                (remaining, entry.speed)
+                let uncertainty = match (known_length, entry.speed.fitted) {
+                    (true, true) => 0.25,
+                    (true, false) | (false, true) => 0.5,
+                    (false, false) => 0.8,
+                };
+                (remaining, entry.speed, uncertainty)
             })
             .collect()
     }
@@ -157,15 +167,15 @@ impl Policy for Optimus {
             Some(oracle) => {
                 let mut remaining =
                     |i: usize, shape: Shape| oracle.remaining_s(snapshot.jobs[i].id, shape);
-                allocate(snapshot, &order, &mut remaining, self.params)
+                allocate(snapshot, &order, &mut remaining, &|_| 0.0, self.params)
             }
             None => {
                 let estimates = self.models.estimates(snapshot);
                 let mut remaining = |i: usize, shape: Shape| {
-                    let (steps, speed) = &estimates[i];
+                    let (steps, speed, _) = &estimates[i];
                     steps * speed.step_s(shape)
                 };
-                allocate(snapshot, &order, &mut remaining, self.params)
+                allocate(snapshot, &order, &mut remaining, &|_| 0.0, self.params)
             }
         };
         place_targets(snapshot, &order, &targets, |_| Strategy::Relaxed).0

@@ -64,12 +64,15 @@ struct Engine {
     live: Vec<Live>,
     rng: ChaCha8Rng,
     outcome: Outcome,
-    /// Jobs using each GPU, `node * 64 + gpu`.
-    gpu_users: Vec<u8>,
+    /// The jobs using each GPU (`node * 64 + gpu`): up to two job indexes, [`NO_JOB`] for none.
+    gpu_users: Vec<[u32; 2]>,
     busy: u32,
     oracle: Option<Arc<Mutex<OracleState>>>,
     predictor: Option<Predictor>,
 }
+
+/// An empty place in [`Engine::gpu_users`].
+const NO_JOB: u32 = u32::MAX;
 
 fn index_of(job: &JobView) -> usize {
     job.id.0.as_u128() as usize
@@ -83,44 +86,62 @@ impl Engine {
         )
     }
 
+    fn slots(placement: &Placement) -> impl Iterator<Item = usize> + '_ {
+        placement.tasks.iter().flat_map(|t| {
+            t.gpus
+                .iter()
+                .map(move |&g| t.node.0 as usize * 64 + usize::from(g))
+        })
+    }
+
     fn is_shared(&self, placement: &Placement) -> bool {
-        placement
-            .tasks
-            .iter()
-            .flat_map(|t| {
-                t.gpus
-                    .iter()
-                    .map(move |&g| t.node.0 as usize * 64 + usize::from(g))
-            })
-            .any(|slot| self.gpu_users.get(slot).copied().unwrap_or(0) > 1)
+        Self::slots(placement).any(|slot| {
+            self.gpu_users
+                .get(slot)
+                .is_some_and(|users| users.iter().all(|&u| u != NO_JOB))
+        })
     }
 
-    /// True speed at a placement: slowed when any of its GPUs is shared with another job.
+    /// True speed at a placement: slowed, by the hidden interference of each pair, where any of its GPUs
+    /// is shared with another job (the worst pair sets the gang's pace).
     fn rate_of(&self, index: usize, placement: &Placement) -> f64 {
-        let slowdown = if self.is_shared(placement) {
-            1.0 - self.config.packing_slowdown
-        } else {
-            1.0
-        };
-        self.truths[index].steps_per_s(placement.shape()) * self.ckpt_factor() * slowdown
+        let mut factor: f64 = 1.0;
+        for slot in Self::slots(placement) {
+            let Some(users) = self.gpu_users.get(slot) else {
+                continue;
+            };
+            for &other in users {
+                if other != NO_JOB && other as usize != index {
+                    factor = factor.min(self.config.interference.speed_factor(
+                        self.config.seed,
+                        index as u64,
+                        u64::from(other),
+                    ));
+                }
+            }
+        }
+        self.truths[index].steps_per_s(placement.shape()) * self.ckpt_factor() * factor
     }
 
-    /// Counts a placement's GPUs in (`add`) or out.
-    fn occupy(&mut self, placement: &Placement, add: bool) {
-        for task in &placement.tasks {
-            for &gpu in &task.gpus {
-                let slot = task.node.0 as usize * 64 + usize::from(gpu);
-                if slot >= self.gpu_users.len() {
-                    continue;
+    /// Records job `index` on a placement's GPUs (`add`) or off them.
+    fn occupy(&mut self, index: usize, placement: &Placement, add: bool) {
+        let id = index as u32;
+        for slot in Self::slots(placement) {
+            let Some(users) = self.gpu_users.get_mut(slot) else {
+                continue;
+            };
+            let was_idle = users.iter().all(|&u| u == NO_JOB);
+            if add {
+                // The invariants allow two users at most; a third is never recorded.
+                if let Some(free) = users.iter_mut().find(|u| **u == NO_JOB) {
+                    *free = id;
                 }
-                let users = &mut self.gpu_users[slot];
-                if add {
-                    *users += 1;
-                    self.busy += u32::from(*users == 1);
-                } else {
-                    *users = users.saturating_sub(1);
-                    self.busy -= u32::from(*users == 0);
+                self.busy += u32::from(was_idle);
+            } else {
+                if let Some(mine) = users.iter_mut().find(|u| **u == id) {
+                    *mine = NO_JOB;
                 }
+                self.busy -= u32::from(!was_idle && users.iter().all(|&u| u == NO_JOB));
             }
         }
     }
@@ -256,7 +277,7 @@ impl Engine {
         let index = index_of(job);
         match (job.placement.clone(), decision) {
             (None, JobPlan::Run { placement, .. }) => {
-                self.occupy(placement, true);
+                self.occupy(index, placement, true);
                 let live = &mut self.live[index];
                 let resumed = live.first_start.is_some();
                 let overhead = live.owed_s;
@@ -273,7 +294,12 @@ impl Engine {
                 job.placement = Some(placement.clone());
             }
             (Some(old), JobPlan::Wait { reason }) => {
-                self.occupy(&old, false);
+                self.occupy(index, &old, false);
+                if *reason == WaitReason::Suspended {
+                    self.outcome.disruptions.suspensions += 1;
+                } else {
+                    self.outcome.disruptions.preemptions += 1;
+                }
                 let live = &mut self.live[index];
                 live.rate = 0.0;
                 match reason {
@@ -298,12 +324,14 @@ impl Engine {
             }
             (Some(old), JobPlan::Run { placement, .. }) if !old.same_resources(placement) => {
                 let overhead = if old.shape() != placement.shape() {
+                    self.outcome.disruptions.resizes += 1;
                     costs.checkpoint_s + costs.restart_s
                 } else {
+                    self.outcome.disruptions.migrations += 1;
                     costs.migration_s
                 };
-                self.occupy(&old, false);
-                self.occupy(placement, true);
+                self.occupy(index, &old, false);
+                self.occupy(index, placement, true);
                 let live = &mut self.live[index];
                 live.productive_from = now.max(live.productive_from) + overhead;
                 live.checkpoints_in_run = 0;
@@ -328,7 +356,7 @@ impl Engine {
             };
             let job = self.snapshot.jobs.remove(position);
             if let Some(placement) = &job.placement {
-                self.occupy(placement, false);
+                self.occupy(index_of(&job), placement, false);
             }
             let live = &mut self.live[index_of(&job)];
             live.rate = 0.0;
@@ -362,6 +390,33 @@ impl Engine {
     }
 }
 
+/// An arrival's placement must pass the same invariants as a round's plan, with every running job where
+/// it is.
+fn check_arrival(
+    snapshot: &ClusterSnapshot,
+    position: usize,
+    decision: &JobPlan,
+) -> Result<(), invariants::Violation> {
+    if matches!(decision, JobPlan::Wait { .. }) {
+        return Ok(());
+    }
+    let mut plan = Plan::default();
+    for job in &snapshot.jobs {
+        if let Some(placement) = &job.placement {
+            plan.jobs.insert(
+                job.id,
+                JobPlan::Run {
+                    placement: placement.clone(),
+                    reason: crate::plan::RunReason::Continuing,
+                },
+            );
+        }
+    }
+    plan.jobs
+        .insert(snapshot.jobs[position].id, decision.clone());
+    invariants::check_placements(snapshot, &plan)
+}
+
 /// Replays `workload` through `policy`. `oracle` is the state an oracle policy reads (SRTF).
 pub(crate) fn simulate(
     workload: &Workload,
@@ -391,7 +446,7 @@ pub(crate) fn simulate(
         live: vec![Live::default(); n],
         rng: ChaCha8Rng::seed_from_u64(config.seed ^ 0x5eed),
         outcome: Outcome::default(),
-        gpu_users: vec![0; workload.nodes.len() * 64],
+        gpu_users: vec![[NO_JOB; 2]; workload.nodes.len() * 64],
         busy: 0,
         oracle,
         predictor: predict.map(Predictor::new),
@@ -439,7 +494,7 @@ pub(crate) fn simulate(
             let index = index_of(job);
             if job.placement.is_some() && engine.completion_time(index, now) <= now + 1e-6 {
                 if let Some(placement) = job.placement.clone() {
-                    engine.occupy(&placement, false);
+                    engine.occupy(index, &placement, false);
                 }
                 engine.live[index].finish = Some(now);
                 let job = engine.snapshot.jobs.remove(position);
@@ -475,6 +530,7 @@ pub(crate) fn simulate(
                 .outcome
                 .arrival_ns
                 .push(stopwatch.now_ns().saturating_sub(started));
+            check_arrival(&engine.snapshot, position, &decision)?;
             engine.apply(position, &decision, now);
             engine.refresh_rates();
             if matches!(decision, JobPlan::Wait { .. })

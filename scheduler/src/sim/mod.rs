@@ -12,11 +12,15 @@ pub mod trace;
 pub mod truth;
 pub mod workload;
 
-pub use config::{Costs, JobOutcome, Outcome, SimConfig, SimError, Stopwatch};
-pub use report::{Report, build_report, job_rows, jobs_csv, summary_csv};
+pub use config::{
+    Costs, Disruptions, Interference, JobOutcome, Outcome, SimConfig, SimError, Stopwatch,
+};
+pub use report::{Report, build_report, job_rows, jobs_csv, summary_csv, tenant_rho_ratios};
 pub use speed::{MeasuredModel, parse_models};
 pub use trace::{TraceFilter, TraceJob, parse_time, parse_trace};
-pub use workload::{Workload, build_workload};
+pub use workload::{
+    Quotas, RecordedPs, Workload, WorkloadOptions, build_workload, build_workload_with,
+};
 
 use crate::policy::{PolicyError, build_policy, is_oracle_policy};
 use std::sync::{Arc, Mutex};

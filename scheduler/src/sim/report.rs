@@ -1,6 +1,7 @@
 //! What a simulation run reports: completion times, queueing, utilisation, fairness, restarts, load and
 //! decision latency, as JSON and CSV.
 
+use super::config::Disruptions;
 use super::engine::{Costs, Outcome};
 use super::workload::Workload;
 use serde::Serialize;
@@ -29,6 +30,8 @@ pub struct Report {
     /// Each tenant's worst ρ.
     pub tenant_max_rho: BTreeMap<String, f64>,
     pub restarts_per_job: f64,
+    /// Preemptions, suspensions, resizes and migrations of running jobs, over the run.
+    pub disruptions: Disruptions,
     pub rounds: u64,
     pub round_latency_p50_us: f64,
     pub round_latency_p99_us: f64,
@@ -173,6 +176,7 @@ pub fn build_report(
                 .map(|r| f64::from(r.restarts))
                 .collect::<Vec<_>>(),
         ),
+        disruptions: outcome.disruptions,
         rounds: outcome.rounds,
         round_latency_p50_us: percentile(&rounds, 0.5),
         round_latency_p99_us: percentile(&rounds, 0.99),
@@ -181,6 +185,20 @@ pub fn build_report(
         costs,
         round_s,
     }
+}
+
+/// Each tenant's max ρ under `report` over its max ρ under `reference` (DRF, say), worst first.
+pub fn tenant_rho_ratios(report: &Report, reference: &Report) -> Vec<(String, f64)> {
+    let mut ratios: Vec<(String, f64)> = report
+        .tenant_max_rho
+        .iter()
+        .filter_map(|(tenant, rho)| {
+            let base = reference.tenant_max_rho.get(tenant)?;
+            (*base > 0.0).then(|| (tenant.clone(), rho / base))
+        })
+        .collect();
+    ratios.sort_by(|a, b| b.1.total_cmp(&a.1));
+    ratios
 }
 
 /// The per-job rows as CSV.
@@ -208,13 +226,14 @@ pub fn jobs_csv(rows: &[JobRow]) -> String {
 /// One line per report, the headline figures, as CSV.
 pub fn summary_csv(reports: &[Report]) -> String {
     let mut out = String::from(
-        "policy,jobs,avg_jct_s,median_jct_s,p99_jct_s,makespan_s,avg_queueing_s,gpu_utilisation,max_rho,jain_index,restarts_per_job,offered_load,round_p50_us,round_p99_us,arrival_p50_us,arrival_p99_us\n",
+        "policy,jobs,avg_jct_s,median_jct_s,p99_jct_s,makespan_s,avg_queueing_s,gpu_utilisation,max_rho,jain_index,restarts_per_job,preemptions,suspensions,resizes,migrations,offered_load,round_p50_us,round_p99_us,arrival_p50_us,arrival_p99_us\n",
     );
     for r in reports {
         out.push_str(&format!(
-            "{},{},{:.0},{:.0},{:.0},{:.0},{:.0},{:.4},{:.2},{:.4},{:.3},{:.3},{:.1},{:.1},{:.1},{:.1}\n",
+            "{},{},{:.0},{:.0},{:.0},{:.0},{:.0},{:.4},{:.2},{:.4},{:.3},{},{},{},{},{:.3},{:.1},{:.1},{:.1},{:.1}\n",
             r.policy, r.jobs, r.avg_jct_s, r.median_jct_s, r.p99_jct_s, r.makespan_s, r.avg_queueing_s, r.gpu_utilisation,
-            r.max_rho, r.jain_index, r.restarts_per_job, r.offered_load, r.round_latency_p50_us, r.round_latency_p99_us,
+            r.max_rho, r.jain_index, r.restarts_per_job, r.disruptions.preemptions, r.disruptions.suspensions,
+            r.disruptions.resizes, r.disruptions.migrations, r.offered_load, r.round_latency_p50_us, r.round_latency_p99_us,
             r.arrival_latency_p50_us, r.arrival_latency_p99_us
         ));
     }

@@ -1,6 +1,7 @@
 //! Turning a trace into simulated jobs: each job gets a measured model (seeded draw), a speed surface
 //! stretched so the size its user chose sits at the model's peak, a recorded shape, a step count that
-//! reproduces its recorded duration, an elastic range (70% of jobs) and a loss curve.
+//! reproduces its recorded duration (give or take the seed's noise), an elastic range (70% of jobs) and a
+//! loss curve. Tenants' guarantees come from a configuration, never from the replayed jobs.
 
 use super::speed::MeasuredModel;
 use super::trace::TraceJob;
@@ -18,12 +19,105 @@ pub const HIGH_SKEW_MODELS: [&str; 3] = ["vgg-16", "wlm", "seq2seq"];
 /// Share of jobs that are fixed-size.
 pub const FIXED_FRACTION: f64 = 0.3;
 const GPU_MEMORY_CHOICES_GB: [f64; 4] = [4.0, 8.0, 16.0, 24.0];
+/// Relative noise (log-normal σ) of a job's true length around its recorded duration.
+pub const LENGTH_NOISE: f64 = 0.1;
+/// A job arrives up to this many seconds after its recorded submission (uniform).
+pub const SUBMIT_JITTER_S: f64 = 60.0;
+
+/// How many parameter servers a job's recorded (fixed) shape has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordedPs {
+    /// The fastest count within the range elastic jobs may use (1..=2·workers), ties to fewer: the
+    /// recorded shape is as good as a fixed shape can be, so elastic policies win only by elasticity.
+    #[default]
+    Best,
+    /// The fewest PS within 95% of the best among 1..=workers: users who under-provision PS, as they do
+    /// in practice; elastic policies then also win by adding PS.
+    User,
+}
+
+impl std::str::FromStr for RecordedPs {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "best" => Ok(RecordedPs::Best),
+            "user" => Ok(RecordedPs::User),
+            other => Err(format!(
+                "`{other}` is not a recorded-PS rule (expected best or user)"
+            )),
+        }
+    }
+}
+
+/// Tenants' guaranteed and maximum GPUs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Quotas {
+    /// Every tenant of the trace guaranteed an equal share of the cluster, no maximum.
+    #[default]
+    EqualShares,
+    /// Given per tenant (a virtual clusters' quota file): (tenant, guaranteed GPUs, max GPUs). Tenants
+    /// of the trace not listed get no guarantee.
+    Configured(Vec<(String, u32, Option<u32>)>),
+}
+
+impl Quotas {
+    /// Parses a quota file: `tenant,guaranteed_gpus[,max_gpus]` per line, `#` comments, an optional
+    /// header line starting with `tenant`.
+    pub fn parse(text: &str) -> Result<Quotas, String> {
+        let mut rows = Vec::new();
+        for (number, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() || (rows.is_empty() && line.starts_with("tenant")) {
+                continue;
+            }
+            let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+            let at = |reason: String| format!("quota line {}: {reason}", number + 1);
+            if !(2..=3).contains(&fields.len()) || fields[0].is_empty() {
+                return Err(at("expected `tenant,guaranteed_gpus[,max_gpus]`".to_owned()));
+            }
+            let number_of = |field: &str, what: &str| {
+                field
+                    .parse::<u32>()
+                    .map_err(|_| at(format!("{what} `{field}` is not a whole number")))
+            };
+            let guaranteed = number_of(fields[1], "guaranteed_gpus")?;
+            let max = match fields.get(2) {
+                Some(field) if !field.is_empty() => Some(number_of(field, "max_gpus")?),
+                _ => None,
+            };
+            if max.is_some_and(|m| m < guaranteed) {
+                return Err(at("max_gpus is below guaranteed_gpus".to_owned()));
+            }
+            if rows
+                .iter()
+                .any(|(t, _, _): &(String, u32, Option<u32>)| t == fields[0])
+            {
+                return Err(at(format!("tenant `{}` is listed twice", fields[0])));
+            }
+            rows.push((fields[0].to_owned(), guaranteed, max));
+        }
+        if rows.is_empty() {
+            return Err("the quota file lists no tenant".to_owned());
+        }
+        Ok(Quotas::Configured(rows))
+    }
+}
+
+/// How a trace becomes a workload.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct WorkloadOptions {
+    pub seed: u64,
+    pub recorded_ps: RecordedPs,
+    pub quotas: Quotas,
+}
 
 /// What the simulator knows of a job beyond what the scheduler sees.
 #[derive(Debug, Clone)]
 pub struct SimJob {
     /// The job as first shown to the scheduler (waiting, nothing observed).
     pub view: JobView,
+    /// How long it runs alone at its recorded shape: the trace's duration, with the seed's noise.
     pub recorded_duration_s: f64,
     pub recorded: Shape,
     pub model: String,
@@ -70,38 +164,71 @@ pub(crate) fn noisy(rng: &mut ChaCha8Rng, value: f64, sigma: f64) -> f64 {
     value * (1.0 + sigma * gaussian(rng)).max(0.05)
 }
 
+/// The tenants of `trace` with their guarantees: equal shares, or as configured.
+fn tenants_of(trace: &[TraceJob], total_gpus: u32, quotas: &Quotas) -> Vec<Tenant> {
+    let names: std::collections::BTreeSet<&str> = trace.iter().map(|j| j.tenant.as_str()).collect();
+    let count = names.len().max(1) as u32;
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let (guaranteed_gpus, max_gpus) = match quotas {
+                // The remainder of an uneven split goes one GPU each to the first tenants.
+                Quotas::EqualShares => (
+                    total_gpus / count + u32::from((i as u32) < total_gpus % count),
+                    None,
+                ),
+                Quotas::Configured(rows) => rows
+                    .iter()
+                    .find(|(t, _, _)| t == name)
+                    .map_or((0, None), |(_, g, m)| (*g, *m)),
+            };
+            Tenant {
+                name: (*name).to_owned(),
+                guaranteed_gpus,
+                max_gpus,
+            }
+        })
+        .collect()
+}
+
+/// [`build_workload_with`] with the default recorded shape and equal shares.
 pub fn build_workload(
     trace: &[TraceJob],
     models: &[MeasuredModel],
     nodes: Vec<Node>,
     seed: u64,
 ) -> Workload {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    build_workload_with(
+        trace,
+        models,
+        nodes,
+        &WorkloadOptions {
+            seed,
+            ..WorkloadOptions::default()
+        },
+    )
+}
+
+/// The workload `trace` makes on `nodes`.
+pub fn build_workload_with(
+    trace: &[TraceJob],
+    models: &[MeasuredModel],
+    nodes: Vec<Node>,
+    options: &WorkloadOptions,
+) -> Workload {
+    let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
     let models: Vec<Arc<MeasuredModel>> = models.iter().cloned().map(Arc::new).collect();
     let total_gpus: u32 = nodes.iter().map(Node::num_gpus).sum();
     let max_node_cpus = nodes.iter().map(|n| n.cpus).max().unwrap_or(0);
     let origin = trace.first().map_or(0.0, |j| j.submit_s);
-    // Tenants: the trace's virtual clusters, guaranteed GPUs in proportion to their GPU-time here.
-    let mut gpu_time: BTreeMap<&str, f64> = BTreeMap::new();
-    for job in trace {
-        *gpu_time.entry(job.tenant.as_str()).or_default() += job.duration_s * f64::from(job.gpus);
-    }
-    let total_time: f64 = gpu_time.values().sum();
-    let tenant_index: BTreeMap<&str, u32> = gpu_time
-        .keys()
-        .enumerate()
-        .map(|(i, t)| (*t, i as u32))
-        .collect();
-    let tenants = gpu_time
+    let tenants = tenants_of(trace, total_gpus, &options.quotas);
+    let tenant_index: BTreeMap<&str, u32> = tenants
         .iter()
-        .map(|(name, time)| Tenant {
-            name: (*name).to_owned(),
-            guaranteed_gpus: (f64::from(total_gpus) * time / total_time.max(1.0)).round() as u32,
-            max_gpus: None,
-        })
+        .enumerate()
+        .map(|(i, t)| (t.name.as_str(), i as u32))
         .collect();
-    let mut jobs = Vec::new();
-    let mut truths = Vec::new();
+    let mut made: Vec<(SimJob, JobTruth)> = Vec::new();
     let mut skipped = 0;
     for job in trace {
         // Draw everything for every trace job, kept or not, so one job's draws never shift another's.
@@ -112,6 +239,8 @@ pub fn build_workload(
         let k0: f64 = rng.random_range(10.0..200.0);
         let c: f64 = rng.random_range(0.05..0.5);
         let start_loss: f64 = rng.random_range(1.5..4.0);
+        let length = (LENGTH_NOISE * gaussian(&mut rng)).exp();
+        let jitter = rng.random_range(0.0..SUBMIT_JITTER_S);
         if job.gpus > total_gpus {
             skipped += 1;
             continue;
@@ -126,15 +255,30 @@ pub fn build_workload(
             loss: (0.0, 1.0, 1.0, 0.0),
         };
         let speed_at = |ps: u32| probe.steps_per_s(Shape { ps, workers: w_rec });
-        let best = (1..=w_rec).map(speed_at).fold(0.0, f64::max);
-        let p_rec = (1..=w_rec)
-            .find(|&p| speed_at(p) >= 0.95 * best)
-            .unwrap_or(1);
+        let p_rec = match options.recorded_ps {
+            RecordedPs::Best => {
+                // The first count at the maximum: ties go to fewer PS.
+                let mut best = (1, speed_at(1));
+                for p in 2..=2 * w_rec {
+                    let speed = speed_at(p);
+                    if speed > best.1 * (1.0 + 1e-9) {
+                        best = (p, speed);
+                    }
+                }
+                best.0
+            }
+            RecordedPs::User => {
+                let best = (1..=w_rec).map(speed_at).fold(0.0, f64::max);
+                (1..=w_rec)
+                    .find(|&p| speed_at(p) >= 0.95 * best)
+                    .unwrap_or(1)
+            }
+        };
         let recorded = Shape {
             ps: p_rec,
             workers: w_rec,
         };
-        let total_steps = (job.duration_s * probe.steps_per_s(recorded)).max(1.0);
+        let total_steps = (job.duration_s * length * probe.steps_per_s(recorded)).max(1.0);
         let a = (start_loss - c) * k0.powf(alpha);
         let cpus_per_ps = (model.ps_cpu.ceil() as u32).clamp(1, max_node_cpus.max(1));
         let cpus_per_worker = (model.worker_cpu.ceil() as u32).clamp(1, max_node_cpus.max(1));
@@ -161,20 +305,20 @@ pub fn build_workload(
                 },
             )
         };
-        let index = truths.len() as u128;
-        truths.push(JobTruth {
+        let truth = JobTruth {
             model: model.clone(),
             stretch,
             total_steps,
             step_noise: model.residual.clamp(0.02, 0.15),
             loss: (a, k0, alpha, c),
-        });
-        jobs.push(SimJob {
+        };
+        let sim_job = SimJob {
             view: JobView {
-                id: JobId(uuid::Uuid::from_u128(index)),
+                // Numbered once the arrivals are in order.
+                id: JobId(uuid::Uuid::nil()),
                 tenant: tenant_index[job.tenant.as_str()],
                 priority: 0,
-                submit_s: job.submit_s - origin,
+                submit_s: job.submit_s - origin + jitter,
                 workers,
                 ps,
                 preferred: recorded,
@@ -188,11 +332,21 @@ pub fn build_workload(
                 observed: Observations::default(),
                 search: None,
             },
-            recorded_duration_s: job.duration_s,
+            recorded_duration_s: job.duration_s * length,
             recorded,
             model: model.name.clone(),
             tenant: job.tenant.clone(),
-        });
+        };
+        made.push((sim_job, truth));
+    }
+    // The jitter may reorder close arrivals; a job's id is its index among the truths.
+    made.sort_by(|a, b| a.0.view.submit_s.total_cmp(&b.0.view.submit_s));
+    let mut jobs = Vec::with_capacity(made.len());
+    let mut truths = Vec::with_capacity(made.len());
+    for (index, (mut job, truth)) in made.into_iter().enumerate() {
+        job.view.id = JobId(uuid::Uuid::from_u128(index as u128));
+        jobs.push(job);
+        truths.push(truth);
     }
     Workload {
         nodes,

@@ -1,0 +1,115 @@
+//! Tenants' maximum GPUs, enforced on every policy's decisions: whatever a policy plans, a start or a
+//! shape that takes its tenant past its maximum is turned into a wait (`TenantLimit`). Policies that
+//! already plan within the maxima (`drover`, `optimus`) pass through unchanged.
+
+use super::{Oracle, Policy, PolicyError};
+use crate::plan::{JobPlan, Plan, WaitReason};
+use crate::snapshot::{ClusterSnapshot, JobView};
+use std::collections::BTreeMap;
+
+/// A policy whose plans are held to the tenants' maximum GPUs.
+#[derive(Debug)]
+pub struct TenantLimited(pub Box<dyn Policy>);
+
+fn has_limits(snapshot: &ClusterSnapshot) -> bool {
+    snapshot.tenants.iter().any(|t| t.max_gpus.is_some())
+}
+
+fn max_of(snapshot: &ClusterSnapshot, tenant: u32) -> u64 {
+    snapshot
+        .tenants
+        .get(tenant as usize)
+        .and_then(|t| t.max_gpus)
+        .map_or(u64::MAX, u64::from)
+}
+
+/// Turns the plan's runs that exceed a tenant's maximum into waits. Jobs that keep their current
+/// placement count first (they hold those GPUs already), then the rest in the plan's order, then in the
+/// snapshot's.
+pub fn enforce(snapshot: &ClusterSnapshot, plan: &mut Plan) {
+    if !has_limits(snapshot) {
+        return;
+    }
+    let position: BTreeMap<drover_core::JobId, usize> = snapshot
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| (j.id, i))
+        .collect();
+    let mut sequence: Vec<usize> = plan
+        .order
+        .iter()
+        .filter_map(|id| position.get(id).copied())
+        .collect();
+    let mut listed = vec![false; snapshot.jobs.len()];
+    for &i in &sequence {
+        listed[i] = true;
+    }
+    sequence.extend((0..snapshot.jobs.len()).filter(|&i| !listed[i]));
+    let keeps = |i: usize, plan: &Plan| {
+        let job = &snapshot.jobs[i];
+        matches!((plan.jobs.get(&job.id), &job.placement),
+            (Some(JobPlan::Run { placement, .. }), Some(current)) if placement.same_resources(current))
+    };
+    sequence.sort_by_key(|&i| !keeps(i, plan));
+    let mut used: BTreeMap<u32, u64> = BTreeMap::new();
+    for i in sequence {
+        let job = &snapshot.jobs[i];
+        let Some(JobPlan::Run { placement, .. }) = plan.jobs.get(&job.id) else {
+            continue;
+        };
+        let gpus = u64::from(placement.num_gpus());
+        let held = used.entry(job.tenant).or_default();
+        if *held + gpus <= max_of(snapshot, job.tenant) {
+            *held += gpus;
+        } else {
+            plan.jobs.insert(
+                job.id,
+                JobPlan::Wait {
+                    reason: WaitReason::TenantLimit,
+                },
+            );
+        }
+    }
+}
+
+impl Policy for TenantLimited {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    fn schedule(&mut self, snapshot: &ClusterSnapshot, previous: &Plan) -> Plan {
+        let mut plan = self.0.schedule(snapshot, previous);
+        enforce(snapshot, &mut plan);
+        plan
+    }
+
+    fn place_arrival(&mut self, snapshot: &ClusterSnapshot, job: &JobView) -> JobPlan {
+        let decision = self.0.place_arrival(snapshot, job);
+        let JobPlan::Run { placement, .. } = &decision else {
+            return decision;
+        };
+        let max = max_of(snapshot, job.tenant);
+        if max == u64::MAX {
+            return decision;
+        }
+        let held: u64 = snapshot
+            .jobs
+            .iter()
+            .filter(|j| j.tenant == job.tenant && j.id != job.id)
+            .filter_map(|j| j.placement.as_ref())
+            .map(|p| u64::from(p.num_gpus()))
+            .sum();
+        if held + u64::from(placement.num_gpus()) <= max {
+            decision
+        } else {
+            JobPlan::Wait {
+                reason: WaitReason::TenantLimit,
+            }
+        }
+    }
+
+    fn fork(&self, oracle: Option<Box<dyn Oracle>>) -> Result<Box<dyn Policy>, PolicyError> {
+        Ok(Box::new(TenantLimited(self.0.fork(oracle)?)))
+    }
+}
