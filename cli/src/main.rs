@@ -15,6 +15,7 @@ mod runs;
 mod secrets;
 mod serve;
 mod sim;
+mod sweep;
 mod train;
 mod usage;
 

@@ -10,17 +10,16 @@ use drover_scheduler::sim::{self, Outcome, Report, SimConfig, Stopwatch, TraceFi
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// What to replay and on what: the trace, the measured speeds, the cluster's nodes and the rules that
+/// turn trace jobs into simulated ones (shared by `drover sim` and `drover sim sweep`).
 #[derive(Debug, clap::Args)]
-pub struct SimArgs {
+pub struct WorkloadArgs {
     /// Job trace: the Philly CSV or the native format (`submit_s,duration_s,gpus,tenant`).
     #[arg(long, default_value = "../shared/traces/philly.csv")]
     trace: PathBuf,
     /// Measured PS/worker speeds that give simulated jobs their true speed.
     #[arg(long, default_value = "../shared/models/ps_worker_speed.txt")]
     models: PathBuf,
-    /// Cluster as NODESxGPUS, e.g. 48x8.
-    #[arg(long, default_value = "48x8")]
-    cluster: String,
     /// CPUs per node.
     #[arg(long, default_value_t = 64)]
     cpus_per_node: u32,
@@ -36,6 +35,131 @@ pub struct SimArgs {
     /// Only this virtual cluster (tenant) of the trace.
     #[arg(long)]
     vc: Option<String>,
+    /// The PS count of a job's recorded (fixed) shape: `best` (the fastest count in the range elastic
+    /// jobs may use, 1..=2x workers) or `user` (the fewest within 95% of the best in 1..=workers, as
+    /// users who under-provision PS choose).
+    #[arg(long, default_value = "best")]
+    recorded_ps: sim::RecordedPs,
+    /// Tenants' guaranteed (and maximum) GPUs: a file of `tenant,guaranteed_gpus[,max_gpus]` lines.
+    /// Without it every tenant of the trace is guaranteed an equal share.
+    #[arg(long)]
+    quotas: Option<PathBuf>,
+    /// How much two jobs packed on one GPU slow each other: `drawn` (per pair, from a spread with bad
+    /// pairs; hidden from policies) or a fixed fraction such as `0.25`.
+    #[arg(long, default_value = "drawn", value_parser = parse_interference)]
+    interference: sim::Interference,
+    /// Time between scheduling rounds.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    round: Duration,
+}
+
+fn parse_interference(text: &str) -> Result<sim::Interference, String> {
+    if text == "drawn" {
+        return Ok(sim::Interference::Drawn);
+    }
+    match text.parse::<f64>() {
+        Ok(x) if (0.0..1.0).contains(&x) => Ok(sim::Interference::Fixed(x)),
+        _ => Err(format!(
+            "`{text}` is neither `drawn` nor a slowdown fraction in [0, 1)"
+        )),
+    }
+}
+
+/// A parsed trace and speed measurements, ready to build workloads from.
+pub struct Inputs {
+    pub trace: Vec<sim::TraceJob>,
+    pub models: Vec<sim::MeasuredModel>,
+    pub quotas: sim::Quotas,
+}
+
+impl WorkloadArgs {
+    /// Reads and parses the trace, the measurements and the quota file.
+    pub fn inputs(&self) -> anyhow::Result<Inputs> {
+        let filter = TraceFilter {
+            from_s: time_arg(&self.from, "--from")?,
+            to_s: time_arg(&self.to, "--to")?,
+            tenant: self.vc.clone(),
+        };
+        let trace_text = std::fs::read_to_string(&self.trace)
+            .with_context(|| format!("cannot read the trace {}", self.trace.display()))?;
+        let trace = sim::parse_trace(&trace_text, &filter)
+            .with_context(|| format!("in {}", self.trace.display()))?;
+        if trace.is_empty() {
+            bail!(
+                "no jobs in {} match the window and virtual cluster given",
+                self.trace.display()
+            );
+        }
+        let models_text = std::fs::read_to_string(&self.models)
+            .with_context(|| format!("cannot read {}", self.models.display()))?;
+        let models = sim::parse_models(&models_text)
+            .with_context(|| format!("in {}", self.models.display()))?;
+        let quotas = match &self.quotas {
+            None => sim::Quotas::EqualShares,
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read the quota file {}", path.display()))?;
+                sim::Quotas::parse(&text)
+                    .map_err(|reason| anyhow::anyhow!("{}: {reason}", path.display()))?
+            }
+        };
+        Ok(Inputs {
+            trace,
+            models,
+            quotas,
+        })
+    }
+
+    /// The workload on `cluster` (`NODESxGPUS`) with `seed`, and the simulator's configuration.
+    pub fn workload(
+        &self,
+        inputs: &Inputs,
+        cluster: (u32, u32),
+        seed: u64,
+    ) -> anyhow::Result<(sim::Workload, SimConfig)> {
+        let nodes = uniform_cluster(
+            cluster.0,
+            cluster.1,
+            self.cpus_per_node,
+            self.memory_per_gpu,
+        );
+        if let sim::Quotas::Configured(rows) = &inputs.quotas {
+            let guaranteed: u64 = rows.iter().map(|(_, g, _)| u64::from(*g)).sum();
+            let gpus = u64::from(cluster.0) * u64::from(cluster.1);
+            if guaranteed > gpus {
+                bail!(
+                    "the quota file guarantees {guaranteed} GPUs in all, the {}x{} cluster has {gpus}",
+                    cluster.0,
+                    cluster.1
+                );
+            }
+        }
+        let options = sim::WorkloadOptions {
+            seed,
+            recorded_ps: self.recorded_ps,
+            quotas: inputs.quotas.clone(),
+        };
+        let workload = sim::build_workload_with(&inputs.trace, &inputs.models, nodes, &options);
+        let config = SimConfig {
+            round_s: self.round.as_secs_f64().max(1.0),
+            seed,
+            interference: self.interference,
+            ..SimConfig::default()
+        };
+        Ok((workload, config))
+    }
+}
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct SimArgs {
+    #[command(subcommand)]
+    command: Option<SimCommand>,
+    #[command(flatten)]
+    workload: WorkloadArgs,
+    /// Cluster as NODESxGPUS, e.g. 48x8.
+    #[arg(long, default_value = "48x8")]
+    cluster: String,
     /// The policy to run.
     #[arg(long, default_value = "tiresias")]
     policy: String,
@@ -45,9 +169,6 @@ pub struct SimArgs {
     /// Seed for every random draw (models, shapes, noise).
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Time between scheduling rounds.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-    round: Duration,
     /// Also predict, at each arrival that has to wait, when it will start (the server's queue
     /// forecast, seeing only observations), and report how far off the predictions were.
     #[arg(long)]
@@ -86,7 +207,14 @@ impl Stopwatch for WallClock {
     }
 }
 
-fn parse_cluster(spec: &str) -> anyhow::Result<(u32, u32)> {
+#[derive(Debug, clap::Subcommand)]
+enum SimCommand {
+    /// Run the comparison across cluster sizes (loads) and seeds; one table, a CSV and a chart of each
+    /// policy's average JCT over the best non-oracle baseline's, by load.
+    Sweep(crate::sweep::SweepArgs),
+}
+
+pub(crate) fn parse_cluster(spec: &str) -> anyhow::Result<(u32, u32)> {
     let (nodes, gpus) = spec
         .split_once('x')
         .context("--cluster must look like 48x8 (nodes x GPUs per node)")?;
@@ -113,38 +241,15 @@ fn time_arg(value: &Option<String>, flag: &str) -> anyhow::Result<Option<f64>> {
 }
 
 pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
-    let (node_count, gpus_per_node) = parse_cluster(&args.cluster)?;
-    let filter = TraceFilter {
-        from_s: time_arg(&args.from, "--from")?,
-        to_s: time_arg(&args.to, "--to")?,
-        tenant: args.vc.clone(),
-    };
-    let trace_text = std::fs::read_to_string(&args.trace)
-        .with_context(|| format!("cannot read the trace {}", args.trace.display()))?;
-    let trace = sim::parse_trace(&trace_text, &filter)
-        .with_context(|| format!("in {}", args.trace.display()))?;
-    if trace.is_empty() {
-        bail!(
-            "no jobs in {} match the window and virtual cluster given",
-            args.trace.display()
-        );
+    if let Some(SimCommand::Sweep(sweep)) = args.command {
+        return crate::sweep::run(sweep, json);
     }
-    let models_text = std::fs::read_to_string(&args.models)
-        .with_context(|| format!("cannot read {}", args.models.display()))?;
-    let models =
-        sim::parse_models(&models_text).with_context(|| format!("in {}", args.models.display()))?;
-    let nodes = uniform_cluster(
-        node_count,
-        gpus_per_node,
-        args.cpus_per_node,
-        args.memory_per_gpu,
-    );
-    let workload = sim::build_workload(&trace, &models, nodes, args.seed);
-    let config = SimConfig {
-        round_s: args.round.as_secs_f64().max(1.0),
-        seed: args.seed,
-        ..SimConfig::default()
-    };
+    let (node_count, gpus_per_node) = parse_cluster(&args.cluster)?;
+    let inputs = args.workload.inputs()?;
+    let models = &inputs.models;
+    let (workload, config) =
+        args.workload
+            .workload(&inputs, (node_count, gpus_per_node), args.seed)?;
     let policies: Vec<String> = match args.compare.as_deref() {
         None => vec![args.policy.clone()],
         Some("all") => drover_scheduler::policy_names()
@@ -190,7 +295,7 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
         workload.offered_load(),
         args.seed
     );
-    for model in &models {
+    for model in models {
         eprintln!(
             "  speed model {:<24} {:>3} points, Optimus fit median error {:>4.1}%, residual {:>4.1}%, peak at {} workers",
             model.name,
@@ -200,16 +305,7 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
             model.peak_workers()
         );
     }
-    let c = config.costs;
-    eprintln!(
-        "costs: checkpoint every {}s ({}s each), restart {}s, suspend/resume {}s, migration {}s; rounds every {}s",
-        c.checkpoint_every_s,
-        c.checkpoint_s,
-        c.restart_s,
-        c.suspend_resume_s,
-        c.migration_s,
-        config.round_s
-    );
+    print_settings(&config, &args.workload);
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let mut reports = Vec::new();
@@ -241,9 +337,9 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
             Experiments::new(
                 options,
                 &workload.tenants,
-                &models,
+                models,
                 span,
-                args.cpus_per_node,
+                args.workload.cpus_per_node,
                 args.seed,
             )
         });
@@ -321,6 +417,34 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
         args.out.display()
     );
     Ok(())
+}
+
+/// The costs, round, recorded-shape rule and interference a run uses, on stderr.
+pub(crate) fn print_settings(config: &SimConfig, args: &WorkloadArgs) {
+    let c = config.costs;
+    eprintln!(
+        "costs: checkpoint every {}s ({}s each), restart {}s, suspend/resume {}s, migration {}s; rounds every {}s",
+        c.checkpoint_every_s,
+        c.checkpoint_s,
+        c.restart_s,
+        c.suspend_resume_s,
+        c.migration_s,
+        config.round_s
+    );
+    eprintln!(
+        "recorded shape: {} PS count; guarantees: {}; packing interference: {}",
+        match args.recorded_ps {
+            sim::RecordedPs::Best => "best",
+            sim::RecordedPs::User => "user",
+        },
+        args.quotas
+            .as_ref()
+            .map_or_else(|| "equal shares".to_owned(), |p| p.display().to_string()),
+        match config.interference {
+            sim::Interference::Drawn => "drawn per pair".to_owned(),
+            sim::Interference::Fixed(x) => format!("fixed {:.0}%", 100.0 * x),
+        }
+    );
 }
 
 fn print_table(reports: &[Report]) {

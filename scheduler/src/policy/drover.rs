@@ -164,12 +164,13 @@ impl Policy for DroverPolicy {
     fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {
         let order = self.order(snapshot);
         let estimates = self.models.estimates(snapshot);
-        let mut remaining = |i: usize, shape: Shape| {
-            let (steps, speed, _) = &estimates[i];
-            steps * speed.step_s(shape)
+        let remaining = |i: usize, shape: Shape| estimates[i].remaining_s(shape);
+        let resize = self.params.resize;
+        let worth = |i: usize, current: Shape, target: Shape| {
+            let (now, then, uncertainty) = resize_horizon(&snapshot.jobs[i], &estimates[i], current, target);
+            resize.worth_it(now, then, uncertainty)
         };
-        let uncertainty = |i: usize| estimates[i].2;
-        let targets = allocate(snapshot, &order, &mut remaining, &uncertainty, self.params);
+        let targets = allocate(snapshot, &order, &remaining, &worth, self.params);
         let (mut plan, mut free) = place_targets(snapshot, &order, &targets, Tiresias::strategy);
         if self.packing {
             let live: BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
@@ -247,6 +248,39 @@ impl Policy for DroverPolicy {
             }
         }
     }
+}
+
+/// Seconds a job must have run before its fitted convergence curve decides a resize.
+const CURVE_TRUST_S: f64 = 600.0;
+
+/// What a resize of a running job from `current` to `target` is judged on: the predicted seconds left
+/// at each shape and the relative uncertainty of that prediction. With a known length (a budget it runs
+/// to, or a curve fitted after [`CURVE_TRUST_S`] of run) the time left is the model's; without one the prior's step count says nothing about this
+/// job, so the horizon is the time the job has run so far (on a heavy-tailed workload a job that has run
+/// t is expected to run about t more, the reasoning behind least-attained-service), and the shape's
+/// effect is the speed model's ratio. Uncertainty: 0.25 with a known length and a fitted speed model,
+/// 0.5 with one of them, 0.6 with neither.
+fn resize_horizon(
+    job: &JobView,
+    estimate: &super::optimus::Estimate,
+    current: Shape,
+    target: Shape,
+) -> (f64, f64, f64) {
+    let fitted = estimate.speed.fitted;
+    // A curve fitted on a few minutes of noisy losses says little: trusted after ten minutes of run.
+    let trusted = job.observed.runs_to_budget || job.observed.executed_s >= CURVE_TRUST_S;
+    if estimate.known_length && trusted {
+        let uncertainty = if fitted { 0.25 } else { 0.5 };
+        return (
+            estimate.remaining_s(current),
+            estimate.remaining_s(target),
+            uncertainty,
+        );
+    }
+    let horizon = job.observed.executed_s.max(0.0);
+    let ratio = estimate.speed.step_s(target) / estimate.speed.step_s(current).max(1e-12);
+    let uncertainty = if fitted { 0.5 } else { 0.6 };
+    (horizon, horizon * ratio, uncertainty)
 }
 
 /// A relative speed-up smaller than this does not earn an arriving job another task.

@@ -94,13 +94,14 @@ impl Ord for Gain {
     }
 }
 
-/// Target shapes (`None`: not admitted) for every job, given `remaining_s(job index, shape)` and the
-/// relative uncertainty of that prediction (`uncertainty(job index)`, for [`ResizeRule::Amortised`]).
+/// Target shapes (`None`: not admitted) for every job, given `remaining_s(job index, shape)` for the
+/// marginal gains and `worth_change(job index, current, target)` for whether a running job that could
+/// keep its shape should change it.
 pub fn allocate(
     snapshot: &ClusterSnapshot,
     order: &[usize],
-    remaining_s: &mut dyn FnMut(usize, Shape) -> f64,
-    uncertainty: &dyn Fn(usize) -> f64,
+    remaining_s: &dyn Fn(usize, Shape) -> f64,
+    worth_change: &dyn Fn(usize, Shape, Shape) -> bool,
     params: ElasticParams,
 ) -> Vec<Option<Shape>> {
     let total_gpus = u64::from(snapshot.total_gpus());
@@ -135,6 +136,29 @@ pub fn allocate(
             *quota -= g;
         }
     }
+    // Running jobs admitted keep their current shape where what is left allows, before anything
+    // grows: growth then competes only for what they leave, and a shape change is a choice the rule
+    // below weighs, not a side effect of others' growth.
+    for &i in order {
+        let job = &snapshot.jobs[i];
+        let (Some(target), Some(current)) = (targets[i], job.placement.as_ref().map(|p| p.shape()))
+        else {
+            continue;
+        };
+        if current == target || !job.workers.contains(current.workers) || !job.ps.contains(current.ps)
+        {
+            continue;
+        }
+        let (g0, c0) = demand(job, target);
+        let (g1, c1) = demand(job, current);
+        let (dg, dc) = (g1.saturating_sub(g0), c1.saturating_sub(c0));
+        if g1 >= g0 && c1 >= c0 && dg <= gpus_left && dc <= cpus_left && dg <= tenant_left[job.tenant as usize] {
+            gpus_left -= dg;
+            cpus_left -= dc;
+            tenant_left[job.tenant as usize] -= dg;
+            targets[i] = Some(current);
+        }
+    }
     if params.grow {
         let share = |job: &JobView, worker: bool| -> f64 {
             let (g, c) = if worker {
@@ -155,7 +179,7 @@ pub fn allocate(
                     shape: Shape,
                     version: u32,
                     blocked: (bool, bool),
-                    remaining: &mut dyn FnMut(usize, Shape) -> f64| {
+                    remaining: &dyn Fn(usize, Shape) -> f64| {
             let job = &snapshot.jobs[i];
             let now = remaining(i, shape);
             if shape.workers < job.workers.max && !blocked.0 {
@@ -262,11 +286,7 @@ pub fn allocate(
         {
             continue;
         }
-        if !params.resize.worth_it(
-            remaining_s(i, current),
-            remaining_s(i, target),
-            uncertainty(i),
-        ) {
+        if !worth_change(i, current, target) {
             let (g0, c0) = demand(job, target);
             let (g1, c1) = demand(job, current);
             let quota = tenant_left[job.tenant as usize].saturating_add(g0);

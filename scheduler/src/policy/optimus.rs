@@ -32,11 +32,8 @@ struct CachedModels {
 }
 
 impl ModelCache {
-    /// (remaining steps, speed model, relative uncertainty of the remaining time) of every job in the
-    /// snapshot. The uncertainty is coarse: 0.25 with a fitted curve and speed model, 0.5 with either on
-    /// its prior, 0.8 with both (the prior's 1,000 steps say nothing about this job); a step budget the
-    /// job runs to counts as a fitted curve.
-    pub(crate) fn estimates(&mut self, snapshot: &ClusterSnapshot) -> Vec<(f64, SpeedModel, f64)> {
+    /// Every job's [`Estimate`], in snapshot order.
+    pub(crate) fn estimates(&mut self, snapshot: &ClusterSnapshot) -> Vec<Estimate> {
         let live: std::collections::BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
         self.entries.retain(|id, _| live.contains(id));
         snapshot
@@ -78,14 +75,30 @@ impl ModelCache {
                         remaining.min(left)
                     };
                 }
-                let uncertainty = match (known_length, entry.speed.fitted) {
-                    (true, true) => 0.25,
-                    (true, false) | (false, true) => 0.5,
-                    (false, false) => 0.8,
-                };
-                (remaining, entry.speed, uncertainty)
+                Estimate {
+                    steps: remaining,
+                    speed: entry.speed,
+                    known_length,
+                }
             })
             .collect()
+    }
+}
+
+/// What a job's models say of it now.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Estimate {
+    /// Remaining steps: from the fitted curve or the step budget, else the prior.
+    pub steps: f64,
+    pub speed: SpeedModel,
+    /// Whether `steps` comes from the job (a fitted curve, a budget it runs to), not the prior.
+    pub known_length: bool,
+}
+
+impl Estimate {
+    /// Predicted seconds left at `shape`.
+    pub fn remaining_s(&self, shape: Shape) -> f64 {
+        self.steps * self.speed.step_s(shape)
     }
 }
 
@@ -163,19 +176,22 @@ impl Policy for Optimus {
     fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {
         let all: Vec<usize> = (0..snapshot.jobs.len()).collect();
         let order = super::non_preemptible_first(snapshot, &all);
+        let ElasticParams { resize, .. } = self.params;
         let targets = match &self.oracle {
             Some(oracle) => {
-                let mut remaining =
-                    |i: usize, shape: Shape| oracle.remaining_s(snapshot.jobs[i].id, shape);
-                allocate(snapshot, &order, &mut remaining, &|_| 0.0, self.params)
+                let remaining = |i: usize, shape: Shape| oracle.remaining_s(snapshot.jobs[i].id, shape);
+                let worth = |i: usize, current: Shape, target: Shape| {
+                    resize.worth_it(remaining(i, current), remaining(i, target), 0.0)
+                };
+                allocate(snapshot, &order, &remaining, &worth, self.params)
             }
             None => {
                 let estimates = self.models.estimates(snapshot);
-                let mut remaining = |i: usize, shape: Shape| {
-                    let (steps, speed, _) = &estimates[i];
-                    steps * speed.step_s(shape)
+                let remaining = |i: usize, shape: Shape| estimates[i].remaining_s(shape);
+                let worth = |i: usize, current: Shape, target: Shape| {
+                    resize.worth_it(remaining(i, current), remaining(i, target), 0.0)
                 };
-                allocate(snapshot, &order, &mut remaining, &|_| 0.0, self.params)
+                allocate(snapshot, &order, &remaining, &worth, self.params)
             }
         };
         place_targets(snapshot, &order, &targets, |_| Strategy::Relaxed).0

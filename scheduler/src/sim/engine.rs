@@ -325,6 +325,9 @@ impl Engine {
             (Some(old), JobPlan::Run { placement, .. }) if !old.same_resources(placement) => {
                 let overhead = if old.shape() != placement.shape() {
                     self.outcome.disruptions.resizes += 1;
+                    if std::env::var_os("DROVER_SIM_DEBUG").is_some() {
+                        eprintln!("resize t={now} job={index} {:?} -> {:?} exec={}", old.shape(), placement.shape(), self.snapshot.jobs[position].observed.executed_s);
+                    }
                     costs.checkpoint_s + costs.restart_s
                 } else {
                     self.outcome.disruptions.migrations += 1;
@@ -600,4 +603,113 @@ pub(crate) fn simulate(
         })
         .collect();
     Ok(engine.outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NodeId;
+    use crate::plan::{Role, RunReason, TaskPlacement};
+    use crate::policy::{Oracle, PolicyError};
+
+    /// A broken policy: every arrival on GPU 0 of node 0, whoever holds it.
+    #[derive(Debug, Clone)]
+    struct FirstGpu;
+
+    impl Policy for FirstGpu {
+        fn name(&self) -> &'static str {
+            "first-gpu"
+        }
+        fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {
+            let mut plan = Plan::default();
+            for job in &snapshot.jobs {
+                let decision = match &job.placement {
+                    Some(placement) => JobPlan::Run {
+                        placement: placement.clone(),
+                        reason: RunReason::Continuing,
+                    },
+                    None => JobPlan::Wait {
+                        reason: WaitReason::LowerPriority,
+                    },
+                };
+                plan.jobs.insert(job.id, decision);
+            }
+            plan
+        }
+        fn place_arrival(&mut self, _snapshot: &ClusterSnapshot, job: &JobView) -> JobPlan {
+            let mut tasks = vec![TaskPlacement {
+                role: Role::Worker,
+                index: 0,
+                node: NodeId(0),
+                gpus: vec![0],
+                cpus: job.cpus_per_worker,
+                packed: false,
+            }];
+            tasks.extend((0..job.ps.min).map(|index| TaskPlacement {
+                role: Role::Ps,
+                index,
+                node: NodeId(0),
+                gpus: Vec::new(),
+                cpus: job.cpus_per_ps,
+                packed: false,
+            }));
+            JobPlan::Run {
+                placement: Placement { tasks },
+                reason: RunReason::Started,
+            }
+        }
+        fn fork(&self, _oracle: Option<Box<dyn Oracle>>) -> Result<Box<dyn Policy>, PolicyError> {
+            Ok(Box::new(self.clone()))
+        }
+    }
+
+    struct Frozen;
+
+    impl Stopwatch for Frozen {
+        fn now_ns(&self) -> u64 {
+            0
+        }
+    }
+
+    #[test]
+    fn an_arrival_placed_on_a_busy_gpu_fails_the_invariants() {
+        let models_path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/models/ps_worker_speed.txt"
+        );
+        let Ok(text) = std::fs::read_to_string(models_path) else {
+            panic!("{models_path} must exist: shared/ sits beside the checkout");
+        };
+        let Ok(models) = super::super::parse_models(&text) else {
+            panic!("the measurements parse");
+        };
+        let Ok(trace) = super::super::parse_trace(
+            "submit_s,duration_s,gpus,tenant\n0,3600,1,a\n10,3600,1,b\n",
+            &super::super::TraceFilter::default(),
+        ) else {
+            panic!("the trace parses");
+        };
+        let mut workload = super::super::build_workload(
+            &trace,
+            &models,
+            crate::cluster::uniform_cluster(1, 2, 64, 32),
+            1,
+        );
+        for job in &mut workload.jobs {
+            job.view.workers = crate::snapshot::Range { min: 1, max: 1 };
+        }
+        let result = simulate(
+            &workload,
+            &mut FirstGpu,
+            SimConfig::default(),
+            None,
+            None,
+            None,
+            &Frozen,
+        );
+        assert!(
+            matches!(&result, Err(SimError::Invariant(v)) if v.0.contains("without a packing decision")),
+            "{result:?}"
+        );
+    }
 }

@@ -1,4 +1,5 @@
-//! Charts as standalone SVG: the JCT CDF (log-scale time) and GPU utilisation over time.
+//! Charts as standalone SVG: the JCT CDF (log-scale time), GPU utilisation over time, and the sweep's
+//! JCT ratio by load.
 
 const WIDTH: f64 = 760.0;
 const HEIGHT: f64 = 420.0;
@@ -254,4 +255,60 @@ pub fn human_seconds(s: f64) -> String {
         s if s < 86_400.0 => format!("{:.0}h", s / 3600.0),
         s => format!("{:.0}d", s / 86_400.0),
     }
+}
+
+/// The sweep's chart: each policy's average JCT over the best non-oracle baseline's (1 = as good as
+/// the best of them), against offered load (log scale), one line per policy.
+pub fn sweep(policies: &[(String, Vec<(f64, f64)>)]) -> String {
+    let points = || policies.iter().flat_map(|(_, p)| p.iter().copied());
+    let (x_lo, x_hi) = points().fold((f64::INFINITY, 0.0f64), |(lo, hi), (x, _)| {
+        (lo.min(x), hi.max(x))
+    });
+    let (x_lo, x_hi) = if x_lo.is_finite() && x_hi > 0.0 {
+        (x_lo.max(1e-3) / 1.2, x_hi * 1.2)
+    } else {
+        (0.1, 10.0)
+    };
+    let y_hi = points().map(|(_, y)| y).fold(1.0, f64::max).min(10.0);
+    let y_max = (y_hi * 4.0).ceil() / 4.0 + 0.25;
+    let axes = Axes {
+        x_min: x_lo,
+        x_max: x_hi,
+        y_min: 0.0,
+        y_max,
+        log_x: true,
+    };
+    let mut x_ticks = Vec::new();
+    for tick in [0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0] {
+        if tick >= x_lo && tick <= x_hi {
+            x_ticks.push((tick, format!("{tick}")));
+        }
+    }
+    let mut y_ticks = Vec::new();
+    let mut tick = 0.0;
+    while tick <= y_max + 1e-9 {
+        y_ticks.push((tick, format!("{tick:.2}")));
+        tick += if y_max > 3.0 { 1.0 } else { 0.25 };
+    }
+    let mut svg = frame(
+        "Average JCT over the best non-oracle baseline's, by load",
+        "offered load (log scale)",
+        "avg JCT / best baseline's",
+        &axes,
+        &x_ticks,
+        &y_ticks,
+    );
+    // The line where a policy matches the best baseline.
+    svg.push_str(&format!(
+        "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#999\" stroke-dasharray=\"4 3\"/>\n",
+        WIDTH - RIGHT,
+        y = axes.y(1.0)
+    ));
+    for (i, (name, values)) in policies.iter().enumerate() {
+        let mut sorted: Vec<(f64, f64)> = values.iter().map(|&(x, y)| (x, y.min(y_max))).collect();
+        sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+        series(&mut svg, &axes, i, name, &sorted);
+    }
+    svg.push_str("</svg>\n");
+    svg
 }

@@ -130,11 +130,21 @@ pub struct Workload {
     pub tenants: Vec<Tenant>,
     pub jobs: Vec<SimJob>,
     pub truths: Arc<Vec<JobTruth>>,
-    /// Trace jobs dropped because they ask for more GPUs than the cluster has.
+    /// Trace jobs dropped because they ask for more GPUs than the cluster has, or than their tenant's
+    /// maximum.
     pub skipped: usize,
 }
 
 impl Workload {
+    /// The hidden truth: job `index`'s steps per second at `shape`, alone on its GPUs. For tests and
+    /// reports; policies never see it.
+    #[doc(hidden)]
+    pub fn true_steps_per_s(&self, index: usize, shape: Shape) -> f64 {
+        self.truths
+            .get(index)
+            .map_or(0.0, |truth| truth.steps_per_s(shape))
+    }
+
     /// Σ GPU-time of the jobs / (cluster GPUs × span of submissions).
     pub fn offered_load(&self) -> f64 {
         let gpus: u32 = self.nodes.iter().map(Node::num_gpus).sum();
@@ -241,7 +251,10 @@ pub fn build_workload_with(
         let start_loss: f64 = rng.random_range(1.5..4.0);
         let length = (LENGTH_NOISE * gaussian(&mut rng)).exp();
         let jitter = rng.random_range(0.0..SUBMIT_JITTER_S);
-        if job.gpus > total_gpus {
+        let tenant_max = tenants[tenant_index[job.tenant.as_str()] as usize]
+            .max_gpus
+            .unwrap_or(u32::MAX);
+        if job.gpus > total_gpus || job.gpus > tenant_max {
             skipped += 1;
             continue;
         }

@@ -1,0 +1,372 @@
+//! `drover sim sweep`: the policy comparison across cluster sizes (light to overloaded) and seeds, with
+//! one table, a CSV of every run and a chart of each policy's average JCT over the best non-oracle
+//! baseline's against offered load.
+
+use crate::output::out;
+use crate::sim::{WorkloadArgs, parse_cluster, print_settings};
+use anyhow::{Context, bail};
+use drover_scheduler::sim::{self, Report, SimConfig, Stopwatch, Workload};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+#[derive(Debug, clap::Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    workload: WorkloadArgs,
+    /// Cluster sizes, NODESxGPUS, comma-separated: each is one load.
+    #[arg(long, default_value = "16x8,24x8,32x8,48x8,64x8,96x8")]
+    clusters: String,
+    /// Seeds, comma-separated: every cluster size runs with each.
+    #[arg(long, default_value = "1,2,3")]
+    seeds: String,
+    /// Policies to compare (comma-separated). Oracle baselines (srtf, optimus-oracle) and drover's
+    /// ablations may be listed; the "best baseline" is the best of the others.
+    #[arg(long, default_value = "fifo,fifo-backfill,drf,tiresias,optimus,gandiva,drover")]
+    compare: String,
+    /// Simulations run at once (default: the machine's cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Directory for sweep.csv, sweep.json and sweep.svg.
+    #[arg(long, default_value = "sweep-out")]
+    out: PathBuf,
+}
+
+/// One simulation of the sweep.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepRow {
+    pub cluster: String,
+    pub gpus: u32,
+    pub seed: u64,
+    pub offered_load: f64,
+    pub policy: String,
+    pub avg_jct_s: f64,
+    /// Average JCT over the best non-oracle baseline's on the same cluster and seed.
+    pub vs_best_baseline: f64,
+    pub best_baseline: String,
+    pub vs_fifo: Option<f64>,
+    pub report: Report,
+}
+
+struct WallClock(Instant);
+
+impl Stopwatch for WallClock {
+    fn now_ns(&self) -> u64 {
+        self.0.elapsed().as_nanos() as u64
+    }
+}
+
+/// A policy the "best baseline" may be: not an oracle, not drover or one of its ablations.
+fn is_baseline(policy: &str) -> bool {
+    !drover_scheduler::is_oracle_policy(policy) && !policy.starts_with("drover")
+}
+
+fn list<T: std::str::FromStr>(text: &str, flag: &str) -> anyhow::Result<Vec<T>> {
+    let items: Vec<&str> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if items.is_empty() {
+        bail!("{flag}: give at least one value");
+    }
+    items
+        .iter()
+        .map(|item| {
+            item.parse::<T>()
+                .map_err(|_| anyhow::anyhow!("{flag}: `{item}` is not valid"))
+        })
+        .collect()
+}
+
+pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
+    let clusters: Vec<String> = list(&args.clusters, "--clusters")?;
+    let sizes = clusters
+        .iter()
+        .map(|c| parse_cluster(c))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let seeds: Vec<u64> = list(&args.seeds, "--seeds")?;
+    let policies: Vec<String> = list(&args.compare, "--compare")?;
+    for name in &policies {
+        if !drover_scheduler::policy_names().contains(&name.as_str())
+            && !drover_scheduler::ablation_names().contains(&name.as_str())
+        {
+            bail!(
+                "--compare: unknown policy `{name}` (expected some of: {})",
+                drover_scheduler::policy_names().join(", ")
+            );
+        }
+    }
+    if !policies.iter().any(|p| is_baseline(p)) {
+        bail!("--compare: list at least one non-oracle baseline (fifo, drf, tiresias, ...) to compare with");
+    }
+    let inputs = args.workload.inputs()?;
+    // Every workload first (cheap), then the simulations on a pool of threads.
+    let mut workloads: Vec<(usize, u64, Workload, SimConfig)> = Vec::new();
+    for (c, &size) in sizes.iter().enumerate() {
+        for &seed in &seeds {
+            let (workload, config) = args.workload.workload(&inputs, size, seed)?;
+            workloads.push((c, seed, workload, config));
+        }
+    }
+    if let Some((_, _, _, config)) = workloads.first() {
+        print_settings(config, &args.workload);
+    }
+    for (c, size) in sizes.iter().enumerate() {
+        let loads: Vec<String> = workloads
+            .iter()
+            .filter(|w| w.0 == c)
+            .map(|w| format!("{:.2}", w.2.offered_load()))
+            .collect();
+        eprintln!(
+            "cluster {}x{}: {} jobs, offered load {} (by seed)",
+            size.0,
+            size.1,
+            workloads
+                .iter()
+                .find(|w| w.0 == c)
+                .map_or(0, |w| w.2.jobs.len()),
+            loads.join(" / ")
+        );
+    }
+    let tasks: Vec<(usize, &str)> = (0..workloads.len())
+        .flat_map(|w| policies.iter().map(move |p| (w, p.as_str())))
+        .collect();
+    let threads = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, tasks.len().max(1));
+    eprintln!(
+        "{} simulations ({} cluster sizes x {} seeds x {} policies) on {threads} threads",
+        tasks.len(),
+        sizes.len(),
+        seeds.len(),
+        policies.len()
+    );
+    let next = Mutex::new(0usize);
+    let results: Mutex<Vec<Option<Report>>> = Mutex::new(vec![None; tasks.len()]);
+    let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    let done = Mutex::new(0usize);
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let task = {
+                        let Ok(mut next) = next.lock() else { return };
+                        let task = *next;
+                        *next += 1;
+                        task
+                    };
+                    if task >= tasks.len() || failure.lock().map_or(true, |f| f.is_some()) {
+                        return;
+                    }
+                    let (w, policy) = tasks[task];
+                    let (c, seed, workload, config) = &workloads[w];
+                    let clock = WallClock(Instant::now());
+                    let run_started = Instant::now();
+                    match sim::run_policy(policy, workload, *config, &clock) {
+                        Ok((report, _)) => {
+                            let count = done.lock().map(|mut d| {
+                                *d += 1;
+                                *d
+                            });
+                            eprintln!(
+                                "[{}/{}] {} seed {seed} {policy}: avg JCT {:.0} s ({:.1} s)",
+                                count.unwrap_or(0),
+                                tasks.len(),
+                                clusters[*c],
+                                report.avg_jct_s,
+                                run_started.elapsed().as_secs_f64()
+                            );
+                            if let Ok(mut results) = results.lock() {
+                                results[task] = Some(report);
+                            }
+                        }
+                        Err(err) => {
+                            if let Ok(mut failure) = failure.lock() {
+                                failure.get_or_insert(anyhow::Error::new(err).context(format!(
+                                    "policy {policy} on {} seed {seed}",
+                                    clusters[*c]
+                                )));
+                            }
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    if let Some(err) = failure.into_inner().ok().flatten() {
+        return Err(err);
+    }
+    let results = results
+        .into_inner()
+        .map_err(|_| anyhow::anyhow!("a simulation thread panicked"))?;
+    let mut rows = Vec::new();
+    for (w, (c, seed, workload, _)) in workloads.iter().enumerate() {
+        let reports: Vec<&Report> = results[w * policies.len()..(w + 1) * policies.len()]
+            .iter()
+            .map(|r| r.as_ref().context("a simulation did not finish"))
+            .collect::<anyhow::Result<_>>()?;
+        let best = reports
+            .iter()
+            .filter(|r| is_baseline(&r.policy))
+            .min_by(|a, b| a.avg_jct_s.total_cmp(&b.avg_jct_s))
+            .context("no baseline ran")?;
+        let fifo = reports.iter().find(|r| r.policy == "fifo");
+        for report in &reports {
+            rows.push(SweepRow {
+                cluster: clusters[*c].clone(),
+                gpus: report.cluster_gpus,
+                seed: *seed,
+                offered_load: workload.offered_load(),
+                policy: report.policy.clone(),
+                avg_jct_s: report.avg_jct_s,
+                vs_best_baseline: report.avg_jct_s / best.avg_jct_s.max(1e-9),
+                best_baseline: best.policy.clone(),
+                vs_fifo: fifo.map(|f| report.avg_jct_s / f.avg_jct_s.max(1e-9)),
+                report: (*report).clone(),
+            });
+        }
+    }
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    std::fs::write(args.out.join("sweep.csv"), sweep_csv(&rows))?;
+    std::fs::write(
+        args.out.join("sweep.json"),
+        serde_json::to_string_pretty(&rows)?,
+    )?;
+    std::fs::write(
+        args.out.join("sweep.svg"),
+        sim::svg::sweep(&chart_series(&rows, &policies)),
+    )?;
+    if json {
+        out!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print_table(&rows, &policies);
+    }
+    eprintln!(
+        "{} simulations in {:.0} s; wrote sweep.csv, sweep.json and sweep.svg to {}",
+        tasks.len(),
+        started.elapsed().as_secs_f64(),
+        args.out.display()
+    );
+    Ok(())
+}
+
+/// Per policy, (mean offered load, mean ratio to the best baseline) for each cluster size.
+fn chart_series(rows: &[SweepRow], policies: &[String]) -> Vec<(String, Vec<(f64, f64)>)> {
+    let mut clusters: Vec<&str> = Vec::new();
+    for row in rows {
+        if !clusters.contains(&row.cluster.as_str()) {
+            clusters.push(&row.cluster);
+        }
+    }
+    policies
+        .iter()
+        .map(|policy| {
+            let points = clusters
+                .iter()
+                .filter_map(|cluster| {
+                    let mine: Vec<&SweepRow> = rows
+                        .iter()
+                        .filter(|r| r.cluster == *cluster && r.policy == *policy)
+                        .collect();
+                    let n = mine.len() as f64;
+                    (n > 0.0).then(|| {
+                        (
+                            mine.iter().map(|r| r.offered_load).sum::<f64>() / n,
+                            mine.iter().map(|r| r.vs_best_baseline).sum::<f64>() / n,
+                        )
+                    })
+                })
+                .collect();
+            (policy.clone(), points)
+        })
+        .collect()
+}
+
+fn print_table(rows: &[SweepRow], policies: &[String]) {
+    let mut header: Vec<String> = vec!["CLUSTER".into(), "SEED".into(), "LOAD".into()];
+    header.extend(policies.iter().map(|p| p.to_uppercase()));
+    header.push("BEST BASELINE".into());
+    header.push("DROVER AVG JCT (s)".into());
+    let mut table = Vec::new();
+    let mut misses = Vec::new();
+    for group in rows.chunks(policies.len()) {
+        let Some(first) = group.first() else {
+            continue;
+        };
+        let mut line = vec![
+            first.cluster.clone(),
+            first.seed.to_string(),
+            format!("{:.2}", first.offered_load),
+        ];
+        line.extend(group.iter().map(|r| format!("{:.2}", r.vs_best_baseline)));
+        line.push(first.best_baseline.clone());
+        let drover = group.iter().find(|r| r.policy == "drover");
+        line.push(drover.map_or_else(|| "-".into(), |r| format!("{:.0}", r.avg_jct_s)));
+        table.push(line);
+        if let Some(drover) = drover {
+            if drover.vs_best_baseline > 1.05 {
+                misses.push(format!(
+                    "{} seed {}: drover {:.2}x the best baseline ({})",
+                    drover.cluster, drover.seed, drover.vs_best_baseline, drover.best_baseline
+                ));
+            }
+            if drover.vs_fifo.is_some_and(|v| v > 1.0) {
+                misses.push(format!(
+                    "{} seed {}: drover {:.2}x FIFO",
+                    drover.cluster,
+                    drover.seed,
+                    drover.vs_fifo.unwrap_or(0.0)
+                ));
+            }
+        }
+    }
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    out!("average JCT over the best non-oracle baseline's (1.00 = as good as the best of them):");
+    crate::output::table(&header, &table);
+    if policies.iter().any(|p| p == "drover") {
+        if misses.is_empty() {
+            out!("drover: within 1.05x the best baseline and no worse than FIFO in every run");
+        } else {
+            for miss in misses {
+                out!("{miss}");
+            }
+        }
+    }
+}
+
+fn sweep_csv(rows: &[SweepRow]) -> String {
+    let mut text = String::from(
+        "cluster,gpus,seed,offered_load,policy,avg_jct_s,vs_best_baseline,best_baseline,vs_fifo,median_jct_s,p99_jct_s,makespan_s,max_rho,jain_index,preemptions,suspensions,resizes,migrations\n",
+    );
+    for r in rows {
+        let d = r.report.disruptions;
+        text.push_str(&format!(
+            "{},{},{},{:.3},{},{:.0},{:.4},{},{},{:.0},{:.0},{:.0},{:.2},{:.4},{},{},{},{}\n",
+            r.cluster,
+            r.gpus,
+            r.seed,
+            r.offered_load,
+            r.policy,
+            r.avg_jct_s,
+            r.vs_best_baseline,
+            r.best_baseline,
+            r.vs_fifo.map_or_else(String::new, |v| format!("{v:.4}")),
+            r.report.median_jct_s,
+            r.report.p99_jct_s,
+            r.report.makespan_s,
+            r.report.max_rho,
+            r.report.jain_index,
+            d.preemptions,
+            d.suspensions,
+            d.resizes,
+            d.migrations
+        ));
+    }
+    text
+}
