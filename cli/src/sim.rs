@@ -211,7 +211,7 @@ impl Stopwatch for WallClock {
 enum SimCommand {
     /// Run the comparison across cluster sizes (loads) and seeds; one table, a CSV and a chart of each
     /// policy's average JCT over the best non-oracle baseline's, by load.
-    Sweep(crate::sweep::SweepArgs),
+    Sweep(Box<crate::sweep::SweepArgs>),
 }
 
 pub(crate) fn parse_cluster(spec: &str) -> anyhow::Result<(u32, u32)> {
@@ -242,7 +242,7 @@ fn time_arg(value: &Option<String>, flag: &str) -> anyhow::Result<Option<f64>> {
 
 pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
     if let Some(SimCommand::Sweep(sweep)) = args.command {
-        return crate::sweep::run(sweep, json);
+        return crate::sweep::run(*sweep, json);
     }
     let (node_count, gpus_per_node) = parse_cluster(&args.cluster)?;
     let inputs = args.workload.inputs()?;

@@ -23,7 +23,10 @@ pub struct SweepArgs {
     seeds: String,
     /// Policies to compare (comma-separated). Oracle baselines (srtf, optimus-oracle) and drover's
     /// ablations may be listed; the "best baseline" is the best of the others.
-    #[arg(long, default_value = "fifo,fifo-backfill,drf,tiresias,optimus,gandiva,drover")]
+    #[arg(
+        long,
+        default_value = "fifo,fifo-backfill,drf,tiresias,optimus,gandiva,drover"
+    )]
     compare: String,
     /// Simulations run at once (default: the machine's cores).
     #[arg(long)]
@@ -99,7 +102,9 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
         }
     }
     if !policies.iter().any(|p| is_baseline(p)) {
-        bail!("--compare: list at least one non-oracle baseline (fifo, drf, tiresias, ...) to compare with");
+        bail!(
+            "--compare: list at least one non-oracle baseline (fifo, drf, tiresias, ...) to compare with"
+        );
     }
     let inputs = args.workload.inputs()?;
     // Every workload first (cheap), then the simulations on a pool of threads.

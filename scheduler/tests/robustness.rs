@@ -46,7 +46,12 @@ fn busy_trace() -> String {
 
 fn build(text: &str, nodes: u32, options: &WorkloadOptions) -> Workload {
     let trace = sim::parse_trace(text, &TraceFilter::default()).unwrap();
-    sim::build_workload_with(&trace, &models(), uniform_cluster(nodes, 8, 64, 32), options)
+    sim::build_workload_with(
+        &trace,
+        &models(),
+        uniform_cluster(nodes, 8, 64, 32),
+        options,
+    )
 }
 
 fn options(seed: u64) -> WorkloadOptions {
@@ -92,12 +97,22 @@ fn a_seed_changes_what_every_policy_sees() {
         ..SimConfig::default()
     };
     for name in ["fifo", "srtf", "drf", "tiresias"] {
-        let a = sim::run_policy(name, &build(&busy_trace(), 2, &options(3)), config(3), &Frozen)
-            .unwrap()
-            .0;
-        let b = sim::run_policy(name, &build(&busy_trace(), 2, &options(4)), config(4), &Frozen)
-            .unwrap()
-            .0;
+        let a = sim::run_policy(
+            name,
+            &build(&busy_trace(), 2, &options(3)),
+            config(3),
+            &Frozen,
+        )
+        .unwrap()
+        .0;
+        let b = sim::run_policy(
+            name,
+            &build(&busy_trace(), 2, &options(4)),
+            config(4),
+            &Frozen,
+        )
+        .unwrap()
+        .0;
         assert_ne!(a.avg_jct_s, b.avg_jct_s, "{name}: the seed changed nothing");
     }
 }
@@ -142,13 +157,15 @@ fn every_policy_keeps_tenant_maxima_at_every_arrival_and_round() {
         },
     );
     for name in policy_names() {
-        let (report, outcome) =
-            sim::run_policy(name, &workload, SimConfig::default(), &Frozen)
-                .unwrap_or_else(|err| panic!("{name}: {err}"));
+        let (report, outcome) = sim::run_policy(name, &workload, SimConfig::default(), &Frozen)
+            .unwrap_or_else(|err| panic!("{name}: {err}"));
         let unfinished = outcome.jobs.iter().filter(|j| j.finish_s.is_nan()).count();
         assert!(report.jobs > 0 && unfinished == 0, "{name}");
     }
-    assert!(workload.skipped > 0, "vc0's and vc1's larger jobs are left out");
+    assert!(
+        workload.skipped > 0,
+        "vc0's and vc1's larger jobs are left out"
+    );
 }
 
 #[test]
@@ -175,7 +192,12 @@ fn disruptions_are_counted_per_kind() {
     };
     let fifo = run("fifo");
     assert_eq!(
-        (fifo.preemptions, fifo.suspensions, fifo.resizes, fifo.migrations),
+        (
+            fifo.preemptions,
+            fifo.suspensions,
+            fifo.resizes,
+            fifo.migrations
+        ),
         (0, 0, 0, 0),
         "strict FIFO never touches a running job"
     );
@@ -250,7 +272,10 @@ fn some_packed_pairs_interfere_badly_and_the_spread_is_hidden_in_step_times() {
         factors.iter().filter(|f| **f >= lo && **f < hi).count() as f64 / factors.len() as f64
     };
     assert!((0.55..0.65).contains(&share(1.0 / 1.3, 1.01)), "mild pairs");
-    assert!((0.05..0.11).contains(&share(0.0, 0.5)), "pairs that do less than one job alone");
+    assert!(
+        (0.05..0.11).contains(&share(0.0, 0.5)),
+        "pairs that do less than one job alone"
+    );
     assert_ne!(
         Interference::Drawn.speed_factor(1, 7, 8),
         Interference::Drawn.speed_factor(1, 8, 7),

@@ -36,11 +36,28 @@ pub fn ordered_round(
     let total = snapshot.total_gpus();
     let mut chosen = vec![false; snapshot.jobs.len()];
     let mut budget = total;
+    // GPUs each tenant may still take under its maximum.
+    let mut tenant_left: std::collections::BTreeMap<u32, u32> = snapshot
+        .tenants
+        .iter()
+        .enumerate()
+        .filter_map(|(t, tenant)| tenant.max_gpus.map(|max| (t as u32, max)))
+        .collect();
     for &i in order {
-        let need = snapshot.jobs[i].gpus_at(snapshot.jobs[i].preferred);
-        if need <= budget {
+        let job = &snapshot.jobs[i];
+        let need = job
+            .placement
+            .as_ref()
+            .map_or_else(|| job.gpus_at(job.preferred), |p| p.num_gpus());
+        let within_max = tenant_left
+            .get(&job.tenant)
+            .is_none_or(|left| need <= *left);
+        if need <= budget && within_max {
             chosen[i] = true;
             budget -= need;
+            if let Some(left) = tenant_left.get_mut(&job.tenant) {
+                *left -= need;
+            }
         }
     }
     let mut free = FreeResources::with_running(snapshot, |i, _| chosen[i]);
@@ -97,6 +114,17 @@ pub fn ordered_round(
             JobPlan::Wait {
                 reason: WaitReason::NeverFits,
             }
+        } else if tenant_left
+            .get(&job.tenant)
+            .is_some_and(|left| job.gpus_at(job.preferred) > *left)
+        {
+            JobPlan::Wait {
+                reason: if job.placement.is_some() {
+                    WaitReason::Preempted
+                } else {
+                    WaitReason::TenantLimit
+                },
+            }
         } else if let Some(placement) = &job.placement {
             if free.try_take_exact(placement) {
                 JobPlan::Run {
@@ -119,6 +147,11 @@ pub fn ordered_round(
                 },
             }
         };
+        if let (JobPlan::Run { placement, .. }, Some(left)) =
+            (&decision, tenant_left.get_mut(&job.tenant))
+        {
+            *left = left.saturating_sub(placement.num_gpus());
+        }
         plan.jobs.insert(job.id, decision);
     }
     debug_assert_eq!(invariants::check(snapshot, &plan), Ok(()));

@@ -167,7 +167,8 @@ impl Policy for DroverPolicy {
         let remaining = |i: usize, shape: Shape| estimates[i].remaining_s(shape);
         let resize = self.params.resize;
         let worth = |i: usize, current: Shape, target: Shape| {
-            let (now, then, uncertainty) = resize_horizon(&snapshot.jobs[i], &estimates[i], current, target);
+            let (now, then, uncertainty) =
+                resize_horizon(&snapshot.jobs[i], &estimates[i], current, target);
             resize.worth_it(now, then, uncertainty)
         };
         let targets = allocate(snapshot, &order, &remaining, &worth, self.params);

@@ -145,14 +145,21 @@ pub fn allocate(
         else {
             continue;
         };
-        if current == target || !job.workers.contains(current.workers) || !job.ps.contains(current.ps)
+        if current == target
+            || !job.workers.contains(current.workers)
+            || !job.ps.contains(current.ps)
         {
             continue;
         }
         let (g0, c0) = demand(job, target);
         let (g1, c1) = demand(job, current);
         let (dg, dc) = (g1.saturating_sub(g0), c1.saturating_sub(c0));
-        if g1 >= g0 && c1 >= c0 && dg <= gpus_left && dc <= cpus_left && dg <= tenant_left[job.tenant as usize] {
+        if g1 >= g0
+            && c1 >= c0
+            && dg <= gpus_left
+            && dc <= cpus_left
+            && dg <= tenant_left[job.tenant as usize]
+        {
             gpus_left -= dg;
             cpus_left -= dc;
             tenant_left[job.tenant as usize] -= dg;

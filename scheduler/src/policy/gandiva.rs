@@ -151,6 +151,17 @@ impl Policy for Gandiva {
     }
 }
 
+/// GPUs the plan gives `tenant`'s jobs.
+fn tenant_gpus(snapshot: &ClusterSnapshot, plan: &Plan, tenant: u32) -> u32 {
+    snapshot
+        .jobs
+        .iter()
+        .filter(|j| j.tenant == tenant)
+        .filter_map(|j| plan.placement(j.id))
+        .map(|p| p.num_gpus())
+        .sum()
+}
+
 /// The snapshot with every job grown past its requested workers held at its requested shape (its
 /// lowest-numbered workers, where they are, and all its PS); `None` when no job is grown.
 fn shrink_grown(snapshot: &ClusterSnapshot) -> Option<ClusterSnapshot> {
@@ -216,8 +227,15 @@ impl Gandiva {
                 workers: (shape.workers * 2).min(job.workers.max),
                 ..shape
             };
+            let extra = job.gpus_at(grow_to).saturating_sub(job.gpus_at(shape));
+            let within_max = snapshot
+                .tenants
+                .get(job.tenant as usize)
+                .and_then(|t| t.max_gpus)
+                .is_none_or(|max| tenant_gpus(snapshot, plan, job.tenant) + extra <= max);
             let grow = !someone_waits
                 && grow_to.workers > shape.workers
+                && within_max
                 && !self.no_grow.contains(&job.id);
             let (target, strategy, reason) = if grow {
                 (grow_to, Strategy::Relaxed, RunReason::Started)

@@ -179,7 +179,8 @@ impl Policy for Optimus {
         let ElasticParams { resize, .. } = self.params;
         let targets = match &self.oracle {
             Some(oracle) => {
-                let remaining = |i: usize, shape: Shape| oracle.remaining_s(snapshot.jobs[i].id, shape);
+                let remaining =
+                    |i: usize, shape: Shape| oracle.remaining_s(snapshot.jobs[i].id, shape);
                 let worth = |i: usize, current: Shape, target: Shape| {
                     resize.worth_it(remaining(i, current), remaining(i, target), 0.0)
                 };

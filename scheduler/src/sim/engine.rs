@@ -325,9 +325,6 @@ impl Engine {
             (Some(old), JobPlan::Run { placement, .. }) if !old.same_resources(placement) => {
                 let overhead = if old.shape() != placement.shape() {
                     self.outcome.disruptions.resizes += 1;
-                    if std::env::var_os("DROVER_SIM_DEBUG").is_some() {
-                        eprintln!("resize t={now} job={index} {:?} -> {:?} exec={}", old.shape(), placement.shape(), self.snapshot.jobs[position].observed.executed_s);
-                    }
                     costs.checkpoint_s + costs.restart_s
                 } else {
                     self.outcome.disruptions.migrations += 1;
