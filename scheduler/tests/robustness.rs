@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{apply, id, job, snapshot};
+use common::{FixedOracle, apply, id, job, snapshot};
 use drover_scheduler::cluster::uniform_cluster;
 use drover_scheduler::plan::{JobPlan, WaitReason};
 use drover_scheduler::sim::{
@@ -320,4 +320,25 @@ fn drover_is_within_five_percent_of_fifo_on_short_jobs_on_a_light_cluster() {
             "seed {seed}: drover {drover:.0} s vs FIFO {fifo:.0} s"
         );
     }
+}
+
+#[test]
+fn a_preemptive_round_keeps_a_tenant_within_its_maximum() {
+    // Tenant a may hold 4 GPUs; its two 4-GPU jobs are both shorter than b's, but only one may run.
+    let mut jobs = vec![job(0, 4, 0.0), job(1, 4, 1.0), job(2, 4, 2.0)];
+    jobs[2].tenant = 1;
+    let mut snap = snapshot(1, 16, jobs);
+    snap.tenants[0].max_gpus = Some(4);
+    let oracle = FixedOracle([(id(0), 100.0), (id(1), 200.0), (id(2), 5000.0)].into());
+    let plan = build_policy("srtf", Some(Box::new(oracle)))
+        .unwrap()
+        .schedule(&snap, &Plan::default());
+    invariants::check(&snap, &plan).unwrap();
+    assert!(plan.placement(id(0)).is_some() && plan.placement(id(2)).is_some());
+    assert_eq!(
+        plan.jobs[&id(1)],
+        JobPlan::Wait {
+            reason: WaitReason::TenantLimit
+        }
+    );
 }
