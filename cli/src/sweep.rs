@@ -6,8 +6,10 @@ use crate::output::out;
 use crate::sim::{WorkloadArgs, parse_cluster, print_settings};
 use anyhow::{Context, bail};
 use drover_scheduler::sim::{self, Report, SimConfig, Stopwatch, Workload};
-use serde::Serialize;
-use std::path::PathBuf;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -31,9 +33,44 @@ pub struct SweepArgs {
     /// Simulations run at once (default: the machine's cores).
     #[arg(long)]
     jobs: Option<usize>,
-    /// Directory for sweep.csv, sweep.json and sweep.svg.
+    /// Directory for sweep.csv, sweep.json and sweep.svg, and runs.jsonl (each run as it finishes).
     #[arg(long, default_value = "sweep-out")]
     out: PathBuf,
+    /// Reuse the runs an earlier sweep with the same workload settings recorded in OUT/runs.jsonl, so an
+    /// interrupted sweep picks up where it stopped. Runs are reused as they were: after changing a
+    /// policy's code, sweep without it.
+    #[arg(long)]
+    resume: bool,
+}
+
+/// One finished simulation, as recorded in `runs.jsonl`.
+#[derive(Debug, Serialize, Deserialize)]
+struct Recorded {
+    /// The workload settings and Drover's version: a run is reused only under the same.
+    settings: String,
+    cluster: String,
+    seed: u64,
+    policy: String,
+    report: Report,
+}
+
+/// The runs recorded in `path` under `settings`, by (cluster, seed, policy); a line that does not parse
+/// (a run cut off while being written) is skipped.
+fn recorded_runs(
+    path: &Path,
+    settings: &str,
+) -> anyhow::Result<BTreeMap<(String, u64, String), Report>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
+    };
+    Ok(text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Recorded>(line).ok())
+        .filter(|run| run.settings == settings)
+        .map(|run| ((run.cluster, run.seed, run.policy), run.report))
+        .collect())
 }
 
 /// One simulation of the sweep.
@@ -138,19 +175,51 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
     let tasks: Vec<(usize, &str)> = (0..workloads.len())
         .flat_map(|w| policies.iter().map(move |p| (w, p.as_str())))
         .collect();
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let settings = format!("drover {} {:?}", env!("CARGO_PKG_VERSION"), args.workload);
+    let runs_path = args.out.join("runs.jsonl");
+    let mut reused = if args.resume {
+        recorded_runs(&runs_path, &settings)?
+    } else {
+        BTreeMap::new()
+    };
+    let mut results: Vec<Option<Report>> = tasks
+        .iter()
+        .map(|&(w, policy)| {
+            let (c, seed, _, _) = &workloads[w];
+            reused.remove(&(clusters[*c].clone(), *seed, policy.to_owned()))
+        })
+        .collect();
+    let todo: Vec<usize> = (0..tasks.len()).filter(|&t| results[t].is_none()).collect();
+    if args.resume {
+        eprintln!(
+            "reusing {} runs recorded in {}",
+            tasks.len() - todo.len(),
+            runs_path.display()
+        );
+    }
+    let runs_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(args.resume)
+        .write(true)
+        .truncate(!args.resume)
+        .open(&runs_path)
+        .with_context(|| format!("cannot write {}", runs_path.display()))?;
+    let runs_file = Mutex::new(runs_file);
     let threads = args
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .clamp(1, tasks.len().max(1));
+        .clamp(1, todo.len().max(1));
     eprintln!(
-        "{} simulations ({} cluster sizes x {} seeds x {} policies) on {threads} threads",
-        tasks.len(),
+        "{} simulations to run ({} cluster sizes x {} seeds x {} policies) on {threads} threads",
+        todo.len(),
         sizes.len(),
         seeds.len(),
         policies.len()
     );
     let next = Mutex::new(0usize);
-    let results: Mutex<Vec<Option<Report>>> = Mutex::new(vec![None; tasks.len()]);
+    let finished: Mutex<Vec<(usize, Report)>> = Mutex::new(Vec::new());
     let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
     let done = Mutex::new(0usize);
     let started = Instant::now();
@@ -160,11 +229,12 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
                 loop {
                     let task = {
                         let Ok(mut next) = next.lock() else { return };
-                        let task = *next;
+                        let slot = *next;
                         *next += 1;
-                        task
+                        slot
                     };
-                    if task >= tasks.len() || failure.lock().map_or(true, |f| f.is_some()) {
+                    let Some(&task) = todo.get(task) else { return };
+                    if failure.lock().map_or(true, |f| f.is_some()) {
                         return;
                     }
                     let (w, policy) = tasks[task];
@@ -180,13 +250,24 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
                             eprintln!(
                                 "[{}/{}] {} seed {seed} {policy}: avg JCT {:.0} s ({:.1} s)",
                                 count.unwrap_or(0),
-                                tasks.len(),
+                                todo.len(),
                                 clusters[*c],
                                 report.avg_jct_s,
                                 run_started.elapsed().as_secs_f64()
                             );
-                            if let Ok(mut results) = results.lock() {
-                                results[task] = Some(report);
+                            let line = serde_json::to_string(&Recorded {
+                                settings: settings.clone(),
+                                cluster: clusters[*c].clone(),
+                                seed: *seed,
+                                policy: policy.to_owned(),
+                                report: report.clone(),
+                            });
+                            if let (Ok(line), Ok(mut file)) = (line, runs_file.lock()) {
+                                // A lost line only means the run is not reused by --resume.
+                                let _ = writeln!(file, "{line}");
+                            }
+                            if let Ok(mut finished) = finished.lock() {
+                                finished.push((task, report));
                             }
                         }
                         Err(err) => {
@@ -206,9 +287,12 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
     if let Some(err) = failure.into_inner().ok().flatten() {
         return Err(err);
     }
-    let results = results
+    for (task, report) in finished
         .into_inner()
-        .map_err(|_| anyhow::anyhow!("a simulation thread panicked"))?;
+        .map_err(|_| anyhow::anyhow!("a simulation thread panicked"))?
+    {
+        results[task] = Some(report);
+    }
     let mut rows = Vec::new();
     for (w, (c, seed, workload, _)) in workloads.iter().enumerate() {
         let reports: Vec<&Report> = results[w * policies.len()..(w + 1) * policies.len()]
@@ -236,8 +320,6 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
             });
         }
     }
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
     std::fs::write(args.out.join("sweep.csv"), sweep_csv(&rows))?;
     std::fs::write(
         args.out.join("sweep.json"),
@@ -254,7 +336,7 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
     }
     eprintln!(
         "{} simulations in {:.0} s; wrote sweep.csv, sweep.json and sweep.svg to {}",
-        tasks.len(),
+        todo.len(),
         started.elapsed().as_secs_f64(),
         args.out.display()
     );
@@ -374,4 +456,89 @@ fn sweep_csv(rows: &[SweepRow]) -> String {
         ));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sweep: SweepArgs,
+    }
+
+    fn args(dir: &Path, resume: bool) -> SweepArgs {
+        let models = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/models/ps_worker_speed.txt"
+        );
+        let trace = dir.join("trace.csv");
+        let out = dir.join("out");
+        let mut argv = vec![
+            "sweep".to_owned(),
+            format!("--trace={}", trace.display()),
+            format!("--models={models}"),
+            "--clusters=1x8,2x8".into(),
+            "--seeds=1".into(),
+            "--compare=fifo,drover".into(),
+            "--jobs=2".into(),
+            format!("--out={}", out.display()),
+        ];
+        if resume {
+            argv.push("--resume".into());
+        }
+        Cli::parse_from(argv).sweep
+    }
+
+    fn lines(dir: &Path) -> Vec<String> {
+        std::fs::read_to_string(dir.join("out/runs.jsonl"))
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn records_every_run_and_resumes_from_what_was_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut trace = String::from("submit_s,duration_s,gpus,tenant\n");
+        for i in 0..12 {
+            trace.push_str(&format!(
+                "{},{},{},t{}\n",
+                i * 120,
+                600 + i * 60,
+                1 << (i % 3),
+                i % 2
+            ));
+        }
+        std::fs::write(dir.path().join("trace.csv"), trace).unwrap();
+        run(args(dir.path(), false), true).unwrap();
+        let first = lines(dir.path());
+        assert_eq!(first.len(), 4, "2 clusters x 1 seed x 2 policies");
+        let csv = std::fs::read_to_string(dir.path().join("out/sweep.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 5);
+
+        // A run cut off while being written is run again; the others are reused, not re-run.
+        let mut kept = first[..3].to_vec();
+        kept.push(first[3][..first[3].len() / 2].to_owned());
+        std::fs::write(dir.path().join("out/runs.jsonl"), kept.join("\n") + "\n").unwrap();
+        run(args(dir.path(), true), true).unwrap();
+        let resumed = lines(dir.path());
+        assert_eq!(resumed.len(), 5);
+        assert_eq!(resumed[..3], first[..3]);
+        let rerun: Recorded = serde_json::from_str(&resumed[4]).unwrap();
+        let original: Recorded = serde_json::from_str(&first[3]).unwrap();
+        assert_eq!(
+            (rerun.cluster, rerun.policy, rerun.report.avg_jct_s),
+            (original.cluster, original.policy, original.report.avg_jct_s)
+        );
+
+        // Other settings are not reused; without --resume the record starts afresh.
+        let recorded = recorded_runs(&dir.path().join("out/runs.jsonl"), "other").unwrap();
+        assert!(recorded.is_empty());
+        run(args(dir.path(), false), true).unwrap();
+        assert_eq!(lines(dir.path()).len(), 4);
+    }
 }

@@ -61,8 +61,9 @@ impl Default for DroverPolicy {
 }
 
 impl DroverPolicy {
-    /// Priority first, then guaranteed shares, then least attained service.
-    fn order(&mut self, snapshot: &ClusterSnapshot) -> Vec<usize> {
+    /// Priority first, then guaranteed shares, then least attained service; with whether each job
+    /// (by index) runs within its tenant's guarantee.
+    fn order(&mut self, snapshot: &ClusterSnapshot) -> (Vec<usize>, Vec<bool>) {
         self.las.update_queues(snapshot);
         let mut order: Vec<usize> = (0..snapshot.jobs.len()).collect();
         let key = |i: usize| {
@@ -70,22 +71,29 @@ impl DroverPolicy {
             (std::cmp::Reverse(job.priority), self.las.queue_key(job.id))
         };
         order.sort_by_key(|&i| key(i));
+        let mut within = vec![false; snapshot.jobs.len()];
         if !self.quotas {
-            return self.with_hints(snapshot, order);
+            return (self.with_hints(snapshot, order), within);
         }
-        // Jobs within their tenant's guarantee go first, in the same order; the rest borrow after.
+        // Jobs within their tenant's guarantee at the shape they asked for go first, in the same
+        // order; the rest borrow after.
         let mut used: BTreeMap<u32, u64> = BTreeMap::new();
         let (mut guaranteed, mut borrowing) = (Vec::new(), Vec::new());
-        for i in order {
+        for &i in &order {
             let job = &snapshot.jobs[i];
             let quota = snapshot
                 .tenants
                 .get(job.tenant as usize)
                 .map_or(0, |t| u64::from(t.guaranteed_gpus));
-            let need = u64::from(job.gpus_at(min_shape(job)));
+            let need = u64::from(job.gpus_at(requested_shape(job)));
             let tenant_used = used.entry(job.tenant).or_default();
             if *tenant_used + need <= quota {
                 *tenant_used += need;
+                within[i] = true;
+            }
+        }
+        for i in order {
+            if within[i] {
                 guaranteed.push(i);
             } else {
                 borrowing.push(i);
@@ -94,7 +102,7 @@ impl DroverPolicy {
         guaranteed.extend(borrowing);
         let order = self.with_hints(snapshot, guaranteed);
         let order = self.cheapest_victims_last(snapshot, order);
-        super::non_preemptible_first(snapshot, &order)
+        (super::non_preemptible_first(snapshot, &order), within)
     }
 
     fn with_hints(&self, snapshot: &ClusterSnapshot, order: Vec<usize>) -> Vec<usize> {
@@ -162,16 +170,39 @@ impl Policy for DroverPolicy {
     }
 
     fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {
-        let order = self.order(snapshot);
+        let (order, within) = self.order(snapshot);
+        // Sharing incentive: a running job within its tenant's guarantee is not held below the shape
+        // it asked for by the resize rule, as it would not be on its tenant's own share.
+        let floor = |i: usize| {
+            let job = &snapshot.jobs[i];
+            if within[i] {
+                requested_shape(job)
+            } else {
+                min_shape(job)
+            }
+        };
         let estimates = self.models.estimates(snapshot);
-        let remaining = |i: usize, shape: Shape| estimates[i].remaining_s(shape);
+        let remaining = |i: usize, shape: Shape| {
+            estimates[i].steps * measured_step_s(&snapshot.jobs[i], &estimates[i].speed, shape)
+        };
         let resize = self.params.resize;
         let worth = |i: usize, current: Shape, target: Shape| {
             let (now, then, uncertainty) =
                 resize_horizon(&snapshot.jobs[i], &estimates[i], current, target);
             resize.worth_it(now, then, uncertainty)
         };
-        let targets = allocate(snapshot, &order, &remaining, &worth, self.params);
+        // A running job measured slower at its shape than at a smaller one it ran at does not hold on
+        // to it: the allocation may take it back down.
+        let keep = |i: usize, current: Shape| !measured_slower(&snapshot.jobs[i], current);
+        let targets = allocate(
+            snapshot,
+            &order,
+            &floor,
+            &keep,
+            &remaining,
+            &worth,
+            self.params,
+        );
         let (mut plan, mut free) = place_targets(snapshot, &order, &targets, Tiresias::strategy);
         if self.packing {
             let live: BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
@@ -231,7 +262,23 @@ impl Policy for DroverPolicy {
         {
             gpus = gpus.min(max.saturating_sub(held));
         }
-        let mut shape = arrival_shape(job, gpus, cpus, snapshot);
+        // Within the tenant's guarantee the job starts at least at the shape it asked for, where
+        // that fits.
+        let guarantee = snapshot
+            .tenants
+            .get(job.tenant as usize)
+            .map_or(0, |t| t.guaranteed_gpus);
+        let requested = requested_shape(job);
+        let start = if self.quotas
+            && held + job.gpus_at(requested) <= guarantee
+            && job.gpus_at(requested) <= gpus
+            && requested.workers * job.cpus_per_worker + requested.ps * job.cpus_per_ps <= cpus
+        {
+            requested
+        } else {
+            smallest
+        };
+        let mut shape = arrival_shape(job, start, gpus, cpus, snapshot);
         loop {
             match free.place(job, shape, Tiresias::strategy(job)) {
                 Ok(placement) => {
@@ -268,32 +315,84 @@ fn resize_horizon(
     target: Shape,
 ) -> (f64, f64, f64) {
     let fitted = estimate.speed.fitted;
+    let step_s = |shape: Shape| measured_step_s(job, &estimate.speed, shape);
     // A curve fitted on a few minutes of noisy losses says little: trusted after ten minutes of run.
     let trusted = job.observed.runs_to_budget || job.observed.executed_s >= CURVE_TRUST_S;
     if estimate.known_length && trusted {
         let uncertainty = if fitted { 0.25 } else { 0.5 };
         return (
-            estimate.remaining_s(current),
-            estimate.remaining_s(target),
+            estimate.steps * step_s(current),
+            estimate.steps * step_s(target),
             uncertainty,
         );
     }
     let horizon = job.observed.executed_s.max(0.0);
-    let ratio = estimate.speed.step_s(target) / estimate.speed.step_s(current).max(1e-12);
+    let ratio = step_s(target) / step_s(current).max(1e-12);
     let uncertainty = if fitted { 0.5 } else { 0.6 };
     (horizon, horizon * ratio, uncertainty)
+}
+
+/// Rounds of steps measured at a shape before the measurement overrides the speed model there.
+const MEASURED_MIN_SAMPLES: u32 = 3;
+
+/// Seconds per step at `shape`: what the job measured there (alone on its GPUs, over at least
+/// [`MEASURED_MIN_SAMPLES`] rounds) where it has run, else the speed model's prediction. A model fitted
+/// to few shapes, or the prior, can be wrong about a shape the job has already run at (VGG-16 is slower
+/// on two workers than on one; the prior says faster); the measurement is not, so a job grown to a shape
+/// that turned out slower goes back.
+fn measured_step_s(job: &JobView, speed: &SpeedModel, shape: Shape) -> f64 {
+    job.observed
+        .step_stats
+        .iter()
+        .find(|s| {
+            s.shape == shape
+                && !s.shared
+                && s.samples >= MEASURED_MIN_SAMPLES
+                && s.mean_step_s > 0.0
+        })
+        .map_or_else(|| speed.step_s(shape), |s| s.mean_step_s)
+}
+
+/// Whether the job measured a shape using no more of either task kind than `current` that ran faster.
+fn measured_slower(job: &JobView, current: Shape) -> bool {
+    let measured = |shape: Shape| {
+        job.observed.step_stats.iter().find(|s| {
+            s.shape == shape
+                && !s.shared
+                && s.samples >= MEASURED_MIN_SAMPLES
+                && s.mean_step_s > 0.0
+        })
+    };
+    let Some(now) = measured(current) else {
+        return false;
+    };
+    job.observed.step_stats.iter().any(|s| {
+        s.shape != current
+            && s.shape.workers <= current.workers
+            && s.shape.ps <= current.ps
+            && !s.shared
+            && s.samples >= MEASURED_MIN_SAMPLES
+            && s.mean_step_s > 0.0
+            && s.mean_step_s < now.mean_step_s
+    })
 }
 
 /// A relative speed-up smaller than this does not earn an arriving job another task.
 const ARRIVAL_MIN_GAIN: f64 = 0.05;
 
-/// The shape an arriving job starts at: from its smallest, add workers (up to the size its user asked
+/// The shape an arriving job starts at: from `start`, add workers (up to the size its user asked
 /// for) or PS (within its range) one at a time, the one that speeds it most per unit of dominant
 /// resource first, while each addition speeds it by at least [`ARRIVAL_MIN_GAIN`] and fits in `gpus`
 /// and `cpus`. Starting at the right shape saves the resize a later round would pay to get there.
-fn arrival_shape(job: &JobView, gpus: u32, cpus: u32, snapshot: &ClusterSnapshot) -> Shape {
+fn arrival_shape(
+    job: &JobView,
+    start: Shape,
+    gpus: u32,
+    cpus: u32,
+    snapshot: &ClusterSnapshot,
+) -> Shape {
     let speed = SpeedModel::from_observations(&job.observed.step_stats);
-    let mut shape = min_shape(job);
+    let mut shape = start;
     let max_workers = job
         .preferred
         .workers
@@ -307,7 +406,7 @@ fn arrival_shape(job: &JobView, gpus: u32, cpus: u32, snapshot: &ClusterSnapshot
         )
     };
     loop {
-        let now = speed.step_s(shape);
+        let now = measured_step_s(job, &speed, shape);
         let candidates = [
             (shape.workers < max_workers).then_some(Shape {
                 workers: shape.workers + 1,
@@ -323,7 +422,9 @@ fn arrival_shape(job: &JobView, gpus: u32, cpus: u32, snapshot: &ClusterSnapshot
             .flatten()
             .filter(|&next| {
                 let (g, c) = demand(next);
-                g <= gpus && c <= cpus && now - speed.step_s(next) >= ARRIVAL_MIN_GAIN * now
+                g <= gpus
+                    && c <= cpus
+                    && now - measured_step_s(job, &speed, next) >= ARRIVAL_MIN_GAIN * now
             })
             .map(|next| {
                 let (g0, c0) = demand(shape);
@@ -331,13 +432,24 @@ fn arrival_shape(job: &JobView, gpus: u32, cpus: u32, snapshot: &ClusterSnapshot
                 let share = (f64::from(g1 - g0) / total_gpus)
                     .max(f64::from(c1 - c0) / total_cpus)
                     .max(1e-9);
-                ((now - speed.step_s(next)) / share, next)
+                ((now - measured_step_s(job, &speed, next)) / share, next)
             })
             .max_by(|a, b| a.0.total_cmp(&b.0));
         match best {
             Some((_, next)) => shape = next,
             None => return shape,
         }
+    }
+}
+
+/// The shape the job asked for, within the ranges it may run at.
+fn requested_shape(job: &JobView) -> Shape {
+    Shape {
+        workers: job
+            .preferred
+            .workers
+            .clamp(job.workers.min, job.workers.max),
+        ps: job.preferred.ps.clamp(job.ps.min, job.ps.max),
     }
 }
 
@@ -365,7 +477,8 @@ fn gpu_users(plan: &Plan) -> BTreeMap<(crate::NodeId, u16), u32> {
 }
 
 /// Packs waiting single-GPU jobs, in order, next to running single-GPU jobs whose GPU has memory for
-/// both; both are marked packed (the invariants require it).
+/// both; both are marked packed (the invariants require it). Jobs in `exclude` are neither packed nor
+/// hosts.
 pub(super) fn pack(
     snapshot: &ClusterSnapshot,
     order: &[usize],

@@ -94,12 +94,16 @@ impl Ord for Gain {
     }
 }
 
-/// Target shapes (`None`: not admitted) for every job, given `remaining_s(job index, shape)` for the
-/// marginal gains and `worth_change(job index, current, target)` for whether a running job that could
-/// keep its shape should change it.
+/// Target shapes (`None`: not admitted) for every job, given `keep(job index, current)` for whether a
+/// running job holds on to its current shape before growth is handed out, `remaining_s(job index,
+/// shape)` for the marginal gains, `worth_change(job index, current, target)` for whether a running job
+/// that could keep its shape should change it, and `floor(job index)` for a shape below which a running
+/// job is not held back by that judgement (the smallest, or one the policy owes the job).
 pub fn allocate(
     snapshot: &ClusterSnapshot,
     order: &[usize],
+    floor: &dyn Fn(usize) -> Shape,
+    keep: &dyn Fn(usize, Shape) -> bool,
     remaining_s: &dyn Fn(usize, Shape) -> f64,
     worth_change: &dyn Fn(usize, Shape, Shape) -> bool,
     params: ElasticParams,
@@ -148,6 +152,7 @@ pub fn allocate(
         if current == target
             || !job.workers.contains(current.workers)
             || !job.ps.contains(current.ps)
+            || !keep(i, current)
         {
             continue;
         }
@@ -293,7 +298,10 @@ pub fn allocate(
         {
             continue;
         }
-        if !worth_change(i, current, target) {
+        // A job kept below its floor by an earlier round takes the floor when it can.
+        let wanted = floor(i);
+        let below_floor = current.workers < wanted.workers || current.ps < wanted.ps;
+        if !below_floor && !worth_change(i, current, target) {
             let (g0, c0) = demand(job, target);
             let (g1, c1) = demand(job, current);
             let quota = tenant_left[job.tenant as usize].saturating_add(g0);

@@ -177,24 +177,29 @@ impl Policy for Optimus {
         let all: Vec<usize> = (0..snapshot.jobs.len()).collect();
         let order = super::non_preemptible_first(snapshot, &all);
         let ElasticParams { resize, .. } = self.params;
-        let targets = match &self.oracle {
+        let smallest = |i: usize| min_shape(&snapshot.jobs[i]);
+        let estimates;
+        let remaining: Box<dyn Fn(usize, Shape) -> f64 + '_> = match &self.oracle {
             Some(oracle) => {
-                let remaining =
-                    |i: usize, shape: Shape| oracle.remaining_s(snapshot.jobs[i].id, shape);
-                let worth = |i: usize, current: Shape, target: Shape| {
-                    resize.worth_it(remaining(i, current), remaining(i, target), 0.0)
-                };
-                allocate(snapshot, &order, &remaining, &worth, self.params)
+                Box::new(|i: usize, shape: Shape| oracle.remaining_s(snapshot.jobs[i].id, shape))
             }
             None => {
-                let estimates = self.models.estimates(snapshot);
-                let remaining = |i: usize, shape: Shape| estimates[i].remaining_s(shape);
-                let worth = |i: usize, current: Shape, target: Shape| {
-                    resize.worth_it(remaining(i, current), remaining(i, target), 0.0)
-                };
-                allocate(snapshot, &order, &remaining, &worth, self.params)
+                estimates = self.models.estimates(snapshot);
+                Box::new(|i: usize, shape: Shape| estimates[i].remaining_s(shape))
             }
         };
+        let worth = |i: usize, current: Shape, target: Shape| {
+            resize.worth_it(remaining(i, current), remaining(i, target), 0.0)
+        };
+        let targets = allocate(
+            snapshot,
+            &order,
+            &smallest,
+            &|_, _| true,
+            &*remaining,
+            &worth,
+            self.params,
+        );
         place_targets(snapshot, &order, &targets, |_| Strategy::Relaxed).0
     }
 

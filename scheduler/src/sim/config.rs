@@ -2,10 +2,10 @@
 //! run produces.
 
 use crate::invariants;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What moving a job costs, in seconds of lost progress. Printed in every report.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Costs {
     pub checkpoint_every_s: f64,
     pub checkpoint_s: f64,
@@ -92,7 +92,7 @@ fn splitmix(x: u64) -> u64 {
 }
 
 /// Times the simulator changed a running job, per kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Disruptions {
     /// Stopped with a checkpoint (or killed) to make room; restarted later.
     pub preemptions: u64,

@@ -4,10 +4,10 @@
 use super::config::Disruptions;
 use super::engine::{Costs, Outcome};
 use super::workload::Workload;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub policy: String,
     pub seed: u64,
