@@ -123,6 +123,11 @@ impl JobView {
     pub fn gpus_at(&self, shape: Shape) -> u32 {
         shape.workers * self.gpus_per_worker
     }
+
+    /// CPUs the job's tasks take at `shape`.
+    pub fn cpus_at(&self, shape: Shape) -> u32 {
+        shape.workers * self.cpus_per_worker + shape.ps * self.cpus_per_ps
+    }
 }
 
 /// Everything a policy decides from.

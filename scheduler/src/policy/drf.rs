@@ -75,10 +75,7 @@ fn fair_order(snapshot: &ClusterSnapshot) -> Vec<usize> {
             ),
             None => {
                 let shape = job.preferred;
-                (
-                    u64::from(job.gpus_at(shape)),
-                    u64::from(shape.workers * job.cpus_per_worker + shape.ps * job.cpus_per_ps),
-                )
+                (u64::from(job.gpus_at(shape)), u64::from(job.cpus_at(shape)))
             }
         }
     };

@@ -244,9 +244,7 @@ impl Policy for DroverPolicy {
         {
             let shape = min_shape(other);
             gpus = gpus.saturating_sub(other.gpus_at(shape));
-            cpus = cpus.saturating_sub(
-                shape.workers * other.cpus_per_worker + shape.ps * other.cpus_per_ps,
-            );
+            cpus = cpus.saturating_sub(other.cpus_at(shape));
         }
         let held: u32 = snapshot
             .jobs
@@ -272,7 +270,7 @@ impl Policy for DroverPolicy {
         let start = if self.quotas
             && held + job.gpus_at(requested) <= guarantee
             && job.gpus_at(requested) <= gpus
-            && requested.workers * job.cpus_per_worker + requested.ps * job.cpus_per_ps <= cpus
+            && job.cpus_at(requested) <= cpus
         {
             requested
         } else {
@@ -341,39 +339,35 @@ const MEASURED_MIN_SAMPLES: u32 = 3;
 /// on two workers than on one; the prior says faster); the measurement is not, so a job grown to a shape
 /// that turned out slower goes back.
 fn measured_step_s(job: &JobView, speed: &SpeedModel, shape: Shape) -> f64 {
+    measurement(job, shape).unwrap_or_else(|| speed.step_s(shape))
+}
+
+/// The job's own measured seconds per step at `shape`, where it is trusted: alone on its GPUs, over
+/// at least [`MEASURED_MIN_SAMPLES`] rounds.
+fn measurement(job: &JobView, shape: Shape) -> Option<f64> {
+    trusted_measurements(job)
+        .find(|&(s, _)| s == shape)
+        .map(|(_, step_s)| step_s)
+}
+
+fn trusted_measurements(job: &JobView) -> impl Iterator<Item = (Shape, f64)> + '_ {
     job.observed
         .step_stats
         .iter()
-        .find(|s| {
-            s.shape == shape
-                && !s.shared
-                && s.samples >= MEASURED_MIN_SAMPLES
-                && s.mean_step_s > 0.0
-        })
-        .map_or_else(|| speed.step_s(shape), |s| s.mean_step_s)
+        .filter(|s| !s.shared && s.samples >= MEASURED_MIN_SAMPLES && s.mean_step_s > 0.0)
+        .map(|s| (s.shape, s.mean_step_s))
 }
 
 /// Whether the job measured a shape using no more of either task kind than `current` that ran faster.
 fn measured_slower(job: &JobView, current: Shape) -> bool {
-    let measured = |shape: Shape| {
-        job.observed.step_stats.iter().find(|s| {
-            s.shape == shape
-                && !s.shared
-                && s.samples >= MEASURED_MIN_SAMPLES
-                && s.mean_step_s > 0.0
-        })
-    };
-    let Some(now) = measured(current) else {
+    let Some(now) = measurement(job, current) else {
         return false;
     };
-    job.observed.step_stats.iter().any(|s| {
-        s.shape != current
-            && s.shape.workers <= current.workers
-            && s.shape.ps <= current.ps
-            && !s.shared
-            && s.samples >= MEASURED_MIN_SAMPLES
-            && s.mean_step_s > 0.0
-            && s.mean_step_s < now.mean_step_s
+    trusted_measurements(job).any(|(shape, step_s)| {
+        shape != current
+            && shape.workers <= current.workers
+            && shape.ps <= current.ps
+            && step_s < now
     })
 }
 
@@ -399,12 +393,7 @@ fn arrival_shape(
         .clamp(job.workers.min, job.workers.max);
     let total_gpus = f64::from(snapshot.total_gpus().max(1));
     let total_cpus = f64::from(snapshot.total_cpus().max(1));
-    let demand = |s: Shape| {
-        (
-            s.workers * job.gpus_per_worker,
-            s.workers * job.cpus_per_worker + s.ps * job.cpus_per_ps,
-        )
-    };
+    let demand = |s: Shape| (job.gpus_at(s), job.cpus_at(s));
     loop {
         let now = measured_step_s(job, &speed, shape);
         let candidates = [

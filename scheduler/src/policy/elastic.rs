@@ -54,10 +54,7 @@ impl ResizeRule {
 }
 
 fn demand(job: &JobView, shape: Shape) -> (u64, u64) {
-    (
-        u64::from(shape.workers * job.gpus_per_worker),
-        u64::from(shape.workers * job.cpus_per_worker + shape.ps * job.cpus_per_ps),
-    )
+    (u64::from(job.gpus_at(shape)), u64::from(job.cpus_at(shape)))
 }
 
 /// The smallest shape a policy may run the job at.
