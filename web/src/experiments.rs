@@ -11,7 +11,7 @@ use drover_api::error::ApiError;
 use drover_api::experiment_views::{TrialView, trial_views};
 use drover_api::extract::{PathParam, QueryPairs};
 use drover_api::state::AppState;
-use drover_api::store::{Experiment, ExperimentState};
+use drover_api::store::{Experiment, ExperimentState, TrialSample};
 use drover_core::ExperimentId;
 use drover_core::experiment::{DroverExperiment, Goal, Param};
 use std::collections::BTreeMap;
@@ -139,6 +139,22 @@ pub async fn page(
     }
 }
 
+/// Each trial's curve, one point per step. A trial job that ran its command again (a restart, a
+/// new segment) reports the same steps again; the newest report stands (the store returns samples
+/// in trial, step, then arrival order).
+fn curves_by_trial(samples: &[TrialSample]) -> BTreeMap<u32, Vec<(f64, f64)>> {
+    let mut curves: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
+    for s in samples {
+        let points = curves.entry(s.trial).or_default();
+        let point = (s.step as f64, s.value);
+        match points.last_mut() {
+            Some(last) if last.0 == point.0 => *last = point,
+            _ => points.push(point),
+        }
+    }
+    curves
+}
+
 async fn detail(
     state: &AppState,
     session: &Session,
@@ -177,13 +193,7 @@ async fn detail(
         .experiment_samples(experiment.id, &metric)
         .await
         .map_err(|err| ApiError::from_store(err, || "experiment".into()))?;
-    let mut curves: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
-    for s in &samples {
-        curves
-            .entry(s.trial)
-            .or_default()
-            .push((s.step as f64, s.value));
-    }
+    let mut curves = curves_by_trial(&samples);
 
     // Best so far, by trial index: each trial's final (else last) value.
     let mut best_so_far = Vec::new();
@@ -341,4 +351,30 @@ async fn detail(
         scatters,
         actions,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(trial: u32, segment: u32, step: u64, value: f64) -> TrialSample {
+        TrialSample {
+            trial,
+            segment,
+            step,
+            value,
+        }
+    }
+
+    #[test]
+    fn a_step_reported_twice_is_one_point_the_newest() {
+        let curves = curves_by_trial(&[
+            sample(0, 0, 1, 5.0),
+            sample(0, 1, 1, 4.0),
+            sample(0, 1, 2, 3.0),
+            sample(1, 0, 1, 9.0),
+        ]);
+        assert_eq!(curves[&0], vec![(1.0, 4.0), (2.0, 3.0)]);
+        assert_eq!(curves[&1], vec![(1.0, 9.0)]);
+    }
 }
