@@ -180,6 +180,14 @@ pub struct SimArgs {
     /// new arrivals).
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     predict_arrival_window: Duration,
+    /// With --predict, a diagnostic: give the forecast every job's hidden true remaining work instead
+    /// of its estimate (no server has this), to tell estimate error from the replay's own error.
+    #[arg(long, requires = "predict")]
+    predict_from_truth: bool,
+    /// With --predict: replays per prediction, each with every job's remaining work drawn from its
+    /// estimate (1: one replay with every job at its median).
+    #[arg(long, default_value_t = ForecastConfig::default().samples, value_parser = clap::value_parser!(u32).range(1..=64))]
+    predict_samples: u32,
     /// Add this many hyper-parameter searches (ASHA over the digits example's space, run by Drover's
     /// own searcher) next to the trace's jobs, submitted evenly over its span by the tenants with the
     /// largest guarantees in turn; their trials are jobs the searcher makes, promotes and stops.
@@ -322,9 +330,13 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
         eprint!("running {name} ... ");
         let clock = WallClock(Instant::now());
         let predict = args.predict.then_some(PredictOptions {
-            forecast: ForecastConfig::default(),
+            forecast: ForecastConfig {
+                samples: args.predict_samples,
+                ..ForecastConfig::default()
+            },
             every: args.predict_every as usize,
             arrival_window_s: args.predict_arrival_window.as_secs_f64(),
+            remaining_from_truth: args.predict_from_truth,
         });
         let mut searches = (args.experiments > 0).then(|| {
             let options = ExperimentOptions {

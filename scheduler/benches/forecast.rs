@@ -8,7 +8,7 @@
 mod common;
 
 use common::{build_with, percentile};
-use drover_scheduler::forecast::{ForecastConfig, Priors, estimate, forecast};
+use drover_scheduler::forecast::{Finished, ForecastConfig, Priors, estimate, forecast};
 use drover_scheduler::{Plan, build_policy};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,10 +34,14 @@ fn main() {
     let (gpus, running, queued) = (10_000, 2_000, 1_000);
     let mut snapshot = build_with(gpus, running, queued, FILLING);
     // Finished jobs' history for the priors: lengths between ten minutes and a day.
-    let history: Vec<(u32, f64)> = (0..5_000u32)
-        .map(|i| (i % 10, 600.0 * f64::from(1 + (i * 7919) % 144)))
+    let history: Vec<Finished> = (0..5_000u32)
+        .map(|i| Finished {
+            tenant: i % 10,
+            gpus: 1 << (i % 4),
+            seconds: 600.0 * f64::from(1 + (i * 7919) % 144),
+        })
         .collect();
-    let priors = Priors::from_history(&history);
+    let priors = Priors::from_history(&history, &snapshot.jobs);
     println!(
         "{queued} queued + {running} running jobs on {gpus} GPUs; {} cores available",
         std::thread::available_parallelism().map_or(1, usize::from)

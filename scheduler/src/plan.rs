@@ -57,6 +57,17 @@ impl Placement {
         nodes
     }
 
+    /// Every task on the same node as before (the GPUs there may differ), ignoring order: a job
+    /// suspended in a node's memory can resume there without moving its state.
+    pub fn same_nodes(&self, other: &Placement) -> bool {
+        let key = |p: &Placement| {
+            let mut k: Vec<(Role, NodeId)> = p.tasks.iter().map(|t| (t.role, t.node)).collect();
+            k.sort_unstable();
+            k
+        };
+        key(self) == key(other)
+    }
+
     /// The same nodes and GPUs for every task, ignoring order.
     pub fn same_resources(&self, other: &Placement) -> bool {
         let key = |p: &Placement| {

@@ -8,7 +8,7 @@ mod common;
 use common::{FixedOracle, apply, id, job, snapshot};
 use drover_scheduler::cluster::uniform_cluster;
 use drover_scheduler::forecast::{
-    ForecastConfig, NO_HISTORY, Priors, Remaining, estimate, forecast, predict_start,
+    Finished, ForecastConfig, NO_HISTORY, Priors, Remaining, estimate, forecast, predict_start,
     recent_arrivals,
 };
 use drover_scheduler::sim::predict::{PredictOptions, accuracy};
@@ -69,7 +69,7 @@ fn fifo_queue_starts_each_job_when_the_one_before_it_finishes() {
     assert!((start1 - 3_600.0).abs() < 1.0, "{start1}");
     assert!((start2 - 5_400.0).abs() < 1.0, "{start2}");
     assert!((first.finish_s.unwrap() - now - 5_400.0).abs() < 1.0);
-    // The band: every job at half or at twice its estimate.
+    // The band's edges: every job at half or at twice its estimate.
     assert!((first.start_p10_s.unwrap() - now - 1_800.0).abs() < 1.0);
     assert!((first.start_p90_s.unwrap() - now - 7_200.0).abs() < 1.0);
     assert!((second.start_p90_s.unwrap() - now - 10_800.0).abs() < 1.0);
@@ -169,22 +169,107 @@ fn estimates_use_the_budget_and_speed_else_the_tenants_history() {
     assert!((e.p50 - 1_000.0).abs() < 50.0, "{e:?}");
     assert!(e.p10 < e.p50 && e.p50 < e.p90);
 
-    // Nothing observed: the tenant's own history once it has five jobs, else everyone's.
+    // Nothing observed: the history of its tenant's jobs of its size once there are five, else
+    // of everyone's jobs of its size (here there are none of another size).
     let mut fresh = job(1, 1, 0.0);
     fresh.tenant = 1;
-    let mut history: Vec<(u32, f64)> = (0..20).map(|i| (0, 100.0 * f64::from(i))).collect();
-    let priors = Priors::from_history(&history);
-    assert_eq!(estimate(&fresh, &priors).p50, priors.overall.unwrap().p50);
-    history.extend((0..5).map(|_| (1, 5_000.0)));
-    let priors = Priors::from_history(&history);
+    let mut history: Vec<Finished> = (0..20).map(|i| done(0, 1, 100.0 * f64::from(i))).collect();
+    let priors = Priors::from_history(&history, &[]);
+    let everyone = priors.overall.as_ref().unwrap().quantiles().p50;
+    assert!((estimate(&fresh, &priors).p50 - everyone).abs() < 1e-6);
+    history.extend((0..5).map(|_| done(1, 1, 5_000.0)));
+    // Jobs of another size say nothing about it while its own size has history.
+    history.extend((0..5).map(|_| done(1, 8, 90_000.0)));
+    let priors = Priors::from_history(&history, &[]);
     assert_eq!(estimate(&fresh, &priors).p50, 5_000.0);
-    // Having already run past its tenant's median, it is not predicted to be done.
-    fresh.observed.executed_s = 6_000.0;
-    assert!(estimate(&fresh, &priors).p50 > 0.0);
-    assert_eq!(
-        estimate(&fresh, &Priors::default()).p50,
-        NO_HISTORY.p50 * 6_000.0 / NO_HISTORY.p50
+    // Having run past every length its tenant's jobs of its size had, it has as long again to go.
+    fresh.observed.attained_gpu_s = 6_000.0;
+    assert_eq!(estimate(&fresh, &priors).p50, 6_000.0);
+    // With no history at all: the built-in guess, conditioned on its age (heavy-tailed, so more
+    // is left of an older job).
+    let young = estimate(&fresh, &Priors::default()).p50;
+    fresh.observed.attained_gpu_s = 60_000.0;
+    let old = estimate(&fresh, &Priors::default()).p50;
+    assert!(young > 0.0 && old > young, "{young} {old}");
+    assert!((estimate(&job(9, 1, 0.0), &Priors::default()).p50 - NO_HISTORY.p50).abs() < 1.0);
+}
+
+fn done(tenant: u32, gpus: u32, seconds: f64) -> Finished {
+    Finished {
+        tenant,
+        gpus,
+        seconds,
+    }
+}
+
+#[test]
+fn jobs_still_running_lengthen_the_history_they_are_missing_from() {
+    // Finished jobs ran 100-2,000 s, but half the tenant's jobs have been running for 20,000 s:
+    // finished jobs alone say nothing of those (they are the long ones).
+    let history: Vec<Finished> = (1..=20).map(|i| done(0, 1, 100.0 * f64::from(i))).collect();
+    let running: Vec<_> = (0..20u128)
+        .map(|n| {
+            let mut j = job(100 + n, 1, -1e6 + 3_600.0 * n as f64);
+            j.observed.attained_gpu_s = 20_000.0;
+            j
+        })
+        .collect();
+    let fresh = job(1, 1, 0.0);
+    let finished_only = estimate(&fresh, &Priors::from_history(&history, &[]));
+    let with_running = estimate(&fresh, &Priors::from_history(&history, &running));
+    assert!(finished_only.p90 <= 2_000.0, "{finished_only:?}");
+    assert!(
+        with_running.p90 > 20_000.0,
+        "half the jobs run past 20,000 s, so the 90th percentile is beyond it: {with_running:?}"
     );
+    assert!(
+        (1_990.0..=20_010.0).contains(&with_running.p50),
+        "half end by 2,000 s, half run past 20,000 s: {with_running:?}"
+    );
+}
+
+#[test]
+fn a_sweeps_youngest_job_is_as_old_as_its_oldest_sibling() {
+    // Ten jobs of one sweep (one tenant, one shape, a minute apart); the first has run 5,000 s, the
+    // last 100 s. History: the tenant's jobs of that size ran 100-6,000 s.
+    let history: Vec<Finished> = (1..=60).map(|i| done(0, 1, 100.0 * f64::from(i))).collect();
+    let mut sweep: Vec<_> = (0..10u128)
+        .map(|n| job(200 + n, 1, 60.0 * n as f64))
+        .collect();
+    for (n, j) in sweep.iter_mut().enumerate() {
+        j.observed.attained_gpu_s = 5_000.0 - 4_900.0 * n as f64 / 9.0;
+    }
+    // Another tenant's job of the same age, alone.
+    let mut alone = job(300, 1, 0.0);
+    alone.tenant = 1;
+    alone.observed.attained_gpu_s = 100.0;
+    let mut active = sweep.clone();
+    active.push(alone.clone());
+    let mut history_both = history.clone();
+    history_both.extend((1..=60).map(|i| done(1, 1, 100.0 * f64::from(i))));
+    let priors = Priors::from_history(&history_both, &active);
+    let youngest = estimate(&sweep[9], &priors);
+    let oldest = estimate(&sweep[0], &priors);
+    let lone = estimate(&alone, &priors);
+    // The sweep's age is the 80th percentile of its members' (3,911 s here; robust to one
+    // long-runner): the youngest has what is left of a job that old, plus the lag behind it.
+    assert!(youngest.p50 > 3_811.0, "{youngest:?}");
+    assert!(lone.p50 < 3_100.0, "alone, it is as old as it is: {lone:?}");
+    // The oldest member is older than the sweep's age: its own age counts.
+    assert!(oldest.p50 < youngest.p50, "{oldest:?} {youngest:?}");
+    // Four jobs are not a sweep: their ages are their own.
+    let late = sweep[9].clone();
+    let with = |others: &[drover_scheduler::snapshot::JobView]| {
+        let mut active = others.to_vec();
+        active.push(late.clone());
+        estimate(&late, &Priors::from_history(&history_both, &active)).p50
+    };
+    let (four_and_it, three_and_it) = (with(&sweep[..4]), with(&sweep[..3]));
+    assert!(
+        four_and_it > 3_000.0,
+        "five jobs are a sweep: {four_and_it}"
+    );
+    assert!(three_and_it < 3_200.0, "four are not: {three_and_it}");
 }
 
 #[test]
@@ -256,6 +341,7 @@ fn the_simulator_scores_predictions_against_actual_starts() {
         forecast: ForecastConfig::default(),
         every: 1,
         arrival_window_s: 0.0,
+        remaining_from_truth: false,
     };
     for name in ["fifo", "tiresias", "drover"] {
         let (_, outcome) = sim::run_policy_predicting(
@@ -300,8 +386,8 @@ fn expected_arrivals_repeat_the_recent_window_and_delay_a_job_they_overtake() {
         })
         .collect();
     let recent_refs: Vec<_> = recent.iter().collect();
-    let history: Vec<(u32, f64)> = (0..10).map(|_| (0, 1_200.0)).collect();
-    let priors = Priors::from_history(&history);
+    let history: Vec<Finished> = (0..10).map(|_| done(0, 4, 1_200.0)).collect();
+    let priors = Priors::from_history(&history, &[]);
     let arrivals = recent_arrivals(&recent_refs, snap.now_s, 300.0, 3_600.0, 100, &priors);
     // The window holds the two submitted in the last 300 s, repeated every 300 s for an hour.
     assert_eq!(arrivals.len(), 24);

@@ -15,7 +15,7 @@
 //! searchers that do not stop trials themselves.
 
 pub mod asha;
-mod math;
+pub mod math;
 pub mod offline;
 pub mod outlook;
 pub mod pbt;

@@ -7,7 +7,7 @@
 use crate::store::{QueueEntry, QueueForecast, Store, StoreResult};
 use chrono::{DateTime, Utc};
 use drover_core::{JobId, TenantId};
-use drover_scheduler::forecast::{self, ForecastConfig, Priors, Remaining};
+use drover_scheduler::forecast::{self, Finished, ForecastConfig, Priors, Remaining};
 use drover_scheduler::{ClusterSnapshot, Plan};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +29,9 @@ fn rest_factor() -> f64 {
     let duty = (CORE_SHARE * cores).min(1.0);
     1.0 / duty - 1.0
 }
+/// Finished jobs as history: (tenant, GPUs of the preferred shape, GPU-seconds per such GPU).
+type History = Vec<(TenantId, u32, f64)>;
+
 /// How often the tenants' history of finished jobs is read again, and how far back it goes.
 const HISTORY_EVERY: Duration = Duration::from_secs(600);
 const HISTORY_DAYS: i64 = 30;
@@ -80,7 +83,7 @@ pub(super) struct Forecaster {
     last_full: Option<Instant>,
     /// The latest prediction per job (from a full or a head forecast).
     known: HashMap<JobId, QueueEntry>,
-    history: Option<(Instant, Vec<(TenantId, f64)>)>,
+    history: Option<(Instant, History)>,
 }
 
 fn time_of(seconds: Option<f64>) -> Option<DateTime<Utc>> {
@@ -136,19 +139,19 @@ impl Forecaster {
     }
 
     /// Finished jobs' lengths, read again every [`HISTORY_EVERY`].
-    async fn history(&mut self) -> StoreResult<Vec<(TenantId, f64)>> {
+    async fn history(&mut self) -> StoreResult<History> {
         if let Some((at, history)) = &self.history
             && at.elapsed() < HISTORY_EVERY
         {
             return Ok(history.clone());
         }
         let since = Utc::now() - chrono::Duration::days(HISTORY_DAYS);
-        let history: Vec<(TenantId, f64)> = self
+        let history: History = self
             .store
             .finished_jobs_since(since, HISTORY_JOBS)
             .await?
             .into_iter()
-            .map(|(tenant, gpu_s, gpus)| (tenant, gpu_s / f64::from(gpus.max(1))))
+            .map(|(tenant, gpu_s, gpus)| (tenant, gpus, gpu_s / f64::from(gpus.max(1))))
             .collect();
         self.history = Some((Instant::now(), history.clone()));
         Ok(history)
@@ -165,11 +168,17 @@ impl Forecaster {
                 .enumerate()
                 .map(|(i, id)| (*id, i as u32))
                 .collect();
-            let history: Vec<(u32, f64)> = history
+            let history: Vec<Finished> = history
                 .iter()
-                .filter_map(|(tenant, s)| Some((*index.get(tenant)?, *s)))
+                .filter_map(|&(tenant, gpus, seconds)| {
+                    Some(Finished {
+                        tenant: *index.get(&tenant)?,
+                        gpus,
+                        seconds,
+                    })
+                })
                 .collect();
-            let priors = Priors::from_history(&history);
+            let priors = Priors::from_history(&history, &input.snapshot.jobs);
             let remaining: HashMap<JobId, Remaining> = input
                 .snapshot
                 .jobs

@@ -1,5 +1,7 @@
 //! Remaining work: what has been measured of a job (its step budget and speed, a fitted loss curve),
-//! or how long its tenant's finished jobs ran, each as a 10th, 50th and 90th percentile.
+//! or how long jobs of its tenant and size ran (finished ones, and running ones as lengths of at
+//! least their age), given how long it (or its sweep) has run, each as a 10th, 50th and 90th
+//! percentile.
 
 use crate::perf::{ConvergenceModel, SpeedModel};
 use crate::snapshot::{JobView, Shape};
@@ -14,13 +16,27 @@ pub struct Remaining {
     pub p90: f64,
 }
 
+/// The standard normal's 90th percentile.
+const Z90: f64 = 1.281_551_565_544_600_5;
+
 impl Remaining {
-    pub(super) fn at(self, scenario: super::Scenario) -> f64 {
-        match scenario {
-            super::Scenario::Low => self.p10,
-            super::Scenario::Median => self.p50,
-            super::Scenario::High => self.p90,
+    /// The seconds left in `scenario` for a job of `cohort`.
+    pub(super) fn at(self, scenario: super::Scenario, cohort: u64) -> f64 {
+        self.at_level(scenario.level(cohort))
+    }
+
+    /// The quantile at `level` (in (0, 1)) of a distribution with these three percentiles: log-normal
+    /// on each side of the median (a split log-normal), as durations of training jobs are. Seconds
+    /// under one count as one on the log scale, and a job with nothing left has nothing left.
+    pub fn at_level(self, level: f64) -> f64 {
+        if self.p90 <= 0.0 || !self.p50.is_finite() {
+            return self.p50.max(0.0);
         }
+        let ln = |seconds: f64| seconds.max(1.0).ln();
+        let z = drover_search::math::norm_ppf(level.clamp(1e-6, 1.0 - 1e-6));
+        let (median, low, high) = (ln(self.p50), ln(self.p10), ln(self.p90));
+        let spread = if z < 0.0 { median - low } else { high - median };
+        (median + z * spread / Z90).exp()
     }
 
     fn scaled(self, low: f64, high: f64) -> Remaining {
@@ -32,7 +48,7 @@ impl Remaining {
     }
 }
 
-/// Quantiles of how long finished jobs took (seconds at their preferred shape).
+/// Quantiles of how long jobs take (seconds at their preferred shape).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Quantiles {
     pub p10: f64,
@@ -41,36 +57,256 @@ pub struct Quantiles {
     pub samples: usize,
 }
 
-impl Quantiles {
-    /// `None` without usable samples (negative and non-finite ones are dropped).
-    pub fn of(mut durations: Vec<f64>) -> Option<Quantiles> {
-        durations.retain(|d| d.is_finite() && *d >= 0.0);
-        if durations.is_empty() {
+/// Levels kept of a history bucket's lengths: every 1/64th.
+const LEVELS: usize = 64;
+
+/// How long jobs like one run (seconds at their preferred shape), as a distribution estimated from
+/// finished jobs and from jobs still running (Kaplan-Meier: a running job says its length is at least
+/// its age). Finished jobs alone under-count long ones, which are the ones still running; those
+/// hold most of the GPUs a waiting job waits for. Kept as its quantile function at every 1/64th
+/// level up to the highest level the data reach; past it, a Pareto tail of shape 1 (the chance
+/// of running past `t` falls as 1/t), which makes a job's expected remaining time grow with its age.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Lengths {
+    /// Finished jobs among the data.
+    pub samples: usize,
+    /// (level, seconds), increasing in both (levels flat only at the end), from (0, shortest) to
+    /// (`top`, the longest length or the oldest running job's age).
+    knots: Vec<(f64, f64)>,
+}
+
+impl Lengths {
+    /// Finished jobs' lengths alone. `None` without usable samples (negative and non-finite ones
+    /// are dropped).
+    pub fn of(durations: Vec<f64>) -> Option<Lengths> {
+        Lengths::estimate(durations, Vec::new())
+    }
+
+    /// Kaplan-Meier over `finished` lengths and the ages of jobs still `running`. `None` without a
+    /// usable finished length.
+    pub fn estimate(mut finished: Vec<f64>, mut running: Vec<f64>) -> Option<Lengths> {
+        finished.retain(|d| d.is_finite() && *d >= 0.0);
+        running.retain(|d| d.is_finite() && *d > 0.0);
+        if finished.is_empty() {
             return None;
         }
-        durations.sort_by(f64::total_cmp);
-        let at = |p: f64| {
-            let position = p * (durations.len() - 1) as f64;
-            let (lo, hi) = (position.floor() as usize, position.ceil() as usize);
-            durations[lo] + (durations[hi] - durations[lo]) * (position - lo as f64)
-        };
-        Some(Quantiles {
-            p10: at(0.1),
-            p50: at(0.5),
-            p90: at(0.9),
-            samples: durations.len(),
+        finished.sort_by(f64::total_cmp);
+        running.sort_by(f64::total_cmp);
+        // The step points (length, share ended by then), one per distinct finished length.
+        let mut steps: Vec<(f64, f64)> = Vec::with_capacity(finished.len());
+        let mut at_risk = (finished.len() + running.len()) as f64;
+        let mut surviving = 1.0;
+        let (mut f, mut r) = (0, 0);
+        while f < finished.len() {
+            let t = finished[f];
+            // Running jobs younger than t left the risk set before it.
+            while r < running.len() && running[r] < t {
+                at_risk -= 1.0;
+                r += 1;
+            }
+            let mut ended = 0.0;
+            while f < finished.len() && finished[f] == t {
+                ended += 1.0;
+                f += 1;
+            }
+            surviving *= 1.0 - ended / at_risk.max(ended);
+            at_risk -= ended;
+            steps.push((t, 1.0 - surviving));
+        }
+        let top = steps.last().map_or(0.0, |&(_, level)| level);
+        // Quantiles at every 1/64th up to `top`, linear between the step points.
+        let mut knots = vec![(0.0, finished[0])];
+        let mut i = 0;
+        for k in 1..=LEVELS {
+            let level = k as f64 / LEVELS as f64;
+            if level > top {
+                break;
+            }
+            while steps[i].1 < level {
+                i += 1;
+            }
+            let (t_hi, l_hi) = steps[i];
+            let (t_lo, l_lo) = if i == 0 {
+                (finished[0], 0.0)
+            } else {
+                steps[i - 1]
+            };
+            let t = if l_hi > l_lo {
+                t_lo + (t_hi - t_lo) * (level - l_lo) / (l_hi - l_lo)
+            } else {
+                t_hi
+            };
+            knots.push((level, t));
+        }
+        if let Some(&(t, level)) = steps.last()
+            && knots.last().is_some_and(|&(l, _)| l < level)
+        {
+            knots.push((level, t));
+        }
+        // No job ended between the longest finished length and the oldest running job: the share
+        // still running stays flat until then, and the tail starts there.
+        if let (Some(&oldest), Some(&(level, longest))) = (running.last(), knots.last())
+            && oldest > longest
+            && level < 1.0
+        {
+            knots.push((level, oldest));
+        }
+        Some(Lengths {
+            samples: finished.len(),
+            knots,
         })
+    }
+
+    /// The lengths of a distribution known only by three percentiles (see [`Remaining::at_level`]).
+    fn from_quantiles(q: Quantiles) -> Lengths {
+        let r = Remaining {
+            p10: q.p10,
+            p50: q.p50,
+            p90: q.p90,
+        };
+        let knots = (0..LEVELS)
+            .map(|k| {
+                let level = k as f64 / LEVELS as f64;
+                (level, if k == 0 { 0.0 } else { r.at_level(level) })
+            })
+            .collect();
+        Lengths {
+            samples: q.samples,
+            knots,
+        }
+    }
+
+    /// The highest level the data reach, and the length there.
+    fn top(&self) -> (f64, f64) {
+        self.knots.last().copied().unwrap_or((0.0, 0.0))
+    }
+
+    /// The length at `level` in [0, 1].
+    pub fn quantile(&self, level: f64) -> f64 {
+        let level = level.clamp(0.0, 1.0);
+        let (top, longest) = self.top();
+        if level >= top {
+            // The Pareto tail: the share still running falls as 1/t past the longest length seen.
+            return if level >= 1.0 || top >= 1.0 {
+                longest
+            } else {
+                longest.max(1.0) * (1.0 - top) / (1.0 - level)
+            };
+        }
+        let i = self.knots.partition_point(|&(l, _)| l < level);
+        let (l_hi, t_hi) = self.knots[i];
+        let Some(&(l_lo, t_lo)) = i.checked_sub(1).and_then(|j| self.knots.get(j)) else {
+            return t_hi;
+        };
+        t_lo + (t_hi - t_lo) * (level - l_lo) / (l_hi - l_lo).max(f64::MIN_POSITIVE)
+    }
+
+    /// The share of lengths at most `seconds`.
+    fn cdf(&self, seconds: f64) -> f64 {
+        let (top, longest) = self.top();
+        if seconds >= longest {
+            return if top >= 1.0 || seconds <= 0.0 {
+                top
+            } else {
+                1.0 - (1.0 - top) * longest.max(1.0) / seconds.max(longest.max(1.0))
+            };
+        }
+        let i = self.knots.partition_point(|&(_, t)| t <= seconds);
+        let Some(&(l_lo, t_lo)) = i.checked_sub(1).and_then(|j| self.knots.get(j)) else {
+            return 0.0;
+        };
+        let (l_hi, t_hi) = self.knots[i];
+        l_lo + (l_hi - l_lo) * (seconds - t_lo) / (t_hi - t_lo).max(f64::MIN_POSITIVE)
+    }
+
+    pub fn quantiles(&self) -> Quantiles {
+        Quantiles {
+            p10: self.quantile(0.1),
+            p50: self.quantile(0.5),
+            p90: self.quantile(0.9),
+            samples: self.samples,
+        }
+    }
+
+    /// What is left of a job like these that has run `ran` seconds: the lengths longer than `ran`,
+    /// less `ran`, at levels 0.1, 0.5 and 0.9. Past every length seen, and where the data end
+    /// without a tail beyond (every job finished), it has as long again to go at the median (the
+    /// Pareto tail's rule: a ninth as long at p10 and nine times as long at p90).
+    fn remaining_after(&self, ran: f64) -> Remaining {
+        if ran <= 0.0 {
+            // Not started: nothing known beyond its kind.
+            return Remaining {
+                p10: self.quantile(0.1),
+                p50: self.quantile(0.5),
+                p90: self.quantile(0.9),
+            };
+        }
+        let below = self.cdf(ran);
+        if below >= 1.0 - 1e-9 || (1.0 - below) * (self.samples as f64) < TENANT_HISTORY_MIN as f64
+        {
+            let ran = ran.max(60.0);
+            return Remaining {
+                p10: ran / 9.0,
+                p50: ran,
+                p90: ran * 9.0,
+            };
+        }
+        let left = |u: f64| (self.quantile(below + u * (1.0 - below)) - ran).max(0.0);
+        Remaining {
+            p10: left(0.1),
+            p50: left(0.5),
+            p90: left(0.9),
+        }
     }
 }
 
-/// How long jobs took, per tenant (index into the snapshot's tenants) and over all tenants.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Priors {
-    pub overall: Option<Quantiles>,
-    pub by_tenant: BTreeMap<u32, Quantiles>,
+/// One finished job, as history: its tenant (index into the snapshot's tenants), the GPUs of its
+/// preferred shape, and how long it ran in seconds at that shape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Finished {
+    pub tenant: u32,
+    pub gpus: u32,
+    pub seconds: f64,
 }
 
-/// A tenant's own history is used once it has this many finished jobs.
+/// A job's size for history: 0 for one GPU (or none), then one class per power of two (2; 3-4;
+/// 5-8; 9-16), and 5 for more than 16. Lengths differ most between sizes: on the Philly trace a
+/// 2-4-GPU job's remaining time was a median 5x that of its tenant's jobs of every size.
+pub fn size_class(gpus: u32) -> u8 {
+    match gpus {
+        0..=1 => 0,
+        2 => 1,
+        3..=4 => 2,
+        5..=8 => 3,
+        9..=16 => 4,
+        _ => 5,
+    }
+}
+
+/// How long jobs took: per tenant and size, per size, per tenant and over all jobs. A job's
+/// estimate comes from the narrowest of these with [`TENANT_HISTORY_MIN`] finished jobs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Priors {
+    pub overall: Option<Lengths>,
+    pub by_tenant: BTreeMap<u32, Lengths>,
+    /// Keyed by [`size_class`].
+    pub by_size: BTreeMap<u8, Lengths>,
+    /// Keyed by tenant, then [`size_class`].
+    pub by_tenant_size: BTreeMap<u32, BTreeMap<u8, Lengths>>,
+    /// The active jobs' cohorts, and the age (work seconds) of each sweep among them: the
+    /// [`COHORT_AGE_LEVEL`] quantile of its members' ages, for cohorts of [`COHORT_MIN`] or more.
+    #[serde(skip)]
+    pub cohorts: super::Cohorts,
+    pub cohort_ages: BTreeMap<u64, f64>,
+}
+
+/// A cohort says how old its members are once this many of them have run (a sweep, not a
+/// few unrelated jobs that happen to share a tenant, a shape and an hour)...
+const COHORT_MIN: usize = 5;
+/// ... and then its age is this quantile of theirs (robust to one long-running member).
+const COHORT_AGE_LEVEL: f64 = 0.8;
+
+/// A history bucket is used once it has this many finished jobs.
 pub const TENANT_HISTORY_MIN: usize = 5;
 
 /// With no history at all: an hour, between ten minutes and eight hours.
@@ -82,29 +318,109 @@ pub const NO_HISTORY: Quantiles = Quantiles {
 };
 
 impl Priors {
-    /// From finished jobs' (tenant, seconds at their preferred shape).
-    pub fn from_history(history: &[(u32, f64)]) -> Priors {
-        let all: Vec<f64> = history.iter().map(|&(_, d)| d).collect();
-        let mut per: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
-        for &(tenant, duration) in history {
-            per.entry(tenant).or_default().push(duration);
+    /// From finished jobs' lengths and the active jobs (those that have run count as lengths of at
+    /// least their age so far, in the same units: see [`work_done_s`]).
+    pub fn from_history(finished: &[Finished], active: &[JobView]) -> Priors {
+        let cohorts = super::Cohorts::of(active);
+        let mut ages: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+        for job in active {
+            let age = work_done_s(job);
+            if age > 0.0 {
+                ages.entry(cohorts.get(job.id)).or_default().push(age);
+            }
+        }
+        let cohort_ages = ages
+            .into_iter()
+            .filter(|(_, ages)| ages.len() >= COHORT_MIN)
+            .filter_map(|(cohort, ages)| {
+                Some((cohort, Lengths::of(ages)?.quantile(COHORT_AGE_LEVEL)))
+            })
+            .collect();
+        let running = Priors::running_of(active);
+        #[derive(Default)]
+        struct Bucket {
+            finished: Vec<f64>,
+            running: Vec<f64>,
+        }
+        impl Bucket {
+            fn add(&mut self, seconds: f64, ended: bool) {
+                if ended {
+                    self.finished.push(seconds);
+                } else {
+                    self.running.push(seconds);
+                }
+            }
+            fn lengths(self) -> Option<Lengths> {
+                Lengths::estimate(self.finished, self.running)
+                    .filter(|q| q.samples >= TENANT_HISTORY_MIN)
+            }
+        }
+        let mut overall = Bucket::default();
+        let mut per_tenant: BTreeMap<u32, Bucket> = BTreeMap::new();
+        let mut per_size: BTreeMap<u8, Bucket> = BTreeMap::new();
+        let mut per_tenant_size: BTreeMap<(u32, u8), Bucket> = BTreeMap::new();
+        let jobs = finished.iter().map(|j| (j, true));
+        let running = running.as_slice();
+        for (job, ended) in jobs.chain(running.iter().map(|j| (j, false))) {
+            let size = size_class(job.gpus);
+            overall.add(job.seconds, ended);
+            per_tenant
+                .entry(job.tenant)
+                .or_default()
+                .add(job.seconds, ended);
+            per_size.entry(size).or_default().add(job.seconds, ended);
+            per_tenant_size
+                .entry((job.tenant, size))
+                .or_default()
+                .add(job.seconds, ended);
+        }
+        let mut by_tenant_size: BTreeMap<u32, BTreeMap<u8, Lengths>> = BTreeMap::new();
+        for ((tenant, size), bucket) in per_tenant_size {
+            if let Some(lengths) = bucket.lengths() {
+                by_tenant_size
+                    .entry(tenant)
+                    .or_default()
+                    .insert(size, lengths);
+            }
         }
         Priors {
-            overall: Quantiles::of(all),
-            by_tenant: per
+            overall: Lengths::estimate(overall.finished, overall.running),
+            by_tenant: per_tenant
                 .into_iter()
-                .filter_map(|(tenant, d)| Some((tenant, Quantiles::of(d)?)))
-                .filter(|(_, q)| q.samples >= TENANT_HISTORY_MIN)
+                .filter_map(|(tenant, b)| Some((tenant, b.lengths()?)))
                 .collect(),
+            by_size: per_size
+                .into_iter()
+                .filter_map(|(size, b)| Some((size, b.lengths()?)))
+                .collect(),
+            by_tenant_size,
+            cohorts,
+            cohort_ages,
         }
     }
 
-    fn for_tenant(&self, tenant: u32) -> Quantiles {
-        self.by_tenant
+    /// The jobs that have run, as censored lengths.
+    fn running_of(active: &[JobView]) -> Vec<Finished> {
+        active
+            .iter()
+            .filter(|j| j.observed.attained_gpu_s > 0.0)
+            .map(|j| Finished {
+                tenant: j.tenant,
+                gpus: j.gpus_at(j.preferred),
+                seconds: work_done_s(j),
+            })
+            .collect()
+    }
+
+    /// The narrowest bucket with enough history for a job of `tenant` with `gpus`.
+    fn for_job(&self, tenant: u32, gpus: u32) -> Option<&Lengths> {
+        let size = size_class(gpus);
+        self.by_tenant_size
             .get(&tenant)
-            .copied()
-            .or(self.overall)
-            .unwrap_or(NO_HISTORY)
+            .and_then(|sizes| sizes.get(&size))
+            .or_else(|| self.by_size.get(&size))
+            .or_else(|| self.by_tenant.get(&tenant))
+            .or(self.overall.as_ref())
     }
 }
 
@@ -118,7 +434,20 @@ pub(super) fn step_s(job: &JobView, shape: Shape) -> Option<f64> {
     (s.is_finite() && s > 0.0).then_some(s)
 }
 
-/// A job's remaining work from what has been observed of it, else from its tenant's history.
+/// Seconds of work a job has done at its preferred shape: its steps times its fitted step time
+/// there, when it has been measured; else its GPU-seconds per GPU of that shape (the same for a
+/// job that ran at that shape). History and a job's age are both counted this way, and the replay
+/// runs remaining work at each placement's fitted speed.
+pub fn work_done_s(job: &JobView) -> f64 {
+    let gpus = job.gpus_at(job.preferred);
+    match step_s(job, job.preferred) {
+        Some(step_s) if job.observed.steps_done > 0 => job.observed.steps_done as f64 * step_s,
+        _ => job.observed.attained_gpu_s / f64::from(gpus.max(1)),
+    }
+}
+
+/// A job's remaining work from what has been observed of it, else from the history of jobs of its
+/// tenant and size.
 pub fn estimate(job: &JobView, priors: &Priors) -> Remaining {
     let done = job.observed.steps_done as f64;
     let budget_left = job.observed.step_budget.map(|b| (b as f64 - done).max(0.0));
@@ -136,24 +465,26 @@ pub fn estimate(job: &JobView, priors: &Priors) -> Remaining {
         };
     }
     // Without a budget a fitted loss curve says when training could stop, not when the job will:
-    // how long its tenant's jobs ran is the better guide.
-    // History: what is left of a job like its tenant's, given how long it has run already.
-    let prior = priors.for_tenant(job.tenant);
-    let ran = job.observed.executed_s;
-    let left = |q: f64| {
-        if ran < q {
-            q - ran
-        } else {
-            // Past that quantile already: it has about as long again to go, by the usual rule of
-            // thumb for heavy-tailed lengths.
-            ran.max(60.0) * q / prior.p50.max(1.0)
-        }
+    // how long jobs of its tenant and size ran is the better guide, given how long it has run.
+    // History counts GPU-seconds per GPU of the preferred shape, and so does `ran`: a job held
+    // at one of its eight GPUs for an hour has done about an eighth of an hour's work.
+    let gpus = job.gpus_at(job.preferred);
+    let ran = work_done_s(job);
+    // A sweep's jobs run about as long as each other, so a young one has at least as long to go as
+    // what is left of its sweep at the sweep's age, plus the lag between them.
+    let cohort_ran = priors
+        .cohort_ages
+        .get(&priors.cohorts.get(job.id))
+        .map_or(ran, |&oldest| oldest.max(ran));
+    let left = match priors.for_job(job.tenant, gpus) {
+        Some(lengths) => lengths.remaining_after(cohort_ran),
+        None => Lengths::from_quantiles(NO_HISTORY).remaining_after(cohort_ran),
     };
-    let (p10, p50, p90) = (left(prior.p10), left(prior.p50), left(prior.p90));
+    let lag = cohort_ran - ran;
     Remaining {
-        p10: p10.min(p50),
-        p50,
-        p90: p90.max(p50),
+        p10: left.p10 + lag,
+        p50: left.p50 + lag,
+        p90: left.p90 + lag,
     }
 }
 
@@ -164,5 +495,33 @@ impl Remaining {
             p50: seconds,
             p90: seconds,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_level_gives_back_the_three_percentiles_and_orders_between_them() {
+        let r = Remaining {
+            p10: 100.0,
+            p50: 1_000.0,
+            p90: 50_000.0,
+        };
+        assert!((r.at_level(0.1) - 100.0).abs() < 1e-6);
+        assert!((r.at_level(0.5) - 1_000.0).abs() < 1e-6);
+        assert!((r.at_level(0.9) - 50_000.0).abs() < 1e-3);
+        assert!(r.at_level(0.3) > 100.0 && r.at_level(0.3) < 1_000.0);
+        assert!(
+            r.at_level(0.95) > 50_000.0,
+            "the heavy side goes on past p90"
+        );
+        let done = Remaining {
+            p10: 0.0,
+            p50: 0.0,
+            p90: 0.0,
+        };
+        assert_eq!(done.at_level(0.99), 0.0);
     }
 }

@@ -4,21 +4,30 @@
 //!
 //! Remaining work comes from what has been observed (a step budget, cut short by a fitted loss curve
 //! when the job stops at a target, times the fitted speed), or, for a job without a budget or not yet
-//! measured, from how long finished jobs of its tenant took, given how long it has run ([`Priors`]). Each estimate has a 10th, 50th and 90th percentile; the replay runs once per
-//! percentile (every job at its own percentile) and a job's predicted start under the three runs gives
-//! its band. Like the policies, this is pure: no IO, no clock; the caller hands in the time.
+//! measured, from how long jobs like it ran, given how long it has run ([`Priors`]: by tenant and
+//! size, running jobs counted as censored lengths, a sweep as old as its [`Cohorts`]). Each estimate
+//! is a distribution (10th, 50th and 90th percentile); the replay runs [`ForecastConfig::samples`]
+//! times with every job's remaining work drawn from it (a sweep's jobs drawn together), and a job's
+//! predicted start is the median of its starts over the draws, its band their 10th to 90th
+//! percentile. Like the policies, this is pure: no IO, no clock; the caller hands in the time.
 
+mod cohort;
 mod estimate;
 mod replay;
 
-pub use estimate::{NO_HISTORY, Priors, Quantiles, Remaining, TENANT_HISTORY_MIN, estimate};
+pub use cohort::{COHORT_GAP_S, COHORT_SPAN_S, Cohorts};
+
+pub use estimate::{
+    Finished, Lengths, NO_HISTORY, Priors, Quantiles, Remaining, TENANT_HISTORY_MIN, estimate,
+    size_class, work_done_s,
+};
 
 use crate::plan::{JobPlan, Plan, WaitReason};
 use crate::policy::{Policy, PolicyError};
 use crate::sim::Costs;
 use crate::snapshot::{ClusterSnapshot, JobView};
 use drover_core::JobId;
-use replay::{EstimateOracle, Outcome, Replay};
+use replay::{Draw, EstimateOracle, Replay};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -32,6 +41,11 @@ pub struct ForecastConfig {
     pub max_rounds: u32,
     /// Stop once this many of the waiting jobs (in the policy's order) have started; `None` for all.
     pub head: Option<usize>,
+    /// Replays with every job's remaining work drawn from its estimate's distribution: a job's
+    /// predicted start is the median of its starts over them, its band their 10th to 90th
+    /// percentile. (A replay with every job at its own median is not the median outcome: a job
+    /// waiting for the 8th of 50 heavy-tailed jobs to end waits for an order statistic.)
+    pub samples: u32,
     pub costs: Costs,
     pub packing_slowdown: f64,
 }
@@ -43,6 +57,7 @@ impl Default for ForecastConfig {
             horizon_s: 30.0 * 86_400.0,
             max_rounds: 2_000,
             head: None,
+            samples: 9,
             costs: Costs::default(),
             packing_slowdown: 0.25,
         }
@@ -126,11 +141,52 @@ pub struct Forecast {
     pub rounds: u32,
 }
 
+/// One replay's draw of every job's remaining work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Scenario {
-    Low,
+    /// Every job at its median estimate.
     Median,
+    /// Every job at its 10th / 90th percentile: the band's outer edges.
+    Low,
     High,
+    /// Draw `index` of `of`: every job at a level of its own distribution. Over the `of` draws a
+    /// cohort ([`Cohorts`]: a sweep's jobs) takes each `of`-th of its distribution once (a Latin
+    /// hypercube), in an order of its own, so a few draws cover the tails. A sweep's jobs run
+    /// about as long as each other, so they are drawn together: drawn apart, some of a sweep's
+    /// hundreds of jobs always end early, and its GPUs look free long before they are.
+    Sample {
+        index: u32,
+        of: u32,
+    },
+}
+
+impl Scenario {
+    /// The quantile level a job of `cohort` takes in this scenario.
+    pub(crate) fn level(self, cohort: u64) -> f64 {
+        match self {
+            Scenario::Median => 0.5,
+            Scenario::Low => 0.1,
+            Scenario::High => 0.9,
+            Scenario::Sample { index, of } => {
+                let of = of.max(1);
+                // The cohort's own shuffle of the strata (Fisher-Yates on a stream seeded by it).
+                let mut strata: Vec<u32> = (0..of).collect();
+                let mut state = cohort;
+                for i in (1..strata.len()).rev() {
+                    state = splitmix(state);
+                    strata.swap(i, (state % (i as u64 + 1)) as usize);
+                }
+                (f64::from(strata[(index % of) as usize]) + 0.5) / f64::from(of)
+            }
+        }
+    }
+}
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// The waiting jobs in the order `plan` would start them: the policy's order, then submission order.
@@ -203,38 +259,73 @@ fn replay_all(
     targets: &[JobId],
 ) -> Result<Forecast, PolicyError> {
     let order = queue_order(snapshot, plan);
-    let mut runs = Vec::with_capacity(3);
+    // Nothing waits: one replay at the medians says when running jobs end.
+    let scenarios: Vec<Scenario> = if targets.is_empty() || config.samples <= 1 {
+        vec![Scenario::Median]
+    } else {
+        (0..config.samples)
+            .map(|index| Scenario::Sample {
+                index,
+                of: config.samples,
+            })
+            .collect()
+    };
+    let cohorts = Cohorts::of(&snapshot.jobs);
+    let mut runs = Vec::with_capacity(scenarios.len());
     let mut rounds = 0;
-    for scenario in [Scenario::Median, Scenario::Low, Scenario::High] {
-        let run = Replay::new(
-            snapshot, plan, policy, remaining, scenario, config, arrivals,
-        )?
-        .run(targets);
+    for scenario in scenarios {
+        let draw = Draw {
+            scenario,
+            cohorts: &cohorts,
+        };
+        let run =
+            Replay::new(snapshot, plan, policy, remaining, draw, config, arrivals)?.run(targets);
         rounds += run.rounds;
         runs.push(run);
-        if targets.is_empty() {
-            break;
+    }
+    // The band's edges: every job as short, or as long, as its estimate's 10th / 90th percentile.
+    // Draws of many independent jobs average out, so the draws' own spread is too narrow when many
+    // jobs are ahead (on week 40 at 32×8, 6% of actual starts fell inside it; with these edges 83%
+    // did before the draws existed).
+    let mut edges = Vec::with_capacity(2);
+    if runs.len() > 1 {
+        for scenario in [Scenario::Low, Scenario::High] {
+            let draw = Draw {
+                scenario,
+                cohorts: &cohorts,
+            };
+            let run = Replay::new(snapshot, plan, policy, remaining, draw, config, arrivals)?
+                .run(targets);
+            rounds += run.rounds;
+            edges.push(run);
         }
     }
-    let median = &runs[0];
-    let start = |run: &Outcome, id: &JobId| run.starts.get(id).copied();
     let waiting = order
         .iter()
         .enumerate()
         .map(|(i, &(id, reason))| {
-            let starts: Vec<f64> = runs.iter().filter_map(|r| start(r, &id)).collect();
-            let started_everywhere = starts.len() == runs.len();
+            let starts = Spread::of(runs.iter().map(|r| r.starts.get(&id).copied()));
+            let finishes = Spread::of(runs.iter().map(|r| r.finishes.get(&id).copied()));
+            let edge = |k: usize| {
+                edges
+                    .get(k)
+                    .map(|r: &replay::Outcome| r.starts.get(&id).copied())
+            };
+            let (low, high) = (starts.at(0.1), starts.at(0.9));
             Prediction {
                 job: id,
                 position: i as u32 + 1,
                 reason,
-                start_s: start(median, &id),
-                finish_s: median.finishes.get(&id).copied(),
-                start_p10_s: starts.iter().copied().reduce(f64::min),
-                start_p90_s: if started_everywhere {
-                    starts.iter().copied().reduce(f64::max)
-                } else {
-                    None
+                start_s: starts.at(0.5),
+                finish_s: finishes.at(0.5),
+                start_p10_s: match edge(0) {
+                    Some(Some(edge)) => Some(low.map_or(edge, |low| low.min(edge))),
+                    _ => low,
+                },
+                start_p90_s: match edge(1) {
+                    Some(None) => None,
+                    Some(Some(edge)) => high.map(|high| high.max(edge)),
+                    None => high,
                 },
             }
         })
@@ -243,7 +334,10 @@ fn replay_all(
         .jobs
         .iter()
         .filter(|j| j.placement.is_some())
-        .filter_map(|j| Some((j.id, *median.finishes.get(&j.id)?)))
+        .filter_map(|j| {
+            let finishes = Spread::of(runs.iter().map(|r| r.finishes.get(&j.id).copied()));
+            Some((j.id, finishes.at(0.5)?))
+        })
         .collect();
     Ok(Forecast {
         now_s: snapshot.now_s,
@@ -251,4 +345,25 @@ fn replay_all(
         finishing,
         rounds,
     })
+}
+
+/// One job's times over the replays, sorted; a replay where it never happened counts as never.
+struct Spread(Vec<f64>);
+
+impl Spread {
+    fn of(times: impl Iterator<Item = Option<f64>>) -> Spread {
+        let mut times: Vec<f64> = times.map(|t| t.unwrap_or(f64::INFINITY)).collect();
+        times.sort_by(f64::total_cmp);
+        Spread(times)
+    }
+
+    /// The `q` quantile (nearest rank), `None` when that is never.
+    fn at(&self, q: f64) -> Option<f64> {
+        let last = self.0.len().checked_sub(1)?;
+        let rank = (q * last as f64).round() as usize;
+        self.0
+            .get(rank.min(last))
+            .copied()
+            .filter(|t| t.is_finite())
+    }
 }

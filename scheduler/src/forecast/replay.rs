@@ -3,7 +3,7 @@
 //! preemptions, and no new arrivals.
 
 use super::estimate::{NO_HISTORY, Remaining};
-use super::{Arrival, ForecastConfig, Scenario};
+use super::{Arrival, Cohorts, ForecastConfig, Scenario};
 use crate::plan::{JobPlan, Placement, Plan, WaitReason};
 use crate::policy::{Oracle, PolicyError};
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
@@ -20,7 +20,7 @@ pub(super) struct Outcome {
 }
 
 /// Progress of one job in the replay.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Progress {
     /// Seconds of work at the preferred shape still to do.
     left: f64,
@@ -30,6 +30,8 @@ struct Progress {
     productive_from: f64,
     /// Owed at the next start (a checkpoint on the way out, a restart).
     owed_s: f64,
+    /// Where it was suspended in memory during the replay: resuming elsewhere costs more.
+    suspended_from: Option<Placement>,
 }
 
 /// Remaining times as the estimates have them, for oracle policies (SRTF) in the replay.
@@ -51,7 +53,7 @@ impl EstimateOracle {
             .map(|job| {
                 let seconds = remaining
                     .get(&job.id)
-                    .map_or(NO_HISTORY.p50, |r| r.at(scenario));
+                    .map_or(NO_HISTORY.p50, |r| r.at(scenario, 0));
                 (job.id, (seconds, f64::from(job.preferred.workers.max(1))))
             })
             .collect();
@@ -75,6 +77,14 @@ impl Oracle for EstimateOracle {
     }
 }
 
+/// Which draw of every job's remaining work a replay runs: the scenario, and the cohorts whose
+/// members are drawn together.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Draw<'a> {
+    pub(super) scenario: Scenario,
+    pub(super) cohorts: &'a Cohorts,
+}
+
 pub(super) struct Replay<'a> {
     snapshot: ClusterSnapshot,
     previous: Plan,
@@ -91,6 +101,7 @@ pub(super) struct Replay<'a> {
     arrivals: &'a [Arrival],
     next_arrival: usize,
     scenario: Scenario,
+    cohorts: &'a Cohorts,
 }
 
 impl<'a> Replay<'a> {
@@ -99,10 +110,11 @@ impl<'a> Replay<'a> {
         plan: &'a Plan,
         policy: &dyn crate::Policy,
         remaining: &HashMap<JobId, Remaining>,
-        scenario: Scenario,
+        draw: Draw<'a>,
         config: &'a ForecastConfig,
         arrivals: &'a [Arrival],
     ) -> Result<Self, PolicyError> {
+        let Draw { scenario, cohorts } = draw;
         let oracle = Arc::new(Mutex::new(HashMap::new()));
         let policy = policy.fork(Some(Box::new(EstimateOracle {
             left: oracle.clone(),
@@ -117,7 +129,7 @@ impl<'a> Replay<'a> {
                     p90: NO_HISTORY.p90,
                 });
                 let progress = Progress {
-                    left: estimate.at(scenario).max(0.0),
+                    left: estimate.at(scenario, cohorts.get(job.id)).max(0.0),
                     rate: 0.0,
                     productive_from: snapshot.now_s,
                     owed_s: if job.observed.executed_s > 0.0 {
@@ -125,6 +137,7 @@ impl<'a> Replay<'a> {
                     } else {
                         0.0
                     },
+                    suspended_from: None,
                 };
                 (job.id, progress)
             })
@@ -151,6 +164,7 @@ impl<'a> Replay<'a> {
             arrivals,
             next_arrival: 0,
             scenario,
+            cohorts,
         };
         let placements: Vec<Placement> = replay
             .snapshot
@@ -257,7 +271,11 @@ impl<'a> Replay<'a> {
             (None, JobPlan::Run { placement, .. }) => {
                 self.occupy(placement, true);
                 if let Some(progress) = self.progress.get_mut(&id) {
-                    progress.productive_from = now + progress.owed_s;
+                    let owed_s = match progress.suspended_from.take() {
+                        Some(from) => costs.resume_s(&from, placement).0,
+                        None => progress.owed_s,
+                    };
+                    progress.productive_from = now + owed_s;
                     progress.owed_s = 0.0;
                 }
                 outcome.starts.entry(id).or_insert(now);
@@ -269,6 +287,9 @@ impl<'a> Replay<'a> {
                 self.occupy(&old, false);
                 if let Some(progress) = self.progress.get_mut(&id) {
                     progress.rate = 0.0;
+                    if *reason == WaitReason::Suspended {
+                        progress.suspended_from = Some(old);
+                    }
                     progress.owed_s = match reason {
                         WaitReason::Suspended => costs.suspend_resume_s,
                         WaitReason::PreemptedWithoutCheckpoint => {
@@ -284,11 +305,7 @@ impl<'a> Replay<'a> {
                 job.observed.last_state_change_s = now;
             }
             (Some(old), JobPlan::Run { placement, .. }) if !old.same_resources(placement) => {
-                let overhead = if old.shape() != placement.shape() {
-                    costs.checkpoint_s + costs.restart_s
-                } else {
-                    costs.migration_s
-                };
+                let overhead = costs.move_s(&old, placement).0;
                 self.occupy(&old, false);
                 self.occupy(placement, true);
                 if let Some(progress) = self.progress.get_mut(&id) {
@@ -378,10 +395,14 @@ impl<'a> Replay<'a> {
                 self.progress.insert(
                     job.id,
                     Progress {
-                        left: arrival.remaining.at(self.scenario).max(0.0),
+                        left: arrival
+                            .remaining
+                            .at(self.scenario, self.cohorts.get(arrival.job.id))
+                            .max(0.0),
                         rate: 0.0,
                         productive_from: now,
                         owed_s: 0.0,
+                        suspended_from: None,
                     },
                 );
                 self.snapshot.jobs.push(job);

@@ -2,9 +2,11 @@
 //! run produces.
 
 use crate::invariants;
+use crate::plan::Placement;
 use serde::{Deserialize, Serialize};
 
-/// What moving a job costs, in seconds of lost progress. Printed in every report.
+/// What moving a job costs, in seconds of lost progress. Printed in every report. The simulator and
+/// the queue forecast both charge through [`Costs::resume_s`] and [`Costs::move_s`], so they agree.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Costs {
     pub checkpoint_every_s: f64,
@@ -22,6 +24,39 @@ impl Default for Costs {
             restart_s: 30.0,
             suspend_resume_s: 5.0,
             migration_s: 45.0,
+        }
+    }
+}
+
+/// What a job costs to change while it runs, and what it is charged for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Same shape on other GPUs or nodes.
+    Migration,
+    /// Another shape: a checkpoint, then a restart at the new shape.
+    Resize,
+}
+
+impl Costs {
+    /// Seconds a running job loses moving from `old` to `new` (which use different resources).
+    pub fn move_s(&self, old: &Placement, new: &Placement) -> (f64, Change) {
+        if old.shape() == new.shape() {
+            (self.migration_s, Change::Migration)
+        } else {
+            (self.checkpoint_s + self.restart_s, Change::Resize)
+        }
+    }
+
+    /// Seconds a job suspended in memory at `from` loses resuming at `to`. Its state sits in the
+    /// memory of `from`'s nodes: there it resumes cheaply (on any of their GPUs); on other nodes its
+    /// state moves first (a migration); at another shape it checkpoints and restarts (a resize).
+    pub fn resume_s(&self, from: &Placement, to: &Placement) -> (f64, Option<Change>) {
+        if from.shape() != to.shape() {
+            (self.checkpoint_s + self.restart_s, Some(Change::Resize))
+        } else if from.same_nodes(to) {
+            (self.suspend_resume_s, None)
+        } else {
+            (self.migration_s, Some(Change::Migration))
         }
     }
 }
@@ -102,6 +137,17 @@ pub struct Disruptions {
     pub resizes: u64,
     /// Moved to other GPUs or nodes at the same shape.
     pub migrations: u64,
+}
+
+impl Disruptions {
+    /// Counts a change a job paid for (nothing for `None`).
+    pub fn count(&mut self, change: Option<Change>) {
+        match change {
+            Some(Change::Migration) => self.migrations += 1,
+            Some(Change::Resize) => self.resizes += 1,
+            None => {}
+        }
+    }
 }
 
 /// A wall clock for timing decisions, handed in so the library itself reads no clock.

@@ -23,6 +23,8 @@ struct Live {
     productive_from: f64,
     /// Overhead owed at the next start (a checkpoint taken when preempted).
     owed_s: f64,
+    /// Where it was suspended in memory, while it waits suspended: a resume elsewhere costs more.
+    suspended_from: Option<Placement>,
     /// Steps at the last committed checkpoint (what a kill rolls back to).
     checkpoint_steps: f64,
     checkpoints_in_run: u64,
@@ -280,7 +282,14 @@ impl Engine {
                 self.occupy(index, placement, true);
                 let live = &mut self.live[index];
                 let resumed = live.first_start.is_some();
-                let overhead = live.owed_s;
+                let overhead = match live.suspended_from.take() {
+                    Some(from) => {
+                        let (overhead, change) = costs.resume_s(&from, placement);
+                        self.outcome.disruptions.count(change);
+                        overhead
+                    }
+                    None => live.owed_s,
+                };
                 live.owed_s = 0.0;
                 live.productive_from = now + overhead;
                 live.checkpoints_in_run = 0;
@@ -303,8 +312,12 @@ impl Engine {
                 let live = &mut self.live[index];
                 live.rate = 0.0;
                 match reason {
-                    // Suspended in memory at a step boundary: cheap to resume, nothing lost.
-                    WaitReason::Suspended => live.owed_s = costs.suspend_resume_s,
+                    // Suspended in memory at a step boundary: nothing lost, cheap to resume where
+                    // it was (the resume's cost depends on where it resumes).
+                    WaitReason::Suspended => {
+                        live.owed_s = costs.suspend_resume_s;
+                        live.suspended_from = Some(old);
+                    }
                     // Killed: the work since the last checkpoint is lost; it restarts from that one.
                     WaitReason::PreemptedWithoutCheckpoint => {
                         live.steps = live.checkpoint_steps;
@@ -323,13 +336,8 @@ impl Engine {
                 job.observed.steps_done = live.steps as u64;
             }
             (Some(old), JobPlan::Run { placement, .. }) if !old.same_resources(placement) => {
-                let overhead = if old.shape() != placement.shape() {
-                    self.outcome.disruptions.resizes += 1;
-                    costs.checkpoint_s + costs.restart_s
-                } else {
-                    self.outcome.disruptions.migrations += 1;
-                    costs.migration_s
-                };
+                let (overhead, change) = costs.move_s(&old, placement);
+                self.outcome.disruptions.count(Some(change));
                 self.occupy(index, &old, false);
                 self.occupy(index, placement, true);
                 let live = &mut self.live[index];
@@ -502,8 +510,11 @@ pub(crate) fn simulate(
                     engine.ended.push(job.id);
                 }
                 if let Some(predictor) = &mut engine.predictor {
-                    let gpus = f64::from(job.gpus_at(job.preferred).max(1));
-                    predictor.finished(job.tenant, job.observed.attained_gpu_s / gpus);
+                    predictor.finished(crate::forecast::Finished {
+                        tenant: job.tenant,
+                        gpus: job.gpus_at(job.preferred),
+                        seconds: crate::forecast::work_done_s(&job),
+                    });
                 }
                 completed = true;
             } else {
@@ -536,11 +547,27 @@ pub(crate) fn simulate(
             if matches!(decision, JobPlan::Wait { .. })
                 && let Some(predictor) = &mut engine.predictor
             {
+                // Seconds of work left at the preferred shape, from the hidden truth (for the
+                // diagnostic that takes estimates out of the error).
+                let factor = checkpoint_factor(
+                    engine.config.costs.checkpoint_every_s,
+                    engine.config.costs.checkpoint_s,
+                );
+                let (truths, live) = (&engine.truths, &engine.live);
+                let true_left = |view: &JobView| {
+                    let index = index_of(view);
+                    let (Some(truth), Some(live)) = (truths.get(index), live.get(index)) else {
+                        return f64::INFINITY;
+                    };
+                    let rate = truth.steps_per_s(view.preferred) * factor;
+                    (truth.total_steps - live.steps).max(0.0) / rate.max(1e-12)
+                };
                 predictor.arrived_waiting(
                     &engine.snapshot,
                     &*policy,
                     job.view.id,
                     next_arrival - 1,
+                    Some(&true_left),
                 );
             }
         }
@@ -603,110 +630,5 @@ pub(crate) fn simulate(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::NodeId;
-    use crate::plan::{Role, RunReason, TaskPlacement};
-    use crate::policy::{Oracle, PolicyError};
-
-    /// A broken policy: every arrival on GPU 0 of node 0, whoever holds it.
-    #[derive(Debug, Clone)]
-    struct FirstGpu;
-
-    impl Policy for FirstGpu {
-        fn name(&self) -> &'static str {
-            "first-gpu"
-        }
-        fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {
-            let mut plan = Plan::default();
-            for job in &snapshot.jobs {
-                let decision = match &job.placement {
-                    Some(placement) => JobPlan::Run {
-                        placement: placement.clone(),
-                        reason: RunReason::Continuing,
-                    },
-                    None => JobPlan::Wait {
-                        reason: WaitReason::LowerPriority,
-                    },
-                };
-                plan.jobs.insert(job.id, decision);
-            }
-            plan
-        }
-        fn place_arrival(&mut self, _snapshot: &ClusterSnapshot, job: &JobView) -> JobPlan {
-            let mut tasks = vec![TaskPlacement {
-                role: Role::Worker,
-                index: 0,
-                node: NodeId(0),
-                gpus: vec![0],
-                cpus: job.cpus_per_worker,
-                packed: false,
-            }];
-            tasks.extend((0..job.ps.min).map(|index| TaskPlacement {
-                role: Role::Ps,
-                index,
-                node: NodeId(0),
-                gpus: Vec::new(),
-                cpus: job.cpus_per_ps,
-                packed: false,
-            }));
-            JobPlan::Run {
-                placement: Placement { tasks },
-                reason: RunReason::Started,
-            }
-        }
-        fn fork(&self, _oracle: Option<Box<dyn Oracle>>) -> Result<Box<dyn Policy>, PolicyError> {
-            Ok(Box::new(self.clone()))
-        }
-    }
-
-    struct Frozen;
-
-    impl Stopwatch for Frozen {
-        fn now_ns(&self) -> u64 {
-            0
-        }
-    }
-
-    #[test]
-    fn an_arrival_placed_on_a_busy_gpu_fails_the_invariants() {
-        let models_path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../shared/models/ps_worker_speed.txt"
-        );
-        let Ok(text) = std::fs::read_to_string(models_path) else {
-            panic!("{models_path} must exist: shared/ sits beside the checkout");
-        };
-        let Ok(models) = super::super::parse_models(&text) else {
-            panic!("the measurements parse");
-        };
-        let Ok(trace) = super::super::parse_trace(
-            "submit_s,duration_s,gpus,tenant\n0,3600,1,a\n10,3600,1,b\n",
-            &super::super::TraceFilter::default(),
-        ) else {
-            panic!("the trace parses");
-        };
-        let mut workload = super::super::build_workload(
-            &trace,
-            &models,
-            crate::cluster::uniform_cluster(1, 2, 64, 32),
-            1,
-        );
-        for job in &mut workload.jobs {
-            job.view.workers = crate::snapshot::Range { min: 1, max: 1 };
-        }
-        let result = simulate(
-            &workload,
-            &mut FirstGpu,
-            SimConfig::default(),
-            None,
-            None,
-            None,
-            &Frozen,
-        );
-        assert!(
-            matches!(&result, Err(SimError::Invariant(v)) if v.0.contains("without a packing decision")),
-            "{result:?}"
-        );
-    }
-}
+#[path = "engine_tests.rs"]
+mod tests;

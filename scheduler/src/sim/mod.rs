@@ -13,7 +13,7 @@ pub mod truth;
 pub mod workload;
 
 pub use config::{
-    Costs, Disruptions, Interference, JobOutcome, Outcome, SimConfig, SimError, Stopwatch,
+    Change, Costs, Disruptions, Interference, JobOutcome, Outcome, SimConfig, SimError, Stopwatch,
 };
 pub use report::{Report, build_report, job_rows, jobs_csv, summary_csv, tenant_rho_ratios};
 pub use speed::{MeasuredModel, parse_models};

@@ -5,7 +5,7 @@
 use super::config::Outcome;
 use super::report::percentile;
 use crate::forecast::{
-    ForecastConfig, Priors, Remaining, estimate, predict_start, recent_arrivals,
+    Finished, ForecastConfig, Priors, Remaining, estimate, predict_start, recent_arrivals,
 };
 use crate::snapshot::ClusterSnapshot;
 use drover_core::JobId;
@@ -21,6 +21,9 @@ pub struct PredictOptions {
     /// Expect the arrivals of the last this many seconds to repeat during the replay (0: no new
     /// arrivals, the baseline).
     pub arrival_window_s: f64,
+    /// A diagnostic, never available to a server: the forecast is given every job's true remaining
+    /// work instead of its estimate, so what is left of the error is the replay's own.
+    pub remaining_from_truth: bool,
 }
 
 /// How far ahead expected arrivals go, and how many at most.
@@ -43,10 +46,8 @@ pub struct PredictionRecord {
 pub(crate) struct Predictor {
     options: PredictOptions,
     waiting_arrivals: usize,
-    /// Finished jobs: (tenant, GPU-seconds per GPU of their preferred shape).
-    history: Vec<(u32, f64)>,
-    priors: Priors,
-    priors_from: usize,
+    /// Finished jobs: tenant, GPUs of their preferred shape, GPU-seconds per such GPU.
+    history: Vec<Finished>,
     /// Jobs submitted within the arrival window, oldest first.
     recent: std::collections::VecDeque<crate::snapshot::JobView>,
     pub(crate) records: Vec<PredictionRecord>,
@@ -58,15 +59,13 @@ impl Predictor {
             options,
             waiting_arrivals: 0,
             history: Vec::new(),
-            priors: Priors::default(),
-            priors_from: 0,
             recent: std::collections::VecDeque::new(),
             records: Vec::new(),
         }
     }
 
-    pub(crate) fn finished(&mut self, tenant: u32, seconds: f64) {
-        self.history.push((tenant, seconds));
+    pub(crate) fn finished(&mut self, job: Finished) {
+        self.history.push(job);
     }
 
     /// Every arrival, as it was submitted.
@@ -92,20 +91,32 @@ impl Predictor {
         policy: &dyn crate::Policy,
         job: JobId,
         index: usize,
+        truth: Option<&dyn Fn(&crate::snapshot::JobView) -> f64>,
     ) {
         self.waiting_arrivals += 1;
         if !(self.waiting_arrivals - 1).is_multiple_of(self.options.every.max(1)) {
             return;
         }
-        // Refit the priors when history has grown by a tenth (sorting all of it each time is waste).
-        if self.history.len() > self.priors_from + self.priors_from / 10 || self.priors_from == 0 {
-            self.priors = Priors::from_history(&self.history);
-            self.priors_from = self.history.len();
-        }
+        // The priors depend on the active jobs too (their ages, their cohorts' ages): refit them
+        // for every prediction, as the server does for every forecast.
+        let priors = Priors::from_history(&self.history, &snapshot.jobs);
         let remaining: HashMap<JobId, Remaining> = snapshot
             .jobs
             .iter()
-            .map(|j| (j.id, estimate(j, &self.priors)))
+            .map(|j| {
+                let remaining = match truth {
+                    Some(true_left) if self.options.remaining_from_truth => {
+                        let left = true_left(j);
+                        Remaining {
+                            p10: left,
+                            p50: left,
+                            p90: left,
+                        }
+                    }
+                    _ => estimate(j, &priors),
+                };
+                (j.id, remaining)
+            })
             .collect();
         // Without itself: it has arrived already.
         let recent: Vec<&crate::snapshot::JobView> =
@@ -116,7 +127,7 @@ impl Predictor {
             self.options.arrival_window_s,
             ARRIVALS_AHEAD_S,
             ARRIVALS_CAP,
-            &self.priors,
+            &priors,
         );
         let prediction = predict_start(
             snapshot,

@@ -1,0 +1,108 @@
+//! Cohorts: the jobs of a sweep. One tenant's jobs of one preferred shape submitted in a run, each
+//! within [`COHORT_GAP_S`] of the one before and at most [`COHORT_SPAN_S`] after the first. Their
+//! lengths go together (a sweep's jobs run about as long as each other), which the forecast uses
+//! twice: a cohort is as old as its oldest member (see [`super::estimate`]), and its members'
+//! remaining times are drawn together in a sampled replay.
+
+use crate::snapshot::JobView;
+use drover_core::JobId;
+use std::collections::{BTreeMap, HashMap};
+
+/// Jobs submitted further apart than this start a new cohort.
+pub const COHORT_GAP_S: f64 = 1_800.0;
+/// A cohort spans at most this long from its first submission.
+pub const COHORT_SPAN_S: f64 = 6.0 * 3_600.0;
+
+/// Each active job's cohort, named by a key.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Cohorts {
+    of: HashMap<JobId, u64>,
+}
+
+impl Cohorts {
+    pub fn of(jobs: &[JobView]) -> Cohorts {
+        let mut groups: BTreeMap<(u32, u32, u32), Vec<&JobView>> = BTreeMap::new();
+        for job in jobs {
+            groups
+                .entry((job.tenant, job.preferred.workers, job.preferred.ps))
+                .or_default()
+                .push(job);
+        }
+        let mut of = HashMap::with_capacity(jobs.len());
+        for mut members in groups.into_values() {
+            members.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s));
+            let (mut first_s, mut last_s, mut key) = (f64::NEG_INFINITY, f64::NEG_INFINITY, 0);
+            for job in members {
+                if job.submit_s - last_s > COHORT_GAP_S || job.submit_s - first_s > COHORT_SPAN_S {
+                    first_s = job.submit_s;
+                    key = key_of(job.id);
+                }
+                last_s = job.submit_s;
+                of.insert(job.id, key);
+            }
+        }
+        Cohorts { of }
+    }
+
+    /// The job's cohort; a job not among those given is a cohort of its own.
+    pub fn get(&self, job: JobId) -> u64 {
+        self.of.get(&job).copied().unwrap_or_else(|| key_of(job))
+    }
+}
+
+fn key_of(job: JobId) -> u64 {
+    let id = job.0.as_u128();
+    (id as u64) ^ ((id >> 64) as u64).rotate_left(29)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::Shape;
+
+    fn job(id: u128, tenant: u32, workers: u32, submit_s: f64) -> JobView {
+        JobView {
+            id: JobId(uuid::Uuid::from_u128(id)),
+            tenant,
+            priority: 0,
+            submit_s,
+            workers: crate::snapshot::Range {
+                min: workers,
+                max: workers,
+            },
+            ps: crate::snapshot::Range { min: 0, max: 0 },
+            preferred: Shape { ps: 0, workers },
+            gpus_per_worker: 1,
+            gpu_memory_gb: None,
+            cpus_per_worker: 1,
+            cpus_per_ps: 1,
+            preemptible: true,
+            consolidate: false,
+            placement: None,
+            observed: Default::default(),
+            search: None,
+        }
+    }
+
+    #[test]
+    fn a_sweep_is_one_cohort_across_clock_hours_and_others_are_apart() {
+        // One tenant's 1-worker jobs a minute apart for two hours: one cohort.
+        let mut jobs: Vec<JobView> = (0..120)
+            .map(|i| job(i, 0, 1, 3_000.0 + 60.0 * i as f64))
+            .collect();
+        // The same tenant and shape after a three-hour pause; another shape; another tenant.
+        jobs.push(job(500, 0, 1, 3_000.0 + 60.0 * 119.0 + 3.0 * 3_600.0));
+        jobs.push(job(501, 0, 2, 3_100.0));
+        jobs.push(job(502, 1, 1, 3_100.0));
+        let cohorts = Cohorts::of(&jobs);
+        let sweep = cohorts.get(jobs[0].id);
+        assert!(jobs[..120].iter().all(|j| cohorts.get(j.id) == sweep));
+        for other in &jobs[120..] {
+            assert_ne!(cohorts.get(other.id), sweep, "job {:?}", other.id);
+        }
+        // A chain never spans more than six hours.
+        let long: Vec<JobView> = (0..600).map(|i| job(i, 0, 1, 60.0 * i as f64)).collect();
+        let cohorts = Cohorts::of(&long);
+        assert_ne!(cohorts.get(long[0].id), cohorts.get(long[599].id));
+    }
+}
