@@ -5,7 +5,7 @@
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::store::{Quota, Scope, User};
+use crate::store::{AuthRecord, Quota, Scope, User};
 use axum::extract::FromRequestParts;
 use axum::http::header;
 use axum::http::request::Parts;
@@ -160,14 +160,65 @@ pub fn csrf_matches(session: &str, given: &str) -> bool {
             == 0
 }
 
+/// Tokens this server found valid in the last [`TokenCache::TTL`], so a busy client's requests do
+/// not each look their token up in the database. A token revoked or a quota changed through this
+/// server takes effect at once ([`TokenCache::forget_all`]); through another replica, within the TTL.
+/// Unknown tokens are never cached, so a guesser always reaches the database (and the rate limit).
+#[derive(Debug, Default)]
+pub struct TokenCache {
+    entries:
+        std::sync::Mutex<std::collections::HashMap<[u8; 32], (std::time::Instant, AuthRecord)>>,
+}
+
+impl TokenCache {
+    pub const TTL: std::time::Duration = std::time::Duration::from_secs(2);
+    /// Tokens remembered at most; past that, the expired ones are dropped, then all.
+    const CAPACITY: usize = 4096;
+
+    fn get(&self, hash: &[u8; 32]) -> Option<AuthRecord> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries
+            .get(hash)
+            .filter(|(at, _)| at.elapsed() < Self::TTL)
+            .map(|(_, record)| record.clone())
+    }
+
+    fn put(&self, hash: [u8; 32], record: AuthRecord) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() >= Self::CAPACITY {
+            entries.retain(|_, (at, _)| at.elapsed() < Self::TTL);
+            if entries.len() >= Self::CAPACITY {
+                entries.clear();
+            }
+        }
+        entries.insert(hash, (std::time::Instant::now(), record));
+    }
+
+    /// Forgets every token: after a revocation or a change to what a token's record holds.
+    pub fn forget_all(&self) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+}
+
 impl Principal {
     /// The user a token (API or session) belongs to, if it is known, unrevoked and unexpired.
     pub async fn from_token(state: &AppState, token: &str) -> Result<Principal, ApiError> {
-        let record = state
-            .store
-            .find_token(&hash_token(token))
-            .await?
-            .ok_or_else(|| ApiError::unauthenticated("invalid token"))?;
+        let hash = hash_token(token);
+        let record = match state.tokens.get(&hash) {
+            Some(record) => record,
+            None => {
+                let record = state
+                    .store
+                    .find_token(&hash)
+                    .await?
+                    .ok_or_else(|| ApiError::unauthenticated("invalid token"))?;
+                state.tokens.put(hash, record.clone());
+                record
+            }
+        };
         if record.token.revoked_at.is_some() {
             return Err(ApiError::unauthenticated("this token was revoked"));
         }

@@ -1,10 +1,12 @@
 //! Shared state of the HTTP handlers.
 
+use crate::auth::TokenCache;
 use crate::cluster::Runtime;
 use crate::limits::{Buckets, Limits};
 use crate::metrics::Metrics;
 use crate::secrets::SecretBox;
 use crate::store::Store;
+use crate::submissions::Submissions;
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -26,6 +28,10 @@ pub struct AppInner {
     pub request_buckets: Arc<Buckets<[u8; 32]>>,
     /// Turns true when the server stops: long requests (followed logs) end so it can.
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    /// Job submissions, stored in shared transactions (group commit).
+    pub submissions: Arc<Submissions>,
+    /// Tokens recently found valid.
+    pub tokens: Arc<TokenCache>,
 }
 
 impl AppState {
@@ -39,6 +45,8 @@ impl AppState {
             limits: Limits::NONE,
             request_buckets: Arc::new(Buckets::new(Limits::NONE.requests)),
             stopping: tokio::sync::watch::channel(false).1,
+            submissions: Arc::default(),
+            tokens: Arc::default(),
         }))
     }
 
@@ -77,6 +85,8 @@ impl AppState {
             limits: shared.limits,
             request_buckets: shared.request_buckets.clone(),
             stopping: shared.stopping.clone(),
+            submissions: shared.submissions.clone(),
+            tokens: shared.tokens.clone(),
         })
     }
 

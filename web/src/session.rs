@@ -152,6 +152,7 @@ pub async fn logout(
     if let Err(err) = state.store.revoke_token(session.principal.token_id).await {
         return crate::error_page(err.into());
     }
+    state.tokens.forget_all();
     let mut response = to_login("/", Some("signed out"));
     set_cookie(&mut response, &headers, "", 0);
     response

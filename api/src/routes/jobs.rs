@@ -130,7 +130,7 @@ pub async fn create_job(
             idempotency_key: idempotency_key.clone(),
             created_at: Utc::now(),
         };
-        match state.store.create_job(&new_job).await {
+        match state.submissions.create(&state.store, new_job).await {
             Err(StoreError::Conflict { field, .. })
                 if prefix.is_some() && field == "metadata.name" && attempt < 8 =>
             {

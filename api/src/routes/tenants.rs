@@ -173,6 +173,7 @@ pub async fn set_quota(
     })?;
     let tenant = visible_tenant(&state, &principal, &name).await?;
     let tenant = state.store.set_tenant_quota(tenant.id, quota).await?;
+    state.tokens.forget_all();
     tracing::info!(tenant.id = %tenant.id, "tenant quota set");
     crate::audit::record(
         state.store.as_ref(),

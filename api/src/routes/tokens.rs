@@ -182,6 +182,7 @@ pub async fn revoke(
 ) -> ApiResult<Json<TokenEnvelope>> {
     let token = visible_token(&state, &principal, &id).await?;
     let token = state.store.revoke_token(token.id).await?;
+    state.tokens.forget_all();
     tracing::info!(token.id = %token.id, "token revoked");
     crate::audit::record(
         state.store.as_ref(),

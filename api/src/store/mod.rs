@@ -148,6 +148,10 @@ pub trait Store:
     /// used in the tenant, returns the first job instead (`created` is false), or
     /// [`StoreError::IdempotencyMismatch`] when the request differs.
     async fn create_job(&self, job: &NewJob) -> StoreResult<Created<Job>>;
+    /// Stores several new jobs `queued`, with their submission events, in one transaction (group
+    /// commit). A job that breaks a uniqueness rule (its name taken, its idempotency key used) is
+    /// left out, not an error: the answer says, per job, whether it was stored.
+    async fn create_jobs(&self, jobs: &[NewJob]) -> StoreResult<Vec<bool>>;
     /// The tenant's job created with this idempotency key, whatever the request was.
     async fn job_by_key(&self, tenant: TenantId, key: &str) -> StoreResult<Option<Job>>;
     async fn get_job(&self, scope: Scope, id: JobId) -> StoreResult<Job>;

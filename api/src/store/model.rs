@@ -95,6 +95,31 @@ pub struct NewJob {
     pub created_at: DateTime<Utc>,
 }
 
+impl NewJob {
+    /// The job as stored: queued, generation 0, its submission as its last change.
+    pub fn queued(&self) -> Job {
+        Job {
+            id: self.id,
+            tenant_id: self.tenant_id,
+            tenant_name: self.tenant_name.clone(),
+            name: self.name.clone(),
+            job_type: self.job_type,
+            state: JobState::Queued,
+            reason: ReasonCode::Submitted,
+            message: "submitted".to_owned(),
+            priority: self.priority,
+            max_gpus: self.max_gpus,
+            labels: self.labels.clone(),
+            document: Some(std::sync::Arc::new(self.document.clone())),
+            submitted_by: self.submitted_by,
+            created_at: self.created_at,
+            updated_at: self.created_at,
+            generation: 0,
+            restarts: 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Job {
     pub id: JobId,

@@ -522,28 +522,61 @@ macro_rules! impl_store {
                     .execute(&mut *tx)
                     .await?;
                 tx.commit().await?;
-                Ok(Created {
-                    value: Job {
-                        id: job.id,
-                        tenant_id: job.tenant_id,
-                        tenant_name: job.tenant_name.clone(),
-                        name: job.name.clone(),
-                        job_type: job.job_type,
-                        state: JobState::Queued,
-                        reason: ReasonCode::Submitted,
-                        message: "submitted".to_owned(),
-                        priority: job.priority,
-                        max_gpus: job.max_gpus,
-                        labels: job.labels.clone(),
-                        document: Some(std::sync::Arc::new(job.document.clone())),
-                        submitted_by: job.submitted_by,
-                        created_at: job.created_at,
-                        updated_at: job.created_at,
-                        generation: 0,
-                        restarts: 0,
-                    },
-                    created: true,
-                })
+                Ok(Created { value: job.queued(), created: true })
+            }
+
+            async fn create_jobs(&self, jobs: &[NewJob]) -> StoreResult<Vec<bool>> {
+                if jobs.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut tx = self.pool.begin_with(Self::BEGIN_WRITE).await?;
+                let mut insert = sqlx::QueryBuilder::<$db>::new(
+                    "INSERT INTO jobs (id, tenant_id, name, job_type, state, reason, message, priority, max_gpus, \
+                     labels, document, schema_version, submitted_by, idempotency_key, request_hash, created_at, \
+                     updated_at) ",
+                );
+                insert.push_values(jobs, |mut row, job| {
+                    row.push_bind(job.id.0)
+                        .push_bind(job.tenant_id.0)
+                        .push_bind(job.name.as_str())
+                        .push_bind(job.job_type.as_str())
+                        .push_bind(JobState::Queued.as_str())
+                        .push_bind(ReasonCode::Submitted.as_str())
+                        .push_bind("submitted")
+                        .push_bind(job.priority)
+                        .push_bind(job.max_gpus)
+                        .push_bind(Json(&job.labels))
+                        .push_bind(Json(&job.document))
+                        .push_bind(drover_core::spec::SPEC_SCHEMA_VERSION)
+                        .push_bind(job.submitted_by.0)
+                        .push_bind(job.idempotency_key.as_deref())
+                        .push_bind(job.request_hash.as_ref().map(|h| h.as_slice()))
+                        .push_bind(job.created_at)
+                        .push_bind(job.created_at);
+                });
+                // A row that breaks a uniqueness rule (a taken name, a reused idempotency key) is left
+                // out; the caller submits it alone, which tells a retry from a conflict.
+                insert.push(" ON CONFLICT DO NOTHING RETURNING id");
+                let ids: Vec<(uuid::Uuid,)> = insert.build_query_as().fetch_all(&mut *tx).await?;
+                let ids: std::collections::HashSet<uuid::Uuid> = ids.into_iter().map(|(id,)| id).collect();
+                let inserted: Vec<bool> = jobs.iter().map(|job| ids.contains(&job.id.0)).collect();
+                if !ids.is_empty() {
+                    let mut events = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO job_events (job_id, from_state, to_state, reason, message, actor, created_at) ",
+                    );
+                    events.push_values(jobs.iter().filter(|job| ids.contains(&job.id.0)), |mut row, job| {
+                        row.push_bind(job.id.0)
+                            .push_bind(None::<&str>)
+                            .push_bind(JobState::Queued.as_str())
+                            .push_bind(ReasonCode::Submitted.as_str())
+                            .push_bind("submitted")
+                            .push_bind(Some(job.submitted_by.0))
+                            .push_bind(job.created_at);
+                    });
+                    events.build().execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                Ok(inserted)
             }
 
             async fn job_by_key(&self, tenant: TenantId, key: &str) -> StoreResult<Option<Job>> {

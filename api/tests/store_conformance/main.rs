@@ -11,9 +11,11 @@ use drover_core::{JobId, JobState, ReasonCode, Role, TenantId, UserId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+mod batches;
 mod execution;
 mod experiments;
 mod trust;
+use batches::*;
 use execution::*;
 use experiments::*;
 use trust::*;
@@ -48,6 +50,7 @@ conformance!(
     tokens_are_found_by_hash_and_revoked,
     jobs_round_trip_and_stay_in_their_tenant,
     job_names_are_unique_per_tenant,
+    batched_submissions_leave_out_conflicts,
     idempotency_keys_return_the_first_job,
     concurrent_retries_create_one_job,
     listing_filters_and_paginates,
