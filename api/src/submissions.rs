@@ -81,6 +81,11 @@ async fn flush_loop(store: Arc<dyn Store>, receiver: Arc<Mutex<mpsc::Receiver<Pe
 }
 
 async fn flush(store: &dyn Store, batch: &mut Vec<Pending>) {
+    // Two batches inserting the same names in opposite orders could deadlock in the database (then
+    // one fails and is retried job by job); inserting in name order, they cannot.
+    batch.sort_unstable_by(|a, b| {
+        (a.job.tenant_id, &a.job.name).cmp(&(b.job.tenant_id, &b.job.name))
+    });
     let (jobs, replies): (Vec<NewJob>, Vec<_>) = batch.drain(..).map(|p| (p.job, p.reply)).unzip();
     let stored = match store.create_jobs(&jobs).await {
         Ok(stored) => stored,

@@ -1,9 +1,11 @@
 //! Job-submission load generator, run as its own process against a running `drover server`.
 //!
 //! `drover-loadgen run` keeps `--clients` submissions in flight for `--duration` and prints the rate and
-//! latency percentiles. `drover-loadgen pgbench-script` prints a pgbench script that executes the same SQL
-//! statements one submission executes (the token lookup, then the job and its event in one transaction),
-//! so `scripts/bench-submit` can compare Drover with the database alone.
+//! latency percentiles. `drover-loadgen pgbench-script` prints a pgbench script that executes the SQL
+//! one submission would execute on its own (the token lookup, then the job and its event in one
+//! transaction), so `scripts/bench-submit` can compare Drover with the database alone. (The server
+//! stores concurrent submissions in shared transactions and remembers tokens, so under load it runs
+//! less than that per submission.)
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};

@@ -9,8 +9,9 @@ use super::{StoreError, StoreResult};
 use drover_core::JobState;
 use std::str::FromStr;
 
-/// The statements one job submission runs, in order, besides the token lookup ([`FIND_TOKEN`]).
-/// The submission benchmark replays exactly these through `pgbench`.
+/// The statements one job submission stored on its own runs, in order, besides the token lookup
+/// ([`FIND_TOKEN`]); concurrent submissions are stored together (`create_jobs`). The submission
+/// benchmark replays exactly these through `pgbench`.
 pub const INSERT_JOB: &str = "INSERT INTO jobs (id, tenant_id, name, job_type, state, reason, message, \
      priority, max_gpus, labels, document, schema_version, submitted_by, idempotency_key, request_hash, \
      created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16)";

@@ -23,6 +23,7 @@ mod kubernetes_mirror;
 mod limits;
 mod queue_usage;
 mod security;
+mod submissions;
 
 const ADMIN_TOKEN: &str = "drv_test-admin-token-0123456789";
 const MAX_BODY: usize = 64 * 1024;
