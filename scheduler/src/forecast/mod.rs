@@ -13,14 +13,15 @@
 
 mod cohort;
 mod estimate;
+mod lengths;
 mod replay;
 
 pub use cohort::{COHORT_GAP_S, COHORT_SPAN_S, Cohorts};
 
 pub use estimate::{
-    Finished, Lengths, NO_HISTORY, Priors, Quantiles, Remaining, TENANT_HISTORY_MIN, estimate,
-    size_class, work_done_s,
+    Finished, NO_HISTORY, Priors, Remaining, TENANT_HISTORY_MIN, estimate, size_class, work_done_s,
 };
+pub use lengths::{Lengths, Quantiles};
 
 use crate::plan::{JobPlan, Plan, WaitReason};
 use crate::policy::{Policy, PolicyError};
