@@ -140,6 +140,17 @@ impl TestApp {
         .await
     }
 
+    async fn submit_yaml_with_key(&self, token: &str, yaml: &str, key: &str) -> Reply {
+        self.call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(token),
+            Some(("application/yaml", yaml.as_bytes().to_vec())),
+            &[("idempotency-key", key)],
+        )
+        .await
+    }
+
     async fn job_count(&self) -> usize {
         let reply = self.get("/api/v1/jobs?limit=500", ADMIN_TOKEN).await;
         reply.body["jobs"].as_array().unwrap().len()
@@ -358,19 +369,7 @@ async fn submit_get_list_cancel_and_events() {
 #[tokio::test]
 async fn idempotency_key_returns_the_first_job_never_a_twin() {
     let app = TestApp::new().await;
-    let send = |body: &'static str| {
-        let app = &app;
-        async move {
-            app.call(
-                Method::POST,
-                "/api/v1/jobs",
-                Some(ADMIN_TOKEN),
-                Some(("application/yaml", body.as_bytes().to_vec())),
-                &[("idempotency-key", "retry-1")],
-            )
-            .await
-        }
-    };
+    let send = |body: &'static str| app.submit_yaml_with_key(ADMIN_TOKEN, body, "retry-1");
     let first = send(EXAMPLE).await;
     assert_eq!(first.status, StatusCode::CREATED);
     let retry = send(EXAMPLE).await;

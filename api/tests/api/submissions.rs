@@ -3,7 +3,7 @@
 //! the first job.
 
 use super::{ADMIN_TOKEN, TestApp, named};
-use axum::http::{Method, StatusCode};
+use axum::http::StatusCode;
 use std::collections::{BTreeMap, BTreeSet};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -17,19 +17,8 @@ async fn concurrent_submissions_each_get_their_own_answer() {
             (name.clone(), reply)
         }
     });
-    let keyed = (0..8).map(|_| {
-        let app = &app;
-        async move {
-            app.call(
-                Method::POST,
-                "/api/v1/jobs",
-                Some(ADMIN_TOKEN),
-                Some(("application/yaml", named("keyed").into_bytes())),
-                &[("idempotency-key", "burst-key")],
-            )
-            .await
-        }
-    });
+    let keyed_job = named("keyed");
+    let keyed = (0..8).map(|_| app.submit_yaml_with_key(ADMIN_TOKEN, &keyed_job, "burst-key"));
     let (plain, keyed) = tokio::join!(
         futures::future::join_all(plain),
         futures::future::join_all(keyed)

@@ -114,7 +114,8 @@ impl Policy for Slicer {
     }
 }
 
-fn one_job_workload(nodes: u32, trace: &str) -> Workload {
+/// The trace's jobs on `nodes` two-GPU nodes, each fixed at one worker and no PS.
+fn one_worker_workload(nodes: u32, trace: &str) -> Workload {
     let models_path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../shared/models/ps_worker_speed.txt"
@@ -143,7 +144,7 @@ fn one_job_workload(nodes: u32, trace: &str) -> Workload {
 
 #[test]
 fn a_suspended_job_resumed_on_another_node_pays_a_migration() {
-    let workload = one_job_workload(2, "submit_s,duration_s,gpus,tenant\n0,3600,1,a\n");
+    let workload = one_worker_workload(2, "submit_s,duration_s,gpus,tenant\n0,3600,1,a\n");
     let run = |resume_on: u32| {
         let mut policy = Slicer {
             resume_on: NodeId(resume_on),
@@ -188,31 +189,10 @@ impl Stopwatch for Frozen {
 
 #[test]
 fn an_arrival_placed_on_a_busy_gpu_fails_the_invariants() {
-    let models_path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/models/ps_worker_speed.txt"
-    );
-    let Ok(text) = std::fs::read_to_string(models_path) else {
-        panic!("{models_path} must exist: shared/ sits beside the checkout");
-    };
-    let Ok(models) = super::super::parse_models(&text) else {
-        panic!("the measurements parse");
-    };
-    let Ok(trace) = super::super::parse_trace(
-        "submit_s,duration_s,gpus,tenant\n0,3600,1,a\n10,3600,1,b\n",
-        &super::super::TraceFilter::default(),
-    ) else {
-        panic!("the trace parses");
-    };
-    let mut workload = super::super::build_workload(
-        &trace,
-        &models,
-        crate::cluster::uniform_cluster(1, 2, 64, 32),
+    let workload = one_worker_workload(
         1,
+        "submit_s,duration_s,gpus,tenant\n0,3600,1,a\n10,3600,1,b\n",
     );
-    for job in &mut workload.jobs {
-        job.view.workers = crate::snapshot::Range { min: 1, max: 1 };
-    }
     let result = simulate(
         &workload,
         &mut FirstGpu,
