@@ -91,6 +91,55 @@ impl<'a> MatRef<'a> {
     }
 }
 
+/// A writable matrix over a slice: row-major with a row stride, so it can be a block of columns of a
+/// wider matrix. Made only by [`MatMut::row_major`] and [`MatMut::columns`], so it never reaches past
+/// its slice.
+#[derive(Debug)]
+pub struct MatMut<'a> {
+    data: &'a mut [f32],
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+}
+
+impl<'a> MatMut<'a> {
+    /// `data` as a row-major `rows × cols` matrix.
+    ///
+    /// # Panics
+    /// When `data` does not hold exactly `rows × cols` values (a bug in the caller's shapes).
+    pub fn row_major(data: &'a mut [f32], rows: usize, cols: usize) -> Self {
+        MatRef::row_major(data, rows, cols);
+        Self {
+            data,
+            rows,
+            cols,
+            row_stride: cols,
+        }
+    }
+
+    /// Columns `from..from + cols` of a row-major `rows × stride` matrix over `data`.
+    ///
+    /// # Panics
+    /// When `data` does not hold exactly `rows × stride` values or the columns run past a row.
+    pub fn columns(
+        data: &'a mut [f32],
+        rows: usize,
+        stride: usize,
+        from: usize,
+        cols: usize,
+    ) -> Self {
+        let view = MatRef::columns(data, rows, stride, from, cols);
+        let (rows, cols) = (view.rows, view.cols);
+        let from = from.min(data.len());
+        Self {
+            data: &mut data[from..],
+            rows,
+            cols,
+            row_stride: stride,
+        }
+    }
+}
+
 /// `dst = a · b`, or `dst += a · b` when `accumulate`; `dst` is row-major `a.rows × b.cols`. Runs on
 /// rayon's pool; the kernels split the output among threads, never the inner dimension, so a product
 /// comes out the same on every run (exact resume relies on it).
@@ -98,11 +147,11 @@ impl<'a> MatRef<'a> {
 /// # Panics
 /// When the shapes do not agree (a bug in the caller's shapes).
 pub fn matmul(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
-    let (m, k, n) = (a.rows, a.cols, b.cols);
+    let (m, n) = (a.rows, b.cols);
     assert_eq!(
-        k, b.rows,
-        "inner dimensions of a {m}×{k} · {}×{n} product",
-        b.rows
+        a.cols, b.rows,
+        "inner dimensions of a {m}×{} · {}×{n} product",
+        a.cols, b.rows
     );
     assert_eq!(
         dst.len(),
@@ -110,35 +159,69 @@ pub fn matmul(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
         "a {m}×{n} product into {} values",
         dst.len()
     );
+    let parallelism = match rayon::current_num_threads() {
+        1 => gemm::Parallelism::None,
+        threads => gemm::Parallelism::Rayon(threads),
+    };
+    product(MatMut::row_major(dst, m, n), a, b, accumulate, parallelism);
+}
+
+/// [`matmul`] into any writable view, on the calling thread alone: for many small products that the
+/// caller runs in parallel itself (attention's, one per sequence and head).
+///
+/// # Panics
+/// When the shapes do not agree (a bug in the caller's shapes).
+pub fn matmul_serial(dst: MatMut<'_>, a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
+    product(dst, a, b, accumulate, gemm::Parallelism::None);
+}
+
+fn product(
+    dst: MatMut<'_>,
+    a: MatRef<'_>,
+    b: MatRef<'_>,
+    accumulate: bool,
+    parallelism: gemm::Parallelism,
+) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    assert_eq!(
+        k, b.rows,
+        "inner dimensions of a {m}×{k} · {}×{n} product",
+        b.rows
+    );
+    assert!(
+        dst.rows == m && dst.cols == n,
+        "a {m}×{n} product into a {}×{} matrix",
+        dst.rows,
+        dst.cols
+    );
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
         if !accumulate {
-            dst.fill(0.0);
+            for row in dst.data.chunks_mut(dst.row_stride) {
+                row[..n].fill(0.0);
+            }
         }
         return;
     }
-    let parallelism = match rayon::current_num_threads() {
-        1 => gemm::Parallelism::None,
-        threads => gemm::Parallelism::Rayon(threads),
-    };
     // SAFETY: `a` and `b` never reach past their slices (see `MatRef`): with positive strides the
     // largest offset the kernel reads is (rows−1)·row_stride + (cols−1)·col_stride, which is len−1
     // for a row-major view and for its transpose alike, and for a block of columns `from..from+cols`
     // of a `rows × stride` matrix (its slice starting at `from`) (rows−1)·stride + cols − 1 ≤
-    // rows·stride − from − 1 = len − 1, transposed or not. `dst` is row-major m×n over exactly m·n
-    // values, and being a unique borrow it cannot overlap `a` or `b`. Strides are at most the length
-    // of the matrix a view was made from, so they fit in an isize. With `read_dst` false the kernel
-    // only writes `dst`.
+    // rows·stride − from − 1 = len − 1, transposed or not. `dst` is such a view too (row-major, or a
+    // block of columns), m×n as just checked, so the kernel writes only inside its slice; being a
+    // unique borrow it cannot overlap `a` or `b`. Strides are at most the length of the matrix a
+    // view was made from, so they fit in an isize. With `read_dst` false the kernel only writes
+    // `dst`.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst.data.as_mut_ptr(),
             1,
-            n as isize,
+            dst.row_stride as isize,
             accumulate,
             a.data.as_ptr(),
             a.col_stride as isize,
@@ -224,6 +307,37 @@ mod tests {
             let expected: f32 = (5..16).map(|i| a[r * 20 + i] * b[c * 20 + i]).sum();
             assert!((v - expected).abs() < 1e-4, "{r},{c}: {v} vs {expected}");
         }
+    }
+
+    #[test]
+    fn a_product_into_a_block_of_columns_leaves_the_other_columns_alone() {
+        // dst[:, 4..7] = A · B for A (5×3) and B (3×3), dst 5×10 full of 9s; then += the same.
+        let (a, b) = (values(15, 5), values(9, 6));
+        let (a, b) = (MatRef::row_major(&a, 5, 3), MatRef::row_major(&b, 3, 3));
+        let expected = naive(a, b);
+        let mut dst = vec![9.0f32; 50];
+        matmul_serial(MatMut::columns(&mut dst, 5, 10, 4, 3), a, b, false);
+        matmul_serial(MatMut::columns(&mut dst, 5, 10, 4, 3), a, b, true);
+        for (index, v) in dst.iter().enumerate() {
+            let (r, c) = (index / 10, index % 10);
+            if (4..7).contains(&c) {
+                let e = 2.0 * expected[r * 3 + c - 4];
+                assert!((v - e).abs() < 1e-4, "{r},{c}: {v} vs {e}");
+            } else {
+                assert_eq!(*v, 9.0, "{r},{c}");
+            }
+        }
+        // An empty inner dimension zeroes only the block.
+        matmul_serial(
+            MatMut::columns(&mut dst, 5, 10, 7, 3),
+            MatRef::row_major(&[], 5, 0),
+            MatRef::row_major(&[], 0, 3),
+            false,
+        );
+        assert!(
+            dst.chunks(10)
+                .all(|row| row[7..] == [0.0; 3] && row[0] == 9.0)
+        );
     }
 
     #[test]

@@ -98,6 +98,8 @@ pub struct Run {
     options: TrainOptions,
     /// The host buffer a classification batch is gathered into, kept from step to step.
     batch_values: Vec<f32>,
+    /// A language model batch's input and target tokens, kept likewise.
+    batch_tokens: (Vec<u32>, Vec<u32>),
     /// The last applied step's gradient buffers, handed back to the model to fill again.
     spare_grads: Vec<Vec<f32>>,
     /// Set when the run trains on its device without the host in each step (a GPU run of one
@@ -155,6 +157,7 @@ impl Run {
             data,
             options,
             batch_values: Vec::new(),
+            batch_tokens: (Vec::new(), Vec::new()),
             spare_grads: Vec::new(),
             resident: None,
         };
@@ -326,7 +329,25 @@ impl Run {
                     Tensor::from_vec(labels, rows.len(), device)?,
                 )
             }
-            Data::Text(t) => text_batch(&t.train, &rows, self.context(), device)?,
+            Data::Text(t) => {
+                let context = self.context();
+                if device.is_cpu() {
+                    let (tokens, targets) = &mut self.batch_tokens;
+                    text_windows(&t.train, &rows, context, tokens, targets);
+                    let mut grads = std::mem::take(&mut self.spare_grads);
+                    if let Some(result) = self.model.token_gradients(
+                        &self.params,
+                        tokens,
+                        targets,
+                        &mut self.rng,
+                        &mut grads,
+                    ) {
+                        let batch = result?;
+                        return Ok((batch.loss, batch.correct, targets.len(), grads));
+                    }
+                }
+                text_batch(&t.train, &rows, context, device)?
+            }
         };
         self.params.sync_if_stale()?;
         let logits = self.model.forward(&input, true, &mut self.rng)?;
@@ -521,19 +542,31 @@ impl Run {
     }
 }
 
+/// The input and target tokens of a batch of windows (each target the token after its input).
+fn text_windows(
+    tokens: &[u32],
+    windows: &[u32],
+    context: usize,
+    input: &mut Vec<u32>,
+    target: &mut Vec<u32>,
+) {
+    input.clear();
+    target.clear();
+    for &w in windows {
+        let start = w as usize * context;
+        input.extend_from_slice(&tokens[start..start + context]);
+        target.extend_from_slice(&tokens[start + 1..start + context + 1]);
+    }
+}
+
 fn text_batch(
     tokens: &[u32],
     windows: &[u32],
     context: usize,
     device: &Device,
 ) -> anyhow::Result<(Tensor, Tensor)> {
-    let mut input = Vec::with_capacity(windows.len() * context);
-    let mut target = Vec::with_capacity(windows.len() * context);
-    for &w in windows {
-        let start = w as usize * context;
-        input.extend_from_slice(&tokens[start..start + context]);
-        target.extend_from_slice(&tokens[start + 1..start + context + 1]);
-    }
+    let (mut input, mut target) = (Vec::new(), Vec::new());
+    text_windows(tokens, windows, context, &mut input, &mut target);
     Ok((
         Tensor::from_vec(input, (windows.len(), context), device)?,
         Tensor::from_vec(target, windows.len() * context, device)?,

@@ -1,6 +1,7 @@
 //! The character-level transformer language model.
 
 use super::*;
+use crate::models::transformer::{Shape, Step};
 
 #[derive(Debug)]
 struct LayerNorm {
@@ -38,7 +39,8 @@ struct Block {
 }
 
 /// A GPT-style character model: token and position embeddings, pre-norm blocks of causal
-/// self-attention and a 4× MLP, a final norm and a linear head.
+/// self-attention and a 4× MLP, a final norm and a linear head. On the host its training step is
+/// written by hand (`transformer.rs`); elsewhere (a GPU) it goes through candle's autograd.
 #[derive(Debug)]
 pub struct CharLm {
     wte: Var,
@@ -50,6 +52,10 @@ pub struct CharLm {
     d_model: usize,
     context: usize,
     dropout: f64,
+    /// Index in `Params` of `wte`; the other parameters follow in the order `new` registers them.
+    first_param: usize,
+    vocab: usize,
+    step: Step,
 }
 
 impl CharLm {
@@ -70,6 +76,7 @@ impl CharLm {
         if heads == 0 || !d_model.is_multiple_of(heads) {
             invalid!("d_model {d_model} must be a multiple of heads {heads}");
         }
+        let first_param = params.len();
         let wte = params.add("wte", &[vocab, d_model], normal(rng, vocab * d_model, 0.02))?;
         let wpe = params.add(
             "wpe",
@@ -100,6 +107,9 @@ impl CharLm {
             d_model,
             context,
             dropout,
+            first_param,
+            vocab,
+            step: Step::default(),
         })
     }
 
@@ -134,6 +144,26 @@ impl CharLm {
 }
 
 impl Model for CharLm {
+    fn token_gradients(
+        &mut self,
+        params: &Params,
+        tokens: &[u32],
+        targets: &[u32],
+        rng: &mut Rng,
+        grads: &mut Vec<Vec<f32>>,
+    ) -> Option<Result<BatchLoss>> {
+        let shape = Shape {
+            first_param: self.first_param,
+            layers: self.blocks.len(),
+            heads: self.heads,
+            d: self.d_model,
+            context: self.context,
+            vocab: self.vocab,
+            dropout: self.dropout,
+        };
+        Some(self.step.run(&shape, params, tokens, targets, rng, grads))
+    }
+
     fn forward(&self, input: &Tensor, train: bool, rng: &mut Rng) -> Result<Tensor> {
         let (b, t) = input.dims2()?;
         if t > self.context {
@@ -161,5 +191,90 @@ impl Model for CharLm {
         }
         let logits = self.head.forward(&self.ln_f.forward(&x)?)?;
         logits.reshape((b * t, ()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VOCAB: usize = 11;
+    const CONTEXT: usize = 6;
+
+    /// A model whose every parameter is drawn large enough (±0.6; norms' scales around 1) that
+    /// attention is far from uniform and a wrong gradient anywhere shows.
+    fn model(heads: usize, dropout: f64) -> (CharLm, Params) {
+        let mut params = Params::new(&Device::Cpu);
+        let lm = CharLm::new(
+            &mut params,
+            &mut Rng::seed(3),
+            VOCAB,
+            2,
+            heads,
+            8,
+            CONTEXT,
+            dropout,
+        )
+        .expect("model");
+        let mut rng = Rng::seed(4);
+        for (name, values) in params.names.iter().zip(&mut params.values) {
+            let centre = if name.contains("ln") && name.ends_with("weight") {
+                1.0
+            } else {
+                0.0
+            };
+            for v in values.iter_mut() {
+                *v = centre + rng.uniform_in(-0.6, 0.6);
+            }
+        }
+        params.sync().expect("sync");
+        (lm, params)
+    }
+
+    fn manual_and_autograd_agree(heads: usize, dropout: f64) {
+        let (mut lm, params) = model(heads, dropout);
+        let tokens: Vec<u32> = (0..3 * CONTEXT).map(|i| (i * 7 % VOCAB) as u32).collect();
+        let targets: Vec<u32> = (0..3 * CONTEXT)
+            .map(|i| ((i * 5 + 1) % VOCAB) as u32)
+            .collect();
+        let input = Tensor::from_slice(&tokens, (3, CONTEXT), &Device::Cpu).expect("input");
+        assert_step_matches_autograd(&mut lm, &params, &input, &targets, |m, rng, grads| {
+            m.token_gradients(&params, &tokens, &targets, rng, grads)
+        });
+    }
+
+    #[test]
+    fn the_hand_written_transformer_backward_matches_autograd() {
+        manual_and_autograd_agree(2, 0.0);
+        manual_and_autograd_agree(1, 0.0);
+    }
+
+    #[test]
+    fn with_dropout_the_hand_written_transformer_draws_the_same_masks_as_autograd() {
+        manual_and_autograd_agree(2, 0.25);
+    }
+
+    #[test]
+    fn a_batch_of_partial_sequences_or_an_unknown_token_is_refused() {
+        let (mut lm, params) = model(2, 0.0);
+        let mut grads = Vec::new();
+        let mut rng = Rng::seed(0);
+        let mut step = |tokens: &[u32], targets: &[u32]| {
+            lm.token_gradients(&params, tokens, targets, &mut rng, &mut grads)
+                .expect("a hand-written step")
+                .expect_err("refused")
+                .to_string()
+        };
+        let partial = step(&[0; CONTEXT + 1], &[0; CONTEXT + 1]);
+        assert!(partial.contains("whole sequences of 6 tokens"), "{partial}");
+        let short = step(&[0; CONTEXT], &[0; CONTEXT - 1]);
+        assert!(short.contains("6 tokens and 5 targets"), "{short}");
+        let mut bad = [1; CONTEXT];
+        bad[3] = VOCAB as u32;
+        let unknown = step(&bad, &[0; CONTEXT]);
+        assert!(
+            unknown.contains("token 11 is out of range for a vocabulary of 11"),
+            "{unknown}"
+        );
     }
 }

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::linalg::{MatRef, matmul};
+use crate::models::vector::vectorised;
 use rayon::prelude::*;
 
 /// Values per parallel piece of an elementwise pass: large enough that splitting costs nothing
@@ -200,39 +201,49 @@ fn activate(z: &mut [f32], bias: &[f32], dropout: f64, rng: &mut Rng) {
         return;
     }
     let rows_per_piece = (PIECE / cols.max(1)).max(1);
-    z.par_chunks_mut(rows_per_piece * cols).for_each(|piece| {
-        for row in piece.chunks_exact_mut(cols) {
+    z.par_chunks_mut(rows_per_piece * cols)
+        .for_each(|piece| bias_relu(piece, bias));
+}
+
+vectorised! {
+    /// `max(z + bias, 0)` on every row.
+    fn bias_relu<'a>(z: &'a mut [f32], bias: &'a [f32]) {
+        for row in z.chunks_exact_mut(bias.len()) {
             for (v, b) in row.iter_mut().zip(bias) {
                 let pre = *v + b;
                 *v = if pre > 0.0 { pre } else { 0.0 };
             }
         }
-    });
+    }
 }
 
 /// `delta ⊙ (gate where the layer's output is positive, else 0)`. Without dropout the gate is 1 and
 /// this is a select, not a product: a saturated softmax makes many of these values subnormal, and
 /// arithmetic on subnormals is an order of magnitude slower on x86.
 fn gate_by(delta: &mut [f32], output: &[f32], gate: f32) {
-    let pieces = delta.par_chunks_mut(PIECE).zip(output.par_chunks(PIECE));
-    if gate == 1.0 {
-        pieces.for_each(|(delta, output)| {
+    delta
+        .par_chunks_mut(PIECE)
+        .zip(output.par_chunks(PIECE))
+        .for_each(|(delta, output)| gate_piece(delta, output, gate));
+}
+
+vectorised! {
+    fn gate_piece<'a>(delta: &'a mut [f32], output: &'a [f32], gate: f32) {
+        if gate == 1.0 {
             for (d, &o) in delta.iter_mut().zip(output) {
                 *d = if o > 0.0 { *d } else { 0.0 };
             }
-        });
-    } else {
-        pieces.for_each(|(delta, output)| {
+        } else {
             for (d, &o) in delta.iter_mut().zip(output) {
                 *d = if o > 0.0 { *d * gate } else { 0.0 };
             }
-        });
+        }
     }
 }
 
 /// The column sums of a row-major matrix, each adding the rows in order: the same on any number of
 /// threads.
-fn column_sums(matrix: &[f32], cols: usize, sums: &mut [f32]) {
+pub(super) fn column_sums(matrix: &[f32], cols: usize, sums: &mut [f32]) {
     const COLUMNS: usize = 256;
     sums.par_chunks_mut(COLUMNS)
         .enumerate()

@@ -6,6 +6,7 @@ use crate::params::Params;
 use crate::rng::Rng;
 use candle_core::{D, DType, Device, Result, Tensor, Var};
 use drover_core::spec::ModelSpec;
+use vector::vectorised;
 
 /// Fails with a configuration error (candle's `bail!` would attach a backtrace to a user's mistake).
 macro_rules! invalid {
@@ -39,6 +40,19 @@ pub trait Model: std::fmt::Debug + Send {
     ) -> Option<Result<BatchLoss>> {
         None
     }
+
+    /// [`Model::gradients`] for a language model: `tokens` and `targets` are the batch's sequences,
+    /// row-major `[batch, context]`.
+    fn token_gradients(
+        &mut self,
+        _params: &Params,
+        _tokens: &[u32],
+        _targets: &[u32],
+        _rng: &mut Rng,
+        _grads: &mut Vec<Vec<f32>>,
+    ) -> Option<Result<BatchLoss>> {
+        None
+    }
 }
 
 /// What one batch's backward pass measured besides the gradients.
@@ -48,40 +62,45 @@ pub struct BatchLoss {
     pub correct: usize,
 }
 
-/// Mean cross-entropy over a batch of logits `[b, c]` and the correct predictions; d loss / d logits
-/// goes into `grad` (`[b, c]`).
-fn softmax_cross_entropy(
-    logits: &[f32],
-    targets: &[u32],
-    classes: usize,
-    grad: &mut [f32],
-) -> BatchLoss {
-    let b = targets.len();
-    let mut loss = 0.0f64;
-    let mut correct = 0;
-    for (row, (&target, out)) in targets.iter().zip(grad.chunks_mut(classes)).enumerate() {
-        let z = &logits[row * classes..(row + 1) * classes];
-        let (argmax, max) =
-            z.iter()
-                .copied()
-                .enumerate()
-                .fold((0, f32::NEG_INFINITY), |best, (i, v)| {
-                    if v > best.1 { (i, v) } else { best }
-                });
-        if argmax == target as usize {
-            correct += 1;
+vectorised! {
+    /// Mean cross-entropy over a batch of logits `[b, c]` and the correct predictions; d loss / d
+    /// logits goes into `grad` (`[b, c]`).
+    fn softmax_cross_entropy<'a>(
+        logits: &'a [f32],
+        targets: &'a [u32],
+        classes: usize,
+        grad: &'a mut [f32],
+    ) -> BatchLoss {
+        let b = targets.len();
+        let mut loss = 0.0f64;
+        let mut correct = 0;
+        for (row, (&target, out)) in targets.iter().zip(grad.chunks_mut(classes)).enumerate() {
+            let z = &logits[row * classes..(row + 1) * classes];
+            let (argmax, max) =
+                z.iter()
+                    .copied()
+                    .enumerate()
+                    .fold((0, f32::NEG_INFINITY), |best, (i, v)| {
+                        if v > best.1 { (i, v) } else { best }
+                    });
+            if argmax == target as usize {
+                correct += 1;
+            }
+            for (o, &v) in out.iter_mut().zip(z) {
+                *o = vector::exp(v - max);
+            }
+            let total = vector::sum(out);
+            loss += f64::from(total.ln() - (z[target as usize] - max));
+            let inv = 1.0 / total;
+            for o in out.iter_mut() {
+                *o = *o * inv / b as f32;
+            }
+            out[target as usize] -= 1.0 / b as f32;
         }
-        let sum: f32 = z.iter().map(|v| (v - max).exp()).sum();
-        let log_sum = sum.ln();
-        loss += f64::from(log_sum - (z[target as usize] - max));
-        for (i, (o, v)) in out.iter_mut().zip(z).enumerate() {
-            let p = (v - max).exp() / sum;
-            *o = (p - if i == target as usize { 1.0 } else { 0.0 }) / b as f32;
+        BatchLoss {
+            loss: loss / b as f64,
+            correct,
         }
-    }
-    BatchLoss {
-        loss: loss / b as f64,
-        correct,
     }
 }
 
@@ -180,6 +199,8 @@ mod charlm;
 mod cnn;
 mod conv;
 mod mlp;
+mod transformer;
+mod vector;
 
 pub use charlm::CharLm;
 pub use cnn::Cnn;
@@ -291,9 +312,8 @@ pub fn correct(logits: &Tensor, targets: &Tensor) -> Result<usize> {
 }
 
 /// Tests' referee for the hand-written steps: `model`'s [`Model::gradients`] on `x` (row-major, the
-/// batch as the data holds it; run twice, the first time into buffers of the wrong sizes full of
-/// garbage) against candle's autograd through [`Model::forward`] on `input`, both drawing dropout
-/// from `Rng::seed(0)`: loss, correct predictions and every gradient.
+/// batch as the data holds it) against candle's autograd through [`Model::forward`] on `input`; see
+/// [`assert_step_matches_autograd`].
 #[cfg(test)]
 fn assert_matches_autograd(
     model: &mut dyn Model,
@@ -302,12 +322,27 @@ fn assert_matches_autograd(
     input: &Tensor,
     targets: &[u32],
 ) {
+    assert_step_matches_autograd(model, params, input, targets, |model, rng, grads| {
+        model.gradients(params, x, targets, rng, grads)
+    });
+}
+
+/// Tests' referee for the hand-written steps: `step` (run twice, the first time into buffers of the
+/// wrong sizes full of garbage) against candle's autograd through [`Model::forward`] on `input`,
+/// both drawing dropout from `Rng::seed(0)`: loss, correct predictions and every gradient.
+#[cfg(test)]
+fn assert_step_matches_autograd(
+    model: &mut dyn Model,
+    params: &Params,
+    input: &Tensor,
+    targets: &[u32],
+    mut step: impl FnMut(&mut dyn Model, &mut Rng, &mut Vec<Vec<f32>>) -> Option<Result<BatchLoss>>,
+) {
     let mut grads = vec![vec![f32::NAN; 3]; 2];
     let mut manual = None;
     for _ in 0..2 {
         manual = Some(
-            model
-                .gradients(params, x, targets, &mut Rng::seed(0), &mut grads)
+            step(model, &mut Rng::seed(0), &mut grads)
                 .expect("a hand-written step")
                 .expect("backward"),
         );

@@ -1,0 +1,799 @@
+//! The character transformer's training step on the host, by hand: every linear layer is one product
+//! over the whole batch on the parameter buffers (`linalg`), attention is two small products per
+//! sequence and head with the causal softmax between them (and four, with its backward, on the way
+//! back), layer norm, bias, GELU, dropout and the residual sums are single passes, and every
+//! activation the backward pass needs is kept in buffers reused from step to step.
+//!
+//! The same arithmetic as the candle forward in `charlm.rs` (tests hold the two to each other),
+//! with two differences of rounding only: exponentials and `tanh` are polynomial approximations that
+//! vectorise, and masked attention scores are skipped instead of added as −10⁹. Every loop writes
+//! each output from one thread, in a fixed order, so a step gives the same bits on any number of
+//! threads (exact resume relies on it).
+
+use super::{BatchLoss, softmax_cross_entropy};
+use crate::linalg::{MatMut, MatRef, matmul, matmul_serial};
+use crate::models::mlp::column_sums;
+use crate::models::vector::{dot, exp, sum, tanh, vectorised};
+use crate::params::Params;
+use crate::rng::Rng;
+use candle_core::Result;
+use rayon::prelude::*;
+
+/// Values per parallel piece of an elementwise pass.
+const PIECE: usize = 1 << 13;
+
+/// The model's sizes, and where its parameters start in `Params`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Shape {
+    /// Index of `wte`; the other parameters follow in the order `CharLm::new` registers them.
+    pub first_param: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub d: usize,
+    pub context: usize,
+    pub vocab: usize,
+    pub dropout: f64,
+}
+
+/// Parameters per block, in the order `CharLm::new` registers them, and their offsets in a block.
+const PER_BLOCK: usize = 12;
+const LN1: usize = 0;
+const QKV: usize = 2;
+const PROJ: usize = 4;
+const LN2: usize = 6;
+const FC: usize = 8;
+const OUT: usize = 10;
+
+/// A layer norm's forward results: the normalised rows, their reciprocal standard deviations and the
+/// scaled and shifted output.
+#[derive(Debug, Default)]
+struct Norm {
+    xhat: Vec<f32>,
+    rstd: Vec<f32>,
+    out: Vec<f32>,
+}
+
+impl Norm {
+    fn forward(&mut self, x: &[f32], gamma: &[f32], beta: &[f32]) {
+        let d = gamma.len();
+        self.xhat.resize(x.len(), 0.0);
+        self.out.resize(x.len(), 0.0);
+        self.rstd.resize(x.len() / d, 0.0);
+        let rows = (PIECE / d).max(1);
+        self.xhat
+            .par_chunks_mut(rows * d)
+            .zip(self.out.par_chunks_mut(rows * d))
+            .zip(self.rstd.par_chunks_mut(rows))
+            .zip(x.par_chunks(rows * d))
+            .for_each(|(((xhat, out), rstd), x)| norm_rows(x, gamma, beta, xhat, rstd, out));
+    }
+
+    /// From d loss / d output `dy`: adds d loss / d input to `dx` and writes the scale's and the
+    /// shift's gradients.
+    fn backward(
+        &self,
+        dy: &[f32],
+        gamma: &[f32],
+        dx: &mut [f32],
+        dgamma: &mut Vec<f32>,
+        dbeta: &mut Vec<f32>,
+    ) {
+        let d = gamma.len();
+        dgamma.clear();
+        dgamma.resize(d, 0.0);
+        dbeta.clear();
+        dbeta.resize(d, 0.0);
+        norm_parameter_gradients(dy, &self.xhat, dgamma, dbeta);
+        let rows = (PIECE / d).max(1);
+        dx.par_chunks_mut(rows * d)
+            .zip(dy.par_chunks(rows * d))
+            .zip(self.xhat.par_chunks(rows * d))
+            .zip(self.rstd.par_chunks(rows))
+            .for_each(|(((dx, dy), xhat), rstd)| norm_rows_backward(dy, gamma, xhat, rstd, dx));
+    }
+}
+
+vectorised! {
+    /// Layer norm of each row of `x` (rows of `gamma.len()`), keeping x̂ and 1/σ for the backward.
+    fn norm_rows<'a>(
+        x: &'a [f32],
+        gamma: &'a [f32],
+        beta: &'a [f32],
+        xhat: &'a mut [f32],
+        rstd: &'a mut [f32],
+        out: &'a mut [f32],
+    ) {
+        let d = gamma.len();
+        let rows = xhat
+            .chunks_exact_mut(d)
+            .zip(out.chunks_exact_mut(d))
+            .zip(rstd)
+            .zip(x.chunks_exact(d));
+        for (((xhat, out), rstd), x) in rows {
+            let mean = sum(x) / d as f32;
+            for (xh, &v) in xhat.iter_mut().zip(x) {
+                *xh = v - mean;
+            }
+            let r = 1.0 / (dot(xhat, xhat) / d as f32 + 1e-5).sqrt();
+            *rstd = r;
+            for ((xh, o), (&g, &b)) in xhat.iter_mut().zip(out).zip(gamma.iter().zip(beta)) {
+                let n = *xh * r;
+                *xh = n;
+                *o = n * g + b;
+            }
+        }
+    }
+}
+
+vectorised! {
+    /// A layer norm's scale and shift gradients: Σ dy·x̂ and Σ dy over the rows, in row order.
+    fn norm_parameter_gradients<'a>(
+        dy: &'a [f32],
+        xhat: &'a [f32],
+        dgamma: &'a mut [f32],
+        dbeta: &'a mut [f32],
+    ) {
+        let d = dgamma.len();
+        for (dy, xhat) in dy.chunks_exact(d).zip(xhat.chunks_exact(d)) {
+            for (((g, b), &dy), &xh) in dgamma.iter_mut().zip(dbeta.iter_mut()).zip(dy).zip(xhat) {
+                *g += dy * xh;
+                *b += dy;
+            }
+        }
+    }
+}
+
+vectorised! {
+    /// A layer norm's input gradient for each row, added to `dx`:
+    /// `dx += (dy·γ − mean(dy·γ) − x̂·mean(dy·γ·x̂)) / σ`.
+    fn norm_rows_backward<'a>(
+        dy: &'a [f32],
+        gamma: &'a [f32],
+        xhat: &'a [f32],
+        rstd: &'a [f32],
+        dx: &'a mut [f32],
+    ) {
+        let d = gamma.len();
+        let rows = dx
+            .chunks_exact_mut(d)
+            .zip(dy.chunks_exact(d))
+            .zip(xhat.chunks_exact(d))
+            .zip(rstd);
+        for (((dx, dy), xhat), &r) in rows {
+            // Both means in eight lanes, so that they vectorise.
+            let (mut m1, mut m2) = ([0.0f32; 8], [0.0f32; 8]);
+            let lanes = dy.chunks_exact(8).zip(gamma.chunks_exact(8));
+            for ((dy, g), xh) in lanes.zip(xhat.chunks_exact(8)) {
+                for i in 0..8 {
+                    let g = dy[i] * g[i];
+                    m1[i] += g;
+                    m2[i] += g * xh[i];
+                }
+            }
+            let (mut m1, mut m2) = (sum(&m1), sum(&m2));
+            let tail = d - d % 8;
+            for ((&dy, &g), &xh) in dy[tail..].iter().zip(&gamma[tail..]).zip(&xhat[tail..]) {
+                m1 += dy * g;
+                m2 += dy * g * xh;
+            }
+            let (m1, m2) = (m1 / d as f32, m2 / d as f32);
+            for (((dx, &dy), &g), &xh) in dx.iter_mut().zip(dy).zip(gamma).zip(xhat) {
+                *dx += r * (dy * g - m1 - xh * m2);
+            }
+        }
+    }
+}
+
+/// One block's activations, kept from the forward pass for the backward.
+#[derive(Debug, Default)]
+struct Layer {
+    ln1: Norm,
+    /// The queries, keys and values `[N, 3d]`.
+    qkv: Vec<f32>,
+    /// The attention weights `[B, heads, T, T]` (zero above the diagonal).
+    probs: Vec<f32>,
+    /// The attention's output before its projection `[N, d]`.
+    attended: Vec<f32>,
+    attn_mask: Vec<f32>,
+    ln2: Norm,
+    /// The MLP's first product plus bias, before GELU `[N, 4d]`; the `tanh` GELU took of it; GELU's
+    /// output.
+    pre: Vec<f32>,
+    tanh: Vec<f32>,
+    act: Vec<f32>,
+    out_mask: Vec<f32>,
+}
+
+/// The buffers of a training step, kept so that a step allocates nothing once the first is done.
+#[derive(Default)]
+pub(super) struct Step {
+    layers: Vec<Layer>,
+    embed_mask: Vec<f32>,
+    /// The residual stream `[N, d]`.
+    stream: Vec<f32>,
+    /// A branch's output before it joins the stream `[N, d]`.
+    branch: Vec<f32>,
+    ln_f: Norm,
+    logits: Vec<f32>,
+    dlogits: Vec<f32>,
+    /// d loss / d the residual stream, and the scratch of the backward pass.
+    dstream: Vec<f32>,
+    dbranch: Vec<f32>,
+    dnorm: Vec<f32>,
+    dhidden: Vec<f32>,
+    dattended: Vec<f32>,
+    dqkv: Vec<f32>,
+    dprobs: Vec<f32>,
+}
+
+impl std::fmt::Debug for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Step({} layers)", self.layers.len())
+    }
+}
+
+/// Which parameter of the model, as an index into `Params`.
+#[derive(Debug, Clone, Copy)]
+struct Index {
+    first: usize,
+    layers: usize,
+}
+
+impl Index {
+    fn wte(self) -> usize {
+        self.first
+    }
+
+    fn wpe(self) -> usize {
+        self.first + 1
+    }
+
+    fn block(self, layer: usize, offset: usize) -> usize {
+        self.first + 2 + layer * PER_BLOCK + offset
+    }
+
+    fn ln_f(self) -> usize {
+        self.first + 2 + self.layers * PER_BLOCK
+    }
+
+    fn head(self) -> usize {
+        self.ln_f() + 2
+    }
+
+    fn end(self) -> usize {
+        self.head() + 2
+    }
+}
+
+impl Step {
+    /// Forward keeping every activation, then backward, each gradient written into `grads`.
+    /// `tokens` and `targets` are `[B, context]`, row-major.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one pass down and one back up the model, in the order of its layers"
+    )]
+    pub(super) fn run(
+        &mut self,
+        shape: &Shape,
+        params: &Params,
+        tokens: &[u32],
+        targets: &[u32],
+        rng: &mut Rng,
+        grads: &mut Vec<Vec<f32>>,
+    ) -> Result<BatchLoss> {
+        let Shape {
+            first_param,
+            layers,
+            heads,
+            d,
+            context: t,
+            vocab,
+            dropout,
+        } = *shape;
+        if tokens.is_empty() || !tokens.len().is_multiple_of(t) || targets.len() != tokens.len() {
+            invalid!(
+                "a batch of whole sequences of {t} tokens with one target each, not {} tokens and {} targets",
+                tokens.len(),
+                targets.len()
+            );
+        }
+        if let Some(&bad) = tokens.iter().chain(targets).find(|&&v| v as usize >= vocab) {
+            invalid!("token {bad} is out of range for a vocabulary of {vocab}");
+        }
+        let n = tokens.len();
+        let batch = n / t;
+        let hidden = 4 * d;
+        let at = Index {
+            first: first_param,
+            layers,
+        };
+        let p = |i: usize| params.values[i].as_slice();
+        let Step {
+            layers: work,
+            embed_mask,
+            stream,
+            branch,
+            ln_f,
+            logits,
+            dlogits,
+            dstream,
+            dbranch,
+            dnorm,
+            dhidden,
+            dattended,
+            dqkv,
+            dprobs,
+        } = self;
+        work.resize_with(layers, Layer::default);
+
+        // Embeddings: token plus position, then dropout.
+        stream.resize(n * d, 0.0);
+        let (wte, wpe) = (p(at.wte()), p(at.wpe()));
+        for (row, (out, &token)) in stream.chunks_exact_mut(d).zip(tokens).enumerate() {
+            let token = &wte[token as usize * d..][..d];
+            let position = &wpe[row % t * d..][..d];
+            for ((o, &a), &b) in out.iter_mut().zip(token).zip(position) {
+                *o = a + b;
+            }
+        }
+        if draw_mask(embed_mask, n * d, dropout, rng) {
+            for (v, &m) in stream.iter_mut().zip(embed_mask.iter()) {
+                *v *= m;
+            }
+        }
+
+        branch.resize(n * d, 0.0);
+        for (l, w) in work.iter_mut().enumerate() {
+            let at = |offset| at.block(l, offset);
+            // Attention.
+            w.ln1.forward(stream, p(at(LN1)), p(at(LN1) + 1));
+            w.qkv.resize(n * 3 * d, 0.0);
+            matmul(
+                &mut w.qkv,
+                MatRef::row_major(&w.ln1.out, n, d),
+                MatRef::row_major(p(at(QKV)), d, 3 * d),
+                false,
+            );
+            add_bias(&mut w.qkv, p(at(QKV) + 1));
+            w.probs.resize(batch * heads * t * t, 0.0);
+            w.attended.resize(n * d, 0.0);
+            attention_forward(&w.qkv, &mut w.probs, &mut w.attended, heads, t, d);
+            matmul(
+                branch,
+                MatRef::row_major(&w.attended, n, d),
+                MatRef::row_major(p(at(PROJ)), d, d),
+                false,
+            );
+            let masked = draw_mask(&mut w.attn_mask, n * d, dropout, rng);
+            join(
+                stream,
+                branch,
+                p(at(PROJ) + 1),
+                masked.then_some(&w.attn_mask[..]),
+            );
+            // MLP.
+            w.ln2.forward(stream, p(at(LN2)), p(at(LN2) + 1));
+            w.pre.resize(n * hidden, 0.0);
+            matmul(
+                &mut w.pre,
+                MatRef::row_major(&w.ln2.out, n, d),
+                MatRef::row_major(p(at(FC)), d, hidden),
+                false,
+            );
+            gelu(&mut w.pre, &mut w.tanh, &mut w.act, p(at(FC) + 1));
+            matmul(
+                branch,
+                MatRef::row_major(&w.act, n, hidden),
+                MatRef::row_major(p(at(OUT)), hidden, d),
+                false,
+            );
+            let masked = draw_mask(&mut w.out_mask, n * d, dropout, rng);
+            join(
+                stream,
+                branch,
+                p(at(OUT) + 1),
+                masked.then_some(&w.out_mask[..]),
+            );
+        }
+
+        // The head and the loss.
+        ln_f.forward(stream, p(at.ln_f()), p(at.ln_f() + 1));
+        logits.resize(n * vocab, 0.0);
+        matmul(
+            logits,
+            MatRef::row_major(&ln_f.out, n, d),
+            MatRef::row_major(p(at.head()), d, vocab),
+            false,
+        );
+        add_bias(logits, p(at.head() + 1));
+        dlogits.resize(n * vocab, 0.0);
+        let loss = softmax_cross_entropy(logits, targets, vocab, dlogits);
+
+        // Backward.
+        grads.resize_with(params.len(), Vec::new);
+        for (i, g) in grads.iter_mut().enumerate() {
+            if i < at.first || i >= at.end() {
+                // Not this model's (nothing else registers parameters today).
+                g.clear();
+                g.resize(params.values[i].len(), 0.0);
+            }
+        }
+        linear_backward(
+            grads,
+            at.head(),
+            &ln_f.out,
+            dlogits,
+            (d, vocab),
+            Some((dnorm, p(at.head()))),
+        );
+        dstream.clear();
+        dstream.resize(n * d, 0.0);
+        {
+            let (dgamma, dbeta) = pair(grads, at.ln_f());
+            ln_f.backward(dnorm, p(at.ln_f()), dstream, dgamma, dbeta);
+        }
+        for (l, w) in work.iter().enumerate().rev() {
+            let at = |offset| at.block(l, offset);
+            // MLP.
+            let dout = masked(dstream, dbranch, &w.out_mask);
+            linear_backward(
+                grads,
+                at(OUT),
+                &w.act,
+                dout,
+                (hidden, d),
+                Some((dhidden, p(at(OUT)))),
+            );
+            gelu_backward(dhidden, &w.pre, &w.tanh);
+            linear_backward(
+                grads,
+                at(FC),
+                &w.ln2.out,
+                dhidden,
+                (d, hidden),
+                Some((dnorm, p(at(FC)))),
+            );
+            {
+                let (dgamma, dbeta) = pair(grads, at(LN2));
+                w.ln2.backward(dnorm, p(at(LN2)), dstream, dgamma, dbeta);
+            }
+            // Attention.
+            let dproj = masked(dstream, dbranch, &w.attn_mask);
+            linear_backward(
+                grads,
+                at(PROJ),
+                &w.attended,
+                dproj,
+                (d, d),
+                Some((dattended, p(at(PROJ)))),
+            );
+            dqkv.resize(n * 3 * d, 0.0);
+            dprobs.resize(w.probs.len(), 0.0);
+            attention_backward(&w.qkv, &w.probs, dattended, dqkv, dprobs, heads, t, d);
+            linear_backward(
+                grads,
+                at(QKV),
+                &w.ln1.out,
+                dqkv,
+                (d, 3 * d),
+                Some((dnorm, p(at(QKV)))),
+            );
+            let (dgamma, dbeta) = pair(grads, at(LN1));
+            w.ln1.backward(dnorm, p(at(LN1)), dstream, dgamma, dbeta);
+        }
+
+        // Embeddings: every row's gradient to its token's row and its position's, in row order.
+        let dx = masked(dstream, dbranch, embed_mask);
+        let (dwte, dwpe) = pair(grads, at.wte());
+        dwte.clear();
+        dwte.resize(wte.len(), 0.0);
+        dwpe.clear();
+        dwpe.resize(wpe.len(), 0.0);
+        for (row, (dx, &token)) in dx.chunks_exact(d).zip(tokens).enumerate() {
+            let token = &mut dwte[token as usize * d..][..d];
+            for (g, &v) in token.iter_mut().zip(dx) {
+                *g += v;
+            }
+            let position = &mut dwpe[row % t * d..][..d];
+            for (g, &v) in position.iter_mut().zip(dx) {
+                *g += v;
+            }
+        }
+        Ok(loss)
+    }
+}
+
+/// Two neighbouring gradient buffers, both writable.
+fn pair(grads: &mut [Vec<f32>], first: usize) -> (&mut Vec<f32>, &mut Vec<f32>) {
+    let (a, b) = grads[first..].split_at_mut(1);
+    (&mut a[0], &mut b[0])
+}
+
+/// A linear layer `y = x·W + b` (`W` `[in, out]` at `weight`, its bias next) from d loss / d y:
+/// the weight's and the bias's gradients, and with `input`, d loss / d x into its buffer.
+fn linear_backward(
+    grads: &mut [Vec<f32>],
+    weight: usize,
+    x: &[f32],
+    dy: &[f32],
+    (fan_in, fan_out): (usize, usize),
+    input: Option<(&mut Vec<f32>, &[f32])>,
+) {
+    let rows = dy.len() / fan_out;
+    let (dw, db) = pair(grads, weight);
+    dw.resize(fan_in * fan_out, 0.0);
+    let dy_m = MatRef::row_major(dy, rows, fan_out);
+    matmul(dw, MatRef::row_major(x, rows, fan_in).t(), dy_m, false);
+    db.resize(fan_out, 0.0);
+    column_sums(dy, fan_out, db);
+    if let Some((dx, w)) = input {
+        dx.resize(rows * fan_in, 0.0);
+        matmul(dx, dy_m, MatRef::row_major(w, fan_in, fan_out).t(), false);
+    }
+}
+
+/// Dropout's mask, drawn as `dropout` draws it (one value per element in order: 1/keep if kept, else
+/// 0), so both paths consume the same draws; false (nothing drawn) without dropout.
+fn draw_mask(mask: &mut Vec<f32>, len: usize, p: f64, rng: &mut Rng) -> bool {
+    if p <= 0.0 {
+        mask.clear();
+        return false;
+    }
+    let keep = (1.0 - p) as f32;
+    let scale = 1.0 / keep;
+    mask.clear();
+    mask.extend((0..len).map(|_| if rng.uniform() < keep { scale } else { 0.0 }));
+    true
+}
+
+/// `g ⊙ mask` in `scratch`, or `g` itself without a mask.
+fn masked<'a>(g: &'a [f32], scratch: &'a mut Vec<f32>, mask: &[f32]) -> &'a [f32] {
+    if mask.is_empty() {
+        return g;
+    }
+    scratch.resize(g.len(), 0.0);
+    for ((s, &g), &m) in scratch.iter_mut().zip(g).zip(mask) {
+        *s = g * m;
+    }
+    scratch
+}
+
+fn add_bias(z: &mut [f32], bias: &[f32]) {
+    let cols = bias.len();
+    let rows = (PIECE / cols).max(1);
+    z.par_chunks_mut(rows * cols).for_each(|piece| {
+        for row in piece.chunks_exact_mut(cols) {
+            for (v, b) in row.iter_mut().zip(bias) {
+                *v += b;
+            }
+        }
+    });
+}
+
+/// A branch joins the residual stream: `stream += (branch + bias) ⊙ mask`.
+fn join(stream: &mut [f32], branch: &[f32], bias: &[f32], mask: Option<&[f32]>) {
+    let cols = bias.len();
+    let rows = (PIECE / cols).max(1);
+    let pieces = stream
+        .par_chunks_mut(rows * cols)
+        .zip(branch.par_chunks(rows * cols));
+    match mask {
+        None => pieces.for_each(|(stream, branch)| {
+            for (s, b) in stream.chunks_exact_mut(cols).zip(branch.chunks_exact(cols)) {
+                for ((s, &v), &bias) in s.iter_mut().zip(b).zip(bias) {
+                    *s += v + bias;
+                }
+            }
+        }),
+        Some(mask) => {
+            pieces
+                .zip(mask.par_chunks(rows * cols))
+                .for_each(|((stream, branch), mask)| {
+                    let rows = stream
+                        .chunks_exact_mut(cols)
+                        .zip(branch.chunks_exact(cols))
+                        .zip(mask.chunks_exact(cols));
+                    for ((s, b), m) in rows {
+                        for (((s, &v), &bias), &m) in s.iter_mut().zip(b).zip(bias).zip(m) {
+                            *s += (v + bias) * m;
+                        }
+                    }
+                })
+        }
+    }
+}
+
+/// √(2/π), GELU's tanh approximation's scale.
+const GELU_C: f32 = 0.797_884_6;
+const GELU_A: f32 = 0.044_715;
+
+/// `pre += bias`; then GELU (its tanh approximation, as candle's `gelu` and PyTorch's
+/// `approximate="tanh"`): `act = ½·x·(1 + tanh(c·(x + a·x³)))`, keeping the tanh for the backward.
+fn gelu(pre: &mut [f32], tanh_of: &mut Vec<f32>, act: &mut Vec<f32>, bias: &[f32]) {
+    let cols = bias.len();
+    tanh_of.resize(pre.len(), 0.0);
+    act.resize(pre.len(), 0.0);
+    let rows = (PIECE / cols).max(1);
+    pre.par_chunks_mut(rows * cols)
+        .zip(tanh_of.par_chunks_mut(rows * cols))
+        .zip(act.par_chunks_mut(rows * cols))
+        .for_each(|((pre, th), act)| gelu_rows(bias, pre, th, act));
+}
+
+vectorised! {
+    fn gelu_rows<'a>(bias: &'a [f32], pre: &'a mut [f32], th: &'a mut [f32], act: &'a mut [f32]) {
+        let cols = bias.len();
+        let rows = pre
+            .chunks_exact_mut(cols)
+            .zip(th.chunks_exact_mut(cols))
+            .zip(act.chunks_exact_mut(cols));
+        for ((pre, th), act) in rows {
+            for (((x, th), a), &b) in pre.iter_mut().zip(th).zip(act).zip(bias) {
+                let v = *x + b;
+                *x = v;
+                let t = tanh(GELU_C * (v + GELU_A * v * v * v));
+                *th = t;
+                *a = 0.5 * v * (1.0 + t);
+            }
+        }
+    }
+}
+
+/// d loss / d (GELU's input), in place over d loss / d (its output).
+fn gelu_backward(grad: &mut [f32], pre: &[f32], tanh_of: &[f32]) {
+    grad.par_chunks_mut(PIECE)
+        .zip(pre.par_chunks(PIECE))
+        .zip(tanh_of.par_chunks(PIECE))
+        .for_each(|((g, x), t)| gelu_derivative(x, t, g));
+}
+
+vectorised! {
+    /// `g *= GELU′(x)`, from `x` and the tanh the forward took.
+    fn gelu_derivative<'a>(x: &'a [f32], tanh_of: &'a [f32], g: &'a mut [f32]) {
+        for ((g, &x), &t) in g.iter_mut().zip(x).zip(tanh_of) {
+            let du = GELU_C * (1.0 + 3.0 * GELU_A * x * x);
+            *g *= 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+        }
+    }
+}
+
+/// Causal self-attention for every sequence and head: `probs = softmax(q·kᵀ/√hd)` below the diagonal
+/// (and on it), `attended = probs·v`, head `h` in columns `h·hd..` of `attended`.
+fn attention_forward(
+    qkv: &[f32],
+    probs: &mut [f32],
+    attended: &mut [f32],
+    heads: usize,
+    t: usize,
+    d: usize,
+) {
+    probs
+        .par_chunks_mut(heads * t * t)
+        .zip(attended.par_chunks_mut(t * d))
+        .zip(qkv.par_chunks(t * 3 * d))
+        .for_each(|((probs, attended), qkv)| {
+            attention_rows(probs, attended, qkv, heads, t, d);
+        });
+}
+
+vectorised! {
+    /// [`attention_forward`] for one sequence.
+    fn attention_rows<'a>(
+        probs: &'a mut [f32],
+        attended: &'a mut [f32],
+        qkv: &'a [f32],
+        heads: usize,
+        t: usize,
+        d: usize,
+    ) {
+        let hd = d / heads;
+        let scale = 1.0 / (hd as f32).sqrt();
+        for (h, p) in probs.chunks_exact_mut(t * t).enumerate() {
+            let q = MatRef::columns(qkv, t, 3 * d, h * hd, hd);
+            let k = MatRef::columns(qkv, t, 3 * d, d + h * hd, hd);
+            let v = MatRef::columns(qkv, t, 3 * d, 2 * d + h * hd, hd);
+            matmul_serial(MatMut::row_major(p, t, t), q, k.t(), false);
+            for (i, row) in p.chunks_exact_mut(t).enumerate() {
+                let (seen, future) = row.split_at_mut(i + 1);
+                let max = seen.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+                for s in seen.iter_mut() {
+                    *s = exp((*s - max) * scale);
+                }
+                let inv = 1.0 / sum(seen);
+                for s in seen.iter_mut() {
+                    *s *= inv;
+                }
+                future.fill(0.0);
+            }
+            matmul_serial(
+                MatMut::columns(attended, t, d, h * hd, hd),
+                MatRef::row_major(p, t, t),
+                v,
+                false,
+            );
+        }
+    }
+}
+
+/// The attention's backward: from d loss / d attended, d loss / d (queries, keys, values) into `dqkv`.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the forward's buffers, their gradients' and the sizes"
+)]
+fn attention_backward(
+    qkv: &[f32],
+    probs: &[f32],
+    dattended: &[f32],
+    dqkv: &mut [f32],
+    dprobs: &mut [f32],
+    heads: usize,
+    t: usize,
+    d: usize,
+) {
+    dprobs
+        .par_chunks_mut(heads * t * t)
+        .zip(probs.par_chunks(heads * t * t))
+        .zip(dattended.par_chunks(t * d))
+        .zip(qkv.par_chunks(t * 3 * d))
+        .zip(dqkv.par_chunks_mut(t * 3 * d))
+        .for_each(|((((dprobs, probs), dattended), qkv), dqkv)| {
+            attention_rows_backward(dprobs, probs, dattended, qkv, dqkv, heads, t, d);
+        });
+}
+
+vectorised! {
+    /// [`attention_backward`] for one sequence.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the forward's buffers, their gradients' and the sizes"
+    )]
+    fn attention_rows_backward<'a>(
+        dprobs: &'a mut [f32],
+        probs: &'a [f32],
+        dattended: &'a [f32],
+        qkv: &'a [f32],
+        dqkv: &'a mut [f32],
+        heads: usize,
+        t: usize,
+        d: usize,
+    ) {
+        let hd = d / heads;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let heads = dprobs
+            .chunks_exact_mut(t * t)
+            .zip(probs.chunks_exact(t * t));
+        for (h, (dp, p)) in heads.enumerate() {
+            let q = MatRef::columns(qkv, t, 3 * d, h * hd, hd);
+            let k = MatRef::columns(qkv, t, 3 * d, d + h * hd, hd);
+            let v = MatRef::columns(qkv, t, 3 * d, 2 * d + h * hd, hd);
+            let dy = MatRef::columns(dattended, t, d, h * hd, hd);
+            let p_m = MatRef::row_major(p, t, t);
+            // d probs = dy·vᵀ; d v = probsᵀ·dy.
+            matmul_serial(MatMut::row_major(dp, t, t), dy, v.t(), false);
+            matmul_serial(
+                MatMut::columns(dqkv, t, 3 * d, 2 * d + h * hd, hd),
+                p_m.t(),
+                dy,
+                false,
+            );
+            // Through the softmax and the scale: d scores = p ⊙ (d p − Σ d p ⊙ p)·scale.
+            for (i, (dp, p)) in dp.chunks_exact_mut(t).zip(p.chunks_exact(t)).enumerate() {
+                let (seen, future) = dp.split_at_mut(i + 1);
+                let dot = dot(seen, p);
+                for (g, &p) in seen.iter_mut().zip(p) {
+                    *g = p * (*g - dot) * scale;
+                }
+                future.fill(0.0);
+            }
+            let ds = MatRef::row_major(dp, t, t);
+            // d q = d scores·k; d k = d scoresᵀ·q.
+            matmul_serial(MatMut::columns(dqkv, t, 3 * d, h * hd, hd), ds, k, false);
+            matmul_serial(
+                MatMut::columns(dqkv, t, 3 * d, d + h * hd, hd),
+                ds.t(),
+                q,
+                false,
+            );
+        }
+    }
+}
