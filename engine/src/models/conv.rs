@@ -9,6 +9,7 @@
 //! any number of threads (exact resume relies on it).
 
 use crate::linalg::{MatRef, matmul};
+use crate::models::vector::{sum, vectorised};
 use rayon::prelude::*;
 
 /// One convolution layer's geometry: `channels` → `out` channels, `k`×`k` kernels, `pad`, stride 1,
@@ -98,7 +99,7 @@ fn valid(j: usize, pad: usize, size: usize, conv: usize) -> (usize, usize) {
 /// col2im: the input gradient `[channels, B, size, size]` from the im2col matrix's gradient, each
 /// input value summing the patches that read it in a fixed order.
 fn col2im(dcols: &[f32], g: &Geometry, batch: usize, dinput: &mut Vec<f32>) {
-    let (size, conv, k, pad) = (g.size, g.conv_size(), g.k, g.pad);
+    let (size, conv, k) = (g.size, g.conv_size(), g.k);
     let positions = batch * conv * conv;
     dinput.resize(g.channels * batch * size * size, 0.0);
     dinput
@@ -106,28 +107,37 @@ fn col2im(dcols: &[f32], g: &Geometry, batch: usize, dinput: &mut Vec<f32>) {
         .enumerate()
         .for_each(|(cb, image)| {
             let (c, b) = (cb / batch, cb % batch);
-            image.fill(0.0);
-            for i in 0..k {
-                for j in 0..k {
-                    let row = &dcols[(c * k * k + i * k + j) * positions + b * conv * conv..]
-                        [..conv * conv];
-                    let (x0, x1) = valid(j, pad, size, conv);
-                    if x0 >= x1 {
+            let first = c * k * k * positions + b * conv * conv;
+            col2im_image(&dcols[first..], positions, g, image);
+        });
+}
+
+vectorised! {
+    /// One image of [`col2im`]: `dcols` starts at the image's first position of its channel's
+    /// first row; rows are `positions` apart.
+    fn col2im_image<'a>(dcols: &'a [f32], positions: usize, g: &'a Geometry, image: &'a mut [f32]) {
+        let (size, conv, k, pad) = (g.size, g.conv_size(), g.k, g.pad);
+        image.fill(0.0);
+        for i in 0..k {
+            for j in 0..k {
+                let row = &dcols[(i * k + j) * positions..][..conv * conv];
+                let (x0, x1) = valid(j, pad, size, conv);
+                if x0 >= x1 {
+                    continue;
+                }
+                for (y, row) in row.chunks_exact(conv).enumerate() {
+                    let sy = (y + i).wrapping_sub(pad);
+                    if sy >= size {
                         continue;
                     }
-                    for (y, row) in row.chunks_exact(conv).enumerate() {
-                        let sy = (y + i).wrapping_sub(pad);
-                        if sy >= size {
-                            continue;
-                        }
-                        let line = &mut image[sy * size + x0 + j - pad..][..x1 - x0];
-                        for (v, d) in line.iter_mut().zip(&row[x0..x1]) {
-                            *v += d;
-                        }
+                    let line = &mut image[sy * size + x0 + j - pad..][..x1 - x0];
+                    for (v, d) in line.iter_mut().zip(&row[x0..x1]) {
+                        *v += d;
                     }
                 }
             }
-        });
+        }
+    }
 }
 
 /// The layer's forward pass: convolution, bias, ReLU and pooling into `work.pooled`.
@@ -152,12 +162,7 @@ pub fn forward(
     work.activated
         .par_chunks_mut(positions)
         .zip(bias)
-        .for_each(|(channel, &b)| {
-            for v in channel {
-                let pre = *v + b;
-                *v = if pre > 0.0 { pre } else { 0.0 };
-            }
-        });
+        .for_each(|(channel, &b)| shifted_relu(channel, b));
     pool(
         &work.activated,
         g,
@@ -240,7 +245,7 @@ pub fn backward(
     bias_grad
         .par_iter_mut()
         .zip(dactivated.par_chunks(positions))
-        .for_each(|(b, d)| *b = lane_sum(d));
+        .for_each(|(b, d)| *b = channel_sum(d));
     // The kernel's gradient sums over every position of the batch, a long inner dimension for a
     // small output that one product would leave to one thread: a fixed number of blocks of positions
     // are multiplied in parallel and their products added in order (the same bits on any number of
@@ -299,18 +304,20 @@ pub fn transpose_batch(from: &[f32], rows: usize, cols: usize, to: &mut Vec<f32>
         });
 }
 
-/// The sum of `values` in eight interleaved lanes, added in a fixed order: vectorised, and the same
-/// bits on any machine.
-fn lane_sum(values: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let mut chunks = values.chunks_exact(8);
-    for chunk in &mut chunks {
-        for (lane, v) in lanes.iter_mut().zip(chunk) {
-            *lane += v;
+vectorised! {
+    /// `max(v + b, 0)` over a channel.
+    fn shifted_relu<'a>(channel: &'a mut [f32], b: f32) {
+        for v in channel {
+            let pre = *v + b;
+            *v = if pre > 0.0 { pre } else { 0.0 };
         }
     }
-    let rest: f32 = chunks.remainder().iter().sum();
-    lanes.iter().sum::<f32>() + rest
+}
+
+vectorised! {
+    fn channel_sum<'a>(values: &'a [f32]) -> f32 {
+        sum(values)
+    }
 }
 
 #[cfg(test)]
