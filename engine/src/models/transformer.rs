@@ -11,16 +11,21 @@
 //! threads (exact resume relies on it).
 
 use super::{BatchLoss, softmax_cross_entropy};
-use crate::linalg::{MatMut, MatRef, matmul, matmul_serial};
+use crate::linalg::{MatRef, matmul};
 use crate::models::mlp::column_sums;
-use crate::models::vector::{dot, exp, sum, tanh, vectorised};
+use crate::models::vector::{tanh, vectorised};
 use crate::params::Params;
 use crate::rng::Rng;
+use attention::{attention_backward, attention_forward};
 use candle_core::Result;
+use norm::Norm;
 use rayon::prelude::*;
 
 /// Values per parallel piece of an elementwise pass.
 const PIECE: usize = 1 << 13;
+
+mod attention;
+mod norm;
 
 /// The model's sizes, and where its parameters start in `Params`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,146 +48,6 @@ const PROJ: usize = 4;
 const LN2: usize = 6;
 const FC: usize = 8;
 const OUT: usize = 10;
-
-/// A layer norm's forward results: the normalised rows, their reciprocal standard deviations and the
-/// scaled and shifted output.
-#[derive(Debug, Default)]
-struct Norm {
-    xhat: Vec<f32>,
-    rstd: Vec<f32>,
-    out: Vec<f32>,
-}
-
-impl Norm {
-    fn forward(&mut self, x: &[f32], gamma: &[f32], beta: &[f32]) {
-        let d = gamma.len();
-        self.xhat.resize(x.len(), 0.0);
-        self.out.resize(x.len(), 0.0);
-        self.rstd.resize(x.len() / d, 0.0);
-        let rows = (PIECE / d).max(1);
-        self.xhat
-            .par_chunks_mut(rows * d)
-            .zip(self.out.par_chunks_mut(rows * d))
-            .zip(self.rstd.par_chunks_mut(rows))
-            .zip(x.par_chunks(rows * d))
-            .for_each(|(((xhat, out), rstd), x)| norm_rows(x, gamma, beta, xhat, rstd, out));
-    }
-
-    /// From d loss / d output `dy`: adds d loss / d input to `dx` and writes the scale's and the
-    /// shift's gradients.
-    fn backward(
-        &self,
-        dy: &[f32],
-        gamma: &[f32],
-        dx: &mut [f32],
-        dgamma: &mut Vec<f32>,
-        dbeta: &mut Vec<f32>,
-    ) {
-        let d = gamma.len();
-        dgamma.clear();
-        dgamma.resize(d, 0.0);
-        dbeta.clear();
-        dbeta.resize(d, 0.0);
-        norm_parameter_gradients(dy, &self.xhat, dgamma, dbeta);
-        let rows = (PIECE / d).max(1);
-        dx.par_chunks_mut(rows * d)
-            .zip(dy.par_chunks(rows * d))
-            .zip(self.xhat.par_chunks(rows * d))
-            .zip(self.rstd.par_chunks(rows))
-            .for_each(|(((dx, dy), xhat), rstd)| norm_rows_backward(dy, gamma, xhat, rstd, dx));
-    }
-}
-
-vectorised! {
-    /// Layer norm of each row of `x` (rows of `gamma.len()`), keeping x̂ and 1/σ for the backward.
-    fn norm_rows<'a>(
-        x: &'a [f32],
-        gamma: &'a [f32],
-        beta: &'a [f32],
-        xhat: &'a mut [f32],
-        rstd: &'a mut [f32],
-        out: &'a mut [f32],
-    ) {
-        let d = gamma.len();
-        let rows = xhat
-            .chunks_exact_mut(d)
-            .zip(out.chunks_exact_mut(d))
-            .zip(rstd)
-            .zip(x.chunks_exact(d));
-        for (((xhat, out), rstd), x) in rows {
-            let mean = sum(x) / d as f32;
-            for (xh, &v) in xhat.iter_mut().zip(x) {
-                *xh = v - mean;
-            }
-            let r = 1.0 / (dot(xhat, xhat) / d as f32 + 1e-5).sqrt();
-            *rstd = r;
-            for ((xh, o), (&g, &b)) in xhat.iter_mut().zip(out).zip(gamma.iter().zip(beta)) {
-                let n = *xh * r;
-                *xh = n;
-                *o = n * g + b;
-            }
-        }
-    }
-}
-
-vectorised! {
-    /// A layer norm's scale and shift gradients: Σ dy·x̂ and Σ dy over the rows, in row order.
-    fn norm_parameter_gradients<'a>(
-        dy: &'a [f32],
-        xhat: &'a [f32],
-        dgamma: &'a mut [f32],
-        dbeta: &'a mut [f32],
-    ) {
-        let d = dgamma.len();
-        for (dy, xhat) in dy.chunks_exact(d).zip(xhat.chunks_exact(d)) {
-            for (((g, b), &dy), &xh) in dgamma.iter_mut().zip(dbeta.iter_mut()).zip(dy).zip(xhat) {
-                *g += dy * xh;
-                *b += dy;
-            }
-        }
-    }
-}
-
-vectorised! {
-    /// A layer norm's input gradient for each row, added to `dx`:
-    /// `dx += (dy·γ − mean(dy·γ) − x̂·mean(dy·γ·x̂)) / σ`.
-    fn norm_rows_backward<'a>(
-        dy: &'a [f32],
-        gamma: &'a [f32],
-        xhat: &'a [f32],
-        rstd: &'a [f32],
-        dx: &'a mut [f32],
-    ) {
-        let d = gamma.len();
-        let rows = dx
-            .chunks_exact_mut(d)
-            .zip(dy.chunks_exact(d))
-            .zip(xhat.chunks_exact(d))
-            .zip(rstd);
-        for (((dx, dy), xhat), &r) in rows {
-            // Both means in eight lanes, so that they vectorise.
-            let (mut m1, mut m2) = ([0.0f32; 8], [0.0f32; 8]);
-            let lanes = dy.chunks_exact(8).zip(gamma.chunks_exact(8));
-            for ((dy, g), xh) in lanes.zip(xhat.chunks_exact(8)) {
-                for i in 0..8 {
-                    let g = dy[i] * g[i];
-                    m1[i] += g;
-                    m2[i] += g * xh[i];
-                }
-            }
-            let (mut m1, mut m2) = (sum(&m1), sum(&m2));
-            let tail = d - d % 8;
-            for ((&dy, &g), &xh) in dy[tail..].iter().zip(&gamma[tail..]).zip(&xhat[tail..]) {
-                m1 += dy * g;
-                m2 += dy * g * xh;
-            }
-            let (m1, m2) = (m1 / d as f32, m2 / d as f32);
-            for (((dx, &dy), &g), &xh) in dx.iter_mut().zip(dy).zip(gamma).zip(xhat) {
-                *dx += r * (dy * g - m1 - xh * m2);
-            }
-        }
-    }
-}
 
 /// One block's activations, kept from the forward pass for the backward.
 #[derive(Debug, Default)]
@@ -653,147 +518,6 @@ vectorised! {
         for ((g, &x), &t) in g.iter_mut().zip(x).zip(tanh_of) {
             let du = GELU_C * (1.0 + 3.0 * GELU_A * x * x);
             *g *= 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
-        }
-    }
-}
-
-/// Causal self-attention for every sequence and head: `probs = softmax(q·kᵀ/√hd)` below the diagonal
-/// (and on it), `attended = probs·v`, head `h` in columns `h·hd..` of `attended`.
-fn attention_forward(
-    qkv: &[f32],
-    probs: &mut [f32],
-    attended: &mut [f32],
-    heads: usize,
-    t: usize,
-    d: usize,
-) {
-    probs
-        .par_chunks_mut(heads * t * t)
-        .zip(attended.par_chunks_mut(t * d))
-        .zip(qkv.par_chunks(t * 3 * d))
-        .for_each(|((probs, attended), qkv)| {
-            attention_rows(probs, attended, qkv, heads, t, d);
-        });
-}
-
-vectorised! {
-    /// [`attention_forward`] for one sequence.
-    fn attention_rows<'a>(
-        probs: &'a mut [f32],
-        attended: &'a mut [f32],
-        qkv: &'a [f32],
-        heads: usize,
-        t: usize,
-        d: usize,
-    ) {
-        let hd = d / heads;
-        let scale = 1.0 / (hd as f32).sqrt();
-        for (h, p) in probs.chunks_exact_mut(t * t).enumerate() {
-            let q = MatRef::columns(qkv, t, 3 * d, h * hd, hd);
-            let k = MatRef::columns(qkv, t, 3 * d, d + h * hd, hd);
-            let v = MatRef::columns(qkv, t, 3 * d, 2 * d + h * hd, hd);
-            matmul_serial(MatMut::row_major(p, t, t), q, k.t(), false);
-            for (i, row) in p.chunks_exact_mut(t).enumerate() {
-                let (seen, future) = row.split_at_mut(i + 1);
-                let max = seen.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-                for s in seen.iter_mut() {
-                    *s = exp((*s - max) * scale);
-                }
-                let inv = 1.0 / sum(seen);
-                for s in seen.iter_mut() {
-                    *s *= inv;
-                }
-                future.fill(0.0);
-            }
-            matmul_serial(
-                MatMut::columns(attended, t, d, h * hd, hd),
-                MatRef::row_major(p, t, t),
-                v,
-                false,
-            );
-        }
-    }
-}
-
-/// The attention's backward: from d loss / d attended, d loss / d (queries, keys, values) into `dqkv`.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the forward's buffers, their gradients' and the sizes"
-)]
-fn attention_backward(
-    qkv: &[f32],
-    probs: &[f32],
-    dattended: &[f32],
-    dqkv: &mut [f32],
-    dprobs: &mut [f32],
-    heads: usize,
-    t: usize,
-    d: usize,
-) {
-    dprobs
-        .par_chunks_mut(heads * t * t)
-        .zip(probs.par_chunks(heads * t * t))
-        .zip(dattended.par_chunks(t * d))
-        .zip(qkv.par_chunks(t * 3 * d))
-        .zip(dqkv.par_chunks_mut(t * 3 * d))
-        .for_each(|((((dprobs, probs), dattended), qkv), dqkv)| {
-            attention_rows_backward(dprobs, probs, dattended, qkv, dqkv, heads, t, d);
-        });
-}
-
-vectorised! {
-    /// [`attention_backward`] for one sequence.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the forward's buffers, their gradients' and the sizes"
-    )]
-    fn attention_rows_backward<'a>(
-        dprobs: &'a mut [f32],
-        probs: &'a [f32],
-        dattended: &'a [f32],
-        qkv: &'a [f32],
-        dqkv: &'a mut [f32],
-        heads: usize,
-        t: usize,
-        d: usize,
-    ) {
-        let hd = d / heads;
-        let scale = 1.0 / (hd as f32).sqrt();
-        let heads = dprobs
-            .chunks_exact_mut(t * t)
-            .zip(probs.chunks_exact(t * t));
-        for (h, (dp, p)) in heads.enumerate() {
-            let q = MatRef::columns(qkv, t, 3 * d, h * hd, hd);
-            let k = MatRef::columns(qkv, t, 3 * d, d + h * hd, hd);
-            let v = MatRef::columns(qkv, t, 3 * d, 2 * d + h * hd, hd);
-            let dy = MatRef::columns(dattended, t, d, h * hd, hd);
-            let p_m = MatRef::row_major(p, t, t);
-            // d probs = dy·vᵀ; d v = probsᵀ·dy.
-            matmul_serial(MatMut::row_major(dp, t, t), dy, v.t(), false);
-            matmul_serial(
-                MatMut::columns(dqkv, t, 3 * d, 2 * d + h * hd, hd),
-                p_m.t(),
-                dy,
-                false,
-            );
-            // Through the softmax and the scale: d scores = p ⊙ (d p − Σ d p ⊙ p)·scale.
-            for (i, (dp, p)) in dp.chunks_exact_mut(t).zip(p.chunks_exact(t)).enumerate() {
-                let (seen, future) = dp.split_at_mut(i + 1);
-                let dot = dot(seen, p);
-                for (g, &p) in seen.iter_mut().zip(p) {
-                    *g = p * (*g - dot) * scale;
-                }
-                future.fill(0.0);
-            }
-            let ds = MatRef::row_major(dp, t, t);
-            // d q = d scores·k; d k = d scoresᵀ·q.
-            matmul_serial(MatMut::columns(dqkv, t, 3 * d, h * hd, hd), ds, k, false);
-            matmul_serial(
-                MatMut::columns(dqkv, t, 3 * d, d + h * hd, hd),
-                ds.t(),
-                q,
-                false,
-            );
         }
     }
 }
