@@ -114,7 +114,7 @@ fn ps_step(names: &[String], sizes: &[usize]) -> f64 {
                     let mut times = Vec::new();
                     for step in 0..total {
                         let started = Instant::now();
-                        client.push_pull(step, &grads, &mut params).unwrap();
+                        client.push_pull(step, &grads, &mut params, false).unwrap();
                         if step >= WARMUP {
                             times.push(started.elapsed().as_secs_f64());
                         }

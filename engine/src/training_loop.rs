@@ -78,16 +78,26 @@ pub fn train(
     let mut finish_agreed = false;
     let mut reached_target = false;
     let mut first_step = true;
+    // A checkpoint the leader was asked for while compressed gradients' residuals are pending
+    // waits for the flush it announced (two steps): requested ones, and the one a stop writes.
+    let mut flush_announced = false;
+    let mut checkpoint_pending = false;
     let seed = options.spec.seed;
     let batch = options.spec.batch_size as usize;
     loop {
         let done =
             run.step >= total || finish_agreed || (reached_target && !exchange.agreed_stop());
-        let stopping = if exchange.agreed_stop() {
+        let mut stopping = if exchange.agreed_stop() {
             stop_agreed
         } else {
             stop_agreed || (leader && requests.stop.load(Ordering::Relaxed))
         };
+        if stopping && !done && !stop_agreed && leader {
+            stop_agreed |= exchange.land(&mut run)?;
+            if !stop_agreed && !residuals_flushed(&mut exchange, &run, &mut flush_announced)? {
+                stopping = false;
+            }
+        }
         if done || stopping {
             // The last push must arrive before this worker goes (SSP, async).
             exchange.land(&mut run)?;
@@ -152,7 +162,13 @@ pub fn train(
             reporter.metrics(step, &[(STARTUP_METRIC, began.elapsed().as_secs_f64())]);
             first_step = false;
         }
-        let requested = requests.checkpoint.swap(false, Ordering::Relaxed);
+        let mut requested =
+            requests.checkpoint.swap(false, Ordering::Relaxed) || checkpoint_pending;
+        if requested {
+            stop_agreed |= exchange.land(&mut run)?;
+            checkpoint_pending = !residuals_flushed(&mut exchange, &run, &mut flush_announced)?;
+            requested = !checkpoint_pending;
+        }
         let evaluate = step % eval_every == 0 || step == total;
         let save = requested || step % checkpoint_every == 0 || step == total;
         if evaluate || save {
@@ -190,6 +206,7 @@ pub fn train(
             window.restart();
         }
         if save || reached_target {
+            flush_announced = false;
             let path = exchange.save(&run, &metrics)?;
             reporter.checkpoint(step, &path);
             last_saved = Some(step);
@@ -197,6 +214,24 @@ pub fn train(
             window.restart();
         }
     }
+}
+
+/// Whether a checkpoint now keeps every error-feedback residual (always, without compression). If
+/// not, the leader announces a flush once and waits for it: every worker pushes the next step's
+/// gradient uncompressed with its residual folded in, so two steps later the parameters hold it all.
+fn residuals_flushed(
+    exchange: &mut Exchange,
+    run: &Run,
+    announced: &mut bool,
+) -> anyhow::Result<bool> {
+    if !exchange.residuals_pending() {
+        return Ok(true);
+    }
+    if !*announced {
+        exchange.announce_flush(run)?;
+        *announced = true;
+    }
+    Ok(false)
 }
 
 /// Reported once per run with its first step: seconds from the task's start to the end of that step.

@@ -30,6 +30,8 @@ struct Conn {
     writer: BufWriter<TcpStream>,
     compressor: Option<Compressor>,
     encoded: Vec<u8>,
+    /// The shard flagged the last parameters it sent with [`wire::FLUSH_NEXT`].
+    flush_next: bool,
 }
 
 impl Conn {
@@ -39,6 +41,7 @@ impl Conn {
         match header.kind {
             Kind::Params => {
                 wire::read_into(&mut self.reader, header.len, targets)?;
+                self.flush_next |= header.flags & wire::FLUSH_NEXT != 0;
                 Ok(Reply::Params(header.step))
             }
             Kind::Stop => Ok(Reply::Stop),
@@ -69,6 +72,11 @@ pub struct PsClient {
     /// Gradient bytes this worker has put on the wire, and what they would have been uncompressed.
     pub bytes_pushed: u64,
     pub bytes_raw: u64,
+    /// The next push goes out flushed (uncompressed, residual folded in): a shard asked for it.
+    flush_next: bool,
+    /// Every compressor's residual is zero: nothing has been pushed compressed since the start or
+    /// the last flush. Always true without compression.
+    flushed: bool,
 }
 
 impl PsClient {
@@ -123,6 +131,7 @@ impl PsClient {
                 writer,
                 compressor,
                 encoded: Vec::new(),
+                flush_next: false,
             });
         }
         Ok(PsClient {
@@ -130,11 +139,41 @@ impl PsClient {
             conns,
             bytes_pushed: 0,
             bytes_raw: 0,
+            flush_next: false,
+            flushed: true,
         })
     }
 
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// Whether the gradients are compressed (and so carry error-feedback residuals).
+    pub fn compresses(&self) -> bool {
+        self.conns.iter().any(|c| c.compressor.is_some())
+    }
+
+    /// Whether every residual is zero, so a checkpoint now holds everything this worker has pushed.
+    pub fn residuals_flushed(&self) -> bool {
+        self.flushed
+    }
+
+    /// The leader's announcement that a checkpoint follows: every worker (this one too) pushes the
+    /// gradient of `step` flushed, so after that step's update no residual holds anything back.
+    /// Under BSP the parameters after `step` are then a checkpoint that drops nothing.
+    pub fn announce_flush(&mut self, step: u64) -> anyhow::Result<()> {
+        for conn in &mut self.conns {
+            wire::write_frame(&mut conn.writer, Kind::Flush, 0, step, &[])?;
+            conn.writer.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Takes the shards' flush flags from the replies just read.
+    fn take_flush_flags(&mut self) {
+        for conn in &mut self.conns {
+            self.flush_next |= std::mem::take(&mut conn.flush_next);
+        }
     }
 
     fn merge(replies: Vec<Reply>) -> Reply {
@@ -152,17 +191,21 @@ impl PsClient {
             conn.writer.flush()?;
             conn.reply(targets)
         })?;
+        self.take_flush_flags();
         Ok(Self::merge(replies))
     }
 
     /// Pushes this worker's gradient of `step` (one buffer per tensor) and reads back the parameters
-    /// for the next step into `params`.
+    /// for the next step into `params`. With `flush` (a checkpoint follows the step), or when a
+    /// shard asked for it, the push goes out uncompressed with the residuals folded in.
     pub fn push_pull(
         &mut self,
         step: u64,
         grads: &[Vec<f32>],
         params: &mut [Vec<f32>],
+        flush: bool,
     ) -> anyhow::Result<Reply> {
+        let flush = flush || std::mem::take(&mut self.flush_next);
         let layout = &self.layout;
         let pushed = std::sync::atomic::AtomicU64::new(0);
         let pieces = layout.split_mut(params);
@@ -183,11 +226,11 @@ impl PsClient {
                         pushed.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
                     }
                     Some(compressor) => {
-                        compressor.encode(&slices, &mut conn.encoded);
+                        let tag = compressor.encode(&slices, flush, &mut conn.encoded);
                         wire::write_frame(
                             &mut conn.writer,
                             Kind::Push,
-                            compressor.tag(),
+                            tag,
                             step,
                             &[&conn.encoded],
                         )?;
@@ -204,6 +247,8 @@ impl PsClient {
         };
         self.bytes_pushed += pushed.into_inner();
         self.bytes_raw += 4 * grads.iter().map(Vec::len).sum::<usize>() as u64;
+        self.flushed = flush || !self.compresses();
+        self.take_flush_flags();
         Ok(Self::merge(replies))
     }
 

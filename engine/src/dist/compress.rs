@@ -51,13 +51,21 @@ impl Compressor {
     }
 
     /// Adds the residual into each slice's gradient, encodes the result into `out` (cleared first) and
-    /// keeps what the encoding dropped as the new residual.
-    pub fn encode(&mut self, slices: &[&[f32]], out: &mut Vec<u8>) {
+    /// keeps what the encoding dropped as the new residual; returns the encoding's tag. With `flush`
+    /// the sum goes out uncompressed ([`RAW`]) and the residual is left at zero: workers flush before
+    /// every checkpoint, so the checkpoint's parameters hold everything the residuals had delayed and
+    /// a restart or a resize (which starts from zero residuals) drops nothing.
+    pub fn encode(&mut self, slices: &[&[f32]], flush: bool, out: &mut Vec<u8>) -> u32 {
         out.clear();
         for (i, &grad) in slices.iter().enumerate() {
             let acc = &mut self.residual[i];
             for (a, &g) in acc.iter_mut().zip(grad) {
                 *a += g;
+            }
+            if flush {
+                out.extend_from_slice(bytemuck::cast_slice(acc));
+                acc.fill(0.0);
+                continue;
             }
             match self.scheme {
                 Compression::None => {
@@ -69,6 +77,7 @@ impl Compressor {
                 Compression::Qsgd { bits } => qsgd(acc, bits, &mut self.rng, out),
             }
         }
+        if flush { RAW } else { self.tag() }
     }
 }
 
@@ -279,11 +288,10 @@ mod tests {
             .map(|&n| (0..n).map(|_| rng.normal()).collect())
             .collect();
         let lens: Vec<usize> = grads.iter().map(Vec::len).collect();
-        let tag = tag(&scheme);
         let mut c = Compressor::new(scheme, &lens, Rng::seed(9));
         let mut out = Vec::new();
         let slices: Vec<&[f32]> = grads.iter().map(Vec::as_slice).collect();
-        c.encode(&slices, &mut out);
+        let tag = c.encode(&slices, false, &mut out);
         let mut decoded: Vec<Vec<f32>> = lens.iter().map(|&n| vec![f32::NAN; n]).collect();
         let mut targets: Vec<&mut [f32]> = decoded.iter_mut().map(Vec::as_mut_slice).collect();
         decode(tag, bits, &out, &mut targets).unwrap();
@@ -321,6 +329,27 @@ mod tests {
         assert_eq!(bytes, 3 * 4 + 125 + 5 + 1);
         let (_, _, bytes) = round_trip(Compression::Qsgd { bits: 4 }, 4);
         assert_eq!(bytes, 3 * 4 + 500 + 19 + 1);
+    }
+
+    /// A flush sends the residual and the gradient uncompressed and leaves nothing behind, so the
+    /// two pushes together deliver both gradients whole.
+    #[test]
+    fn a_flush_delivers_everything_the_residual_held() {
+        let grads: Vec<f32> = (0..100).map(|i| (i as f32 - 50.0) / 7.0).collect();
+        let mut c = Compressor::new(Compression::Topk { ratio: 0.05 }, &[100], Rng::seed(1));
+        let mut out = Vec::new();
+        assert_eq!(c.encode(&[&grads], false, &mut out), TOPK);
+        let mut first = vec![0.0f32; 100];
+        decode(TOPK, 0, &out, &mut [&mut first]).unwrap();
+        assert!(c.residual[0].iter().any(|&r| r != 0.0));
+        assert_eq!(c.encode(&[&grads], true, &mut out), RAW);
+        assert_eq!(out.len(), 4 * 100);
+        let mut second = vec![0.0f32; 100];
+        decode(RAW, 0, &out, &mut [&mut second]).unwrap();
+        assert!(c.residual[0].iter().all(|&r| r == 0.0));
+        for ((a, b), g) in first.iter().zip(&second).zip(&grads) {
+            assert!((a + b - 2.0 * g).abs() < 1e-5, "{a} + {b} vs 2 x {g}");
+        }
     }
 
     #[test]

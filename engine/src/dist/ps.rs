@@ -62,6 +62,9 @@ struct State {
     /// Steps each worker has completed (its pushes).
     clocks: Vec<u64>,
     arrived: Vec<bool>,
+    /// Per worker, the step from which its parameters carry [`wire::FLUSH_NEXT`] (once): the leader
+    /// announced a checkpoint.
+    flush_from: Vec<Option<u64>>,
     connected: Vec<bool>,
     shutdown: bool,
     failed: Option<String>,
@@ -146,6 +149,7 @@ impl Shard {
             version: config.start_step,
             clocks: vec![config.start_step; workers],
             arrived: vec![false; workers],
+            flush_from: vec![None; workers],
             connected: vec![false; workers],
             shutdown: false,
             failed: None,
@@ -345,6 +349,13 @@ impl Shard {
                     }
                     writer.flush()?;
                 }
+                Kind::Flush => {
+                    // The leader sends it (for its next step) before its own push of the current
+                    // one, so under BSP no worker has been sent that step's parameters yet: every
+                    // worker flushes the same step's push.
+                    wire::skip(reader, header.len)?;
+                    self.lock().flush_from.fill(Some(header.step));
+                }
                 Kind::Shutdown => {
                     wire::skip(reader, header.len)?;
                     self.lock().shutdown = true;
@@ -417,7 +428,7 @@ impl Shard {
     /// Sends worker `rank` the parameters to compute step `want` with, once the mode allows it.
     fn reply(&self, rank: usize, want: u64, writer: &mut BufWriter<TcpStream>) -> io::Result<()> {
         let mut state = self.lock();
-        let version = loop {
+        let (version, flush) = loop {
             if let Some(reason) = &state.failed {
                 let reason = reason.clone();
                 drop(state);
@@ -443,14 +454,19 @@ impl Shard {
                         slowest,
                     });
                 }
-                break state.version;
+                let flush = state.flush_from[rank].is_some_and(|from| want >= from);
+                if flush {
+                    state.flush_from[rank] = None;
+                }
+                break (state.version, flush);
             }
             state = self.wait(state);
         };
         drop(state);
         let params = self.params.read().unwrap_or_else(|e| e.into_inner());
         let parts: Vec<&[u8]> = params.iter().map(|p| wire::bytes(p)).collect();
-        wire::write_frame(writer, Kind::Params, 0, version, &parts)?;
+        let flags = if flush { wire::FLUSH_NEXT } else { 0 };
+        wire::write_frame(writer, Kind::Params, flags, version, &parts)?;
         drop(params);
         writer.flush()
     }

@@ -18,7 +18,8 @@ pub enum Kind {
     Push = 4,
     /// Worker → PS: send me the parameters for `step`.
     Pull = 5,
-    /// PS → worker: the shard's parameters as of `step`.
+    /// PS → worker: the shard's parameters as of `step` (flags: [`FLUSH_NEXT`] when the worker's
+    /// next push is to go out uncompressed with its error-feedback residual, before a checkpoint).
     Params = 6,
     /// Worker 0 → PS: send your part of a checkpoint (no payload).
     Checkpoint = 7,
@@ -31,7 +32,13 @@ pub enum Kind {
     Stop = 10,
     /// Ring neighbours: a chunk of the vector being reduced.
     Chunk = 11,
+    /// Worker 0 → PS (no payload, no answer): a checkpoint is coming; flag every worker's
+    /// parameters for `step` (or, for a worker already past it, its next ones) with [`FLUSH_NEXT`].
+    Flush = 12,
 }
+
+/// A `Params` frame's flag: push the next gradient uncompressed, with the residual folded in.
+pub const FLUSH_NEXT: u32 = 1;
 
 impl Kind {
     fn from_u32(v: u32) -> io::Result<Kind> {
@@ -47,6 +54,7 @@ impl Kind {
             9 => Kind::Shutdown,
             10 => Kind::Stop,
             11 => Kind::Chunk,
+            12 => Kind::Flush,
             other => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,

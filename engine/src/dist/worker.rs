@@ -199,6 +199,11 @@ impl Exchange {
                 }
                 scale(&mut grads, share);
                 let step = run.step;
+                // Every worker flushes its residuals into the push before a scheduled checkpoint,
+                // so the checkpoint (and a restart or resize from it) drops none.
+                let next = step + 1;
+                let flush = next.is_multiple_of(run.options().checkpoint.every_steps.max(1))
+                    || next >= run.total_steps();
                 let before = link.pushed;
                 let reply = if link.overlap {
                     // Land the previous step's push (its parameters are used from the next
@@ -209,7 +214,7 @@ impl Exchange {
                     })?;
                     let mut incoming = std::mem::take(&mut link.incoming);
                     link.in_flight = Some(std::thread::spawn(move || {
-                        let reply = client.push_pull(step, &grads, &mut incoming);
+                        let reply = client.push_pull(step, &grads, &mut incoming, flush);
                         Flight {
                             client,
                             incoming,
@@ -219,7 +224,7 @@ impl Exchange {
                     reply.unwrap_or(Reply::Params(step))
                 } else {
                     let client = link.client()?;
-                    let reply = client.push_pull(step, &grads, &mut run.params.values)?;
+                    let reply = client.push_pull(step, &grads, &mut run.params.values, flush)?;
                     link.pushed = client.bytes_pushed;
                     reply
                 };
@@ -269,6 +274,25 @@ impl Exchange {
             Exchange::Ps(link) => Ok(link.land(run)? == Some(Reply::Stop)),
             _ => Ok(false),
         }
+    }
+
+    /// Whether a checkpoint now would drop error-feedback residuals (compressed PS pushes since the
+    /// last flush). Call after `land`.
+    pub fn residuals_pending(&self) -> bool {
+        match self {
+            Exchange::Ps(link) => link.client.as_ref().is_some_and(|c| !c.residuals_flushed()),
+            _ => false,
+        }
+    }
+
+    /// The leader's announcement that it wants a checkpoint: every worker pushes the gradient of
+    /// the run's next step flushed, so two steps from now no residual holds anything back (see
+    /// [`PsClient::announce_flush`]). Call after `land`.
+    pub fn announce_flush(&mut self, run: &Run) -> anyhow::Result<()> {
+        if let Exchange::Ps(link) = self {
+            link.client()?.announce_flush(run.step + 1)?;
+        }
+        Ok(())
     }
 
     /// Writes a checkpoint of the whole job at the run's step (the leader calls it, after `land`).
