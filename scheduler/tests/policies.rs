@@ -184,3 +184,25 @@ fn an_arrival_is_placed_without_a_full_round() {
         }
     ));
 }
+
+/// `drover`'s first LAS queue ends at 4 GPU-hours of attained service (Tiresias's at 16): a job that
+/// has attained them yields its GPUs to a newcomer; an hour short of them it keeps them.
+#[test]
+fn drover_demotes_after_4_gpu_hours() {
+    for (attained_h, demoted) in [(3.0, false), (4.0, true)] {
+        let mut snap = snapshot(1, 4, vec![job(0, 4, 0.0), job(1, 4, 10.0)]);
+        let mut drover = build_policy("drover", None).unwrap();
+        let plan = drover.schedule(&snap, &Plan::default());
+        assert!(
+            runs(&plan, 0) && !runs(&plan, 1),
+            "FIFO within the first queue"
+        );
+        apply(&mut snap, &plan);
+        snap.jobs[0].observed.attained_gpu_s = attained_h * 3600.0;
+        snap.jobs[0].observed.executed_s = attained_h / 4.0 * 3600.0;
+        snap.now_s += attained_h / 4.0 * 3600.0;
+        let plan = drover.schedule(&snap, &plan);
+        assert_eq!(runs(&plan, 1), demoted, "{attained_h} GPU-hours");
+        assert_eq!(runs(&plan, 0), !demoted, "{attained_h} GPU-hours");
+    }
+}

@@ -9,6 +9,7 @@ mod fifo;
 mod gandiva;
 mod limits;
 mod optimus;
+mod packing;
 mod srtf;
 mod tiresias;
 mod trials;
