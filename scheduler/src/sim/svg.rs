@@ -7,9 +7,24 @@ const LEFT: f64 = 70.0;
 const RIGHT: f64 = 160.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 50.0;
-const COLOURS: [&str; 8] = [
+const COLOURS: [&str; 10] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+    "#7f7f7f", "#bcbd22",
 ];
+/// Dash patterns, cycled with a period (3) prime to the palette's (10): every series up to 30 has a
+/// colour and dash pair of its own, and neighbours in the legend differ in both.
+const DASHES: [&str; 3] = ["", "7 3", "2 2"];
+
+/// The stroke of series `index`: its colour, and its `stroke-dasharray` attribute (empty for solid).
+fn stroke(index: usize) -> (&'static str, String) {
+    let dash = DASHES[index % DASHES.len()];
+    let dash = if dash.is_empty() {
+        String::new()
+    } else {
+        format!(" stroke-dasharray=\"{dash}\"")
+    };
+    (COLOURS[index % COLOURS.len()], dash)
+}
 
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
@@ -93,18 +108,18 @@ fn frame(
 }
 
 fn series(svg: &mut String, axes: &Axes, index: usize, name: &str, points: &[(f64, f64)]) {
-    let colour = COLOURS[index % COLOURS.len()];
+    let (colour, dash) = stroke(index);
     let path: Vec<String> = points
         .iter()
         .map(|(x, y)| format!("{:.1},{:.1}", axes.x(*x), axes.y(*y)))
         .collect();
     svg.push_str(&format!(
-        "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.8\" points=\"{}\"/>\n",
+        "<polyline fill=\"none\" stroke=\"{colour}\"{dash} stroke-width=\"1.8\" points=\"{}\"/>\n",
         path.join(" ")
     ));
     let y = TOP + 16.0 + 18.0 * index as f64;
     svg.push_str(&format!(
-        "<line x1=\"{:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"{colour}\" stroke-width=\"3\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>\n",
+        "<line x1=\"{:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"{colour}\"{dash} stroke-width=\"3\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>\n",
         WIDTH - RIGHT + 12.0,
         WIDTH - RIGHT + 32.0,
         WIDTH - RIGHT + 38.0,
@@ -313,4 +328,39 @@ pub fn sweep(policies: &[(String, Vec<(f64, f64)>)]) -> String {
     }
     svg.push_str("</svg>\n");
     svg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every line of a chart with as many series as `drover sim --compare all` draws (nine, and
+    /// more) has a colour and dash of its own, in the plot and in the legend alike.
+    #[test]
+    fn every_series_has_its_own_colour_and_dash() {
+        let policies: Vec<(String, Vec<f64>)> = (0..12)
+            .map(|i| (format!("policy-{i}"), vec![10.0 * (i + 1) as f64, 100.0]))
+            .collect();
+        let svg = jct_cdf(&policies);
+        let strokes = |prefix: &str| -> Vec<String> {
+            svg.lines()
+                .filter(|l| l.starts_with(prefix))
+                .map(|l| {
+                    let start = l.find("stroke=").unwrap_or(0);
+                    let end = l.find("stroke-width").unwrap_or(l.len());
+                    l[start..end].to_owned()
+                })
+                .collect()
+        };
+        let lines = strokes("<polyline");
+        assert_eq!(lines.len(), 12);
+        let distinct: std::collections::BTreeSet<&String> = lines.iter().collect();
+        assert_eq!(distinct.len(), 12, "{lines:?}");
+        // The legend's swatches match the lines they name.
+        let legend: Vec<String> = strokes("<line x1=")
+            .into_iter()
+            .filter(|s| !s.contains("#eee") && !s.contains("#333") && !s.contains("#999"))
+            .collect();
+        assert_eq!(legend, lines);
+    }
 }
