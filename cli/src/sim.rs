@@ -330,8 +330,10 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
         eprint!("running {name} ... ");
         let clock = WallClock(Instant::now());
         let predict = args.predict.then_some(PredictOptions {
+            // The replay plays rounds as often as the simulated scheduler does.
             forecast: ForecastConfig {
                 samples: args.predict_samples,
+                round_s: config.round_s,
                 ..ForecastConfig::default()
             },
             every: args.predict_every as usize,

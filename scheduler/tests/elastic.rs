@@ -152,6 +152,89 @@ fn drover_honours_guaranteed_shares_and_priorities() {
 }
 
 #[test]
+fn drover_runs_a_light_tenants_jobs_at_the_shapes_they_asked_for() {
+    use drover_scheduler::Shape;
+    // 8 GPUs; tenants a and b are guaranteed 4 each. Tenant a's elastic job asks for 4 workers (it
+    // may run at 1 to 8); tenant b queued seven 1-GPU jobs, more than its guarantee.
+    let cluster = |a_workers: u32| {
+        let mut a = elastic(0, 8, 0.0);
+        a.preferred = Shape {
+            ps: 1,
+            workers: a_workers,
+        };
+        let mut jobs = vec![a];
+        for i in 1..8 {
+            let mut j = job(i, 1, i as f64);
+            j.tenant = 1;
+            j.gpu_memory_gb = Some(24.0); // no packing
+            jobs.push(j);
+        }
+        let mut snap = snapshot(1, 8, jobs);
+        for tenant in &mut snap.tenants {
+            tenant.guaranteed_gpus = 4;
+        }
+        snap
+    };
+    let b_running = |plan: &Plan| (1..8).filter(|&i| plan.placement(id(i)).is_some()).count();
+    // Tenant a asks for no more than its guarantee: its job runs at the 4 workers it asked for, and
+    // b borrows nothing from a's share (growth alone would leave a at 1 worker and b on 7 GPUs).
+    let snap = cluster(4);
+    let plan = build_policy("drover", None)
+        .unwrap()
+        .schedule(&snap, &Plan::default());
+    assert_eq!(plan.placement(id(0)).map(|p| p.shape().workers), Some(4));
+    assert_eq!(b_running(&plan), 4);
+    invariants::check(&snap, &plan).unwrap();
+    // Asking for more than its guarantee, it is a borrower like b's jobs: it starts at its smallest.
+    let snap = cluster(6);
+    let plan = build_policy("drover", None)
+        .unwrap()
+        .schedule(&snap, &Plan::default());
+    assert_eq!(plan.placement(id(0)).map(|p| p.shape().workers), Some(1));
+    assert_eq!(b_running(&plan), 7);
+    // Without quotas, neither is owed anything.
+    let plan = build_policy("drover-no-quotas", None)
+        .unwrap()
+        .schedule(&cluster(4), &Plan::default());
+    assert_eq!(plan.placement(id(0)).map(|p| p.shape().workers), Some(1));
+
+    // A light tenant's single-GPU job shares its GPU with no one: b's waiting jobs, which would
+    // pack next to it, pack next to each other only.
+    let mut jobs = vec![job(0, 1, 0.0)];
+    for i in 1..10 {
+        let mut j = job(i, 1, i as f64);
+        j.tenant = 1;
+        jobs.push(j);
+    }
+    let mut snap = snapshot(1, 8, jobs);
+    snap.tenants[0].guaranteed_gpus = 1;
+    snap.tenants[1].guaranteed_gpus = 7;
+    let mut drover = build_policy("drover", None).unwrap();
+    let first = drover.schedule(&snap, &Plan::default());
+    apply(&mut snap, &first);
+    let plan = drover.schedule(&snap, &first);
+    let a_gpu = plan.placement(id(0)).unwrap().tasks[0].clone();
+    assert!(!a_gpu.packed);
+    for i in 1..10 {
+        if let Some(p) = plan.placement(id(i)) {
+            assert!(
+                !p.tasks
+                    .iter()
+                    .any(|t| t.node == a_gpu.node && t.gpus == a_gpu.gpus),
+                "job {i} shares tenant a's GPU"
+            );
+        }
+    }
+    assert!(
+        (1..10).any(|i| plan
+            .placement(id(i))
+            .is_some_and(|p| p.tasks.iter().any(|t| t.packed))),
+        "b's jobs still pack"
+    );
+    invariants::check(&snap, &plan).unwrap();
+}
+
+#[test]
 fn gandiva_time_slices_packs_with_introspection_and_grows_onto_idle_gpus() {
     use drover_scheduler::plan::WaitReason;
     use drover_scheduler::snapshot::StepStats;

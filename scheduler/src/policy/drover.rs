@@ -1,10 +1,12 @@
 //! `drover`: Drover's own policy. Length-agnostic ordering from Tiresias (two-queue 2D-LAS with its
 //! starvation guard), with tenants' guaranteed shares and job priorities ahead of it; Optimus-style
-//! elastic allocation (smallest shapes first, then the largest reduction in remaining time per unit of
-//! dominant resource); and Gandiva-style packing of waiting single-GPU jobs onto GPUs a single-GPU job
-//! already uses, when both fit in the GPU's memory. See `README.md` for the measurements behind it.
+//! elastic allocation (smallest shapes first, except that a tenant asking for no more than its
+//! guarantee gets its jobs at the shapes they asked for; then the largest reduction in remaining time
+//! per unit of dominant resource); and Gandiva-style packing of waiting single-GPU jobs onto GPUs a
+//! single-GPU job already uses, when both fit in the GPU's memory (never a light tenant's). See
+//! `README.md` for the measurements behind it.
 
-use super::elastic::{ElasticParams, ResizeRule, allocate, min_shape, place_targets};
+use super::elastic::{ElasticParams, Owed, ResizeRule, allocate, min_shape, place_targets};
 use super::optimus::ModelCache;
 use super::packing::pack;
 use super::{Oracle, Policy, PolicyError, Tiresias};
@@ -197,6 +199,23 @@ impl Policy for DroverPolicy {
             }
         };
         let estimates = self.models.estimates(snapshot);
+        // A tenant whose jobs together ask for no more than its guarantee gets each of them at the
+        // shape it asked for, ahead of every borrower: max-min fairness's promise to a tenant whose
+        // demand is below its share (DRF keeps it; growth alone did not, as borrowers' smallest
+        // shapes took every GPU first).
+        let light = if self.quotas {
+            light_tenants(snapshot)
+        } else {
+            BTreeSet::new()
+        };
+        let admit = |i: usize| {
+            let job = &snapshot.jobs[i];
+            if light.contains(&job.tenant) {
+                requested_shape(job)
+            } else {
+                min_shape(job)
+            }
+        };
         let remaining = |i: usize, shape: Shape| {
             estimates[i].steps * measured_step_s(&snapshot.jobs[i], &estimates[i].speed, shape)
         };
@@ -209,10 +228,14 @@ impl Policy for DroverPolicy {
         // A running job measured slower at its shape than at a smaller one it ran at does not hold on
         // to it: the allocation may take it back down.
         let keep = |i: usize, current: Shape| !measured_slower(&snapshot.jobs[i], current);
+        let owed = Owed {
+            admit: &admit,
+            floor: &floor,
+        };
         let targets = allocate(
             snapshot,
             &order,
-            &floor,
+            &owed,
             &keep,
             &remaining,
             &worth,
@@ -227,7 +250,16 @@ impl Policy for DroverPolicy {
                 self.max_shared_slowdown,
                 &mut self.no_pack,
             );
-            pack(snapshot, &order, &mut plan, &mut free, &self.no_pack);
+            // A light tenant's jobs keep their GPUs to themselves, as on its own share.
+            let mut exclude = self.no_pack.clone();
+            exclude.extend(
+                snapshot
+                    .jobs
+                    .iter()
+                    .filter(|j| light.contains(&j.tenant))
+                    .map(|j| j.id),
+            );
+            pack(snapshot, &order, &mut plan, &mut free, &exclude);
         }
         // A victim that cannot checkpoint within the grace period, or that would lose less by being
         // killed than a checkpoint costs, is killed rather than waited for.
@@ -309,6 +341,25 @@ impl Policy for DroverPolicy {
             }
         }
     }
+}
+
+/// Tenants whose active jobs, at the shapes they asked for, need no more GPUs than the tenant's
+/// guarantee.
+fn light_tenants(snapshot: &ClusterSnapshot) -> BTreeSet<u32> {
+    let mut demand: BTreeMap<u32, u64> = BTreeMap::new();
+    for job in &snapshot.jobs {
+        *demand.entry(job.tenant).or_default() += u64::from(job.gpus_at(requested_shape(job)));
+    }
+    demand
+        .into_iter()
+        .filter(|&(tenant, gpus)| {
+            snapshot
+                .tenants
+                .get(tenant as usize)
+                .is_some_and(|t| gpus <= u64::from(t.guaranteed_gpus))
+        })
+        .map(|(tenant, _)| tenant)
+        .collect()
 }
 
 /// Seconds a job must have run before its fitted convergence curve decides a resize.

@@ -91,15 +91,30 @@ impl Ord for Gain {
     }
 }
 
-/// Target shapes (`None`: not admitted) for every job, given `keep(job index, current)` for whether a
-/// running job holds on to its current shape before growth is handed out, `remaining_s(job index,
-/// shape)` for the marginal gains, `worth_change(job index, current, target)` for whether a running job
-/// that could keep its shape should change it, and `floor(job index)` for a shape below which a running
-/// job is not held back by that judgement (the smallest, or one the policy owes the job).
+/// The shapes a policy owes each job (by index) in [`allocate`].
+pub struct Owed<'a> {
+    /// The shape a job is admitted at, where what is left allows (else its smallest).
+    pub admit: &'a dyn Fn(usize) -> Shape,
+    /// A shape below which a running job is not held back by the resize rule (the smallest, or one
+    /// the policy owes the job).
+    pub floor: &'a dyn Fn(usize) -> Shape,
+}
+
+impl std::fmt::Debug for Owed<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Owed").finish_non_exhaustive()
+    }
+}
+
+/// Target shapes (`None`: not admitted) for every job, given `owed` for the shapes jobs are admitted
+/// at and held to, `keep(job index, current)` for whether a running job holds on to its current
+/// shape before growth is handed out, `remaining_s(job index, shape)` for the marginal gains, and
+/// `worth_change(job index, current, target)` for whether a running job that could keep its shape
+/// should change it.
 pub fn allocate(
     snapshot: &ClusterSnapshot,
     order: &[usize],
-    floor: &dyn Fn(usize) -> Shape,
+    owed: &Owed<'_>,
     keep: &dyn Fn(usize, Shape) -> bool,
     remaining_s: &dyn Fn(usize, Shape) -> f64,
     worth_change: &dyn Fn(usize, Shape, Shape) -> bool,
@@ -127,14 +142,16 @@ pub fn allocate(
     let mut targets: Vec<Option<Shape>> = vec![None; snapshot.jobs.len()];
     for &i in order {
         let job = &snapshot.jobs[i];
-        let shape = min_shape(job);
-        let (g, c) = demand(job, shape);
         let quota = &mut tenant_left[job.tenant as usize];
-        if g <= gpus_left && c <= cpus_left && g <= *quota {
-            targets[i] = Some(shape);
-            gpus_left -= g;
-            cpus_left -= c;
-            *quota -= g;
+        for shape in [(owed.admit)(i), min_shape(job)] {
+            let (g, c) = demand(job, shape);
+            if g <= gpus_left && c <= cpus_left && g <= *quota {
+                targets[i] = Some(shape);
+                gpus_left -= g;
+                cpus_left -= c;
+                *quota -= g;
+                break;
+            }
         }
     }
     // Running jobs admitted keep their current shape where what is left allows, before anything
@@ -296,7 +313,7 @@ pub fn allocate(
             continue;
         }
         // A job kept below its floor by an earlier round takes the floor when it can.
-        let wanted = floor(i);
+        let wanted = (owed.floor)(i);
         let below_floor = current.workers < wanted.workers || current.ps < wanted.ps;
         if !below_floor && !worth_change(i, current, target) {
             let (g0, c0) = demand(job, target);

@@ -5,7 +5,7 @@
 //! Placement uses the fewest nodes with PS shards spread over the workers' nodes. `optimus-oracle` is the
 //! ablation that takes the true remaining steps and speed instead (through the oracle).
 
-use super::elastic::{ElasticParams, allocate, min_shape, place_targets};
+use super::elastic::{ElasticParams, Owed, allocate, min_shape, place_targets};
 use super::{Oracle, Policy, PolicyError};
 use crate::perf::{ConvergenceModel, SpeedModel};
 use crate::place::{FreeResources, Strategy};
@@ -191,10 +191,14 @@ impl Policy for Optimus {
         let worth = |i: usize, current: Shape, target: Shape| {
             resize.worth_it(remaining(i, current), remaining(i, target), 0.0)
         };
+        let owed = Owed {
+            admit: &smallest,
+            floor: &smallest,
+        };
         let targets = allocate(
             snapshot,
             &order,
-            &smallest,
+            &owed,
             &|_, _| true,
             &*remaining,
             &worth,
