@@ -311,11 +311,7 @@ impl OwnPostgres {
                 .status()
                 .unwrap();
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let postgres = OwnPostgres {
             dir,
             bin,
@@ -407,11 +403,7 @@ async fn the_server_rides_out_a_postgres_restart_without_losing_or_doubling_a_jo
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let (server, url, gateway) = Cluster::start_server_with(
         &postgres.url(),
         &dir.path().join("server"),

@@ -9,6 +9,27 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub(crate) const DROVER: &str = env!("CARGO_BIN_EXE_drover");
+
+/// A port for a process to listen on later, free when returned. Taken below Linux's ephemeral range
+/// (32768-60999), where the kernel picks the port of every `bind(0)` and every outgoing connection:
+/// a port found free there could be taken by a Postgres or HTTP client before the server binds it
+/// (a test failed with "Address already in use" that way). Ports go in turn from a start that
+/// differs per process, so tests running at once do not pick the same one.
+pub(crate) fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const FIRST: u16 = 20_000;
+    const COUNT: u16 = 12_000;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = (std::process::id() % u32::from(COUNT)) as u16;
+    for _ in 0..COUNT {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed) % COUNT;
+        let port = FIRST + (start + n) % COUNT;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}-{}", FIRST + COUNT - 1)
+}
 pub(crate) const ADMIN_TOKEN: &str = "drv_e2e_executors_admin_token_0123456789";
 /// The server's configured (reusable) enrolment token, which the executors enrol with.
 pub(crate) const ENROLLMENT_TOKEN: &str = "e2e-enrollment-token-0123456789abcdef";
@@ -171,11 +192,7 @@ impl Cluster {
         let server_env: Vec<(&str, &str)> = env.iter().chain(shared_env).copied().collect();
         let database = drover_api::testing::create_postgres_database().await;
         let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let (server, url, gateway) = Self::start_server_configured(
             &database.url,
             &dir.path().join("server"),

@@ -5,7 +5,7 @@
 //! checkpoint straight from the store.
 
 use super::harness::{
-    ADMIN_TOKEN, Cluster, MLP, checkpointed_step, ps_job, repo_root, resumed_step,
+    ADMIN_TOKEN, Cluster, MLP, checkpointed_step, free_port, ps_job, repo_root, resumed_step,
 };
 use serde_json::json;
 use std::path::PathBuf;
@@ -40,11 +40,7 @@ async fn start_s3() -> (Killed, String) {
          set MOTO_SERVER, or DROVER_S3_TESTS=skip",
         program.display()
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let child = Command::new(&program)
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])
         .stdout(Stdio::null())

@@ -9,14 +9,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Replica {
     proc: Proc,
     gateway: u16,
