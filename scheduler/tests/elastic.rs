@@ -176,27 +176,27 @@ fn drover_runs_a_light_tenants_jobs_at_the_shapes_they_asked_for() {
         snap
     };
     let b_running = |plan: &Plan| (1..8).filter(|&i| plan.placement(id(i)).is_some()).count();
+    // One round of `policy` with a's job asking for `a_workers`: the plan, and a's workers in it.
+    let round = |policy: &str, a_workers: u32| {
+        let snap = cluster(a_workers);
+        let plan = build_policy(policy, None)
+            .unwrap()
+            .schedule(&snap, &Plan::default());
+        invariants::check(&snap, &plan).unwrap();
+        let workers = plan.placement(id(0)).map(|p| p.shape().workers);
+        (plan, workers)
+    };
     // Tenant a asks for no more than its guarantee: its job runs at the 4 workers it asked for, and
     // b borrows nothing from a's share (growth alone would leave a at 1 worker and b on 7 GPUs).
-    let snap = cluster(4);
-    let plan = build_policy("drover", None)
-        .unwrap()
-        .schedule(&snap, &Plan::default());
-    assert_eq!(plan.placement(id(0)).map(|p| p.shape().workers), Some(4));
+    let (plan, a) = round("drover", 4);
+    assert_eq!(a, Some(4));
     assert_eq!(b_running(&plan), 4);
-    invariants::check(&snap, &plan).unwrap();
     // Asking for more than its guarantee, it is a borrower like b's jobs: it starts at its smallest.
-    let snap = cluster(6);
-    let plan = build_policy("drover", None)
-        .unwrap()
-        .schedule(&snap, &Plan::default());
-    assert_eq!(plan.placement(id(0)).map(|p| p.shape().workers), Some(1));
+    let (plan, a) = round("drover", 6);
+    assert_eq!(a, Some(1));
     assert_eq!(b_running(&plan), 7);
     // Without quotas, neither is owed anything.
-    let plan = build_policy("drover-no-quotas", None)
-        .unwrap()
-        .schedule(&cluster(4), &Plan::default());
-    assert_eq!(plan.placement(id(0)).map(|p| p.shape().workers), Some(1));
+    assert_eq!(round("drover-no-quotas", 4).1, Some(1));
 
     // A light tenant's single-GPU job shares its GPU with no one: b's waiting jobs, which would
     // pack next to it, pack next to each other only.
