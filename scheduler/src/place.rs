@@ -35,6 +35,11 @@ pub struct FreeResources {
     free_gpus: u32,
     free_cpus: u32,
     max_node_gpus: u32,
+    /// CPUs kept on a node for each of its free GPUs' workers when PS shards are placed: the most
+    /// any job in the snapshot gives a worker per GPU. A PS costs no GPU, so without this a job's
+    /// shards could take every CPU on the nodes whose GPUs are free, and a waiting single-GPU job
+    /// would find GPUs but nowhere to run.
+    cpus_per_free_gpu: u32,
 }
 
 impl FreeResources {
@@ -58,6 +63,13 @@ impl FreeResources {
             free_gpus: 0,
             free_cpus: 0,
             max_node_gpus,
+            cpus_per_free_gpu: snapshot
+                .jobs
+                .iter()
+                .filter(|j| j.gpus_per_worker > 0)
+                .map(|j| j.cpus_per_worker.div_ceil(j.gpus_per_worker))
+                .max()
+                .unwrap_or(0),
         };
         for node in &snapshot.nodes {
             let gpus = node.num_gpus().min(64);
@@ -301,8 +313,10 @@ impl FreeResources {
         Ok(chosen)
     }
 
-    /// Nodes for the PS shards: the workers' nodes round-robin first (less cross-node traffic), then the
-    /// nodes with the most free CPUs.
+    /// Nodes for the PS shards. First only CPUs no free GPU needs for its worker (see
+    /// [`FreeResources::cpus_per_free_gpu`]): the workers' nodes round-robin (less cross-node traffic),
+    /// then the other nodes with the most such CPUs. Shards still left go wherever CPUs are free, on
+    /// the nodes with the fewest free GPUs first, so a shape that fits is never refused.
     fn choose_ps_nodes(
         &self,
         job: &JobView,
@@ -312,46 +326,65 @@ impl FreeResources {
         if shards == 0 {
             return Ok(Vec::new());
         }
-        let mut cpus_left: Vec<(u32, u32)> = worker_nodes
+        let per_ps = job.cpus_per_ps;
+        // (node, free CPUs, free GPUs) once this job's workers are placed.
+        let mut nodes: Vec<(u32, u32, u32)> = worker_nodes
             .iter()
             .map(|&(node, workers)| {
+                let entry = &self.nodes[node as usize];
                 (
                     node,
-                    self.nodes[node as usize]
+                    entry
                         .free_cpus
                         .saturating_sub(workers * job.cpus_per_worker),
+                    entry
+                        .free_gpus
+                        .saturating_sub(workers * job.gpus_per_worker),
                 )
             })
             .collect();
+        let mut others: Vec<(u32, u32, u32)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(n, node)| node.schedulable && !worker_nodes.iter().any(|w| w.0 == *n as u32))
+            .map(|(n, node)| (n as u32, node.free_cpus, node.free_gpus))
+            .collect();
+        let spare =
+            |&(_, cpus, gpus): &(u32, u32, u32)| cpus.saturating_sub(gpus * self.cpus_per_free_gpu);
+        others.sort_by_key(|other| (std::cmp::Reverse(spare(other)), other.0));
+        let workers_nodes = nodes.len();
+        nodes.extend(others);
         let mut chosen = Vec::with_capacity(shards as usize);
-        let mut i = 0;
+        let take = |slot: &mut (u32, u32, u32), chosen: &mut Vec<u32>| {
+            slot.1 -= per_ps;
+            chosen.push(slot.0);
+        };
+        // The workers' nodes in turn, within their spare CPUs.
         let mut stalled = 0;
-        while chosen.len() < shards as usize && !cpus_left.is_empty() && stalled < cpus_left.len() {
-            let slot = &mut cpus_left[i % worker_nodes.len()];
-            if slot.1 >= job.cpus_per_ps {
-                slot.1 -= job.cpus_per_ps;
-                chosen.push(slot.0);
+        let mut i = 0;
+        while chosen.len() < shards as usize && workers_nodes > 0 && stalled < workers_nodes {
+            let slot = &mut nodes[i % workers_nodes];
+            if spare(slot) >= per_ps {
+                take(slot, &mut chosen);
                 stalled = 0;
             } else {
                 stalled += 1;
             }
             i += 1;
         }
+        // The other nodes, most spare CPUs first.
+        for slot in &mut nodes[workers_nodes..] {
+            while spare(slot) >= per_ps && chosen.len() < shards as usize {
+                take(slot, &mut chosen);
+            }
+        }
+        // Whatever CPUs are left, taking from the fewest free GPUs first.
         if chosen.len() < shards as usize {
-            let mut others: Vec<(u32, u32)> = self
-                .nodes
-                .iter()
-                .enumerate()
-                .filter(|(n, node)| {
-                    node.schedulable && !worker_nodes.iter().any(|w| w.0 == *n as u32)
-                })
-                .map(|(n, node)| (n as u32, node.free_cpus))
-                .collect();
-            others.sort_by_key(|&(n, cpus)| (std::cmp::Reverse(cpus), n));
-            for (node, mut cpus) in others {
-                while cpus >= job.cpus_per_ps && chosen.len() < shards as usize {
-                    cpus -= job.cpus_per_ps;
-                    chosen.push(node);
+            nodes.sort_by_key(|&(n, _, gpus)| (gpus, n));
+            for slot in &mut nodes {
+                while slot.1 >= per_ps && chosen.len() < shards as usize {
+                    take(slot, &mut chosen);
                 }
             }
         }

@@ -234,6 +234,46 @@ fn drover_runs_a_light_tenants_jobs_at_the_shapes_they_asked_for() {
     invariants::check(&snap, &plan).unwrap();
 }
 
+/// A job within its tenant's guarantee that runs below the shape it asked for is resized up to it
+/// only once the resize pays back: not seconds after it started (a short job would lose a minute to
+/// the resize), but after it has run long enough that the remaining time at one worker is worth it.
+#[test]
+fn drover_resizes_a_job_up_to_its_guarantee_only_when_it_pays_back() {
+    use drover_scheduler::Shape;
+    let mut a = elastic(0, 8, 0.0);
+    a.preferred = Shape { ps: 1, workers: 6 };
+    let mut jobs = vec![a];
+    for i in 1..8 {
+        let mut j = job(i, 1, i as f64);
+        j.tenant = 1;
+        j.gpu_memory_gb = Some(24.0); // no packing
+        jobs.push(j);
+    }
+    let mut snap = snapshot(1, 8, jobs);
+    for tenant in &mut snap.tenants {
+        tenant.guaranteed_gpus = 4;
+    }
+    // Asking for more than its guarantee, a's job starts at one worker and b's jobs take the rest.
+    let mut drover = build_policy("drover", None).unwrap();
+    let first = drover.schedule(&snap, &Plan::default());
+    assert_eq!(first.placement(id(0)).unwrap().shape().workers, 1);
+    apply(&mut snap, &first);
+    // It now asks for 4 workers, within the guarantee, having run for `run_s`.
+    let round = |run_s: f64| {
+        let mut snap = snap.clone();
+        snap.jobs[0].preferred = Shape { ps: 1, workers: 4 };
+        snap.jobs[0].observed.executed_s = run_s;
+        snap.now_s += run_s;
+        let mut drover = build_policy("drover", None).unwrap();
+        drover.schedule(&snap, &Plan::default());
+        let plan = drover.schedule(&snap, &first);
+        invariants::check(&snap, &plan).unwrap();
+        plan.placement(id(0)).unwrap().shape().workers
+    };
+    assert_eq!(round(5.0), 1, "resized 5 s into its run");
+    assert_eq!(round(3600.0), 4, "held below its guarantee after an hour");
+}
+
 #[test]
 fn gandiva_time_slices_packs_with_introspection_and_grows_onto_idle_gpus() {
     use drover_scheduler::plan::WaitReason;

@@ -206,3 +206,31 @@ fn drover_demotes_after_4_gpu_hours() {
         assert_eq!(runs(&plan, 0), !demoted, "{attained_h} GPU-hours");
     }
 }
+
+/// Parameter-server shards take no GPU, but they must not take the CPUs a free GPU's worker will need:
+/// on three 4-GPU, 8-CPU nodes, a job whose 12 shards could fill an empty node leaves CPUs beside that
+/// node's free GPUs, and a single-GPU job can still start there.
+#[test]
+fn ps_shards_leave_cpus_for_the_workers_of_free_gpus() {
+    use drover_scheduler::cluster::uniform_cluster;
+    use drover_scheduler::place::{FreeResources, Strategy};
+    use drover_scheduler::snapshot::Shape;
+
+    let mut snap = snapshot(3, 4, vec![job(0, 4, 0.0), job(1, 4, 1.0), job(2, 1, 2.0)]);
+    snap.nodes = uniform_cluster(3, 4, 8, 32);
+    snap.jobs[1].ps.max = 12;
+    let mut free = FreeResources::with_running(&snap, |_, _| true);
+    let shape = |workers, ps| Shape { workers, ps };
+    let first = free
+        .place(&snap.jobs[0], shape(4, 1), Strategy::Relaxed)
+        .unwrap();
+    let sharded = free
+        .place(&snap.jobs[1], shape(4, 12), Strategy::Relaxed)
+        .unwrap();
+    assert_eq!(sharded.tasks.len(), 16);
+    let single = free.place(&snap.jobs[2], shape(1, 1), Strategy::Relaxed);
+    assert!(
+        single.is_ok(),
+        "{single:?}: the shards left no CPU beside the free GPUs ({first:?}, {sharded:?})"
+    );
+}

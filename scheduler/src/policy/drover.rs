@@ -188,17 +188,27 @@ impl Policy for DroverPolicy {
 
     fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {
         let (order, within) = self.order(snapshot);
+        let estimates = self.models.estimates(snapshot);
+        let resize = self.params.resize;
+        let worth = |i: usize, current: Shape, target: Shape| {
+            let (now, then, uncertainty) =
+                resize_horizon(&snapshot.jobs[i], &estimates[i], current, target);
+            resize.worth_it(now, then, uncertainty)
+        };
         // Sharing incentive: a running job within its tenant's guarantee is not held below the shape
-        // it asked for by the resize rule, as it would not be on its tenant's own share.
+        // it asked for by the resize rule, as it would not be on its tenant's own share; but it is
+        // not resized up to it either before the resize would pay back (a job of seconds that
+        // started smaller would lose a minute to it).
         let floor = |i: usize| {
             let job = &snapshot.jobs[i];
-            if within[i] {
-                requested_shape(job)
-            } else {
-                min_shape(job)
-            }
+            let requested = requested_shape(job);
+            let owed = within[i]
+                && job
+                    .placement
+                    .as_ref()
+                    .is_none_or(|p| worth(i, p.shape(), requested));
+            if owed { requested } else { min_shape(job) }
         };
-        let estimates = self.models.estimates(snapshot);
         // A tenant whose jobs together ask for no more than its guarantee gets each of them at the
         // shape it asked for, ahead of every borrower: max-min fairness's promise to a tenant whose
         // demand is below its share (DRF keeps it; growth alone did not, as borrowers' smallest
@@ -218,12 +228,6 @@ impl Policy for DroverPolicy {
         };
         let remaining = |i: usize, shape: Shape| {
             estimates[i].steps * measured_step_s(&snapshot.jobs[i], &estimates[i].speed, shape)
-        };
-        let resize = self.params.resize;
-        let worth = |i: usize, current: Shape, target: Shape| {
-            let (now, then, uncertainty) =
-                resize_horizon(&snapshot.jobs[i], &estimates[i], current, target);
-            resize.worth_it(now, then, uncertainty)
         };
         // A running job measured slower at its shape than at a smaller one it ran at does not hold on
         // to it: the allocation may take it back down.
@@ -307,18 +311,19 @@ impl Policy for DroverPolicy {
         {
             gpus = gpus.min(max.saturating_sub(held));
         }
-        // Within the tenant's guarantee the job starts at least at the shape it asked for, where
-        // that fits.
-        let guarantee = snapshot
-            .tenants
-            .get(job.tenant as usize)
-            .map_or(0, |t| t.guaranteed_gpus);
+        // Within the tenant's guarantee (as the next round will count it) the job starts at least at
+        // the shape it asked for, where that fits: the round would otherwise resize it up to that
+        // shape at once.
+        let within = self.quotas && {
+            let (_, within) = self.order(snapshot);
+            snapshot
+                .jobs
+                .iter()
+                .position(|j| j.id == job.id)
+                .is_some_and(|i| within[i])
+        };
         let requested = requested_shape(job);
-        let start = if self.quotas
-            && held + job.gpus_at(requested) <= guarantee
-            && job.gpus_at(requested) <= gpus
-            && job.cpus_at(requested) <= cpus
-        {
+        let start = if within && job.gpus_at(requested) <= gpus && job.cpus_at(requested) <= cpus {
             requested
         } else {
             smallest
