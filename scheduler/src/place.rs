@@ -129,6 +129,13 @@ impl FreeResources {
             .map_or(0, |n| if n.schedulable { n.free_cpus } else { 0 })
     }
 
+    /// Free GPUs on one node.
+    pub fn free_gpus_on(&self, node: NodeId) -> u32 {
+        self.nodes
+            .get(node.0 as usize)
+            .map_or(0, |n| if n.schedulable { n.free_gpus } else { 0 })
+    }
+
     pub fn free_gpus(&self) -> u32 {
         self.free_gpus
     }

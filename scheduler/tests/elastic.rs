@@ -274,6 +274,45 @@ fn drover_resizes_a_job_up_to_its_guarantee_only_when_it_pays_back() {
     assert_eq!(round(3600.0), 4, "held below its guarantee after an hour");
 }
 
+/// An admitted job that must sit on one node (a high-skew model) is not left waiting because the
+/// free GPUs are one per node: a borrower grown over both nodes gives a worker back on one of them.
+#[test]
+fn drover_makes_room_on_one_node_for_a_consolidated_job() {
+    use drover_scheduler::plan::{Placement, Role, TaskPlacement};
+    use drover_scheduler::{NodeId, Shape};
+    // Two 4-GPU nodes. Tenant b's elastic job runs 6 workers, 3 on each node; tenant a's 2-GPU
+    // job must be consolidated. Each tenant is guaranteed 4 GPUs.
+    let mut grown = elastic(0, 8, 0.0);
+    grown.tenant = 1;
+    let task = |role, index, node, gpus: Vec<u16>| TaskPlacement {
+        role,
+        index,
+        node: NodeId(node),
+        gpus,
+        cpus: 1,
+        packed: false,
+    };
+    let mut tasks: Vec<TaskPlacement> = (0..6)
+        .map(|w| task(Role::Worker, w, w / 3, vec![(w % 3) as u16]))
+        .collect();
+    tasks.push(task(Role::Ps, 0, 0, vec![]));
+    grown.placement = Some(Placement { tasks });
+    grown.preferred = Shape { ps: 1, workers: 6 };
+    let mut skewed = job(1, 2, 10.0);
+    skewed.consolidate = true;
+    let mut snap = snapshot(2, 4, vec![grown, skewed]);
+    for tenant in &mut snap.tenants {
+        tenant.guaranteed_gpus = 4;
+    }
+    let plan = build_policy("drover", None)
+        .unwrap()
+        .schedule(&snap, &Plan::default());
+    invariants::check(&snap, &plan).unwrap();
+    let placed = plan.placement(id(1)).expect("the consolidated job waits");
+    assert_eq!(placed.worker_nodes().len(), 1);
+    assert_eq!(plan.placement(id(0)).unwrap().shape().workers, 5);
+}
+
 #[test]
 fn gandiva_time_slices_packs_with_introspection_and_grows_onto_idle_gpus() {
     use drover_scheduler::plan::WaitReason;

@@ -6,6 +6,7 @@
 //! single-GPU job already uses, when both fit in the GPU's memory (never a light tenant's). See
 //! `README.md` for the measurements behind it.
 
+use super::defrag::make_room;
 use super::elastic::{ElasticParams, Owed, ResizeRule, allocate, min_shape, place_targets};
 use super::optimus::ModelCache;
 use super::packing::pack;
@@ -236,7 +237,7 @@ impl Policy for DroverPolicy {
             admit: &admit,
             floor: &floor,
         };
-        let targets = allocate(
+        let mut targets = allocate(
             snapshot,
             &order,
             &owed,
@@ -246,6 +247,11 @@ impl Policy for DroverPolicy {
             self.params,
         );
         let (mut plan, mut free) = place_targets(snapshot, &order, &targets, Tiresias::strategy);
+        // An admitted job that must sit on one node and found none: later jobs grown on the node
+        // where the fewest must go give workers back, and placement runs again.
+        if make_room(snapshot, &order, &mut targets, &plan, &free) {
+            (plan, free) = place_targets(snapshot, &order, &targets, Tiresias::strategy);
+        }
         if self.packing {
             let live: BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
             self.no_pack.retain(|id| live.contains(id));
@@ -481,9 +487,11 @@ fn arrival_shape(
             .into_iter()
             .flatten()
             .filter(|&next| {
-                let (g, c) = demand(next);
-                g <= gpus
-                    && c <= cpus
+                // Within what is left, for the resource the step adds: a PS shard needs no GPU, so
+                // GPUs the waiting jobs are owed do not keep it out.
+                let ((g, c), (g0, c0)) = (demand(next), demand(shape));
+                (g == g0 || g <= gpus)
+                    && (c == c0 || c <= cpus)
                     && now - measured_step_s(job, &speed, next) >= ARRIVAL_MIN_GAIN * now
             })
             .map(|next| {

@@ -2,6 +2,7 @@
 //! the server's scheduling loop both choose from by name. Each policy is described in `README.md` here.
 
 mod common;
+mod defrag;
 mod drf;
 mod drover;
 mod elastic;
