@@ -350,18 +350,9 @@ impl FreeResources {
                 )
             })
             .collect();
-        let mut others: Vec<(u32, u32, u32)> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(n, node)| node.schedulable && !worker_nodes.iter().any(|w| w.0 == *n as u32))
-            .map(|(n, node)| (n as u32, node.free_cpus, node.free_gpus))
-            .collect();
         let spare =
             |&(_, cpus, gpus): &(u32, u32, u32)| cpus.saturating_sub(gpus * self.cpus_per_free_gpu);
-        others.sort_by_key(|other| (std::cmp::Reverse(spare(other)), other.0));
         let workers_nodes = nodes.len();
-        nodes.extend(others);
         let mut chosen = Vec::with_capacity(shards as usize);
         let take = |slot: &mut (u32, u32, u32), chosen: &mut Vec<u32>| {
             slot.1 -= per_ps;
@@ -380,7 +371,20 @@ impl FreeResources {
             }
             i += 1;
         }
-        // The other nodes, most spare CPUs first.
+        if chosen.len() == shards as usize {
+            return Ok(chosen);
+        }
+        // The other nodes, most spare CPUs first (only now: listing them costs a pass over the
+        // cluster, which most gangs' shards never need).
+        let mut others: Vec<(u32, u32, u32)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(n, node)| node.schedulable && !worker_nodes.iter().any(|w| w.0 == *n as u32))
+            .map(|(n, node)| (n as u32, node.free_cpus, node.free_gpus))
+            .collect();
+        others.sort_by_key(|other| (std::cmp::Reverse(spare(other)), other.0));
+        nodes.extend(others);
         for slot in &mut nodes[workers_nodes..] {
             while spare(slot) >= per_ps && chosen.len() < shards as usize {
                 take(slot, &mut chosen);

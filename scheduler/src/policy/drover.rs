@@ -123,6 +123,37 @@ impl DroverPolicy {
         (super::non_preemptible_first(snapshot, &order), within)
     }
 
+    /// Whether `job` runs within its tenant's guarantee as [`DroverPolicy::order`] counts it: the
+    /// tenant's jobs in the same order, at the shapes they asked for. Only that tenant's jobs are
+    /// sorted, so an arrival does not pay for ordering the whole cluster (the LAS queues are brought
+    /// up to date, as a round would: a job demoted since the last round counts after the others).
+    fn within_guarantee(&mut self, snapshot: &ClusterSnapshot, job: &JobView) -> bool {
+        self.las.update_queues(snapshot);
+        let quota = snapshot
+            .tenants
+            .get(job.tenant as usize)
+            .map_or(0, |t| u64::from(t.guaranteed_gpus));
+        let mut theirs: Vec<(usize, &JobView)> = snapshot
+            .jobs
+            .iter()
+            .enumerate()
+            .filter(|(_, j)| j.tenant == job.tenant)
+            .collect();
+        theirs.sort_by_key(|&(i, j)| (std::cmp::Reverse(j.priority), self.las.queue_key(j.id), i));
+        let mut used = 0;
+        for (_, other) in theirs {
+            let need = u64::from(other.gpus_at(requested_shape(other)));
+            let fits = used + need <= quota;
+            if fits {
+                used += need;
+            }
+            if other.id == job.id {
+                return fits;
+            }
+        }
+        false
+    }
+
     fn with_hints(&self, snapshot: &ClusterSnapshot, order: Vec<usize>) -> Vec<usize> {
         if self.search {
             super::trials::prefer_promising(snapshot, order)
@@ -320,14 +351,7 @@ impl Policy for DroverPolicy {
         // Within the tenant's guarantee (as the next round will count it) the job starts at least at
         // the shape it asked for, where that fits: the round would otherwise resize it up to that
         // shape at once.
-        let within = self.quotas && {
-            let (_, within) = self.order(snapshot);
-            snapshot
-                .jobs
-                .iter()
-                .position(|j| j.id == job.id)
-                .is_some_and(|i| within[i])
-        };
+        let within = self.quotas && self.within_guarantee(snapshot, job);
         let requested = requested_shape(job);
         let start = if within && job.gpus_at(requested) <= gpus && job.cpus_at(requested) <= cpus {
             requested
