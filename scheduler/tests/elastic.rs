@@ -313,6 +313,23 @@ fn drover_makes_room_on_one_node_for_a_consolidated_job() {
     assert_eq!(plan.placement(id(0)).unwrap().shape().workers, 5);
 }
 
+/// A PS shard costs an arriving job CPUs only: the GPUs owed to jobs already waiting do not keep it
+/// at one shard.
+#[test]
+fn drover_gives_an_arrival_its_extra_ps_shard_while_others_wait_for_gpus() {
+    use drover_scheduler::plan::JobPlan;
+    // One 2-GPU node: a waiting 2-GPU job is owed both GPUs, yet the arrival runs (drover starts an
+    // arrival whenever it fits); with 62 CPUs free its extra shard is only a question of CPUs.
+    let mut arriving = elastic(1, 1, 10.0);
+    arriving.ps = Range { min: 1, max: 2 };
+    let snap = snapshot(1, 2, vec![job(0, 2, 0.0), arriving]);
+    let mut drover = build_policy("drover", None).unwrap();
+    let JobPlan::Run { placement, .. } = drover.place_arrival(&snap, &snap.jobs[1]) else {
+        panic!("the arrival waits");
+    };
+    assert_eq!(placement.shape().ps, 2);
+}
+
 #[test]
 fn gandiva_time_slices_packs_with_introspection_and_grows_onto_idle_gpus() {
     use drover_scheduler::plan::WaitReason;
