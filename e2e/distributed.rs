@@ -271,7 +271,12 @@ async fn a_resized_job_survives_losing_a_worker() {
         );
     }
     eprintln!("resize of the example MLP (2 PS, 3 workers -> 1 PS, 2 workers): {first_step}");
-    assert!(has("task_failed", "worker-1"), "{messages:#?}");
+    // Killing worker 1 fails the gang: its own exit or worker 0's (whose peer vanished mid-step) is
+    // the one the executor reports first.
+    assert!(
+        has("task_failed", "worker-1") || has("task_failed", "worker-0"),
+        "{messages:#?}"
+    );
 
     // Generations 2 and 3 ran at the new shape and resumed from checkpoints.
     let tasks = cluster.tasks(&id).await;
