@@ -151,30 +151,33 @@ fn drover_honours_guaranteed_shares_and_priorities() {
     invariants::check(&snap, &plan).unwrap();
 }
 
+/// One 8-GPU node; tenants a and b are guaranteed 4 GPUs each. Tenant a's elastic job (1 to 8
+/// workers) asks for `a_workers`; tenant b queued seven 1-GPU jobs too large to pack.
+fn a_against_seven_of_b(a_workers: u32) -> drover_scheduler::ClusterSnapshot {
+    let mut a = elastic(0, 8, 0.0);
+    a.preferred = drover_scheduler::Shape {
+        ps: 1,
+        workers: a_workers,
+    };
+    let mut jobs = vec![a];
+    for i in 1..8 {
+        let mut j = job(i, 1, i as f64);
+        j.tenant = 1;
+        j.gpu_memory_gb = Some(24.0); // no packing
+        jobs.push(j);
+    }
+    let mut snap = snapshot(1, 8, jobs);
+    for tenant in &mut snap.tenants {
+        tenant.guaranteed_gpus = 4;
+    }
+    snap
+}
+
 #[test]
 fn drover_runs_a_light_tenants_jobs_at_the_shapes_they_asked_for() {
-    use drover_scheduler::Shape;
     // 8 GPUs; tenants a and b are guaranteed 4 each. Tenant a's elastic job asks for 4 workers (it
     // may run at 1 to 8); tenant b queued seven 1-GPU jobs, more than its guarantee.
-    let cluster = |a_workers: u32| {
-        let mut a = elastic(0, 8, 0.0);
-        a.preferred = Shape {
-            ps: 1,
-            workers: a_workers,
-        };
-        let mut jobs = vec![a];
-        for i in 1..8 {
-            let mut j = job(i, 1, i as f64);
-            j.tenant = 1;
-            j.gpu_memory_gb = Some(24.0); // no packing
-            jobs.push(j);
-        }
-        let mut snap = snapshot(1, 8, jobs);
-        for tenant in &mut snap.tenants {
-            tenant.guaranteed_gpus = 4;
-        }
-        snap
-    };
+    let cluster = a_against_seven_of_b;
     let b_running = |plan: &Plan| (1..8).filter(|&i| plan.placement(id(i)).is_some()).count();
     // One round of `policy` with a's job asking for `a_workers`: the plan, and a's workers in it.
     let round = |policy: &str, a_workers: u32| {
@@ -240,19 +243,7 @@ fn drover_runs_a_light_tenants_jobs_at_the_shapes_they_asked_for() {
 #[test]
 fn drover_resizes_a_job_up_to_its_guarantee_only_when_it_pays_back() {
     use drover_scheduler::Shape;
-    let mut a = elastic(0, 8, 0.0);
-    a.preferred = Shape { ps: 1, workers: 6 };
-    let mut jobs = vec![a];
-    for i in 1..8 {
-        let mut j = job(i, 1, i as f64);
-        j.tenant = 1;
-        j.gpu_memory_gb = Some(24.0); // no packing
-        jobs.push(j);
-    }
-    let mut snap = snapshot(1, 8, jobs);
-    for tenant in &mut snap.tenants {
-        tenant.guaranteed_gpus = 4;
-    }
+    let mut snap = a_against_seven_of_b(6);
     // Asking for more than its guarantee, a's job starts at one worker and b's jobs take the rest.
     let mut drover = build_policy("drover", None).unwrap();
     let first = drover.schedule(&snap, &Plan::default());
