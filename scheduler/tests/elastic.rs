@@ -295,13 +295,136 @@ fn drover_makes_room_on_one_node_for_a_consolidated_job() {
     for tenant in &mut snap.tenants {
         tenant.guaranteed_gpus = 4;
     }
-    let plan = build_policy("drover", None)
-        .unwrap()
-        .schedule(&snap, &Plan::default());
-    invariants::check(&snap, &plan).unwrap();
+    let plan = checked_drover_round(&snap);
     let placed = plan.placement(id(1)).expect("the consolidated job waits");
     assert_eq!(placed.worker_nodes().len(), 1);
     assert_eq!(plan.placement(id(0)).unwrap().shape().workers, 5);
+}
+
+/// One round of a fresh `drover` policy on `snap`, checked against the invariants.
+fn checked_drover_round(snap: &drover_scheduler::ClusterSnapshot) -> Plan {
+    let plan = build_policy("drover", None)
+        .expect("drover is a policy")
+        .schedule(snap, &Plan::default());
+    if let Err(violation) = invariants::check(snap, &plan) {
+        panic!("the plan breaks an invariant: {violation:?}");
+    }
+    plan
+}
+
+/// Tenant b's 1-GPU job `k`, running (unpackable) on `node`'s GPU `gpu` with its PS beside it.
+fn running_1_gpu(k: u128, node: u32, gpu: u16) -> drover_scheduler::JobView {
+    use drover_scheduler::NodeId;
+    use drover_scheduler::plan::{Placement, Role, TaskPlacement};
+    let mut j = job(k, 1, k as f64);
+    j.tenant = 1;
+    j.gpu_memory_gb = Some(24.0); // no packing
+    let task = |role, gpus: Vec<u16>| TaskPlacement {
+        role,
+        index: 0,
+        node: NodeId(node),
+        gpus,
+        cpus: 1,
+        packed: false,
+    };
+    j.placement = Some(Placement {
+        tasks: vec![task(Role::Worker, vec![gpu]), task(Role::Ps, vec![])],
+    });
+    j
+}
+
+/// A consolidated job ahead in the order is not left waiting because no later job is grown: the
+/// later jobs on the node where the fewest must go are preempted for it, as for any job ahead of them.
+#[test]
+fn drover_preempts_later_jobs_on_one_node_for_a_consolidated_job() {
+    // Two 4-GPU nodes. Tenant b (guaranteed 2) runs four 1-GPU jobs: 1 and 2, within its
+    // guarantee, on node 0; 3 and 4, borrowing, on node 1. Tenant a's 4-GPU job (guaranteed 4)
+    // must sit on one node; each node has 2 free GPUs.
+    let mut jobs = vec![
+        running_1_gpu(1, 0, 0),
+        running_1_gpu(2, 0, 1),
+        running_1_gpu(3, 1, 0),
+        running_1_gpu(4, 1, 1),
+    ];
+    let mut skewed = job(0, 4, 10.0);
+    skewed.consolidate = true;
+    skewed.gpu_memory_gb = Some(24.0);
+    jobs.push(skewed);
+    let mut snap = snapshot(2, 4, jobs);
+    snap.tenants[0].guaranteed_gpus = 4;
+    snap.tenants[1].guaranteed_gpus = 2;
+    let plan = checked_drover_round(&snap);
+    let placed = plan.placement(id(0)).expect("the consolidated job waits");
+    assert_eq!(placed.worker_nodes().len(), 1);
+    let running: Vec<u128> = (1..=4)
+        .filter(|&k| plan.placement(id(k)).is_some())
+        .collect();
+    assert_eq!(running, vec![1, 2], "b's borrowers on node 1 make room");
+}
+
+/// Running jobs the allocation leaves out, because a job ahead of them was counted in but could not
+/// be placed, keep running: preempting them frees GPUs that no one takes.
+#[test]
+fn drover_preempts_no_job_for_gpus_no_one_takes() {
+    use drover_scheduler::plan::{JobPlan, WaitReason};
+    // Two 4-GPU nodes. Tenant b's six 1-GPU jobs run three on each node (jobs 5 and 6, last in
+    // LAS order, on GPU 2 of each); tenants a and b are guaranteed 4 GPUs each. Tenant a's 4-GPU
+    // job must sit on one node: counted in, it takes b's two borrowers' GPUs, but with one free GPU
+    // on each node it cannot be placed.
+    let mut jobs: Vec<_> = (1..=6u128)
+        .map(|k| running_1_gpu(k, ((k - 1) % 2) as u32, ((k - 1) / 2) as u16))
+        .collect();
+    let mut skewed = job(0, 4, 10.0);
+    skewed.consolidate = true;
+    skewed.gpu_memory_gb = Some(24.0);
+    jobs.push(skewed);
+    let mut snap = snapshot(2, 4, jobs);
+    for tenant in &mut snap.tenants {
+        tenant.guaranteed_gpus = 4;
+    }
+    let plan = checked_drover_round(&snap);
+    assert!(matches!(
+        plan.jobs.get(&id(0)),
+        Some(JobPlan::Wait {
+            reason: WaitReason::Fragmented
+        })
+    ));
+    for k in 1..=6 {
+        assert_eq!(
+            plan.placement(id(k)),
+            snap.jobs[k as usize - 1].placement.as_ref(),
+            "job {k} is preempted for nothing"
+        );
+    }
+}
+
+/// What a tenant's guarantee leaves unused is lent max-min fairly: a tenant that queued a backlog of
+/// borrowers first does not take all of it before another tenant's borrower gets any.
+#[test]
+fn drover_lends_spare_gpus_to_the_tenant_that_borrows_least() {
+    // One 8-GPU node; tenants a and b are guaranteed 2 GPUs each, tenant c 4 and idle. Tenant a
+    // queued six 1-GPU jobs, then b three: each has two within its guarantee, and c's 4 GPUs are lent.
+    let mut jobs = Vec::new();
+    for k in 0..9u128 {
+        let mut j = job(k, 1, k as f64);
+        j.tenant = if k < 6 { 0 } else { 1 };
+        j.gpu_memory_gb = Some(24.0); // no packing
+        jobs.push(j);
+    }
+    let mut snap = snapshot(1, 8, jobs);
+    snap.tenants.push(Tenant {
+        name: "c".into(),
+        guaranteed_gpus: 4,
+        max_gpus: None,
+    });
+    for (tenant, gpus) in snap.tenants.iter_mut().zip([2, 2, 4]) {
+        tenant.guaranteed_gpus = gpus;
+    }
+    let plan = checked_drover_round(&snap);
+    let running =
+        |jobs: std::ops::Range<u128>| jobs.filter(|&k| plan.placement(id(k)).is_some()).count();
+    // In LAS order a's four borrowers would take all four; max-min, a borrows 3 and b 1.
+    assert_eq!((running(0..6), running(6..9)), (5, 3));
 }
 
 /// A PS shard costs an arriving job CPUs only: the GPUs owed to jobs already waiting do not keep it

@@ -3,20 +3,24 @@
 //! The elastic allocation counts GPUs cluster-wide, so it can admit a consolidated job (a high-skew
 //! model whose workers should share a node) while every node's free GPUs are too few: the job then
 //! waits round after round with [`WaitReason::Fragmented`], though the GPUs it was given exist. Jobs
-//! grown beyond their smallest shape, later in the order, hold GPUs on the nodes; shrinking the ones on
-//! the node where the fewest must go frees that node for it, as a grow-shrink policy gives GPUs back
-//! when others wait.
+//! later in the order hold GPUs on the nodes. On the node where the least must go, grown jobs give
+//! workers back (as a grow-shrink policy gives GPUs back when others wait) and, where that is not
+//! enough, jobs are preempted, as they would be for any job ahead of them in the order: otherwise
+//! the freed GPUs, scattered over the nodes, are taken again and a job of a 8-GPU node's size can
+//! wait for hours.
 
 use super::elastic::min_shape;
 use crate::cluster::NodeId;
 use crate::place::FreeResources;
 use crate::plan::{JobPlan, Plan, WaitReason};
 use crate::snapshot::{ClusterSnapshot, Shape};
+use std::collections::BTreeMap;
 
-/// Shrinks the targets of jobs later in `order` so that each admitted, consolidated job `plan` left
-/// waiting as fragmented finds one node with its smallest shape's GPUs once placement is re-run.
-/// Returns whether any target changed. Only jobs running at their target, above their smallest shape,
-/// give workers back, each down to no less than its smallest; one node serves one waiting job.
+/// Shrinks or clears the targets of jobs later in `order` so that each admitted, consolidated job
+/// `plan` left waiting as fragmented finds one node with its smallest shape's GPUs once placement is
+/// re-run. Returns whether any target changed. Only jobs running at their target change: those above
+/// their smallest shape give workers back (down to no less than it) before any preemptible one is
+/// preempted; one node serves one waiting job.
 pub fn make_room(
     snapshot: &ClusterSnapshot,
     order: &[usize],
@@ -51,68 +55,150 @@ pub fn make_room(
         if !stuck || need == 0 || need > max_node_gpus {
             continue;
         }
-        // Per node: its free GPUs, and the (job, workers there) that could give workers back.
-        let mut best: Option<Room> = None;
-        for node in snapshot.nodes.iter().filter(|n| n.schedulable) {
-            if node.num_gpus() < need || claimed.contains(&node.id.0) {
-                continue;
-            }
-            let free_here = free.free_gpus_on(node.id);
-            let mut givers: Vec<(usize, u32)> = Vec::new();
-            let mut reclaimable = 0;
-            for &j in order.iter().rev() {
-                if rank[j] <= rank[s] {
-                    break;
-                }
-                if let Some(workers) = shrinkable_on(snapshot, targets, j, node.id) {
-                    reclaimable += workers * snapshot.jobs[j].gpus_per_worker;
-                    givers.push((j, workers));
-                }
-            }
-            if free_here >= need || free_here + reclaimable < need {
-                continue;
-            }
-            let short = need - free_here;
-            if best.as_ref().is_none_or(|b| short < b.short) {
-                best = Some(Room {
-                    node: node.id.0,
-                    short,
-                    givers,
-                });
-            }
-        }
-        let Some(Room {
-            node,
-            mut short,
-            givers,
-        }) = best
-        else {
-            continue;
-        };
-        claimed.push(node);
-        // The latest in the order give back first.
-        for (j, workers) in givers {
-            if short == 0 {
+        // The GPUs that jobs later in the order hold at their target shape, per node, latest first.
+        let mut holders: BTreeMap<NodeId, Vec<(usize, Vec<u16>)>> = BTreeMap::new();
+        for &j in order.iter().rev() {
+            if rank[j] <= rank[s] {
                 break;
             }
-            let per = snapshot.jobs[j].gpus_per_worker.max(1);
-            let give = workers.min(short.div_ceil(per));
+            let Some(placement) = &snapshot.jobs[j].placement else {
+                continue;
+            };
+            if targets[j] != Some(placement.shape()) {
+                continue;
+            }
+            for task in placement.tasks.iter().filter(|t| !t.gpus.is_empty()) {
+                let on_node = holders.entry(task.node).or_default();
+                match on_node.last_mut() {
+                    Some((last, gpus)) if *last == j => gpus.extend(&task.gpus),
+                    _ => on_node.push((j, task.gpus.clone())),
+                }
+            }
+        }
+        // The node where freeing room for the job takes the least.
+        let mut best: Option<Room> = None;
+        for (&node, holders) in &holders {
+            let usable = snapshot
+                .nodes
+                .get(node.0 as usize)
+                .is_some_and(|n| n.schedulable && n.num_gpus() >= need);
+            if !usable || claimed.contains(&node.0) {
+                continue;
+            }
+            let Some(room) = room_on(snapshot, targets, free, holders, node, need) else {
+                continue;
+            };
+            if best.as_ref().is_none_or(|b| room.cost() < b.cost()) {
+                best = Some(room);
+            }
+        }
+        let Some(room) = best else {
+            continue;
+        };
+        claimed.push(room.node.0);
+        for (j, give) in room.shrink {
             if let Some(target) = targets[j].as_mut() {
                 target.workers -= give;
-                short = short.saturating_sub(give * per);
                 changed = true;
             }
+        }
+        for j in room.preempt {
+            targets[j] = None;
+            changed = true;
         }
     }
     changed
 }
 
-/// A node that can be freed for a waiting job: the GPUs it is short of, and the (job, workers there)
-/// that could give workers back, latest in the order first.
+/// What freeing a node for a waiting job takes: jobs later in the order that give workers back
+/// (job, workers), and jobs that are preempted, the latest in the order first.
 struct Room {
-    node: u32,
-    short: u32,
-    givers: Vec<(usize, u32)>,
+    node: NodeId,
+    shrink: Vec<(usize, u32)>,
+    preempt: Vec<usize>,
+}
+
+impl Room {
+    /// Fewest jobs preempted, then fewest resized.
+    fn cost(&self) -> (usize, usize) {
+        (self.preempt.len(), self.shrink.len())
+    }
+}
+
+/// How `node` could take the smallest shape (`need` GPUs) of the stuck job `s`, or `None` if jobs
+/// later in the order cannot free enough of it. Every job whose target changes is placed again after
+/// `s`, so all its GPUs there are free when `s` is placed; a GPU two jobs share is free once both go.
+/// Grown jobs give workers back first (they keep running); only if that is not enough are jobs
+/// preempted, the latest in the order first.
+fn room_on(
+    snapshot: &ClusterSnapshot,
+    targets: &[Option<Shape>],
+    free: &FreeResources,
+    holders: &[(usize, Vec<u16>)],
+    node: NodeId,
+    need: u32,
+) -> Option<Room> {
+    let free_here = free.free_gpus_on(node);
+    if free_here >= need {
+        return None;
+    }
+    // A GPU is freed once every job holding it here has gone.
+    let freed = |released: &[usize]| -> u32 {
+        let mut held: Vec<u16> = Vec::new();
+        let mut kept: Vec<u16> = Vec::new();
+        for (j, gpus) in holders {
+            let target = if released.contains(j) {
+                &mut held
+            } else {
+                &mut kept
+            };
+            target.extend(gpus);
+        }
+        held.sort_unstable();
+        held.dedup();
+        held.retain(|g| !kept.contains(g));
+        held.len() as u32
+    };
+    let mut released: Vec<usize> = Vec::new();
+    let mut shrink = Vec::new();
+    for &(j, _) in holders {
+        if free_here + freed(&released) >= need {
+            break;
+        }
+        if let Some(workers) = shrinkable_on(snapshot, targets, j, node) {
+            released.push(j);
+            shrink.push((j, workers));
+        }
+    }
+    let mut preempt = Vec::new();
+    for &(j, _) in holders {
+        if free_here + freed(&released) >= need {
+            break;
+        }
+        if !released.contains(&j) && snapshot.jobs[j].preemptible {
+            released.push(j);
+            preempt.push(j);
+        }
+    }
+    if free_here + freed(&released) < need {
+        return None;
+    }
+    // A grown job gives back what the waiting job needs of it, no more than it may.
+    let mut short = need - free_here;
+    let shrink = shrink
+        .into_iter()
+        .map(|(j, workers)| {
+            let per = snapshot.jobs[j].gpus_per_worker.max(1);
+            let give = workers.min(short.div_ceil(per)).max(1);
+            short = short.saturating_sub(give * per);
+            (j, give)
+        })
+        .collect();
+    Some(Room {
+        node,
+        shrink,
+        preempt,
+    })
 }
 
 /// Workers job `j` could give back on `node`: it runs there at its target, above its smallest shape.

@@ -7,7 +7,9 @@
 //! `README.md` for the measurements behind it.
 
 use super::defrag::make_room;
-use super::elastic::{ElasticParams, Owed, ResizeRule, allocate, min_shape, place_targets};
+use super::elastic::{
+    ElasticParams, Owed, ResizeRule, allocate, keep_unneeded_victims, min_shape, place_targets,
+};
 use super::optimus::ModelCache;
 use super::packing::pack;
 use super::{Oracle, Policy, PolicyError, Tiresias};
@@ -117,10 +119,72 @@ impl DroverPolicy {
                 borrowing.push(i);
             }
         }
+        let borrowing = self.fair_borrowing(snapshot, borrowing, used);
         guaranteed.extend(borrowing);
         let order = self.with_hints(snapshot, guaranteed);
         let order = self.cheapest_victims_last(snapshot, order);
         (super::non_preemptible_first(snapshot, &order), within)
+    }
+
+    /// Orders the jobs that borrow (given in LAS order) so that what is lent goes to tenants max-min
+    /// fairly: within each group of equal priority and LAS queue, the next job is the first of the
+    /// tenant whose GPUs so far in the order (from `used`, at the shapes asked for) are the smallest
+    /// share of its guarantee; ties to the earlier entry. Without it, one tenant's backlog of
+    /// borrowers, queued first, took everything lent before a lighter tenant's burst got any: a
+    /// tenant of short jobs waited minutes for seconds of work where DRF starts it at once.
+    fn fair_borrowing(
+        &self,
+        snapshot: &ClusterSnapshot,
+        borrowing: Vec<usize>,
+        mut used: BTreeMap<u32, u64>,
+    ) -> Vec<usize> {
+        let key = |i: usize| {
+            let job = &snapshot.jobs[i];
+            (
+                std::cmp::Reverse(job.priority),
+                self.las.queue_key(job.id).0,
+            )
+        };
+        let weight = |tenant: u32| {
+            snapshot
+                .tenants
+                .get(tenant as usize)
+                .map_or(1, |t| u64::from(t.guaranteed_gpus.max(1)))
+        };
+        let mut fair = Vec::with_capacity(borrowing.len());
+        for group in borrowing.chunk_by(|&a, &b| key(a) == key(b)) {
+            // Each tenant's jobs, as positions in the group (LAS order within the tenant).
+            let mut queues: BTreeMap<u32, std::collections::VecDeque<usize>> = BTreeMap::new();
+            for (position, &i) in group.iter().enumerate() {
+                queues
+                    .entry(snapshot.jobs[i].tenant)
+                    .or_default()
+                    .push_back(position);
+            }
+            let share = |used: &BTreeMap<u32, u64>, tenant: u32| Share {
+                used: used.get(&tenant).copied().unwrap_or(0),
+                weight: weight(tenant),
+            };
+            // Lowest share first, then the earlier head.
+            let mut heap = std::collections::BinaryHeap::new();
+            for (&tenant, queue) in &queues {
+                heap.push(std::cmp::Reverse((share(&used, tenant), queue[0], tenant)));
+            }
+            while let Some(std::cmp::Reverse((_, position, tenant))) = heap.pop() {
+                let i = group[position];
+                fair.push(i);
+                let job = &snapshot.jobs[i];
+                *used.entry(tenant).or_default() += u64::from(job.gpus_at(requested_shape(job)));
+                let queue = queues
+                    .get_mut(&tenant)
+                    .expect("a tenant in the heap has a queue");
+                queue.pop_front();
+                if let Some(&next) = queue.front() {
+                    heap.push(std::cmp::Reverse((share(&used, tenant), next, tenant)));
+                }
+            }
+        }
+        fair
     }
 
     /// Whether `job` runs within its tenant's guarantee as [`DroverPolicy::order`] counts it: the
@@ -283,6 +347,7 @@ impl Policy for DroverPolicy {
         if make_room(snapshot, &order, &mut targets, &plan, &free) {
             (plan, free) = place_targets(snapshot, &order, &targets, Tiresias::strategy);
         }
+        keep_unneeded_victims(snapshot, &order, &mut plan, &mut free);
         if self.packing {
             let live: BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
             self.no_pack.retain(|id| live.contains(id));
@@ -375,6 +440,34 @@ impl Policy for DroverPolicy {
                 Err(_) => shape = smallest,
             }
         }
+    }
+}
+
+/// A tenant's GPUs as a share of its guarantee, `used / weight`, ordered exactly.
+#[derive(Debug, Clone, Copy)]
+struct Share {
+    used: u64,
+    weight: u64,
+}
+
+impl PartialEq for Share {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for Share {}
+
+impl PartialOrd for Share {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Share {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (u128::from(self.used) * u128::from(other.weight))
+            .cmp(&(u128::from(other.used) * u128::from(self.weight)))
     }
 }
 

@@ -418,3 +418,38 @@ pub fn place_targets(
     }
     (plan, free)
 }
+
+/// Running jobs the plan preempts whose resources no job took (the allocation counts GPUs
+/// cluster-wide, so a job ahead of them may have failed to place) keep running where they are, in
+/// `order`: preempting them would free GPUs for no one. Returns how many were kept.
+pub fn keep_unneeded_victims(
+    snapshot: &ClusterSnapshot,
+    order: &[usize],
+    plan: &mut Plan,
+    free: &mut FreeResources,
+) -> usize {
+    let mut kept = 0;
+    for &i in order {
+        let job = &snapshot.jobs[i];
+        let Some(old) = &job.placement else {
+            continue;
+        };
+        let preempted = matches!(
+            plan.jobs.get(&job.id),
+            Some(JobPlan::Wait {
+                reason: WaitReason::Preempted
+            })
+        );
+        if preempted && free.try_take_exact(old) {
+            plan.jobs.insert(
+                job.id,
+                JobPlan::Run {
+                    placement: old.clone(),
+                    reason: RunReason::Continuing,
+                },
+            );
+            kept += 1;
+        }
+    }
+    kept
+}

@@ -5,7 +5,9 @@
 //! Placement uses the fewest nodes with PS shards spread over the workers' nodes. `optimus-oracle` is the
 //! ablation that takes the true remaining steps and speed instead (through the oracle).
 
-use super::elastic::{ElasticParams, Owed, allocate, min_shape, place_targets};
+use super::elastic::{
+    ElasticParams, Owed, allocate, keep_unneeded_victims, min_shape, place_targets,
+};
 use super::{Oracle, Policy, PolicyError};
 use crate::perf::{ConvergenceModel, SpeedModel};
 use crate::place::{FreeResources, Strategy};
@@ -204,7 +206,9 @@ impl Policy for Optimus {
             &worth,
             self.params,
         );
-        place_targets(snapshot, &order, &targets, |_| Strategy::Relaxed).0
+        let (mut plan, mut free) = place_targets(snapshot, &order, &targets, |_| Strategy::Relaxed);
+        keep_unneeded_victims(snapshot, &order, &mut plan, &mut free);
+        plan
     }
 
     fn place_arrival(&mut self, snapshot: &ClusterSnapshot, job: &JobView) -> JobPlan {
