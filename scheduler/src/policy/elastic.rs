@@ -382,6 +382,19 @@ pub fn place_targets(
                                 workers: (shape.workers / 2).max(job.workers.min),
                                 ..shape
                             };
+                            // A running job that fragmentation keeps from growing keeps its own
+                            // GPUs rather than moving to as many or fewer elsewhere (a restart from
+                            // its checkpoint for nothing).
+                            if let Some(old) = &job.placement
+                                && target.workers > old.shape().workers
+                                && shape.workers <= old.shape().workers
+                                && free.try_take_exact(old)
+                            {
+                                break JobPlan::Run {
+                                    placement: old.clone(),
+                                    reason: RunReason::Continuing,
+                                };
+                            }
                         }
                         Err(reason) => {
                             // A running job that cannot take its new shape keeps its old one if it can.
@@ -452,4 +465,86 @@ pub fn keep_unneeded_victims(
         }
     }
     kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{NodeId, uniform_cluster};
+    use crate::plan::{Placement, Role, TaskPlacement};
+    use crate::snapshot::{Observations, Range, Tenant};
+    use drover_core::JobId;
+
+    /// A job with `workers` 1-GPU workers on `node`'s GPUs `gpus` (none: not running) and one PS.
+    fn running(id: u128, node: u32, gpus: &[u16], max_workers: u32) -> JobView {
+        let task = |role, index, gpus: Vec<u16>| TaskPlacement {
+            role,
+            index,
+            node: NodeId(node),
+            gpus,
+            cpus: 1,
+            packed: false,
+        };
+        let mut tasks: Vec<TaskPlacement> = (0..)
+            .zip(gpus)
+            .map(|(i, &g)| task(Role::Worker, i, vec![g]))
+            .collect();
+        tasks.push(task(Role::Ps, 0, Vec::new()));
+        let workers = gpus.len() as u32;
+        JobView {
+            id: JobId(uuid::Uuid::from_u128(id)),
+            tenant: 0,
+            priority: 0,
+            submit_s: id as f64,
+            workers: Range {
+                min: 1,
+                max: max_workers,
+            },
+            ps: Range { min: 1, max: 1 },
+            preferred: Shape { ps: 1, workers },
+            gpus_per_worker: 1,
+            gpu_memory_gb: Some(24.0),
+            cpus_per_worker: 1,
+            cpus_per_ps: 1,
+            preemptible: true,
+            consolidate: true,
+            placement: Some(Placement { tasks }),
+            observed: Observations::default(),
+            search: None,
+        }
+    }
+
+    #[test]
+    fn a_job_that_cannot_grow_keeps_its_own_gpus_rather_than_moving() {
+        // Two 4-GPU nodes. Job 0 runs 2 workers on node 1's GPUs 0-1 and is to grow to 8 on one
+        // node; job 1 holds node 0's GPUs 0-1, job 2 node 1's GPU 2. Neither 8 nor 4 fit on one
+        // node; 2 fit best on node 0's GPUs 2-3, where the old rule moved it.
+        let jobs = vec![
+            running(0, 1, &[0, 1], 8),
+            running(1, 0, &[0, 1], 2),
+            running(2, 1, &[2], 1),
+        ];
+        let snapshot = ClusterSnapshot {
+            now_s: 100.0,
+            nodes: uniform_cluster(2, 4, 64, 32),
+            tenants: vec![Tenant {
+                name: "a".into(),
+                guaranteed_gpus: 0,
+                max_gpus: None,
+            }],
+            jobs,
+        };
+        let current = |i: usize| snapshot.jobs[i].placement.as_ref().map(Placement::shape);
+        let targets = [Some(Shape { ps: 1, workers: 8 }), current(1), current(2)];
+        let (plan, _) = place_targets(&snapshot, &[0, 1, 2], &targets, |_| Strategy::Consolidate);
+        for job in &snapshot.jobs {
+            assert_eq!(
+                plan.jobs.get(&job.id),
+                Some(&JobPlan::Run {
+                    placement: job.placement.clone().expect("running"),
+                    reason: RunReason::Continuing,
+                }),
+            );
+        }
+    }
 }
