@@ -33,12 +33,14 @@ fn main() {
     let policies = std::env::var("POLICIES").unwrap_or_else(|_| "drover,tiresias,fifo".to_owned());
     let (gpus, running, queued) = (10_000, 2_000, 1_000);
     let mut snapshot = build_with(gpus, running, queued, FILLING);
-    // Finished jobs' history for the priors: lengths between ten minutes and a day.
+    // Finished jobs' history for the priors: lengths between ten minutes and a day, submitted over
+    // the last 30 days.
     let history: Vec<Finished> = (0..5_000u32)
         .map(|i| Finished {
             tenant: i % 10,
             gpus: 1 << (i % 4),
             seconds: 600.0 * f64::from(1 + (i * 7919) % 144),
+            submit_s: snapshot.now_s - 30.0 * 86_400.0 * f64::from(5_000 - i) / 5_000.0,
         })
         .collect();
     let priors = Priors::from_history(&history, &snapshot.jobs);

@@ -22,6 +22,7 @@ fn fixed(seconds: f64) -> Remaining {
         p10: seconds * 0.5,
         p50: seconds,
         p90: seconds * 2.0,
+        alone: false,
     }
 }
 
@@ -199,6 +200,7 @@ fn done(tenant: u32, gpus: u32, seconds: f64) -> Finished {
         tenant,
         gpus,
         seconds,
+        submit_s: f64::NAN,
     }
 }
 

@@ -29,8 +29,9 @@ fn rest_factor() -> f64 {
     let duty = (CORE_SHARE * cores).min(1.0);
     1.0 / duty - 1.0
 }
-/// Finished jobs as history: (tenant, GPUs of the preferred shape, GPU-seconds per such GPU).
-type History = Vec<(TenantId, u32, f64)>;
+/// Finished jobs as history: (tenant, GPUs of the preferred shape, GPU-seconds per such GPU,
+/// submission time on the snapshot's clock).
+type History = Vec<(TenantId, u32, f64, f64)>;
 
 /// How often the tenants' history of finished jobs is read again, and how far back it goes.
 const HISTORY_EVERY: Duration = Duration::from_secs(600);
@@ -151,7 +152,11 @@ impl Forecaster {
             .finished_jobs_since(since, HISTORY_JOBS)
             .await?
             .into_iter()
-            .map(|(tenant, gpu_s, gpus)| (tenant, gpus, gpu_s / f64::from(gpus.max(1))))
+            .map(|job| {
+                let gpus = job.gpus.max(1);
+                let submit_s = job.submitted_at.timestamp_millis() as f64 / 1000.0;
+                (job.tenant, gpus, job.gpu_s / f64::from(gpus), submit_s)
+            })
             .collect();
         self.history = Some((Instant::now(), history.clone()));
         Ok(history)
@@ -170,11 +175,12 @@ impl Forecaster {
                 .collect();
             let history: Vec<Finished> = history
                 .iter()
-                .filter_map(|&(tenant, gpus, seconds)| {
+                .filter_map(|&(tenant, gpus, seconds, submit_s)| {
                     Some(Finished {
                         tenant: *index.get(&tenant)?,
                         gpus,
                         seconds,
+                        submit_s,
                     })
                 })
                 .collect();

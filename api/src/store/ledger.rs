@@ -76,6 +76,17 @@ pub struct LedgerRow {
     pub job: String,
 }
 
+/// A job that succeeded, as the queue forecast's history.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FinishedJob {
+    pub tenant: TenantId,
+    /// GPU-seconds it held over all its generations.
+    pub gpu_s: f64,
+    /// GPUs at its largest shape.
+    pub gpus: u32,
+    pub submitted_at: DateTime<Utc>,
+}
+
 /// What closing an allocation records.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AllocationEnd {
@@ -122,11 +133,11 @@ pub trait LedgerStore: Send + Sync {
         to: DateTime<Utc>,
         limit: u32,
     ) -> StoreResult<Vec<LedgerRow>>;
-    /// Jobs that succeeded with an allocation ending after `since`: (tenant, GPU-seconds they held
-    /// over all generations, GPUs at their largest shape), at most `limit`, newest first.
+    /// Jobs that succeeded with an allocation ending after `since`, from their newest `limit`
+    /// allocations.
     async fn finished_jobs_since(
         &self,
         since: DateTime<Utc>,
         limit: u32,
-    ) -> StoreResult<Vec<(TenantId, f64, u32)>>;
+    ) -> StoreResult<Vec<FinishedJob>>;
 }

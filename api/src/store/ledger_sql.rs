@@ -170,9 +170,11 @@ macro_rules! impl_ledger_store {
                 &self,
                 since: DateTime<Utc>,
                 limit: u32,
-            ) -> StoreResult<Vec<(TenantId, f64, u32)>> {
-                let rows: Vec<(Uuid, Uuid, i64, DateTime<Utc>, DateTime<Utc>, i64)> = sqlx::query_as(
-                    "SELECT a.job_id, a.tenant_id, CAST(a.gpus AS BIGINT), a.started_at, a.ended_at, j.max_gpus \
+            ) -> StoreResult<Vec<FinishedJob>> {
+                type Row = (Uuid, Uuid, i64, DateTime<Utc>, DateTime<Utc>, i64, DateTime<Utc>);
+                let rows: Vec<Row> = sqlx::query_as(
+                    "SELECT a.job_id, a.tenant_id, CAST(a.gpus AS BIGINT), a.started_at, a.ended_at, j.max_gpus, \
+                     j.created_at \
                      FROM allocations a JOIN jobs j ON j.id = a.job_id \
                      WHERE j.state = 'succeeded' AND a.ended_at IS NOT NULL AND a.ended_at >= $1 \
                      ORDER BY a.ended_at DESC LIMIT $2",
@@ -181,14 +183,18 @@ macro_rules! impl_ledger_store {
                 .bind(i64::from(limit))
                 .fetch_all(&self.pool)
                 .await?;
-                let mut jobs: std::collections::HashMap<Uuid, (TenantId, f64, u32)> =
+                let mut jobs: std::collections::HashMap<Uuid, FinishedJob> =
                     std::collections::HashMap::new();
-                for (job, tenant, gpus, started, ended, max_gpus) in rows {
+                for (job, tenant, gpus, started, ended, max_gpus, created) in rows {
                     let held = (ended - started).num_milliseconds().max(0) as f64 / 1000.0 * gpus as f64;
-                    let entry = jobs
-                        .entry(job)
-                        .or_insert((TenantId(tenant), 0.0, u32::try_from(max_gpus).unwrap_or(1).max(1)));
-                    entry.1 += held;
+                    jobs.entry(job)
+                        .or_insert(FinishedJob {
+                            tenant: TenantId(tenant),
+                            gpu_s: 0.0,
+                            gpus: u32::try_from(max_gpus).unwrap_or(1).max(1),
+                            submitted_at: created,
+                        })
+                        .gpu_s += held;
                 }
                 Ok(jobs.into_values().collect())
             }

@@ -1,9 +1,10 @@
-//! Cohorts: the jobs of a sweep. One tenant's jobs of one preferred shape submitted in a run, each
+//! Cohorts: the jobs of a sweep. One tenant's jobs of one size (GPUs at the preferred shape) submitted in a run, each
 //! within [`COHORT_GAP_S`] of the one before and at most [`COHORT_SPAN_S`] after the first. Their
 //! lengths go together (a sweep's jobs run about as long as each other), which the forecast uses
 //! twice: a cohort is as old as its oldest member (see [`super::estimate`]), and its members'
 //! remaining times are drawn together in a sampled replay.
 
+use super::Finished;
 use crate::snapshot::JobView;
 use drover_core::JobId;
 use std::collections::{BTreeMap, HashMap};
@@ -19,40 +20,96 @@ pub struct Cohorts {
     of: HashMap<JobId, u64>,
 }
 
+/// What puts a job in a cohort: its tenant, its size (GPUs at its preferred shape) and when it was
+/// submitted.
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    tenant: u32,
+    gpus: u32,
+    submit_s: f64,
+}
+
 impl Cohorts {
     pub fn of(jobs: &[JobView]) -> Cohorts {
-        let mut groups: BTreeMap<(u32, u32, u32), Vec<&JobView>> = BTreeMap::new();
-        for job in jobs {
-            groups
-                .entry((job.tenant, job.preferred.workers, job.preferred.ps))
-                .or_default()
-                .push(job);
-        }
-        let mut of = HashMap::with_capacity(jobs.len());
-        for mut members in groups.into_values() {
-            members.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s));
-            let (mut first_s, mut last_s, mut key) = (f64::NEG_INFINITY, f64::NEG_INFINITY, 0);
-            for job in members {
-                if job.submit_s - last_s > COHORT_GAP_S || job.submit_s - first_s > COHORT_SPAN_S {
-                    first_s = job.submit_s;
-                    key = key_of(job.id);
-                }
-                last_s = job.submit_s;
-                of.insert(job.id, key);
+        Cohorts::with_finished(jobs, &[]).0
+    }
+
+    /// The active jobs' cohorts, and each finished job's (by position in `finished`; `None` for
+    /// one without a submission time). Finished jobs chain a sweep as active ones do, so a
+    /// sweep's ended jobs and its running ones share a key.
+    pub fn with_finished(active: &[JobView], finished: &[Finished]) -> (Cohorts, Vec<Option<u64>>) {
+        let members = active
+            .iter()
+            .map(|j| Member {
+                tenant: j.tenant,
+                gpus: j.gpus_at(j.preferred),
+                submit_s: j.submit_s,
+            })
+            .chain(finished.iter().map(|f| Member {
+                tenant: f.tenant,
+                gpus: f.gpus,
+                submit_s: f.submit_s,
+            }));
+        let mut groups: BTreeMap<(u32, u32), Vec<(usize, Member)>> = BTreeMap::new();
+        for (position, member) in members.enumerate() {
+            if member.submit_s.is_finite() {
+                groups
+                    .entry((member.tenant, member.gpus))
+                    .or_default()
+                    .push((position, member));
             }
         }
-        Cohorts { of }
+        let mut keys: Vec<Option<u64>> = vec![None; active.len() + finished.len()];
+        for mut members in groups.into_values() {
+            members.sort_by(|a, b| a.1.submit_s.total_cmp(&b.1.submit_s));
+            let (mut first_s, mut last_s, mut key) = (f64::NEG_INFINITY, f64::NEG_INFINITY, 0);
+            for (position, member) in members {
+                if member.submit_s - last_s > COHORT_GAP_S
+                    || member.submit_s - first_s > COHORT_SPAN_S
+                {
+                    first_s = member.submit_s;
+                    key = key_of(member);
+                }
+                last_s = member.submit_s;
+                keys[position] = Some(key);
+            }
+        }
+        let finished_keys = keys.split_off(active.len());
+        let of = active
+            .iter()
+            .zip(keys)
+            .filter_map(|(job, key)| Some((job.id, key?)))
+            .collect();
+        (Cohorts { of }, finished_keys)
     }
 
     /// The job's cohort; a job not among those given is a cohort of its own.
     pub fn get(&self, job: JobId) -> u64 {
-        self.of.get(&job).copied().unwrap_or_else(|| key_of(job))
+        self.of.get(&job).copied().unwrap_or_else(|| own_key(job))
+    }
+
+    /// The key a sampled replay draws the job's remaining work by: its cohort's, unless its
+    /// estimate is to be drawn on its own.
+    pub(super) fn draw_key(&self, job: JobId, estimate: super::Remaining) -> u64 {
+        if estimate.alone {
+            own_key(job)
+        } else {
+            self.get(job)
+        }
     }
 }
 
-fn key_of(job: JobId) -> u64 {
+/// A job's key when it is a cohort of its own.
+fn own_key(job: JobId) -> u64 {
     let id = job.0.as_u128();
     (id as u64) ^ ((id >> 64) as u64).rotate_left(29)
+}
+
+/// A cohort's key, from its first member.
+fn key_of(first: Member) -> u64 {
+    let mut key = (u64::from(first.tenant) << 32) | u64::from(first.gpus);
+    key = super::splitmix(key ^ first.submit_s.to_bits());
+    super::splitmix(key)
 }
 
 #[cfg(test)]

@@ -15,6 +15,11 @@ pub struct Remaining {
     pub p10: f64,
     pub p50: f64,
     pub p90: f64,
+    /// Drawn on its own in a sampled replay rather than with its sweep: its estimate comes from
+    /// its sweep's own lengths, so their spread is how its members differ from each other (a
+    /// sweep of hundreds drawn together at one level would have its first members end no sooner
+    /// than its median).
+    pub alone: bool,
 }
 
 /// The standard normal's 90th percentile.
@@ -45,17 +50,20 @@ impl Remaining {
             p10: self.p50 * low,
             p50: self.p50,
             p90: self.p50 * high,
+            alone: self.alone,
         }
     }
 }
 
 /// One finished job, as history: its tenant (index into the snapshot's tenants), the GPUs of its
-/// preferred shape, and how long it ran in seconds at that shape.
+/// preferred shape, how long it ran in seconds at that shape, and when it was submitted (on the
+/// snapshot's clock; NaN when not known), which places it in its sweep's [`super::Cohorts`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Finished {
     pub tenant: u32,
     pub gpus: u32,
     pub seconds: f64,
+    pub submit_s: f64,
 }
 
 /// A job's size for history: 0 for one GPU (or none), then one class per power of two (2; 3-4;
@@ -87,6 +95,9 @@ pub struct Priors {
     #[serde(skip)]
     pub cohorts: super::Cohorts,
     pub cohort_ages: BTreeMap<u64, f64>,
+    /// How long the jobs of each active sweep ran, from its members that ended and those still
+    /// running, once [`TENANT_HISTORY_MIN`] of them have ended: the narrowest history there is.
+    pub by_cohort: BTreeMap<u64, Lengths>,
 }
 
 /// A cohort says how old its members are once this many of them have run (a sweep, not a
@@ -94,6 +105,10 @@ pub struct Priors {
 const COHORT_MIN: usize = 5;
 /// ... and then its age is this quantile of theirs (robust to one long-running member).
 const COHORT_AGE_LEVEL: f64 = 0.8;
+
+/// A sweep's own lengths say how long its jobs take once this share of those that have run have
+/// ended: before, its ended jobs are its shortest (and often of an earlier batch), not a sample.
+const COHORT_ENDED_SHARE: f64 = 0.25;
 
 /// A history bucket is used once it has this many finished jobs.
 pub const TENANT_HISTORY_MIN: usize = 5;
@@ -110,7 +125,7 @@ impl Priors {
     /// From finished jobs' lengths and the active jobs (those that have run count as lengths of at
     /// least their age so far, in the same units: see [`work_done_s`]).
     pub fn from_history(finished: &[Finished], active: &[JobView]) -> Priors {
-        let cohorts = super::Cohorts::of(active);
+        let (cohorts, finished_cohorts) = super::Cohorts::with_finished(active, finished);
         let mut ages: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
         for job in active {
             let age = work_done_s(job);
@@ -163,6 +178,30 @@ impl Priors {
                 .or_default()
                 .add(job.seconds, ended);
         }
+        // Each active sweep's own lengths: its members that ended, and those running as lengths of
+        // at least their age.
+        let mut per_cohort: BTreeMap<u64, Bucket> = active
+            .iter()
+            .map(|j| (cohorts.get(j.id), Bucket::default()))
+            .collect();
+        for (job, cohort) in finished.iter().zip(&finished_cohorts) {
+            if let Some(bucket) = cohort.and_then(|c| per_cohort.get_mut(&c)) {
+                bucket.add(job.seconds, true);
+            }
+        }
+        for job in active.iter().filter(|j| j.observed.attained_gpu_s > 0.0) {
+            if let Some(bucket) = per_cohort.get_mut(&cohorts.get(job.id)) {
+                bucket.add(work_done_s(job), false);
+            }
+        }
+        let by_cohort = per_cohort
+            .into_iter()
+            .filter(|(_, bucket)| {
+                let ended = bucket.finished.len() as f64;
+                ended >= COHORT_ENDED_SHARE * (ended + bucket.running.len() as f64)
+            })
+            .filter_map(|(cohort, bucket)| Some((cohort, bucket.lengths()?)))
+            .collect();
         let mut by_tenant_size: BTreeMap<u32, BTreeMap<u8, Lengths>> = BTreeMap::new();
         for ((tenant, size), bucket) in per_tenant_size {
             if let Some(lengths) = bucket.lengths() {
@@ -185,6 +224,7 @@ impl Priors {
             by_tenant_size,
             cohorts,
             cohort_ages,
+            by_cohort,
         }
     }
 
@@ -197,6 +237,7 @@ impl Priors {
                 tenant: j.tenant,
                 gpus: j.gpus_at(j.preferred),
                 seconds: work_done_s(j),
+                submit_s: j.submit_s,
             })
             .collect()
     }
@@ -259,6 +300,13 @@ pub fn estimate(job: &JobView, priors: &Priors) -> Remaining {
     // at one of its eight GPUs for an hour has done about an eighth of an hour's work.
     let gpus = job.gpus_at(job.preferred);
     let ran = work_done_s(job);
+    // Its own sweep's lengths, once enough of it has ended, given its own age.
+    if let Some(lengths) = priors.by_cohort.get(&priors.cohorts.get(job.id)) {
+        return Remaining {
+            alone: true,
+            ..lengths.remaining_after(ran)
+        };
+    }
     // A sweep's jobs run about as long as each other, so a young one has at least as long to go as
     // what is left of its sweep at the sweep's age, plus the lag between them.
     let cohort_ran = priors
@@ -274,6 +322,7 @@ pub fn estimate(job: &JobView, priors: &Priors) -> Remaining {
         p10: left.p10 + lag,
         p50: left.p50 + lag,
         p90: left.p90 + lag,
+        alone: false,
     }
 }
 
@@ -283,6 +332,7 @@ impl Remaining {
             p10: seconds,
             p50: seconds,
             p90: seconds,
+            alone: false,
         }
     }
 }
@@ -297,6 +347,7 @@ mod tests {
             p10: 100.0,
             p50: 1_000.0,
             p90: 50_000.0,
+            alone: false,
         };
         assert!((r.at_level(0.1) - 100.0).abs() < 1e-6);
         assert!((r.at_level(0.5) - 1_000.0).abs() < 1e-6);
@@ -310,6 +361,7 @@ mod tests {
             p10: 0.0,
             p50: 0.0,
             p90: 0.0,
+            alone: false,
         };
         assert_eq!(done.at_level(0.99), 0.0);
     }

@@ -120,6 +120,7 @@ impl Lengths {
             p10: q.p10,
             p50: q.p50,
             p90: q.p90,
+            alone: false,
         };
         let knots = (0..LEVELS)
             .map(|k| {
@@ -196,6 +197,7 @@ impl Lengths {
                 p10: self.quantile(0.1),
                 p50: self.quantile(0.5),
                 p90: self.quantile(0.9),
+                alone: false,
             };
         }
         let below = self.cdf(ran);
@@ -206,6 +208,7 @@ impl Lengths {
                 p10: ran / 9.0,
                 p50: ran,
                 p90: ran * 9.0,
+                alone: false,
             };
         }
         let left = |u: f64| (self.quantile(below + u * (1.0 - below)) - ran).max(0.0);
@@ -213,6 +216,7 @@ impl Lengths {
             p10: left(0.1),
             p50: left(0.5),
             p90: left(0.9),
+            alone: false,
         }
     }
 }

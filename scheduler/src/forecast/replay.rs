@@ -97,6 +97,8 @@ pub(super) struct Replay<'a> {
     gpu_users: HashMap<(u32, u16), u8>,
     /// Each job's speed model, fitted once (observations do not change during a replay).
     speed: HashMap<JobId, Option<crate::perf::SpeedModel>>,
+    /// How much sharing a GPU slows a job: what the snapshot's jobs showed, else the configured.
+    packing_slowdown: f64,
     /// Expected arrivals, by submission time, and the next to come.
     arrivals: &'a [Arrival],
     next_arrival: usize,
@@ -127,9 +129,12 @@ impl<'a> Replay<'a> {
                     p10: NO_HISTORY.p10,
                     p50: NO_HISTORY.p50,
                     p90: NO_HISTORY.p90,
+                    alone: false,
                 });
                 let progress = Progress {
-                    left: estimate.at(scenario, cohorts.get(job.id)).max(0.0),
+                    left: estimate
+                        .at(scenario, cohorts.draw_key(job.id, estimate))
+                        .max(0.0),
                     rate: 0.0,
                     productive_from: snapshot.now_s,
                     owed_s: if job.observed.executed_s > 0.0 {
@@ -161,6 +166,8 @@ impl<'a> Replay<'a> {
                     (j.id, model)
                 })
                 .collect(),
+            packing_slowdown: observed_packing_slowdown(snapshot)
+                .unwrap_or(config.packing_slowdown),
             arrivals,
             next_arrival: 0,
             scenario,
@@ -212,12 +219,20 @@ impl<'a> Replay<'a> {
                 .iter()
                 .any(|&g| self.gpu_users.get(&(t.node.0, g)).copied().unwrap_or(0) > 1)
         });
-        let slowdown = if shared {
-            1.0 - self.config.packing_slowdown
-        } else {
-            1.0
-        };
-        relative * slowdown
+        if !shared {
+            return relative;
+        }
+        // Sharing its GPUs at a shape where it has been seen sharing them: slowed as much as it
+        // was there (its fitted pace alone over the pace it was seen at, both at this shape).
+        let seen_shared = job
+            .observed
+            .step_stats
+            .iter()
+            .find(|s| s.shared && s.shape == shape && s.samples > 0 && s.mean_step_s > 0.0);
+        if let (Some(seen), Some(alone)) = (seen_shared, step(shape)) {
+            return relative * (alone / seen.mean_step_s).clamp(0.1, 1.0);
+        }
+        relative * (1.0 - self.packing_slowdown)
     }
 
     fn refresh_rates(&mut self) {
@@ -397,7 +412,10 @@ impl<'a> Replay<'a> {
                     Progress {
                         left: arrival
                             .remaining
-                            .at(self.scenario, self.cohorts.get(arrival.job.id))
+                            .at(
+                                self.scenario,
+                                self.cohorts.draw_key(arrival.job.id, arrival.remaining),
+                            )
                             .max(0.0),
                         rate: 0.0,
                         productive_from: now,
@@ -443,3 +461,32 @@ impl<'a> Replay<'a> {
         outcome
     }
 }
+
+/// The median slowdown from sharing GPUs among the snapshot's jobs seen both sharing and not at one
+/// shape (1 − alone / shared step time), when at least [`PACKING_SEEN_MIN`] were.
+fn observed_packing_slowdown(snapshot: &ClusterSnapshot) -> Option<f64> {
+    let mut seen: Vec<f64> = snapshot
+        .jobs
+        .iter()
+        .flat_map(|job| {
+            let stats = &job.observed.step_stats;
+            stats.iter().filter(|s| s.shared).filter_map(|shared| {
+                let alone = stats
+                    .iter()
+                    .find(|s| !s.shared && s.shape == shared.shape)?;
+                let usable = |s: &crate::snapshot::StepStats| s.samples > 0 && s.mean_step_s > 0.0;
+                (usable(shared) && usable(alone))
+                    .then(|| 1.0 - alone.mean_step_s / shared.mean_step_s)
+            })
+        })
+        .filter(|slowdown| slowdown.is_finite())
+        .collect();
+    if seen.len() < PACKING_SEEN_MIN {
+        return None;
+    }
+    seen.sort_by(f64::total_cmp);
+    Some(seen[seen.len() / 2].clamp(0.0, 0.9))
+}
+
+/// Jobs seen sharing and not before the snapshot's packing slowdown replaces the configured one.
+const PACKING_SEEN_MIN: usize = 5;

@@ -514,6 +514,7 @@ pub(crate) fn simulate(
                         tenant: job.tenant,
                         gpus: job.gpus_at(job.preferred),
                         seconds: crate::forecast::work_done_s(&job),
+                        submit_s: job.submit_s,
                     });
                 }
                 completed = true;

@@ -111,6 +111,7 @@ impl Predictor {
                             p10: left,
                             p50: left,
                             p90: left,
+                            alone: false,
                         }
                     }
                     _ => estimate(j, &priors),
