@@ -1,8 +1,10 @@
-//! Cohorts: the jobs of a sweep. One tenant's jobs of one size (GPUs at the preferred shape) submitted in a run, each
-//! within [`COHORT_GAP_S`] of the one before and at most [`COHORT_SPAN_S`] after the first. Their
+//! Cohorts: the jobs of a sweep. One tenant's jobs of one size (GPUs at the preferred shape)
+//! submitted in a run, each within [`COHORT_GAP_S`] of the one before and at most
+//! [`COHORT_SPAN_S`] after the first, finished ones included. Their
 //! lengths go together (a sweep's jobs run about as long as each other), which the forecast uses
-//! twice: a cohort is as old as its oldest member (see [`super::estimate`]), and its members'
-//! remaining times are drawn together in a sampled replay.
+//! three ways: once a quarter of it has ended its own lengths are its members' estimate; before,
+//! a cohort is as old as its oldest members (see [`super::estimate`]) and its members' remaining
+//! times are drawn together in a sampled replay.
 
 use super::Finished;
 use crate::snapshot::JobView;

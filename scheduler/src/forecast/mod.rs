@@ -5,9 +5,11 @@
 //! Remaining work comes from what has been observed (a step budget, cut short by a fitted loss curve
 //! when the job stops at a target, times the fitted speed), or, for a job without a budget or not yet
 //! measured, from how long jobs like it ran, given how long it has run ([`Priors`]: by tenant and
-//! size, running jobs counted as censored lengths, a sweep as old as its [`Cohorts`]). Each estimate
+//! size, running jobs counted as censored lengths, a sweep as old as its [`Cohorts`], or a sweep's
+//! own lengths once a quarter of it has ended). Each estimate
 //! is a distribution (10th, 50th and 90th percentile); the replay runs [`ForecastConfig::samples`]
-//! times with every job's remaining work drawn from it (a sweep's jobs drawn together), and a job's
+//! times with every job's remaining work drawn from it (a sweep's jobs drawn together unless
+//! estimated from the sweep's own lengths), and a job's
 //! predicted start is the median of its starts over the draws, its band their 10th to 90th
 //! percentile. Like the policies, this is pure: no IO, no clock; the caller hands in the time.
 
