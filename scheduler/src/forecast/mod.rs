@@ -261,6 +261,13 @@ fn replay_all(
     arrivals: &[Arrival],
     targets: &[JobId],
 ) -> Result<Forecast, PolicyError> {
+    // Sharing a GPU slows a job never seen sharing as much as it slowed the snapshot's jobs that
+    // were, where enough were: found once for all the replays.
+    let config = &ForecastConfig {
+        packing_slowdown: replay::observed_packing_slowdown(snapshot)
+            .unwrap_or(config.packing_slowdown),
+        ..*config
+    };
     let order = queue_order(snapshot, plan);
     // Nothing waits: one replay at the medians says when running jobs end.
     let scenarios: Vec<Scenario> = if targets.is_empty() || config.samples <= 1 {

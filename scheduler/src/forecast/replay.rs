@@ -97,8 +97,6 @@ pub(super) struct Replay<'a> {
     gpu_users: HashMap<(u32, u16), u8>,
     /// Each job's speed model, fitted once (observations do not change during a replay).
     speed: HashMap<JobId, Option<crate::perf::SpeedModel>>,
-    /// How much sharing a GPU slows a job: what the snapshot's jobs showed, else the configured.
-    packing_slowdown: f64,
     /// Expected arrivals, by submission time, and the next to come.
     arrivals: &'a [Arrival],
     next_arrival: usize,
@@ -166,8 +164,6 @@ impl<'a> Replay<'a> {
                     (j.id, model)
                 })
                 .collect(),
-            packing_slowdown: observed_packing_slowdown(snapshot)
-                .unwrap_or(config.packing_slowdown),
             arrivals,
             next_arrival: 0,
             scenario,
@@ -232,7 +228,7 @@ impl<'a> Replay<'a> {
         if let (Some(seen), Some(alone)) = (seen_shared, step(shape)) {
             return relative * (alone / seen.mean_step_s).clamp(0.1, 1.0);
         }
-        relative * (1.0 - self.packing_slowdown)
+        relative * (1.0 - self.config.packing_slowdown)
     }
 
     fn refresh_rates(&mut self) {
@@ -464,7 +460,7 @@ impl<'a> Replay<'a> {
 
 /// The median slowdown from sharing GPUs among the snapshot's jobs seen both sharing and not at one
 /// shape (1 − alone / shared step time), when at least [`PACKING_SEEN_MIN`] were.
-fn observed_packing_slowdown(snapshot: &ClusterSnapshot) -> Option<f64> {
+pub(super) fn observed_packing_slowdown(snapshot: &ClusterSnapshot) -> Option<f64> {
     let mut seen: Vec<f64> = snapshot
         .jobs
         .iter()
