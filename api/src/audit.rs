@@ -64,15 +64,24 @@ pub async fn record(
     target: impl Into<String>,
     detail: impl Into<String>,
 ) {
-    let event = NewAuditEvent {
+    write(store, &event(principal, action, target, detail)).await;
+}
+
+/// The event [`record`] writes, for a store call that records it with its change.
+pub fn event(
+    principal: &Principal,
+    action: Action,
+    target: impl Into<String>,
+    detail: impl Into<String>,
+) -> NewAuditEvent {
+    NewAuditEvent {
         actor_id: Some(principal.user.id),
         actor: principal.user.name.clone(),
         tenant_id: Some(principal.user.tenant_id),
         action: action.as_str(),
         target: target.into(),
         detail: detail.into(),
-    };
-    write(store, &event).await;
+    }
 }
 
 /// Records an executor's enrolment.

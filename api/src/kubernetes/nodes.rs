@@ -2,7 +2,7 @@
 //! with its pod's node name): cordoning a node in Kubernetes (`kubectl cordon`, or the first step of
 //! `kubectl drain`) cordons the Drover node, so the scheduler places nothing new there; uncordoning
 //! it in Kubernetes lifts a cordon the controller set. Both go to the audit log under the actor
-//! `kubernetes`, and that log is how a new leader knows which cordons were the controller's. Node
+//! `kubernetes`, in one transaction with the change, and that log is how a new leader knows which cordons were the controller's. Node
 //! labels reach Drover through the executor ([`node_labels`]), which registers with them.
 
 use super::controller::{CONTROLLER_USER, Context};
@@ -63,27 +63,26 @@ async fn apply(
         Err(err) => return Err(err),
     };
     if unschedulable && !drover.cordoned {
-        store.set_node_cordon(&name, true, drover.draining).await?;
-        cordoned_here.insert(name.clone());
-        tracing::info!(node = %name, "cordoned in Kubernetes: cordoned in Drover");
-        audit(
-            store,
+        let audit = event(
             Action::NodeCordon,
             &name,
             "the Kubernetes node is unschedulable",
-        )
-        .await;
+        );
+        store
+            .set_node_cordon(&name, true, drover.draining, &audit)
+            .await?;
+        cordoned_here.insert(name.clone());
+        tracing::info!(node = %name, "cordoned in Kubernetes: cordoned in Drover");
         ctx.state.wake_scheduler();
-    } else if !unschedulable && drover.cordoned && cordoned_here.remove(&name) {
-        store.set_node_cordon(&name, false, false).await?;
-        tracing::info!(node = %name, "uncordoned in Kubernetes: uncordoned in Drover");
-        audit(
-            store,
+    } else if !unschedulable && drover.cordoned && cordoned_here.contains(&name) {
+        let audit = event(
             Action::NodeUncordon,
             &name,
             "the Kubernetes node is schedulable again",
-        )
-        .await;
+        );
+        store.set_node_cordon(&name, false, false, &audit).await?;
+        cordoned_here.remove(&name);
+        tracing::info!(node = %name, "uncordoned in Kubernetes: uncordoned in Drover");
         ctx.state.wake_scheduler();
     }
     Ok(())
@@ -118,17 +117,15 @@ async fn cordoned_by_controller(store: &dyn Store) -> Result<HashSet<String>, St
     Ok(cordoned)
 }
 
-async fn audit(store: &dyn Store, action: Action, node: &str, detail: &str) {
-    let event = NewAuditEvent {
+/// The controller's audit event for a cordon it sets or lifts (recorded with the change).
+fn event(action: Action, node: &str, detail: &str) -> NewAuditEvent {
+    NewAuditEvent {
         actor_id: None,
         actor: CONTROLLER_USER.to_owned(),
         tenant_id: None,
         action: action.as_str(),
         target: node.to_owned(),
         detail: detail.to_owned(),
-    };
-    if let Err(err) = store.record_audit(&event).await {
-        tracing::error!(node, action = event.action, error = %err, "cannot record an audit event");
     }
 }
 

@@ -99,18 +99,18 @@ async fn set_cordon(
     draining: bool,
 ) -> ApiResult<Json<NodeEnvelope>> {
     principal.require_cluster_admin()?;
-    let node = state
-        .store
-        .set_node_cordon(name, cordoned, draining)
-        .await
-        .map_err(|err| ApiError::from_store(err, || format!("no node `{name}`")))?;
-    tracing::info!(node.name = name, cordoned, draining, user.id = %principal.user.id, "node schedulability changed");
     let action = match (cordoned, draining) {
         (_, true) => crate::audit::Action::NodeDrain,
         (true, false) => crate::audit::Action::NodeCordon,
         (false, false) => crate::audit::Action::NodeUncordon,
     };
-    crate::audit::record(state.store.as_ref(), principal, action, name, "").await;
+    let audit = crate::audit::event(principal, action, name, "");
+    let node = state
+        .store
+        .set_node_cordon(name, cordoned, draining, &audit)
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no node `{name}`")))?;
+    tracing::info!(node.name = name, cordoned, draining, user.id = %principal.user.id, "node schedulability changed");
     state.wake_scheduler();
     Ok(Json(NodeEnvelope {
         node: node_view(state, node, &visible_tasks(state, principal).await?),

@@ -265,11 +265,14 @@ pub trait ExecStore: Send + Sync {
     async fn register_node(&self, node: &NodeRegistration, at: DateTime<Utc>) -> StoreResult<Node>;
     async fn set_node_health(&self, name: &str, health: &str, at: DateTime<Utc>)
     -> StoreResult<()>;
+    /// Sets a node's cordon and drain flags and records `audit` in one transaction: the audit log
+    /// is how the Kubernetes node controller knows which cordons were its own, so the two never part.
     async fn set_node_cordon(
         &self,
         name: &str,
         cordoned: bool,
         draining: bool,
+        audit: &super::NewAuditEvent,
     ) -> StoreResult<Node>;
 
     // Jobs and tasks, for the scheduling loop.

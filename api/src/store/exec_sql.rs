@@ -187,15 +187,34 @@ macro_rules! impl_exec_store {
                 Ok(())
             }
 
-            async fn set_node_cordon(&self, name: &str, cordoned: bool, draining: bool) -> StoreResult<Node> {
+            async fn set_node_cordon(
+                &self,
+                name: &str,
+                cordoned: bool,
+                draining: bool,
+                audit: &NewAuditEvent,
+            ) -> StoreResult<Node> {
+                let mut tx = self.pool.begin_with(Self::BEGIN_WRITE).await?;
                 let sql = concat!("UPDATE nodes SET cordoned = $2, draining = $3 WHERE name = $1 RETURNING ", node_columns!());
                 let row = sqlx::query(sql)
                     .bind(name)
                     .bind(cordoned)
                     .bind(draining)
-                    .fetch_optional(&self.pool)
+                    .fetch_optional(&mut *tx)
                     .await?;
-                node_from_row(&row.ok_or(StoreError::NotFound)?)
+                let node = node_from_row(&row.ok_or(StoreError::NotFound)?)?;
+                sqlx::query($crate::store::sql::INSERT_AUDIT)
+                    .bind(Utc::now())
+                    .bind(audit.actor_id.map(|u| u.0))
+                    .bind(&audit.actor)
+                    .bind(audit.tenant_id.map(|t| t.0))
+                    .bind(audit.action)
+                    .bind(&audit.target)
+                    .bind(&audit.detail)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(node)
             }
 
             async fn active_jobs(&self) -> StoreResult<Vec<Job>> {

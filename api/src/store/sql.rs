@@ -17,6 +17,9 @@ pub const INSERT_JOB: &str = "INSERT INTO jobs (id, tenant_id, name, job_type, s
      created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16)";
 pub const INSERT_EVENT: &str = "INSERT INTO job_events (job_id, from_state, to_state, reason, message, actor, \
      created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+/// Appends to the audit log: at, actor id, actor, tenant id, action, target, detail.
+pub const INSERT_AUDIT: &str = "INSERT INTO audit_events (at, actor_id, actor, tenant_id, action, target, detail) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7)";
 /// Looks a bearer token up by its hash, with its user and tenant.
 pub const FIND_TOKEN: &str = "SELECT k.id, k.user_id, k.name, k.prefix, k.created_at, k.expires_at, \
      k.revoked_at, u.tenant_id, t.name AS tenant_name, u.name AS user_name, u.role, u.cluster_admin, \

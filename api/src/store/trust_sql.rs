@@ -250,19 +250,16 @@ macro_rules! impl_trust_store {
             }
 
             async fn record_audit(&self, event: &NewAuditEvent) -> StoreResult<()> {
-                sqlx::query(
-                    "INSERT INTO audit_events (at, actor_id, actor, tenant_id, action, target, detail) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                )
-                .bind(Utc::now())
-                .bind(event.actor_id.map(|u| u.0))
-                .bind(&event.actor)
-                .bind(event.tenant_id.map(|t| t.0))
-                .bind(event.action)
-                .bind(&event.target)
-                .bind(&event.detail)
-                .execute(&self.pool)
-                .await?;
+                sqlx::query($crate::store::sql::INSERT_AUDIT)
+                    .bind(Utc::now())
+                    .bind(event.actor_id.map(|u| u.0))
+                    .bind(&event.actor)
+                    .bind(event.tenant_id.map(|t| t.0))
+                    .bind(event.action)
+                    .bind(&event.target)
+                    .bind(&event.detail)
+                    .execute(&self.pool)
+                    .await?;
                 Ok(())
             }
 
