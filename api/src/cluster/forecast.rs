@@ -29,14 +29,40 @@ fn rest_factor() -> f64 {
     let duty = (CORE_SHARE * cores).min(1.0);
     1.0 / duty - 1.0
 }
-/// Finished jobs as history: (tenant, GPUs of the preferred shape, GPU-seconds per such GPU,
-/// submission time on the snapshot's clock).
-type History = Vec<(TenantId, u32, f64, f64)>;
 
-/// How often the tenants' history of finished jobs is read again, and how far back it goes.
+/// Finished jobs as history, by job: (tenant, GPUs of the preferred shape, GPU-seconds per such
+/// GPU, submission time on the snapshot's clock).
+type History = HashMap<JobId, (TenantId, u32, f64, f64)>;
+
+/// How far back the tenants' history of finished jobs goes, and how many jobs at most. It is read
+/// whole every [`HISTORY_EVERY`] (dropping what aged out) and, between, only the jobs that ended
+/// since the last read, at most every [`HISTORY_FRESH_EVERY`]: a sweep's members that just ended are
+/// what estimates its running ones.
 const HISTORY_EVERY: Duration = Duration::from_secs(600);
+const HISTORY_FRESH_EVERY: Duration = Duration::from_secs(10);
 const HISTORY_DAYS: i64 = 30;
 const HISTORY_JOBS: u32 = 20_000;
+
+/// A read since the last one starts this long before it: an allocation is closed (and its job
+/// marked succeeded) a little after it ends. Jobs read twice are simply replaced.
+const HISTORY_OVERLAP: chrono::Duration = chrono::Duration::minutes(5);
+
+/// The cached history and when it was read.
+#[derive(Debug)]
+struct HistoryCache {
+    jobs: History,
+    full_at: Instant,
+    read_at: Instant,
+    /// The wall-clock time of the last read.
+    read_wall: DateTime<Utc>,
+}
+
+impl HistoryCache {
+    /// Due for a whole read: old, or grown past twice a whole read's size by the reads between.
+    fn stale(&self) -> bool {
+        self.full_at.elapsed() >= HISTORY_EVERY || self.jobs.len() > 2 * HISTORY_JOBS as usize
+    }
+}
 
 /// What one round hands the forecaster.
 #[derive(Debug)]
@@ -84,7 +110,7 @@ pub(super) struct Forecaster {
     last_full: Option<Instant>,
     /// The latest prediction per job (from a full or a head forecast).
     known: HashMap<JobId, QueueEntry>,
-    history: Option<(Instant, History)>,
+    history: Option<HistoryCache>,
 }
 
 fn time_of(seconds: Option<f64>) -> Option<DateTime<Utc>> {
@@ -139,27 +165,52 @@ impl Forecaster {
         }
     }
 
-    /// Finished jobs' lengths, read again every [`HISTORY_EVERY`].
-    async fn history(&mut self) -> StoreResult<History> {
-        if let Some((at, history)) = &self.history
-            && at.elapsed() < HISTORY_EVERY
-        {
-            return Ok(history.clone());
-        }
-        let since = Utc::now() - chrono::Duration::days(HISTORY_DAYS);
-        let history: History = self
+    /// Finished jobs' lengths: read whole every [`HISTORY_EVERY`], and the jobs ended since the last
+    /// read every [`HISTORY_FRESH_EVERY`].
+    async fn history(&mut self) -> StoreResult<Vec<(TenantId, u32, f64, f64)>> {
+        let now = Utc::now();
+        let since = match &self.history {
+            Some(cache) if !cache.stale() => {
+                if cache.read_at.elapsed() < HISTORY_FRESH_EVERY {
+                    return Ok(cache.jobs.values().copied().collect());
+                }
+                Some(cache.read_wall - HISTORY_OVERLAP)
+            }
+            _ => None,
+        };
+        let read = self
             .store
-            .finished_jobs_since(since, HISTORY_JOBS)
-            .await?
-            .into_iter()
-            .map(|job| {
-                let gpus = job.gpus.max(1);
-                let submit_s = job.submitted_at.timestamp_millis() as f64 / 1000.0;
-                (job.tenant, gpus, job.gpu_s / f64::from(gpus), submit_s)
-            })
-            .collect();
-        self.history = Some((Instant::now(), history.clone()));
-        Ok(history)
+            .finished_jobs_since(
+                since.unwrap_or(now - chrono::Duration::days(HISTORY_DAYS)),
+                HISTORY_JOBS,
+            )
+            .await?;
+        let entry = |job: &crate::store::FinishedJob| {
+            let gpus = job.gpus.max(1);
+            let submit_s = job.submitted_at.timestamp_millis() as f64 / 1000.0;
+            (job.tenant, gpus, job.gpu_s / f64::from(gpus), submit_s)
+        };
+        let cache = match (since, self.history.take()) {
+            (Some(_), Some(mut cache)) => {
+                for job in &read {
+                    cache.jobs.insert(job.job, entry(job));
+                }
+                HistoryCache {
+                    read_at: Instant::now(),
+                    read_wall: now,
+                    ..cache
+                }
+            }
+            _ => HistoryCache {
+                jobs: read.iter().map(|job| (job.job, entry(job))).collect(),
+                full_at: Instant::now(),
+                read_at: Instant::now(),
+                read_wall: now,
+            },
+        };
+        let jobs = cache.jobs.values().copied().collect();
+        self.history = Some(cache);
+        Ok(jobs)
     }
 
     /// One forecast of the whole queue (`full`) or of its head, recorded in the store.

@@ -79,6 +79,7 @@ pub struct LedgerRow {
 /// A job that succeeded, as the queue forecast's history.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FinishedJob {
+    pub job: JobId,
     pub tenant: TenantId,
     /// GPU-seconds it held over all its generations.
     pub gpu_s: f64,
@@ -133,8 +134,9 @@ pub trait LedgerStore: Send + Sync {
         to: DateTime<Utc>,
         limit: u32,
     ) -> StoreResult<Vec<LedgerRow>>;
-    /// Jobs that succeeded with an allocation ending after `since`, from their newest `limit`
-    /// allocations.
+    /// Jobs that succeeded with an allocation ending at or after `since` (at most the `limit` with
+    /// the newest such allocations), each with all its allocations counted: a job read again later
+    /// reads the same.
     async fn finished_jobs_since(
         &self,
         since: DateTime<Utc>,

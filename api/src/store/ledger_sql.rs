@@ -176,8 +176,8 @@ macro_rules! impl_ledger_store {
                     "SELECT a.job_id, a.tenant_id, CAST(a.gpus AS BIGINT), a.started_at, a.ended_at, j.max_gpus, \
                      j.created_at \
                      FROM allocations a JOIN jobs j ON j.id = a.job_id \
-                     WHERE j.state = 'succeeded' AND a.ended_at IS NOT NULL AND a.ended_at >= $1 \
-                     ORDER BY a.ended_at DESC LIMIT $2",
+                     WHERE j.state = 'succeeded' AND a.ended_at IS NOT NULL AND a.job_id IN \
+                     (SELECT job_id FROM allocations WHERE ended_at >= $1 ORDER BY ended_at DESC LIMIT $2)",
                 )
                 .bind(since)
                 .bind(i64::from(limit))
@@ -189,6 +189,7 @@ macro_rules! impl_ledger_store {
                     let held = (ended - started).num_milliseconds().max(0) as f64 / 1000.0 * gpus as f64;
                     jobs.entry(job)
                         .or_insert(FinishedJob {
+                            job: JobId(job),
                             tenant: TenantId(tenant),
                             gpu_s: 0.0,
                             gpus: u32::try_from(max_gpus).unwrap_or(1).max(1),

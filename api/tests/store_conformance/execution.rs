@@ -167,17 +167,43 @@ pub(crate) async fn executors_register_and_lose_tasks(db: &TestDb) {
         .register_node(&registration, Utc::now())
         .await
         .unwrap();
-    store.set_node_cordon("gpu-a", true, true).await.unwrap();
+    let audit = |target: &str| NewAuditEvent {
+        actor_id: None,
+        actor: "kubernetes".to_owned(),
+        tenant_id: None,
+        action: "node.drain",
+        target: target.to_owned(),
+        detail: "drained".to_owned(),
+    };
+    let audited = |target: &str| {
+        let target = target.to_owned();
+        async move {
+            let log = store.list_audit(None, 100).await.unwrap();
+            log.iter()
+                .filter(|e| e.target == target && e.action == "node.drain")
+                .count()
+        }
+    };
+    store
+        .set_node_cordon("gpu-a", true, true, &audit("gpu-a"))
+        .await
+        .unwrap();
+    // The cordon's audit event is written with it.
+    assert_eq!(audited("gpu-a").await, 1);
     // Re-registering (a restarted executor) keeps the administrator's cordon and drain.
     let again = store
         .register_node(&registration, Utc::now())
         .await
         .unwrap();
     assert!(again.cordoned && again.draining);
+    // No such node: no change, and no audit event either.
     assert!(matches!(
-        store.set_node_cordon("nope", true, false).await,
+        store
+            .set_node_cordon("nope", true, false, &audit("nope"))
+            .await,
         Err(StoreError::NotFound)
     ));
+    assert_eq!(audited("nope").await, 0);
 
     let (tenant, alice) = fixture(store, "nlp").await;
     let (other, bob) = fixture(store, "other").await;
@@ -565,4 +591,52 @@ pub(crate) async fn generations_open_allocations_in_the_ledger(db: &TestDb) {
     let read = store.queue_forecast().await.unwrap().unwrap();
     assert_eq!(read.entries, forecast.entries);
     assert_eq!(read.finishing.len(), 1);
+
+    // The forecast's history: nothing until the job has succeeded; then the job once, with both
+    // generations' GPU-seconds, also for a read since only the second ended.
+    let history = |since| store.finished_jobs_since(since, 10);
+    assert!(history(before).await.unwrap().is_empty());
+    let generation_2 = change(JobState::Running, ReasonCode::RendezvousComplete);
+    store
+        .transition_job_in_generation(job.id, 2, &generation_2, false)
+        .await
+        .unwrap();
+    let done = change(JobState::Succeeded, ReasonCode::Completed);
+    store
+        .transition_job_in_generation(job.id, 2, &done, false)
+        .await
+        .unwrap();
+    let second_end = ended + chrono::Duration::seconds(100);
+    let open = store.open_allocations().await.unwrap();
+    let close = AllocationEnd {
+        ended_at: second_end,
+        end_cause: "completed".to_owned(),
+        ..end
+    };
+    store.close_allocation(job.id, 2, &close).await.unwrap();
+    let expected_gpu_s = 3.0 * (ended - a.started_at).num_milliseconds() as f64 / 1000.0
+        + (second_end - open[0].started_at).num_milliseconds() as f64 / 1000.0;
+    for since in [before, ended + chrono::Duration::seconds(1)] {
+        let read = history(since).await.unwrap();
+        assert_eq!(read.len(), 1, "since {since}");
+        let finished = read[0];
+        assert_eq!((finished.job, finished.tenant), (job.id, tenant.id));
+        assert!(
+            (finished.gpu_s - expected_gpu_s).abs() < 0.01,
+            "{} vs {expected_gpu_s}",
+            finished.gpu_s
+        );
+        assert!(
+            (finished.submitted_at - job.created_at)
+                .num_milliseconds()
+                .abs()
+                <= 1
+        );
+    }
+    assert!(
+        history(second_end + chrono::Duration::seconds(1))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
