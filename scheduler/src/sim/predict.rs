@@ -130,22 +130,29 @@ impl Predictor {
             ARRIVALS_CAP,
             &priors,
         );
-        let prediction = predict_start(
+        let (start_s, start_p10_s, start_p90_s) = match predict_start(
             snapshot,
             policy,
             &remaining,
             &self.options.forecast,
             &arrivals,
             job,
-        )
-        .ok()
-        .flatten();
+        ) {
+            Ok(Some(p)) => (p.start_s, p.start_p10_s, p.start_p90_s),
+            // The next round starts it: now.
+            Ok(None) => (
+                Some(snapshot.now_s),
+                Some(snapshot.now_s),
+                Some(snapshot.now_s),
+            ),
+            Err(_) => (None, None, None),
+        };
         self.records.push(PredictionRecord {
             job: index,
             made_at_s: snapshot.now_s,
-            start_s: prediction.as_ref().and_then(|p| p.start_s),
-            start_p10_s: prediction.as_ref().and_then(|p| p.start_p10_s),
-            start_p90_s: prediction.as_ref().and_then(|p| p.start_p90_s),
+            start_s,
+            start_p10_s,
+            start_p90_s,
         });
     }
 }
