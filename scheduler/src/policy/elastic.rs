@@ -299,6 +299,57 @@ pub fn allocate(
             );
         }
     }
+    // Growth one task at a time follows each step's gain, and can end past the job's best shape: a
+    // shape it was measured at, or one on the way from its current shape, may be faster on fewer
+    // resources (its measured pace at one shape and the model's at the next need not agree). The
+    // job takes the fastest of those that fit in what it was given; the rest is left free. Only a
+    // measurement takes a job below the shape the policy owes it (what it asked for, within its
+    // guarantee): the model alone does not overrule what the user asked for.
+    for &i in order {
+        let Some(target) = targets[i] else {
+            continue;
+        };
+        let job = &snapshot.jobs[i];
+        let (g0, c0) = demand(job, target);
+        let floor = (owed.floor)(i);
+        let seen = job
+            .observed
+            .step_stats
+            .iter()
+            .filter(|s| !s.shared)
+            .map(|s| s.shape);
+        let on_the_way = job
+            .placement
+            .as_ref()
+            .map(|p| p.shape())
+            .filter(|&current| current != target)
+            .into_iter()
+            .flat_map(|current| between(current, target))
+            .filter(|shape| shape.workers >= floor.workers && shape.ps >= floor.ps);
+        let fits = |shape: Shape| {
+            let (g, c) = demand(job, shape);
+            shape != target
+                && job.workers.contains(shape.workers)
+                && job.ps.contains(shape.ps)
+                && g <= g0
+                && c <= c0
+        };
+        let best = seen
+            .chain(on_the_way)
+            .filter(|&shape| fits(shape))
+            .map(|shape| (remaining_s(i, shape), shape))
+            .filter(|(seconds, _)| seconds.is_finite())
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        if let Some((seconds, shape)) = best
+            && seconds < remaining_s(i, target)
+        {
+            let (g1, c1) = demand(job, shape);
+            gpus_left += g0 - g1;
+            cpus_left += c0 - c1;
+            tenant_left[job.tenant as usize] += g0 - g1;
+            targets[i] = Some(shape);
+        }
+    }
     // Stickiness: a running job keeps its shape unless the change is worth it ([`ResizeRule`]).
     for &i in order {
         let job = &snapshot.jobs[i];
@@ -328,6 +379,15 @@ pub fn allocate(
         }
     }
     targets
+}
+
+/// The shapes between `a` and `b`: workers from one's count to the other's, at either's PS count.
+fn between(a: Shape, b: Shape) -> impl Iterator<Item = Shape> {
+    let workers = a.workers.min(b.workers)..=a.workers.max(b.workers);
+    workers.flat_map(move |workers| {
+        let other = (a.ps != b.ps).then_some(Shape { workers, ps: b.ps });
+        std::iter::once(Shape { workers, ps: a.ps }).chain(other)
+    })
 }
 
 /// Places target shapes: jobs keeping their shape keep their placement; the rest are placed in `order`,
@@ -512,6 +572,80 @@ mod tests {
             observed: Observations::default(),
             search: None,
         }
+    }
+
+    /// What [`allocate`] gives job 0 of `jobs` on one 8-GPU node, owed `owed_workers` workers, with
+    /// `remaining` seconds left at each worker count (PS fixed at 1).
+    fn allocated(
+        jobs: Vec<JobView>,
+        owed_workers: u32,
+        remaining: fn(u32) -> f64,
+    ) -> Option<Shape> {
+        let snapshot = ClusterSnapshot {
+            now_s: 100.0,
+            nodes: uniform_cluster(1, 8, 64, 32),
+            tenants: vec![Tenant {
+                name: "a".into(),
+                guaranteed_gpus: 8,
+                max_gpus: None,
+            }],
+            jobs,
+        };
+        let owed = Owed {
+            admit: &|_| Shape {
+                ps: 1,
+                workers: owed_workers,
+            },
+            floor: &|_| Shape { ps: 1, workers: 1 },
+        };
+        let targets = allocate(
+            &snapshot,
+            &[0],
+            &owed,
+            &|_, _| true,
+            &|_, shape| remaining(shape.workers),
+            &|_, _, _| true,
+            ElasticParams::default(),
+        );
+        targets[0]
+    }
+
+    #[test]
+    fn a_job_given_more_than_its_fastest_shape_takes_the_shape_it_was_measured_fastest_at() {
+        // Owed 8 workers, measured at 2 where it runs in a fifth of the time: 2 it is, and 6 GPUs
+        // stay free (growth stops at 8, where one more worker would be slower).
+        let mut job = running(0, 0, &[], 8);
+        job.placement = None;
+        job.observed.step_stats = vec![crate::snapshot::StepStats {
+            shape: Shape { ps: 1, workers: 2 },
+            shared: false,
+            samples: 10,
+            mean_step_s: 0.1,
+        }];
+        let remaining = |workers| match workers {
+            2 => 100.0,
+            8 => 500.0,
+            _ => 1_000.0,
+        };
+        assert_eq!(
+            allocated(vec![job], 8, remaining),
+            Some(Shape { ps: 1, workers: 2 })
+        );
+    }
+
+    #[test]
+    fn a_running_job_given_more_takes_the_fastest_shape_on_the_way() {
+        // Running at 2 workers, owed 6; 3 workers is the fastest shape between the two.
+        let job = running(0, 0, &[0, 1], 8);
+        let remaining = |workers| match workers {
+            3 => 100.0,
+            6 => 400.0,
+            _ => 1_000.0,
+        };
+        assert_eq!(
+            allocated(vec![job], 6, remaining),
+            Some(Shape { ps: 1, workers: 3 })
+        );
     }
 
     #[test]
