@@ -1,7 +1,8 @@
 //! Elastic allocation, shared by Optimus and Drover's policy: admit jobs in the policy's order at their
 //! smallest shape, then hand out the remaining GPUs and CPUs one task at a time to the job whose
-//! remaining time falls most per unit of dominant resource (Optimus's greedy marginal-gain rule), keep a
-//! running job's shape unless changing it buys more than the change costs, and place the result.
+//! remaining time falls most per unit of dominant resource (Optimus's greedy marginal-gain rule), give
+//! each job the fastest shape within what it was handed (the greedy steps can pass it), keep a running
+//! job's shape unless changing it buys more than the change costs, and place the result.
 
 use crate::place::{FreeResources, Strategy};
 use crate::plan::{JobPlan, Plan, RunReason, WaitReason};
