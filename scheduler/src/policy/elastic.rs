@@ -347,7 +347,8 @@ pub fn allocate(
             let (g1, c1) = demand(job, shape);
             gpus_left += g0 - g1;
             cpus_left += c0 - c1;
-            tenant_left[job.tenant as usize] += g0 - g1;
+            tenant_left[job.tenant as usize] =
+                tenant_left[job.tenant as usize].saturating_add(g0 - g1);
             targets[i] = Some(shape);
         }
     }
