@@ -203,16 +203,7 @@ macro_rules! impl_exec_store {
                     .fetch_optional(&mut *tx)
                     .await?;
                 let node = node_from_row(&row.ok_or(StoreError::NotFound)?)?;
-                sqlx::query($crate::store::sql::INSERT_AUDIT)
-                    .bind(Utc::now())
-                    .bind(audit.actor_id.map(|u| u.0))
-                    .bind(&audit.actor)
-                    .bind(audit.tenant_id.map(|t| t.0))
-                    .bind(audit.action)
-                    .bind(&audit.target)
-                    .bind(&audit.detail)
-                    .execute(&mut *tx)
-                    .await?;
+                insert_audit(&mut *tx, audit).await?;
                 tx.commit().await?;
                 Ok(node)
             }

@@ -127,6 +127,25 @@ macro_rules! impl_store {
 
         type DbRow = <$db as sqlx::Database>::Row;
 
+        /// Appends `event` to the audit log through `executor`: the pool, or a transaction that
+        /// records it with the change it describes.
+        async fn insert_audit<'e, E>(executor: E, event: &NewAuditEvent) -> StoreResult<()>
+        where
+            E: sqlx::Executor<'e, Database = $db>,
+        {
+            sqlx::query($crate::store::sql::INSERT_AUDIT)
+                .bind(Utc::now())
+                .bind(event.actor_id.map(|u| u.0))
+                .bind(&event.actor)
+                .bind(event.tenant_id.map(|t| t.0))
+                .bind(event.action)
+                .bind(&event.target)
+                .bind(&event.detail)
+                .execute(executor)
+                .await?;
+            Ok(())
+        }
+
         fn tenant_from_row(row: &DbRow) -> StoreResult<Tenant> {
             Ok(Tenant {
                 id: TenantId(row.try_get("id")?),

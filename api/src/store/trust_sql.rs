@@ -250,17 +250,7 @@ macro_rules! impl_trust_store {
             }
 
             async fn record_audit(&self, event: &NewAuditEvent) -> StoreResult<()> {
-                sqlx::query($crate::store::sql::INSERT_AUDIT)
-                    .bind(Utc::now())
-                    .bind(event.actor_id.map(|u| u.0))
-                    .bind(&event.actor)
-                    .bind(event.tenant_id.map(|t| t.0))
-                    .bind(event.action)
-                    .bind(&event.target)
-                    .bind(&event.detail)
-                    .execute(&self.pool)
-                    .await?;
-                Ok(())
+                insert_audit(&self.pool, event).await
             }
 
             async fn list_audit(&self, before: Option<i64>, limit: u32) -> StoreResult<Vec<AuditEvent>> {
