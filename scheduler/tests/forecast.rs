@@ -550,7 +550,7 @@ fn a_sweeps_members_drawn_alone_end_one_by_one() {
 
 /// Job 0 (1,000 s of work left) shares its GPU with job 1 (far longer); `seen_shared` is the step
 /// time job 0 was seen at while sharing (1 s alone). Its predicted finish, from now.
-fn shared_finish(seen_shared: Option<f64>) -> f64 {
+fn shared_finish(seen_alone: Option<f64>, seen_shared: Option<f64>) -> f64 {
     use drover_scheduler::plan::{Placement, Role, TaskPlacement};
     use drover_scheduler::snapshot::{Shape, StepStats};
     let on_gpu_0 = || Placement {
@@ -575,12 +575,14 @@ fn shared_finish(seen_shared: Option<f64>) -> f64 {
     };
     let mut jobs = vec![job(0, 1, 0.0), job(1, 1, 1.0)];
     let shape = Shape { ps: 1, workers: 1 };
-    jobs[0].observed.step_stats.push(StepStats {
-        shape,
-        shared: false,
-        samples: 10,
-        mean_step_s: 1.0,
-    });
+    if let Some(seen) = seen_alone {
+        jobs[0].observed.step_stats.push(StepStats {
+            shape,
+            shared: false,
+            samples: 10,
+            mean_step_s: seen,
+        });
+    }
     if let Some(seen) = seen_shared {
         jobs[0].observed.step_stats.push(StepStats {
             shape,
@@ -618,9 +620,39 @@ fn shared_finish(seen_shared: Option<f64>) -> f64 {
 #[test]
 fn a_job_sharing_its_gpu_runs_at_the_pace_it_was_seen_at() {
     // Seen at half its pace while sharing: 1,000 s of work take 2,000 s.
-    let seen = shared_finish(Some(2.0));
+    let seen = shared_finish(Some(1.0), Some(2.0));
     assert!((seen - 2_000.0).abs() < 5.0, "{seen}");
     // Never seen sharing: the configured slowdown (a quarter).
-    let unseen = shared_finish(None);
+    let unseen = shared_finish(Some(1.0), None);
     assert!((unseen - 1_000.0 / 0.75).abs() < 5.0, "{unseen}");
+    // Never seen alone: its pace alone is not known, so sharing slows it by that quarter too
+    // (not by its pace shared over a prior in no unit).
+    let never_alone = shared_finish(None, Some(0.2));
+    assert!((never_alone - 1_000.0 / 0.75).abs() < 5.0, "{never_alone}");
+}
+
+#[test]
+fn a_job_only_seen_sharing_counts_its_work_in_seconds() {
+    use drover_scheduler::forecast::{PACKING_SLOWDOWN, work_done_s};
+    // 1,000 steps, seen only while sharing its GPUs, at 2 s a step: about 1,500 s of work alone
+    // (a quarter faster), not 1,000 steps in the speed prior's unit.
+    let mut j = job(0, 2, 0.0);
+    j.observed.step_stats.push(StepStats {
+        shape: j.preferred,
+        shared: true,
+        samples: 20,
+        mean_step_s: 2.0,
+    });
+    j.observed.steps_done = 1_000;
+    j.observed.attained_gpu_s = 2.0 * 2_000.0;
+    let want = 1_000.0 * 2.0 * (1.0 - PACKING_SLOWDOWN);
+    assert!((work_done_s(&j) - want).abs() < 1e-6, "{}", work_done_s(&j));
+    // Seen alone too: that pace decides.
+    j.observed.step_stats.push(StepStats {
+        shape: j.preferred,
+        shared: false,
+        samples: 5,
+        mean_step_s: 1.2,
+    });
+    assert!((work_done_s(&j) - 1_200.0).abs() < 1e-6);
 }

@@ -34,6 +34,10 @@ use replay::{Draw, EstimateOracle, Replay};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
+/// How much sharing a GPU slows a job, where nothing observed says: its pace shared over its pace
+/// alone is taken as 1 − this.
+pub const PACKING_SLOWDOWN: f64 = 0.25;
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ForecastConfig {
     /// Seconds between the replay's rounds (rounds also follow every completion).
@@ -62,7 +66,7 @@ impl Default for ForecastConfig {
             head: None,
             samples: 9,
             costs: Costs::default(),
-            packing_slowdown: 0.25,
+            packing_slowdown: PACKING_SLOWDOWN,
         }
     }
 }

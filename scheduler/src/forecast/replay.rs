@@ -157,12 +157,7 @@ impl<'a> Replay<'a> {
             speed: snapshot
                 .jobs
                 .iter()
-                .map(|j| {
-                    let model = (!j.observed.step_stats.is_empty()).then(|| {
-                        crate::perf::SpeedModel::from_observations(&j.observed.step_stats)
-                    });
-                    (j.id, model)
-                })
+                .map(|j| (j.id, super::estimate::speed_model(j)))
                 .collect(),
             arrivals,
             next_arrival: 0,
