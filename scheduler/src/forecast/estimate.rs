@@ -264,7 +264,8 @@ pub(super) fn speed_model(job: &JobView) -> Option<SpeedModel> {
     if stats.is_empty() {
         return None;
     }
-    let usable = |s: &&StepStats| s.samples > 0 && s.mean_step_s > 0.0;
+    // As the speed model counts an observation usable.
+    let usable = |s: &&StepStats| s.samples > 0 && s.mean_step_s > 0.0 && s.shape.workers > 0;
     if stats.iter().filter(usable).any(|s| !s.shared) {
         return Some(SpeedModel::from_observations(stats));
     }
