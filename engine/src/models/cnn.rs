@@ -11,14 +11,40 @@ struct Conv {
     kernel: Var,
     bias: Var,
     geometry: Geometry,
-    /// For every value of an image's im2col matrix (row `c·k² + i·k + j`, column `y·P + x`), the
-    /// index of the input value it copies in the image flattened with one zero appended (the index
-    /// of that zero stands for the padding). u32, on the model's device.
-    taps: Tensor,
+    im2col: Im2col,
 }
 
+/// How a layer builds its im2col matrix (row `c·k² + i·k + j`, column `y·P + x`) in candle
+/// operations, chosen by what its gradient costs on a GPU.
+#[derive(Debug)]
+enum Im2col {
+    /// A gather: for every value of an image's matrix, the index of the input value it copies in
+    /// the image flattened with one zero appended (the index of that zero stands for the padding).
+    /// u32, on the model's device. Its gradient is candle's `index_add`, which on CUDA runs one
+    /// thread per image over every index, so only a layer whose input needs no gradient (the
+    /// first, on the data) or whose selection would be too large takes it.
+    Gather(Tensor),
+    /// A product of each channel's pixels `[B·C, size²]` with a 0/1 matrix `[size², k²·P]` that
+    /// copies every pixel to the places it takes in that channel's rows (padding is a column of
+    /// zeros): the gradient is the product with its transpose, one gemm on cuBLAS. Multiplying by 1
+    /// and adding zeros is exact, so the values are the gather's.
+    Select(Tensor),
+}
+
+/// The most entries (`size²·k²·P`) a layer's selection matrix may have: 4 Mi (16 MB of f32; the
+/// LeNet-5's second layer has 0.49 Mi). It costs `size²` times the gather's arithmetic, which past
+/// this is more than a gemm hides.
+const MAX_SELECTION: usize = 1 << 22;
+
 impl Conv {
-    fn new(params: &mut Params, rng: &mut Rng, name: &str, geometry: Geometry) -> Result<Self> {
+    /// `input_grad`: whether the layer's input needs a gradient (every layer but the first).
+    fn new(
+        params: &mut Params,
+        rng: &mut Rng,
+        name: &str,
+        geometry: Geometry,
+        input_grad: bool,
+    ) -> Result<Self> {
         let Geometry {
             channels: c_in,
             out: c_out,
@@ -39,47 +65,60 @@ impl Conv {
             uniform(rng, c_out, bound),
         )?;
         let conv = geometry.conv_size();
-        let zero = (c_in * size * size) as u32;
-        let mut taps = Vec::with_capacity(fan_in * conv * conv);
-        for c in 0..c_in {
-            for i in 0..k {
-                for j in 0..k {
-                    for y in 0..conv {
-                        for x in 0..conv {
-                            let (sy, sx) = ((y + i).wrapping_sub(pad), (x + j).wrapping_sub(pad));
-                            taps.push(if sy < size && sx < size {
-                                ((c * size + sy) * size + sx) as u32
-                            } else {
-                                zero
-                            });
-                        }
-                    }
+        // The pixel of the channel that tap (i, j) of output position (y, x) reads, if any.
+        let source = |i: usize, j: usize, y: usize, x: usize| {
+            let (sy, sx) = ((y + i).wrapping_sub(pad), (x + j).wrapping_sub(pad));
+            (sy < size && sx < size).then(|| sy * size + sx)
+        };
+        let columns = k * k * conv * conv;
+        let im2col = if input_grad && size * size * columns <= MAX_SELECTION {
+            let mut select = vec![0f32; size * size * columns];
+            for (column, (i, j, y, x)) in taps(k, conv).enumerate() {
+                if let Some(pixel) = source(i, j, y, x) {
+                    select[pixel * columns + column] = 1.0;
                 }
             }
-        }
-        let taps = Tensor::from_vec(taps, fan_in * conv * conv, params.device())?;
+            Im2col::Select(Tensor::from_vec(
+                select,
+                (size * size, columns),
+                params.device(),
+            )?)
+        } else {
+            let zero = (c_in * size * size) as u32;
+            let mut gather = Vec::with_capacity(c_in * columns);
+            for c in 0..c_in {
+                gather.extend(taps(k, conv).map(|(i, j, y, x)| {
+                    source(i, j, y, x).map_or(zero, |pixel| (c * size * size + pixel) as u32)
+                }));
+            }
+            Im2col::Gather(Tensor::from_vec(gather, c_in * columns, params.device())?)
+        };
         Ok(Self {
             kernel,
             bias,
             geometry,
-            taps,
+            im2col,
         })
     }
 
-    /// The convolution as im2col (one gather) and one product, in candle operations, so that its
-    /// gradients are the gather's and the product's: candle 0.9's `conv2d` computes a wrong kernel
+    /// The convolution as im2col (a gather or a selection product) and one product, in candle
+    /// operations, so that its gradients are theirs: candle 0.9's `conv2d` computes a wrong kernel
     /// gradient on CUDA, and a wrong result on the CPU for some shapes this model builds (3×3
     /// kernels on 4×4 images of several channels). Tests hold this and the host's hand-written
     /// step to a direct loop (`conv.rs`) and to each other, on the CPU and on a GPU.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let g = self.geometry;
         let b = x.dim(0)?;
-        let (patch, conv) = (g.channels * g.k * g.k, g.conv_size());
-        let flat = x.reshape((b, g.channels * g.size * g.size))?;
-        let flat = Tensor::cat(&[&flat, &flat.narrow(1, 0, 1)?.zeros_like()?], 1)?;
-        let cols = flat
-            .index_select(&self.taps, 1)?
-            .reshape((b, patch, conv * conv))?;
+        let (patch, conv, pixels) = (g.channels * g.k * g.k, g.conv_size(), g.size * g.size);
+        let cols = match &self.im2col {
+            Im2col::Select(select) => x.reshape((b * g.channels, pixels))?.matmul(select)?,
+            Im2col::Gather(taps) => {
+                let flat = x.reshape((b, g.channels * pixels))?;
+                Tensor::cat(&[&flat, &flat.narrow(1, 0, 1)?.zeros_like()?], 1)?
+                    .index_select(taps, 1)?
+            }
+        }
+        .reshape((b, patch, conv * conv))?;
         let y = self
             .kernel
             .as_tensor()
@@ -88,6 +127,15 @@ impl Conv {
             .reshape((b, g.out, conv, conv))?;
         y.broadcast_add(&self.bias.as_tensor().reshape((1, (), 1, 1))?)
     }
+}
+
+/// A channel's im2col rows in order: every tap `(i, j)` of the `k×k` kernel, and within it every
+/// output position `(y, x)` of the `conv×conv` output.
+fn taps(k: usize, conv: usize) -> impl Iterator<Item = (usize, usize, usize, usize)> {
+    (0..k * k * conv * conv).map(move |n| {
+        let (tap, position) = (n / (conv * conv), n % (conv * conv));
+        (tap / k, tap % k, position / conv, position % conv)
+    })
 }
 
 /// 2×2 max pooling (floor) whose gradient goes to each window's maximum. candle's `max_pool2d`
@@ -179,7 +227,7 @@ impl Cnn {
                 pad,
                 size,
             };
-            convs.push(Conv::new(params, rng, &format!("conv{i}"), layer)?);
+            convs.push(Conv::new(params, rng, &format!("conv{i}"), layer, i > 0)?);
             size = layer.pooled();
             c_in = c_out as usize;
             if size == 0 {

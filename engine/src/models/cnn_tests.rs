@@ -45,6 +45,34 @@ fn small_odd_and_many_channel_images_match_autograd_too() {
     manual_and_autograd_agree(&[3, 12, 12], &[4], 0.0);
 }
 
+#[test]
+fn each_im2col_route_gives_the_hand_written_step_gradients() {
+    // The first layer gathers (its input is the data, which needs no gradient); the next select,
+    // unless their selection matrix would pass `MAX_SELECTION` (64×64 images: the second layer's
+    // would have 1,024 × 25 × 784 entries), where they gather too.
+    let selects = |input_shape: &[usize], channels: &[u32]| {
+        let mut params = Params::new(&Device::Cpu);
+        let cnn = Cnn::new(
+            &mut params,
+            &mut Rng::seed(1),
+            input_shape,
+            channels,
+            &[4],
+            3,
+            0.0,
+        )
+        .expect("model");
+        cnn.convs
+            .iter()
+            .map(|c| matches!(c.im2col, Im2col::Select(_)))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(selects(&[784], &[6, 16]), [false, true]);
+    assert_eq!(selects(&[64], &[4, 8]), [false, true]);
+    assert_eq!(selects(&[1, 64, 64], &[2, 3]), [false, false]);
+    manual_and_autograd_agree(&[1, 64, 64], &[2, 3], 0.0);
+}
+
 /// The hand-written step against finite differences of its own loss, and its loss against
 /// evaluation's: a referee independent of candle.
 #[test]
@@ -137,7 +165,7 @@ fn pooling_sends_the_gradient_to_the_maximum_whole() {
     );
 }
 
-/// The GPU path's gradients (candle's CUDA convolution, `pool2`, autograd) against the host's
+/// The GPU path's gradients (the convolutions' gather and selection on CUDA, `pool2`, autograd) against the host's
 /// hand-written step on the same batch and weights; skipped where no GPU can be opened.
 #[cfg(feature = "cuda")]
 #[test]
