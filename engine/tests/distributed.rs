@@ -69,10 +69,6 @@ fn digits_mlp(optimizer: serde_json::Value, steps: u64, eval_every: u64) -> Trai
     .unwrap()
 }
 
-fn free_address() -> String {
-    local::free_address().unwrap()
-}
-
 fn options(
     spec: &TrainSpec,
     dir: &Path,
@@ -309,9 +305,8 @@ fn ssp_bounds_staleness_with_a_slow_worker_and_converges() {
     };
     let dir = tempfile::tempdir().unwrap();
     let (workers, shards) = (3u32, 2u32);
-    let ps_addresses: Vec<String> = (0..shards).map(|_| free_address()).collect();
-    let mut peers: Vec<String> = (0..workers).map(|_| free_address()).collect();
-    peers.extend(ps_addresses.iter().cloned());
+    let peers = local::free_addresses((workers + shards) as usize).unwrap();
+    let ps_addresses = peers[workers as usize..].to_vec();
     let template = Run::new(options(&spec, dir.path(), workers, shards, &ssp)).unwrap();
     let sizes: Vec<usize> = template.params.values.iter().map(Vec::len).collect();
     let layout = Layout::new(&template.params.names, &sizes, shards);

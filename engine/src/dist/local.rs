@@ -16,9 +16,17 @@ impl Reporter for Quiet {
     fn info(&mut self, _line: &str) {}
 }
 
-/// A free loopback address (bound and released; the task binds it again).
-pub fn free_address() -> std::io::Result<String> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.to_string())
+/// `n` free loopback addresses, all different: each is bound, and all are released together once
+/// every one is chosen (a port released at once could be handed out again by the next bind); the
+/// tasks bind them again.
+pub fn free_addresses(n: usize) -> std::io::Result<Vec<String>> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.to_string()))
+        .collect()
 }
 
 /// Runs `options`' job with `workers` workers and `ps` shards as threads, resuming every task from
@@ -32,9 +40,7 @@ pub fn run_job(
     reporter: &mut (dyn Reporter + Send),
     requests: &Requests,
 ) -> anyhow::Result<Outcome> {
-    let peers = (0..workers + ps)
-        .map(|_| free_address())
-        .collect::<std::io::Result<Vec<String>>>()?;
+    let peers = free_addresses((workers + ps) as usize)?;
     std::thread::scope(|scope| {
         let mut leader = None;
         let mut others = Vec::new();
