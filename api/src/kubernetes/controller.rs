@@ -21,7 +21,7 @@ use super::events::{event, publish_events, warn_on_refusals};
 use super::mirror::job_of;
 use super::status::{conditions, describe_job, refuse, set_condition, with_nulls};
 use crate::error::ApiError;
-use crate::routes::jobs::{UserAction, user_transition};
+use crate::routes::job_actions::{UserAction, user_transition};
 use crate::state::AppState;
 use crate::store::{Job, Scope, StoreError, TaskState};
 use chrono::Utc;

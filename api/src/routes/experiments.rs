@@ -352,7 +352,7 @@ pub async fn experiment_transition(
                 state,
                 principal,
                 &experiment,
-                super::jobs::UserAction::Pause,
+                super::job_actions::UserAction::Pause,
             )
             .await?;
             event(
@@ -383,7 +383,7 @@ pub async fn experiment_transition(
                 state,
                 principal,
                 &experiment,
-                super::jobs::UserAction::Resume,
+                super::job_actions::UserAction::Resume,
             )
             .await?;
             event(
@@ -438,7 +438,7 @@ async fn each_trial_job(
     state: &AppState,
     principal: &Principal,
     experiment: &Experiment,
-    action: super::jobs::UserAction,
+    action: super::job_actions::UserAction,
 ) -> ApiResult<usize> {
     let (_, segments) = state
         .store
@@ -451,11 +451,11 @@ async fn each_trial_job(
             continue;
         };
         let applies = match action {
-            super::jobs::UserAction::Resume => job_state == drover_core::JobState::Paused,
+            super::job_actions::UserAction::Resume => job_state == drover_core::JobState::Paused,
             _ => !job_state.is_final() && job_state != drover_core::JobState::Paused,
         };
         if applies
-            && super::jobs::user_transition(state, principal, &job.to_string(), action)
+            && super::job_actions::user_transition(state, principal, &job.to_string(), action)
                 .await
                 .is_ok()
         {

@@ -5,6 +5,7 @@ pub mod download;
 pub mod enrollment;
 pub mod experiments;
 pub mod health;
+pub mod job_actions;
 pub mod jobs;
 pub mod nodes;
 pub mod queue;
@@ -34,7 +35,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
     info(title = "Drover API", description = "Multi-tenant GPU cluster scheduler and training job manager"),
     paths(
         health::healthz, health::readyz, health::metrics,
-        jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::pause, jobs::resume, jobs::events, resize::resize, queue::list,
+        jobs::submit, jobs::list, jobs::get, job_actions::cancel, job_actions::pause, job_actions::resume, jobs::events, resize::resize, queue::list,
         experiments::submit, experiments::list, experiments::get, experiments::trials, experiments::events,
         experiments::pause, experiments::resume, experiments::cancel,
         runs::tasks, runs::request_checkpoint, runs::metrics, runs::checkpoints, download::download, runs::logs,
@@ -175,9 +176,9 @@ pub fn app_with(state: AppState, pages: Router<AppState>) -> Router {
     let api = Router::new()
         .route("/api/v1/jobs", post(jobs::submit).get(jobs::list))
         .route("/api/v1/jobs/{id}", get(jobs::get))
-        .route("/api/v1/jobs/{id}/cancel", post(jobs::cancel))
-        .route("/api/v1/jobs/{id}/pause", post(jobs::pause))
-        .route("/api/v1/jobs/{id}/resume", post(jobs::resume))
+        .route("/api/v1/jobs/{id}/cancel", post(job_actions::cancel))
+        .route("/api/v1/jobs/{id}/pause", post(job_actions::pause))
+        .route("/api/v1/jobs/{id}/resume", post(job_actions::resume))
         .route("/api/v1/jobs/{id}/resize", post(resize::resize))
         .route("/api/v1/jobs/{id}/events", get(jobs::events))
         .route("/api/v1/jobs/{id}/tasks", get(runs::tasks))
