@@ -68,6 +68,14 @@ fn a_checkpoint_of_another_optimizer_is_refused() {
     let path = checkpoint(sgd(), dir.path());
     let err = restore_error(adamw(), &path, dir.path());
     assert!(err.contains("written by the sgd optimizer"), "{err}");
+    // Refused before any weight changed: the run still holds its own.
+    let mut fresh = run(adamw(), dir.path());
+    let before = fresh.params.values.clone();
+    assert!(fresh.restore(&path).is_err());
+    assert!(
+        fresh.params.values == before,
+        "a refused checkpoint changed the weights"
+    );
 }
 
 #[test]
