@@ -1,0 +1,290 @@
+//! `drover dev`: a server on SQLite with its dashboard and local executors in one process, its admin
+//! token and secret key kept in the data directory; with `--demo`, the example jobs submitted and
+//! followed to the end.
+
+use super::*;
+
+#[derive(Debug, clap::Args)]
+pub struct DevArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Submit the example jobs in examples/ once the server is up, and follow them to the end.
+    #[arg(long)]
+    demo: bool,
+    /// Where the demo's example jobs are.
+    #[arg(long, default_value = "examples")]
+    examples: PathBuf,
+    /// Local executors to start, each with its own data directory under the data directory.
+    #[arg(long, default_value_t = 2)]
+    executors: u32,
+    /// Pretend GPUs each local executor advertises (tasks run on the CPU).
+    #[arg(long, default_value_t = 2)]
+    gpus_per_executor: u32,
+    /// Scheduling policy.
+    #[arg(long, default_value = "drover")]
+    policy: String,
+    /// Start over: remove the data directory's database, checkpoints and executor state first (its
+    /// admin token and secret key stay).
+    #[arg(long)]
+    fresh: bool,
+    /// CPUs each local executor advertises. Default: this host's (the local executors share them);
+    /// with --demo, enough for the demo's five-task parameter-server job, which the banner says.
+    #[arg(long)]
+    cpus_per_executor: Option<u32>,
+}
+
+/// Reads the dev admin token, or creates one (mode 0600) on the first start.
+fn dev_admin_token(data_dir: &Path) -> anyhow::Result<String> {
+    let path = data_dir.join(crate::config::TOKEN_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_owned()),
+        Ok(_) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
+    }
+    let token = drover_api::auth::generate_token();
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options
+        .open(&path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    std::io::Write::write_all(&mut file, format!("{token}\n").as_bytes())?;
+    Ok(token)
+}
+
+pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
+    init_tracing(LogFormat::Text, "warn,drover_api=info,drover_executor=info");
+    let data_dir = &global.data_dir;
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create {}", data_dir.display()))?;
+    let token = dev_admin_token(data_dir)?;
+    let db_path = data_dir.join("drover.db");
+    if args.fresh {
+        fresh_start(data_dir)?;
+    }
+    let earlier = db_path.exists();
+    let checkpoints = data_dir.join("checkpoints");
+    let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    // The demo's `digits-ps` runs 3 workers and 2 PS shards at a CPU each: more task slots than a
+    // small host's cores, which its tasks then share.
+    let demo_cpus = 4 * args.gpus_per_executor.max(1);
+    let cpus_per_executor = match args.cpus_per_executor {
+        Some(cpus) => cpus.max(1),
+        None if args.demo => host_cpus.max(demo_cpus),
+        None => host_cpus,
+    };
+    let cluster = ClusterArgs {
+        gateway_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        advertise_gateway: None,
+        policy: args.policy.clone(),
+        checkpoint_dir: Some(checkpoints.clone()),
+        checkpoint_store: None,
+        executor_timeout: std::time::Duration::from_secs(10),
+        stop_grace: std::time::Duration::from_secs(10),
+        tick: std::time::Duration::from_secs(1),
+        // Each local executor enrols with a token minted for it (`dev_enrollment`).
+        enrollment_token: None,
+        kubernetes: false,
+        kubernetes_tenant_label: String::new(),
+        kubernetes_mirror: false,
+    };
+    let config = ServerConfig {
+        listen: args.listen,
+        database_url: format!("sqlite://{}", db_path.display()),
+        max_db_connections: 8,
+        max_body_bytes: 1 << 20,
+        admin_token: Some(token.clone()),
+        cluster: Some(cluster.config(data_dir).await?),
+        limits: drover_api::limits::Limits::default(),
+        secrets: Some(std::sync::Arc::new(
+            drover_api::secrets::SecretBox::load_or_create(&data_dir.join(SECRET_KEY_FILE))?,
+        )),
+        pages: drover_web::router(),
+    };
+    let running = server::start(config, server::shutdown_signal()).await?;
+    let url = format!("http://{}", running.addr);
+    let gateway = running
+        .gateway_addr
+        .map(|addr| format!("http://{addr}"))
+        .context("the dev server has no executor gateway")?;
+    for i in 0..args.executors {
+        let name = format!("local-{i}");
+        let executor_dir = data_dir.join("executors").join(&name);
+        let enrollment_token = dev_enrollment(running.store.as_ref(), &name, &executor_dir).await?;
+        let executor = crate::node::ExecutorArgs {
+            gateway: gateway.clone(),
+            name: Some(name),
+            data_dir: executor_dir,
+            slots: None,
+            demo_gpus: Some(args.gpus_per_executor),
+            demo_gpu_memory_gb: 16,
+            cpus: Some(cpus_per_executor),
+            memory_gb: 32,
+            labels: Vec::new(),
+            advertise_host: "127.0.0.1".to_owned(),
+            enrollment_token,
+            kubernetes_node_labels: false,
+        };
+        let config = crate::node::executor_config(executor)?;
+        let agent = drover_executor::Agent::new(config)?;
+        tokio::spawn(async move {
+            if let Err(err) = agent.run(std::future::pending()).await {
+                eprintln!("local executor: {err:#}");
+            }
+        });
+    }
+    out!("Drover dev server");
+    if earlier {
+        out!(
+            "  (carrying on from earlier runs: {} holds their jobs and history; `drover dev --fresh` starts over)",
+            data_dir.display()
+        );
+    }
+    out!("  URL:          {url}");
+    out!("  Dashboard:    {url}/login#token={token}   (signs the browser in as the admin)");
+    out!("  Admin token:  {token}");
+    out!("  API docs:     {url}/api/v1/docs");
+    out!("  Database:     {} (SQLite)", db_path.display());
+    out!("  Checkpoints:  {}", checkpoints.display());
+    out!(
+        "  Executors:    {} local, {} demo GPUs and {} CPUs each (tasks run on the CPU), policy {}",
+        args.executors,
+        args.gpus_per_executor,
+        cpus_per_executor,
+        args.policy
+    );
+    if cpus_per_executor > host_cpus {
+        out!(
+            "                ({} CPUs each is more than this host's {host_cpus}, which the tasks share{})",
+            cpus_per_executor,
+            if args.cpus_per_executor.is_none() {
+                ": the demo's parameter-server job needs the room; --cpus-per-executor sets it"
+            } else {
+                ""
+            }
+        );
+    }
+    out!();
+    // The CLI finds this server from any directory through its context.
+    let mut config = crate::config::Config::load().unwrap_or_default();
+    config.set_current(
+        "dev",
+        crate::config::Context {
+            server: url.clone(),
+            token: token.clone(),
+        },
+    );
+    match config.save() {
+        Ok(path) => out!(
+            "  CLI context:  `dev`, current ({}): the drover CLI talks to this server from any directory",
+            path.display()
+        ),
+        Err(err) => eprintln!("warning: cannot save the CLI context `dev`: {err:#}"),
+    }
+    out!();
+    out!("In another terminal (`cargo install --path cli` puts drover on your PATH):");
+    if args.demo {
+        // The demo takes the examples' names, which are unique in a tenant.
+        out!("  drover jobs && drover logs -f <job id>");
+        out!(
+            "  drover submit examples/digits-command.yaml    # again and again: a generateName job"
+        );
+    } else {
+        out!(
+            "  drover submit examples/sleep-command.yaml && drover jobs && drover logs -f <job id>"
+        );
+    }
+    out!(
+        "Train jobs run on Drover's engine and command jobs as processes, both on the local executors' CPU. Ctrl-C stops everything."
+    );
+    if args.demo {
+        // Ctrl-C ends the demo quietly (its next request would find the server gone).
+        tokio::select! {
+            result = crate::demo::demo(&url, &token, &args.examples) => {
+                if let Err(err) = result {
+                    eprintln!("demo: {err:#}");
+                }
+            }
+            () = server::shutdown_signal() => {}
+        }
+    }
+    running
+        .serving
+        .await
+        .context("the server task failed")?
+        .context("serving failed")?;
+    Ok(())
+}
+
+/// `drover dev --fresh`: removes what a run keeps (the database, checkpoints, the executors' state).
+fn fresh_start(data_dir: &Path) -> anyhow::Result<()> {
+    let mut removed = Vec::new();
+    for name in ["drover.db", "drover.db-wal", "drover.db-shm"] {
+        let path = data_dir.join(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed.push(path),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => {
+                return Err(err).with_context(|| format!("cannot remove {}", path.display()));
+            }
+        }
+    }
+    for name in ["checkpoints", "executors"] {
+        let path = data_dir.join(name);
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => removed.push(path),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => {
+                return Err(err).with_context(|| format!("cannot remove {}", path.display()));
+            }
+        }
+    }
+    if !removed.is_empty() {
+        out!(
+            "--fresh: removed the earlier runs' database, checkpoints and executor state in {}",
+            data_dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// A one-time enrolment token minted for a local executor that needs one: `None` when the credential
+/// kept in its data directory is live. A node whose credential is lost (its directory was removed) or
+/// unknown (a new database) is revoked and enrolled afresh: dev is its own cluster administrator.
+async fn dev_enrollment(
+    store: &dyn drover_api::store::Store,
+    name: &str,
+    executor_dir: &Path,
+) -> anyhow::Result<Option<String>> {
+    use drover_api::auth::{ENROLLMENT_PREFIX, display_prefix, generate_secret, hash_token};
+    if let Some(credential) = drover_executor::credential::load(executor_dir)?
+        && store
+            .find_node_credential(&hash_token(&credential))
+            .await?
+            .is_some_and(|record| record.revoked_at.is_none() && record.node_name == name)
+    {
+        return Ok(None);
+    }
+    drover_executor::credential::forget(executor_dir)?;
+    store.revoke_node_credentials(name).await?;
+    let admin = store
+        .first_cluster_admin()
+        .await?
+        .context("the dev server has no cluster administrator")?;
+    let secret = generate_secret(ENROLLMENT_PREFIX);
+    store
+        .create_enrollment_token(&drover_api::store::NewEnrollmentToken {
+            name: format!("drover dev: {name}"),
+            token_hash: hash_token(&secret),
+            prefix: display_prefix(&secret),
+            uses: 1,
+            created_by: admin.id,
+            expires_at: Some(chrono::Utc::now() + chrono::Duration::hours(1)),
+            node_name: Some(name.to_owned()),
+        })
+        .await?;
+    Ok(Some(secret))
+}
