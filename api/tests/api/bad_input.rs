@@ -1,0 +1,153 @@
+//! Bad input through the API: malformed and invalid submissions get a 4xx naming the problem and store
+//! nothing; unknown ids, routes and query parameters are 4xx too.
+
+use super::*;
+
+#[tokio::test]
+async fn bad_submissions_get_a_4xx_naming_the_problem_and_store_nothing() {
+    let app = TestApp::new().await;
+    let yaml = |doc: String| {
+        let app = &app;
+        async move { app.submit_yaml(ADMIN_TOKEN, &doc).await }
+    };
+    let cases: Vec<(Reply, StatusCode, &str)> = vec![
+        (
+            app.call(
+                Method::POST,
+                "/api/v1/jobs",
+                Some(ADMIN_TOKEN),
+                Some(("application/json", b"{\"apiVersion\": ".to_vec())),
+                &[],
+            )
+            .await,
+            StatusCode::BAD_REQUEST,
+            "apiVersion",
+        ),
+        (
+            yaml("apiVersion: drover.dev/v1\nmetadata: {name: a\n".to_owned()).await,
+            StatusCode::BAD_REQUEST,
+            "metadata",
+        ),
+        (
+            yaml(EXAMPLE.replace("batch_size: 256", "batch_size: 256\n    batchsize: 1")).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.train.batchsize",
+        ),
+        (
+            yaml(EXAMPLE.replace("batch_size: 256", "batch_size: many")).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.train.batch_size",
+        ),
+        (
+            yaml(EXAMPLE.replace("workers: {min: 1, max: 4}", "workers: {min: -1, max: 4}")).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.resources.workers.min",
+        ),
+        (
+            yaml(EXAMPLE.replace("workers: {min: 1, max: 4}", "workers: {min: 4, max: 1}")).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.resources.workers",
+        ),
+        (
+            yaml(EXAMPLE.replace("name: digits-mlp", "name: \"\"")).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "metadata.name",
+        ),
+        (
+            yaml(EXAMPLE.replace("gpus_per_worker: 1", "gpus_per_worker: 100000")).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.resources.gpus_per_worker",
+        ),
+        (
+            yaml(EXAMPLE.replace("max_steps: 5000", "max_steps: 99999999999999")).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.train.max_steps",
+        ),
+        (
+            app.call(
+                Method::POST,
+                "/api/v1/jobs",
+                Some(ADMIN_TOKEN),
+                Some(("text/plain", EXAMPLE.as_bytes().to_vec())),
+                &[],
+            )
+            .await,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type",
+        ),
+    ];
+    for (i, (reply, status, field)) in cases.iter().enumerate() {
+        assert_eq!(reply.status, *status, "case {i}: {}", reply.body);
+        assert_eq!(reply.error_field(), *field, "case {i}: {}", reply.body);
+        assert!(!reply.body["error"]["message"].as_str().unwrap().is_empty());
+    }
+    let huge = format!("{EXAMPLE}\n# {}\n", "x".repeat(MAX_BODY));
+    let too_big = app.submit_yaml(ADMIN_TOKEN, &huge).await;
+    assert_eq!(
+        (too_big.status, too_big.error_code()),
+        (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large")
+    );
+    assert_eq!(app.job_count().await, 0, "nothing was stored");
+    // ... and the server keeps serving.
+    assert_eq!(
+        app.submit_yaml(ADMIN_TOKEN, EXAMPLE).await.status,
+        StatusCode::CREATED
+    );
+    let twin = app.submit_yaml(ADMIN_TOKEN, EXAMPLE).await;
+    assert_eq!(
+        (twin.status, twin.error_field()),
+        (StatusCode::CONFLICT, "metadata.name")
+    );
+    assert_eq!(app.job_count().await, 1);
+}
+
+#[tokio::test]
+async fn unknown_ids_routes_and_parameters_are_4xx() {
+    let app = TestApp::new().await;
+    for uri in [
+        "/api/v1/jobs/01a1fb6a-7ae0-71e3-a726-d42f1ef51337",
+        "/api/v1/jobs/not-a-uuid",
+        "/api/v1/jobs/x/events",
+        "/api/v1/nodes/nope",
+        "/api/v1/tenants/nope",
+        "/api/v1/users/nope",
+        "/api/v1/nowhere",
+    ] {
+        let reply = app.get(uri, ADMIN_TOKEN).await;
+        assert_eq!(
+            (reply.status, reply.error_code()),
+            (StatusCode::NOT_FOUND, "not_found"),
+            "{uri}"
+        );
+    }
+    let cancel_unknown = app
+        .post(
+            "/api/v1/jobs/01a1fb6a-7ae0-71e3-a726-d42f1ef51337/cancel",
+            ADMIN_TOKEN,
+            json!({}),
+        )
+        .await;
+    assert_eq!(cancel_unknown.status, StatusCode::NOT_FOUND);
+    let wrong_method = app
+        .call(Method::DELETE, "/api/v1/jobs", Some(ADMIN_TOKEN), None, &[])
+        .await;
+    assert_eq!(
+        (wrong_method.status, wrong_method.error_code()),
+        (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed")
+    );
+    for (uri, field) in [
+        ("/api/v1/jobs?limit=0", "limit"),
+        ("/api/v1/jobs?limit=100000", "limit"),
+        ("/api/v1/jobs?state=sleeping", "state"),
+        ("/api/v1/jobs?cursor=zzz", "cursor"),
+        ("/api/v1/jobs?label=novalue", "label"),
+        ("/api/v1/jobs?colour=red", "colour"),
+    ] {
+        let reply = app.get(uri, ADMIN_TOKEN).await;
+        assert_eq!(
+            (reply.status, reply.error_field()),
+            (StatusCode::BAD_REQUEST, field),
+            "{uri}"
+        );
+    }
+}
