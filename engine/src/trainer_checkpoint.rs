@@ -4,8 +4,9 @@
 use super::*;
 
 impl Run {
-    /// Restores everything a checkpoint holds; refuses one taken from a different model (another
-    /// shape, a missing tensor) or written by another optimizer before changing any weight.
+    /// Restores everything a checkpoint holds. One taken from a different model (another shape, a
+    /// missing tensor), written by another optimizer or with damaged optimizer state is refused
+    /// before anything changes.
     pub fn restore(&mut self, path: &Path) -> anyhow::Result<()> {
         let loaded = checkpoint::load(path)?;
         if loaded.manifest.model != model_json(&self.options.spec) {
@@ -35,15 +36,17 @@ impl Run {
             }
             tensors.push(values);
         }
+        // The optimizer's state replaces its own only once all of it has been read and checked.
+        let sizes: Vec<usize> = self.params.values.iter().map(Vec::len).collect();
+        self.optimizer
+            .restore(&self.params.names, &sizes, |n| {
+                loaded.optimizer.get(n).cloned()
+            })
+            .map_err(|reason| anyhow::anyhow!("{}: optimizer state: {reason}", path.display()))?;
         for (mine, values) in self.params.values.iter_mut().zip(tensors) {
             mine.clone_from(values);
         }
         self.params.sync()?;
-        let names = self.params.names.clone();
-        let sizes: Vec<usize> = self.params.values.iter().map(Vec::len).collect();
-        self.optimizer
-            .restore(&names, &sizes, |n| loaded.optimizer.get(n).cloned())
-            .map_err(|reason| anyhow::anyhow!("{}: optimizer state: {reason}", path.display()))?;
         if let Some(resident) = &mut self.resident {
             resident.upload_state(&self.params, &self.optimizer)?;
         }

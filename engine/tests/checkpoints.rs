@@ -4,8 +4,10 @@
 
 #![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
 
-use drover_core::spec::TrainSpec;
+use drover_core::spec::{Compression, SyncMode, TrainSpec};
 use drover_engine::checkpoint::{self, OPTIMIZER_FILE};
+use drover_engine::dist::Layout;
+use drover_engine::dist::ps::{Shard, ShardConfig};
 use drover_engine::{Run, TrainOptions};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -51,9 +53,17 @@ fn tamper(path: &Path, change: impl FnOnce(&mut Vec<(String, Vec<f32>)>)) {
     checkpoint::write_flat(&path.join(OPTIMIZER_FILE), &buffers).unwrap();
 }
 
+/// Why restoring `path` into a fresh run of `optimizer` fails; the refusal must leave the run's
+/// weights as they were.
 fn restore_error(optimizer: serde_json::Value, path: &Path, dir: &Path) -> String {
     let mut fresh = run(optimizer, dir);
-    format!("{:#}", fresh.restore(path).unwrap_err())
+    let before = fresh.params.values.clone();
+    let err = format!("{:#}", fresh.restore(path).unwrap_err());
+    assert!(
+        fresh.params.values == before,
+        "refused ({err}), yet the weights changed"
+    );
+    err
 }
 
 #[test]
@@ -68,14 +78,6 @@ fn a_checkpoint_of_another_optimizer_is_refused() {
     let path = checkpoint(sgd(), dir.path());
     let err = restore_error(adamw(), &path, dir.path());
     assert!(err.contains("written by the sgd optimizer"), "{err}");
-    // Refused before any weight changed: the run still holds its own.
-    let mut fresh = run(adamw(), dir.path());
-    let before = fresh.params.values.clone();
-    assert!(fresh.restore(&path).is_err());
-    assert!(
-        fresh.params.values == before,
-        "a refused checkpoint changed the weights"
-    );
 }
 
 #[test]
@@ -125,6 +127,54 @@ fn optimizer_buffers_of_the_wrong_length_are_refused() {
     tamper(&path, |buffers| buffers.truncate(1));
     let err = restore_error(sgd(), &path, dir.path());
     assert!(err.contains("momentum buffers for 1 of"), "{err}");
+}
+
+#[test]
+fn a_ps_shard_refuses_optimizer_buffers_of_the_wrong_length() {
+    // Longer than its parameter: the piece a shard takes of it would have the right length.
+    let dir = tempfile::tempdir().unwrap();
+    let path = checkpoint(adamw(), dir.path());
+    tamper(&path, |buffers| {
+        let (_, values) = buffers
+            .iter_mut()
+            .find(|(name, _)| name.starts_with("exp_avg_sq."))
+            .unwrap();
+        values.extend_from_slice(&[0.0; 3]);
+    });
+    let loaded = checkpoint::load(&path).unwrap();
+    let template = run(adamw(), dir.path());
+    let sizes: Vec<usize> = template.params.values.iter().map(Vec::len).collect();
+    let layout = Layout::new(&template.params.names, &sizes, 2);
+    let train = spec(adamw());
+    for index in 0..2 {
+        let config = ShardConfig {
+            job: "job-1".to_owned(),
+            generation: 1,
+            index,
+            workers: 1,
+            sync: SyncMode::Bsp,
+            staleness: 0,
+            compression: Compression::None,
+            optimizer: train.optimizer.clone(),
+            lr_schedule: train.lr_schedule.clone(),
+            total_steps: 100,
+            schedule_steps: 100,
+            start_step: 3,
+        };
+        let err = Shard::new(
+            config,
+            layout.clone(),
+            template.params.names.clone(),
+            &template.params.values,
+            Some(&loaded),
+        )
+        .unwrap_err();
+        let err = format!("{err:#}");
+        assert!(
+            err.contains("exp_avg_sq.") && err.contains("values, its parameter"),
+            "shard {index}: {err}"
+        );
+    }
 }
 
 #[test]

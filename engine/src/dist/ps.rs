@@ -129,6 +129,22 @@ impl Shard {
                     optimizer.kind()
                 );
             }
+            // Whole buffers of the wrong length are refused here: a slice of one that is too long
+            // would pass for this shard's piece.
+            for (key, buffer) in &loaded.optimizer {
+                let Some((_, tensor)) = key.split_once('.') else {
+                    continue;
+                };
+                if let Some(t) = names.iter().position(|n| n == tensor)
+                    && buffer.len() != layout.sizes[t]
+                {
+                    anyhow::bail!(
+                        "optimizer state: {key} has {} values, its parameter {}",
+                        buffer.len(),
+                        layout.sizes[t]
+                    );
+                }
+            }
             optimizer
                 .restore(&slice_names, &sizes, |key| {
                     // `<state>.<tensor>@<offset>` is a piece of the whole `<state>.<tensor>`; other
