@@ -8,10 +8,10 @@ use drover_api::server::{self, AdminBootstrap, ServerConfig};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-/// The file in the data directory that holds the key tenant secrets are sealed with, by default.
 mod dev;
 pub use dev::{DevArgs, dev};
 
+/// The file in the data directory that holds the key tenant secrets are sealed with, by default.
 pub const SECRET_KEY_FILE: &str = "secret-key";
 
 #[derive(Debug, clap::Args)]

@@ -14,7 +14,7 @@ struct Conv {
     im2col: Im2col,
 }
 
-/// How a layer builds its im2col matrix (row `c·k² + i·k + j`, column `y·P + x`) in candle
+/// How a layer builds its im2col matrix (row `c·k² + i·k + j`, column `y·conv + x`) in candle
 /// operations, chosen by what its gradient costs on a GPU.
 #[derive(Debug)]
 enum Im2col {
@@ -24,15 +24,15 @@ enum Im2col {
     /// thread per image over every index, so only a layer whose input needs no gradient (the
     /// first, on the data) or whose selection would be too large takes it.
     Gather(Tensor),
-    /// A product of each channel's pixels `[B·C, size²]` with a 0/1 matrix `[size², k²·P]` that
+    /// A product of each channel's pixels `[B·C, size²]` with a 0/1 matrix `[size², k²·conv²]` that
     /// copies every pixel to the places it takes in that channel's rows (padding is a column of
     /// zeros): the gradient is the product with its transpose, one gemm on cuBLAS. Multiplying by 1
     /// and adding zeros is exact, so the values are the gather's.
     Select(Tensor),
 }
 
-/// The most entries (`size²·k²·P`) a layer's selection matrix may have: 4 Mi (16 MB of f32; the
-/// LeNet-5's second layer has 0.49 Mi). It costs `size²` times the gather's arithmetic, which past
+/// The most entries (`size²·k²·conv²`) a layer's selection matrix may have: 4 Mi (16 MiB of f32;
+/// the LeNet-5's second layer has 196·25·100 = 490,000). It costs `size²` times the gather's arithmetic, which past
 /// this is more than a gemm hides.
 const MAX_SELECTION: usize = 1 << 22;
 

@@ -70,7 +70,11 @@ fn each_im2col_route_gives_the_hand_written_step_gradients() {
     assert_eq!(selects(&[784], &[6, 16]), [false, true]);
     assert_eq!(selects(&[64], &[4, 8]), [false, true]);
     assert_eq!(selects(&[1, 64, 64], &[2, 3]), [false, false]);
+    assert_eq!(selects(&[1, 9, 9], &[4, 5]), [false, true]);
+    // A second layer that gathers, and one that selects (padded 3×3 kernels on 4×4 images); the
+    // LeNet and digits shapes above select too.
     manual_and_autograd_agree(&[1, 64, 64], &[2, 3], 0.0);
+    manual_and_autograd_agree(&[1, 9, 9], &[4, 5], 0.0);
 }
 
 /// The hand-written step against finite differences of its own loss, and its loss against

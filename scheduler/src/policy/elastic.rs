@@ -2,7 +2,8 @@
 //! smallest shape, then hand out the remaining GPUs and CPUs one task at a time to the job whose
 //! remaining time falls most per unit of dominant resource (Optimus's greedy marginal-gain rule), give
 //! each job the fastest shape within what it was handed (the greedy steps can pass it), keep a running
-//! job's shape unless changing it buys more than the change costs, and place the result.
+//! job's shape unless changing it buys more than the change costs, and place the result (placement:
+//! `elastic_place.rs`).
 
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
 use std::cmp::Ordering;
