@@ -1,0 +1,219 @@
+//! Drover's policy round by round on small clusters: resizing a job up to its guarantee only when
+//! it pays back, making room on one node for a consolidated job, preempting only for GPUs someone
+//! takes, lending spare GPUs max-min fairly, and an arrival's extra PS shard.
+
+use super::*;
+
+/// A job within its tenant's guarantee that runs below the shape it asked for is resized up to it
+/// only once the resize pays back: not seconds after it started (a short job would lose a minute to
+/// the resize), but after it has run long enough that the remaining time at one worker is worth it.
+#[test]
+fn drover_resizes_a_job_up_to_its_guarantee_only_when_it_pays_back() {
+    use drover_scheduler::Shape;
+    let mut snap = a_against_seven_of_b(6);
+    // Asking for more than its guarantee, a's job starts at one worker and b's jobs take the rest.
+    let mut drover = build_policy("drover", None).unwrap();
+    let first = drover.schedule(&snap, &Plan::default());
+    assert_eq!(first.placement(id(0)).unwrap().shape().workers, 1);
+    apply(&mut snap, &first);
+    // It now asks for 4 workers, within the guarantee, having run for `run_s`.
+    let round = |run_s: f64| {
+        let mut snap = snap.clone();
+        snap.jobs[0].preferred = Shape { ps: 1, workers: 4 };
+        snap.jobs[0].observed.executed_s = run_s;
+        snap.now_s += run_s;
+        let mut drover = build_policy("drover", None).unwrap();
+        drover.schedule(&snap, &Plan::default());
+        let plan = drover.schedule(&snap, &first);
+        invariants::check(&snap, &plan).unwrap();
+        plan.placement(id(0)).unwrap().shape()
+    };
+    assert_eq!(round(5.0).workers, 1, "resized 5 s into its run");
+    // After an hour it is resized up, within its 4 GPUs, to the fastest shape it could have there:
+    // growth a task at a time adds a 4th worker and a 2nd PS, but under the prior 3 workers with 2
+    // PS are faster than 4 with 2.
+    assert_eq!(
+        round(3600.0),
+        Shape { ps: 2, workers: 3 },
+        "held below its guarantee after an hour"
+    );
+}
+
+/// An admitted job that must sit on one node (a high-skew model) is not left waiting because the
+/// free GPUs are one per node: a borrower grown over both nodes gives a worker back on one of them.
+#[test]
+fn drover_makes_room_on_one_node_for_a_consolidated_job() {
+    use drover_scheduler::plan::{Placement, Role, TaskPlacement};
+    use drover_scheduler::{NodeId, Shape};
+    // Two 4-GPU nodes. Tenant b's elastic job runs 6 workers, 3 on each node; tenant a's 2-GPU
+    // job must be consolidated. Each tenant is guaranteed 4 GPUs.
+    let mut grown = elastic(0, 8, 0.0);
+    grown.tenant = 1;
+    let task = |role, index, node, gpus: Vec<u16>| TaskPlacement {
+        role,
+        index,
+        node: NodeId(node),
+        gpus,
+        cpus: 1,
+        packed: false,
+    };
+    let mut tasks: Vec<TaskPlacement> = (0..6)
+        .map(|w| task(Role::Worker, w, w / 3, vec![(w % 3) as u16]))
+        .collect();
+    tasks.push(task(Role::Ps, 0, 0, vec![]));
+    grown.placement = Some(Placement { tasks });
+    grown.preferred = Shape { ps: 1, workers: 6 };
+    let mut skewed = job(1, 2, 10.0);
+    skewed.consolidate = true;
+    let mut snap = snapshot(2, 4, vec![grown, skewed]);
+    for tenant in &mut snap.tenants {
+        tenant.guaranteed_gpus = 4;
+    }
+    let plan = checked_drover_round(&snap);
+    let placed = plan.placement(id(1)).expect("the consolidated job waits");
+    assert_eq!(placed.worker_nodes().len(), 1);
+    assert_eq!(plan.placement(id(0)).unwrap().shape().workers, 5);
+}
+
+/// One round of a fresh `drover` policy on `snap`, checked against the invariants.
+fn checked_drover_round(snap: &drover_scheduler::ClusterSnapshot) -> Plan {
+    let plan = build_policy("drover", None)
+        .expect("drover is a policy")
+        .schedule(snap, &Plan::default());
+    if let Err(violation) = invariants::check(snap, &plan) {
+        panic!("the plan breaks an invariant: {violation:?}");
+    }
+    plan
+}
+
+/// Tenant b's 1-GPU job `k`, running (unpackable) on `node`'s GPU `gpu` with its PS beside it.
+fn running_1_gpu(k: u128, node: u32, gpu: u16) -> drover_scheduler::JobView {
+    use drover_scheduler::NodeId;
+    use drover_scheduler::plan::{Placement, Role, TaskPlacement};
+    let mut j = job(k, 1, k as f64);
+    j.tenant = 1;
+    j.gpu_memory_gb = Some(24.0); // no packing
+    let task = |role, gpus: Vec<u16>| TaskPlacement {
+        role,
+        index: 0,
+        node: NodeId(node),
+        gpus,
+        cpus: 1,
+        packed: false,
+    };
+    j.placement = Some(Placement {
+        tasks: vec![task(Role::Worker, vec![gpu]), task(Role::Ps, vec![])],
+    });
+    j
+}
+
+/// A consolidated job ahead in the order is not left waiting because no later job is grown: the
+/// later jobs on the node where the fewest must go are preempted for it, as for any job ahead of them.
+#[test]
+fn drover_preempts_later_jobs_on_one_node_for_a_consolidated_job() {
+    // Two 4-GPU nodes. Tenant b (guaranteed 2) runs four 1-GPU jobs: 1 and 2, within its
+    // guarantee, on node 0; 3 and 4, borrowing, on node 1. Tenant a's 4-GPU job (guaranteed 4)
+    // must sit on one node; each node has 2 free GPUs.
+    let mut jobs = vec![
+        running_1_gpu(1, 0, 0),
+        running_1_gpu(2, 0, 1),
+        running_1_gpu(3, 1, 0),
+        running_1_gpu(4, 1, 1),
+    ];
+    let mut skewed = job(0, 4, 10.0);
+    skewed.consolidate = true;
+    skewed.gpu_memory_gb = Some(24.0);
+    jobs.push(skewed);
+    let mut snap = snapshot(2, 4, jobs);
+    snap.tenants[0].guaranteed_gpus = 4;
+    snap.tenants[1].guaranteed_gpus = 2;
+    let plan = checked_drover_round(&snap);
+    let placed = plan.placement(id(0)).expect("the consolidated job waits");
+    assert_eq!(placed.worker_nodes().len(), 1);
+    let running: Vec<u128> = (1..=4)
+        .filter(|&k| plan.placement(id(k)).is_some())
+        .collect();
+    assert_eq!(running, vec![1, 2], "b's borrowers on node 1 make room");
+}
+
+/// Running jobs the allocation leaves out, because a job ahead of them was counted in but could not
+/// be placed, keep running: preempting them frees GPUs that no one takes.
+#[test]
+fn drover_preempts_no_job_for_gpus_no_one_takes() {
+    use drover_scheduler::plan::{JobPlan, WaitReason};
+    // Two 4-GPU nodes. Tenant b's six 1-GPU jobs run three on each node (jobs 5 and 6, last in
+    // LAS order, on GPU 2 of each); tenants a and b are guaranteed 4 GPUs each. Tenant a's 4-GPU
+    // job must sit on one node: counted in, it takes b's two borrowers' GPUs, but with one free GPU
+    // on each node it cannot be placed.
+    let mut jobs: Vec<_> = (1..=6u128)
+        .map(|k| running_1_gpu(k, ((k - 1) % 2) as u32, ((k - 1) / 2) as u16))
+        .collect();
+    let mut skewed = job(0, 4, 10.0);
+    skewed.consolidate = true;
+    skewed.gpu_memory_gb = Some(24.0);
+    jobs.push(skewed);
+    let mut snap = snapshot(2, 4, jobs);
+    for tenant in &mut snap.tenants {
+        tenant.guaranteed_gpus = 4;
+    }
+    let plan = checked_drover_round(&snap);
+    assert!(matches!(
+        plan.jobs.get(&id(0)),
+        Some(JobPlan::Wait {
+            reason: WaitReason::Fragmented
+        })
+    ));
+    for k in 1..=6 {
+        assert_eq!(
+            plan.placement(id(k)),
+            snap.jobs[k as usize - 1].placement.as_ref(),
+            "job {k} is preempted for nothing"
+        );
+    }
+}
+
+/// What a tenant's guarantee leaves unused is lent max-min fairly: a tenant that queued a backlog of
+/// borrowers first does not take all of it before another tenant's borrower gets any.
+#[test]
+fn drover_lends_spare_gpus_to_the_tenant_that_borrows_least() {
+    // One 8-GPU node; tenants a and b are guaranteed 2 GPUs each, tenant c 4 and idle. Tenant a
+    // queued six 1-GPU jobs, then b three: each has two within its guarantee, and c's 4 GPUs are lent.
+    let mut jobs = Vec::new();
+    for k in 0..9u128 {
+        let mut j = job(k, 1, k as f64);
+        j.tenant = if k < 6 { 0 } else { 1 };
+        j.gpu_memory_gb = Some(24.0); // no packing
+        jobs.push(j);
+    }
+    let mut snap = snapshot(1, 8, jobs);
+    snap.tenants.push(Tenant {
+        name: "c".into(),
+        guaranteed_gpus: 4,
+        max_gpus: None,
+    });
+    for (tenant, gpus) in snap.tenants.iter_mut().zip([2, 2, 4]) {
+        tenant.guaranteed_gpus = gpus;
+    }
+    let plan = checked_drover_round(&snap);
+    let running =
+        |jobs: std::ops::Range<u128>| jobs.filter(|&k| plan.placement(id(k)).is_some()).count();
+    // In LAS order a's four borrowers would take all four; max-min, a borrows 3 and b 1.
+    assert_eq!((running(0..6), running(6..9)), (5, 3));
+}
+
+/// A PS shard costs an arriving job CPUs only: the GPUs owed to jobs already waiting do not keep it
+/// at one shard.
+#[test]
+fn drover_gives_an_arrival_its_extra_ps_shard_while_others_wait_for_gpus() {
+    use drover_scheduler::plan::JobPlan;
+    // One 2-GPU node: a waiting 2-GPU job is owed both GPUs, yet the arrival runs (drover starts an
+    // arrival whenever it fits); with 62 CPUs free its extra shard is only a question of CPUs.
+    let mut arriving = elastic(1, 1, 10.0);
+    arriving.ps = Range { min: 1, max: 2 };
+    let snap = snapshot(1, 2, vec![job(0, 2, 0.0), arriving]);
+    let mut drover = build_policy("drover", None).unwrap();
+    let JobPlan::Run { placement, .. } = drover.place_arrival(&snap, &snap.jobs[1]) else {
+        panic!("the arrival waits");
+    };
+    assert_eq!(placement.shape().ps, 2);
+}
