@@ -7,7 +7,7 @@
 use super::compress;
 use super::wire::{self, Hello, Kind};
 use super::{Layout, Slice};
-use crate::checkpoint::{self, Loaded};
+use crate::checkpoint::Loaded;
 use crate::optim::{self, Optimizer};
 use drover_core::spec::{Compression, LrSchedule, OptimizerSpec, SyncMode};
 use std::io::{self, BufReader, BufWriter, Read, Write};
@@ -15,6 +15,9 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, RwLock};
 use std::time::Duration;
+
+mod shard_checkpoint;
+use shard_checkpoint::restore_optimizer;
 
 /// What a shard needs to know about its job.
 #[derive(Debug, Clone)]
@@ -122,42 +125,14 @@ impl Shard {
         let sizes: Vec<usize> = slices.iter().map(|s| s.len).collect();
         let (mut optimizer, base_lr) = Optimizer::new(&config.optimizer, &sizes);
         if let Some(loaded) = resume {
-            if loaded.manifest.optimizer != optimizer.kind() {
-                anyhow::bail!(
-                    "the checkpoint was written by the {} optimizer; this job uses {}",
-                    loaded.manifest.optimizer,
-                    optimizer.kind()
-                );
-            }
-            // Whole buffers of the wrong length are refused here: a slice of one that is too long
-            // would pass for this shard's piece.
-            for (key, buffer) in &loaded.optimizer {
-                let Some((_, tensor)) = key.split_once('.') else {
-                    continue;
-                };
-                if let Some(t) = names.iter().position(|n| n == tensor)
-                    && buffer.len() != layout.sizes[t]
-                {
-                    anyhow::bail!(
-                        "optimizer state: {key} has {} values, its parameter {}",
-                        buffer.len(),
-                        layout.sizes[t]
-                    );
-                }
-            }
-            optimizer
-                .restore(&slice_names, &sizes, |key| {
-                    // `<state>.<tensor>@<offset>` is a piece of the whole `<state>.<tensor>`; other
-                    // keys (the step count) are whole.
-                    let Some((base, _)) = key.rsplit_once('@') else {
-                        return loaded.optimizer.get(key).cloned();
-                    };
-                    let (_, slice_name) = key.split_once('.')?;
-                    let slice = slices[slice_names.iter().position(|n| n == slice_name)?];
-                    let whole = loaded.optimizer.get(base)?;
-                    whole.get(slice.range()).map(<[f32]>::to_vec)
-                })
-                .map_err(|reason| anyhow::anyhow!("optimizer state: {reason}"))?;
+            restore_optimizer(
+                &mut optimizer,
+                loaded,
+                &names,
+                &layout,
+                &slices,
+                &slice_names,
+            )?;
         }
         let workers = config.workers as usize;
         let state = State {
@@ -485,24 +460,6 @@ impl Shard {
         wire::write_frame(writer, Kind::Params, flags, version, &parts)?;
         drop(params);
         writer.flush()
-    }
-
-    /// This shard's files of a checkpoint, in memory: its slices (`model`) and their optimizer state.
-    /// The worker assembling the checkpoint writes them, so shards need no shared filesystem.
-    fn checkpoint_files(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        let state = self.lock();
-        let params = self.params.read().unwrap_or_else(|e| e.into_inner());
-        let shapes: Vec<[usize; 1]> = params.iter().map(|p| [p.len()]).collect();
-        let tensors: Vec<(&str, &[usize], &[f32])> = self
-            .names
-            .iter()
-            .zip(&shapes)
-            .zip(params.iter())
-            .map(|((n, s), v)| (n.as_str(), s.as_slice(), v.as_slice()))
-            .collect();
-        let model = checkpoint::tensors_bytes(&tensors)?;
-        let optimizer = checkpoint::flat_bytes(&state.optimizer.state(&self.names))?;
-        Ok((model, optimizer))
     }
 
     /// The shard's current values, slice by slice (tests).

@@ -1,0 +1,76 @@
+//! A shard's side of checkpoints: its optimizer state restored from a whole checkpoint (any shape's,
+//! sliced to this shard's pieces, every buffer's length checked first), and its own files of a new
+//! one.
+
+use super::{Layout, Shard, Slice};
+use crate::checkpoint::{self, Loaded};
+use crate::optim::Optimizer;
+
+/// Restores `optimizer`, made for this shard's `slices` (named `slice_names`), from `loaded`; a
+/// checkpoint of another optimizer, or with a buffer of the wrong length, is refused.
+pub(super) fn restore_optimizer(
+    optimizer: &mut Optimizer,
+    loaded: &Loaded,
+    names: &[String],
+    layout: &Layout,
+    slices: &[Slice],
+    slice_names: &[String],
+) -> anyhow::Result<()> {
+    let sizes: Vec<usize> = slices.iter().map(|s| s.len).collect();
+    if loaded.manifest.optimizer != optimizer.kind() {
+        anyhow::bail!(
+            "the checkpoint was written by the {} optimizer; this job uses {}",
+            loaded.manifest.optimizer,
+            optimizer.kind()
+        );
+    }
+    // Whole buffers of the wrong length are refused here: a slice of one that is too long
+    // would pass for this shard's piece.
+    for (key, buffer) in &loaded.optimizer {
+        let Some((_, tensor)) = key.split_once('.') else {
+            continue;
+        };
+        if let Some(t) = names.iter().position(|n| n == tensor)
+            && buffer.len() != layout.sizes[t]
+        {
+            anyhow::bail!(
+                "optimizer state: {key} has {} values, its parameter {}",
+                buffer.len(),
+                layout.sizes[t]
+            );
+        }
+    }
+    optimizer
+        .restore(slice_names, &sizes, |key| {
+            // `<state>.<tensor>@<offset>` is a piece of the whole `<state>.<tensor>`; other
+            // keys (the step count) are whole.
+            let Some((base, _)) = key.rsplit_once('@') else {
+                return loaded.optimizer.get(key).cloned();
+            };
+            let (_, slice_name) = key.split_once('.')?;
+            let slice = slices[slice_names.iter().position(|n| n == slice_name)?];
+            let whole = loaded.optimizer.get(base)?;
+            whole.get(slice.range()).map(<[f32]>::to_vec)
+        })
+        .map_err(|reason| anyhow::anyhow!("optimizer state: {reason}"))
+}
+
+impl Shard {
+    /// This shard's files of a checkpoint, in memory: its slices (`model`) and their optimizer state.
+    /// The worker assembling the checkpoint writes them, so shards need no shared filesystem.
+    pub(super) fn checkpoint_files(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+        let state = self.lock();
+        let params = self.params.read().unwrap_or_else(|e| e.into_inner());
+        let shapes: Vec<[usize; 1]> = params.iter().map(|p| [p.len()]).collect();
+        let tensors: Vec<(&str, &[usize], &[f32])> = self
+            .names
+            .iter()
+            .zip(&shapes)
+            .zip(params.iter())
+            .map(|((n, s), v)| (n.as_str(), s.as_slice(), v.as_slice()))
+            .collect();
+        let model = checkpoint::tensors_bytes(&tensors)?;
+        let optimizer = checkpoint::flat_bytes(&state.optimizer.state(&self.names))?;
+        Ok((model, optimizer))
+    }
+}
