@@ -26,7 +26,8 @@ try:
     import torch
     from torch import nn
 except ImportError as err:
-    sys.exit(f"PyTorch is not installed (pip install torch): {err}")
+    # Name what is missing: PyTorch itself, or a module it needs (numpy).
+    sys.exit(f"cannot import {err.name or 'PyTorch'} (pip install torch numpy): {err}")
 
 
 class Block(nn.Module):
