@@ -200,7 +200,7 @@ mod cnn;
 mod conv;
 mod mlp;
 mod transformer;
-mod vector;
+pub(crate) mod vector;
 
 pub use charlm::CharLm;
 pub use cnn::Cnn;
