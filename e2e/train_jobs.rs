@@ -130,14 +130,14 @@ async fn a_train_job_resumes_exactly_after_its_executor_is_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_that_fails_before_its_first_step_is_a_user_error_not_a_restart() {
     let cluster = Cluster::start().await;
-    // A language model on an image dataset: the engine refuses it at once.
+    // A dataset that is not there: the engine fails at once, before its first step.
     let spec = json!({
         "apiVersion": "drover.dev/v1",
         "kind": "DroverJob",
         "metadata": {"name": "mismatched"},
         "spec": {
             "type": "train",
-            "train": {"model": {"type": "charlm"}, "dataset": {"type": "digits"}, "batch_size": 8, "max_steps": 10},
+            "train": {"model": {"type": "mlp"}, "dataset": {"type": "csv", "path": "/nonexistent/drover-e2e.csv"}, "batch_size": 8, "max_steps": 10},
             "resources": {"workers": {"min": 1, "max": 1}, "ps": {"min": 0, "max": 0}, "gpus_per_worker": 1, "cpus_per_worker": 1},
             "max_restarts": 5
         }
@@ -152,7 +152,7 @@ async fn a_job_that_fails_before_its_first_step_is_a_user_error_not_a_restart() 
     assert_eq!(failed["generation"], 1);
     let message = failed["message"].as_str().unwrap();
     assert!(
-        message.contains("the charlm model needs a text dataset"),
+        message.contains("cannot read /nonexistent/drover-e2e.csv"),
         "{message}"
     );
 }

@@ -49,6 +49,9 @@ pub struct Principal {
     pub user: User,
     pub token_id: TokenId,
     pub tenant_quota: Quota,
+    /// When the token the caller holds expires (`None`: never, or no token). Nothing it makes
+    /// (another token, a dashboard session) outlives it.
+    pub token_expires_at: Option<chrono::DateTime<Utc>>,
 }
 
 impl Principal {
@@ -233,6 +236,7 @@ impl Principal {
             user: record.user,
             token_id: record.token.id,
             tenant_quota: record.tenant_quota,
+            token_expires_at: record.token.expires_at,
         })
     }
 }

@@ -23,6 +23,7 @@ pub mod secrets;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod streams;
 pub mod submissions;
 pub mod testing;
 pub mod views;

@@ -270,18 +270,44 @@ async fn add_token(
         .map(|_| ())
 }
 
-/// A database URL without its password, for messages.
+/// A database URL without its password, for messages: the one in its user part
+/// (`postgres://user:***@host`) and any query parameter that names a password, secret or token
+/// (`?password=***`).
 pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let (address, query) = match url.split_once('?') {
+        Some((address, query)) => (address, Some(query)),
+        None => (url, None),
+    };
+    let mut out = match (address.find("://"), address.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let credentials = &url[scheme_end + 3..at];
+            let credentials = &address[scheme_end + 3..at];
             match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
-                None => url.to_owned(),
+                Some((user, _)) => {
+                    format!("{}{user}:***{}", &address[..scheme_end + 3], &address[at..])
+                }
+                None => address.to_owned(),
             }
         }
-        _ => url.to_owned(),
+        _ => address.to_owned(),
+    };
+    if let Some(query) = query {
+        let secret = |key: &str| {
+            let key = key.to_ascii_lowercase();
+            ["pass", "secret", "token"]
+                .iter()
+                .any(|word| key.contains(word))
+        };
+        let params: Vec<String> = query
+            .split('&')
+            .map(|param| match param.split_once('=') {
+                Some((key, _)) if secret(key) => format!("{key}=***"),
+                _ => param.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
     }
+    out
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -330,6 +356,14 @@ mod tests {
         assert_eq!(
             redact_url("sqlite://.drover/drover.db"),
             "sqlite://.drover/drover.db"
+        );
+        assert_eq!(
+            redact_url("postgres://db/drover?sslmode=require&password=s3cret&PassWord=x"),
+            "postgres://db/drover?sslmode=require&password=***&PassWord=***"
+        );
+        assert_eq!(
+            redact_url("postgres://u:p@db/d?auth_token=t"),
+            "postgres://u:***@db/d?auth_token=***"
         );
     }
 }

@@ -32,6 +32,8 @@ pub struct AppInner {
     pub submissions: Arc<Submissions>,
     /// Tokens recently found valid.
     pub tokens: Arc<TokenCache>,
+    /// Long-lived streams (followed logs) open, per user.
+    pub streams: Arc<crate::streams::Streams>,
 }
 
 impl AppState {
@@ -47,6 +49,7 @@ impl AppState {
             stopping: tokio::sync::watch::channel(false).1,
             submissions: Arc::default(),
             tokens: Arc::default(),
+            streams: Arc::default(),
         }))
     }
 
@@ -87,6 +90,7 @@ impl AppState {
             stopping: shared.stopping.clone(),
             submissions: shared.submissions.clone(),
             tokens: shared.tokens.clone(),
+            streams: shared.streams.clone(),
         })
     }
 

@@ -45,10 +45,33 @@ pub struct JobIdArg {
     pub id: String,
 }
 
+/// A name or id as one URL path segment: percent-encoded as it is (the server then judges it, so
+/// `hf token` is refused by name rather than quietly becoming `hftoken`). A segment of dots alone
+/// would move up the path, so it becomes one that names nothing.
 pub(crate) fn segment(id: &str) -> String {
-    id.chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        .collect()
+    use std::fmt::Write;
+    if !id.is_empty() && id.chars().all(|c| c == '.') {
+        return "_".to_owned();
+    }
+    let mut out = String::with_capacity(id.len());
+    for byte in id.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[test]
+fn a_segment_is_encoded_not_rewritten() {
+    assert_eq!(segment("digits-mlp_2.v1"), "digits-mlp_2.v1");
+    assert_eq!(segment("hf token"), "hf%20token");
+    assert_eq!(segment("a/b?c#d"), "a%2Fb%3Fc%23d");
+    assert_eq!(segment("ünï"), "%C3%BCn%C3%AF");
+    assert_eq!(segment(".."), "_");
 }
 
 pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<()> {

@@ -148,14 +148,29 @@ pub fn resolve(global: &GlobalArgs) -> anyhow::Result<(String, String)> {
 
 /// The admin token `drover dev` keeps in its data directory, when talking to a local server.
 fn dev_token(server: &str, data_dir: &Path) -> Option<String> {
-    let local = server.contains("://127.0.0.1") || server.contains("://localhost");
-    if !local {
+    if !is_loopback(server) {
         return None;
     }
     std::fs::read_to_string(data_dir.join(TOKEN_FILE))
         .ok()
         .map(|token| token.trim().to_owned())
         .filter(|token| !token.is_empty())
+}
+
+/// Whether `server`'s host is this machine's loopback: `localhost` or a loopback address, judged on
+/// the parsed URL (not its text: `http://localhost.example.com` and `http://127.0.0.1@example.com`
+/// are other machines).
+fn is_loopback(server: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(server) else {
+        return false;
+    };
+    let host = url.host_str().unwrap_or_default();
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// A context name for a server URL: its host and port (`127.0.0.1-8080`, `drover.example.com`).
@@ -209,6 +224,36 @@ mod tests {
             .map(|e| format!("{e:#}"))
             .unwrap_or_default();
         assert!(err.contains("is not a Drover config file"), "{err}");
+        Ok(())
+    }
+
+    #[test]
+    fn the_dev_token_goes_only_to_this_machine() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join(TOKEN_FILE), "drv_admin\n")?;
+        for local in [
+            "http://127.0.0.1:8080",
+            "http://localhost:8080",
+            "http://LOCALHOST",
+            "http://127.0.0.2:80",
+            "http://[::1]:8080",
+        ] {
+            assert_eq!(
+                dev_token(local, dir.path()).as_deref(),
+                Some("drv_admin"),
+                "{local}"
+            );
+        }
+        for other in [
+            "http://localhost.example.com",
+            "http://127.0.0.1.nip.io:8080",
+            "http://127.0.0.1@example.com",
+            "http://localhost:8080@example.com",
+            "http://example.com/://127.0.0.1",
+            "http://10.0.0.1:8080",
+        ] {
+            assert_eq!(dev_token(other, dir.path()), None, "{other}");
+        }
         Ok(())
     }
 

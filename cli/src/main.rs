@@ -187,6 +187,18 @@ fn command() -> clap::Command {
     command
 }
 
+/// A command stopped by a signal, after saying so: the process exits 130 with no further message.
+#[derive(Debug)]
+pub struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
 fn main() -> ExitCode {
     let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&command().get_matches()) {
         Ok(cli) => cli,
@@ -201,6 +213,8 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        // Already said what happened; 128 + SIGINT, as a shell reports an interrupted command.
+        Err(err) if err.is::<Interrupted>() => ExitCode::from(130),
         Err(err) => {
             eprintln!("error: {err:#}");
             ExitCode::FAILURE

@@ -47,6 +47,9 @@ pub struct DownloadArgs {
     /// Where to write it (default: the checkpoint's file name, `.tar` for a directory).
     #[arg(long = "to")]
     pub destination: Option<PathBuf>,
+    /// Replace the file if it exists.
+    #[arg(long)]
+    pub force: bool,
 }
 
 fn print_line(line: &Value) {
@@ -80,26 +83,38 @@ pub async fn logs(global: &GlobalArgs, args: LogsArgs) -> anyhow::Result<()> {
             cursor = next;
         }
     }
-    let response = client
-        .get_streaming(&format!("/api/v1/jobs/{id}/logs?follow=true"))
-        .await?;
-    let mut body = response.bytes_stream();
-    let mut buffer = Vec::new();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.context("the log stream broke")?;
-        buffer.extend_from_slice(&chunk);
-        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buffer.drain(..=end).collect();
-            let Ok(value) = serde_json::from_slice::<Value>(&line) else {
-                continue;
-            };
-            match global.output {
-                Format::Json => out!("{value}"),
-                Format::Table => print_line(&value),
+    // The server ends a followed stream now and then (its lifetime, a restart): follow on from the
+    // last line's id until the job has ended.
+    let mut last: Option<i64> = None;
+    loop {
+        let path = match last {
+            Some(id_seen) => format!("/api/v1/jobs/{id}/logs?follow=true&cursor={id_seen}"),
+            None => format!("/api/v1/jobs/{id}/logs?follow=true"),
+        };
+        let response = client.get_streaming(&path).await?;
+        let mut body = response.bytes_stream();
+        let mut buffer = Vec::new();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.context("the log stream broke")?;
+            buffer.extend_from_slice(&chunk);
+            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                let Ok(value) = serde_json::from_slice::<Value>(&line) else {
+                    continue;
+                };
+                last = value["id"].as_i64().or(last);
+                match global.output {
+                    Format::Json => out!("{value}"),
+                    Format::Table => print_line(&value),
+                }
             }
         }
+        let job = client.get(&format!("/api/v1/jobs/{id}")).await?;
+        let state = job["job"]["state"].as_str().unwrap_or_default();
+        if matches!(state, "succeeded" | "failed" | "cancelled") {
+            return Ok(());
+        }
     }
-    Ok(())
 }
 
 pub async fn metrics(global: &GlobalArgs, args: MetricsArgs) -> anyhow::Result<()> {
@@ -115,17 +130,29 @@ pub async fn metrics(global: &GlobalArgs, args: MetricsArgs) -> anyhow::Result<(
         query.push(("to_step", to.to_string()));
     }
     let query = serde_urlencoded::to_string(&query).context("cannot encode the query")?;
-    let response = client
-        .get(&format!(
-            "/api/v1/jobs/{}/metrics?{query}",
-            segment(&args.id)
-        ))
-        .await?;
-    let samples = response["metrics"]
-        .as_array()
-        .map_or(&[][..], Vec::as_slice);
+    // Every page, in step order: a long job has more samples than one page holds.
+    let mut samples: Vec<Value> = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = format!("/api/v1/jobs/{}/metrics?{query}", segment(&args.id));
+        if let Some(cursor) = &cursor {
+            path.push_str(&format!("&cursor={}", segment(cursor)));
+        }
+        let mut page = client.get(&path).await?;
+        if let Some(Value::Array(metrics)) = page.get_mut("metrics").map(Value::take) {
+            samples.extend(metrics);
+        }
+        let next = page["meta"]["next_cursor"].as_str().map(str::to_owned);
+        if next.is_none() || next == cursor {
+            break;
+        }
+        cursor = next;
+    }
     match global.output {
-        Format::Json => output::json(&response),
+        Format::Json => output::json(&serde_json::json!({
+            "metrics": samples,
+            "meta": {"next_cursor": null},
+        })),
         Format::Table => {
             let rows: Vec<Vec<String>> = samples
                 .iter()
@@ -246,17 +273,35 @@ pub async fn download(global: &GlobalArgs, args: DownloadArgs) -> anyhow::Result
         .map(|v| v.trim_end_matches('"').replace(['/', '\\'], "_"))
         .unwrap_or_else(|| format!("checkpoint-{checkpoint}"));
     let path = args.destination.unwrap_or_else(|| PathBuf::from(suggested));
-    let mut file = std::fs::File::create(&path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
+    if !args.force && path.exists() {
+        bail!(
+            "{} exists: pass --force to replace it, or --to another path",
+            path.display()
+        );
+    }
+    // Written beside it under a temporary name and renamed once whole: a download that breaks
+    // leaves nothing behind under the final name.
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut part = tempfile::Builder::new()
+        .prefix(".drover-download-")
+        .suffix(".part")
+        .tempfile_in(&dir)
+        .with_context(|| format!("cannot write in {}", dir.display()))?;
     let mut body = response.bytes_stream();
     let mut bytes = 0u64;
     while let Some(chunk) = body.next().await {
-        let chunk = chunk.context("the download broke")?;
-        file.write_all(&chunk)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        let chunk = chunk.context("the download broke; nothing was written")?;
+        part.write_all(&chunk)
+            .with_context(|| format!("cannot write in {}", dir.display()))?;
         bytes += chunk.len() as u64;
     }
-    file.sync_all()?;
+    part.as_file().sync_all()?;
+    part.persist(&path)
+        .map_err(|err| err.error)
+        .with_context(|| format!("cannot write {}", path.display()))?;
     eprintln!("wrote {} ({bytes} bytes)", path.display());
     Ok(())
 }

@@ -17,9 +17,10 @@ use std::sync::atomic::Ordering;
 pub struct TrainArgs {
     /// A DroverJob of type `train`, YAML or JSON.
     pub file: PathBuf,
-    /// Where checkpoints go.
-    #[arg(long, default_value = ".drover/train-checkpoints")]
-    pub checkpoint_dir: PathBuf,
+    /// Where checkpoints go [default: .drover/train-checkpoints/<the job's name>]. Old checkpoints
+    /// in it are pruned, so two jobs never share one.
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
     /// Resume from this checkpoint directory (`step-NNNNNNNN`).
     #[arg(long)]
     pub resume_from: Option<PathBuf>,
@@ -97,6 +98,12 @@ fn requests_from_signals() -> Arc<Requests> {
     tokio::spawn(async move {
         drover_api::server::shutdown_signal().await;
         stop.stop.store(true, Ordering::Relaxed);
+        // A second Ctrl-C does not wait for the step boundary (a dataset still loading, a long
+        // evaluation): the run ends at once, its last checkpoint kept.
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("interrupted again: stopping without a checkpoint");
+            std::process::exit(130);
+        }
     });
     let checkpoint = requests.clone();
     tokio::spawn(async move {
@@ -242,8 +249,32 @@ impl Reporter for HumanReporter {
 
 pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
     let job = load_job(&args.file)?;
+    if let Some(init) = job.spec.train.as_ref().and_then(|t| t.init_from.as_ref())
+        && args.resume_from.is_none()
+    {
+        bail!(
+            "{}: spec.train.init_from names checkpoint `{}` of a Drover server, which `drover train` \
+             cannot reach: download it (`drover download`) and pass --resume-from DIR, or remove \
+             init_from",
+            args.file.display(),
+            init.checkpoint
+        );
+    }
     let device = drover_engine::device::open(&args.device)?;
-    let mut options = options(&job, args.checkpoint_dir, args.resume_from, device)?;
+    let checkpoint_dir = args.checkpoint_dir.unwrap_or_else(|| {
+        // Validation made the name (or the generateName prefix) a DNS-1123 label: a safe folder.
+        let meta = &job.metadata;
+        let name = Some(meta.name.as_str())
+            .filter(|n| !n.is_empty())
+            .or(meta
+                .generate_name
+                .as_deref()
+                .map(|p| p.trim_end_matches('-')))
+            .filter(|n| !n.is_empty())
+            .unwrap_or("job");
+        Path::new(".drover").join("train-checkpoints").join(name)
+    });
+    let mut options = options(&job, checkpoint_dir, args.resume_from, device)?;
     options.stop_at = args.steps;
     let started = std::time::Instant::now();
     let outcome = run(options, Box::new(HumanReporter)).await?;
@@ -261,5 +292,9 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
             .as_ref()
             .map_or_else(|| "none".to_owned(), |p| p.display().to_string())
     );
+    if outcome.interrupted {
+        // Like any interrupted command: `drover train … && next` does not go on.
+        return Err(crate::Interrupted.into());
+    }
     Ok(())
 }

@@ -18,6 +18,7 @@ pub mod state;
 pub mod tenancy;
 pub mod text;
 pub mod validate;
+pub mod yaml_budget;
 
 pub use ids::{ExperimentId, JobId, TenantId, TokenId, UserId};
 pub use spec::{DroverJob, JobSpec, SpecError};

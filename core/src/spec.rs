@@ -271,6 +271,12 @@ pub(crate) fn parse_document<T: serde::de::DeserializeOwned>(
             Ok(value)
         }
         Format::Yaml => {
+            // Any other error the walk meets, the parse below meets too and names the field.
+            if let Err(err) = crate::yaml_budget::within_budget(bytes)
+                && crate::yaml_budget::is_over_budget(&err)
+            {
+                return Err(SpecError::malformed("(document)", err.to_string()));
+            }
             let de = serde_yaml::Deserializer::from_slice(bytes);
             serde_path_to_error::deserialize(de).map_err(|err| {
                 // serde_yaml does not classify its errors: anything that is not one of serde's

@@ -242,6 +242,16 @@ fn out_of_range_values_name_their_field() {
             "dataset: {type: csv, path: \"\"}",
             "spec.train.dataset.path",
         ),
+        (
+            "dataset: {type: digits}",
+            "dataset: {type: text, path: book.txt}",
+            "spec.train.model.type",
+        ),
+        (
+            "model: {type: mlp, hidden: [256, 128]}",
+            "model: {type: charlm}",
+            "spec.train.model.type",
+        ),
     ];
     for (from, to, field) in cases {
         assert_eq!(
@@ -250,6 +260,50 @@ fn out_of_range_values_name_their_field() {
             "{from} -> {to}"
         );
     }
+}
+
+#[test]
+fn a_target_says_which_way_it_is_met_and_accuracy_is_a_fraction() {
+    let with = |target: &str| {
+        example_with(
+            "max_steps: 5000",
+            &format!("max_steps: 5000\n    target: {target}"),
+        )
+    };
+    let err = parse_yaml(&with("{metric: val_loss, value: 0.05}")).unwrap_err();
+    assert_eq!(err.field, "spec.train.target.mode");
+    assert!(err.reason.contains("needs `mode: min`"), "{}", err.reason);
+    let err = parse_yaml(&with("{metric: val_accuracy, value: 97}")).unwrap_err();
+    assert_eq!(err.field, "spec.train.target.value");
+    assert!(err.reason.contains("0.97"), "{}", err.reason);
+    parse_yaml(&with("{metric: val_loss, value: 0.05, mode: min}")).unwrap();
+    parse_yaml(&with("{metric: val_accuracy, value: 0.97}")).unwrap();
+}
+
+#[test]
+fn a_document_whose_aliases_expand_past_the_budget_is_refused() {
+    // 2,000 zeros named by 2,000 aliases, under `status` (ignored on submit) and in a string list:
+    // 4 million values from 20 KB, refused before any is built.
+    let zeros = vec!["0"; 2000].join(",");
+    let names = vec!["*z"; 2000].join(",");
+    let bomb = format!("status: {{a: &z [{zeros}], b: [{names}]}}\n");
+    let started = std::time::Instant::now();
+    let err = parse_yaml(&format!("{EXAMPLE}{bomb}")).unwrap_err();
+    assert_eq!(err.field, "(document)");
+    assert!(err.reason.contains("expands"), "{}", err.reason);
+    let word = "x".repeat(4000);
+    let argv = vec!["*w"; 2000].join(",");
+    let text = example_with(
+        "metadata:\n",
+        &format!("x-word: &w \"{word}\"\nmetadata:\n"),
+    );
+    let err =
+        parse_yaml(&text.replace("seed: 1", &format!("seed: 1\n    bogus: [{argv}]"))).unwrap_err();
+    assert!(err.reason.contains("expands"), "{}", err.reason);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    // Aliases within the budget are expanded as before.
+    let small = example_with("hidden: [256, 128]", "hidden: &h [256, 128]");
+    parse_yaml(&small).unwrap();
 }
 
 #[test]

@@ -47,6 +47,29 @@ pub(super) fn validate_train(train: &TrainSpec, job: &DroverJob) -> Check {
         ensure(target.value.is_finite(), "spec.train.target.value", || {
             "must be a finite number".into()
         })?;
+        let loss = target.metric.ends_with("loss");
+        // `mode` defaults to `max`: a loss target left at it would be met by the first evaluation.
+        ensure(
+            !loss || target.mode == crate::spec::TargetMode::Min,
+            "spec.train.target.mode",
+            || {
+                format!(
+                    "a `{}` target needs `mode: min` (the job stops once the loss is at most the \
+                     value; the default, `max`, would stop it at the first evaluation)",
+                    target.metric
+                )
+            },
+        )?;
+        ensure(
+            loss || (0.0..=1.0).contains(&target.value),
+            "spec.train.target.value",
+            || {
+                format!(
+                    "`{}` is a fraction between 0 and 1, got {} (for 97% write 0.97)",
+                    target.metric, target.value
+                )
+            },
+        )?;
     }
     ensure(train.eval_every >= 1, "spec.train.eval_every", || {
         "must be at least 1".into()
@@ -67,6 +90,16 @@ pub(super) fn validate_train(train: &TrainSpec, job: &DroverJob) -> Check {
     }
     validate_model(&train.model)?;
     validate_dataset(&train.dataset)?;
+    // Text is tokens for the character model; everything else is classes for the others.
+    let text = matches!(train.dataset, DatasetSpec::Text { .. });
+    let charlm = matches!(train.model, ModelSpec::Charlm { .. });
+    ensure(text == charlm, "spec.train.model.type", || {
+        if charlm {
+            "the charlm model needs a text dataset (`dataset: {type: text, path: …}`)".into()
+        } else {
+            "a text dataset needs the charlm model (`model: {type: charlm}`)".into()
+        }
+    })?;
     if let (ModelSpec::Cnn { .. }, DatasetSpec::Synthetic { features, .. }) =
         (&train.model, &train.dataset)
     {
@@ -99,8 +132,22 @@ fn validate_layers(layers: &[u32], field: &str, allow_empty: bool) -> Check {
             || format!("must be between 1 and 65536, got {width}"),
         )?;
     }
-    Ok(())
+    let weights: u64 = layers
+        .windows(2)
+        .map(|pair| u64::from(pair[0]) * u64::from(pair[1]))
+        .sum();
+    ensure(weights <= MAX_WEIGHTS, field, || {
+        format!(
+            "these layers hold {weights} weights between them; the engine trains models of at \
+             most {MAX_WEIGHTS} (4 GiB of f32)"
+        )
+    })
 }
+
+/// The most weights a model's layers may hold (4 GiB of f32, before the optimizer's state), and
+/// the most values a synthetic dataset may (4 GiB): past these a run would fail allocating them.
+const MAX_WEIGHTS: u64 = 1 << 30;
+const MAX_SYNTHETIC_VALUES: u64 = 1 << 30;
 
 fn validate_dropout(dropout: f64) -> Check {
     ensure(
@@ -154,6 +201,14 @@ fn validate_model(model: &ModelSpec) -> Check {
                 "spec.train.model.context",
                 || format!("must be between 1 and 8192, got {context}"),
             )?;
+            // Each block: attention (4·d²) and a 4× feed-forward (8·d²).
+            let weights = 12 * u64::from(*layers) * u64::from(*d_model).pow(2);
+            ensure(weights <= MAX_WEIGHTS, "spec.train.model.d_model", || {
+                format!(
+                    "{layers} layers of d_model {d_model} hold about {weights} weights; the \
+                     engine trains models of at most {MAX_WEIGHTS} (4 GiB of f32)"
+                )
+            })?;
             validate_dropout(*dropout)
         }
     }
@@ -186,6 +241,17 @@ fn validate_dataset(dataset: &DatasetSpec) -> Check {
                 (2..=100_000).contains(classes),
                 "spec.train.dataset.classes",
                 || format!("must be between 2 and 100000, got {classes}"),
+            )?;
+            let values = samples * u64::from(*features);
+            ensure(
+                values <= MAX_SYNTHETIC_VALUES,
+                "spec.train.dataset.samples",
+                || {
+                    format!(
+                        "{samples} samples of {features} features are {values} values; at most \
+                         {MAX_SYNTHETIC_VALUES} (4 GiB of f32)"
+                    )
+                },
             )
         }
     }

@@ -186,6 +186,7 @@ pub fn train(
             }
             reporter.metrics(step, &values);
             window = Window::default();
+            diverged(&values, step)?;
         }
         if evaluate {
             let (val_loss, val_accuracy) = run.evaluate()?;
@@ -206,6 +207,9 @@ pub fn train(
             window.restart();
         }
         if save || reached_target {
+            // No checkpoint of weights that have gone NaN (the loss seen so far says so on the
+            // host; on a device it is read at the next report).
+            diverged(&[("loss", window.loss)], step)?;
             flush_announced = false;
             let path = exchange.save(&run, &metrics)?;
             reporter.checkpoint(step, &path);
@@ -232,6 +236,19 @@ fn residuals_flushed(
         *announced = true;
     }
     Ok(false)
+}
+
+/// A training loss that is no longer a number ends the run with an error rather than training on
+/// (and checkpointing) weights that are NaN: a job that diverged fails and says so.
+fn diverged(values: &[(&str, f64)], step: u64) -> anyhow::Result<()> {
+    match values.iter().find(|(name, _)| *name == "loss") {
+        Some(&(_, loss)) if !loss.is_finite() => anyhow::bail!(
+            "training diverged: the loss became {loss} by step {step} (a lower `lr`, \
+             `grad_clip_norm` or a learning-rate warm-up may help; the data may hold NaN or \
+             infinite values)"
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Reported once per run with its first step: seconds from the task's start to the end of that step.

@@ -92,6 +92,36 @@ fn the_mlp_learns_the_shipped_digits() {
     assert_eq!(kept, ["step-00000400", "step-00000600"]);
 }
 
+#[test]
+fn a_run_whose_loss_diverges_fails_and_saves_nothing_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(
+        ModelSpec::Mlp {
+            hidden: vec![32],
+            dropout: 0.0,
+        },
+        DatasetSpec::Digits {},
+        OptimizerSpec::Sgd {
+            lr: 1e30,
+            momentum: 0.0,
+            nesterov: false,
+            weight_decay: 0.0,
+        },
+        32,
+        200,
+    );
+    let mut collect = Collect::default();
+    let err = train(
+        options(spec, dir.path(), 200),
+        &mut collect,
+        &Requests::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("training diverged: the loss became"), "{err}");
+    assert!(collect.checkpoints.is_empty(), "{:?}", collect.checkpoints);
+}
+
 fn steps(run: &mut Run, until: u64) {
     while run.step < until {
         let (_, _, _, grads) = run.gradients().unwrap();

@@ -32,14 +32,36 @@ const LOG_BATCH: u32 = 500;
 
 static STREAMS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(MAX_STREAMS)));
 
-fn permit() -> Option<OwnedSemaphorePermit> {
-    STREAMS.clone().try_acquire_owned().ok()
+/// A live stream's places: one of the server's [`MAX_STREAMS`] and one of its user's
+/// ([`drover_api::streams::Streams::PER_USER`], shared with followed logs), so one user cannot
+/// take them all. It lasts [`drover_api::streams::Streams::LIFETIME`]; the browser then
+/// reconnects (from its `Last-Event-ID`), and its session is checked again.
+struct Permit {
+    _server: OwnedSemaphorePermit,
+    _user: drover_api::streams::StreamSlot,
+    until: tokio::time::Instant,
+}
+
+impl Permit {
+    fn expired(&self) -> bool {
+        tokio::time::Instant::now() >= self.until
+    }
+}
+
+fn permit(state: &AppState, session: &Session) -> Option<Permit> {
+    let user = state.streams.open(session.principal.user.id)?;
+    let server = STREAMS.clone().try_acquire_owned().ok()?;
+    Some(Permit {
+        _server: server,
+        _user: user,
+        until: tokio::time::Instant::now() + drover_api::streams::Streams::LIFETIME,
+    })
 }
 
 fn too_many_streams() -> Response {
     (
         StatusCode::SERVICE_UNAVAILABLE,
-        "too many live pages are open on this server",
+        "too many live pages are open on this server, or for this user",
     )
         .into_response()
 }
@@ -79,7 +101,7 @@ struct JobStream {
     /// The last read found the job final.
     final_seen: bool,
     ended: bool,
-    _permit: OwnedSemaphorePermit,
+    permit: Permit,
 }
 
 /// `GET /jobs/{id}/live?event=…&log=…&step=…`: the job page's stream. The query says what the
@@ -101,7 +123,7 @@ pub async fn job(
         Ok(axum::Json(envelope)) => envelope.job,
         Err(err) => return error_page(err),
     };
-    let Some(permit) = permit() else {
+    let Some(permit) = permit(&state, &session) else {
         return too_many_streams();
     };
     let from_query = || {
@@ -133,7 +155,7 @@ pub async fn job(
         first: true,
         final_seen: false,
         ended: false,
-        _permit: permit,
+        permit,
     };
     Sse::new(job_events(stream))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
@@ -146,7 +168,7 @@ fn job_events(stream: JobStream) -> impl Stream<Item = Result<Event, Infallible>
             if let Some(event) = s.pending.pop_front() {
                 return Some((Ok(event), s));
             }
-            if s.ended || *s.state.stopping.borrow() {
+            if s.ended || *s.state.stopping.borrow() || s.permit.expired() {
                 return None;
             }
             if !s.first {
@@ -246,7 +268,7 @@ pub async fn jobs(
     session: Session,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let Some(permit) = permit() else {
+    let Some(permit) = permit(&state, &session) else {
         return too_many_streams();
     };
     let pairs: Vec<(String, String)> =
@@ -271,7 +293,7 @@ pub async fn jobs(
                     _ = stopping.changed() => return None,
                 }
             }
-            if *state.stopping.borrow() {
+            if *state.stopping.borrow() || permit.expired() {
                 return None;
             }
             let listed = api::list(

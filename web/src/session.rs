@@ -33,7 +33,15 @@ pub struct LoginQuery {
 /// Only a path on this site: never another host (`//evil.example`, `https://…`).
 fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => {
+        // No whitespace or control characters either: browsers drop a tab or a newline from a
+        // URL (`/\t/evil.example` becomes `//evil.example`), and a newline cannot be a header.
+        Some(path)
+            if path.starts_with('/')
+                && !path.starts_with("//")
+                && !path.contains('\\')
+                && path.len() <= 2048
+                && !path.chars().any(|c| c.is_control() || c.is_whitespace()) =>
+        {
             path.to_owned()
         }
         _ => "/".to_owned(),
@@ -85,19 +93,31 @@ pub async fn login(State(state): State<AppState>, headers: HeaderMap, body: Byte
         Err(err) => return crate::error_page(err),
     };
     let session = auth::generate_token();
+    // A session never outlives the token it was opened with.
+    let now = Utc::now();
+    let expires_at = (now + chrono::Duration::hours(SESSION_HOURS)).min(
+        principal
+            .token_expires_at
+            .unwrap_or(chrono::DateTime::<Utc>::MAX_UTC),
+    );
     let new = NewToken {
         user_id: principal.user.id,
         name: "dashboard session".to_owned(),
         token_hash: auth::hash_token(&session),
         prefix: auth::display_prefix(&session),
-        expires_at: Some(Utc::now() + chrono::Duration::hours(SESSION_HOURS)),
+        expires_at: Some(expires_at),
     };
     if let Err(err) = state.store.create_token(&new).await {
         return crate::error_page(err.into());
     }
     tracing::info!(user.id = %principal.user.id, "dashboard session started");
     let mut response = see_other(&next);
-    set_cookie(&mut response, &headers, &session, SESSION_HOURS * 3600);
+    set_cookie(
+        &mut response,
+        &headers,
+        &session,
+        (expires_at - now).num_seconds().max(1),
+    );
     response
 }
 

@@ -231,6 +231,9 @@ async fn signing_in_and_out((site, [ada, _, _]): (Site, [String; 3])) {
         "//evil.example/x",
         "https://evil.example",
         "/\\evil.example",
+        "/\t/evil.example",
+        "/\n/evil.example",
+        "/ /evil.example",
     ] {
         let answer = site
             .form("/login", None, &[("token", &ada), ("next", next)])

@@ -2,7 +2,9 @@
 //! tenant (`Limits::log_lines`, `Limits::metric_samples`), so one tenant's chatty tasks cannot fill the
 //! database or starve the others' reports. What is over the rate is dropped, and said: in the job's
 //! own log (the last kept line of a cut batch becomes a notice) and, at most every 30 s a tenant, in
-//! the server's log.
+//! the server's log. Checkpoint announcements go through a fixed bucket per job
+//! ([`CHECKPOINTS`]): every one is a row, and a task announcing them in a loop would grow the table
+//! (and every listing of it) without bound.
 
 use super::Runtime;
 use crate::limits::{Buckets, Limits, Rate};
@@ -15,6 +17,12 @@ use std::time::{Duration, Instant};
 /// Jobs whose tenant is remembered at most (the map is cleared past it).
 const MAX_REMEMBERED_JOBS: usize = 100_000;
 const WARN_EVERY: Duration = Duration::from_secs(30);
+/// Checkpoints a job may announce: bursts of 200, then one every 5 s (a job that checkpoints more
+/// often gains nothing from the records: retention keeps only the last few on disk).
+pub const CHECKPOINTS: Rate = Rate {
+    per_second: 0.2,
+    burst: 200.0,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
@@ -26,6 +34,7 @@ pub(super) enum Kind {
 pub struct Ingest {
     log_lines: Buckets<TenantId>,
     metric_samples: Buckets<TenantId>,
+    checkpoints: Buckets<JobId>,
     tenant_of: Mutex<HashMap<JobId, TenantId>>,
     warned: Mutex<HashMap<TenantId, Instant>>,
 }
@@ -35,6 +44,7 @@ impl Ingest {
         Self {
             log_lines: Buckets::new(limits.log_lines),
             metric_samples: Buckets::new(limits.metric_samples),
+            checkpoints: Buckets::new(CHECKPOINTS),
             tenant_of: Mutex::new(HashMap::new()),
             warned: Mutex::new(HashMap::new()),
         }
@@ -49,6 +59,11 @@ impl Ingest {
 
     pub(super) fn rate(&self, kind: Kind) -> Rate {
         self.buckets(kind).rate()
+    }
+
+    /// Whether the job may record one more checkpoint now ([`CHECKPOINTS`]).
+    pub(super) fn admit_checkpoint(&self, job: JobId) -> bool {
+        self.checkpoints.take_one(&job, Instant::now()).is_ok()
     }
 }
 

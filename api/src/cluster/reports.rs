@@ -432,6 +432,10 @@ impl Runtime {
             tracing::warn!(task = %key, path = clean(&checkpoint.path), "ignoring a checkpoint outside the generation's directory, or malformed");
             return Ok(());
         }
+        if !self.ingest.admit_checkpoint(key.job_id) {
+            tracing::warn!(task = %key, step = checkpoint.step, "ignoring a checkpoint: the job announces them faster than the server records them");
+            return Ok(());
+        }
         match self
             .store
             .record_checkpoint(

@@ -249,6 +249,7 @@ pub(super) async fn principal_of(
         // It holds no token: the driver acts inside the server for the experiment's submitter.
         token_id: TokenId(uuid::Uuid::nil()),
         tenant_quota: tenant.quota,
+        token_expires_at: None,
     })
 }
 

@@ -109,6 +109,7 @@ pub(super) async fn principal_for(ctx: &Context, tenant: &Tenant) -> Result<Prin
         // It holds no token: it acts inside the server.
         token_id: TokenId(uuid::Uuid::nil()),
         tenant_quota: tenant.quota,
+        token_expires_at: None,
     })
 }
 

@@ -74,6 +74,7 @@ pub async fn download(
     // A task can still swap a path component for a symlink after the check above: every file is
     // opened first and then checked by what it really is (`open_within`), never by its path.
     let escaped = |err: &std::io::Error| err.kind() == std::io::ErrorKind::PermissionDenied;
+    let shown = checkpoint.clone();
     let refuse = move |err: std::io::Error| {
         if escaped(&err) {
             tracing::warn!(job.id = %job_id, error = %err, "refused a checkpoint download that leads outside the job's storage");
@@ -85,25 +86,124 @@ pub async fn download(
             ApiError::internal()
         }
     };
-    let (file, name) = if metadata.is_dir() {
-        let archive = tokio::task::spawn_blocking(move || {
-            crate::checkpoint_files::tar_directory(&resolved, &job_root)
-        })
-        .await
-        .map_err(|_| ApiError::internal())?
-        .map_err(refuse.clone())?;
-        (tokio::fs::File::from_std(archive), format!("{base}.tar"))
-    } else {
-        let file = tokio::task::spawn_blocking(move || {
-            crate::checkpoint_files::open_within(&resolved, &job_root)
-        })
-        .await
-        .map_err(|_| ApiError::internal())?
-        .map_err(refuse)?;
-        (tokio::fs::File::from_std(file), base)
-    };
-    let body = ResponseBody::from_stream(tokio_util::io::ReaderStream::new(file));
-    Ok(attachment(body, &name))
+    if metadata.is_dir() {
+        let name = format!("{base}.tar");
+        return stream_directory(resolved, job_root, job_id, &shown, refuse)
+            .await
+            .map(|body| attachment(body, &name));
+    }
+    let file = tokio::task::spawn_blocking(move || {
+        crate::checkpoint_files::open_within(&resolved, &job_root)
+    })
+    .await
+    .map_err(|_| ApiError::internal())?
+    .map_err(refuse)?;
+    let body = ResponseBody::from_stream(tokio_util::io::ReaderStream::new(
+        tokio::fs::File::from_std(file),
+    ));
+    Ok(attachment(body, &base))
+}
+
+/// Directory downloads in progress at once: each holds a blocking thread while its client reads.
+const DIRECTORY_DOWNLOADS: usize = 16;
+static DIRECTORY_PERMITS: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(DIRECTORY_DOWNLOADS);
+/// Bytes handed to the response at a time, and chunks in flight: the archive is written as the
+/// client reads it, never staged.
+const CHUNK: usize = 256 << 10;
+const CHUNKS_IN_FLIGHT: usize = 4;
+
+/// A tar archive of a checkpoint directory, written as the client reads it: the files are listed
+/// first (an error before any byte is an error response), then each is opened with
+/// `open_within` and copied. A client that goes away stops the copy at its next chunk; a failure
+/// midway (a file swapped for a symlink out of the job's storage) ends the body with an error.
+async fn stream_directory(
+    dir: std::path::PathBuf,
+    job_root: std::path::PathBuf,
+    job_id: JobId,
+    checkpoint: &str,
+    refuse: impl FnOnce(std::io::Error) -> ApiError,
+) -> ApiResult<ResponseBody> {
+    let permit = DIRECTORY_PERMITS.try_acquire().map_err(|_| {
+        ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            format!(
+                "{DIRECTORY_DOWNLOADS} checkpoint directory downloads are in progress; try again \
+                 when one has finished"
+            ),
+        )
+    })?;
+    let listed = dir.clone();
+    let files =
+        tokio::task::spawn_blocking(move || crate::checkpoint_files::list_directory(&listed))
+            .await
+            .map_err(|_| ApiError::internal())?
+            .map_err(|err| {
+                if err.kind() == std::io::ErrorKind::Other {
+                    ApiError::new(
+                        axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                        "too_large",
+                        format!("checkpoint `{checkpoint}`: {err}; download its files one by one"),
+                    )
+                } else {
+                    refuse(err)
+                }
+            })?;
+    let (tx, rx) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let mut out = ChunkWriter {
+            tx,
+            buffer: Vec::with_capacity(CHUNK),
+        };
+        let written = crate::checkpoint_files::write_tar(&files, &job_root, &mut out);
+        match written {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => {}
+            Err(err) => {
+                tracing::warn!(job.id = %job_id, dir = %dir.display(), error = %err, "a checkpoint download stopped midway");
+                let _ = out.tx.blocking_send(Err(err));
+            }
+        }
+    });
+    Ok(ResponseBody::from_stream(
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+    ))
+}
+
+/// Hands what is written to a response body in chunks of [`CHUNK`], waiting while the client is
+/// [`CHUNKS_IN_FLIGHT`] chunks behind; once the body is gone, writes fail with `BrokenPipe`.
+struct ChunkWriter {
+    tx: tokio::sync::mpsc::Sender<std::io::Result<bytes::Bytes>>,
+    buffer: Vec<u8>,
+}
+
+impl ChunkWriter {
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let chunk = std::mem::replace(&mut self.buffer, Vec::with_capacity(CHUNK));
+        self.tx
+            .blocking_send(Ok(bytes::Bytes::from(chunk)))
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+    }
+}
+
+impl std::io::Write for ChunkWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let taken = data.len().min(CHUNK - self.buffer.len());
+        self.buffer.extend_from_slice(&data[..taken]);
+        if self.buffer.len() == CHUNK {
+            self.send()?;
+        }
+        Ok(taken)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
 }
 
 /// A checkpoint's download from an object store: the object itself, or a tar archive of the objects

@@ -249,6 +249,20 @@ pub async fn logs(
     };
     let limit = query.limit(1000, MAX_PAGE)?;
     let scope = principal.scope();
+    let slot = if follow {
+        Some(state.streams.open(principal.user.id).ok_or_else(|| {
+            ApiError::new(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                "too_many_streams",
+                format!(
+                    "at most {} followed logs and live pages open at once per user: close one first",
+                    crate::streams::Streams::PER_USER
+                ),
+            )
+        })?)
+    } else {
+        None
+    };
     let mut lines = state
         .store
         .list_logs(
@@ -276,7 +290,7 @@ pub async fn logs(
         .into_response());
     }
     let first: Vec<LogLineView> = lines.drain(..).map(LogLineView::from).collect();
-    let stream = follow_stream(state, scope, job_id, after, first);
+    let stream = follow_stream(state, scope, job_id, after, first, slot);
     let mut response = ResponseBody::from_stream(stream).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -292,6 +306,9 @@ struct Follow {
     cursor: Option<i64>,
     pending: Vec<LogLineView>,
     done: bool,
+    /// The end of its lifetime: the client reconnects from its last line's id.
+    until: tokio::time::Instant,
+    _slot: Option<crate::streams::StreamSlot>,
 }
 
 fn encode(lines: &[LogLineView]) -> bytes::Bytes {
@@ -310,6 +327,7 @@ fn follow_stream(
     job: JobId,
     after: Option<i64>,
     first: Vec<LogLineView>,
+    slot: Option<crate::streams::StreamSlot>,
 ) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send {
     let cursor = first.last().map(|l| l.id).or(after);
     let start = Follow {
@@ -319,6 +337,8 @@ fn follow_stream(
         cursor,
         pending: first,
         done: false,
+        until: tokio::time::Instant::now() + crate::streams::Streams::LIFETIME,
+        _slot: slot,
     };
     futures::stream::unfold(start, |mut follow| async move {
         loop {
@@ -348,6 +368,8 @@ fn follow_stream(
                 Ok(_) if finished => follow.done = true,
                 // A stopping server ends the stream; the client follows on from its last line's id.
                 Ok(_) if *follow.state.stopping.borrow() => follow.done = true,
+                // Its lifetime is over: the client reconnects (and is authenticated again).
+                Ok(_) if tokio::time::Instant::now() >= follow.until => follow.done = true,
                 Ok(_) => tokio::time::sleep(FOLLOW_POLL).await,
                 Err(err) => {
                     return Some((

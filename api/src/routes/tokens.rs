@@ -88,7 +88,13 @@ pub async fn create(
     if body.name.trim().is_empty() || body.name.len() > 128 {
         return Err(ApiError::invalid("name", "must be 1-128 characters"));
     }
-    let expires_at = body.expires_in.as_deref().map(expiry).transpose()?;
+    // A token never outlives the one that made it: a stolen short-lived token cannot mint a
+    // lasting one.
+    let asked = body.expires_in.as_deref().map(expiry).transpose()?;
+    let expires_at = match (asked, principal.token_expires_at) {
+        (Some(asked), Some(own)) => Some(asked.min(own)),
+        (asked, own) => asked.or(own),
+    };
     let user_id = target_user(&state, &principal, body.user_id.map(UserId)).await?;
     let secret = generate_token();
     let token = state

@@ -32,6 +32,7 @@ async fn member(h: &Harness, tenant: &drover_api::store::Tenant, name: &str) -> 
         user,
         token_id: TokenId(uuid::Uuid::nil()),
         tenant_quota: tenant.quota,
+        token_expires_at: None,
     }
 }
 

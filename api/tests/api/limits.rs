@@ -41,6 +41,38 @@ async fn a_token_over_its_rate_is_told_when_to_retry() {
 }
 
 #[tokio::test]
+async fn made_up_tokens_share_one_allowance_and_leave_real_ones_theirs() {
+    use drover_api::limits::{Limits, Rate};
+    let app = TestApp::with_limits(Limits {
+        requests: Rate {
+            per_second: 0.2,
+            burst: 5.0,
+        },
+        ..Limits::NONE
+    })
+    .await;
+    let alice = app.user_token("vision", "alice", "member").await;
+    assert_eq!(app.get("/api/v1/me", &alice).await.status, StatusCode::OK);
+    // Each made-up token is refused, and together they soon run out: a fresh token per request
+    // does not buy a fresh burst.
+    let mut statuses = Vec::new();
+    for n in 0..10 {
+        statuses.push(
+            app.get("/api/v1/me", &format!("drv_made-up-{n}"))
+                .await
+                .status,
+        );
+    }
+    assert!(
+        statuses[..2].iter().all(|s| *s == StatusCode::UNAUTHORIZED),
+        "{statuses:?}"
+    );
+    assert_eq!(statuses[9], StatusCode::TOO_MANY_REQUESTS, "{statuses:?}");
+    // A token already seen to work keeps its own allowance.
+    assert_eq!(app.get("/api/v1/me", &alice).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
 async fn a_tenant_may_keep_only_so_many_jobs_waiting() {
     use drover_api::limits::Limits;
     let app = TestApp::with_limits(Limits {

@@ -293,6 +293,37 @@ async fn every_api_call_needs_a_valid_token() {
         (bad_expiry.status, bad_expiry.error_field()),
         (StatusCode::UNPROCESSABLE_ENTITY, "expires_in")
     );
+
+    // A token never outlives the one that made it: a short-lived token cannot mint a lasting one.
+    let short = app
+        .post(
+            "/api/v1/tokens",
+            ADMIN_TOKEN,
+            json!({"name": "short", "expires_in": "1h"}),
+        )
+        .await;
+    assert_eq!(short.status, StatusCode::CREATED, "{}", short.body);
+    let short_expiry = short.body["token"]["expires_at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let short_secret = short.body["secret"].as_str().unwrap();
+    for asked in [
+        json!({"name": "forever"}),
+        json!({"name": "long", "expires_in": "30d"}),
+    ] {
+        let minted = app.post("/api/v1/tokens", short_secret, asked).await;
+        assert_eq!(minted.status, StatusCode::CREATED, "{}", minted.body);
+        assert_eq!(minted.body["token"]["expires_at"], short_expiry.as_str());
+    }
+    let sooner = app
+        .post(
+            "/api/v1/tokens",
+            short_secret,
+            json!({"name": "sooner", "expires_in": "5m"}),
+        )
+        .await;
+    assert!(sooner.body["token"]["expires_at"].as_str().unwrap() < short_expiry.as_str());
 }
 
 #[tokio::test]
