@@ -44,6 +44,8 @@ pub struct Metrics {
     jobs_submitted: Counter,
     transitions: Family<StateLabels, Counter>,
     jobs: Family<StateLabels, Gauge>,
+    /// When the job gauge was last read from the store.
+    counted_at: Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 impl Default for Metrics {
@@ -80,7 +82,7 @@ impl Metrics {
         let jobs = Family::<StateLabels, Gauge>::default();
         registry.register(
             "jobs",
-            "Jobs in the store, by state (read at scrape time)",
+            "Jobs in the store, by state (read at scrape time, at most every 5 s)",
             jobs.clone(),
         );
         Self {
@@ -90,8 +92,23 @@ impl Metrics {
             jobs_submitted,
             transitions,
             jobs,
+            counted_at: Arc::default(),
         }
     }
+
+    /// Scrapes need no token, so the job gauge is read from the store at most every
+    /// [`Metrics::COUNT_EVERY`] (a scrape in between shows the last reading): whether one is due
+    /// now, and if so it counts as taken.
+    pub fn job_count_due(&self) -> bool {
+        let mut at = self.counted_at.lock().unwrap_or_else(|e| e.into_inner());
+        if at.is_some_and(|at| at.elapsed() < Self::COUNT_EVERY) {
+            return false;
+        }
+        *at = Some(Instant::now());
+        true
+    }
+
+    pub const COUNT_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
     pub fn job_submitted(&self) {
         self.jobs_submitted.inc();

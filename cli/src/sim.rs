@@ -84,8 +84,14 @@ impl WorkloadArgs {
             to_s: time_arg(&self.to, "--to")?,
             tenant: self.vc.clone(),
         };
-        let trace_text = std::fs::read_to_string(&self.trace)
-            .with_context(|| format!("cannot read the trace {}", self.trace.display()))?;
+        let trace_text = std::fs::read_to_string(&self.trace).with_context(|| {
+            format!(
+                "cannot read the trace {} (the default is the Philly trace in the `shared/` folder \
+                 beside the checkout; pass --trace FILE: the Philly CSV or \
+                 `submit_s,duration_s,gpus,tenant` rows)",
+                self.trace.display()
+            )
+        })?;
         let trace = sim::parse_trace(&trace_text, &filter)
             .with_context(|| format!("in {}", self.trace.display()))?;
         if trace.is_empty() {
@@ -94,8 +100,13 @@ impl WorkloadArgs {
                 self.trace.display()
             );
         }
-        let models_text = std::fs::read_to_string(&self.models)
-            .with_context(|| format!("cannot read {}", self.models.display()))?;
+        let models_text = std::fs::read_to_string(&self.models).with_context(|| {
+            format!(
+                "cannot read the measured speeds {} (the default is in the `shared/` folder beside \
+                 the checkout; pass --models FILE)",
+                self.models.display()
+            )
+        })?;
         let models = sim::parse_models(&models_text)
             .with_context(|| format!("in {}", self.models.display()))?;
         let quotas = match &self.quotas {
@@ -178,11 +189,11 @@ pub struct SimArgs {
     #[arg(long)]
     predict: bool,
     /// With --predict: predict for one waiting arrival in N (the forecast replays ahead each time).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 1, requires = "predict", value_parser = clap::value_parser!(u32).range(1..))]
     predict_every: u32,
     /// With --predict: expect the arrivals of the last WINDOW to repeat while predicting (`0s`: no
     /// new arrivals).
-    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "0s", requires = "predict", value_parser = humantime::parse_duration)]
     predict_arrival_window: Duration,
     /// With --predict, a diagnostic: give the forecast every job's hidden true remaining work instead
     /// of its estimate (no server has this), to tell estimate error from the replay's own error.
@@ -190,7 +201,7 @@ pub struct SimArgs {
     predict_from_truth: bool,
     /// With --predict: replays per prediction, each with every job's remaining work drawn from its
     /// estimate (1: one replay with every job at its median).
-    #[arg(long, default_value_t = ForecastConfig::default().samples, value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, default_value_t = ForecastConfig::default().samples, requires = "predict", value_parser = clap::value_parser!(u32).range(1..=64))]
     predict_samples: u32,
     /// Add this many hyper-parameter searches (ASHA over the digits example's space, run by Drover's
     /// own searcher) next to the trace's jobs, submitted evenly over its span by the tenants with the

@@ -260,6 +260,13 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
             init.checkpoint
         );
     }
+    if let (Some(steps), Some(max)) = (
+        args.steps,
+        job.spec.train.as_ref().and_then(|t| t.max_steps),
+    ) && steps > max
+    {
+        bail!("--steps {steps} is past the spec's max_steps ({max}): the run ends at {max}");
+    }
     let device = drover_engine::device::open(&args.device)?;
     let checkpoint_dir = args.checkpoint_dir.unwrap_or_else(|| {
         // Validation made the name (or the generateName prefix) a DNS-1123 label: a safe folder.

@@ -154,7 +154,7 @@ pub enum SyncMode {
 }
 
 /// Gradient compression, each with error feedback.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, ToSchema, JsonSchema)]
 #[schemars(transform = one_object)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Compression {
@@ -166,6 +166,28 @@ pub enum Compression {
     Onebit,
     /// QSGD-style stochastic quantisation to `bits` bits.
     Qsgd { bits: u32 },
+}
+
+/// Read through a copy whose variants without parameters are empty structs: serde skips other keys
+/// beside the tag of a unit variant even under `deny_unknown_fields`, so `{type: onebit, ratio:
+/// 0.01}` would pass as if `ratio` meant something.
+impl<'de> Deserialize<'de> for Compression {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+        enum Document {
+            None {},
+            Topk { ratio: f64 },
+            Onebit {},
+            Qsgd { bits: u32 },
+        }
+        Ok(match Document::deserialize(deserializer)? {
+            Document::None {} => Compression::None,
+            Document::Topk { ratio } => Compression::Topk { ratio },
+            Document::Onebit {} => Compression::Onebit,
+            Document::Qsgd { bits } => Compression::Qsgd { bits },
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]

@@ -233,6 +233,16 @@ fn out_of_range_values_name_their_field() {
             "spec.distributed.compression.bits",
         ),
         (
+            "compression: {type: none}",
+            "compression: {type: onebit, ratio: 0.01}",
+            "spec.distributed.compression",
+        ),
+        (
+            "compression: {type: none}",
+            "compression: {type: none, bits: 4}",
+            "spec.distributed.compression",
+        ),
+        (
             "hidden: [256, 128]",
             "hidden: [256, 0]",
             "spec.train.model.hidden[1]",

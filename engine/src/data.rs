@@ -147,15 +147,34 @@ pub fn csv(text: &str, label_column: Option<&str>, path: &str) -> Result<Data, D
         .split(',')
         .map(str::trim)
         .collect();
-    let has_header = first.iter().any(|f| f.parse::<f64>().is_err());
     let columns = first.len();
-    let label_index = match label_column {
-        Some(name) if has_header => first
-            .iter()
-            .position(|c| *c == name)
-            .ok_or_else(|| format_error(path, format!("no column named `{name}` in the header")))?,
-        Some(_) => return Err(format_error(path, "label_column needs a header row")),
-        None => columns - 1,
+    let numeric = |f: &&str| f.parse::<f64>().is_ok();
+    // A header names columns: with `label_column`, the first row is one when it holds that name;
+    // without, when a feature column (any but the last, the label, which may be a class name as
+    // in `5.1,3.5,1.4,0.2,Iris-setosa`) is not a number.
+    let (has_header, label_index) = match label_column {
+        Some(name) => match first.iter().position(|c| *c == name) {
+            Some(index) => (true, index),
+            None if first.iter().all(numeric) => {
+                return Err(format_error(
+                    path,
+                    format!(
+                        "label_column `{name}` needs a header row naming the columns; the first \
+                         row is numbers"
+                    ),
+                ));
+            }
+            None => {
+                return Err(format_error(
+                    path,
+                    format!("no column named `{name}` in the header"),
+                ));
+            }
+        },
+        None => (
+            !first[..columns.saturating_sub(1)].iter().all(numeric),
+            columns - 1,
+        ),
     };
     if has_header {
         lines.next();
@@ -184,12 +203,22 @@ pub fn csv(text: &str, label_column: Option<&str>, path: &str) -> Result<Data, D
             if i == label_index {
                 raw_labels.push((*field).to_owned());
             } else {
-                x.push(field.parse::<f32>().map_err(|_| {
+                let value = field.parse::<f32>().map_err(|_| {
                     format_error(
                         path,
                         format!("row {}: `{field}` is not a number", number + 1),
                     )
-                })?);
+                })?;
+                if !value.is_finite() {
+                    return Err(format_error(
+                        path,
+                        format!(
+                            "row {}: `{field}` is not a finite number (in f32)",
+                            number + 1
+                        ),
+                    ));
+                }
+                x.push(value);
             }
         }
     }
@@ -432,6 +461,28 @@ mod tests {
             panic!()
         };
         assert_eq!(c.classes, 2);
+        // No header, class names for labels: every row is data.
+        let iris = "5.1,3.5,setosa\n4.9,3.0,setosa\n6.3,3.3,virginica\n5.8,2.7,virginica\n";
+        let Data::Classification(c) = csv(iris, None, "iris.csv").unwrap() else {
+            panic!()
+        };
+        assert_eq!((c.train.len() + c.test.len(), c.classes), (4, 2));
+        let err = csv(iris, Some("species"), "iris.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no column named `species`"), "{err}");
+        let err = csv("1,2,0\n3,4,1\n", Some("label"), "t.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("needs a header row"), "{err}");
+        for bad in ["NaN", "inf", "-inf", "1e40"] {
+            let text = format!("a,b,y\n1,2,0\n3,{bad},1\n5,6,0\n");
+            let err = csv(&text, None, "t.csv").unwrap_err().to_string();
+            assert!(
+                err.contains("row 2") && err.contains("not a finite"),
+                "{bad}: {err}"
+            );
+        }
     }
 }
 

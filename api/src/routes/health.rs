@@ -33,9 +33,11 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 /// Prometheus metrics, text format.
 #[utoipa::path(get, path = "/metrics", tag = "health", responses((status = 200, description = "Prometheus text format")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    match state.store.count_jobs_by_state().await {
-        Ok(counts) => state.metrics.set_job_counts(&counts),
-        Err(err) => tracing::warn!(error = %err, "counting jobs for metrics failed"),
+    if state.metrics.job_count_due() {
+        match state.store.count_jobs_by_state().await {
+            Ok(counts) => state.metrics.set_job_counts(&counts),
+            Err(err) => tracing::warn!(error = %err, "counting jobs for metrics failed"),
+        }
     }
     (
         [(
