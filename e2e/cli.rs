@@ -211,6 +211,13 @@ async fn server_on_postgres_through_the_cli() {
         shown.contains("State:     queued") && shown.contains("batch_size: 256"),
         "{shown}"
     );
+    // A job is named by its id or by its exact name.
+    let by_name = ok(drover(&url, &admin, &["job", "digits-mlp"]));
+    assert!(
+        by_name.contains(&id) && by_name.contains("State:     queued"),
+        "{by_name}"
+    );
+    assert!(fails(drover(&url, &admin, &["job", "digits"])).contains("no job `digits`"));
 
     // A second tenant with a member: they see none of the admin's jobs.
     ok(drover(

@@ -4,7 +4,7 @@ use crate::GlobalArgs;
 use crate::client::Client;
 use crate::output::out;
 use crate::output::{self, Format};
-use anyhow::Context;
+use anyhow::{Context, bail};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::io::Read;
@@ -62,6 +62,43 @@ pub(crate) fn segment(id: &str) -> String {
         }
     }
     out
+}
+
+/// The path segment of the job `id_or_name` names: an id as it is; otherwise the one job of that
+/// exact name the caller can see (names are unique within a tenant; a cluster administrator who
+/// sees two tenants' jobs of one name is told their ids).
+pub(crate) async fn job_segment(client: &Client, id_or_name: &str) -> anyhow::Result<String> {
+    if id_or_name.parse::<uuid::Uuid>().is_ok() {
+        return Ok(segment(id_or_name));
+    }
+    let query = serde_urlencoded::to_string([("name", id_or_name), ("limit", "500")])
+        .context("cannot encode the query")?;
+    let listed = client.get(&format!("/api/v1/jobs?{query}")).await?;
+    let named: Vec<&Value> = listed["jobs"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .filter(|job| job["name"].as_str() == Some(id_or_name))
+        .collect();
+    match named.as_slice() {
+        [job] => Ok(segment(&output::text(&job["id"]))),
+        [] => bail!(
+            "no job `{id_or_name}`: give a job's id or its exact name (`drover jobs` lists them)"
+        ),
+        several => bail!(
+            "{} jobs are named `{id_or_name}`: give one of their ids ({})",
+            several.len(),
+            several
+                .iter()
+                .map(|job| format!(
+                    "{} in {}",
+                    output::text(&job["id"]),
+                    output::text(&job["tenant"])
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -182,9 +219,8 @@ pub async fn jobs(global: &GlobalArgs, args: JobsArgs) -> anyhow::Result<()> {
 
 pub async fn job(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
     let client = Client::new(global)?;
-    let response = client
-        .get(&format!("/api/v1/jobs/{}", segment(&args.id)))
-        .await?;
+    let id = job_segment(&client, &args.id).await?;
+    let response = client.get(&format!("/api/v1/jobs/{id}")).await?;
     match global.output {
         Format::Json => output::json(&response),
         Format::Table => {
@@ -326,11 +362,9 @@ async fn change_state(
     outcome: &str,
 ) -> anyhow::Result<()> {
     let client = Client::new(global)?;
+    let id = job_segment(&client, &args.id).await?;
     let response = client
-        .post_json(
-            &format!("/api/v1/jobs/{}/{verb}", segment(&args.id)),
-            &json!({}),
-        )
+        .post_json(&format!("/api/v1/jobs/{id}/{verb}"), &json!({}))
         .await?;
     match global.output {
         Format::Json => output::json(&response),
@@ -341,10 +375,11 @@ async fn change_state(
 
 pub async fn events(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
     let client = Client::new(global)?;
+    let id = job_segment(&client, &args.id).await?;
     let mut events = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let mut path = format!("/api/v1/jobs/{}/events?limit=500", segment(&args.id));
+        let mut path = format!("/api/v1/jobs/{id}/events?limit=500");
         if let Some(cursor) = &cursor {
             path.push_str(&format!("&cursor={cursor}"));
         }

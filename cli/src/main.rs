@@ -224,6 +224,13 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let global = cli.global;
+    if matches!(
+        cli.command,
+        Command::Server(_) | Command::Dev(_) | Command::Executor(_)
+    ) {
+        // Long-running services: a closed standard output is no reason to stop.
+        output::QUIT_ON_BROKEN_PIPE.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
     match cli.command {
         Command::Server(args) => serve::server(args, &global).await,
         Command::Dev(args) => serve::dev(args, &global).await,

@@ -8,10 +8,27 @@ use std::io::Write;
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+        if let Err(err) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            $crate::output::write_failed(&err);
+        }
     }};
 }
 pub(crate) use out;
+
+/// Whether a closed standard output ends the process (`drover logs -f ID | head` stops once `head`
+/// has its lines, like any command-line tool). A training task turns it off: it checkpoints and
+/// ends when its executor tells it to, not when a pipe closes.
+pub static QUIT_ON_BROKEN_PIPE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(true);
+
+/// What a failed write to standard output does: nothing, unless the reader went away.
+pub fn write_failed(err: &std::io::Error) {
+    if err.kind() == std::io::ErrorKind::BrokenPipe
+        && QUIT_ON_BROKEN_PIPE.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        std::process::exit(0);
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {

@@ -3,7 +3,7 @@
 
 use crate::GlobalArgs;
 use crate::client::Client;
-use crate::commands::segment;
+use crate::commands::{job_segment, segment};
 use crate::output::out;
 use crate::output::{self, Format};
 use anyhow::{Context, bail};
@@ -60,7 +60,7 @@ fn print_line(line: &Value) {
 
 pub async fn logs(global: &GlobalArgs, args: LogsArgs) -> anyhow::Result<()> {
     let client = Client::new(global)?;
-    let id = segment(&args.id);
+    let id = job_segment(&client, &args.id).await?;
     if !args.follow {
         let mut cursor: Option<String> = None;
         loop {
@@ -131,10 +131,11 @@ pub async fn metrics(global: &GlobalArgs, args: MetricsArgs) -> anyhow::Result<(
     }
     let query = serde_urlencoded::to_string(&query).context("cannot encode the query")?;
     // Every page, in step order: a long job has more samples than one page holds.
+    let id = job_segment(&client, &args.id).await?;
     let mut samples: Vec<Value> = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let mut path = format!("/api/v1/jobs/{}/metrics?{query}", segment(&args.id));
+        let mut path = format!("/api/v1/jobs/{id}/metrics?{query}");
         if let Some(cursor) = &cursor {
             path.push_str(&format!("&cursor={}", segment(cursor)));
         }
@@ -189,9 +190,11 @@ pub async fn request_checkpoint(
     global: &GlobalArgs,
     args: crate::commands::JobIdArg,
 ) -> anyhow::Result<()> {
-    let response = Client::new(global)?
+    let client = Client::new(global)?;
+    let id = job_segment(&client, &args.id).await?;
+    let response = client
         .post_json(
-            &format!("/api/v1/jobs/{}/checkpoint", segment(&args.id)),
+            &format!("/api/v1/jobs/{id}/checkpoint"),
             &serde_json::json!({}),
         )
         .await?;
@@ -210,8 +213,10 @@ pub async fn checkpoints(
     global: &GlobalArgs,
     args: crate::commands::JobIdArg,
 ) -> anyhow::Result<()> {
-    let response = Client::new(global)?
-        .get(&format!("/api/v1/jobs/{}/checkpoints", segment(&args.id)))
+    let client = Client::new(global)?;
+    let id = job_segment(&client, &args.id).await?;
+    let response = client
+        .get(&format!("/api/v1/jobs/{id}/checkpoints"))
         .await?;
     let checkpoints = response["checkpoints"]
         .as_array()
@@ -242,7 +247,7 @@ pub async fn checkpoints(
 
 pub async fn download(global: &GlobalArgs, args: DownloadArgs) -> anyhow::Result<()> {
     let client = Client::new(global)?;
-    let id = segment(&args.id);
+    let id = job_segment(&client, &args.id).await?;
     let checkpoint = match args.checkpoint {
         Some(checkpoint) => checkpoint,
         None => {
@@ -351,7 +356,10 @@ pub async fn resize(global: &GlobalArgs, args: ResizeArgs) -> anyhow::Result<()>
     }
     let response = client
         .post_json(
-            &format!("/api/v1/jobs/{}/resize", segment(&args.id)),
+            &format!(
+                "/api/v1/jobs/{}/resize",
+                job_segment(&client, &args.id).await?
+            ),
             &Value::Object(body),
         )
         .await?;

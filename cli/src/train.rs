@@ -163,6 +163,7 @@ impl Reporter for ContractReporter {
 }
 
 pub async fn train_task(args: TrainTaskArgs) -> anyhow::Result<()> {
+    crate::output::QUIT_ON_BROKEN_PIPE.store(false, Ordering::Relaxed);
     let job = load_job(&args.job)?;
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let checkpoint_dir =

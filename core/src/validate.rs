@@ -293,19 +293,23 @@ fn validate_resources(job: &DroverJob) -> Check {
             || "only meaningful when gpus_per_worker is at least 1".into(),
         )?;
     }
-    for (i, gpu_type) in resources.gpu_types.iter().enumerate() {
-        ensure(
-            !gpu_type.trim().is_empty() && gpu_type.len() <= 128,
-            &format!("spec.resources.gpu_types[{i}]"),
-            || "must be a non-empty GPU model name of at most 128 characters".into(),
-        )?;
-    }
-    for (key, value) in &resources.node_selector {
-        let field = format!("spec.resources.node_selector.{key}");
-        ensure(is_label_key(key) && is_label_value(value), &field, || {
-            "node selectors use the same syntax as labels".into()
-        })?;
-    }
+    // The scheduler does not place by GPU model or node label yet: a constraint it would ignore is
+    // refused rather than accepted and broken (a selector meant to keep a tenant on its own nodes
+    // would not).
+    ensure(
+        resources.gpu_types.is_empty(),
+        "spec.resources.gpu_types",
+        || {
+            "not supported yet: the scheduler does not place jobs by GPU model, so the list would be ignored; remove it".into()
+        },
+    )?;
+    ensure(
+        resources.node_selector.is_empty(),
+        "spec.resources.node_selector",
+        || {
+            "not supported yet: the scheduler does not place jobs by node label, so the selector would be ignored; remove it".into()
+        },
+    )?;
     ensure(
         (1..=1024).contains(&resources.cpus_per_worker),
         "spec.resources.cpus_per_worker",

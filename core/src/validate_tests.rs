@@ -258,6 +258,16 @@ fn out_of_range_values_name_their_field() {
             "spec.train.model.type",
         ),
         (
+            "gpu_memory_gb: 8",
+            "gpu_memory_gb: 8\n    node_selector: {team: vision}",
+            "spec.resources.node_selector",
+        ),
+        (
+            "gpu_memory_gb: 8",
+            "gpu_memory_gb: 8\n    gpu_types: [A100]",
+            "spec.resources.gpu_types",
+        ),
+        (
             "model: {type: mlp, hidden: [256, 128]}",
             "model: {type: charlm}",
             "spec.train.model.type",
