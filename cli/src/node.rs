@@ -31,10 +31,10 @@ pub struct ExecutorArgs {
     )]
     pub data_dir: PathBuf,
     /// Run on a CPU-only host with N task slots (advertised as N GPUs of model `cpu`).
-    #[arg(long, conflicts_with = "demo_gpus")]
+    #[arg(long, conflicts_with = "demo_gpus", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub slots: Option<u32>,
     /// Advertise N pretend GPUs while tasks run on the CPU (a laptop showing a multi-GPU cluster).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub demo_gpus: Option<u32>,
     /// Memory of each pretend GPU, in GB.
     #[arg(long, default_value_t = 16)]

@@ -317,9 +317,18 @@ fn path_error<E: std::fmt::Display>(err: serde_path_to_error::Error<E>) -> SpecE
 fn in_words(message: &str) -> String {
     let mut message = message.to_owned();
     for (rust, words) in [
-        ("expected u8", "expected a non-negative integer"),
-        ("expected u16", "expected a non-negative integer"),
-        ("expected u32", "expected a non-negative integer"),
+        (
+            "expected u8",
+            "expected a non-negative integer of at most 255",
+        ),
+        (
+            "expected u16",
+            "expected a non-negative integer of at most 65535",
+        ),
+        (
+            "expected u32",
+            "expected a non-negative integer of at most 4294967295",
+        ),
         ("expected u64", "expected a non-negative integer"),
         ("expected usize", "expected a non-negative integer"),
         ("expected i32", "expected an integer"),

@@ -120,6 +120,9 @@ fn messages_say_what_is_expected_in_words() {
         reason.contains("expected a non-negative integer"),
         "{reason}"
     );
+    let (field, reason) = says("batch_size: 256", "batch_size: 99999999999");
+    assert_eq!(field, "spec.train.batch_size");
+    assert!(reason.contains("of at most 4294967295"), "{reason}");
     let (field, reason) = says("workers: {min: 1, max: 4}", "workers: many");
     assert_eq!(field, "spec.resources.workers");
     assert!(reason.contains("a task count (`2`) or a range"), "{reason}");

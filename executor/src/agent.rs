@@ -212,6 +212,17 @@ impl Agent {
             })
             .collect();
         anyhow::ensure!(!gateways.is_empty(), "no gateway address given (--gateway)");
+        // A malformed address fails here, once, rather than in every reconnection attempt.
+        for gateway in &gateways {
+            let valid = (gateway.starts_with("http://") || gateway.starts_with("https://"))
+                && tonic::transport::Endpoint::from_shared(gateway.clone())
+                    .is_ok_and(|endpoint| endpoint.uri().host().is_some_and(|h| !h.is_empty()));
+            anyhow::ensure!(
+                valid,
+                "--gateway `{gateway}` is not an address: give host:port or http(s)://host:port \
+                 (the server's executor gateway, by default on port 7070)"
+            );
+        }
         Ok(Self {
             gateways,
             next_gateway: 0,
