@@ -133,6 +133,10 @@ impl SchedulingLoop {
         reconcile_all(&runtime).await?;
 
         let jobs = runtime.active_jobs().await?;
+        // The nodes again, read after the jobs: a cordon (or drain) stored before a job was
+        // submitted is always seen by the round that places that job, however long the steps
+        // above took on a loaded server.
+        let nodes = runtime.store.list_nodes().await?;
         let live = runtime.store.live_tasks().await?;
         let finishing: HashSet<JobId> = runtime.store.finishing_jobs().await?.into_iter().collect();
         let tenants = runtime.store.list_tenants().await?;
