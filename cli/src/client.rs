@@ -43,6 +43,28 @@ impl Client {
         self.send(Method::GET, path, None, &[]).await
     }
 
+    /// Every item under `key` of a paged list (`path` with its query), following
+    /// `meta.next_cursor` until there is none.
+    pub async fn all_pages(&self, path: &str, key: &str) -> anyhow::Result<Vec<Value>> {
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page_path = match &cursor {
+                Some(cursor) => format!("{path}&cursor={}", crate::commands::segment(cursor)),
+                None => path.to_owned(),
+            };
+            let mut page = self.get(&page_path).await?;
+            if let Some(Value::Array(more)) = page.get_mut(key).map(Value::take) {
+                items.extend(more);
+            }
+            let next = page["meta"]["next_cursor"].as_str().map(str::to_owned);
+            if next.is_none() || next == cursor {
+                return Ok(items);
+            }
+            cursor = next;
+        }
+    }
+
     pub async fn post_json(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
         let bytes = serde_json::to_vec(body)?;
         self.send(Method::POST, path, Some(("application/json", bytes)), &[])

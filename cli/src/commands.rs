@@ -376,20 +376,9 @@ async fn change_state(
 pub async fn events(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
     let client = Client::new(global)?;
     let id = job_segment(&client, &args.id).await?;
-    let mut events = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut path = format!("/api/v1/jobs/{id}/events?limit=500");
-        if let Some(cursor) = &cursor {
-            path.push_str(&format!("&cursor={cursor}"));
-        }
-        let page = client.get(&path).await?;
-        events.extend(page["events"].as_array().cloned().unwrap_or_default());
-        cursor = page["meta"]["next_cursor"].as_str().map(str::to_owned);
-        if cursor.is_none() {
-            break;
-        }
-    }
+    let events = client
+        .all_pages(&format!("/api/v1/jobs/{id}/events?limit=500"), "events")
+        .await?;
     match global.output {
         Format::Json => output::json(&json!({ "events": events })),
         Format::Table => {

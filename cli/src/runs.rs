@@ -132,23 +132,9 @@ pub async fn metrics(global: &GlobalArgs, args: MetricsArgs) -> anyhow::Result<(
     let query = serde_urlencoded::to_string(&query).context("cannot encode the query")?;
     // Every page, in step order: a long job has more samples than one page holds.
     let id = job_segment(&client, &args.id).await?;
-    let mut samples: Vec<Value> = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut path = format!("/api/v1/jobs/{id}/metrics?{query}");
-        if let Some(cursor) = &cursor {
-            path.push_str(&format!("&cursor={}", segment(cursor)));
-        }
-        let mut page = client.get(&path).await?;
-        if let Some(Value::Array(metrics)) = page.get_mut("metrics").map(Value::take) {
-            samples.extend(metrics);
-        }
-        let next = page["meta"]["next_cursor"].as_str().map(str::to_owned);
-        if next.is_none() || next == cursor {
-            break;
-        }
-        cursor = next;
-    }
+    let samples = client
+        .all_pages(&format!("/api/v1/jobs/{id}/metrics?{query}"), "metrics")
+        .await?;
     match global.output {
         Format::Json => output::json(&serde_json::json!({
             "metrics": samples,

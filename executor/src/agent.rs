@@ -27,6 +27,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const LEADER_METADATA: &str = "drover-leader";
 
 mod commands;
+mod gateways;
+use gateways::gateway_addresses;
 mod storage_phase;
 
 #[derive(Debug, Clone)]
@@ -188,68 +190,6 @@ impl std::fmt::Display for Redirected {
 }
 
 impl std::error::Error for Redirected {}
-
-/// The gateway addresses in `--gateway` (comma-separated replicas); `host:port` means plain HTTP/2,
-/// as the server's gateway speaks it. A malformed one is an error here, once, rather than in every
-/// reconnection attempt.
-fn gateway_addresses(server: &str) -> anyhow::Result<Vec<String>> {
-    let gateways: Vec<String> = server
-        .split(',')
-        .map(str::trim)
-        .filter(|g| !g.is_empty())
-        .map(|g| {
-            if g.contains("://") {
-                g.to_owned()
-            } else {
-                format!("http://{g}")
-            }
-        })
-        .collect();
-    anyhow::ensure!(!gateways.is_empty(), "no gateway address given (--gateway)");
-    for gateway in &gateways {
-        let valid = (gateway.starts_with("http://") || gateway.starts_with("https://"))
-            && tonic::transport::Endpoint::from_shared(gateway.clone()).is_ok_and(|endpoint| {
-                let uri = endpoint.uri();
-                // A port, when given, is a number (`[::1]:7070`'s last colon is the port's).
-                let port_ok = match uri.authority().map(|a| a.as_str().rsplit_once(':')) {
-                    Some(Some((_, port))) if !port.ends_with(']') => port.parse::<u16>().is_ok(),
-                    _ => true,
-                };
-                uri.host().is_some_and(|h| !h.is_empty()) && port_ok
-            });
-        anyhow::ensure!(
-            valid,
-            "--gateway `{gateway}` is not an address: give host:port or http(s)://host:port \
-             (the server's executor gateway, by default on port 7070)"
-        );
-    }
-    Ok(gateways)
-}
-
-#[cfg(test)]
-#[test]
-fn gateway_addresses_are_checked_once_at_start() {
-    assert_eq!(
-        gateway_addresses("10.0.0.1:7070, https://drover.example:7070, [::1]:7070, gw").unwrap(),
-        [
-            "http://10.0.0.1:7070",
-            "https://drover.example:7070",
-            "http://[::1]:7070",
-            "http://gw"
-        ]
-    );
-    for bad in [
-        "",
-        " , ",
-        "exa mple:7070",
-        "ftp://host:7070",
-        "http://:7070",
-        "host:port",
-        "host:99999",
-    ] {
-        assert!(gateway_addresses(bad).is_err(), "{bad}");
-    }
-}
 
 impl Agent {
     pub fn new(config: ExecutorConfig) -> anyhow::Result<Self> {
