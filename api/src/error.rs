@@ -1,11 +1,13 @@
 //! The API's one error type. Every failure leaves as `{"error": {"code", "message", "field"?}}` with a
-//! 4xx that says what the client got wrong, or a generic 5xx whose cause is logged once, here.
+//! 4xx that says what the client got wrong, or a generic 5xx whose cause is logged once, where it
+//! happened. The service's errors ([`ServiceError`]) map to a status by their kind.
 
-use crate::store::StoreError;
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use drover_core::SpecError;
+use drover_service::{ErrorKind, ServiceError};
+use drover_store::StoreError;
 use serde::Serialize;
 
 #[derive(Debug)]
@@ -86,51 +88,38 @@ impl ApiError {
     }
 }
 
+impl From<ServiceError> for ApiError {
+    fn from(err: ServiceError) -> Self {
+        let status = match err.kind {
+            ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+            ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
+            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::Conflict => StatusCode::CONFLICT,
+            ErrorKind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::TooMany => StatusCode::TOO_MANY_REQUESTS,
+            ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Self {
+            status,
+            code: err.code,
+            message: err.message,
+            field: err.field,
+        }
+    }
+}
+
 impl From<SpecError> for ApiError {
     fn from(err: SpecError) -> Self {
-        let (status, code) = if err.malformed {
-            (StatusCode::BAD_REQUEST, "malformed_body")
-        } else {
-            (StatusCode::UNPROCESSABLE_ENTITY, "invalid_spec")
-        };
-        Self::new(status, code, err.reason).with_field(err.field)
+        ServiceError::from(err).into()
     }
 }
 
 impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
-        match err {
-            StoreError::NotFound => Self::not_found("not found"),
-            StoreError::Conflict { field, message } => {
-                Self::new(StatusCode::CONFLICT, "conflict", message).with_field(field)
-            }
-            StoreError::IdempotencyMismatch => Self::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "idempotency_key_reused",
-                "this Idempotency-Key was already used for a different request",
-            )
-            .with_field("Idempotency-Key"),
-            StoreError::IllegalTransition(illegal) => Self::new(
-                StatusCode::CONFLICT,
-                "illegal_transition",
-                illegal.to_string(),
-            ),
-            fenced @ StoreError::Fenced { .. } => {
-                Self::new(StatusCode::CONFLICT, "stale_generation", fenced.to_string())
-            }
-            err @ (StoreError::Corrupt(_) | StoreError::Database(_) | StoreError::Migrate(_)) => {
-                tracing::error!(error = %err, "store failure");
-                if matches!(&err, StoreError::Database(sqlx::Error::PoolTimedOut)) {
-                    Self::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "unavailable",
-                        "the database is overloaded; retry",
-                    )
-                } else {
-                    Self::internal()
-                }
-            }
-        }
+        ServiceError::from(err).into()
     }
 }
 

@@ -1,31 +1,20 @@
-//! Drover's control plane: the store (Postgres and SQLite), authentication and tenancy, and the REST API.
-//!
-//! [`routes::app`] builds the whole HTTP application from an [`state::AppState`]; [`server::start`] opens
-//! the store, migrates, makes sure a cluster administrator exists and serves.
+//! Drover's REST API, HTTP only: the router ([`routes::app`], one module per resource), thin handlers
+//! that authenticate, parse, call `drover_service` and answer; the extractors whose failures speak the
+//! API's error format; the mapping from the service's typed errors to statuses ([`error`]); the
+//! JSON views; the OpenAPI document; and the request middleware (rate limits, metrics). The server's
+//! composition root (the `drover` binary's `serve::server`) builds the [`state::AppState`] and serves
+//! [`routes::app_with`] together with the dashboard's pages.
 
-pub mod accounting;
-pub mod audit;
 pub mod auth;
-pub mod checkpoint_files;
-pub mod checkpoint_store;
-pub mod cluster;
 pub mod error;
 pub mod experiment_views;
-pub mod experiments;
 pub mod extract;
-pub mod kubernetes;
-pub mod limits;
 pub mod metrics;
-pub mod model_views;
+pub mod middleware;
+pub mod paging;
 pub mod routes;
 pub mod run_views;
-pub mod secrets;
-pub mod server;
 pub mod state;
-pub mod store;
-pub mod streams;
-pub mod submissions;
-pub mod testing;
 pub mod views;
 
 pub use routes::app;

@@ -1,12 +1,12 @@
 //! What the API returns about running jobs: tasks, metric samples, checkpoints and log lines.
 
-use crate::store::{CheckpointRecord, LogLine, MetricSample, Task, TaskRole, TaskState};
 use chrono::{DateTime, Utc};
+use drover_store::{CheckpointRecord, LogLine, MetricSample, Task, TaskRole, TaskState};
 use serde::Serialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::views::ListMeta;
+use crate::paging::ListMeta;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TaskView {

@@ -1,21 +1,16 @@
 //! What the API returns: one item as `{"job": …}`, lists as `{"jobs": […], "meta": {…}}`.
 
-use crate::model_views::JobModels;
-use crate::store::{Gpu, Job, JobEvent, Node, Quota, Tenant, TokenInfo, User};
+use crate::paging::ListMeta;
 use chrono::{DateTime, Utc};
 use drover_core::spec::JobType;
 use drover_core::{JobState, ReasonCode, Role};
+use drover_service::models::JobModels;
+use drover_service::queue::QueuePosition;
+use drover_store::{Gpu, Job, JobEvent, Node, Quota, Tenant, TokenInfo, User};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
 use uuid::Uuid;
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ListMeta {
-    /// Pass as `cursor` to get the next page; absent on the last page.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_cursor: Option<String>,
-}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct JobView {
@@ -48,7 +43,7 @@ pub struct JobView {
     pub model: Option<JobModels>,
     /// Its place in the queue and predicted start; only on single reads of a queued job.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub queue: Option<crate::routes::queue::QueuePosition>,
+    pub queue: Option<QueuePosition>,
 }
 
 impl From<Job> for JobView {
@@ -327,8 +322,8 @@ pub struct EnrollmentTokenView {
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
-impl From<crate::store::EnrollmentToken> for EnrollmentTokenView {
-    fn from(token: crate::store::EnrollmentToken) -> Self {
+impl From<drover_store::EnrollmentToken> for EnrollmentTokenView {
+    fn from(token: drover_store::EnrollmentToken) -> Self {
         EnrollmentTokenView {
             id: token.id,
             name: token.name,

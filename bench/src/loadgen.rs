@@ -204,7 +204,7 @@ fn pgbench_script(
         bail!("--token-hash must be 64 hex digits");
     }
     let find_token = substitute(
-        drover_api::store::FIND_TOKEN,
+        drover_store::FIND_TOKEN,
         &[format!("decode('{token_hash}', 'hex')")],
     );
     // The server mints a time-ordered id in-process; pgbench has no such function, so the script asks
@@ -213,7 +213,7 @@ fn pgbench_script(
                    || substr(md5(random()::text), 1, 20))::uuid AS job_id \\gset";
     let now = "clock_timestamp()".to_owned();
     let insert_job = substitute(
-        drover_api::store::INSERT_JOB,
+        drover_store::INSERT_JOB,
         &[
             "CAST(:job_id AS uuid)".to_owned(),
             format!("CAST('{tenant_id}' AS uuid)"),
@@ -234,7 +234,7 @@ fn pgbench_script(
         ],
     );
     let insert_event = substitute(
-        drover_api::store::INSERT_EVENT,
+        drover_store::INSERT_EVENT,
         &[
             "CAST(:job_id AS uuid)".to_owned(),
             "NULL".to_owned(),

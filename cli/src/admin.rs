@@ -1,8 +1,7 @@
 //! Client verbs for administration: tenants and quotas, users, tokens, nodes, and `whoami`.
 
-use crate::GlobalArgs;
-use crate::client::Client;
-use crate::commands::segment;
+use crate::client::{Client, segment};
+use crate::global::GlobalArgs;
 use crate::output::{self, Format, out};
 use serde_json::{Value, json};
 

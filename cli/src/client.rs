@@ -1,7 +1,8 @@
 //! A small HTTP client for the REST API: bearer auth, the API's error format turned into one-line
-//! messages, and a retry of submissions that is safe because it reuses the Idempotency-Key.
+//! messages, a retry of submissions that is safe because it reuses the Idempotency-Key, and the
+//! encoding of names and ids into the paths it requests ([`segment`]).
 
-use crate::GlobalArgs;
+use crate::global::GlobalArgs;
 use anyhow::{Context, anyhow, bail};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
@@ -50,7 +51,7 @@ impl Client {
         let mut cursor: Option<String> = None;
         loop {
             let page_path = match &cursor {
-                Some(cursor) => format!("{path}&cursor={}", crate::commands::segment(cursor)),
+                Some(cursor) => format!("{path}&cursor={}", segment(cursor)),
                 None => path.to_owned(),
             };
             let mut page = self.get(&page_path).await?;
@@ -192,4 +193,33 @@ async fn decode(response: reqwest::Response) -> anyhow::Result<Value> {
         Some(field) => bail!("{message} (field `{field}`, HTTP {})", status.as_u16()),
         None => bail!("{message} (HTTP {})", status.as_u16()),
     }
+}
+
+/// A name or id as one URL path segment: percent-encoded as it is (the server then judges it, so
+/// `hf token` is refused by name rather than quietly becoming `hftoken`). A segment of dots alone
+/// would move up the path, so it becomes one that names nothing.
+pub(crate) fn segment(id: &str) -> String {
+    use std::fmt::Write;
+    if !id.is_empty() && id.chars().all(|c| c == '.') {
+        return "_".to_owned();
+    }
+    let mut out = String::with_capacity(id.len());
+    for byte in id.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[test]
+fn a_segment_is_encoded_not_rewritten() {
+    assert_eq!(segment("digits-mlp_2.v1"), "digits-mlp_2.v1");
+    assert_eq!(segment("hf token"), "hf%20token");
+    assert_eq!(segment("a/b?c#d"), "a%2Fb%3Fc%23d");
+    assert_eq!(segment("ünï"), "%C3%BCn%C3%AF");
+    assert_eq!(segment(".."), "_");
 }

@@ -1,7 +1,7 @@
 //! The client verbs: each calls the REST API and prints a table (or JSON with `-o json`).
 
-use crate::GlobalArgs;
-use crate::client::Client;
+use crate::client::{Client, segment};
+use crate::global::GlobalArgs;
 use crate::output::out;
 use crate::output::{self, Format};
 use anyhow::{Context, bail};
@@ -45,25 +45,6 @@ pub struct JobIdArg {
     pub id: String,
 }
 
-/// A name or id as one URL path segment: percent-encoded as it is (the server then judges it, so
-/// `hf token` is refused by name rather than quietly becoming `hftoken`). A segment of dots alone
-/// would move up the path, so it becomes one that names nothing.
-pub(crate) fn segment(id: &str) -> String {
-    use std::fmt::Write;
-    if !id.is_empty() && id.chars().all(|c| c == '.') {
-        return "_".to_owned();
-    }
-    let mut out = String::with_capacity(id.len());
-    for byte in id.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            let _ = write!(out, "%{byte:02X}");
-        }
-    }
-    out
-}
-
 /// The path segment of the job `id_or_name` names: an id as it is; otherwise the one job of that
 /// exact name the caller can see (names are unique within a tenant; a cluster administrator who
 /// sees two tenants' jobs of one name is told their ids).
@@ -99,16 +80,6 @@ pub(crate) async fn job_segment(client: &Client, id_or_name: &str) -> anyhow::Re
                 .join(", ")
         ),
     }
-}
-
-#[cfg(test)]
-#[test]
-fn a_segment_is_encoded_not_rewritten() {
-    assert_eq!(segment("digits-mlp_2.v1"), "digits-mlp_2.v1");
-    assert_eq!(segment("hf token"), "hf%20token");
-    assert_eq!(segment("a/b?c#d"), "a%2Fb%3Fc%23d");
-    assert_eq!(segment("ünï"), "%C3%BCn%C3%AF");
-    assert_eq!(segment(".."), "_");
 }
 
 pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<()> {
@@ -251,7 +222,7 @@ pub async fn job(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
                         None => "not yet placed".to_owned(),
                     },
                     output::text(&queue["reason"]).replace('_', " "),
-                    crate::usage::predicted_start(queue)
+                    output::predicted_start(queue)
                 );
             }
             if job["model"].is_object() {

@@ -3,7 +3,7 @@
 //! and chosen with `drover context use`. `--server`/`--token` and `DROVER_SERVER`/`DROVER_TOKEN`
 //! override the current context.
 
-use crate::GlobalArgs;
+use crate::global::GlobalArgs;
 use anyhow::{Context as _, anyhow, bail};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

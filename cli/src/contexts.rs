@@ -1,8 +1,8 @@
 //! `drover login` and `drover context`: named servers with their tokens in the user's config file.
 
-use crate::GlobalArgs;
 use crate::client::Client;
 use crate::config::{self, Config, Context};
+use crate::global::GlobalArgs;
 use crate::output::{self, Format, out};
 use anyhow::{Context as _, bail};
 use serde_json::json;

@@ -1,6 +1,6 @@
 //! `drover dev --demo`: submits the example jobs and follows them to the end.
 
-use crate::GlobalArgs;
+use crate::global::GlobalArgs;
 use crate::output::out;
 use anyhow::Context;
 use std::path::{Path, PathBuf};

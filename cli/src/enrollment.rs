@@ -1,9 +1,8 @@
 //! `drover enrollment-token create|list|revoke` and `drover node revoke`: how executors come to be
 //! trusted (cluster administrators).
 
-use crate::GlobalArgs;
-use crate::client::Client;
-use crate::commands::segment;
+use crate::client::{Client, segment};
+use crate::global::GlobalArgs;
 use crate::output::{self, Format, out};
 use serde_json::{Value, json};
 

@@ -1,9 +1,8 @@
 //! `drover experiment …`: hyper-parameter searches. An experiment is named by its id or, within the
 //! caller's tenant, by its name.
 
-use crate::GlobalArgs;
-use crate::client::Client;
-use crate::commands::segment;
+use crate::client::{Client, segment};
+use crate::global::GlobalArgs;
 use crate::output::{self, Format, out};
 use anyhow::{Context, bail};
 use reqwest::Method;

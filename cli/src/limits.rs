@@ -1,4 +1,4 @@
-//! The server's limit flags (`drover server --rate-limit ...`), parsed into `drover_api::limits::Limits`.
+//! The server's limit flags (`drover server --rate-limit ...`), parsed into `drover_runtime::limits::Limits`.
 
 /// What one caller or one tenant may take (0 turns a limit off).
 #[derive(Debug, clap::Args)]
@@ -25,8 +25,8 @@ pub struct LimitArgs {
 }
 
 impl LimitArgs {
-    pub fn limits(&self) -> anyhow::Result<drover_api::limits::Limits> {
-        use drover_api::limits::{Limits, Rate};
+    pub fn limits(&self) -> anyhow::Result<drover_runtime::limits::Limits> {
+        use drover_runtime::limits::{Limits, Rate};
         for (flag, value) in [
             ("--rate-limit", self.rate_limit),
             ("--rate-limit-burst", self.rate_limit_burst),

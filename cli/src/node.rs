@@ -1,9 +1,8 @@
 //! `drover executor` (the node agent), the hidden `drover task-shim` every task starts under, and the
 //! `drover node cordon|uncordon|drain|revoke` verbs.
 
-use crate::GlobalArgs;
-use crate::client::Client;
-use crate::commands::segment;
+use crate::client::{Client, segment};
+use crate::global::GlobalArgs;
 use crate::output::{self, Format, out};
 use anyhow::{Context, bail};
 use drover_executor::{Agent, ExecutorConfig, GpuSource};
@@ -116,12 +115,12 @@ pub fn executor_config(args: ExecutorArgs) -> anyhow::Result<ExecutorConfig> {
 }
 
 pub async fn executor(args: ExecutorArgs) -> anyhow::Result<()> {
-    crate::serve::init_tracing(crate::serve::LogFormat::Text, "info");
+    crate::logging::init_tracing(crate::logging::LogFormat::Text, "info");
     let from_kubernetes = args.kubernetes_node_labels;
     let mut config = executor_config(args)?;
     if from_kubernetes {
         let room = drover_core::validate::MAX_LABELS.saturating_sub(config.labels.len());
-        let labels = drover_api::kubernetes::nodes::node_labels(&config.name, room)
+        let labels = drover_controller::nodes::node_labels(&config.name, room)
             .await
             .map_err(|err| {
                 anyhow::anyhow!(
@@ -141,7 +140,7 @@ pub async fn executor(args: ExecutorArgs) -> anyhow::Result<()> {
         config.server
     );
     Agent::new(config)?
-        .run(drover_api::server::shutdown_signal())
+        .run(crate::serve::server::shutdown_signal())
         .await
 }
 

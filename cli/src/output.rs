@@ -1,4 +1,5 @@
-//! Readable tables by default, JSON with `-o json`.
+//! Readable tables by default, JSON with `-o json`; and how JSON fields read in a table (text,
+//! labels, ages, times to come such as a queued job's predicted start).
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -103,4 +104,37 @@ pub fn labels(value: &Value) -> String {
             .join(","),
         _ => "-".to_owned(),
     }
+}
+
+/// `in 12m`, `in 3h`, `now`, `-`: how long until an RFC 3339 time.
+pub fn until(value: &Value) -> String {
+    let Some(at) = value.as_str().and_then(|s| s.parse::<DateTime<Utc>>().ok()) else {
+        return "-".to_owned();
+    };
+    let seconds = (at - Utc::now()).num_seconds();
+    match seconds {
+        s if s < 60 => "now".to_owned(),
+        s if s < 3600 => format!("in {}m", s / 60),
+        s if s < 86_400 => format!("in {}h{:02}m", s / 3600, (s % 3600) / 60),
+        s => format!("in {}d{}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+/// `in 12m (in 5m–in 40m)`: the predicted start and its band, for tables.
+pub fn predicted_start(queue: &Value) -> String {
+    let start = until(&queue["predicted_start"]);
+    if queue["predicted_start"].is_null() {
+        return if queue["position"].is_null() {
+            "not forecast yet".to_owned()
+        } else {
+            "beyond 30 days".to_owned()
+        };
+    }
+    let p10 = until(&queue["p10"]);
+    let p90 = if queue["p90"].is_null() {
+        "later".to_owned()
+    } else {
+        until(&queue["p90"])
+    };
+    format!("{start} ({p10} – {p90})")
 }

@@ -1,9 +1,9 @@
 //! Client verbs about what running jobs produce: `logs` (with `-f`), `metrics`, `checkpoints`, and
 //! `download` of a checkpoint.
 
-use crate::GlobalArgs;
-use crate::client::Client;
-use crate::commands::{job_segment, segment};
+use crate::client::{Client, segment};
+use crate::commands::job_segment;
+use crate::global::GlobalArgs;
 use crate::output::out;
 use crate::output::{self, Format};
 use anyhow::{Context, bail};

@@ -2,9 +2,8 @@
 //! standard input or a file, never from the command line (which shells keep in their history and
 //! `ps` shows to every user of the machine).
 
-use crate::GlobalArgs;
-use crate::client::Client;
-use crate::commands::segment;
+use crate::client::{Client, segment};
+use crate::global::GlobalArgs;
 use crate::output::{self, Format, out};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};

@@ -1,15 +1,19 @@
-//! `drover server` and `drover migrate`; `drover dev` is in `serve/dev.rs`.
+//! `drover server` and `drover migrate`; `drover dev` (`serve/dev.rs`) builds on the server's options
+//! here, and both start the server that `serve/server.rs` assembles.
 
-use crate::GlobalArgs;
+use crate::global::GlobalArgs;
+use crate::logging::{LogFormat, init_tracing};
 use crate::output::out;
 use anyhow::Context;
-use drover_api::cluster::ClusterConfig;
-use drover_api::server::{self, AdminBootstrap, ServerConfig};
+use drover_controller::controller::Settings as KubernetesSettings;
+use drover_runtime::ClusterConfig;
+use drover_service::bootstrap::{self, AdminBootstrap};
+use server::ServerConfig;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-mod dev;
-pub use dev::{DevArgs, dev};
+pub mod dev;
+pub mod server;
 
 /// The file in the data directory that holds the key tenant secrets are sealed with, by default.
 pub const SECRET_KEY_FILE: &str = "secret-key";
@@ -104,7 +108,7 @@ pub struct ClusterArgs {
     #[arg(
         long,
         env = "DROVER_KUBERNETES_TENANT_LABEL",
-        default_value = drover_api::kubernetes::controller::DEFAULT_TENANT_LABEL
+        default_value = drover_controller::controller::DEFAULT_TENANT_LABEL
     )]
     kubernetes_tenant_label: String,
     /// With --kubernetes: jobs submitted over REST or the CLI appear as DroverJob objects too, in
@@ -123,7 +127,7 @@ impl ClusterArgs {
         }
         let mut config = match &self.checkpoint_store {
             Some(url) => {
-                let storage = drover_api::checkpoint_store::ObjectStorage::connect(url).await?;
+                let storage = drover_runtime::checkpoint_store::ObjectStorage::connect(url).await?;
                 let mut config = ClusterConfig::new(&self.policy, PathBuf::from(storage.root()));
                 config.checkpoint_store = Some(std::sync::Arc::new(storage));
                 config
@@ -156,26 +160,22 @@ impl ClusterArgs {
         }
         config.enrollment_token = token.map(str::to_owned);
         config.advertise_gateway = self.advertise_gateway.clone();
-        if self.kubernetes {
-            config.kubernetes = Some(drover_api::kubernetes::controller::Settings {
-                tenant_label: self.kubernetes_tenant_label.clone(),
-                mirror: self.kubernetes_mirror,
-                instance: std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .map(|h| h.trim().to_owned())
-                    .unwrap_or_default(),
-                ..Default::default()
-            });
-        }
         config.heartbeat_interval =
             (self.executor_timeout / 5).max(std::time::Duration::from_millis(200));
         Ok((self.gateway_listen, config))
     }
-}
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
+    /// The Kubernetes controller's settings, with `--kubernetes`.
+    fn kubernetes(&self) -> Option<KubernetesSettings> {
+        self.kubernetes.then(|| KubernetesSettings {
+            tenant_label: self.kubernetes_tenant_label.clone(),
+            mirror: self.kubernetes_mirror,
+            instance: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_default(),
+            ..Default::default()
+        })
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -183,22 +183,6 @@ pub struct MigrateArgs {
     /// Database: postgres://user@host/db or sqlite://path.
     #[arg(long, env = "DROVER_DATABASE_URL", hide_env_values = true)]
     database_url: String,
-}
-
-pub fn init_tracing(format: LogFormat, default_filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("DROVER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    // Colours only for a person at a terminal: a redirected log stays plain text.
-    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(colour)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }
 
 pub async fn server(args: ServerArgs, global: &GlobalArgs) -> anyhow::Result<()> {
@@ -209,7 +193,7 @@ pub async fn server(args: ServerArgs, global: &GlobalArgs) -> anyhow::Result<()>
         anyhow::bail!("DROVER_ADMIN_TOKEN must be at least 16 characters");
     }
     let secrets = match (&args.secret_key, &args.secret_key_file) {
-        (Some(key), _) => drover_api::secrets::SecretBox::from_base64(key)
+        (Some(key), _) => drover_store::secrets::SecretBox::from_base64(key)
             .map_err(|err| anyhow::anyhow!("DROVER_SECRET_KEY: {err}"))?,
         (None, file) => {
             let path = file
@@ -219,7 +203,7 @@ pub async fn server(args: ServerArgs, global: &GlobalArgs) -> anyhow::Result<()>
                 std::fs::create_dir_all(parent)
                     .with_context(|| format!("cannot create {}", parent.display()))?;
             }
-            drover_api::secrets::SecretBox::load_or_create(&path)?
+            drover_store::secrets::SecretBox::load_or_create(&path)?
         }
     };
     let config = ServerConfig {
@@ -229,6 +213,7 @@ pub async fn server(args: ServerArgs, global: &GlobalArgs) -> anyhow::Result<()>
         max_body_bytes: args.max_body_bytes,
         admin_token: args.admin_token,
         cluster: Some(args.cluster.config(&global.data_dir).await?),
+        kubernetes: args.cluster.kubernetes(),
         limits: args.limits.limits()?,
         secrets: Some(std::sync::Arc::new(secrets)),
         pages: drover_web::router(),
@@ -237,8 +222,8 @@ pub async fn server(args: ServerArgs, global: &GlobalArgs) -> anyhow::Result<()>
     if let AdminBootstrap::CreatedWithToken(token) = &running.admin {
         out!(
             "Created cluster administrator `{}` in tenant `{}`. Its API token, shown this once:\n{token}",
-            server::BOOTSTRAP_ADMIN,
-            server::BOOTSTRAP_TENANT
+            bootstrap::BOOTSTRAP_ADMIN,
+            bootstrap::BOOTSTRAP_TENANT
         );
     }
     out!("drover server listening on http://{}", running.addr);
@@ -263,7 +248,8 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         max_body_bytes: 0,
         admin_token: None,
         cluster: None,
-        limits: drover_api::limits::Limits::NONE,
+        kubernetes: None,
+        limits: drover_runtime::limits::Limits::NONE,
         pages: Default::default(),
         secrets: None,
     };

@@ -3,7 +3,7 @@
 //! baseline's against offered load.
 
 use crate::output::out;
-use crate::sim::{WorkloadArgs, parse_cluster, print_settings};
+use crate::sim::workload::{WorkloadArgs, parse_cluster, print_settings};
 use anyhow::{Context, bail};
 use drover_scheduler::sim::{self, Report, SimConfig, Stopwatch, Workload};
 use serde::{Deserialize, Serialize};
@@ -459,5 +459,4 @@ fn sweep_csv(rows: &[SweepRow]) -> String {
 }
 
 #[cfg(test)]
-#[path = "sweep_tests.rs"]
 mod tests;

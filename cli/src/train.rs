@@ -96,7 +96,7 @@ fn requests_from_signals() -> Arc<Requests> {
     let requests = Arc::new(Requests::default());
     let stop = requests.clone();
     tokio::spawn(async move {
-        drover_api::server::shutdown_signal().await;
+        crate::serve::server::shutdown_signal().await;
         stop.stop.store(true, Ordering::Relaxed);
         // A second Ctrl-C does not wait for the step boundary (a dataset still loading, a long
         // evaluation): the run ends at once, its last checkpoint kept.
@@ -302,7 +302,7 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
     );
     if outcome.interrupted {
         // Like any interrupted command: `drover train … && next` does not go on.
-        return Err(crate::Interrupted.into());
+        return Err(crate::global::Interrupted.into());
     }
     Ok(())
 }

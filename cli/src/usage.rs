@@ -1,8 +1,8 @@
 //! `drover queue` (every waiting job's place and predicted start) and `drover usage` (GPU-hours
 //! allocated, used and lost by cause, and each tenant's fair share).
 
-use crate::GlobalArgs;
 use crate::client::Client;
+use crate::global::GlobalArgs;
 use crate::output::{self, Format, out};
 use serde_json::Value;
 
@@ -38,42 +38,6 @@ pub struct UsageArgs {
     csv: bool,
 }
 
-/// `in 12m`, `in 3h`, `now`, `-`: how long until an RFC 3339 time.
-fn until(value: &Value) -> String {
-    let Some(at) = value
-        .as_str()
-        .and_then(|s| s.parse::<chrono::DateTime<chrono::Utc>>().ok())
-    else {
-        return "-".to_owned();
-    };
-    let seconds = (at - chrono::Utc::now()).num_seconds();
-    match seconds {
-        s if s < 60 => "now".to_owned(),
-        s if s < 3600 => format!("in {}m", s / 60),
-        s if s < 86_400 => format!("in {}h{:02}m", s / 3600, (s % 3600) / 60),
-        s => format!("in {}d{}h", s / 86_400, (s % 86_400) / 3600),
-    }
-}
-
-/// `in 12m (in 5m–in 40m)`: the predicted start and its band, for tables.
-pub fn predicted_start(queue: &Value) -> String {
-    let start = until(&queue["predicted_start"]);
-    if queue["predicted_start"].is_null() {
-        return if queue["position"].is_null() {
-            "not forecast yet".to_owned()
-        } else {
-            "beyond 30 days".to_owned()
-        };
-    }
-    let p10 = until(&queue["p10"]);
-    let p90 = if queue["p90"].is_null() {
-        "later".to_owned()
-    } else {
-        until(&queue["p90"])
-    };
-    format!("{start} ({p10} – {p90})")
-}
-
 pub async fn queue(global: &GlobalArgs, args: QueueArgs) -> anyhow::Result<()> {
     let client = Client::new(global)?;
     let mut params = vec![("limit".to_owned(), args.limit.to_string())];
@@ -101,8 +65,8 @@ pub async fn queue(global: &GlobalArgs, args: QueueArgs) -> anyhow::Result<()> {
                 output::text(&job["tenant"]),
                 output::text(&job["max_gpus"]),
                 output::text(&job["reason"]).replace('_', " "),
-                predicted_start(job),
-                until(&job["predicted_finish"]),
+                output::predicted_start(job),
+                output::until(&job["predicted_finish"]),
                 output::age(&job["submitted_at"]),
             ]
         })

@@ -3,6 +3,9 @@
 //! - [`experiment`]: the `DroverExperiment` document (a hyper-parameter search) and the trial jobs it
 //!   builds ([`experiment_validate`] checks it);
 //! - [`spec`]: the `DroverJob` document, parsed from JSON or YAML, and its validation ([`validate`]);
+//! - `document` (what both documents share: `apiVersion`, kinds, metadata, [`SpecError`]), `schema`
+//!   (their JSON schemas' helpers) and `parse` (reading either document, then checking it), behind
+//!   the two documents' modules;
 //! - [`state`]: the job state machine (the one place that knows which transitions are legal) and the
 //!   typed reason codes every transition carries;
 //! - [`tenancy`]: roles within a tenant;
@@ -10,9 +13,12 @@
 //! - [`ids`]: typed ids, so a tenant id cannot be passed where a job id is meant.
 
 pub mod blocks;
+mod document;
 pub mod experiment;
 pub mod experiment_validate;
 pub mod ids;
+mod parse;
+mod schema;
 pub mod spec;
 pub mod state;
 pub mod tenancy;

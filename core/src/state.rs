@@ -100,7 +100,7 @@ impl JobState {
         )
     }
 
-    /// The transition table of DESIGN.md ("Job states").
+    /// The transition table of ARCHITECTURE.md ("Job states").
     pub fn can_transition_to(self, to: JobState) -> bool {
         use JobState::*;
         match (self, to) {

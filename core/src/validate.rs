@@ -2,12 +2,14 @@
 //! Each failure names the field as it appears in the document.
 
 use crate::spec::{
-    API_VERSION, Compression, DatasetSpec, DistributedMode, DroverJob, JobType, KIND, ModelSpec,
-    OptimizerSpec, SpecError, SyncMode, TrainSpec,
+    API_VERSION, Compression, DistributedMode, DroverJob, JobType, KIND, SpecError, SyncMode,
 };
 
-#[path = "validate_train.rs"]
+mod check;
 mod train;
+
+use check::{Check, ensure, fail};
+pub use train::TARGET_METRICS;
 use train::validate_train;
 
 /// Largest counts a spec may ask for; beyond these a number is a typo, not a job.
@@ -15,18 +17,6 @@ pub const MAX_WORKERS: u32 = 1024;
 pub const MAX_PS: u32 = 256;
 pub const MAX_GPUS_PER_WORKER: u32 = 16;
 pub const MAX_LABELS: usize = 64;
-/// Metrics a `target` may name.
-pub const TARGET_METRICS: [&str; 4] = ["val_accuracy", "val_loss", "accuracy", "loss"];
-
-type Check = Result<(), SpecError>;
-
-fn fail(field: &str, reason: impl Into<String>) -> Check {
-    Err(SpecError::new(field, reason))
-}
-
-fn ensure(ok: bool, field: &str, reason: impl FnOnce() -> String) -> Check {
-    if ok { Ok(()) } else { fail(field, reason()) }
-}
 
 /// Every string of the document, keys included, must be storable (no NUL character).
 fn validate_storable(job: &DroverJob) -> Check {
@@ -370,5 +360,4 @@ fn is_label_key(key: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "validate_tests.rs"]
 mod tests;

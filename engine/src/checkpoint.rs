@@ -1,4 +1,4 @@
-//! Checkpoints as DESIGN.md pins them: a directory `step-NNNNNNNN/` holding the model's tensors
+//! Checkpoints as ARCHITECTURE.md pins them: a directory `step-NNNNNNNN/` holding the model's tensors
 //! (`model.safetensors`), the optimizer state (`optimizer.safetensors`) and `manifest.json` (step, RNG
 //! state, data cursor, job shape, the map from tensors to shards, metrics). Written under a temporary
 //! name, fsynced, then renamed, so a crash never leaves a half checkpoint that looks whole. Retention

@@ -417,7 +417,6 @@ pub fn synthetic(samples: usize, features: usize, classes: usize, seed: u64) -> 
 }
 
 #[cfg(test)]
-#[path = "data_tests.rs"]
 mod tests;
 
 #[cfg(test)]

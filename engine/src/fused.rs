@@ -483,5 +483,4 @@ mod gpu {
 /// The CUDA kernels against the host ops on the same inputs; skipped where no GPU can be opened.
 #[cfg(all(test, feature = "cuda"))]
 #[expect(clippy::unwrap_used, reason = "a test that cannot set up should panic")]
-#[path = "fused_gpu_tests.rs"]
 mod gpu_tests;

@@ -16,4 +16,5 @@ pub mod sampler;
 pub mod trainer;
 mod training_loop;
 
-pub use trainer::{Outcome, Reporter, Requests, Run, TrainOptions, train};
+pub use trainer::{Outcome, Reporter, Requests, Run, TrainOptions};
+pub use training_loop::train;

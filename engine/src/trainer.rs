@@ -18,7 +18,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-#[path = "trainer_checkpoint.rs"]
 mod checkpoints;
 
 /// Where a run's numbers and checkpoints go.
@@ -457,5 +456,3 @@ pub struct Requests {
     pub stop: AtomicBool,
     pub checkpoint: AtomicBool,
 }
-
-pub use crate::training_loop::train;

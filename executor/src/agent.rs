@@ -4,180 +4,30 @@
 //! is kept (bounded) until the server is back.
 
 use crate::credential;
-use crate::gpu::{GpuInfo, GpuSource, UsageProbe};
-use crate::storage::Remote;
-use crate::task::{self, Launch, StopHandle};
 use drover_proto as pb;
 use drover_proto::executor_gateway_client::ExecutorGatewayClient;
+use local::{LocalTask, Phase, exit_key, key_of, msg};
 use pb::executor_message::Body;
 use pb::server_message::Body as Command;
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 use storage_phase::Fetched;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+pub use crate::config::ExecutorConfig;
+
 /// Reports kept while the server is unreachable; beyond this, log lines and metrics are dropped
 /// (task state changes and checkpoint records never are).
 const MAX_PENDING: usize = 10_000;
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
-/// The metadata key a replica that does not lead names the leader's gateway with.
-const LEADER_METADATA: &str = "drover-leader";
 
 mod commands;
 mod gateways;
-use gateways::gateway_addresses;
+mod local;
+mod state;
 mod storage_phase;
 
-#[derive(Debug, Clone)]
-pub struct ExecutorConfig {
-    /// The server's executor gateway, e.g. `http://127.0.0.1:7070`.
-    pub server: String,
-    pub name: String,
-    /// Private to this executor: its id, task scratch directories.
-    pub data_dir: PathBuf,
-    pub source: GpuSource,
-    pub gpus: Vec<GpuInfo>,
-    pub cpus: u32,
-    pub memory_gb: u32,
-    pub labels: BTreeMap<String, String>,
-    /// Host name or address peers reach this node's tasks at.
-    pub advertise_host: String,
-    /// Program and arguments that run the task shim.
-    pub shim: Vec<String>,
-    /// Program and arguments that run the training engine on a job file (`drover train-task`).
-    pub engine: Vec<String>,
-    /// Relative working directories of commands are resolved against this directory.
-    pub base_dir: PathBuf,
-    /// An enrolment token, exchanged for the node's credential when the node is not enrolled yet.
-    pub enrollment_token: Option<String>,
-}
-
-type Key = (String, u64, String, u32);
-
-fn key_of(key: &pb::TaskKey) -> Key {
-    (
-        key.job_id.clone(),
-        key.generation,
-        key.role.clone(),
-        key.index,
-    )
-}
-
-#[derive(Debug)]
-enum Phase {
-    /// Address reserved; the checkpoint it resumes from is being downloaded.
-    Fetching,
-    Prepared,
-    Running(StopHandle),
-    Stopping,
-    /// Exited; the report is on its way.
-    Exited,
-}
-
-fn exit_key(event: &pb::ExecutorMessage) -> Option<&pb::TaskKey> {
-    match &event.body {
-        Some(Body::TaskUpdate(pb::TaskUpdate {
-            task: Some(key),
-            event: Some(pb::task_update::Event::Exited(_)),
-        })) => Some(key),
-        _ => None,
-    }
-}
-
-#[derive(Debug)]
-struct LocalTask {
-    key: pb::TaskKey,
-    spec: pb::TaskSpec,
-    address: String,
-    phase: Phase,
-    pid: u32,
-    /// The object store its checkpoints go to (its spec names local copies).
-    remote: Option<Arc<Remote>>,
-}
-
-impl LocalTask {
-    fn status(&self) -> pb::TaskStatus {
-        let phase = match self.phase {
-            Phase::Fetching | Phase::Prepared => pb::TaskPhase::Prepared,
-            Phase::Running(_) => pb::TaskPhase::Running,
-            Phase::Stopping => pb::TaskPhase::Stopping,
-            Phase::Exited => pb::TaskPhase::Exited,
-        };
-        pb::TaskStatus {
-            task: Some(self.key.clone()),
-            phase: phase as i32,
-            address: self.address.clone(),
-        }
-    }
-}
-
-fn msg(body: Body) -> pb::ExecutorMessage {
-    pb::ExecutorMessage { body: Some(body) }
-}
-
-/// A task's exit, as reported when the executor ends it itself (or finds it gone).
-fn exit_report(
-    key: &pb::TaskKey,
-    message: String,
-    spawn_failed: bool,
-    stop_requested: bool,
-) -> pb::ExecutorMessage {
-    update(
-        key,
-        pb::task_update::Event::Exited(pb::Exited {
-            message,
-            spawn_failed,
-            stop_requested,
-            ..pb::Exited::default()
-        }),
-    )
-}
-
-fn update(key: &pb::TaskKey, event: pb::task_update::Event) -> pb::ExecutorMessage {
-    msg(Body::TaskUpdate(pb::TaskUpdate {
-        task: Some(key.clone()),
-        event: Some(event),
-    }))
-}
-
-/// Reads (or creates) the executor's persistent id in its data directory.
-fn executor_id(data_dir: &std::path::Path) -> std::io::Result<String> {
-    let path = data_dir.join("executor-id");
-    match std::fs::read_to_string(&path) {
-        Ok(id) if !id.trim().is_empty() => Ok(id.trim().to_owned()),
-        _ => {
-            let id = uuid::Uuid::new_v4().to_string();
-            std::fs::write(&path, &id)?;
-            Ok(id)
-        }
-    }
-}
-
-#[derive(Debug)]
-pub struct Agent {
-    config: ExecutorConfig,
-    executor_id: String,
-    tasks: HashMap<Key, LocalTask>,
-    events_tx: mpsc::Sender<pb::ExecutorMessage>,
-    events_rx: mpsc::Receiver<pb::ExecutorMessage>,
-    pending: VecDeque<pb::ExecutorMessage>,
-    dropped: u64,
-    usage: UsageProbe,
-    /// The node's credential, once enrolled.
-    credential: Option<String>,
-    /// Where the server's replicas are (`--gateway`, comma-separated); tried in turn.
-    gateways: Vec<String>,
-    next_gateway: usize,
-    /// Where a replica that does not lead said the leader is: tried first, once.
-    redirect: Option<String>,
-    /// The checkpoint storage the server named, when it is an object store; or why it cannot be used.
-    remote: Option<Result<Arc<Remote>, String>>,
-    fetched_tx: mpsc::Sender<Fetched>,
-    fetched_rx: mpsc::Receiver<Fetched>,
-}
+pub use state::Agent;
 
 /// A replica that does not lead named the one that does: go there now, no backoff.
 #[derive(Debug)]
@@ -192,33 +42,6 @@ impl std::fmt::Display for Redirected {
 impl std::error::Error for Redirected {}
 
 impl Agent {
-    pub fn new(config: ExecutorConfig) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(config.data_dir.join("tasks"))?;
-        let executor_id = executor_id(&config.data_dir)?;
-        let (events_tx, events_rx) = mpsc::channel(4096);
-        let (fetched_tx, fetched_rx) = mpsc::channel(64);
-        let usage = UsageProbe::new(config.source);
-        let credential = credential::load(&config.data_dir)?;
-        let gateways = gateway_addresses(&config.server)?;
-        Ok(Self {
-            gateways,
-            next_gateway: 0,
-            redirect: None,
-            config,
-            executor_id,
-            tasks: HashMap::new(),
-            events_tx,
-            events_rx,
-            pending: VecDeque::new(),
-            dropped: 0,
-            usage,
-            credential,
-            remote: None,
-            fetched_tx,
-            fetched_rx,
-        })
-    }
-
     /// Runs until `shutdown` resolves. Tasks die with the executor (their shims watch it).
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         tokio::pin!(shutdown);
@@ -334,6 +157,22 @@ impl Agent {
         Ok(())
     }
 
+    /// A download finished: the task is prepared, or it fails. Nothing when it was stopped meanwhile.
+    async fn on_fetched(
+        &mut self,
+        (key, result): Fetched,
+        outbound: Option<&mpsc::Sender<pb::ExecutorMessage>>,
+    ) -> anyhow::Result<()> {
+        let Some(report) = self
+            .tasks
+            .get_mut(&key_of(&key))
+            .and_then(|task| storage_phase::fetched(task, &key, result))
+        else {
+            return Ok(());
+        };
+        self.on_event(report, outbound).await
+    }
+
     async fn session(&mut self) -> anyhow::Result<()> {
         let target = match self.redirect.take() {
             Some(leader) => leader,
@@ -407,7 +246,7 @@ impl Agent {
             Err(status) if status.code() == tonic::Code::Unavailable => {
                 let leader = status
                     .metadata()
-                    .get(LEADER_METADATA)
+                    .get(drover_proto::LEADER_METADATA)
                     .and_then(|v| v.to_str().ok())
                     .filter(|leader| *leader != target)
                     .map(str::to_owned);
@@ -435,7 +274,8 @@ impl Agent {
             tasks = self.tasks.len(),
             "registered with the server"
         );
-        self.use_storage(&registered.checkpoint_root);
+        self.remote
+            .use_root(&registered.checkpoint_root, &self.config.data_dir);
         if self.dropped > 0 {
             tracing::warn!(
                 dropped = self.dropped,

@@ -3,7 +3,7 @@
 //! after a restart too, presents it. A server that no longer knows the credential (revoked, or a new
 //! database) makes the executor enrol again, which needs an enrolment token.
 
-use crate::agent::ExecutorConfig;
+use crate::config::ExecutorConfig;
 use drover_proto as pb;
 use drover_proto::executor_gateway_client::ExecutorGatewayClient;
 use std::io::Write;

@@ -3,11 +3,13 @@
 //! process behind the task shim, so that no task outlives it.
 
 pub mod agent;
+mod config;
 pub mod credential;
 pub mod gpu;
 pub mod shim;
 pub mod storage;
 pub mod task;
 
-pub use agent::{Agent, ExecutorConfig};
+pub use agent::Agent;
+pub use config::ExecutorConfig;
 pub use gpu::{GpuError, GpuInfo, GpuSource};

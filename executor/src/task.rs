@@ -7,7 +7,6 @@ use crate::storage::Remote;
 use drover_proto as pb;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use pb::executor_message::Body;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -17,12 +16,11 @@ use tokio::sync::{mpsc, oneshot};
 use uploads::{Records, UPLOAD_QUEUE, upload_checkpoints};
 
 mod output;
+mod report;
 mod uploads;
 
 use output::read_output;
-
-/// Lines kept for the exit report.
-const TAIL_LINES: usize = 20;
+use report::{TAIL_LINES, exited};
 
 /// Everything needed to start one task.
 #[derive(Debug, Clone)]
@@ -53,23 +51,6 @@ impl StopHandle {
             let _ = sender.send(grace);
         }
     }
-}
-
-fn message(body: Body) -> pb::ExecutorMessage {
-    pb::ExecutorMessage { body: Some(body) }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-fn exited(key: &pb::TaskKey, exited: pb::Exited) -> pb::ExecutorMessage {
-    message(Body::TaskUpdate(pb::TaskUpdate {
-        task: Some(key.clone()),
-        event: Some(pb::task_update::Event::Exited(exited)),
-    }))
 }
 
 /// Variables of the executor's own environment a task inherits: what programs need to run (the
@@ -376,5 +357,4 @@ pub async fn start(
 }
 
 #[cfg(test)]
-#[path = "task_tests.rs"]
 mod tests;

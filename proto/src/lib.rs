@@ -19,3 +19,7 @@ pub mod executor {
 }
 
 pub use executor::v1::*;
+
+/// The gRPC metadata key with which a server replica that does not lead names the leader's gateway
+/// (`http://HOST:PORT`) when it turns an executor's session away; the executor dials that next.
+pub const LEADER_METADATA: &str = "drover-leader";

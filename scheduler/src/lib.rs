@@ -13,8 +13,10 @@ pub mod forecast;
 pub mod invariants;
 pub mod perf;
 pub mod place;
+pub mod placement;
 pub mod plan;
 pub mod policy;
+pub mod shape;
 pub mod sim;
 pub mod snapshot;
 

@@ -1,29 +1,11 @@
 //! What a policy sees: the time, the nodes, the tenants and the jobs with their observed history only.
 
 use crate::cluster::Node;
-use crate::plan::Placement;
+use crate::placement::Placement;
 use drover_core::{ExperimentId, JobId};
 use serde::{Deserialize, Serialize};
 
-/// A job's shape: parameter-server shards and workers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Shape {
-    pub ps: u32,
-    pub workers: u32,
-}
-
-/// An inclusive range of task counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Range {
-    pub min: u32,
-    pub max: u32,
-}
-
-impl Range {
-    pub fn contains(self, n: u32) -> bool {
-        self.min <= n && n <= self.max
-    }
-}
+pub use crate::shape::{Range, Shape};
 
 /// A tenant and its guaranteed share.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,7 +1,6 @@
 //! Optimus and Drover's policy: elastic shapes, packing, quotas and priorities.
 
 mod common;
-#[path = "elastic/drover_rounds.rs"]
 mod drover_rounds;
 
 use common::{FixedOracle, apply, id, job, snapshot};

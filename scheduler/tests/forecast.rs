@@ -4,7 +4,6 @@
 #![expect(clippy::unwrap_used, reason = "tests")]
 
 mod common;
-#[path = "forecast/estimates.rs"]
 mod estimates;
 
 use common::{FixedOracle, apply, id, job, snapshot};
@@ -211,7 +210,7 @@ impl Stopwatch for Frozen {
 fn the_simulator_scores_predictions_against_actual_starts() {
     let models = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/models/ps_worker_speed.txt"
+        "/../data/models/ps_worker_speed.txt"
     ))
     .unwrap();
     // A burst on a small cluster: most jobs wait.

@@ -20,7 +20,7 @@ use drover_scheduler::{Plan, build_policy, invariants, policy_names};
 fn models() -> Vec<sim::MeasuredModel> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/models/ps_worker_speed.txt"
+        "/../data/models/ps_worker_speed.txt"
     );
     sim::parse_models(&std::fs::read_to_string(path).unwrap()).unwrap()
 }

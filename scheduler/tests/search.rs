@@ -108,7 +108,7 @@ fn a_running_trial_keeps_its_gpu_against_a_waiting_one_barely_ahead() {
 fn models_text() -> String {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/models/ps_worker_speed.txt"
+        "/../data/models/ps_worker_speed.txt"
     );
     std::fs::read_to_string(path).unwrap_or_else(|err| panic!("cannot read {path}: {err}"))
 }

@@ -6,15 +6,13 @@ use drover_scheduler::cluster::uniform_cluster;
 use drover_scheduler::sim::{self, SimConfig, Stopwatch, TraceFilter, Workload};
 use drover_scheduler::{Plan, build_policy, policy_names};
 
-/// The measured speeds, from `shared/` beside the checkout (where CI and developers have it).
+/// The measured speeds, from `data/models/` in the repository.
 fn models_text() -> String {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/models/ps_worker_speed.txt"
+        "/../data/models/ps_worker_speed.txt"
     );
-    std::fs::read_to_string(path).unwrap_or_else(|err| {
-        panic!("cannot read {path} ({err}): shared/ must sit beside the checkout")
-    })
+    std::fs::read_to_string(path).unwrap_or_else(|err| panic!("cannot read {path}: {err}"))
 }
 
 /// A stopwatch that never moves: reports are then fully deterministic.

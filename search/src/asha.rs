@@ -8,7 +8,9 @@
 //! trial at the bottom rung. Hyperband runs one such ladder per bracket, bracket b starting its trials
 //! at rung b, and deals new trials to the brackets in turn.
 
-use crate::{Decision, TrialRecord, random_point};
+use crate::decision::Decision;
+use crate::random::random_point;
+use crate::trials::{SegmentState, TrialRecord};
 use drover_core::experiment::{ExperimentSpec, SearcherSpec};
 
 /// The steps each rung trains to.
@@ -68,7 +70,7 @@ pub fn results_at(
         .filter(|trial| bracket(trial.index, brackets) == bracket_index && k >= bracket_index)
         .filter_map(|trial| {
             let segment = trial.segments.get(k - bracket_index)?;
-            if segment.state != crate::SegmentState::Succeeded {
+            if segment.state != SegmentState::Succeeded {
                 return None;
             }
             let loss = goal.loss(segment.last?);

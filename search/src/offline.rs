@@ -2,7 +2,9 @@
 //! the value the function gives. Benchmarks (regret on Branin and Hartmann-6) and tests use it; the
 //! server drives [`crate::plan`] from the store instead.
 
-use crate::{Decision, Segment, SegmentState, Situation, TrialRecord, apply, plan};
+use crate::decision::{Decision, apply};
+use crate::planner::plan;
+use crate::trials::{Segment, SegmentState, Situation, TrialRecord};
 use drover_core::experiment::{Assignment, ExperimentSpec};
 
 /// Runs `spec` to its end: `objective(params, steps)` is the metric a trial at `params` reports

@@ -13,7 +13,9 @@
 //! - **Grid, random and TPE**: promise is the rank; a trial is doomed when the experiment's early
 //!   stopping rule would stop it now, ignoring the rule's warm-up (it will stop it once that passes).
 
-use crate::{SegmentState, TrialRecord, asha, pbt, stopping};
+use crate::decision::Decision;
+use crate::trials::{SegmentState, TrialRecord};
+use crate::{asha, pbt, stopping};
 use drover_core::experiment::{EarlyStopping, ExperimentSpec, Goal};
 use std::collections::BTreeMap;
 
@@ -102,9 +104,11 @@ pub fn outlook(spec: &ExperimentSpec, trials: &[TrialRecord]) -> BTreeMap<u32, O
                 .copied()
                 .filter(|other| other.index != trial.index)
                 .collect();
-            let rank = standing(goal, trial, &peers).0.map_or(0.5, |(_, rank)| rank);
+            let rank = standing(goal, trial, &peers)
+                .0
+                .map_or(0.5, |(_, rank)| rank);
             let doomed = stopping.iter().any(|decision| {
-                matches!(decision, crate::Decision::Stop { trial: index, .. } if *index == trial.index)
+                matches!(decision, Decision::Stop { trial: index, .. } if *index == trial.index)
             });
             (
                 trial.index,

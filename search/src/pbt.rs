@@ -8,8 +8,10 @@
 //! Otherwise it resumes from its own checkpoint for another round. A member stops at `max_steps`.
 //! Every choice is drawn from the generator of the trial being decided for, so it is reproducible.
 
+use crate::decision::Decision;
+use crate::random::{random_point, trial_rng};
 use crate::space::{self, Dim};
-use crate::{Decision, Source, TrialRecord, random_point, trial_rng};
+use crate::trials::{SegmentState, Source, TrialRecord};
 use drover_core::experiment::{Assignment, ExperimentSpec, Param, SearcherSpec};
 use rand::Rng;
 use serde_json::Value;
@@ -51,7 +53,7 @@ pub fn steps_done(trial: &TrialRecord) -> u64 {
         .segments
         .iter()
         .rev()
-        .find(|segment| segment.state == crate::SegmentState::Succeeded)
+        .find(|segment| segment.state == SegmentState::Succeeded)
         .and_then(|segment| segment.max_steps)
         .unwrap_or(0)
 }
@@ -102,7 +104,7 @@ pub fn next(spec: &ExperimentSpec, trials: &[TrialRecord], may_start: bool) -> O
             let segment = source
                 .segments
                 .iter()
-                .rposition(|s| s.state == crate::SegmentState::Succeeded)
+                .rposition(|s| s.state == SegmentState::Succeeded)
                 .unwrap_or(0) as u32;
             return Some(Decision::Start {
                 trial: index,

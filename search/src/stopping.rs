@@ -8,7 +8,8 @@
 //!   step finished trials ran to; a trial whose predicted value is worse than the best finished trial's
 //!   final value is stopped.
 
-use crate::{Decision, TrialRecord};
+use crate::decision::Decision;
+use crate::trials::TrialRecord;
 use drover_core::experiment::{EarlyStopping, ExperimentSpec};
 
 pub fn decide(spec: &ExperimentSpec, trials: &[TrialRecord]) -> Vec<Decision> {

@@ -12,8 +12,9 @@
 //! parameter is modelled on its own over the trials where it exists. Trials stopped early join the rest.
 
 use crate::math::{log_sum_exp, truncnorm_log_pdf, truncnorm_sample};
+use crate::random::{random_point, trial_rng};
 use crate::space::{self, Dim};
-use crate::{TrialRecord, random_point, trial_rng};
+use crate::trials::TrialRecord;
 use drover_core::experiment::{Assignment, ExperimentSpec, Param};
 use rand::Rng;
 use serde_json::Value;

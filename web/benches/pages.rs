@@ -17,14 +17,15 @@ use axum::body::Body;
 use axum::http::Request;
 use chrono::Utc;
 use drover_api::auth;
-use drover_api::cluster::{ClusterConfig, Runtime};
 use drover_api::state::AppState;
-use drover_api::store::{
+use drover_core::{JobId, JobState, ReasonCode, Role};
+use drover_runtime::{ClusterConfig, Runtime};
+use drover_store::testing::TestDb;
+use drover_store::tokens;
+use drover_store::{
     NewJob, NewMetrics, NewTask, NewTenant, NewToken, NewUser, Quota, StateChange, TaskKey,
     TaskRole,
 };
-use drover_api::testing::TestDb;
-use drover_core::{JobId, JobState, ReasonCode, Role};
 use http_body_util::BodyExt;
 use std::time::Instant;
 use tower::ServiceExt;
@@ -59,13 +60,13 @@ async fn main() {
         })
         .await
         .unwrap();
-    let session = auth::generate_token();
+    let session = tokens::generate_token();
     store
         .create_token(&NewToken {
             user_id: user.id,
             name: "dashboard session".into(),
-            token_hash: auth::hash_token(&session),
-            prefix: auth::display_prefix(&session),
+            token_hash: tokens::hash_token(&session),
+            prefix: tokens::display_prefix(&session),
             expires_at: None,
         })
         .await
@@ -156,7 +157,7 @@ async fn main() {
     let runtime = Runtime::replica(
         store.clone(),
         ClusterConfig::new("drover", checkpoints.path().to_owned()),
-        drover_api::cluster::leader::always(),
+        drover_runtime::leader::always(),
     );
     let state = AppState::new(store, 1 << 20).with_runtime(runtime);
     let app = drover_api::routes::app_with(state, drover_web::router());

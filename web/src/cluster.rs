@@ -1,16 +1,17 @@
 //! The cluster pages: the queue with each waiting job's reason, the nodes with their GPUs, and the
 //! tenants with their quotas, use and the caller's API tokens.
 
-use crate::{Layout, Session, Time, error_page, render, timestamp};
+use crate::page::{Layout, error_page, render};
+use crate::session::Session;
+use crate::time::{Time, timestamp};
 use axum::extract::State;
 use axum::response::Response;
 use chrono::Utc;
 use drover_api::error::ApiError;
-use drover_api::extract::QueryPairs;
-use drover_api::routes::{nodes as nodes_api, tenants as tenants_api, tokens as tokens_api};
+use drover_api::routes::nodes::node_view;
 use drover_api::state::AppState;
-use drover_api::store::JobFilter;
 use drover_core::{JobId, JobState};
+use drover_store::JobFilter;
 use std::collections::{BTreeMap, HashMap};
 
 /// Waiting jobs the queue page lists at most.
@@ -48,7 +49,7 @@ fn from_now(at: Option<chrono::DateTime<Utc>>, now: chrono::DateTime<Utc>) -> St
         Some(at) if at <= now + chrono::Duration::seconds(30) => "now".to_owned(),
         Some(at) => format!(
             "in {}",
-            crate::duration((at - now).num_milliseconds() as f64 / 1000.0)
+            crate::time::duration((at - now).num_milliseconds() as f64 / 1000.0)
         ),
     }
 }
@@ -85,7 +86,7 @@ async fn queue_page(state: &AppState, session: &Session) -> Result<QueuePage, Ap
                 .collect()
         })
         .unwrap_or_default();
-    let predicted: HashMap<JobId, &drover_api::store::QueueEntry> = forecast
+    let predicted: HashMap<JobId, &drover_store::QueueEntry> = forecast
         .iter()
         .flat_map(|f| f.entries.iter())
         .map(|e| (e.job, e))
@@ -189,10 +190,10 @@ struct GpuRow {
 }
 
 pub async fn nodes(State(state): State<AppState>, session: Session) -> Response {
-    let listed = nodes_api::list(State(state.clone()), session.principal.clone()).await;
-    let nodes = match listed {
-        Ok(axum::Json(list)) => list.nodes,
-        Err(err) => return error_page(err),
+    let listed = drover_service::nodes::list(&state, &session.principal).await;
+    let nodes: Vec<_> = match listed {
+        Ok(nodes) => nodes.into_iter().map(node_view).collect(),
+        Err(err) => return error_page(err.into()),
     };
     // The names of the jobs holding GPUs (the API lists only the caller's tenant's tasks).
     let active = state
@@ -300,8 +301,7 @@ pub async fn tenants(State(state): State<AppState>, session: Session) -> Respons
 }
 
 async fn tenants_page(state: &AppState, session: &Session) -> Result<TenantsPage, ApiError> {
-    let axum::Json(list) =
-        tenants_api::list(State(state.clone()), session.principal.clone()).await?;
+    let tenants = drover_service::tenants::list(state, &session.principal).await?;
     // GPUs held now, by tenant: the live tasks of the jobs the caller may see.
     let active = state
         .store
@@ -326,16 +326,16 @@ async fn tenants_page(state: &AppState, session: &Session) -> Result<TenantsPage
     }
     // GPU-hours over the last 7 days from the accounting ledger, and the fair share now.
     let now = Utc::now();
-    let usage = drover_api::routes::usage::report(
+    let usage = drover_service::usage::report(
         state,
         session.principal.scope(),
         now - chrono::Duration::days(7),
         now,
-        drover_api::routes::usage::By::Tenant,
-        drover_api::accounting::Period::Total,
+        drover_service::usage::By::Tenant,
+        drover_runtime::accounting::Period::Total,
     )
     .await?;
-    let hours: HashMap<&str, &drover_api::accounting::Totals> = usage
+    let hours: HashMap<&str, &drover_runtime::accounting::Totals> = usage
         .rows
         .iter()
         .map(|r| (r.tenant.as_str(), &r.totals))
@@ -346,8 +346,7 @@ async fn tenants_page(state: &AppState, session: &Session) -> Result<TenantsPage
         .filter(|r| r.period_start.is_none())
         .map(|r| (r.tenant.as_str(), r.lent_gpus))
         .collect();
-    let tenants = list
-        .tenants
+    let tenants = tenants
         .iter()
         .map(|t| {
             let used = in_use.get(t.name.as_str()).copied().unwrap_or(0);
@@ -383,14 +382,8 @@ async fn tenants_page(state: &AppState, session: &Session) -> Result<TenantsPage
             }
         })
         .collect();
-    let axum::Json(tokens) = tokens_api::list(
-        State(state.clone()),
-        session.principal.clone(),
-        QueryPairs::default(),
-    )
-    .await?;
-    let tokens = tokens
-        .tokens
+    let tokens = drover_service::tokens::list(state, &session.principal, None)
+        .await?
         .into_iter()
         .map(|t| TokenRow {
             id: t.id.to_string(),

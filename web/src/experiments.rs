@@ -4,16 +4,18 @@
 //! `GET /api/v1/experiments` and `GET /api/v1/experiments/{id}`.
 
 use crate::chart::{Chart, Series, XAxis};
-use crate::{Layout, Session, Time, error_page, render, timestamp};
+use crate::page::{Layout, error_page, render};
+use crate::session::Session;
+use crate::time::{Time, timestamp};
 use axum::extract::State;
 use axum::response::Response;
 use drover_api::error::ApiError;
-use drover_api::experiment_views::{TrialView, trial_views};
 use drover_api::extract::{PathParam, QueryPairs};
 use drover_api::state::AppState;
-use drover_api::store::{Experiment, ExperimentState, TrialSample};
 use drover_core::ExperimentId;
 use drover_core::experiment::{DroverExperiment, Goal, Param};
+use drover_service::experiments::{TrialView, trials as trial_views};
+use drover_store::{Experiment, ExperimentState, TrialSample};
 use std::collections::BTreeMap;
 
 /// Experiments the list shows at most.

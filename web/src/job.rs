@@ -3,17 +3,18 @@
 //! for the job (`GET /api/v1/jobs/{id}`: scoping, models) and the store's scoped queries.
 
 use crate::chart::{Chart, Series, XAxis, smooth};
-use crate::{Layout, Session, Time, duration, error_page, render, timestamp};
+use crate::page::{Layout, error_page, render};
+use crate::session::Session;
+use crate::time::{Time, duration, timestamp};
 use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use drover_api::error::ApiError;
-use drover_api::extract::PathParam;
-use drover_api::model_views::{JobModels, RemainingBasis};
 use drover_api::routes::jobs as api;
 use drover_api::state::AppState;
-use drover_api::store::{JobEvent, LogLine, Scope};
 use drover_core::{JobId, JobState, ReasonCode};
+use drover_service::models::{JobModels, RemainingBasis};
+use drover_store::{JobEvent, LogLine, Scope};
 use serde::Deserialize;
 
 /// Log lines the page shows; the live stream appends the ones that follow.
@@ -136,13 +137,7 @@ pub async fn page(
 
 async fn job_page(state: &AppState, session: &Session, id: String) -> Result<JobPage, ApiError> {
     let scope = session.principal.scope();
-    let axum::Json(envelope) = api::get(
-        State(state.clone()),
-        session.principal.clone(),
-        PathParam(id.clone()),
-    )
-    .await?;
-    let view = envelope.job;
+    let view = api::job_view(drover_service::jobs::get(state, &session.principal, &id).await?);
     let job_id = JobId(view.id);
     let events = state
         .store
@@ -435,7 +430,7 @@ pub async fn chart(
     .await
     {
         Ok(svg) => (
-            crate::PAGE_HEADERS,
+            crate::page::PAGE_HEADERS,
             [(header::CONTENT_TYPE, "image/svg+xml; charset=utf-8")],
             svg,
         )

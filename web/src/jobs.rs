@@ -1,15 +1,17 @@
 //! The jobs table: the REST list (`GET /api/v1/jobs`, same filters, same scoping, same cursor), with
 //! each job's shape from its live tasks and its progress from its last reported step.
 
-use crate::{Layout, Session, Time, error_page, render, timestamp};
+use crate::page::{Layout, error_page, render};
+use crate::session::Session;
+use crate::time::{Time, timestamp};
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
 use drover_api::extract::QueryPairs;
 use drover_api::routes::jobs as api;
 use drover_api::state::AppState;
-use drover_api::store::{Task, TaskRole};
 use drover_api::views::JobView;
 use drover_core::{JobId, JobState};
+use drover_store::{Task, TaskRole};
 use std::collections::HashMap;
 
 /// The filters the page forwards to the API.
@@ -83,14 +85,9 @@ pub async fn page(
         .filter(|(k, v)| FILTERS.contains(&k.as_str()) && !v.is_empty())
         .cloned()
         .collect();
-    let listed = api::list(
-        State(state.clone()),
-        session.principal.clone(),
-        QueryPairs(forwarded.clone()),
-    )
-    .await;
+    let listed = api::list_page(&state, &session.principal, &QueryPairs(forwarded.clone())).await;
     let (views, next, error) = match listed {
-        Ok(axum::Json(list)) => (list.jobs, list.meta.next_cursor, None),
+        Ok(list) => (list.jobs, list.meta.next_cursor, None),
         // A filter the API refuses is shown beside the form, with its field.
         Err(err) if err.status.is_client_error() => {
             let field = err.field.map(|f| format!("{f}: ")).unwrap_or_default();

@@ -6,17 +6,18 @@
 //! Streams are pulled, never buffered ahead, and at most [`MAX_STREAMS`] run at once.
 
 use crate::job::{EventsTable, event_rows, log_text, summary};
-use crate::{Session, error_page};
+use crate::page::error_page;
+use crate::session::Session;
 use askama::Template;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use drover_api::extract::{PathParam, QueryPairs};
+use drover_api::extract::QueryPairs;
 use drover_api::routes::jobs as api;
 use drover_api::state::AppState;
-use drover_api::store::Scope;
 use drover_core::JobId;
+use drover_store::Scope;
 use futures::stream::{self, Stream};
 use std::convert::Infallible;
 use std::sync::{Arc, LazyLock};
@@ -33,12 +34,12 @@ const LOG_BATCH: u32 = 500;
 static STREAMS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(MAX_STREAMS)));
 
 /// A live stream's places: one of the server's [`MAX_STREAMS`] and one of its user's
-/// ([`drover_api::streams::Streams::PER_USER`], shared with followed logs), so one user cannot
-/// take them all. It lasts [`drover_api::streams::Streams::LIFETIME`]; the browser then
+/// ([`drover_service::streams::Streams::PER_USER`], shared with followed logs), so one user cannot
+/// take them all. It lasts [`drover_service::streams::Streams::LIFETIME`]; the browser then
 /// reconnects (from its `Last-Event-ID`), and its session is checked again.
 struct Permit {
     _server: OwnedSemaphorePermit,
-    _user: drover_api::streams::StreamSlot,
+    _user: drover_service::streams::StreamSlot,
     until: tokio::time::Instant,
 }
 
@@ -54,7 +55,7 @@ fn permit(state: &AppState, session: &Session) -> Option<Permit> {
     Some(Permit {
         _server: server,
         _user: user,
-        until: tokio::time::Instant::now() + drover_api::streams::Streams::LIFETIME,
+        until: tokio::time::Instant::now() + drover_service::streams::Streams::LIFETIME,
     })
 }
 
@@ -113,15 +114,9 @@ pub async fn job(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    let view = match api::get(
-        State(state.clone()),
-        session.principal.clone(),
-        PathParam(id),
-    )
-    .await
-    {
-        Ok(axum::Json(envelope)) => envelope.job,
-        Err(err) => return error_page(err),
+    let view = match drover_service::jobs::get(&state, &session.principal, &id).await {
+        Ok(detail) => api::job_view(detail),
+        Err(err) => return error_page(err.into()),
     };
     let Some(permit) = permit(&state, &session) else {
         return too_many_streams();
@@ -189,7 +184,7 @@ fn job_events(stream: JobStream) -> impl Stream<Item = Result<Event, Infallible>
 
 impl JobStream {
     /// Reads what changed since the cursor and queues the events that tell the page.
-    async fn read(&mut self) -> Result<(), drover_api::store::StoreError> {
+    async fn read(&mut self) -> Result<(), drover_store::StoreError> {
         let store = &self.state.store;
         let job = store.get_job(self.scope, self.job).await?;
         let mut next = self.cursor;
@@ -296,14 +291,10 @@ pub async fn jobs(
             if *state.stopping.borrow() || permit.expired() {
                 return None;
             }
-            let listed = api::list(
-                State(state.clone()),
-                session.principal.clone(),
-                QueryPairs(pairs.clone()),
-            )
-            .await
-            .ok()?;
-            let rows = crate::jobs::rows(&state, listed.0.jobs).await.ok()?;
+            let listed = api::list_page(&state, &session.principal, &QueryPairs(pairs.clone()))
+                .await
+                .ok()?;
+            let rows = crate::jobs::rows(&state, listed.jobs).await.ok()?;
             let html = crate::jobs::RowsFragment { rows }.render().ok()?;
             match &last {
                 Some(previous) if *previous == html => {}

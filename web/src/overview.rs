@@ -2,14 +2,16 @@
 //! scheduler's policy with its last round.
 
 use crate::chart::{Chart, Series, XAxis};
-use crate::{Layout, Session, Time, error_page, render, timestamp};
+use crate::page::{Layout, error_page, render};
+use crate::session::Session;
+use crate::time::{Time, timestamp};
 use axum::extract::State;
 use axum::response::Response;
 use chrono::Utc;
 use drover_api::error::ApiError;
 use drover_api::state::AppState;
-use drover_api::store::JobFilter;
 use drover_core::JobState;
+use drover_store::JobFilter;
 use std::collections::BTreeMap;
 
 /// Jobs counted per state on the overview; more shows as "500+".
@@ -70,7 +72,7 @@ async fn overview(state: &AppState, session: &Session) -> Result<OverviewPage, A
         (allocated > 0).then(|| format!("{:.0}%", 100.0 * useful as f64 / allocated as f64));
     let seconds_ago = |at: chrono::DateTime<Utc>| (at - now).num_milliseconds() as f64 / 1000.0;
     // Each sample holds until the next; the last one until now.
-    let series = |name: &str, pick: fn(&drover_api::store::GpuUsage) -> u32| {
+    let series = |name: &str, pick: fn(&drover_store::GpuUsage) -> u32| {
         let mut points: Vec<(f64, f64)> = Vec::with_capacity(2 * samples.len() + 1);
         for s in &samples {
             let value = f64::from(pick(s));

@@ -7,8 +7,8 @@
 //! who may not see its job.
 
 use drover_api::state::AppState;
-use drover_api::store::{MetricBucket, MetricSeries, Scope, StoreResult};
 use drover_core::JobId;
+use drover_store::{MetricBucket, MetricSeries, Scope, StoreResult};
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;

@@ -1,20 +1,83 @@
-//! Signing in and out. The API token a user signs in with is used once, to find the user; the
-//! browser gets a session token of its own (an API token named `dashboard session` that expires in
-//! [`SESSION_HOURS`]), in an HttpOnly, SameSite=Strict cookie. Signing out revokes it, so a copied
-//! cookie dies with the session; it also shows in the user's token list, where it can be revoked.
+//! Signing in and out, and the signed-in browser every page is for ([`Session`]). The API token a
+//! user signs in with is used once, to find the user; the browser gets a session token of its own (an
+//! API token named `dashboard session` that expires in [`SESSION_HOURS`]), in an HttpOnly,
+//! SameSite=Strict cookie. Signing out revokes it, so a copied cookie dies with the session; it also
+//! shows in the user's token list, where it can be revoked.
 
-use crate::{Session, cross_site, render, see_other};
+use crate::page::{Layout, cross_site, error_page, render, see_other};
 use axum::body::Bytes;
-use axum::extract::{Query, State};
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
-use drover_api::auth::{self, Principal};
+use drover_api::auth;
 use drover_api::state::AppState;
-use drover_api::store::NewToken;
+use drover_service::auth::Principal;
+use drover_store::NewToken;
+use drover_store::tokens;
 use serde::Deserialize;
 
 pub const SESSION_HOURS: i64 = 12;
+
+/// A signed-in browser: the caller, and the CSRF token its forms carry. Without a valid session a
+/// page answers with a redirect to the login page, which comes back here afterwards.
+#[derive(Debug)]
+pub struct Session {
+    pub principal: Principal,
+    pub csrf: String,
+}
+
+impl FromRequestParts<AppState> for Session {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let back = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned();
+        let Some(token) = auth::session_cookie(&parts.headers) else {
+            return Err(to_login(&back, None));
+        };
+        match Principal::from_token(state, token).await {
+            Ok(principal) => Ok(Session {
+                principal,
+                csrf: auth::csrf_token(token),
+            }),
+            Err(err) if err.kind == drover_service::ErrorKind::Unauthenticated => {
+                Err(to_login(&back, Some("your session ended; sign in again")))
+            }
+            Err(err) => Err(error_page(err.into())),
+        }
+    }
+}
+
+impl Session {
+    /// The frame every page shares.
+    pub fn layout(&self, active: &'static str) -> Layout {
+        let user = &self.principal.user;
+        Layout {
+            user: user.name.clone(),
+            tenant: user.tenant_name.clone(),
+            role: if user.cluster_admin {
+                "cluster admin".to_owned()
+            } else {
+                user.role.to_string()
+            },
+            csrf: self.csrf.clone(),
+            active,
+            admin: user.cluster_admin,
+        }
+    }
+
+    pub fn can_write_jobs(&self) -> bool {
+        self.principal.require_job_writer().is_ok()
+    }
+}
 
 #[derive(askama::Template)]
 #[template(path = "login.html")]
@@ -87,12 +150,12 @@ pub async fn login(State(state): State<AppState>, headers: HeaderMap, body: Byte
     }
     let principal = match Principal::from_token(&state, token).await {
         Ok(principal) => principal,
-        Err(err) if err.status == StatusCode::UNAUTHORIZED => {
+        Err(err) if err.kind == drover_service::ErrorKind::Unauthenticated => {
             return refused(&next, &format!("sign-in refused: {}", err.message));
         }
-        Err(err) => return crate::error_page(err),
+        Err(err) => return error_page(err.into()),
     };
-    let session = auth::generate_token();
+    let session = tokens::generate_token();
     // A session never outlives the token it was opened with.
     let now = Utc::now();
     let expires_at = (now + chrono::Duration::hours(SESSION_HOURS)).min(
@@ -103,12 +166,12 @@ pub async fn login(State(state): State<AppState>, headers: HeaderMap, body: Byte
     let new = NewToken {
         user_id: principal.user.id,
         name: "dashboard session".to_owned(),
-        token_hash: auth::hash_token(&session),
-        prefix: auth::display_prefix(&session),
+        token_hash: tokens::hash_token(&session),
+        prefix: tokens::display_prefix(&session),
         expires_at: Some(expires_at),
     };
     if let Err(err) = state.store.create_token(&new).await {
-        return crate::error_page(err.into());
+        return error_page(err.into());
     }
     tracing::info!(user.id = %principal.user.id, "dashboard session started");
     let mut response = see_other(&next);
@@ -170,7 +233,7 @@ pub async fn logout(
             .into_response();
     }
     if let Err(err) = state.store.revoke_token(session.principal.token_id).await {
-        return crate::error_page(err.into());
+        return error_page(err.into());
     }
     state.tokens.forget_all();
     let mut response = to_login("/", Some("signed out"));

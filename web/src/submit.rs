@@ -2,15 +2,18 @@
 //! is validated by the same code and refused with the same field-level error, shown beside the
 //! editor. "Clone" on a job page opens this page with that job's spec under a new name.
 
-use crate::{Layout, Session, cross_site, error_page, render, see_other};
+use crate::page::{Layout, cross_site, error_page, render, see_other};
+use crate::session::Session;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use drover_api::auth;
-use drover_api::extract::{Body, PathParam};
+use drover_api::error::ApiError;
 use drover_api::routes::jobs as api;
 use drover_api::state::AppState;
+use drover_core::DroverJob;
+use drover_core::spec::Format;
 use serde::Deserialize;
 
 const EXAMPLE: &str = include_str!("../../examples/digits-mlp.yaml");
@@ -36,18 +39,10 @@ pub async fn page(
 ) -> Response {
     let document = match query.from {
         None => EXAMPLE.to_owned(),
-        Some(id) => {
-            let got = api::get(
-                State(state.clone()),
-                session.principal.clone(),
-                PathParam(id),
-            )
-            .await;
-            match got {
-                Ok(axum::Json(envelope)) => clone_spec(envelope.job.spec),
-                Err(err) => return error_page(err),
-            }
-        }
+        Some(id) => match drover_service::jobs::get(&state, &session.principal, &id).await {
+            Ok(detail) => clone_spec(api::job_view(detail).spec),
+            Err(err) => return error_page(err.into()),
+        },
     };
     render(&SubmitPage {
         layout: session.layout("submit"),
@@ -97,43 +92,24 @@ pub async fn submit(
         )
             .into_response();
     }
-    let mut api_headers = HeaderMap::new();
-    api_headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/yaml"),
-    );
-    let submitted = api::submit(
-        State(state.clone()),
-        session.principal.clone(),
-        api_headers,
-        Body(Bytes::from(form.document.clone())),
-    )
+    let submitted = async {
+        let mut job = DroverJob::parse(form.document.as_bytes(), Format::Yaml)?;
+        job.status = None;
+        drover_service::jobs::submit(&state, &session.principal, job, None, None).await
+    }
     .await;
     match submitted {
-        Ok(response) if response.status().is_success() => {
-            let location = response
-                .headers()
-                .get(header::LOCATION)
-                .and_then(|l| l.to_str().ok())
-                .and_then(|l| l.strip_prefix("/api/v1"))
-                .unwrap_or("/jobs")
-                .to_owned();
-            see_other(&location)
-        }
-        Ok(response) => error_page(drover_api::error::ApiError::new(
-            response.status(),
-            "submit",
-            "the job was not accepted",
-        )),
-        Err(err) if err.status.is_client_error() => {
+        Ok(created) => see_other(&format!("/jobs/{}", created.value.id)),
+        Err(err) if err.is_client_error() => {
+            let status = ApiError::from(err.clone()).status;
             let page = SubmitPage {
                 layout: session.layout("submit"),
                 document: form.document,
                 error: Some(err.message),
                 field: err.field,
             };
-            (err.status, render(&page)).into_response()
+            (status, render(&page)).into_response()
         }
-        Err(err) => error_page(err),
+        Err(err) => error_page(err.into()),
     }
 }

@@ -10,15 +10,16 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use drover_api::auth;
 use drover_api::state::AppState;
-use drover_api::store::{GpuUsage, NewTenant, NewToken, NewUser, Quota, RoundRecord};
-use drover_api::testing::TestDb;
 use drover_core::Role;
+use drover_store::testing::TestDb;
+use drover_store::tokens;
+use drover_store::{GpuUsage, NewTenant, NewToken, NewUser, Quota, RoundRecord};
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
 struct Site {
     _db: TestDb,
-    store: std::sync::Arc<dyn drover_api::store::Store>,
+    store: std::sync::Arc<dyn drover_store::Store>,
     app: Router,
 }
 
@@ -85,13 +86,13 @@ impl Site {
                 })
                 .await
                 .unwrap();
-            let token = auth::generate_token();
+            let token = tokens::generate_token();
             store
                 .create_token(&NewToken {
                     user_id: user.id,
                     name: "test".into(),
-                    token_hash: auth::hash_token(&token),
-                    prefix: auth::display_prefix(&token),
+                    token_hash: tokens::hash_token(&token),
+                    prefix: tokens::display_prefix(&token),
                     expires_at: None,
                 })
                 .await
@@ -438,8 +439,8 @@ async fn the_submit_form_shows_the_field_error_and_keeps_the_text() {
 /// A long series is gathered into step ranges by the database (SQLite and Postgres alike) and drawn
 /// with its spike.
 async fn a_long_series_is_drawn_whole(db: TestDb) {
-    use drover_api::store::{NewMetrics, NewTask, Scope, StateChange, TaskKey, TaskRole};
     use drover_core::{JobId, JobState, ReasonCode};
+    use drover_store::{NewMetrics, NewTask, Scope, StateChange, TaskKey, TaskRole};
     let store = db.store.clone();
     let (site, [ada, _, _]) = Site::on(db).await;
     let session = site.sign_in(&ada).await;

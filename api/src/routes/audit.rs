@@ -1,14 +1,14 @@
 //! `GET /api/v1/audit`: the audit log of privileged actions, newest first (cluster administrators).
 
-use crate::auth::Principal;
 use crate::error::{ApiResult, ErrorBody};
 use crate::extract::QueryPairs;
+use crate::paging::ListMeta;
 use crate::state::AppState;
-use crate::store::AuditEvent;
-use crate::views::ListMeta;
 use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
+use drover_service::auth::Principal;
+use drover_store::AuditEvent;
 use serde::Serialize;
 use utoipa::ToSchema;
 use uuid::Uuid;

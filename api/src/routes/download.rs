@@ -2,7 +2,6 @@
 //! read so that nothing a task planted leads outside the job's own directory), or from the object
 //! store.
 
-use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::PathPair;
 use crate::routes::jobs::parse_job_id;
@@ -12,6 +11,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use drover_core::JobId;
+use drover_service::auth::Principal;
 
 /// Downloads a checkpoint: the file itself, or a tar archive when the checkpoint is a directory.
 #[utoipa::path(
@@ -93,7 +93,7 @@ pub async fn download(
             .map(|body| attachment(body, &name));
     }
     let file = tokio::task::spawn_blocking(move || {
-        crate::checkpoint_files::open_within(&resolved, &job_root)
+        drover_runtime::checkpoint_files::open_within(&resolved, &job_root)
     })
     .await
     .map_err(|_| ApiError::internal())?
@@ -135,21 +135,22 @@ async fn stream_directory(
         )
     })?;
     let listed = dir.clone();
-    let files =
-        tokio::task::spawn_blocking(move || crate::checkpoint_files::list_directory(&listed))
-            .await
-            .map_err(|_| ApiError::internal())?
-            .map_err(|err| {
-                if err.kind() == std::io::ErrorKind::Other {
-                    ApiError::new(
-                        axum::http::StatusCode::UNPROCESSABLE_ENTITY,
-                        "too_large",
-                        format!("checkpoint `{checkpoint}`: {err}; download its files one by one"),
-                    )
-                } else {
-                    refuse(err)
-                }
-            })?;
+    let files = tokio::task::spawn_blocking(move || {
+        drover_runtime::checkpoint_files::list_directory(&listed)
+    })
+    .await
+    .map_err(|_| ApiError::internal())?
+    .map_err(|err| {
+        if err.kind() == std::io::ErrorKind::Other {
+            ApiError::new(
+                axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                "too_large",
+                format!("checkpoint `{checkpoint}`: {err}; download its files one by one"),
+            )
+        } else {
+            refuse(err)
+        }
+    })?;
     let (tx, rx) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
@@ -157,7 +158,7 @@ async fn stream_directory(
             tx,
             buffer: Vec::with_capacity(CHUNK),
         };
-        let written = crate::checkpoint_files::write_tar(&files, &job_root, &mut out);
+        let written = drover_runtime::checkpoint_files::write_tar(&files, &job_root, &mut out);
         match written {
             Ok(()) => {}
             Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => {}
@@ -209,7 +210,7 @@ impl std::io::Write for ChunkWriter {
 /// A checkpoint's download from an object store: the object itself, or a tar archive of the objects
 /// under it.
 async fn download_from_store(
-    storage: &crate::checkpoint_store::ObjectStorage,
+    storage: &drover_runtime::checkpoint_store::ObjectStorage,
     job_id: JobId,
     location: &str,
     checkpoint: &str,

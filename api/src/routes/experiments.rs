@@ -2,40 +2,24 @@
 //! with its point and last metric), pause and resume, cancel, and the experiment's events. The
 //! experiment driver (`crate::experiments`) runs the trials.
 
-use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::experiment_views::{
-    ExperimentEnvelope, ExperimentEventList, ExperimentEventView, ExperimentList, TrialList,
-    trial_views, view,
+    ExperimentEnvelope, ExperimentEventList, ExperimentEventView, ExperimentList, TrialList, view,
 };
-use crate::experiments::{cancel_running, event};
 use crate::extract::{Body, PathParam, QueryPairs};
+use crate::paging::ListMeta;
 use crate::state::AppState;
-use crate::store::{Experiment, ExperimentState, NewExperiment};
-use crate::views::ListMeta;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
 use drover_core::ExperimentId;
 use drover_core::experiment::DroverExperiment;
+use drover_service::auth::Principal;
+use drover_service::experiments::steer::{self, ExperimentAction};
+use drover_service::experiments::trials as trial_views;
 
 const MAX_PAGE: u32 = 500;
-
-fn parse_id(raw: &str) -> ApiResult<ExperimentId> {
-    raw.parse()
-        .map_err(|_| ApiError::not_found(format!("no experiment `{raw}`")))
-}
-
-async fn load(state: &AppState, principal: &Principal, raw: &str) -> ApiResult<Experiment> {
-    let id = parse_id(raw)?;
-    state
-        .store
-        .get_experiment(principal.scope(), id)
-        .await
-        .map_err(|err| ApiError::from_store(err, || format!("no experiment `{raw}`")))
-}
 
 /// Submit an experiment (JSON or YAML `DroverExperiment`). Its trials are jobs of the caller's
 /// tenant, named `<experiment>-t<trial>-<segment>`, counted against its quota.
@@ -59,7 +43,7 @@ pub async fn submit(
     principal.require_job_writer()?;
     let format = super::jobs::body_format(&headers, &body)?;
     let experiment = DroverExperiment::parse(&body, format)?;
-    let created = create_experiment(&state, &principal, experiment).await?;
+    let created = steer::create(&state, &principal, experiment).await?;
     let location = HeaderValue::from_str(&format!("/api/v1/experiments/{}", created.id)).ok();
     let mut response = (
         StatusCode::CREATED,
@@ -72,53 +56,6 @@ pub async fn submit(
         response.headers_mut().insert(header::LOCATION, location);
     }
     Ok(response)
-}
-
-/// Creates a parsed (so validated) experiment as `principal`'s, in their tenant, and records who
-/// submitted it. A name taken in the tenant is a 409 on `metadata.name`. Shared by the route and the
-/// Kubernetes controller (`crate::kubernetes::experiments`).
-pub async fn create_experiment(
-    state: &AppState,
-    principal: &Principal,
-    mut experiment: DroverExperiment,
-) -> ApiResult<Experiment> {
-    principal.require_job_writer()?;
-    experiment.status = None;
-    let document = serde_json::to_value(&experiment).map_err(|err| {
-        tracing::error!(error = %err, "serialising a parsed experiment failed");
-        ApiError::internal()
-    })?;
-    let now = Utc::now();
-    let created = state
-        .store
-        .create_experiment(&NewExperiment {
-            id: ExperimentId::new(),
-            tenant_id: principal.user.tenant_id,
-            name: experiment.metadata.name.clone(),
-            document,
-            submitted_by: principal.user.id,
-            created_at: now,
-        })
-        .await
-        .map_err(|err| ApiError::from_store(err, || "experiment".into()))?;
-    event(
-        state,
-        created.id,
-        format!(
-            "submitted by {}: {} searcher, {} {}",
-            principal.user.name,
-            experiment.spec.searcher.name(),
-            match experiment.spec.metric.goal {
-                drover_core::experiment::Goal::Minimize => "minimise",
-                drover_core::experiment::Goal::Maximize => "maximise",
-            },
-            experiment.spec.metric.name
-        ),
-        now,
-    )
-    .await;
-    tracing::info!(experiment.id = %created.id, user.id = %principal.user.id, "experiment submitted");
-    Ok(created)
 }
 
 /// The caller's tenant's experiments (every tenant's for cluster administrators), newest first.
@@ -176,7 +113,7 @@ pub async fn get(
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<Json<ExperimentEnvelope>> {
-    let experiment = load(&state, &principal, &id).await?;
+    let experiment = steer::load(&state, &principal, &id).await?;
     let trials = trial_views(&state, &experiment).await?;
     Ok(Json(ExperimentEnvelope {
         experiment: view(experiment, Some(trials)),
@@ -195,7 +132,7 @@ pub async fn trials(
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<Json<TrialList>> {
-    let experiment = load(&state, &principal, &id).await?;
+    let experiment = steer::load(&state, &principal, &id).await?;
     Ok(Json(TrialList {
         trials: trial_views(&state, &experiment).await?,
     }))
@@ -221,7 +158,7 @@ pub async fn events(
     query.only(&["limit", "cursor"])?;
     let page = query.limit(100, MAX_PAGE)?;
     let after = query.id_cursor()?;
-    let experiment = load(&state, &principal, &id).await?;
+    let experiment = steer::load(&state, &principal, &id).await?;
     let mut events = state
         .store
         .list_experiment_events(experiment.id, after, page + 1)
@@ -246,14 +183,6 @@ pub async fn events(
     }))
 }
 
-/// What a user may do to an experiment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExperimentAction {
-    Pause,
-    Resume,
-    Cancel,
-}
-
 /// Pause an experiment: no new trials start, and its running trials pause (they checkpoint and give
 /// their GPUs back).
 #[utoipa::path(
@@ -272,7 +201,7 @@ pub async fn pause(
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<Json<ExperimentEnvelope>> {
-    experiment_transition(&state, &principal, &id, ExperimentAction::Pause).await
+    transition(&state, &principal, &id, ExperimentAction::Pause).await
 }
 
 /// Resume a paused experiment: its paused trials queue again and the searcher carries on.
@@ -292,7 +221,7 @@ pub async fn resume(
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<Json<ExperimentEnvelope>> {
-    experiment_transition(&state, &principal, &id, ExperimentAction::Resume).await
+    transition(&state, &principal, &id, ExperimentAction::Resume).await
 }
 
 /// Cancel an experiment and its running trials.
@@ -312,155 +241,19 @@ pub async fn cancel(
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<Json<ExperimentEnvelope>> {
-    experiment_transition(&state, &principal, &id, ExperimentAction::Cancel).await
+    transition(&state, &principal, &id, ExperimentAction::Cancel).await
 }
 
-/// Pauses, resumes or cancels the experiment `raw` (an id) as `principal`; an action its state does
-/// not allow is a 409 `illegal_transition`. Cancelling cancels its running trial jobs. Shared by the
-/// routes and the Kubernetes controller (deleting a DroverExperiment cancels it).
-pub async fn experiment_transition(
+/// Pauses, resumes or cancels experiment `id`, and shows it as it is after.
+async fn transition(
     state: &AppState,
     principal: &Principal,
-    raw: &str,
+    id: &str,
     action: ExperimentAction,
 ) -> ApiResult<Json<ExperimentEnvelope>> {
-    let experiment = load(state, principal, raw).await?;
-    principal.require_job_writer()?;
-    let conflict = |why: String| ApiError::new(StatusCode::CONFLICT, "illegal_transition", why);
-    let now = Utc::now();
-    let store = state.store.as_ref();
-    let internal = |err| ApiError::from_store(err, || "experiment".into());
-    let who = &principal.user.name;
-    match action {
-        ExperimentAction::Pause => {
-            if experiment.state != ExperimentState::Active {
-                return Err(conflict(format!(
-                    "the experiment is `{}`; only an active experiment can be paused",
-                    experiment.state
-                )));
-            }
-            store
-                .set_experiment_state(
-                    experiment.id,
-                    ExperimentState::Paused,
-                    &format!("paused by {who}"),
-                    now,
-                )
-                .await
-                .map_err(internal)?;
-            let paused = each_trial_job(
-                state,
-                principal,
-                &experiment,
-                super::job_actions::UserAction::Pause,
-            )
-            .await?;
-            event(
-                state,
-                experiment.id,
-                format!("paused by {who} ({paused} running trials paused)"),
-                now,
-            )
-            .await;
-        }
-        ExperimentAction::Resume => {
-            if experiment.state != ExperimentState::Paused {
-                return Err(conflict(format!(
-                    "the experiment is `{}`; only a paused experiment can be resumed",
-                    experiment.state
-                )));
-            }
-            store
-                .set_experiment_state(
-                    experiment.id,
-                    ExperimentState::Active,
-                    &format!("resumed by {who}"),
-                    now,
-                )
-                .await
-                .map_err(internal)?;
-            let resumed = each_trial_job(
-                state,
-                principal,
-                &experiment,
-                super::job_actions::UserAction::Resume,
-            )
-            .await?;
-            event(
-                state,
-                experiment.id,
-                format!("resumed by {who} ({resumed} trials resumed)"),
-                now,
-            )
-            .await;
-        }
-        ExperimentAction::Cancel => {
-            if experiment.state.is_terminal() {
-                return Err(conflict(format!(
-                    "the experiment is `{}` already",
-                    experiment.state
-                )));
-            }
-            store
-                .set_experiment_state(
-                    experiment.id,
-                    ExperimentState::Cancelled,
-                    &format!("cancelled by {who}"),
-                    now,
-                )
-                .await
-                .map_err(internal)?;
-            let cancelled = cancel_running(
-                state,
-                experiment.id,
-                &format!("its experiment was cancelled by {who}"),
-            )
-            .await
-            .map_err(internal)?;
-            event(
-                state,
-                experiment.id,
-                format!("cancelled by {who} ({cancelled} running trials cancelled)"),
-                now,
-            )
-            .await;
-        }
-    }
-    let experiment = load(state, principal, raw).await?;
+    let experiment = steer::transition(state, principal, id, action).await?;
     let trials = trial_views(state, &experiment).await?;
     Ok(Json(ExperimentEnvelope {
         experiment: view(experiment, Some(trials)),
     }))
-}
-
-/// Pauses (or resumes) every trial job that can be; returns how many changed.
-async fn each_trial_job(
-    state: &AppState,
-    principal: &Principal,
-    experiment: &Experiment,
-    action: super::job_actions::UserAction,
-) -> ApiResult<usize> {
-    let (_, segments) = state
-        .store
-        .experiment_trials(experiment.id)
-        .await
-        .map_err(|err| ApiError::from_store(err, || "experiment".into()))?;
-    let mut changed = 0;
-    for segment in &segments {
-        let (Some(job), Some(job_state)) = (segment.job_id, segment.job_state) else {
-            continue;
-        };
-        let applies = match action {
-            super::job_actions::UserAction::Resume => job_state == drover_core::JobState::Paused,
-            _ => !job_state.is_final() && job_state != drover_core::JobState::Paused,
-        };
-        if applies
-            && super::job_actions::user_transition(state, principal, &job.to_string(), action)
-                .await
-                .is_ok()
-        {
-            changed += 1;
-        }
-    }
-    Ok(changed)
 }

@@ -1,23 +1,20 @@
 //! `/api/v1/jobs`: submit, read, list, and the events of a job (its state changes: `job_actions`).
 
-use crate::auth::Principal;
-use crate::cluster::{Observer, parse_spec};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{Body, PathParam, QueryPairs};
-use crate::model_views::JobModels;
+use crate::paging::ListMeta;
 use crate::state::AppState;
-use crate::store::{Created, Job, JobFilter, NewJob, Quota, StoreError, TaskRole};
-use crate::views::{EventList, EventView, JobEnvelope, JobList, JobView, ListMeta};
+use crate::views::{EventList, EventView, JobEnvelope, JobList, JobView};
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chrono::Utc;
 use drover_core::spec::Format;
 use drover_core::{DroverJob, JobId, JobState};
-use drover_scheduler::Shape;
+use drover_service::auth::Principal;
+use drover_store::JobFilter;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
@@ -52,7 +49,9 @@ pub async fn submit(
     let request_hash = idempotency_key
         .as_ref()
         .map(|_| Sha256::digest(&body).into());
-    let outcome = create_job(&state, &principal, job, idempotency_key, request_hash).await?;
+    let outcome =
+        drover_service::jobs::submit(&state, &principal, job, idempotency_key, request_hash)
+            .await?;
     let job = outcome.value;
     let location = HeaderValue::from_str(&format!("/api/v1/jobs/{}", job.id)).ok();
     let status = if outcome.created {
@@ -76,86 +75,6 @@ pub async fn submit(
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     Ok(response)
-}
-
-/// Stores a parsed, validated job for `principal` after the quota, queue-length and secret checks a
-/// submission gets (REST, the dashboard and the Kubernetes controller share it). With an idempotency
-/// key used before in the tenant, returns the first job (`created: false`).
-pub async fn create_job(
-    state: &AppState,
-    principal: &Principal,
-    job: DroverJob,
-    idempotency_key: Option<String>,
-    request_hash: Option<[u8; 32]>,
-) -> ApiResult<Created<Job>> {
-    check_quota(&principal.user.tenant_name, &principal.tenant_quota, &job)?;
-    check_waiting_jobs(state, principal).await?;
-    super::secrets::check_references(
-        state,
-        principal.user.tenant_id,
-        &principal.user.tenant_name,
-        &job,
-    )
-    .await?;
-    check_init_from(state, principal, &job).await?;
-    // `metadata.generateName`: the name is the prefix and five random characters, drawn again
-    // while the tenant has a job of that name.
-    let prefix = job
-        .metadata
-        .name
-        .is_empty()
-        .then(|| job.metadata.generate_name.clone())
-        .flatten();
-    let mut job = job;
-    let mut attempt = 0;
-    let outcome = loop {
-        if let Some(prefix) = &prefix {
-            job.metadata.name = format!("{prefix}{}", name_suffix());
-        }
-        let new_job = NewJob {
-            id: JobId::new(),
-            tenant_id: principal.user.tenant_id,
-            tenant_name: principal.user.tenant_name.clone(),
-            name: job.metadata.name.clone(),
-            job_type: job.spec.job_type,
-            priority: job.spec.scheduling.priority,
-            max_gpus: i64::try_from(job.max_gpus()).unwrap_or(i64::MAX),
-            labels: job.metadata.labels.clone(),
-            document: serde_json::to_value(&job).map_err(|err| {
-                tracing::error!(error = %err, "serialising a parsed job failed");
-                ApiError::internal()
-            })?,
-            submitted_by: principal.user.id,
-            request_hash,
-            idempotency_key: idempotency_key.clone(),
-            created_at: Utc::now(),
-        };
-        match state.submissions.create(&state.store, new_job).await {
-            Err(StoreError::Conflict { field, .. })
-                if prefix.is_some() && field == "metadata.name" && attempt < 8 =>
-            {
-                attempt += 1;
-            }
-            other => break other?,
-        }
-    };
-    if outcome.created {
-        let job = &outcome.value;
-        state.metrics.job_submitted();
-        state.wake_scheduler();
-        tracing::info!(job.id = %job.id, tenant.id = %job.tenant_id, job.name = %job.name, "job submitted");
-    }
-    Ok(outcome)
-}
-
-/// Five characters for a generated name, from Kubernetes' alphabet (no vowels, no look-alikes).
-fn name_suffix() -> String {
-    use rand::Rng;
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut rng = rand::rng();
-    (0..5)
-        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
-        .collect()
 }
 
 pub(crate) fn body_format(headers: &HeaderMap, body: &[u8]) -> ApiResult<Format> {
@@ -211,92 +130,9 @@ fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
     Ok(Some(key.to_owned()))
 }
 
-/// A job whose smallest shape exceeds the tenant's GPU ceiling could never run: refuse it now.
-pub(super) fn check_quota(tenant_name: &str, quota: &Quota, job: &DroverJob) -> ApiResult<()> {
-    let Some(max_gpus) = quota.max_gpus else {
-        return Ok(());
-    };
-    let resources = &job.spec.resources;
-    let min_gpus = u64::from(resources.workers.min) * u64::from(resources.gpus_per_worker);
-    if min_gpus > u64::from(max_gpus) {
-        return Err(ApiError::invalid(
-            "spec.resources.workers.min",
-            format!(
-                "the job needs at least {min_gpus} GPUs but tenant `{tenant_name}` may hold at most {max_gpus}"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// `train.init_from` must name a checkpoint of one of the tenant's jobs.
-async fn check_init_from(
-    state: &AppState,
-    principal: &Principal,
-    job: &DroverJob,
-) -> ApiResult<()> {
-    let Some(init) = job.spec.train.as_ref().and_then(|t| t.init_from.as_ref()) else {
-        return Ok(());
-    };
-    let field = "spec.train.init_from.checkpoint";
-    let missing = || {
-        ApiError::invalid(
-            field,
-            format!(
-                "no checkpoint `{}` in the tenant (`drover checkpoints JOB` lists a job's)",
-                init.checkpoint
-            ),
-        )
-    };
-    let id = uuid::Uuid::parse_str(&init.checkpoint).map_err(|_| missing())?;
-    let checkpoint = state
-        .store
-        .checkpoint_by_id(id)
-        .await
-        .map_err(|err| ApiError::from_store(err, || "checkpoint".into()))?
-        .ok_or_else(missing)?;
-    match state
-        .store
-        .get_job(
-            crate::store::Scope::Tenant(principal.user.tenant_id),
-            checkpoint.job_id,
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(StoreError::NotFound) => Err(missing()),
-        Err(err) => Err(ApiError::from_store(err, || "job".into())),
-    }
-}
-
-/// A tenant may keep only so many jobs waiting, so that no tenant can fill the database. Concurrent
-/// submissions may overshoot the ceiling by their number.
-async fn check_waiting_jobs(state: &AppState, principal: &Principal) -> ApiResult<()> {
-    let ceiling = state.limits.max_queued_jobs_per_tenant;
-    if ceiling == 0 {
-        return Ok(());
-    }
-    let waiting = state
-        .store
-        .count_waiting_jobs(principal.user.tenant_id)
-        .await?;
-    if waiting < u64::from(ceiling) {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        StatusCode::TOO_MANY_REQUESTS,
-        "too_many_waiting_jobs",
-        format!(
-            "tenant `{}` has {waiting} jobs waiting, its ceiling: submit again once some have started or been cancelled",
-            principal.user.tenant_name
-        ),
-    ))
-}
-
 /// Parses a job id from a path; a malformed id is simply an unknown job.
 pub fn parse_job_id(raw: &str) -> ApiResult<JobId> {
-    raw.parse()
-        .map_err(|_| ApiError::not_found(format!("no job `{raw}`")))
+    Ok(drover_service::jobs::parse_job_id(raw)?)
 }
 
 /// Get one job, with its whole spec.
@@ -311,53 +147,18 @@ pub async fn get(
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<Json<JobEnvelope>> {
-    let job_id = parse_job_id(&id)?;
-    let job = state
-        .store
-        .get_job(principal.scope(), job_id)
-        .await
-        .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
-    let model = job_models(&state, &job).await?;
-    let queue = super::queue::position_of(&state, &job).await?;
-    let mut view = JobView::from(job);
-    view.model = model;
-    view.queue = queue;
-    Ok(Json(JobEnvelope { job: view }))
+    let detail = drover_service::jobs::get(&state, &principal, &id).await?;
+    Ok(Json(JobEnvelope {
+        job: job_view(detail),
+    }))
 }
 
-/// The job's fitted models, when it has reported a step.
-async fn job_models(state: &AppState, job: &Job) -> ApiResult<Option<JobModels>> {
-    if job.generation == 0 {
-        return Ok(None);
-    }
-    let local;
-    let observer = match &state.runtime {
-        Some(runtime) => &runtime.observer,
-        None => {
-            local = Observer::default();
-            &local
-        }
-    };
-    let observed = observer.refresh(state.store.as_ref(), job.id).await?;
-    if observed.steps_done == 0 {
-        return Ok(None);
-    }
-    let tasks = state.store.generation_tasks(job.id, job.generation).await?;
-    let workers = tasks
-        .iter()
-        .filter(|t| t.key.role == TaskRole::Worker)
-        .count() as u32;
-    let shape = match parse_spec(job.document.as_deref()) {
-        Some(spec) if !job.state.holds_resources() || workers == 0 => Shape {
-            ps: spec.spec.resources.ps.max,
-            workers: spec.spec.resources.workers.max,
-        },
-        _ => Shape {
-            ps: tasks.len() as u32 - workers,
-            workers,
-        },
-    };
-    Ok(Some(JobModels::of(job, &observed, shape)))
+/// A job as one read of it shows it: with its models and queue place.
+pub fn job_view(detail: drover_service::jobs::JobDetail) -> JobView {
+    let mut view = JobView::from(detail.job);
+    view.model = detail.model;
+    view.queue = detail.queue;
+    view
 }
 
 /// List jobs, newest first.
@@ -383,6 +184,16 @@ pub async fn list(
     principal: Principal,
     query: QueryPairs,
 ) -> ApiResult<Json<JobList>> {
+    Ok(Json(list_page(&state, &principal, &query).await?))
+}
+
+/// The page of jobs a listing's query asks for (`state`, `label`, `tenant`, `name`, `limit`,
+/// `cursor`): the query language of `GET /api/v1/jobs`, which the dashboard's job list speaks too.
+pub async fn list_page(
+    state: &AppState,
+    principal: &Principal,
+    query: &QueryPairs,
+) -> ApiResult<JobList> {
     query.only(&["state", "label", "tenant", "name", "limit", "cursor"])?;
     let mut filter = JobFilter {
         limit: query.limit(50, MAX_PAGE)?,
@@ -415,21 +226,18 @@ pub async fn list(
             )
         })?);
     }
-    let scope = super::tenant_scope(&state, &principal, query.get("tenant"), "jobs").await?;
-    // One row more than asked tells whether another page exists.
-    let page = filter.limit;
-    filter.limit = page + 1;
-    let mut jobs = state.store.list_jobs(scope, &filter).await?;
-    let next_cursor = if jobs.len() > page as usize {
-        jobs.truncate(page as usize);
+    let scope =
+        drover_service::auth::tenant_scope(state, principal, query.get("tenant"), "jobs").await?;
+    let (jobs, more) = drover_service::jobs::list(state, scope, &filter).await?;
+    let next_cursor = if more {
         jobs.last().map(|job| encode_cursor(job.id))
     } else {
         None
     };
-    Ok(Json(JobList {
+    Ok(JobList {
         jobs: jobs.into_iter().map(JobView::from).collect(),
         meta: ListMeta { next_cursor },
-    }))
+    })
 }
 
 /// `team=vision,env=prod` (repeatable) into a map; keys and values use label syntax.

@@ -142,29 +142,6 @@ fn document_common_errors(openapi: &mut utoipa::openapi::OpenApi) {
     }
 }
 
-/// The scope a `?tenant=` query asks for: the caller's own by default; another tenant only for a
-/// cluster administrator (anyone else gets the same 403 whether that tenant exists or not).
-pub(crate) async fn tenant_scope(
-    state: &AppState,
-    principal: &crate::auth::Principal,
-    tenant: Option<&str>,
-    what: &str,
-) -> crate::error::ApiResult<crate::store::Scope> {
-    match tenant {
-        None => Ok(principal.scope()),
-        Some(name) if !principal.user.cluster_admin && name != principal.user.tenant_name => Err(
-            ApiError::forbidden(format!("you may only list your own tenant's {what}"))
-                .with_field("tenant"),
-        ),
-        Some(name) => {
-            let tenant = state.store.get_tenant_by_name(name).await.map_err(|err| {
-                ApiError::from_store(err, || format!("no tenant `{name}`")).with_field("tenant")
-            })?;
-            Ok(crate::store::Scope::Tenant(tenant.id))
-        }
-    }
-}
-
 /// The whole HTTP application; tests drive it in-process.
 pub fn app(state: AppState) -> Router {
     app_with(state, Router::new())
@@ -254,7 +231,7 @@ pub fn app_with(state: AppState, pages: Router<AppState>) -> Router {
         })
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            crate::limits::limit_requests,
+            crate::middleware::limit_requests,
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -1,55 +1,22 @@
 //! The queue: every waiting job's place in the order the policy would start jobs, its reason, and its
 //! predicted start and finish with a band (the leader's forecast, refreshed beside its rounds).
 
-use crate::auth::Principal;
 use crate::error::{ApiResult, ErrorBody};
 use crate::extract::QueryPairs;
 use crate::state::AppState;
-use crate::store::{Job, JobFilter, QueueEntry, QueueForecast};
 use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
 use drover_core::JobState;
+use drover_service::auth::Principal;
+use drover_service::queue::QueuePosition;
+use drover_store::{JobFilter, QueueEntry, QueueForecast};
 use serde::Serialize;
 use std::collections::HashMap;
 use uuid::Uuid;
 
 /// Queued jobs listed at most.
 const MAX_QUEUE: u32 = 5_000;
-
-/// A waiting job's place in the queue and when it should start.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct QueuePosition {
-    /// 1 for the job the policy would start first, counting every tenant's jobs; `null` until the
-    /// forecast has seen the job (it runs beside every scheduling round).
-    pub position: Option<u32>,
-    /// The policy's reason it waits (`insufficient_resources`, `fair_share`, `lower_priority`, …).
-    pub reason: Option<String>,
-    /// When it should start if running jobs take as long as estimated; `null` beyond the forecast's
-    /// 30-day horizon or before the first forecast.
-    pub predicted_start: Option<DateTime<Utc>>,
-    pub predicted_finish: Option<DateTime<Utc>>,
-    /// The start if every job takes as little (`p10`) or as long (`p90`) as its estimate's 10th and
-    /// 90th percentiles.
-    pub p10: Option<DateTime<Utc>>,
-    pub p90: Option<DateTime<Utc>>,
-    /// When the forecast was made.
-    pub forecast_at: Option<DateTime<Utc>>,
-}
-
-impl QueuePosition {
-    fn of(entry: Option<&QueueEntry>, forecast_at: Option<DateTime<Utc>>) -> Self {
-        QueuePosition {
-            position: entry.map(|e| e.position),
-            reason: entry.map(|e| e.reason.clone()),
-            predicted_start: entry.and_then(|e| e.start),
-            predicted_finish: entry.and_then(|e| e.finish),
-            p10: entry.and_then(|e| e.p10),
-            p90: entry.and_then(|e| e.p90),
-            forecast_at: entry.and(forecast_at),
-        }
-    }
-}
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct QueuedJob {
@@ -73,21 +40,6 @@ pub struct QueueList {
     pub jobs: Vec<QueuedJob>,
 }
 
-/// A queued job's place and prediction, for `GET /api/v1/jobs/{id}`.
-pub async fn position_of(state: &AppState, job: &Job) -> ApiResult<Option<QueuePosition>> {
-    if job.state != JobState::Queued {
-        return Ok(None);
-    }
-    let forecast = state.store.queue_forecast().await?;
-    let entry = forecast
-        .as_ref()
-        .and_then(|f| f.entries.iter().find(|e| e.job == job.id));
-    Ok(Some(QueuePosition::of(
-        entry,
-        forecast.as_ref().map(|f| f.computed_at),
-    )))
-}
-
 /// The queued jobs the caller may see, in the order the policy would start them.
 #[utoipa::path(
     get, path = "/api/v1/queue", tag = "jobs",
@@ -109,7 +61,9 @@ pub async fn list(
 ) -> ApiResult<Json<QueueList>> {
     query.only(&["tenant", "limit"])?;
     let limit = query.limit(500, MAX_QUEUE)?;
-    let scope = super::tenant_scope(&state, &principal, query.get("tenant"), "queue").await?;
+    let scope =
+        drover_service::auth::tenant_scope(&state, &principal, query.get("tenant"), "queue")
+            .await?;
     let filter = JobFilter {
         states: vec![JobState::Queued],
         limit: MAX_QUEUE,

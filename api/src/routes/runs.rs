@@ -1,23 +1,23 @@
 //! What a running job produces: `/api/v1/jobs/{id}/tasks`, `/metrics`, `/checkpoints` (list and
 //! download) and `/logs` (pages, or a stream with `follow=true`). All tenant-scoped like the job.
 
-use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{PathParam, QueryPairs};
+use crate::paging::ListMeta;
 use crate::routes::jobs::parse_job_id;
 use crate::run_views::{
     CheckpointList, CheckpointRequested, CheckpointView, LogLineView, LogList, MetricList,
     MetricView, TaskList, TaskView,
 };
 use crate::state::AppState;
-use crate::store::{MetricFilter, Scope};
-use crate::views::ListMeta;
 use axum::Json;
 use axum::body::Body as ResponseBody;
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use drover_core::JobId;
+use drover_service::auth::Principal;
+use drover_store::{MetricFilter, Scope};
 use std::time::Duration;
 
 const MAX_PAGE: u32 = 5000;
@@ -78,7 +78,7 @@ pub async fn request_checkpoint(
         let tasks = state.store.generation_tasks(job.id, job.generation).await?;
         tasks
             .iter()
-            .filter(|t| t.state == crate::store::TaskState::Running && !t.stop_requested)
+            .filter(|t| t.state == drover_store::TaskState::Running && !t.stop_requested)
             .count()
     } else {
         0
@@ -256,7 +256,7 @@ pub async fn logs(
                 "too_many_streams",
                 format!(
                     "at most {} followed logs and live pages open at once per user: close one first",
-                    crate::streams::Streams::PER_USER
+                    drover_service::streams::Streams::PER_USER
                 ),
             )
         })?)
@@ -308,7 +308,7 @@ struct Follow {
     done: bool,
     /// The end of its lifetime: the client reconnects from its last line's id.
     until: tokio::time::Instant,
-    _slot: Option<crate::streams::StreamSlot>,
+    _slot: Option<drover_service::streams::StreamSlot>,
 }
 
 fn encode(lines: &[LogLineView]) -> bytes::Bytes {
@@ -327,7 +327,7 @@ fn follow_stream(
     job: JobId,
     after: Option<i64>,
     first: Vec<LogLineView>,
-    slot: Option<crate::streams::StreamSlot>,
+    slot: Option<drover_service::streams::StreamSlot>,
 ) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send {
     let cursor = first.last().map(|l| l.id).or(after);
     let start = Follow {
@@ -337,7 +337,7 @@ fn follow_stream(
         cursor,
         pending: first,
         done: false,
-        until: tokio::time::Instant::now() + crate::streams::Streams::LIFETIME,
+        until: tokio::time::Instant::now() + drover_service::streams::Streams::LIFETIME,
         _slot: slot,
     };
     futures::stream::unfold(start, |mut follow| async move {

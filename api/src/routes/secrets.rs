@@ -2,18 +2,17 @@
 //! job refers to a secret by name (`env: {HF_TOKEN: {secret: hf-token}}`) and only the task's process
 //! receives the value. Members and admins set and delete; every role lists names.
 
-use crate::auth::Principal;
-use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::error::{ApiResult, ErrorBody};
 use crate::extract::{ApiJson, PathParam};
-use crate::secrets::{MAX_VALUE_BYTES, SecretBox};
+use crate::paging::ListMeta;
 use crate::state::AppState;
-use crate::store::{NewSecret, SecretInfo};
-use crate::views::ListMeta;
 use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
+use drover_service::auth::Principal;
+use drover_service::secrets;
+use drover_store::SecretInfo;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
@@ -65,21 +64,6 @@ pub struct SecretList {
     pub meta: ListMeta,
 }
 
-fn secret_box(state: &AppState) -> ApiResult<&Arc<SecretBox>> {
-    state.secrets.as_ref().ok_or_else(|| {
-        ApiError::new(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "no_secret_key",
-            "this server keeps no secrets (it was started without a secret key)",
-        )
-    })
-}
-
-fn validate_secret_name(name: &str) -> ApiResult<()> {
-    drover_core::validate::validate_name(name, "name")
-        .map_err(|err| ApiError::invalid("name", err.reason))
-}
-
 /// Create or replace a secret of the caller's tenant.
 #[utoipa::path(
     put, path = "/api/v1/secrets/{name}", tag = "secrets", request_body = SetSecret,
@@ -93,34 +77,7 @@ pub async fn set(
     PathParam(name): PathParam,
     ApiJson(body): ApiJson<SetSecret>,
 ) -> ApiResult<Json<SecretEnvelope>> {
-    principal.require_job_writer()?;
-    validate_secret_name(&name)?;
-    if body.value.len() > MAX_VALUE_BYTES {
-        return Err(ApiError::invalid(
-            "value",
-            format!("at most {MAX_VALUE_BYTES} bytes"),
-        ));
-    }
-    let tenant = principal.user.tenant_id;
-    let sealed = secret_box(&state)?.seal(tenant, &name, body.value.as_bytes());
-    let info = state
-        .store
-        .put_secret(&NewSecret {
-            tenant_id: tenant,
-            name,
-            sealed,
-            created_by: principal.user.id,
-        })
-        .await?;
-    tracing::info!(tenant.id = %tenant, secret.name = info.name, user.id = %principal.user.id, "secret set");
-    crate::audit::record(
-        state.store.as_ref(),
-        &principal,
-        crate::audit::Action::SecretSet,
-        format!("{}/{}", principal.user.tenant_name, info.name),
-        "",
-    )
-    .await;
+    let info = secrets::set(&state, &principal, name, &body.value).await?;
     Ok(Json(SecretEnvelope {
         secret: info.into(),
     }))
@@ -136,7 +93,7 @@ pub async fn list(
     State(state): State<AppState>,
     principal: Principal,
 ) -> ApiResult<Json<SecretList>> {
-    let secrets = state.store.list_secrets(principal.user.tenant_id).await?;
+    let secrets = secrets::list(&state, &principal).await?;
     Ok(Json(SecretList {
         secrets: secrets.into_iter().map(SecretView::from).collect(),
         meta: ListMeta { next_cursor: None },
@@ -155,60 +112,8 @@ pub async fn delete(
     principal: Principal,
     PathParam(name): PathParam,
 ) -> ApiResult<Json<SecretEnvelope>> {
-    principal.require_job_writer()?;
-    let info = state
-        .store
-        .delete_secret(principal.user.tenant_id, &name)
-        .await
-        .map_err(|err| ApiError::from_store(err, || format!("no secret `{name}`")))?;
-    tracing::info!(tenant.id = %info.tenant_id, secret.name = info.name, user.id = %principal.user.id, "secret deleted");
-    crate::audit::record(
-        state.store.as_ref(),
-        &principal,
-        crate::audit::Action::SecretDelete,
-        format!("{}/{}", principal.user.tenant_name, info.name),
-        "",
-    )
-    .await;
+    let info = secrets::delete(&state, &principal, &name).await?;
     Ok(Json(SecretEnvelope {
         secret: info.into(),
     }))
-}
-
-/// A job may refer only to secrets its tenant has: checked at submission, so a typo is a 422 now
-/// rather than a failed job later.
-pub async fn check_references(
-    state: &AppState,
-    tenant: drover_core::TenantId,
-    tenant_name: &str,
-    job: &drover_core::DroverJob,
-) -> ApiResult<()> {
-    let Some(command) = &job.spec.command else {
-        return Ok(());
-    };
-    let mut known: Option<Vec<String>> = None;
-    for (key, value) in &command.env {
-        let Some(name) = value.secret() else { continue };
-        let field = format!("spec.command.env.{key}.secret");
-        if state.secrets.is_none() {
-            return Err(ApiError::invalid(
-                &field,
-                "this server keeps no secrets (it was started without a secret key)",
-            ));
-        }
-        if known.is_none() {
-            let listed = state.store.list_secrets(tenant).await?;
-            known = Some(listed.into_iter().map(|s| s.name).collect());
-        }
-        if !known
-            .as_ref()
-            .is_some_and(|names| names.iter().any(|n| n == name))
-        {
-            return Err(ApiError::invalid(
-                &field,
-                format!("no secret `{name}` in tenant `{tenant_name}` (drover secret set {name})"),
-            ));
-        }
-    }
-    Ok(())
 }

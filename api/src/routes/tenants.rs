@@ -1,20 +1,19 @@
 //! `/api/v1/tenants`: teams sharing the cluster, with their GPU quotas. Cluster administrators create
 //! tenants and set quotas; everyone else sees only their own tenant.
 
-use crate::auth::Principal;
-use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::error::{ApiResult, ErrorBody};
 use crate::extract::{ApiJson, PathParam};
+use crate::paging::ListMeta;
 use crate::state::AppState;
-use crate::store::{NewTenant, Quota};
-use crate::views::{ListMeta, TenantEnvelope, TenantList, TenantView};
+use crate::views::{TenantEnvelope, TenantList, TenantView};
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use drover_service::auth::Principal;
+use drover_service::tenants;
+use drover_store::Quota;
 use serde::Deserialize;
 use utoipa::ToSchema;
-
-/// Largest quota a tenant may be given; beyond this a number is a typo.
-const MAX_QUOTA_GPUS: u32 = 1_000_000;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -23,33 +22,6 @@ pub struct CreateTenant {
     pub name: String,
     #[serde(default)]
     pub quota: Quota,
-}
-
-fn validate_quota(quota: &Quota) -> ApiResult<()> {
-    if quota.guaranteed_gpus > MAX_QUOTA_GPUS {
-        return Err(ApiError::invalid(
-            "quota.guaranteed_gpus",
-            format!("must be at most {MAX_QUOTA_GPUS}"),
-        ));
-    }
-    if let Some(max) = quota.max_gpus {
-        if max > MAX_QUOTA_GPUS {
-            return Err(ApiError::invalid(
-                "quota.max_gpus",
-                format!("must be at most {MAX_QUOTA_GPUS}"),
-            ));
-        }
-        if max < quota.guaranteed_gpus {
-            return Err(ApiError::invalid(
-                "quota.max_gpus",
-                format!(
-                    "must be at least guaranteed_gpus ({})",
-                    quota.guaranteed_gpus
-                ),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Create a tenant (cluster administrators).
@@ -64,26 +36,7 @@ pub async fn create(
     principal: Principal,
     ApiJson(body): ApiJson<CreateTenant>,
 ) -> ApiResult<(StatusCode, Json<TenantEnvelope>)> {
-    principal.require_cluster_admin()?;
-    drover_core::validate::validate_name(&body.name, "name")
-        .map_err(|err| ApiError::invalid(&err.field, err.reason))?;
-    validate_quota(&body.quota)?;
-    let tenant = state
-        .store
-        .create_tenant(&NewTenant {
-            name: body.name,
-            quota: body.quota,
-        })
-        .await?;
-    tracing::info!(tenant.id = %tenant.id, tenant.name = %tenant.name, "tenant created");
-    crate::audit::record(
-        state.store.as_ref(),
-        &principal,
-        crate::audit::Action::TenantCreate,
-        &tenant.name,
-        "",
-    )
-    .await;
+    let tenant = tenants::create(&state, &principal, body.name, body.quota).await?;
     Ok((
         StatusCode::CREATED,
         Json(TenantEnvelope {
@@ -102,32 +55,11 @@ pub async fn list(
     State(state): State<AppState>,
     principal: Principal,
 ) -> ApiResult<Json<TenantList>> {
-    let tenants = if principal.user.cluster_admin {
-        state.store.list_tenants().await?
-    } else {
-        vec![state.store.get_tenant(principal.user.tenant_id).await?]
-    };
+    let tenants = tenants::list(&state, &principal).await?;
     Ok(Json(TenantList {
         tenants: tenants.into_iter().map(TenantView::from).collect(),
         meta: ListMeta { next_cursor: None },
     }))
-}
-
-async fn visible_tenant(
-    state: &AppState,
-    principal: &Principal,
-    name: &str,
-) -> ApiResult<crate::store::Tenant> {
-    let tenant = state
-        .store
-        .get_tenant_by_name(name)
-        .await
-        .map_err(|err| ApiError::from_store(err, || format!("no tenant `{name}`")))?;
-    if principal.user.cluster_admin || tenant.id == principal.user.tenant_id {
-        Ok(tenant)
-    } else {
-        Err(ApiError::not_found(format!("no tenant `{name}`")))
-    }
 }
 
 /// Get a tenant by name.
@@ -142,7 +74,7 @@ pub async fn get(
     principal: Principal,
     PathParam(name): PathParam,
 ) -> ApiResult<Json<TenantEnvelope>> {
-    let tenant = visible_tenant(&state, &principal, &name).await?;
+    let tenant = tenants::get(&state, &principal, &name).await?;
     Ok(Json(TenantEnvelope {
         tenant: tenant.into(),
     }))
@@ -162,34 +94,11 @@ pub async fn set_quota(
     PathParam(name): PathParam,
     ApiJson(quota): ApiJson<QuotaBody>,
 ) -> ApiResult<Json<TenantEnvelope>> {
-    principal.require_cluster_admin()?;
     let quota = Quota {
         guaranteed_gpus: quota.guaranteed_gpus,
         max_gpus: quota.max_gpus,
     };
-    validate_quota(&quota).map_err(|mut err| {
-        err.field = err.field.map(|f| f.trim_start_matches("quota.").to_owned());
-        err
-    })?;
-    let tenant = visible_tenant(&state, &principal, &name).await?;
-    let tenant = state.store.set_tenant_quota(tenant.id, quota).await?;
-    state.tokens.forget_all();
-    tracing::info!(tenant.id = %tenant.id, "tenant quota set");
-    crate::audit::record(
-        state.store.as_ref(),
-        &principal,
-        crate::audit::Action::TenantQuota,
-        &tenant.name,
-        format!(
-            "guaranteed {} GPUs, at most {}",
-            tenant.quota.guaranteed_gpus,
-            tenant
-                .quota
-                .max_gpus
-                .map_or_else(|| "unlimited".to_owned(), |m| m.to_string())
-        ),
-    )
-    .await;
+    let tenant = tenants::set_quota(&state, &principal, &name, quota).await?;
     Ok(Json(TenantEnvelope {
         tenant: tenant.into(),
     }))

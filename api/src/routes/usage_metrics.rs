@@ -3,15 +3,15 @@
 //! administrator's token: every tenant's, the largest [`MAX_TENANT_SERIES`] by name and the rest summed
 //! under `_other`). Prometheus scrapes it with `authorization: {credentials: <token>}`.
 
-use super::usage::{By, CAUSES, ShareRow, report};
-use crate::accounting::{Period, Totals};
-use crate::auth::Principal;
 use crate::error::ApiResult;
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use chrono::{Duration, Utc};
+use drover_runtime::accounting::{Period, Totals};
+use drover_service::auth::Principal;
+use drover_service::usage::{By, CAUSES, ShareRow, report};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;

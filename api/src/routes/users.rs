@@ -1,15 +1,16 @@
 //! `/api/v1/users` and `/api/v1/me`. A user belongs to one tenant with one role there.
 
-use crate::auth::Principal;
-use crate::error::{ApiError, ApiResult, ErrorBody};
+use crate::error::{ApiResult, ErrorBody};
 use crate::extract::{ApiJson, PathParam};
+use crate::paging::ListMeta;
 use crate::state::AppState;
-use crate::store::NewUser;
-use crate::views::{ListMeta, Me, UserEnvelope, UserList, UserView};
+use crate::views::{Me, UserEnvelope, UserList, UserView};
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use drover_core::{Role, UserId};
+use drover_core::Role;
+use drover_service::auth::Principal;
+use drover_service::users;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
@@ -27,17 +28,6 @@ pub struct CreateUser {
     pub cluster_admin: bool,
 }
 
-fn validate_user_name(name: &str) -> ApiResult<()> {
-    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@');
-    if name.is_empty() || name.len() > 64 || !name.chars().all(ok_char) {
-        return Err(ApiError::invalid(
-            "name",
-            "must be 1-64 characters of letters, digits, '.', '_', '-' and '@'",
-        ));
-    }
-    Ok(())
-}
-
 /// Create a user (tenant admins in their tenant; cluster administrators anywhere).
 #[utoipa::path(
     post, path = "/api/v1/users", tag = "users", request_body = CreateUser,
@@ -50,55 +40,17 @@ pub async fn create(
     principal: Principal,
     ApiJson(body): ApiJson<CreateUser>,
 ) -> ApiResult<(StatusCode, Json<UserEnvelope>)> {
-    validate_user_name(&body.name)?;
-    let tenant = match &body.tenant {
-        None => state.store.get_tenant(principal.user.tenant_id).await?,
-        // Anyone else's tenant gets the same answer whether it exists or not.
-        Some(name) if !principal.user.cluster_admin && *name != principal.user.tenant_name => {
-            return Err(ApiError::forbidden(format!(
-                "you may not create users in tenant `{name}`"
-            ))
-            .with_field("tenant"));
-        }
-        Some(name) => state.store.get_tenant_by_name(name).await.map_err(|err| {
-            ApiError::from_store(err, || format!("no tenant `{name}`")).with_field("tenant")
-        })?,
-    };
-    if !principal.can_manage_users_of(tenant.id) {
-        return Err(ApiError::forbidden(format!(
-            "you may not create users in tenant `{}`",
-            tenant.name
-        )));
-    }
-    if body.cluster_admin {
-        principal.require_cluster_admin()?;
-    }
-    let user = state
-        .store
-        .create_user(&NewUser {
-            tenant_id: tenant.id,
+    let user = users::create(
+        &state,
+        &principal,
+        users::NewUserRequest {
             name: body.name,
+            tenant: body.tenant,
             role: body.role,
             cluster_admin: body.cluster_admin,
-        })
-        .await?;
-    tracing::info!(user.id = %user.id, tenant.id = %user.tenant_id, "user created");
-    crate::audit::record(
-        state.store.as_ref(),
-        &principal,
-        crate::audit::Action::UserCreate,
-        format!("{}/{}", user.tenant_name, user.name),
-        format!(
-            "role {}{}",
-            user.role,
-            if user.cluster_admin {
-                ", cluster administrator"
-            } else {
-                ""
-            }
-        ),
+        },
     )
-    .await;
+    .await?;
     Ok((
         StatusCode::CREATED,
         Json(UserEnvelope { user: user.into() }),
@@ -115,7 +67,7 @@ pub async fn list(
     State(state): State<AppState>,
     principal: Principal,
 ) -> ApiResult<Json<UserList>> {
-    let users = state.store.list_users(principal.scope()).await?;
+    let users = users::list(&state, &principal).await?;
     Ok(Json(UserList {
         users: users.into_iter().map(UserView::from).collect(),
         meta: ListMeta { next_cursor: None },
@@ -134,14 +86,7 @@ pub async fn get(
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<Json<UserEnvelope>> {
-    let user_id: UserId = id
-        .parse()
-        .map_err(|_| ApiError::not_found(format!("no user `{id}`")))?;
-    let user = state
-        .store
-        .get_user(principal.scope(), user_id)
-        .await
-        .map_err(|err| ApiError::from_store(err, || format!("no user `{id}`")))?;
+    let user = users::get(&state, &principal, &id).await?;
     Ok(Json(UserEnvelope { user: user.into() }))
 }
 

@@ -4,7 +4,7 @@
 
 use super::{ADMIN_TOKEN, TestApp};
 use axum::http::{Method, StatusCode};
-use drover_api::store::{Gpu, NodeRegistration};
+use drover_store::{Gpu, NodeRegistration};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 

@@ -3,8 +3,8 @@
 use super::{ADMIN_TOKEN, EXAMPLE, TestApp};
 use axum::http::StatusCode;
 use chrono::Utc;
-use drover_api::store::{NewMetrics, NewTask, Scope, StateChange, TaskKey, TaskRole};
 use drover_core::{JobId, JobState, ReasonCode};
+use drover_store::{NewMetrics, NewTask, Scope, StateChange, TaskKey, TaskRole};
 use serde_json::json;
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 
 use super::{ADMIN_TOKEN, TestApp};
 use axum::http::{Method, StatusCode};
-use drover_api::experiments::{Blocked, drive_all};
+use drover_service::experiments::{Blocked, drive_all};
 use serde_json::Value;
 
 const ASHA: &str = r#"

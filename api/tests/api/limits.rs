@@ -8,7 +8,7 @@ use serde_json::json;
 
 #[tokio::test]
 async fn a_token_over_its_rate_is_told_when_to_retry() {
-    use drover_api::limits::{Limits, Rate};
+    use drover_runtime::limits::{Limits, Rate};
     let app = TestApp::with_limits(Limits {
         requests: Rate {
             per_second: 0.2,
@@ -42,7 +42,7 @@ async fn a_token_over_its_rate_is_told_when_to_retry() {
 
 #[tokio::test]
 async fn made_up_tokens_share_one_allowance_and_leave_real_ones_theirs() {
-    use drover_api::limits::{Limits, Rate};
+    use drover_runtime::limits::{Limits, Rate};
     let app = TestApp::with_limits(Limits {
         requests: Rate {
             per_second: 0.2,
@@ -74,7 +74,7 @@ async fn made_up_tokens_share_one_allowance_and_leave_real_ones_theirs() {
 
 #[tokio::test]
 async fn a_tenant_may_keep_only_so_many_jobs_waiting() {
-    use drover_api::limits::Limits;
+    use drover_runtime::limits::Limits;
     let app = TestApp::with_limits(Limits {
         max_queued_jobs_per_tenant: 2,
         ..Limits::NONE

@@ -6,9 +6,9 @@
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
-use drover_api::server::ensure_cluster_admin;
-use drover_api::testing::TestDb;
 use drover_api::{AppState, app};
+use drover_service::bootstrap::ensure_cluster_admin;
+use drover_store::testing::TestDb;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -17,10 +17,6 @@ mod authz;
 mod bad_input;
 mod elastic;
 mod experiments;
-mod fake_kube;
-mod kubernetes;
-mod kubernetes_experiments;
-mod kubernetes_mirror;
 mod limits;
 mod queue_usage;
 mod security;
@@ -58,15 +54,15 @@ impl Reply {
 
 impl TestApp {
     async fn new() -> TestApp {
-        Self::with_limits(drover_api::limits::Limits::NONE).await
+        Self::with_limits(drover_runtime::limits::Limits::NONE).await
     }
 
-    async fn with_limits(limits: drover_api::limits::Limits) -> TestApp {
+    async fn with_limits(limits: drover_runtime::limits::Limits) -> TestApp {
         let db = TestDb::sqlite().await;
         ensure_cluster_admin(db.store.as_ref(), Some(ADMIN_TOKEN))
             .await
             .unwrap();
-        let secrets = drover_api::secrets::SecretBox::new(&[42; drover_api::secrets::KEY_LEN]);
+        let secrets = drover_store::secrets::SecretBox::new(&[42; drover_store::secrets::KEY_LEN]);
         let state = AppState::new(db.store.clone(), MAX_BODY)
             .with_secrets(secrets.into())
             .with_limits(limits);
@@ -270,10 +266,10 @@ async fn every_api_call_needs_a_valid_token() {
     let expired = "drv_expired-token-for-the-test";
     app.db
         .store
-        .create_token(&drover_api::store::NewToken {
+        .create_token(&drover_store::NewToken {
             user_id: admin.id,
             name: "old".into(),
-            token_hash: drover_api::auth::hash_token(expired),
+            token_hash: drover_store::tokens::hash_token(expired),
             prefix: "drv_ex".into(),
             expires_at: Some(chrono::Utc::now() - chrono::Duration::minutes(1)),
         })

@@ -4,8 +4,8 @@
 use super::{ADMIN_TOKEN, TestApp, named};
 use axum::http::StatusCode;
 use chrono::{Duration, Utc};
-use drover_api::store::{AllocationEnd, NewTask, QueueEntry, QueueForecast, StateChange, TaskRole};
 use drover_core::{JobId, JobState, ReasonCode};
+use drover_store::{AllocationEnd, NewTask, QueueEntry, QueueForecast, StateChange, TaskRole};
 use std::collections::BTreeMap;
 
 fn id_of(reply: &super::Reply) -> JobId {
@@ -287,7 +287,7 @@ async fn tenant_metrics_need_a_token_and_show_only_the_callers_tenant() {
             .await
             .unwrap();
     }
-    let sample = drover_api::store::GpuUsage {
+    let sample = drover_store::GpuUsage {
         at: Utc::now(),
         total: 4,
         allocated: 2,

@@ -43,7 +43,7 @@ fn dev_admin_token(data_dir: &Path) -> anyhow::Result<String> {
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
         Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
     }
-    let token = drover_api::auth::generate_token();
+    let token = drover_store::tokens::generate_token();
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -56,7 +56,10 @@ fn dev_admin_token(data_dir: &Path) -> anyhow::Result<String> {
 }
 
 pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
-    init_tracing(LogFormat::Text, "warn,drover_api=info,drover_executor=info");
+    init_tracing(
+        LogFormat::Text,
+        "warn,drover_api=info,drover_runtime=info,drover_service=info,drover_executor=info",
+    );
     let data_dir = &global.data_dir;
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create {}", data_dir.display()))?;
@@ -98,9 +101,10 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         max_body_bytes: 1 << 20,
         admin_token: Some(token.clone()),
         cluster: Some(cluster.config(data_dir).await?),
-        limits: drover_api::limits::Limits::default(),
+        kubernetes: None,
+        limits: drover_runtime::limits::Limits::default(),
         secrets: Some(std::sync::Arc::new(
-            drover_api::secrets::SecretBox::load_or_create(&data_dir.join(SECRET_KEY_FILE))?,
+            drover_store::secrets::SecretBox::load_or_create(&data_dir.join(SECRET_KEY_FILE))?,
         )),
         pages: drover_web::router(),
     };
@@ -255,11 +259,11 @@ fn fresh_start(data_dir: &Path) -> anyhow::Result<()> {
 /// kept in its data directory is live. A node whose credential is lost (its directory was removed) or
 /// unknown (a new database) is revoked and enrolled afresh: dev is its own cluster administrator.
 async fn dev_enrollment(
-    store: &dyn drover_api::store::Store,
+    store: &dyn drover_store::Store,
     name: &str,
     executor_dir: &Path,
 ) -> anyhow::Result<Option<String>> {
-    use drover_api::auth::{ENROLLMENT_PREFIX, display_prefix, generate_secret, hash_token};
+    use drover_store::tokens::{ENROLLMENT_PREFIX, display_prefix, generate_secret, hash_token};
     if let Some(credential) = drover_executor::credential::load(executor_dir)?
         && store
             .find_node_credential(&hash_token(&credential))
@@ -276,7 +280,7 @@ async fn dev_enrollment(
         .context("the dev server has no cluster administrator")?;
     let secret = generate_secret(ENROLLMENT_PREFIX);
     store
-        .create_enrollment_token(&drover_api::store::NewEnrollmentToken {
+        .create_enrollment_token(&drover_store::NewEnrollmentToken {
             name: format!("drover dev: {name}"),
             token_hash: hash_token(&secret),
             prefix: display_prefix(&secret),

@@ -1,40 +1,11 @@
-//! What `drover sim` prints and writes besides its report: the settings a run used, the policies'
-//! table, prediction accuracy and experiment rows, and their CSV files.
+//! What `drover sim` prints and writes besides its report: the policies' table, prediction accuracy
+//! and experiment rows, and their CSV files (the settings a run used are printed by `workload.rs`).
 
-use super::WorkloadArgs;
 use crate::output::out;
 use drover_scheduler::sim::experiments::ExperimentRow;
 use drover_scheduler::sim::predict::Accuracy;
-use drover_scheduler::sim::{self, Outcome, Report, SimConfig};
+use drover_scheduler::sim::{self, Outcome, Report};
 use std::time::Duration;
-
-/// The costs, round, recorded-shape rule and interference a run uses, on stderr.
-pub(crate) fn print_settings(config: &SimConfig, args: &WorkloadArgs) {
-    let c = config.costs;
-    eprintln!(
-        "costs: checkpoint every {}s ({}s each), restart {}s, suspend/resume {}s, migration {}s; rounds every {}s",
-        c.checkpoint_every_s,
-        c.checkpoint_s,
-        c.restart_s,
-        c.suspend_resume_s,
-        c.migration_s,
-        config.round_s
-    );
-    eprintln!(
-        "recorded shape: {} PS count; guarantees: {}; packing interference: {}",
-        match args.recorded_ps {
-            sim::RecordedPs::Best => "best",
-            sim::RecordedPs::User => "user",
-        },
-        args.quotas
-            .as_ref()
-            .map_or_else(|| "equal shares".to_owned(), |p| p.display().to_string()),
-        match config.interference {
-            sim::Interference::Drawn => "drawn per pair".to_owned(),
-            sim::Interference::Fixed(x) => format!("fixed {:.0}%", 100.0 * x),
-        }
-    );
-}
 
 pub(super) fn print_table(reports: &[Report]) {
     let baseline = reports

@@ -2,8 +2,8 @@
 //! time (one thread each), gradients written from and parameters read into the worker's own tensor
 //! buffers without intermediate copies (unless a compressor encodes them).
 
-use super::Layout;
 use super::compress::{self, Compressor};
+use super::layout::Layout;
 use super::ps::shard_name;
 use super::wire::{self, Hello, Kind};
 use crate::checkpoint;
@@ -97,7 +97,7 @@ impl PsClient {
         }
         let mut conns = Vec::with_capacity(addresses.len());
         for (k, address) in addresses.iter().enumerate() {
-            let stream = super::connect(address, within)
+            let stream = wire::connect(address, within)
                 .with_context(|| format!("connecting to PS shard {k}"))?;
             let mut reader = BufReader::with_capacity(1 << 20, stream.try_clone()?);
             let mut writer = BufWriter::with_capacity(1 << 20, stream);

@@ -1,8 +1,9 @@
 //! A whole distributed job in one process: every worker and PS shard a thread running the same
 //! [`train`](crate::train) a task process runs, talking TCP over loopback. Tests and benchmarks use it.
 
-use super::{Cluster, Role};
-use crate::trainer::{Outcome, Reporter, Requests, TrainOptions, train};
+use super::cluster::{Cluster, Role};
+use crate::trainer::{Outcome, Reporter, Requests, TrainOptions};
+use crate::training_loop::train;
 use std::net::TcpListener;
 use std::path::Path;
 

@@ -5,8 +5,8 @@
 //! connection; tensors are read straight off the socket into per-worker buffers.
 
 use super::compress;
+use super::layout::{Layout, Slice};
 use super::wire::{self, Hello, Kind};
-use super::{Layout, Slice};
 use crate::checkpoint::Loaded;
 use crate::optim::{self, Optimizer};
 use drover_core::spec::{Compression, LrSchedule, OptimizerSpec, SyncMode};
@@ -460,6 +460,14 @@ impl Shard {
         wire::write_frame(writer, Kind::Params, flags, version, &parts)?;
         drop(params);
         writer.flush()
+    }
+
+    /// This shard's files of a checkpoint, in memory: its slices (`model`) and their optimizer state.
+    /// The worker assembling the checkpoint writes them, so shards need no shared filesystem.
+    fn checkpoint_files(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+        let state = self.lock();
+        let params = self.params.read().unwrap_or_else(|e| e.into_inner());
+        shard_checkpoint::checkpoint_files(&self.names, &params, &state.optimizer)
     }
 
     /// The shard's current values, slice by slice (tests).

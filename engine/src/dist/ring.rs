@@ -54,7 +54,7 @@ impl Ring {
         let prev_rank = (rank + world - 1) % world;
         let next_address = addresses[next_rank].clone();
         let dialer = std::thread::spawn(move || -> anyhow::Result<TcpStream> {
-            let mut stream = super::connect(&next_address, within)
+            let mut stream = wire::connect(&next_address, within)
                 .with_context(|| format!("connecting to worker {next_rank}"))?;
             stream.write_all(&greeting(generation, rank))?;
             Ok(stream)

@@ -1,6 +1,7 @@
 //! The wire between a job's tasks: length-prefixed frames over TCP. A frame is a 24-byte header (kind,
 //! flags, step, payload length, all little-endian) and a payload of contiguous raw bytes — tensors move
-//! as their `f32` bytes, never element by element, read straight into their destination buffers.
+//! as their `f32` bytes, never element by element, read straight into their destination buffers —
+//! and the connections they travel on, tuned for bulk traffic and retried while a peer starts.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -192,6 +193,30 @@ pub fn tune(stream: &TcpStream) -> io::Result<()> {
     let _ = socket.set_send_buffer_size(8 << 20);
     let _ = socket.set_recv_buffer_size(8 << 20);
     Ok(())
+}
+
+/// Connects to `address`, retrying while the peer is not listening yet (tasks start in any order).
+pub fn connect(address: &str, within: std::time::Duration) -> io::Result<TcpStream> {
+    let deadline = std::time::Instant::now() + within;
+    let mut pause = std::time::Duration::from_millis(20);
+    loop {
+        match TcpStream::connect(address) {
+            Ok(stream) => {
+                tune(&stream)?;
+                return Ok(stream);
+            }
+            Err(err) if std::time::Instant::now() >= deadline => {
+                return Err(io::Error::new(
+                    err.kind(),
+                    format!("cannot reach {address}: {err}"),
+                ));
+            }
+            Err(_) => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(500));
+            }
+        }
+    }
 }
 
 /// The first frame a worker sends a PS shard.

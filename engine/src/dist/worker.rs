@@ -1,10 +1,12 @@
 //! How a worker's gradients become the next parameters: applied locally (one worker), through the PS
 //! shards, or summed by ring all-reduce and applied by every worker alike; and the PS task itself.
 
+use super::client::{PsClient, Reply};
+use super::cluster::{Cluster, Role};
+use super::layout::Layout;
 use super::ps::{self, Shard, ShardConfig};
 use super::ring::Ring;
 use super::wire::Hello;
-use super::{Cluster, Layout, PsClient, Reply, Role};
 use crate::checkpoint::{self, ShardSlice};
 use crate::optim;
 use crate::trainer::{Outcome, Reporter, Requests, Run, TrainOptions};

@@ -1,7 +1,13 @@
 //! The character-level transformer language model.
 
-use super::*;
+use super::error::invalid;
+use super::layers::{Linear, dropout, normal};
+use super::loss::BatchLoss;
+use super::model::Model;
 use crate::models::transformer::{Shape, Step};
+use crate::params::Params;
+use crate::rng::Rng;
+use candle_core::{D, Result, Tensor, Var};
 
 #[derive(Debug)]
 struct LayerNorm {
@@ -197,6 +203,8 @@ impl Model for CharLm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::models::referee::assert_step_matches_autograd;
+    use candle_core::Device;
 
     const VOCAB: usize = 11;
     const CONTEXT: usize = 6;

@@ -2,9 +2,15 @@
 //! (`conv.rs` for the convolutions, the MLP's for the fully connected head), straight on the
 //! parameter buffers; elsewhere (a GPU) it goes through candle's autograd.
 
-use super::*;
+use super::error::invalid;
+use super::layers::uniform;
+use super::loss::BatchLoss;
+use super::model::Model;
 use crate::models::conv::{self, Geometry, LayerWork};
 use crate::models::mlp::Mlp;
+use crate::params::Params;
+use crate::rng::Rng;
+use candle_core::{Result, Tensor, Var};
 
 #[derive(Debug)]
 struct Conv {
@@ -392,5 +398,4 @@ impl Model for Cnn {
 }
 
 #[cfg(test)]
-#[path = "cnn_tests.rs"]
 mod tests;

@@ -2,9 +2,15 @@
 //! and gradient buffers themselves (`linalg`), every activation lives in buffers kept from step to
 //! step, and the bias, ReLU and dropout of a layer are one pass over its product.
 
-use super::*;
+use super::error::invalid;
+use super::layers::{Linear, dropout};
+use super::loss::{BatchLoss, softmax_cross_entropy};
+use super::model::Model;
 use crate::linalg::{MatRef, matmul};
 use crate::models::vector::vectorised;
+use crate::params::Params;
+use crate::rng::Rng;
+use candle_core::{Result, Tensor};
 use rayon::prelude::*;
 
 /// Values per parallel piece of an elementwise pass: large enough that splitting costs nothing
@@ -286,6 +292,8 @@ impl Model for Mlp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::models::referee::assert_matches_autograd;
+    use candle_core::Device;
 
     fn manual_and_autograd_agree(dropout: f64) {
         let device = Device::Cpu;

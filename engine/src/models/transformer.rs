@@ -10,7 +10,8 @@
 //! each output from one thread, in a fixed order, so a step gives the same bits on any number of
 //! threads (exact resume relies on it).
 
-use super::{BatchLoss, softmax_cross_entropy};
+use super::error::invalid;
+use super::loss::{BatchLoss, softmax_cross_entropy};
 use crate::linalg::{MatRef, matmul};
 use crate::models::mlp::column_sums;
 use crate::params::Params;
@@ -18,9 +19,6 @@ use crate::rng::Rng;
 use attention::{attention_backward, attention_forward};
 use candle_core::Result;
 use norm::Norm;
-
-/// Values per parallel piece of an elementwise pass.
-const PIECE: usize = 1 << 13;
 
 mod attention;
 mod norm;

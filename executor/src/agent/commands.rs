@@ -1,7 +1,13 @@
 //! The server's commands to the executor: prepare a task (reserve its address, start fetching the
 //! checkpoint it resumes from), start it, stop it, ask it to checkpoint.
 
-use super::*;
+use super::local::{LocalTask, Phase, exit_report, key_of, update};
+use super::state::Agent;
+use crate::task::{self, Launch};
+use drover_proto as pb;
+use pb::server_message::Body as Command;
+use std::time::Duration;
+use tokio::sync::mpsc;
 
 impl Agent {
     pub(super) async fn on_command(
@@ -79,7 +85,7 @@ impl Agent {
                 ),
             });
         }
-        let (remote, fetch) = match self.localise(&mut spec) {
+        let (remote, fetch) = match self.remote.localise(&mut spec) {
             Ok(localised) => localised,
             Err(message) => {
                 tracing::warn!(

@@ -1,11 +1,11 @@
 //! The agent's side of an object store (`crate::storage`): connecting to the one the server names,
 //! pointing a task at local copies, and the background download of the checkpoint it resumes from.
 
-use super::{Agent, Phase, exit_report, key_of, update};
+use super::local::{LocalTask, Phase, exit_report, update};
 use crate::storage::{self, Remote};
 use drover_proto as pb;
+use std::path::Path;
 use std::sync::Arc;
-use tokio::sync::mpsc;
 
 /// A task's object store, if it has one, and the checkpoint to download before it can start.
 pub(super) type Localised = (Option<Arc<Remote>>, Option<String>);
@@ -13,23 +13,28 @@ pub(super) type Localised = (Option<Arc<Remote>>, Option<String>);
 /// A download of the checkpoint a task resumes from, finished.
 pub(super) type Fetched = (pb::TaskKey, Result<(), String>);
 
-impl Agent {
+/// The checkpoint storage the server named, when it is an object store; or why it cannot be used.
+#[derive(Debug, Default)]
+pub(super) struct Storage(Option<Result<Arc<Remote>, String>>);
+
+impl Storage {
     /// Connects to the object store the server keeps checkpoints in (once; again when it changes).
-    pub(super) fn use_storage(&mut self, root: &str) {
+    /// Local copies go under `data_dir`.
+    pub(super) fn use_root(&mut self, root: &str, data_dir: &Path) {
         if !storage::is_url(root) {
-            self.remote = None;
+            self.0 = None;
             return;
         }
-        if let Some(Ok(remote)) = &self.remote
+        if let Some(Ok(remote)) = &self.0
             && remote.root() == root.trim_end_matches('/')
         {
             return;
         }
-        let connected = Remote::connect(root, self.config.data_dir.join("checkpoints"));
+        let connected = Remote::connect(root, data_dir.join("checkpoints"));
         if let Err(err) = &connected {
             tracing::error!(error = %err, "cannot use the checkpoint storage; tasks here cannot start");
         }
-        self.remote = Some(connected.map(Arc::new).map_err(|err| format!("{err:#}")));
+        self.0 = Some(connected.map(Arc::new).map_err(|err| format!("{err:#}")));
     }
 
     /// Points a task with an object store at local copies: where it writes checkpoints, and the one it
@@ -38,7 +43,7 @@ impl Agent {
         if !storage::is_url(&spec.checkpoint_dir) {
             return Ok((None, None));
         }
-        let remote = match &self.remote {
+        let remote = match &self.0 {
             Some(Ok(remote)) => remote.clone(),
             Some(Err(reason)) => {
                 return Err(format!(
@@ -63,34 +68,31 @@ impl Agent {
         }
         Ok((Some(remote), fetch))
     }
+}
 
-    /// A download finished: the task is prepared, or it fails. Nothing when it was stopped meanwhile.
-    pub(super) async fn on_fetched(
-        &mut self,
-        (key, result): Fetched,
-        outbound: Option<&mpsc::Sender<pb::ExecutorMessage>>,
-    ) -> anyhow::Result<()> {
-        let Some(task) = self.tasks.get_mut(&key_of(&key)) else {
-            return Ok(());
-        };
-        if !matches!(task.phase, Phase::Fetching) {
-            return Ok(());
-        }
-        let report = match result {
-            Ok(()) => {
-                task.phase = Phase::Prepared;
-                update(
-                    &key,
-                    pb::task_update::Event::Prepared(pb::Prepared {
-                        address: task.address.clone(),
-                    }),
-                )
-            }
-            Err(message) => {
-                tracing::warn!(job.id = key.job_id, message, "task cannot resume");
-                exit_report(&key, message, false, false)
-            }
-        };
-        self.on_event(report, outbound).await
+/// A download for `task` finished: it is prepared, or it fails; returns the report to send. Nothing
+/// when it was stopped meanwhile.
+pub(super) fn fetched(
+    task: &mut LocalTask,
+    key: &pb::TaskKey,
+    result: Result<(), String>,
+) -> Option<pb::ExecutorMessage> {
+    if !matches!(task.phase, Phase::Fetching) {
+        return None;
     }
+    Some(match result {
+        Ok(()) => {
+            task.phase = Phase::Prepared;
+            update(
+                key,
+                pb::task_update::Event::Prepared(pb::Prepared {
+                    address: task.address.clone(),
+                }),
+            )
+        }
+        Err(message) => {
+            tracing::warn!(job.id = key.job_id, message, "task cannot resume");
+            exit_report(key, message, false, false)
+        }
+    })
 }

@@ -1,8 +1,8 @@
 //! A task's stdout and stderr: read line by line (bounded), sent to the server in batches, the last
 //! lines kept for the exit report, and contract lines turned into metrics and checkpoint records.
 
+use super::report::{TAIL_LINES, message, now_ms};
 use super::uploads::Records;
-use super::{TAIL_LINES, message, now_ms};
 use drover_proto as pb;
 use pb::executor_message::Body;
 use std::collections::VecDeque;

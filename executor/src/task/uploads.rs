@@ -1,7 +1,7 @@
 //! Checkpoints on their way to an object store: each one a task announces is uploaded, in order,
 //! before its record goes to the server.
 
-use super::{message, now_ms};
+use super::report::{message, now_ms};
 use crate::storage::Remote;
 use drover_proto as pb;
 use pb::executor_message::Body;

@@ -6,7 +6,9 @@
 //! a cohort is as old as its oldest members (see [`super::estimate`]) and its members' remaining
 //! times are drawn together in a sampled replay.
 
-use super::Finished;
+use super::history::Finished;
+use super::remaining::Remaining;
+use super::scenario::splitmix;
 use crate::snapshot::JobView;
 use drover_core::JobId;
 use std::collections::{BTreeMap, HashMap};
@@ -92,7 +94,7 @@ impl Cohorts {
 
     /// The key a sampled replay draws the job's remaining work by: its cohort's, unless its
     /// estimate is to be drawn on its own.
-    pub(super) fn draw_key(&self, job: JobId, estimate: super::Remaining) -> u64 {
+    pub(super) fn draw_key(&self, job: JobId, estimate: Remaining) -> u64 {
         if estimate.alone {
             own_key(job)
         } else {
@@ -110,8 +112,8 @@ fn own_key(job: JobId) -> u64 {
 /// A cohort's key, from its first member.
 fn key_of(first: Member) -> u64 {
     let mut key = (u64::from(first.tenant) << 32) | u64::from(first.gpus);
-    key = super::splitmix(key ^ first.submit_s.to_bits());
-    super::splitmix(key)
+    key = splitmix(key ^ first.submit_s.to_bits());
+    splitmix(key)
 }
 
 #[cfg(test)]

@@ -3,68 +3,15 @@
 //! least their age), given how long it (or its sweep) has run, each as a 10th, 50th and 90th
 //! percentile.
 
+use super::cohort::Cohorts;
+use super::config::PACKING_SLOWDOWN;
+use super::history::{Finished, TENANT_HISTORY_MIN};
 use super::lengths::{Lengths, Quantiles};
+use super::remaining::Remaining;
 use crate::perf::{ConvergenceModel, SpeedModel};
 use crate::snapshot::{JobView, Shape, StepStats};
 use serde::Serialize;
 use std::collections::BTreeMap;
-
-/// Seconds of work a job has left, at its preferred shape with its GPUs to itself.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Remaining {
-    pub p10: f64,
-    pub p50: f64,
-    pub p90: f64,
-    /// Drawn on its own in a sampled replay rather than with its sweep: its estimate comes from
-    /// its sweep's own lengths, so their spread is how its members differ from each other (a
-    /// sweep of hundreds drawn together at one level would have its first members end no sooner
-    /// than its median).
-    pub alone: bool,
-}
-
-/// The standard normal's 90th percentile.
-const Z90: f64 = 1.281_551_565_544_600_5;
-
-impl Remaining {
-    /// The seconds left in `scenario` for a job of `cohort`.
-    pub(super) fn at(self, scenario: super::Scenario, cohort: u64) -> f64 {
-        self.at_level(scenario.level(cohort))
-    }
-
-    /// The quantile at `level` (in (0, 1)) of a distribution with these three percentiles: log-normal
-    /// on each side of the median (a split log-normal), as durations of training jobs are. Seconds
-    /// under one count as one on the log scale, and a job with nothing left has nothing left.
-    pub fn at_level(self, level: f64) -> f64 {
-        if self.p90 <= 0.0 || !self.p50.is_finite() {
-            return self.p50.max(0.0);
-        }
-        let ln = |seconds: f64| seconds.max(1.0).ln();
-        let z = drover_search::math::norm_ppf(level.clamp(1e-6, 1.0 - 1e-6));
-        let (median, low, high) = (ln(self.p50), ln(self.p10), ln(self.p90));
-        let spread = if z < 0.0 { median - low } else { high - median };
-        (median + z * spread / Z90).exp()
-    }
-
-    fn scaled(self, low: f64, high: f64) -> Remaining {
-        Remaining {
-            p10: self.p50 * low,
-            p50: self.p50,
-            p90: self.p50 * high,
-            alone: self.alone,
-        }
-    }
-}
-
-/// One finished job, as history: its tenant (index into the snapshot's tenants), the GPUs of its
-/// preferred shape, how long it ran in seconds at that shape, and when it was submitted (on the
-/// snapshot's clock; NaN when not known), which places it in its sweep's [`super::Cohorts`].
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Finished {
-    pub tenant: u32,
-    pub gpus: u32,
-    pub seconds: f64,
-    pub submit_s: f64,
-}
 
 /// A job's size for history: 0 for one GPU (or none), then one class per power of two (2; 3-4;
 /// 5-8; 9-16), and 5 for more than 16. Lengths differ most between sizes: on the Philly trace a
@@ -93,7 +40,7 @@ pub struct Priors {
     /// The active jobs' cohorts, and the age (work seconds) of each sweep among them: the
     /// [`COHORT_AGE_LEVEL`] quantile of its members' ages, for cohorts of [`COHORT_MIN`] or more.
     #[serde(skip)]
-    pub cohorts: super::Cohorts,
+    pub cohorts: Cohorts,
     pub cohort_ages: BTreeMap<u64, f64>,
     /// How long the jobs of each active sweep ran, from its members that ended and those still
     /// running, once [`TENANT_HISTORY_MIN`] of them have ended: the narrowest history there is.
@@ -110,9 +57,6 @@ const COHORT_AGE_LEVEL: f64 = 0.8;
 /// ended: before, its ended jobs are its shortest (and often of an earlier batch), not a sample.
 const COHORT_ENDED_SHARE: f64 = 0.25;
 
-/// A history bucket is used once it has this many finished jobs.
-pub const TENANT_HISTORY_MIN: usize = 5;
-
 /// With no history at all: an hour, between ten minutes and eight hours.
 pub const NO_HISTORY: Quantiles = Quantiles {
     p10: 600.0,
@@ -125,7 +69,7 @@ impl Priors {
     /// From finished jobs' lengths and the active jobs (those that have run count as lengths of at
     /// least their age so far, in the same units: see [`work_done_s`]).
     pub fn from_history(finished: &[Finished], active: &[JobView]) -> Priors {
-        let (cohorts, finished_cohorts) = super::Cohorts::with_finished(active, finished);
+        let (cohorts, finished_cohorts) = Cohorts::with_finished(active, finished);
         let mut ages: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
         for job in active {
             let age = work_done_s(job);
@@ -255,7 +199,7 @@ impl Priors {
 }
 
 /// A job's speed alone as the forecast takes it, from what was observed (`None` when nothing was).
-/// A job only ever seen sharing its GPUs is taken to run alone [`super::PACKING_SLOWDOWN`] faster
+/// A job only ever seen sharing its GPUs is taken to run alone [`PACKING_SLOWDOWN`] faster
 /// than it was seen: the speed model leaves such a job in its prior's unit, which would count its
 /// work in that unit rather than in seconds (on week 40 at 48×8 a sweep's ended lengths, counted
 /// so, grew a tail to 18,000 s, and predicted starts behind it came 20% late).
@@ -273,7 +217,7 @@ pub(super) fn speed_model(job: &JobView) -> Option<SpeedModel> {
         .iter()
         .map(|s| StepStats {
             shared: false,
-            mean_step_s: s.mean_step_s * (1.0 - super::PACKING_SLOWDOWN),
+            mean_step_s: s.mean_step_s * (1.0 - PACKING_SLOWDOWN),
             ..*s
         })
         .collect();
@@ -345,46 +289,5 @@ pub fn estimate(job: &JobView, priors: &Priors) -> Remaining {
         p50: left.p50 + lag,
         p90: left.p90 + lag,
         alone: false,
-    }
-}
-
-impl Remaining {
-    fn point(seconds: f64) -> Remaining {
-        Remaining {
-            p10: seconds,
-            p50: seconds,
-            p90: seconds,
-            alone: false,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_level_gives_back_the_three_percentiles_and_orders_between_them() {
-        let r = Remaining {
-            p10: 100.0,
-            p50: 1_000.0,
-            p90: 50_000.0,
-            alone: false,
-        };
-        assert!((r.at_level(0.1) - 100.0).abs() < 1e-6);
-        assert!((r.at_level(0.5) - 1_000.0).abs() < 1e-6);
-        assert!((r.at_level(0.9) - 50_000.0).abs() < 1e-3);
-        assert!(r.at_level(0.3) > 100.0 && r.at_level(0.3) < 1_000.0);
-        assert!(
-            r.at_level(0.95) > 50_000.0,
-            "the heavy side goes on past p90"
-        );
-        let done = Remaining {
-            p10: 0.0,
-            p50: 0.0,
-            p90: 0.0,
-            alone: false,
-        };
-        assert_eq!(done.at_level(0.99), 0.0);
     }
 }

@@ -2,7 +2,8 @@
 //! running (Kaplan-Meier), with a heavy tail past the data, and the remaining time it gives a job of
 //! a given age.
 
-use super::estimate::{Remaining, TENANT_HISTORY_MIN};
+use super::history::TENANT_HISTORY_MIN;
+use super::remaining::Remaining;
 use serde::Serialize;
 
 /// Quantiles of how long jobs take (seconds at their preferred shape).

@@ -2,8 +2,12 @@
 //! deciding every round and at every completion, the simulator's costs for starts, resizes and
 //! preemptions, and no new arrivals.
 
-use super::estimate::{NO_HISTORY, Remaining};
-use super::{Arrival, Cohorts, ForecastConfig, Scenario};
+use super::arrivals::Arrival;
+use super::cohort::Cohorts;
+use super::config::ForecastConfig;
+use super::estimate::{self, NO_HISTORY};
+use super::remaining::Remaining;
+use super::scenario::Scenario;
 use crate::plan::{JobPlan, Placement, Plan, WaitReason};
 use crate::policy::{Oracle, PolicyError};
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
@@ -157,7 +161,7 @@ impl<'a> Replay<'a> {
             speed: snapshot
                 .jobs
                 .iter()
-                .map(|j| (j.id, super::estimate::speed_model(j)))
+                .map(|j| (j.id, estimate::speed_model(j)))
                 .collect(),
             arrivals,
             next_arrival: 0,

@@ -7,7 +7,7 @@
 //! non-negative least squares on relative error. Until a job has been seen at `MIN_SHAPES` shapes it
 //! falls back to a prior whose scale is set by what has been observed.
 
-use super::nnls;
+use super::least_squares::nnls;
 use crate::snapshot::{Shape, StepStats};
 
 /// Distinct shapes needed before the fit replaces the prior.

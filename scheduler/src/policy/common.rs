@@ -3,7 +3,15 @@
 use crate::invariants;
 use crate::place::{FreeResources, Strategy};
 use crate::plan::{JobPlan, Plan, RunReason, WaitReason};
-use crate::snapshot::{ClusterSnapshot, JobView};
+use crate::snapshot::{ClusterSnapshot, JobView, Shape};
+
+/// The smallest shape a policy may run the job at.
+pub fn min_shape(job: &JobView) -> Shape {
+    Shape {
+        ps: job.ps.min,
+        workers: job.workers.min,
+    }
+}
 
 /// Places `job` at its preferred shape in what running jobs leave free, or says why it waits.
 pub fn arrival_if_free(

@@ -9,7 +9,7 @@
 //! the freed GPUs, scattered over the nodes, are taken again and a job of a 8-GPU node's size can
 //! wait for hours.
 
-use super::elastic::min_shape;
+use super::common::min_shape;
 use crate::cluster::NodeId;
 use crate::place::FreeResources;
 use crate::plan::{JobPlan, Plan, WaitReason};

@@ -6,7 +6,8 @@
 //! goes to the rest (work-conserving). Weights are the tenants' guaranteed GPUs when any tenant has one
 //! (weighted DRF), else equal.
 
-use super::{Oracle, Policy, PolicyError, arrival_if_free, ordered_round};
+use super::common::{arrival_if_free, ordered_round};
+use super::interface::{Oracle, Policy, PolicyError};
 use crate::place::Strategy;
 use crate::plan::{JobPlan, Plan, RunReason, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView};

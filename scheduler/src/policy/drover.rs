@@ -6,21 +6,23 @@
 //! single-GPU job already uses, when both fit in the GPU's memory (never a light tenant's). See
 //! `README.md` for the measurements behind it.
 
+use super::common::{min_shape, non_preemptible_first};
 use super::defrag::make_room;
 use super::elastic::{
-    ElasticParams, Owed, ResizeRule, allocate, keep_unneeded_victims, min_shape, place_targets,
+    ElasticParams, Owed, ResizeRule, allocate, keep_unneeded_victims, place_targets,
 };
+use super::gandiva::learn_bad_packing;
+use super::interface::{Oracle, Policy, PolicyError};
 use super::optimus::ModelCache;
 use super::packing::pack;
-use super::{Oracle, Policy, PolicyError, Tiresias};
-use crate::perf::SpeedModel;
+use super::tiresias::Tiresias;
+use super::trials::prefer_promising;
 use crate::place::FreeResources;
 use crate::plan::{JobPlan, Plan, RunReason, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
 use drover_core::JobId;
 use std::collections::{BTreeMap, BTreeSet};
 
-#[path = "drover_shapes.rs"]
 mod shapes;
 use shapes::{arrival_shape, measured_slower, measured_step_s, requested_shape, resize_horizon};
 
@@ -127,7 +129,7 @@ impl DroverPolicy {
         guaranteed.extend(borrowing);
         let order = self.with_hints(snapshot, guaranteed);
         let order = self.cheapest_victims_last(snapshot, order);
-        (super::non_preemptible_first(snapshot, &order), within)
+        (non_preemptible_first(snapshot, &order), within)
     }
 
     /// Orders the jobs that borrow (given in LAS order) so that what is lent goes to tenants max-min
@@ -224,7 +226,7 @@ impl DroverPolicy {
 
     fn with_hints(&self, snapshot: &ClusterSnapshot, order: Vec<usize>) -> Vec<usize> {
         if self.search {
-            super::trials::prefer_promising(snapshot, order)
+            prefer_promising(snapshot, order)
         } else {
             order
         }
@@ -355,11 +357,7 @@ impl Policy for DroverPolicy {
         if self.packing {
             let live: BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
             self.no_pack.retain(|id| live.contains(id));
-            super::gandiva::learn_bad_packing(
-                snapshot,
-                self.max_shared_slowdown,
-                &mut self.no_pack,
-            );
+            learn_bad_packing(snapshot, self.max_shared_slowdown, &mut self.no_pack);
             // A light tenant's jobs keep their GPUs to themselves, as on its own share.
             let mut exclude = self.no_pack.clone();
             exclude.extend(

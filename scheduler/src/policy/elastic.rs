@@ -3,13 +3,13 @@
 //! remaining time falls most per unit of dominant resource (Optimus's greedy marginal-gain rule), give
 //! each job the fastest shape within what it was handed (the greedy steps can pass it), keep a running
 //! job's shape unless changing it buys more than the change costs, and place the result (placement:
-//! `elastic_place.rs`).
+//! `elastic/place.rs`).
 
+use super::common::min_shape;
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-#[path = "elastic_place.rs"]
 mod place;
 pub use place::{keep_unneeded_victims, place_targets};
 
@@ -59,14 +59,6 @@ impl ResizeRule {
 
 fn demand(job: &JobView, shape: Shape) -> (u64, u64) {
     (u64::from(job.gpus_at(shape)), u64::from(job.cpus_at(shape)))
-}
-
-/// The smallest shape a policy may run the job at.
-pub fn min_shape(job: &JobView) -> Shape {
-    Shape {
-        ps: job.ps.min,
-        workers: job.workers.min,
-    }
 }
 
 #[derive(Debug, PartialEq)]
@@ -396,5 +388,4 @@ fn between(a: Shape, b: Shape) -> impl Iterator<Item = Shape> {
 }
 
 #[cfg(test)]
-#[path = "elastic_tests.rs"]
 mod tests;

@@ -1,6 +1,7 @@
 //! FIFO and FIFO with backfill: non-preemptive, in submission order, at the requested shape.
 
-use super::{Oracle, Policy, PolicyError, arrival_if_free};
+use super::common::arrival_if_free;
+use super::interface::{Oracle, Policy, PolicyError};
 use crate::place::{FreeResources, Strategy};
 use crate::plan::{JobPlan, Plan, RunReason, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView};

@@ -13,8 +13,9 @@
 //! - Migration: a running job spread over more nodes than its GPUs need is moved onto fewer nodes when
 //!   they have room (consolidation, which also de-fragments).
 
+use super::common::{arrival_if_free, ordered_round};
+use super::interface::{Oracle, Policy, PolicyError};
 use super::packing::pack;
-use super::{Oracle, Policy, PolicyError, arrival_if_free, ordered_round};
 use crate::place::{FreeResources, Strategy};
 use crate::plan::{JobPlan, Plan, Role, RunReason, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};

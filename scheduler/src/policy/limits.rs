@@ -2,7 +2,7 @@
 //! shape that takes its tenant past its maximum is turned into a wait (`TenantLimit`). Policies that
 //! already plan within the maxima (`drover`, `optimus`) pass through unchanged.
 
-use super::{Oracle, Policy, PolicyError};
+use super::interface::{Oracle, Policy, PolicyError};
 use crate::plan::{JobPlan, Plan, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView};
 use std::collections::BTreeMap;

@@ -2,7 +2,7 @@
 //! of a running single-GPU job when both fit in its memory. Both are marked packed (the invariants
 //! require every shared GPU to come from such a decision), and a tenant's maximum still holds.
 
-use super::elastic::min_shape;
+use super::common::min_shape;
 use crate::place::FreeResources;
 use crate::plan::{JobPlan, Placement, Plan, Role, RunReason, TaskPlacement, WaitReason};
 use crate::snapshot::ClusterSnapshot;

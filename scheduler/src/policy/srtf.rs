@@ -1,7 +1,8 @@
 //! SRTF: preemptive shortest-remaining-time-first, an oracle baseline. It alone is given the true
 //! remaining time of every job (through [`super::Oracle`]); it runs jobs at their requested shape.
 
-use super::{Oracle, Policy, PolicyError, arrival_if_free, ordered_round};
+use super::common::{arrival_if_free, ordered_round};
+use super::interface::{Oracle, Policy, PolicyError};
 use crate::place::Strategy;
 use crate::plan::{JobPlan, Plan, RunReason};
 use crate::snapshot::{ClusterSnapshot, JobView};

@@ -5,7 +5,8 @@
 //! waited `promote_knob` × its run time since it last entered Q0 is promoted back to Q0. Models with
 //! high tensor skew get consolidated placement (fewest nodes, or wait); the rest are placed anywhere.
 
-use super::{Oracle, Policy, PolicyError, arrival_if_free, ordered_round};
+use super::common::{arrival_if_free, ordered_round};
+use super::interface::{Oracle, Policy, PolicyError};
 use crate::place::Strategy;
 use crate::plan::{JobPlan, Plan, RunReason};
 use crate::snapshot::{ClusterSnapshot, JobView};

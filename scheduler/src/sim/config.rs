@@ -184,6 +184,17 @@ pub struct Outcome {
     pub arrival_ns: Vec<u64>,
     pub rounds: u64,
     /// Start predictions made at arrivals, when asked for.
-    pub predictions: Vec<super::predict::PredictionRecord>,
+    pub predictions: Vec<PredictionRecord>,
     pub disruptions: Disruptions,
+}
+
+/// One prediction made at a job's arrival.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PredictionRecord {
+    /// Index of the job in the workload.
+    pub job: usize,
+    pub made_at_s: f64,
+    pub start_s: Option<f64>,
+    pub start_p10_s: Option<f64>,
+    pub start_p90_s: Option<f64>,
 }

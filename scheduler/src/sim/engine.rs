@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex};
 
 pub use super::config::{Costs, JobOutcome, Outcome, SimConfig, SimError, Stopwatch};
 
-#[path = "engine_policy.rs"]
 mod policy;
 
 #[derive(Debug, Clone, Default)]
@@ -480,5 +479,4 @@ pub(crate) fn simulate(
 }
 
 #[cfg(test)]
-#[path = "engine_tests.rs"]
 mod tests;

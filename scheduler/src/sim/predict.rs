@@ -3,6 +3,7 @@
 //! server does) and records the predicted start; the replay then shows when the job really started.
 
 use super::config::Outcome;
+pub use super::config::PredictionRecord;
 use super::report::percentile;
 use crate::forecast::{
     Finished, ForecastConfig, Priors, Remaining, estimate, predict_start, recent_arrivals,
@@ -29,17 +30,6 @@ pub struct PredictOptions {
 /// How far ahead expected arrivals go, and how many at most.
 const ARRIVALS_AHEAD_S: f64 = 6.0 * 3600.0;
 const ARRIVALS_CAP: usize = 2_000;
-
-/// One prediction made at a job's arrival.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct PredictionRecord {
-    /// Index of the job in the workload.
-    pub job: usize,
-    pub made_at_s: f64,
-    pub start_s: Option<f64>,
-    pub start_p10_s: Option<f64>,
-    pub start_p90_s: Option<f64>,
-}
 
 /// The predictor the engine calls at arrivals; it also learns from every completion.
 #[derive(Debug)]

@@ -1,8 +1,7 @@
 //! What a simulation run reports: completion times, queueing, utilisation, fairness, restarts, load and
 //! decision latency, as JSON and CSV.
 
-use super::config::Disruptions;
-use super::engine::{Costs, Outcome};
+use super::config::{Costs, Disruptions, Outcome};
 use super::workload::Workload;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

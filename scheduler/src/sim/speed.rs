@@ -1,6 +1,7 @@
-//! Measured training speeds (`models/ps_worker_speed.txt`) and the ground-truth speed surface built from
-//! them: inside the measured grid, bilinear interpolation of the measurements (as the DL2 authors do);
-//! outside it, the Optimus synchronous model fitted to them with non-negative coefficients:
+//! Measured training speeds (`data/models/ps_worker_speed.txt`) and the ground-truth speed surface
+//! built from them: inside the measured grid, bilinear interpolation of the measurements (as the DL2
+//! authors do); outside it, the Optimus synchronous model fitted to them with non-negative
+//! coefficients:
 //!
 //! step time t(p, w) = θ0·M/w + θ1 + θ2·w/p + θ3·w + θ4·p,   throughput = M / t  (samples/s)
 //!

@@ -2,8 +2,8 @@
 //! sliced to this shard's pieces, every buffer's length checked first), and its own files of a new
 //! one.
 
-use super::{Layout, Shard, Slice};
 use crate::checkpoint::{self, Loaded};
+use crate::dist::layout::{Layout, Slice};
 use crate::optim::Optimizer;
 
 /// Restores `optimizer`, made for this shard's `slices` (named `slice_names`), from `loaded`; a
@@ -55,22 +55,21 @@ pub(super) fn restore_optimizer(
         .map_err(|reason| anyhow::anyhow!("optimizer state: {reason}"))
 }
 
-impl Shard {
-    /// This shard's files of a checkpoint, in memory: its slices (`model`) and their optimizer state.
-    /// The worker assembling the checkpoint writes them, so shards need no shared filesystem.
-    pub(super) fn checkpoint_files(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        let state = self.lock();
-        let params = self.params.read().unwrap_or_else(|e| e.into_inner());
-        let shapes: Vec<[usize; 1]> = params.iter().map(|p| [p.len()]).collect();
-        let tensors: Vec<(&str, &[usize], &[f32])> = self
-            .names
-            .iter()
-            .zip(&shapes)
-            .zip(params.iter())
-            .map(|((n, s), v)| (n.as_str(), s.as_slice(), v.as_slice()))
-            .collect();
-        let model = checkpoint::tensors_bytes(&tensors)?;
-        let optimizer = checkpoint::flat_bytes(&state.optimizer.state(&self.names))?;
-        Ok((model, optimizer))
-    }
+/// A shard's files of a checkpoint, in memory: its slices (`model`, each named in `names` and holding
+/// `params`) and their optimizer state.
+pub(super) fn checkpoint_files(
+    names: &[String],
+    params: &[Vec<f32>],
+    optimizer: &Optimizer,
+) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+    let shapes: Vec<[usize; 1]> = params.iter().map(|p| [p.len()]).collect();
+    let tensors: Vec<(&str, &[usize], &[f32])> = names
+        .iter()
+        .zip(&shapes)
+        .zip(params)
+        .map(|((n, s), v)| (n.as_str(), s.as_slice(), v.as_slice()))
+        .collect();
+    let model = checkpoint::tensors_bytes(&tensors)?;
+    let optimizer = checkpoint::flat_bytes(&optimizer.state(names))?;
+    Ok((model, optimizer))
 }

@@ -1,6 +1,6 @@
 //! Layer norm's forward and backward passes for the transformer's hand-written step.
 
-use super::PIECE;
+use super::pointwise::PIECE;
 use crate::models::vector::{dot, sum, vectorised};
 use rayon::prelude::*;
 

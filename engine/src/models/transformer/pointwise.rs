@@ -1,10 +1,12 @@
 //! The transformer step's single passes over its activations: dropout masks, bias adds, the residual
 //! joins, and GELU (tanh form) with its derivative, vectorised.
 
-use super::PIECE;
 use crate::models::vector::{tanh, vectorised};
 use crate::rng::Rng;
 use rayon::prelude::*;
+
+/// Values per parallel piece of an elementwise pass.
+pub(super) const PIECE: usize = 1 << 13;
 
 /// Dropout's mask, drawn as `dropout` draws it (one value per element in order: 1/keep if kept, else
 /// 0), so both paths consume the same draws; false (nothing drawn) without dropout.

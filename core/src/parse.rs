@@ -1,0 +1,156 @@
+//! Reading a submitted document: strict deserialisation from JSON or YAML (every error names the field,
+//! in words), a plain answer for a document of the other kind, then the document's semantic checks.
+//! [`DroverJob::parse`] and [`DroverExperiment::parse`] live here, above the types and their checks
+//! ([`crate::validate`], [`crate::experiment_validate`]).
+
+use crate::document::{EXPERIMENT_KIND, Format, KIND, SpecError};
+use crate::experiment::DroverExperiment;
+use crate::spec::DroverJob;
+
+impl DroverJob {
+    /// Parses and validates a document. The error names the first problem found.
+    pub fn parse(bytes: &[u8], format: Format) -> Result<DroverJob, SpecError> {
+        let job: DroverJob = parse_document(bytes, format)
+            .map_err(|err| wrong_kind(bytes, EXPERIMENT_KIND, KIND).unwrap_or(err))?;
+        crate::validate::validate(&job)?;
+        Ok(job)
+    }
+}
+
+impl DroverExperiment {
+    /// Parses and validates a document. The error names the first problem found.
+    pub fn parse(bytes: &[u8], format: Format) -> Result<DroverExperiment, SpecError> {
+        let experiment: DroverExperiment = parse_document(bytes, format)
+            .map_err(|err| wrong_kind(bytes, KIND, EXPERIMENT_KIND).unwrap_or(err))?;
+        crate::experiment_validate::validate(&experiment)?;
+        Ok(experiment)
+    }
+}
+
+/// When a document that does not parse says it is of kind `found` (not `expected`), the error says
+/// so, rather than naming the first field the other kind does not have.
+fn wrong_kind(bytes: &[u8], found: &str, expected: &str) -> Option<SpecError> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let says = text.lines().any(|line| {
+        let line = line.trim().trim_start_matches('{').trim();
+        let rest = line
+            .strip_prefix("kind:")
+            .or_else(|| line.strip_prefix("\"kind\":"))
+            .or_else(|| line.strip_prefix("\"kind\" :"));
+        rest.is_some_and(|v| {
+            v.trim()
+                .trim_matches(|c| c == '"' || c == '\'' || c == ',')
+                .trim()
+                == found
+        })
+    }) || text.contains(&format!("\"kind\":\"{found}\""))
+        || text.contains(&format!("\"kind\": \"{found}\""));
+    says.then(|| {
+        let how = if found == EXPERIMENT_KIND {
+            "submit it with `drover experiment submit` (POST /api/v1/experiments)"
+        } else {
+            "submit it with `drover submit` (POST /api/v1/jobs)"
+        };
+        SpecError::new(
+            "kind",
+            format!("this is a {found}, not a {expected}: {how}"),
+        )
+    })
+}
+
+/// Deserialises a document strictly; the error names the field (or says the bytes are not a document).
+fn parse_document<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    format: Format,
+) -> Result<T, SpecError> {
+    match format {
+        Format::Json => {
+            let mut de = serde_json::Deserializer::from_slice(bytes);
+            let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+                let malformed = !err.inner().is_data();
+                let mut spec_err = path_error(err);
+                spec_err.malformed = malformed;
+                spec_err
+            })?;
+            de.end()
+                .map_err(|err| SpecError::malformed("(document)", err.to_string()))?;
+            Ok(value)
+        }
+        Format::Yaml => {
+            // Any other error the walk meets, the parse below meets too and names the field.
+            if let Err(err) = crate::yaml_budget::within_budget(bytes)
+                && crate::yaml_budget::is_over_budget(&err)
+            {
+                return Err(SpecError::malformed("(document)", err.to_string()));
+            }
+            let de = serde_yaml::Deserializer::from_slice(bytes);
+            serde_path_to_error::deserialize(de).map_err(|err| {
+                // serde_yaml does not classify its errors: anything that is not one of serde's
+                // data errors (or ours, from validation) is a syntax error.
+                let message = err.inner().to_string();
+                let data = [
+                    "invalid type",
+                    "invalid value",
+                    "invalid length",
+                    "unknown variant",
+                    "unknown field",
+                    "missing field",
+                    "duplicate field",
+                ];
+                let malformed = !data.iter().any(|prefix| message.contains(prefix));
+                let mut spec_err = path_error(err);
+                spec_err.malformed = malformed;
+                spec_err
+            })
+        }
+    }
+}
+
+fn path_error<E: std::fmt::Display>(err: serde_path_to_error::Error<E>) -> SpecError {
+    let path = err.path().to_string();
+    // serde_path_to_error writes `?` for a position it could not name (inside a half-parsed value).
+    let path = path.trim_end_matches(".?").to_owned();
+    let field = if matches!(path.as_str(), "." | "?" | "") {
+        "(document)".to_owned()
+    } else {
+        path
+    };
+    SpecError::new(field, in_words(&err.inner().to_string()))
+}
+
+/// serde's messages name Rust types (`expected u32`, `expected struct TaskRange`): say what is
+/// expected in words instead.
+fn in_words(message: &str) -> String {
+    let mut message = message.to_owned();
+    for (rust, words) in [
+        (
+            "expected u8",
+            "expected a non-negative integer of at most 255",
+        ),
+        (
+            "expected u16",
+            "expected a non-negative integer of at most 65535",
+        ),
+        (
+            "expected u32",
+            "expected a non-negative integer of at most 4294967295",
+        ),
+        ("expected u64", "expected a non-negative integer"),
+        ("expected usize", "expected a non-negative integer"),
+        ("expected i32", "expected an integer"),
+        ("expected i64", "expected an integer"),
+        ("expected f32", "expected a number"),
+        ("expected f64", "expected a number"),
+        ("expected a boolean", "expected true or false"),
+    ] {
+        if let Some(rest) = message.strip_suffix(rust).map(str::to_owned) {
+            message = format!("{rest}{words}");
+        } else {
+            message = message.replace(&format!("{rust} "), &format!("{words} "));
+        }
+    }
+    if let Some(at) = message.find("expected struct ") {
+        message.replace_range(at.., "expected a mapping of its fields");
+    }
+    message
+}

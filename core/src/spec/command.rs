@@ -1,0 +1,91 @@
+//! The `command` job's document: its argv and environment, whose values may name a tenant's
+//! secret.
+
+use super::defaults;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CommandSpec {
+    pub argv: Vec<String>,
+    /// Environment variables: a value, or `{secret: NAME}` for one of the tenant's secrets (the value
+    /// reaches only the task's process; the job document keeps the reference).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, EnvValue>,
+    #[serde(default = "defaults::workdir")]
+    pub workdir: String,
+}
+
+/// One environment variable's value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum EnvValue {
+    /// Stored and shown as it is: not for secrets.
+    Plain(String),
+    /// One of the tenant's secrets, by name.
+    Secret(SecretRef),
+}
+
+/// A reference to a secret of the job's tenant (`drover secret set NAME`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretRef {
+    pub secret: String,
+}
+
+impl<'de> Deserialize<'de> for EnvValue {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = EnvValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string, or {secret: NAME} for one of the tenant's secrets")
+            }
+            fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<EnvValue, E> {
+                Ok(EnvValue::Plain(value.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, value: String) -> Result<EnvValue, E> {
+                Ok(EnvValue::Plain(value))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<EnvValue, A::Error> {
+                SecretRef::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(EnvValue::Secret)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+impl EnvValue {
+    /// The secret this value refers to, if any.
+    pub fn secret(&self) -> Option<&str> {
+        match self {
+            EnvValue::Plain(_) => None,
+            EnvValue::Secret(reference) => Some(&reference.secret),
+        }
+    }
+}
+
+impl CommandSpec {
+    /// The names of the secrets the job's environment refers to.
+    pub fn secret_names(&self) -> impl Iterator<Item = &str> {
+        self.env.values().filter_map(EnvValue::secret)
+    }
+}
+
+/// In a custom resource's schema: a string, or `{secret: NAME}` (left open, as for [`TaskRange`]).
+impl JsonSchema for EnvValue {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "EnvValue".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A value, or `{secret: NAME}` for one of the tenant's secrets.",
+            "x-kubernetes-preserve-unknown-fields": true
+        })
+    }
+}

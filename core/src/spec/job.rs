@@ -1,0 +1,78 @@
+//! The `DroverJob` document itself: its envelope (`apiVersion`, `kind`, metadata, status) and the job
+//! spec, which gathers the parts the sibling modules define (train or command, resources,
+//! distribution, scheduling, checkpoints).
+
+use super::command::CommandSpec;
+use super::defaults;
+use super::resources::{CheckpointPolicy, Distributed, Resources, Scheduling};
+use super::train::TrainSpec;
+use crate::document::ObjectMeta;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Version of the stored document's schema, kept beside it so later versions can upgrade old rows.
+pub const SPEC_SCHEMA_VERSION: i32 = 1;
+
+/// A training job or a command job, as submitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DroverJob {
+    /// Always `drover.dev/v1`.
+    #[serde(rename = "apiVersion")]
+    pub api_version: String,
+    /// Always `DroverJob`.
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: JobSpec,
+    /// Written by Drover; ignored on submit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub status: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum JobType {
+    /// Drover's training engine.
+    Train,
+    /// An arbitrary process.
+    Command,
+}
+
+impl JobType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobType::Train => "train",
+            JobType::Command => "command",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    #[serde(rename = "type")]
+    pub job_type: JobType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train: Option<TrainSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<CommandSpec>,
+    #[serde(default)]
+    pub resources: Resources,
+    #[serde(default)]
+    pub distributed: Distributed,
+    #[serde(default)]
+    pub scheduling: Scheduling,
+    #[serde(default)]
+    pub checkpoint: CheckpointPolicy,
+    #[serde(default = "defaults::max_restarts")]
+    pub max_restarts: u32,
+}
+
+impl DroverJob {
+    /// Total GPUs the job asks for at its largest shape.
+    pub fn max_gpus(&self) -> u64 {
+        u64::from(self.spec.resources.workers.max) * u64::from(self.spec.resources.gpus_per_worker)
+    }
+}

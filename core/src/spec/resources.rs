@@ -1,0 +1,246 @@
+//! What a job asks of the cluster: task counts (elastic as ranges), how its workers exchange
+//! gradients, its scheduling class and its checkpoint policy.
+
+use super::defaults;
+use crate::schema::one_object;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
+
+/// An inclusive range of task counts; `min < max` makes the job elastic. A document may give a plain
+/// count (`workers: 2`) for `{min: 2, max: 2}`, as `drover resize --workers 2` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskRange {
+    pub min: u32,
+    pub max: u32,
+}
+
+impl<'de> Deserialize<'de> for TaskRange {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::{self, Unexpected};
+
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Fields {
+            min: u32,
+            max: u32,
+        }
+
+        struct Range;
+
+        impl<'de> de::Visitor<'de> for Range {
+            type Value = TaskRange;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a task count (`2`) or a range (`{min: 1, max: 4}`)")
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<TaskRange, E> {
+                let n = u32::try_from(v)
+                    .map_err(|_| E::invalid_value(Unexpected::Unsigned(v), &self))?;
+                Ok(TaskRange { min: n, max: n })
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<TaskRange, E> {
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::invalid_value(Unexpected::Signed(v), &self)),
+                }
+            }
+
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<TaskRange, A::Error> {
+                let Fields { min, max } =
+                    Fields::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(TaskRange { min, max })
+            }
+        }
+
+        deserializer.deserialize_any(Range)
+    }
+}
+
+/// In a custom resource's schema: a count or a `{min, max}` range. Kubernetes' structural schemas
+/// cannot say "an integer or an object", so the field is left open there and checked by the same
+/// validation every other interface runs.
+impl JsonSchema for TaskRange {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "TaskRange".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A task count (`2`) or an inclusive range (`{min: 1, max: 4}`); min < max makes the job elastic.",
+            "x-kubernetes-preserve-unknown-fields": true
+        })
+    }
+}
+
+impl TaskRange {
+    pub fn is_elastic(self) -> bool {
+        self.min < self.max
+    }
+}
+
+/// One worker by default (the defaults of the other fields are in `defaults`).
+fn default_workers() -> TaskRange {
+    TaskRange { min: 1, max: 1 }
+}
+
+/// No parameter servers by default.
+fn default_ps() -> TaskRange {
+    TaskRange { min: 0, max: 0 }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    #[serde(default = "default_workers")]
+    pub workers: TaskRange,
+    #[serde(default = "default_ps")]
+    pub ps: TaskRange,
+    #[serde(default = "defaults::gpus_per_worker")]
+    pub gpus_per_worker: u32,
+    /// What one worker needs of a GPU's memory; lets Gandiva pack two jobs on one GPU. Absent: a whole GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_gb: Option<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_types: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default = "defaults::cpus_per_worker")]
+    pub cpus_per_worker: u32,
+    #[serde(default = "defaults::cpus_per_ps")]
+    pub cpus_per_ps: u32,
+    #[serde(default = "defaults::memory_gb_per_task")]
+    pub memory_gb_per_task: u32,
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Resources {
+            workers: default_workers(),
+            ps: default_ps(),
+            gpus_per_worker: defaults::gpus_per_worker(),
+            gpu_memory_gb: None,
+            gpu_types: Vec::new(),
+            node_selector: BTreeMap::new(),
+            cpus_per_worker: defaults::cpus_per_worker(),
+            cpus_per_ps: defaults::cpus_per_ps(),
+            memory_gb_per_task: defaults::memory_gb_per_task(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Distributed {
+    #[serde(default)]
+    pub mode: DistributedMode,
+    #[serde(default)]
+    pub sync: SyncMode,
+    /// SSP's bound: no worker more than this many steps ahead of the slowest.
+    #[serde(default = "defaults::staleness")]
+    pub staleness: u32,
+    #[serde(default)]
+    pub compression: Compression,
+}
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum DistributedMode {
+    #[default]
+    Ps,
+    Allreduce,
+}
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    #[default]
+    Bsp,
+    Ssp,
+    Async,
+}
+
+/// Gradient compression, each with error feedback.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, ToSchema, JsonSchema)]
+#[schemars(transform = one_object)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Compression {
+    #[default]
+    None,
+    /// Keep the largest `ratio` of gradient entries.
+    Topk { ratio: f64 },
+    /// 1-bit sign with a per-tensor scale.
+    Onebit,
+    /// QSGD-style stochastic quantisation to `bits` bits.
+    Qsgd { bits: u32 },
+}
+
+/// Read through a copy whose variants without parameters are empty structs: serde skips other keys
+/// beside the tag of a unit variant even under `deny_unknown_fields`, so `{type: onebit, ratio:
+/// 0.01}` would pass as if `ratio` meant something.
+impl<'de> Deserialize<'de> for Compression {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+        enum Document {
+            None {},
+            Topk { ratio: f64 },
+            Onebit {},
+            Qsgd { bits: u32 },
+        }
+        Ok(match Document::deserialize(deserializer)? {
+            Document::None {} => Compression::None,
+            Document::Topk { ratio } => Compression::Topk { ratio },
+            Document::Onebit {} => Compression::Onebit,
+            Document::Qsgd { bits } => Compression::Qsgd { bits },
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Scheduling {
+    /// Higher runs first and may preempt lower; -1000 to 1000.
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default = "defaults::yes")]
+    pub preemptible: bool,
+}
+
+impl Default for Scheduling {
+    fn default() -> Self {
+        Scheduling {
+            priority: 0,
+            preemptible: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointPolicy {
+    #[serde(default = "defaults::checkpoint_every_steps")]
+    pub every_steps: u64,
+    #[serde(default = "defaults::keep_last")]
+    pub keep_last: u32,
+    #[serde(default = "defaults::keep_best")]
+    pub keep_best: u32,
+}
+
+impl Default for CheckpointPolicy {
+    fn default() -> Self {
+        CheckpointPolicy {
+            every_steps: defaults::checkpoint_every_steps(),
+            keep_last: defaults::keep_last(),
+            keep_best: defaults::keep_best(),
+        }
+    }
+}

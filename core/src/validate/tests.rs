@@ -1,0 +1,373 @@
+//! Tests of the `DroverJob` document: parsing (fields named, messages in words, defaults) and the
+//! semantic checks, against the reference example with every field.
+
+use crate::spec::{DroverJob, Format, JobType, ModelSpec, SpecError};
+
+const EXAMPLE: &str = include_str!("../../../examples/reference/every-field.yaml");
+
+fn parse_yaml(doc: &str) -> Result<DroverJob, SpecError> {
+    DroverJob::parse(doc.as_bytes(), Format::Yaml)
+}
+
+/// The example with one line replaced: `from` must occur exactly once.
+fn example_with(from: &str, to: &str) -> String {
+    assert_eq!(
+        EXAMPLE.matches(from).count(),
+        1,
+        "`{from}` must occur once in the example"
+    );
+    EXAMPLE.replace(from, to)
+}
+
+fn error_field(doc: &str) -> String {
+    parse_yaml(doc)
+        .expect_err("document should be rejected")
+        .field
+}
+
+#[test]
+fn the_design_example_parses_with_every_field() {
+    let job = parse_yaml(EXAMPLE).unwrap();
+    assert_eq!(job.metadata.name, "digits-mlp");
+    assert_eq!(job.metadata.labels["team"], "vision");
+    assert_eq!(job.spec.job_type, JobType::Train);
+    let train = job.spec.train.as_ref().unwrap();
+    assert_eq!(train.batch_size, 256);
+    assert_eq!(
+        train.model,
+        ModelSpec::Mlp {
+            hidden: vec![256, 128],
+            dropout: 0.0
+        }
+    );
+    assert_eq!(job.spec.resources.workers.max, 4);
+    assert_eq!(job.max_gpus(), 4);
+}
+
+#[test]
+fn json_and_yaml_give_the_same_job() {
+    let from_yaml = parse_yaml(EXAMPLE).unwrap();
+    let json = serde_json::to_vec(&from_yaml).unwrap();
+    let from_json = DroverJob::parse(&json, Format::Json).unwrap();
+    assert_eq!(from_yaml, from_json);
+}
+
+#[test]
+fn defaults_fill_what_is_left_out() {
+    let job = parse_yaml(
+        "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {name: tiny}\nspec:\n  type: train\n  \
+         train: {model: {type: mlp}, dataset: {type: digits}, batch_size: 32, max_steps: 10}\n",
+    )
+    .unwrap();
+    assert_eq!(job.spec.resources.workers.min, 1);
+    assert_eq!(job.spec.resources.ps.max, 0);
+    assert_eq!(job.spec.max_restarts, 5);
+    assert_eq!(job.spec.checkpoint.every_steps, 500);
+    assert!(job.spec.scheduling.preemptible);
+}
+
+#[test]
+fn unknown_fields_are_named() {
+    let err = parse_yaml(&example_with(
+        "batch_size: 256",
+        "batch_size: 256\n    batchsize: 3",
+    ))
+    .unwrap_err();
+    assert_eq!(err.field, "spec.train.batchsize");
+    assert!(err.reason.contains("unknown field `batchsize`"), "{err}");
+    assert_eq!(
+        error_field(&example_with(
+            "name: digits-mlp",
+            "name: digits-mlp\n  owner: me"
+        )),
+        "metadata.owner"
+    );
+}
+
+#[test]
+fn wrong_types_are_named() {
+    let err = parse_yaml(&example_with("batch_size: 256", "batch_size: lots")).unwrap_err();
+    assert_eq!(err.field, "spec.train.batch_size");
+    assert_eq!(
+        error_field(&example_with(
+            "workers: {min: 1, max: 4}",
+            "workers: {min: -1, max: 4}"
+        )),
+        "spec.resources.workers.min"
+    );
+    assert_eq!(
+        error_field(&example_with("type: train", "type: sometimes")),
+        "spec.type"
+    );
+}
+
+/// Every kind of mistake is told in words, at the field's full path, never with a Rust type.
+#[test]
+fn messages_say_what_is_expected_in_words() {
+    let says = |from: &str, to: &str| {
+        let err = parse_yaml(&example_with(from, to)).unwrap_err();
+        for rust in ["u32", "u64", "f64", "struct", "TaskRange"] {
+            assert!(!err.reason.contains(rust), "{to}: {}", err.reason);
+        }
+        (err.field, err.reason)
+    };
+    let (field, reason) = says("workers: {min: 1, max: 4}", "workers: {min: -1, max: 4}");
+    assert_eq!(field, "spec.resources.workers.min");
+    assert!(
+        reason.contains("expected a non-negative integer"),
+        "{reason}"
+    );
+    let (field, reason) = says("batch_size: 256", "batch_size: lots");
+    assert_eq!(field, "spec.train.batch_size");
+    assert!(
+        reason.contains("expected a non-negative integer"),
+        "{reason}"
+    );
+    let (field, reason) = says("batch_size: 256", "batch_size: 99999999999");
+    assert_eq!(field, "spec.train.batch_size");
+    assert!(reason.contains("of at most 4294967295"), "{reason}");
+    let (field, reason) = says("workers: {min: 1, max: 4}", "workers: many");
+    assert_eq!(field, "spec.resources.workers");
+    assert!(reason.contains("a task count (`2`) or a range"), "{reason}");
+    let (field, reason) = says("workers: {min: 1, max: 4}", "workers: -2");
+    assert_eq!(field, "spec.resources.workers");
+    assert!(reason.contains("a task count"), "{reason}");
+    let (field, reason) = says("workers: {min: 1, max: 4}", "workers: {min: 1, most: 4}");
+    assert_eq!(field, "spec.resources.workers.most");
+    assert!(reason.contains("unknown field `most`"), "{reason}");
+    let (_, reason) = says("lr: 0.001", "lr: fast");
+    assert!(reason.contains("expected a number"), "{reason}");
+}
+
+#[test]
+fn a_plain_count_of_tasks_is_a_fixed_range() {
+    let job = parse_yaml(&example_with("workers: {min: 1, max: 4}", "workers: 2")).unwrap();
+    assert_eq!(
+        (
+            job.spec.resources.workers.min,
+            job.spec.resources.workers.max
+        ),
+        (2, 2)
+    );
+    let json = serde_json::to_value(&job).unwrap();
+    assert_eq!(
+        json["spec"]["resources"]["workers"],
+        serde_json::json!({"min": 2, "max": 2})
+    );
+}
+
+#[test]
+fn malformed_documents_are_rejected() {
+    assert!(parse_yaml("apiVersion: [unclosed").is_err());
+    assert!(DroverJob::parse(b"{\"apiVersion\": ", Format::Json).is_err());
+    let err = DroverJob::parse(b"{} trailing", Format::Json).unwrap_err();
+    assert!(!err.reason.is_empty());
+    assert_eq!(
+        DroverJob::parse(b"[]", Format::Json).unwrap_err().field,
+        "(document)"
+    );
+}
+
+#[test]
+fn out_of_range_values_name_their_field() {
+    let cases = [
+        (
+            "workers: {min: 1, max: 4}",
+            "workers: {min: 0, max: 4}",
+            "spec.resources.workers.min",
+        ),
+        (
+            "workers: {min: 1, max: 4}",
+            "workers: {min: 5, max: 4}",
+            "spec.resources.workers",
+        ),
+        (
+            "workers: {min: 1, max: 4}",
+            "workers: {min: 1, max: 100000}",
+            "spec.resources.workers.max",
+        ),
+        (
+            "ps: {min: 1, max: 2}",
+            "ps: {min: 3, max: 2}",
+            "spec.resources.ps",
+        ),
+        (
+            "ps: {min: 1, max: 2}",
+            "ps: {min: 0, max: 0}",
+            "spec.resources.ps.max",
+        ),
+        ("name: digits-mlp", "name: \"\"", "metadata.name"),
+        ("name: digits-mlp", "name: Digits_MLP", "metadata.name"),
+        ("name: digits-mlp", "name: -lead", "metadata.name"),
+        (
+            "apiVersion: drover.dev/v1",
+            "apiVersion: drover.dev/v2",
+            "apiVersion",
+        ),
+        ("kind: DroverJob", "kind: Job", "kind"),
+        ("batch_size: 256", "batch_size: 0", "spec.train.batch_size"),
+        ("batch_size: 256", "batch_size: 2", "spec.train.batch_size"),
+        ("max_steps: 5000", "max_steps: 0", "spec.train.max_steps"),
+        ("lr: 0.001,", "lr: -1,", "spec.train.optimizer.lr"),
+        (
+            "gpu_memory_gb: 8",
+            "gpu_memory_gb: 100000",
+            "spec.resources.gpu_memory_gb",
+        ),
+        (
+            "gpus_per_worker: 1",
+            "gpus_per_worker: 64",
+            "spec.resources.gpus_per_worker",
+        ),
+        (
+            "cpus_per_worker: 4",
+            "cpus_per_worker: 0",
+            "spec.resources.cpus_per_worker",
+        ),
+        ("priority: 0", "priority: 5000", "spec.scheduling.priority"),
+        ("keep_last: 3", "keep_last: 0", "spec.checkpoint.keep_last"),
+        ("max_restarts: 5", "max_restarts: 1000", "spec.max_restarts"),
+        ("team: vision", "team: \"not ok!\"", "metadata.labels.team"),
+        (
+            "compression: {type: none}",
+            "compression: {type: topk, ratio: 2}",
+            "spec.distributed.compression.ratio",
+        ),
+        (
+            "compression: {type: none}",
+            "compression: {type: qsgd, bits: 0}",
+            "spec.distributed.compression.bits",
+        ),
+        (
+            "compression: {type: none}",
+            "compression: {type: onebit, ratio: 0.01}",
+            "spec.distributed.compression",
+        ),
+        (
+            "compression: {type: none}",
+            "compression: {type: none, bits: 4}",
+            "spec.distributed.compression",
+        ),
+        (
+            "hidden: [256, 128]",
+            "hidden: [256, 0]",
+            "spec.train.model.hidden[1]",
+        ),
+        (
+            "dataset: {type: digits}",
+            "dataset: {type: csv, path: \"\"}",
+            "spec.train.dataset.path",
+        ),
+        (
+            "dataset: {type: digits}",
+            "dataset: {type: text, path: book.txt}",
+            "spec.train.model.type",
+        ),
+        (
+            "gpu_memory_gb: 8",
+            "gpu_memory_gb: 8\n    node_selector: {team: vision}",
+            "spec.resources.node_selector",
+        ),
+        (
+            "gpu_memory_gb: 8",
+            "gpu_memory_gb: 8\n    gpu_types: [A100]",
+            "spec.resources.gpu_types",
+        ),
+        (
+            "model: {type: mlp, hidden: [256, 128]}",
+            "model: {type: charlm}",
+            "spec.train.model.type",
+        ),
+    ];
+    for (from, to, field) in cases {
+        assert_eq!(
+            error_field(&example_with(from, to)),
+            field,
+            "{from} -> {to}"
+        );
+    }
+}
+
+#[test]
+fn a_target_says_which_way_it_is_met_and_accuracy_is_a_fraction() {
+    let with = |target: &str| {
+        example_with(
+            "max_steps: 5000",
+            &format!("max_steps: 5000\n    target: {target}"),
+        )
+    };
+    let err = parse_yaml(&with("{metric: val_loss, value: 0.05}")).unwrap_err();
+    assert_eq!(err.field, "spec.train.target.mode");
+    assert!(err.reason.contains("needs `mode: min`"), "{}", err.reason);
+    let err = parse_yaml(&with("{metric: val_accuracy, value: 97}")).unwrap_err();
+    assert_eq!(err.field, "spec.train.target.value");
+    assert!(err.reason.contains("0.97"), "{}", err.reason);
+    parse_yaml(&with("{metric: val_loss, value: 0.05, mode: min}")).unwrap();
+    parse_yaml(&with("{metric: val_accuracy, value: 0.97}")).unwrap();
+}
+
+#[test]
+fn a_document_whose_aliases_expand_past_the_budget_is_refused() {
+    // 2,000 zeros named by 2,000 aliases, under `status` (ignored on submit) and in a string list:
+    // 4 million values from 20 KB, refused before any is built.
+    let zeros = vec!["0"; 2000].join(",");
+    let names = vec!["*z"; 2000].join(",");
+    let bomb = format!("status: {{a: &z [{zeros}], b: [{names}]}}\n");
+    let started = std::time::Instant::now();
+    let err = parse_yaml(&format!("{EXAMPLE}{bomb}")).unwrap_err();
+    assert_eq!(err.field, "(document)");
+    assert!(err.reason.contains("expands"), "{}", err.reason);
+    let word = "x".repeat(4000);
+    let argv = vec!["*w"; 2000].join(",");
+    let text = example_with(
+        "metadata:\n",
+        &format!("x-word: &w \"{word}\"\nmetadata:\n"),
+    );
+    let err =
+        parse_yaml(&text.replace("seed: 1", &format!("seed: 1\n    bogus: [{argv}]"))).unwrap_err();
+    assert!(err.reason.contains("expands"), "{}", err.reason);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    // Aliases within the budget are expanded as before.
+    let small = example_with("hidden: [256, 128]", "hidden: &h [256, 128]");
+    parse_yaml(&small).unwrap();
+}
+
+#[test]
+fn combinations_are_checked() {
+    let no_train =
+        "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {name: a}\nspec: {type: train}\n";
+    assert_eq!(error_field(no_train), "spec.train");
+    let no_command =
+        "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {name: a}\nspec: {type: command}\n";
+    assert_eq!(error_field(no_command), "spec.command");
+    let empty_argv = "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {name: a}\n\
+                      spec: {type: command, command: {argv: []}}\n";
+    assert_eq!(error_field(empty_argv), "spec.command.argv");
+    let allreduce_with_ps = example_with("mode: ps", "mode: allreduce");
+    assert_eq!(error_field(&allreduce_with_ps), "spec.resources.ps");
+    let compressed_allreduce = example_with("mode: ps", "mode: allreduce")
+        .replace("ps: {min: 1, max: 2}", "ps: {min: 0, max: 0}")
+        .replace("compression: {type: none}", "compression: {type: onebit}");
+    assert_eq!(
+        error_field(&compressed_allreduce),
+        "spec.distributed.compression"
+    );
+    let nine_bits = example_with(
+        "compression: {type: none}",
+        "compression: {type: qsgd, bits: 9}",
+    );
+    assert_eq!(error_field(&nine_bits), "spec.distributed.compression.bits");
+    let no_stop = example_with("max_steps: 5000", "eval_every: 10");
+    assert!(parse_yaml(&no_stop).is_err());
+    let heads = "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {name: lm}\nspec:\n  type: train\n  \
+                 train: {model: {type: charlm, heads: 3, d_model: 128}, dataset: {type: text, path: a.txt}, \
+                 batch_size: 8, max_steps: 1}\n";
+    assert_eq!(error_field(heads), "spec.train.model.d_model");
+}
+
+#[test]
+fn command_example_parses() {
+    let job = parse_yaml(include_str!("../../../examples/sleep-command.yaml")).unwrap();
+    assert_eq!(job.spec.job_type, JobType::Command);
+    assert_eq!(job.max_gpus(), 0);
+}

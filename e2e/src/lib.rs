@@ -1,0 +1,573 @@
+//! Drover's end-to-end tests (`tests/`) and the live resize benchmark (`benches/resize.rs`): the real
+//! `drover` program (this package's `drover-e2e` binary, the same code as the `drover` binary) run as
+//! separate processes against real databases, driven through the CLI, REST and gRPC.
+//!
+//! This library is their shared harness: a `drover server` on a fresh Postgres database and two
+//! `drover executor` processes with their own data directories, all real processes talking gRPC and
+//! REST, and the REST calls the tests and the resize benchmark make.
+
+#![expect(
+    clippy::unwrap_used,
+    reason = "test support: a failure should panic the test"
+)]
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Says that test `test` did not run, and why: on standard error, and as a line `test<TAB>why` in the
+/// file `DROVER_SKIPPED_TESTS` names (`scripts/test` sets it), so the run's summary counts and names
+/// every skip instead of counting it as passed. A test calls it and returns.
+pub fn skip(test: &str, why: &str) {
+    eprintln!("skipped {test}: {why}");
+    if let Some(path) = std::env::var_os("DROVER_SKIPPED_TESTS") {
+        use std::io::Write;
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut file| writeln!(file, "{test}\t{why}"));
+        if let Err(err) = written {
+            eprintln!(
+                "cannot record the skip in {}: {err}",
+                Path::new(&path).display()
+            );
+        }
+    }
+}
+
+/// The `drover` program under test: this package's own build of it (`src/bin/drover-e2e.rs`, the
+/// `drover` library's `main`), which Cargo builds before this package's tests and benchmarks. They
+/// run from `target/<profile>/deps/`; the program sits one folder up.
+pub fn drover() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("a test binary in target/<profile>/deps");
+    dir.join(format!("drover-e2e{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// A port for a process to listen on later, free when returned. Taken below Linux's ephemeral range
+/// (32768-60999), where the kernel picks the port of every `bind(0)` and every outgoing connection:
+/// a port found free there could be taken by a Postgres or HTTP client before the server binds it
+/// (a test failed with "Address already in use" that way). Ports go in turn from a start that
+/// differs per process, so tests running at once do not pick the same one.
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const FIRST: u16 = 20_000;
+    const COUNT: u16 = 12_000;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = (std::process::id() % u32::from(COUNT)) as u16;
+    for _ in 0..COUNT {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed) % COUNT;
+        let port = FIRST + (start + n) % COUNT;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}-{}", FIRST + COUNT - 1)
+}
+pub const ADMIN_TOKEN: &str = "drv_e2e_executors_admin_token_0123456789";
+/// The server's configured (reusable) enrolment token, which the executors enrol with.
+pub const ENROLLMENT_TOKEN: &str = "e2e-enrollment-token-0123456789abcdef";
+/// Steps between checkpoints in the test job.
+pub const CHECKPOINT_EVERY: u64 = 300;
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A child process killed (SIGKILL) when dropped.
+#[derive(Debug)]
+pub struct Proc {
+    pub child: Child,
+    pub lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    pub fn spawn(args: &[&str]) -> Proc {
+        Self::spawn_with_env(args, &[])
+    }
+
+    /// The same, with more environment variables.
+    pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
+        let mut child = Command::new(drover())
+            .args(args)
+            .envs(env.iter().copied())
+            .current_dir(repo_root())
+            .env_remove("DROVER_TOKEN")
+            .env_remove("DROVER_SERVER")
+            .env("DROVER_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("DROVER_ENROLLMENT_TOKEN", ENROLLMENT_TOKEN)
+            .env("DROVER_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn drover");
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Proc { child, lines }
+    }
+
+    /// The rest of the first stdout line starting with `prefix`.
+    pub fn wait_for_line(&self, prefix: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(remaining)
+                .unwrap_or_else(|_| panic!("no line starting with `{prefix}`"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.trim().to_owned();
+            }
+        }
+    }
+}
+
+/// Fields drop in order: executors and the server stop before their database and directories go.
+#[derive(Debug)]
+pub struct Cluster {
+    pub executors: Vec<(String, Proc)>,
+    pub server: Proc,
+    pub database: drover_store::testing::TempPostgres,
+    pub dir: tempfile::TempDir,
+    pub url: String,
+    pub gateway: String,
+    pub http: reqwest::Client,
+    /// GPU slots each executor offers.
+    pub slots: u32,
+    /// More environment variables for executors (an object store's credentials).
+    pub executor_env: Vec<(String, String)>,
+}
+
+impl Cluster {
+    /// Starts the server with this heartbeat timeout; `gateway` fixes the executor gateway's address
+    /// (a restart keeps it).
+    pub fn start_server_with(
+        database: &str,
+        data_dir: &Path,
+        gateway: &str,
+        executor_timeout: &str,
+    ) -> (Proc, String, String) {
+        Self::start_server_configured(database, data_dir, gateway, executor_timeout, &[], &[])
+    }
+
+    /// The same, with more flags and environment variables.
+    pub fn start_server_configured(
+        database: &str,
+        data_dir: &Path,
+        gateway: &str,
+        executor_timeout: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> (Proc, String, String) {
+        let mut args = vec![
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--gateway-listen",
+            gateway,
+            "--database-url",
+            database,
+            "--data-dir",
+            data_dir.to_str().unwrap(),
+            "--executor-timeout",
+            executor_timeout,
+            "--stop-grace",
+            "10s",
+            "--tick",
+            "500ms",
+        ];
+        args.extend_from_slice(extra);
+        let server = Proc::spawn_with_env(&args, env);
+        let url = server.wait_for_line("drover server listening on ");
+        let gateway = server.wait_for_line("executor gateway listening on ");
+        (server, url, gateway)
+    }
+
+    pub async fn start() -> Cluster {
+        Self::start_with_slots(1).await
+    }
+
+    /// Two executors of `slots` GPU slots (and twice as many CPUs) each.
+    pub async fn start_with_slots(slots: u32) -> Cluster {
+        Self::start_configured(slots, &[], &[]).await
+    }
+
+    /// The same, the server started with more flags and environment variables.
+    pub async fn start_configured(slots: u32, extra: &[&str], env: &[(&str, &str)]) -> Cluster {
+        Self::start_sharing_env(slots, extra, env, &[]).await
+    }
+
+    /// The same, `shared_env` given to the server and the executors alike.
+    pub async fn start_sharing_env(
+        slots: u32,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        shared_env: &[(&str, &str)],
+    ) -> Cluster {
+        let server_env: Vec<(&str, &str)> = env.iter().chain(shared_env).copied().collect();
+        let database = drover_store::testing::create_postgres_database().await;
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let (server, url, gateway) = Self::start_server_configured(
+            &database.url,
+            &dir.path().join("server"),
+            &format!("127.0.0.1:{port}"),
+            "3s",
+            extra,
+            &server_env,
+        );
+        let mut cluster = Cluster {
+            database,
+            dir,
+            server,
+            url,
+            gateway,
+            executors: Vec::new(),
+            http: reqwest::Client::new(),
+            slots,
+            executor_env: shared_env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        };
+        for name in ["exec-a", "exec-b"] {
+            cluster.start_executor(name);
+        }
+        cluster
+            .wait_until(
+                "both executors healthy",
+                Duration::from_secs(30),
+                async |c| {
+                    let nodes = c.get("/api/v1/nodes").await;
+                    let healthy = nodes["nodes"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter(|n| n["health"] == "healthy")
+                        .count();
+                    (healthy == 2).then_some(())
+                },
+            )
+            .await;
+        cluster
+    }
+
+    /// `kill -9` of the server, and a new one on the same database and gateway address.
+    pub fn restart_server(&mut self) {
+        self.restart_server_configured(&[], &[]);
+    }
+
+    /// The same, the new server started with more flags and environment variables.
+    pub fn restart_server_configured(&mut self, extra: &[&str], env: &[(&str, &str)]) {
+        self.server.child.kill().unwrap();
+        self.server.child.wait().unwrap();
+        let gateway = self.gateway.trim_start_matches("http://").to_owned();
+        let (server, url, _) = Self::start_server_configured(
+            &self.database.url,
+            &self.dir.path().join("server"),
+            &gateway,
+            "3s",
+            extra,
+            env,
+        );
+        self.server = server;
+        self.url = url;
+    }
+
+    pub fn executor_dir(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn start_executor(&mut self, name: &str) {
+        let gateway = self.gateway.clone();
+        self.start_executor_via(name, &gateway);
+    }
+
+    /// An executor that dials `gateway` (a proxy in front of the server's, say).
+    pub fn start_executor_via(&mut self, name: &str, gateway: &str) {
+        let dir = self.executor_dir(name);
+        let env: Vec<(&str, &str)> = self
+            .executor_env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let executor = Proc::spawn_with_env(
+            &[
+                "executor",
+                "--gateway",
+                gateway,
+                "--name",
+                name,
+                "--slots",
+                &self.slots.to_string(),
+                "--cpus",
+                &(2 * self.slots).to_string(),
+                "--data-dir",
+                dir.to_str().unwrap(),
+            ],
+            &env,
+        );
+        executor.wait_for_line("drover executor ");
+        self.executors.push((name.to_owned(), executor));
+    }
+
+    pub async fn get(&self, path: &str) -> Value {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "GET {path}: {}",
+            response.status()
+        );
+        response.json().await.unwrap()
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Value {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        assert!(status.is_success(), "POST {path}: {status} {body}");
+        body
+    }
+
+    pub async fn wait_until<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut check: impl AsyncFnMut(&Cluster) -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(value) = check(self).await {
+                return value;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Submits the example's training script, slowed so the test can act while it runs.
+    pub async fn submit_training(&self, name: &str) -> String {
+        let spec = json!({
+            "apiVersion": "drover.dev/v1",
+            "kind": "DroverJob",
+            "metadata": {"name": name},
+            "spec": {
+                "type": "command",
+                "command": {
+                    "argv": ["python3", "examples/command/digits_softmax.py", "--steps", "3000",
+                             "--checkpoint-every", CHECKPOINT_EVERY.to_string(), "--eval-every", "100",
+                             "--step-sleep", "0.004", "--final-accuracy-min", "0.9"],
+                    "env": {"PYTHONUNBUFFERED": "1"}
+                },
+                "resources": {"workers": {"min": 1, "max": 1}, "ps": {"min": 0, "max": 0},
+                              "gpus_per_worker": 1, "cpus_per_worker": 1},
+                "max_restarts": 2
+            }
+        });
+        let created = self.post("/api/v1/jobs", spec).await;
+        created["job"]["id"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn job(&self, id: &str) -> Value {
+        self.get(&format!("/api/v1/jobs/{id}")).await["job"].clone()
+    }
+
+    pub async fn events(&self, id: &str) -> Vec<Value> {
+        self.get(&format!("/api/v1/jobs/{id}/events?limit=500"))
+            .await["events"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    pub async fn tasks(&self, id: &str) -> Vec<Value> {
+        self.get(&format!("/api/v1/jobs/{id}/tasks")).await["tasks"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    pub async fn logs(&self, id: &str) -> Vec<Value> {
+        self.get(&format!("/api/v1/jobs/{id}/logs?limit=5000"))
+            .await["logs"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    pub async fn checkpoints(&self, id: &str) -> Vec<Value> {
+        self.get(&format!("/api/v1/jobs/{id}/checkpoints")).await["checkpoints"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    pub async fn wait_for_state(&self, id: &str, state: &str, timeout: Duration) -> Value {
+        self.wait_until(&format!("job {id} to be {state}"), timeout, async |c| {
+            let job = c.job(id).await;
+            assert!(
+                !(job["state"] == "failed" && state != "failed"),
+                "the job failed: {}",
+                job["message"]
+            );
+            (job["state"] == state).then_some(job)
+        })
+        .await
+    }
+
+    /// Waits until the job runs with a recorded checkpoint at `min_step` or later; returns its node.
+    pub async fn wait_for_checkpoint(&self, id: &str, min_step: u64) -> String {
+        self.wait_for_state(id, "running", Duration::from_secs(60))
+            .await;
+        self.wait_until("a checkpoint", Duration::from_secs(90), async |c| {
+            let checkpoints = c.checkpoints(id).await;
+            checkpoints
+                .iter()
+                .any(|k| k["step"].as_u64().unwrap() >= min_step)
+                .then_some(())
+        })
+        .await;
+        let tasks = self.tasks(id).await;
+        tasks.last().unwrap()["node"].as_str().unwrap().to_owned()
+    }
+}
+
+/// `drover ARGS` against the cluster's server as the admin; its standard output (it must succeed).
+pub fn drover_cli(cluster: &Cluster, args: &[&str]) -> String {
+    let output = Command::new(drover())
+        .args(args)
+        .args(["--server", &cluster.url, "--token", ADMIN_TOKEN])
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "drover {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// Process ids whose command line or environment mention `dir` (the executor's data directory).
+pub fn processes_under(dir: &Path) -> Vec<u32> {
+    let needle = dir.to_str().unwrap().as_bytes();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let mentions = |file: &str| {
+            std::fs::read(entry.path().join(file))
+                .is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
+        };
+        let zombie = std::fs::read_to_string(entry.path().join("stat")).is_ok_and(|stat| {
+            stat.split(") ")
+                .nth(1)
+                .is_some_and(|rest| rest.starts_with('Z'))
+        });
+        if !zombie && (mentions("cmdline") || mentions("environ")) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// The step a generation checkpointed at when asked to stop (its "checkpointed at step N" line).
+pub fn checkpointed_step(logs: &[Value], generation: u64) -> Option<u64> {
+    logs.iter()
+        .filter(|l| l["generation"] == generation)
+        .find_map(|l| {
+            l["line"]
+                .as_str()?
+                .strip_prefix("checkpointed at step ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+}
+
+pub fn resumed_step(logs: &[Value], generation: u64) -> Option<u64> {
+    logs.iter()
+        .filter(|l| l["generation"] == generation)
+        .find_map(|l| {
+            l["line"]
+                .as_str()?
+                .strip_prefix("resumed from step ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+}
+
+/// The example MLP's hidden layers.
+pub const MLP: &[u32] = &[256, 128];
+
+/// An MLP on the shipped digits as a job of 2 PS shards and 3 workers (BSP, AdamW).
+pub fn ps_job(
+    name: &str,
+    hidden: &[u32],
+    batch_size: u32,
+    steps: u64,
+    eval_every: u64,
+    checkpoint_every: u64,
+    max_restarts: u32,
+) -> Value {
+    json!({
+        "apiVersion": "drover.dev/v1",
+        "kind": "DroverJob",
+        "metadata": {"name": name},
+        "spec": {
+            "type": "train",
+            "train": {
+                "model": {"type": "mlp", "hidden": hidden},
+                "dataset": {"type": "digits"},
+                "optimizer": {"type": "adamw", "lr": 0.001, "weight_decay": 0.01},
+                "lr_schedule": {"warmup_steps": 100, "decay": "cosine"},
+                "batch_size": batch_size, "max_steps": steps, "eval_every": eval_every, "seed": 1
+            },
+            "resources": {"workers": {"min": 3, "max": 3}, "ps": {"min": 2, "max": 2},
+                          "gpus_per_worker": 1, "cpus_per_worker": 1, "cpus_per_ps": 1},
+            "distributed": {"mode": "ps", "sync": "bsp"},
+            "checkpoint": {"every_steps": checkpoint_every, "keep_last": 2, "keep_best": 1},
+            "max_restarts": max_restarts
+        }
+    })
+}

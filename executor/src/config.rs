@@ -1,0 +1,31 @@
+//! How an executor is set up (`ExecutorConfig`): the server it dials, its node's name, GPUs and labels,
+//! where it keeps its data, and the programs it runs tasks with. The agent runs by it; enrolment
+//! (`crate::credential`) reads its node name, token and data directory.
+
+use crate::gpu::{GpuInfo, GpuSource};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// The server's executor gateway, e.g. `http://127.0.0.1:7070`.
+    pub server: String,
+    pub name: String,
+    /// Private to this executor: its id, task scratch directories.
+    pub data_dir: PathBuf,
+    pub source: GpuSource,
+    pub gpus: Vec<GpuInfo>,
+    pub cpus: u32,
+    pub memory_gb: u32,
+    pub labels: BTreeMap<String, String>,
+    /// Host name or address peers reach this node's tasks at.
+    pub advertise_host: String,
+    /// Program and arguments that run the task shim.
+    pub shim: Vec<String>,
+    /// Program and arguments that run the training engine on a job file (`drover train-task`).
+    pub engine: Vec<String>,
+    /// Relative working directories of commands are resolved against this directory.
+    pub base_dir: PathBuf,
+    /// An enrolment token, exchanged for the node's credential when the node is not enrolled yet.
+    pub enrollment_token: Option<String>,
+}

@@ -1,0 +1,398 @@
+//! Reconciling one job: stop the tasks that must not run, prepare the ones just assigned, hand out the
+//! peer list once every task of the generation has an address, and mark the job `running` when all of
+//! them run. Every step is idempotent: commands already sent in an executor's session are not resent.
+
+use super::Runtime;
+use super::hub::Command;
+use drover_core::spec::{EnvValue, JobType};
+use drover_core::{JobState, ReasonCode};
+use drover_proto as pb;
+use drover_store::{
+    Job, Scope, StateChange, StoreResult, Task, TaskChange, TaskKey, TaskRole, TaskState,
+};
+
+pub(super) fn is_active(state: JobState) -> bool {
+    matches!(
+        state,
+        JobState::Starting | JobState::Running | JobState::Rescaling
+    )
+}
+
+pub(super) fn to_pb_key(key: &TaskKey) -> pb::TaskKey {
+    pb::TaskKey {
+        job_id: key.job_id.0.to_string(),
+        generation: key.generation,
+        role: key.role.as_str().to_owned(),
+        index: key.index,
+    }
+}
+
+/// Workers take ranks `0..w`, PS shards follow.
+pub(super) fn rank(task: &TaskKey, num_workers: u32) -> u32 {
+    match task.role {
+        TaskRole::Worker => task.index,
+        TaskRole::Ps => num_workers + task.index,
+    }
+}
+
+fn num_workers(tasks: &[Task]) -> u32 {
+    tasks
+        .iter()
+        .filter(|t| t.key.role == TaskRole::Worker)
+        .count() as u32
+}
+
+/// Brings `job`'s tasks in line with the job. `live` are its tasks not yet exited or lost, of any
+/// generation.
+pub(super) async fn reconcile_job(runtime: &Runtime, job: &Job, live: &[Task]) -> StoreResult<()> {
+    let active = is_active(job.state);
+    for task in live {
+        if !active || task.key.generation != job.generation || task.stop_requested {
+            let reason = if task.key.generation != job.generation {
+                "its generation is no longer current".to_owned()
+            } else {
+                format!("the job is {}", job.state.as_str())
+            };
+            stop_task(runtime, task, &reason).await?;
+        }
+    }
+    // A rescaling job's new tasks wait until the old generation has checkpointed and exited: they
+    // start from that checkpoint, often on the same GPUs.
+    if !active || live.iter().any(|t| t.key.generation < job.generation) {
+        return Ok(());
+    }
+    let tasks = runtime
+        .store
+        .generation_tasks(job.id, job.generation)
+        .await?;
+    if tasks.is_empty() || tasks.iter().any(|t| t.stop_requested) {
+        return Ok(());
+    }
+    let num_workers = num_workers(&tasks);
+    for task in tasks.iter().filter(|t| t.state == TaskState::Assigned) {
+        prepare_task(runtime, job, task, &tasks).await?;
+    }
+    let all_addressed = tasks.iter().all(|t| {
+        t.address.is_some()
+            && matches!(
+                t.state,
+                TaskState::Prepared | TaskState::Running | TaskState::Exited
+            )
+    });
+    if all_addressed {
+        let mut ranked: Vec<&Task> = tasks.iter().collect();
+        ranked.sort_by_key(|t| rank(&t.key, num_workers));
+        let peers: Vec<String> = ranked
+            .iter()
+            .map(|t| t.address.clone().unwrap_or_default())
+            .collect();
+        for task in tasks.iter().filter(|t| t.state == TaskState::Prepared) {
+            let message = pb::ServerMessage {
+                body: Some(pb::server_message::Body::Start(pb::StartTask {
+                    task: Some(to_pb_key(&task.key)),
+                    peers: peers.clone(),
+                })),
+            };
+            if runtime
+                .hub
+                .send_once(&task.node_name, task.key, Command::Start, message)
+            {
+                tracing::debug!(task = %task.key, node.name = task.node_name, "peer list sent");
+            }
+        }
+    }
+    let all_running = tasks
+        .iter()
+        .all(|t| matches!(t.state, TaskState::Running | TaskState::Exited));
+    // A started job runs once every task does; a rescaled `train` job once its leader reports the
+    // first step at the new shape (see [`Runtime::first_step_rescaled`]), a command job here.
+    let rescaled_command = job.state == JobState::Rescaling && job.job_type != JobType::Train;
+    if (job.state == JobState::Starting || rescaled_command) && all_running {
+        let (what, since_when) = if rescaled_command {
+            ("running at the new shape", "the decision")
+        } else {
+            ("reported ready", "the allocation")
+        };
+        let message = format!(
+            "all {} tasks {what} {} after {since_when}",
+            tasks.len(),
+            since(job.updated_at)
+        );
+        mark_running(runtime, job, message).await?;
+    }
+    Ok(())
+}
+
+/// A `rescaling` job whose leader reported the first step of its new generation is `running`
+/// again; the event says how long the change took, from the decision to that step.
+pub(super) async fn first_step_rescaled(
+    runtime: &Runtime,
+    key: &TaskKey,
+    step: u64,
+    at: chrono::DateTime<chrono::Utc>,
+) -> StoreResult<()> {
+    let job = runtime.store.get_job(Scope::Cluster, key.job_id).await?;
+    if job.state != JobState::Rescaling || job.generation != key.generation {
+        return Ok(());
+    }
+    let tasks = runtime
+        .store
+        .generation_tasks(job.id, job.generation)
+        .await?;
+    let workers = num_workers(&tasks);
+    let seconds = (at - job.updated_at).num_milliseconds().max(0) as f64 / 1000.0;
+    let message = format!(
+        "first step at the new shape ({workers} workers, {} PS) at step {step}, {seconds:.1} s after the decision",
+        tasks.len() as u32 - workers,
+    );
+    mark_running(runtime, &job, message).await
+}
+
+/// Moves the job to `running` in its current generation, with the event's message.
+async fn mark_running(runtime: &Runtime, job: &Job, message: String) -> StoreResult<()> {
+    let change = StateChange {
+        to: JobState::Running,
+        reason: ReasonCode::RendezvousComplete,
+        message,
+        actor: None,
+    };
+    if runtime
+        .store
+        .transition_job_in_generation(job.id, job.generation, &change, false)
+        .await?
+        .is_some()
+    {
+        tracing::info!(job.id = %job.id, generation = job.generation, message = change.message, "job running");
+    }
+    Ok(())
+}
+
+/// Asks every running task of the job's current generation to checkpoint now (SIGUSR1); returns how
+/// many were reached (a task whose executor has no open session is not).
+pub async fn request_checkpoint(runtime: &Runtime, job: &Job) -> StoreResult<usize> {
+    let tasks = runtime
+        .store
+        .generation_tasks(job.id, job.generation)
+        .await?;
+    let mut asked = 0;
+    for task in tasks
+        .iter()
+        .filter(|t| t.state == TaskState::Running && !t.stop_requested)
+    {
+        let reached = runtime.hub.send(
+            &task.node_name,
+            pb::ServerMessage {
+                body: Some(pb::server_message::Body::Checkpoint(pb::CheckpointTask {
+                    task: Some(to_pb_key(&task.key)),
+                })),
+            },
+        );
+        asked += usize::from(reached);
+    }
+    Ok(asked)
+}
+
+/// Marks the task stopping (persisted first) and tells its executor.
+pub(super) async fn stop_task(runtime: &Runtime, task: &Task, reason: &str) -> StoreResult<()> {
+    if !task.stop_requested {
+        runtime
+            .store
+            .update_task(
+                &task.key,
+                &TaskChange {
+                    state: Some(TaskState::Stopping),
+                    stop_requested: Some(true),
+                    ..TaskChange::default()
+                },
+            )
+            .await?;
+    }
+    let message = pb::ServerMessage {
+        body: Some(pb::server_message::Body::Stop(pb::StopTask {
+            task: Some(to_pb_key(&task.key)),
+            grace_ms: duration_ms(runtime.config.stop_grace),
+            reason: reason.to_owned(),
+        })),
+    };
+    if runtime
+        .hub
+        .send_once(&task.node_name, task.key, Command::Stop, message)
+    {
+        tracing::info!(task = %task.key, node.name = task.node_name, reason, "stopping task");
+    }
+    Ok(())
+}
+
+async fn prepare_task(
+    runtime: &Runtime,
+    job: &Job,
+    task: &Task,
+    tasks: &[Task],
+) -> StoreResult<()> {
+    let Some(spec) = super::parse_spec(job.document.as_deref()) else {
+        return Ok(());
+    };
+    // A command job runs its argv; a train job runs the executor's training engine on the spec.
+    let (argv, env, workdir, train_job) = match (&spec.spec.command, spec.spec.job_type) {
+        (_, JobType::Train) => (
+            Vec::new(),
+            Default::default(),
+            ".".to_owned(),
+            serde_json::to_string(&spec).unwrap_or_default(),
+        ),
+        (Some(command), _) => match task_env(runtime, job, command).await? {
+            Ok(env) => (
+                command.argv.clone(),
+                env,
+                command.workdir.clone(),
+                String::new(),
+            ),
+            Err(why) => {
+                tracing::warn!(job.id = %job.id, why, "job cannot start: a secret it needs cannot be opened");
+                crate::transition::transition(
+                    runtime,
+                    job,
+                    JobState::Failed,
+                    ReasonCode::UserError,
+                    why,
+                    false,
+                )
+                .await?;
+                runtime.hub.wake.notify_one();
+                return Ok(());
+            }
+        },
+        (None, _) => return Ok(()),
+    };
+    let num_workers = num_workers(tasks);
+    // Its own last checkpoint; before it has one, the checkpoint `train.init_from` names.
+    let resume = match runtime.store.latest_checkpoint(job.id).await? {
+        Some(own) => Some(own),
+        None => match spec.spec.train.as_ref().and_then(|t| t.init_from.as_ref()) {
+            None => None,
+            Some(init) => match init_checkpoint(runtime, job, &init.checkpoint).await? {
+                Ok(checkpoint) => Some(checkpoint),
+                Err(why) => {
+                    tracing::warn!(job.id = %job.id, why, "job cannot start from its init_from checkpoint");
+                    crate::transition::transition(
+                        runtime,
+                        job,
+                        JobState::Failed,
+                        ReasonCode::UserError,
+                        why,
+                        false,
+                    )
+                    .await?;
+                    runtime.hub.wake.notify_one();
+                    return Ok(());
+                }
+            },
+        },
+    };
+    let message = pb::ServerMessage {
+        body: Some(pb::server_message::Body::Prepare(pb::PrepareTask {
+            task: Some(to_pb_key(&task.key)),
+            spec: Some(pb::TaskSpec {
+                job_name: job.name.clone(),
+                argv,
+                env,
+                workdir,
+                gpus: task.gpus.iter().map(|&g| u32::from(g)).collect(),
+                num_workers,
+                num_ps: tasks.len() as u32 - num_workers,
+                rank: rank(&task.key, num_workers),
+                checkpoint_dir: runtime
+                    .checkpoint_dir(job.id, job.generation)
+                    .display()
+                    .to_string(),
+                resume_from: resume.as_ref().map(|c| c.path.clone()).unwrap_or_default(),
+                resume_step: resume.as_ref().map_or(0, |c| c.step),
+                stop_grace_ms: duration_ms(runtime.config.stop_grace),
+                train_job,
+            }),
+        })),
+    };
+    runtime
+        .hub
+        .send_once(&task.node_name, task.key, Command::Prepare, message);
+    Ok(())
+}
+
+/// The checkpoint a job's `train.init_from` names, if it is one of the job's tenant's; `Err` says
+/// why not (the job then fails: retrying cannot help).
+async fn init_checkpoint(
+    runtime: &Runtime,
+    job: &Job,
+    id: &str,
+) -> StoreResult<Result<drover_store::CheckpointRecord, String>> {
+    let missing = || {
+        Err(format!(
+            "spec.train.init_from.checkpoint: no checkpoint `{id}` in the tenant"
+        ))
+    };
+    let Ok(uuid) = uuid::Uuid::parse_str(id) else {
+        return Ok(missing());
+    };
+    let Some(checkpoint) = runtime.store.checkpoint_by_id(uuid).await? else {
+        return Ok(missing());
+    };
+    match runtime
+        .store
+        .get_job(Scope::Tenant(job.tenant_id), checkpoint.job_id)
+        .await
+    {
+        Ok(_) => Ok(Ok(checkpoint)),
+        Err(drover_store::StoreError::NotFound) => Ok(missing()),
+        Err(err) => Err(err),
+    }
+}
+
+/// A command task's environment, its secrets opened; `Err` says which secret is missing or does
+/// not open (the job then fails: retrying cannot help). Values are never logged.
+async fn task_env(
+    runtime: &Runtime,
+    job: &Job,
+    command: &drover_core::spec::CommandSpec,
+) -> StoreResult<Result<std::collections::HashMap<String, String>, String>> {
+    let mut env = std::collections::HashMap::with_capacity(command.env.len());
+    for (key, value) in &command.env {
+        let name = match value {
+            EnvValue::Plain(text) => {
+                env.insert(key.clone(), text.clone());
+                continue;
+            }
+            EnvValue::Secret(reference) => &reference.secret,
+        };
+        let Some(secrets) = &runtime.config.secrets else {
+            return Ok(Err(format!(
+                "env {key}: secret `{name}` cannot be opened: this server has no secret key"
+            )));
+        };
+        let Some(sealed) = runtime.store.sealed_secret(job.tenant_id, name).await? else {
+            return Ok(Err(format!(
+                "env {key}: no secret `{name}` in tenant `{}`",
+                job.tenant_name
+            )));
+        };
+        match secrets.open(job.tenant_id, name, &sealed) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => {
+                    env.insert(key.clone(), text);
+                }
+                Err(_) => return Ok(Err(format!("env {key}: secret `{name}` is not UTF-8"))),
+            },
+            Err(err) => return Ok(Err(format!("env {key}: secret `{name}`: {err}"))),
+        }
+    }
+    Ok(Ok(env))
+}
+
+/// Seconds since `at`, as "2.4 s".
+fn since(at: chrono::DateTime<chrono::Utc>) -> String {
+    let ms = (chrono::Utc::now() - at).num_milliseconds().max(0);
+    format!("{:.1} s", ms as f64 / 1000.0)
+}
+
+pub(super) fn duration_ms(duration: std::time::Duration) -> u32 {
+    u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
+}

@@ -1,0 +1,317 @@
+//! The queue forecast, beside the scheduling loop and never in it: after each round the loop offers
+//! its snapshot and plan (cloned only when the forecaster is free to take them); the forecaster
+//! predicts the head of the queue from every offer it takes and the whole queue at most every
+//! [`FULL_EVERY`], on a blocking thread, and records the result for any replica to serve. It uses at
+//! most a quarter of the machine's cores: after each forecast it rests in proportion.
+
+use crate::wording::serde_name;
+use chrono::{DateTime, Utc};
+use drover_core::{JobId, TenantId};
+use drover_scheduler::forecast::{self, Finished, ForecastConfig, Priors, Remaining};
+use drover_scheduler::{ClusterSnapshot, Plan};
+use drover_store::{QueueEntry, QueueForecast, Store, StoreResult};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// The whole queue is predicted at most this often; the head after every round.
+pub const FULL_EVERY: Duration = Duration::from_secs(30);
+/// Waiting jobs, first in the policy's order, predicted after every round.
+pub const HEAD: usize = 10;
+/// The share of the machine's cores the forecaster may use.
+const CORE_SHARE: f64 = 0.25;
+
+/// After a forecast that took `t`, the forecaster rests `rest_factor() · t` before it takes the next
+/// offer, so that its one thread is busy at most `CORE_SHARE · cores` of the time.
+fn rest_factor() -> f64 {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+    let duty = (CORE_SHARE * cores).min(1.0);
+    1.0 / duty - 1.0
+}
+
+/// Finished jobs as history, by job: (tenant, GPUs of the preferred shape, GPU-seconds per such
+/// GPU, submission time on the snapshot's clock).
+type History = HashMap<JobId, (TenantId, u32, f64, f64)>;
+
+/// How far back the tenants' history of finished jobs goes, and how many jobs at most. It is read
+/// whole every [`HISTORY_EVERY`] (dropping what aged out) and, between, only the jobs that ended
+/// since the last read, at most every [`HISTORY_FRESH_EVERY`]: a sweep's members that just ended are
+/// what estimates its running ones.
+const HISTORY_EVERY: Duration = Duration::from_secs(600);
+const HISTORY_FRESH_EVERY: Duration = Duration::from_secs(10);
+const HISTORY_DAYS: i64 = 30;
+const HISTORY_JOBS: u32 = 20_000;
+
+/// A read since the last one starts this long before it: an allocation is closed (and its job
+/// marked succeeded) a little after it ends. Jobs read twice are simply replaced.
+const HISTORY_OVERLAP: chrono::Duration = chrono::Duration::minutes(5);
+
+/// The cached history and when it was read.
+#[derive(Debug)]
+struct HistoryCache {
+    jobs: History,
+    full_at: Instant,
+    read_at: Instant,
+    /// The wall-clock time of the last read.
+    read_wall: DateTime<Utc>,
+}
+
+impl HistoryCache {
+    /// Due for a whole read: old, or grown past twice a whole read's size by the reads between.
+    fn stale(&self) -> bool {
+        self.full_at.elapsed() >= HISTORY_EVERY || self.jobs.len() > 2 * HISTORY_JOBS as usize
+    }
+}
+
+/// What one round hands the forecaster.
+#[derive(Debug)]
+pub(super) struct Input {
+    pub snapshot: ClusterSnapshot,
+    pub plan: Plan,
+    /// The loop's policy, forked with its state.
+    pub policy: Box<dyn drover_scheduler::Policy>,
+    /// Each snapshot tenant's id, by index.
+    pub tenants: Vec<TenantId>,
+}
+
+/// The loop's side: offers, and whether the forecaster wants one.
+#[derive(Debug, Default)]
+pub(super) struct Offers {
+    slot: Mutex<Option<Input>>,
+    busy: AtomicBool,
+    ready: Notify,
+}
+
+impl Offers {
+    /// Whether an offer would be taken now (the forecaster is idle): only then is it worth cloning
+    /// the snapshot.
+    pub fn wanted(&self) -> bool {
+        !self.busy.load(Ordering::Acquire)
+    }
+
+    pub fn offer(&self, input: Input) {
+        if let Ok(mut slot) = self.slot.lock() {
+            *slot = Some(input);
+        }
+        self.ready.notify_one();
+    }
+
+    pub fn take(&self) -> Option<Input> {
+        self.slot.lock().ok().and_then(|mut slot| slot.take())
+    }
+}
+
+/// The forecaster's state between offers.
+#[derive(Debug)]
+pub(super) struct Forecaster {
+    store: Arc<dyn Store>,
+    offers: Arc<Offers>,
+    last_full: Option<Instant>,
+    /// The latest prediction per job (from a full or a head forecast).
+    known: HashMap<JobId, QueueEntry>,
+    history: Option<HistoryCache>,
+}
+
+fn time_of(seconds: Option<f64>) -> Option<DateTime<Utc>> {
+    let ms = seconds.filter(|s| s.is_finite())? * 1000.0;
+    DateTime::from_timestamp_millis(ms as i64)
+}
+
+impl Forecaster {
+    pub fn new(store: Arc<dyn Store>, offers: Arc<Offers>) -> Self {
+        Self {
+            store,
+            offers,
+            last_full: None,
+            known: HashMap::new(),
+            history: None,
+        }
+    }
+
+    /// Forecasts every offer until `stop` resolves.
+    pub async fn run(mut self, stop: impl Future<Output = ()>) {
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = self.offers.ready.notified() => {}
+                () = &mut stop => return,
+            }
+            let Some(input) = self.offers.take() else {
+                continue;
+            };
+            self.offers.busy.store(true, Ordering::Release);
+            let full = self.last_full.is_none_or(|at| at.elapsed() >= FULL_EVERY);
+            let started = Instant::now();
+            if let Err(err) = self.forecast(input, full).await {
+                tracing::warn!(error = %err, "the queue forecast failed");
+            }
+            // A budget: the forecast is a convenience, so it takes at most a quarter of the
+            // machine's cores however long the queue (it runs on one: on two cores it rests as long
+            // as it worked, from four on it does not rest). A cheap one still follows every round.
+            let rest = started.elapsed().mul_f64(rest_factor());
+            tokio::select! {
+                () = tokio::time::sleep(rest) => {}
+                () = &mut stop => return,
+            }
+            self.offers.busy.store(false, Ordering::Release);
+        }
+    }
+
+    /// Finished jobs' lengths: read whole every [`HISTORY_EVERY`], and the jobs ended since the last
+    /// read every [`HISTORY_FRESH_EVERY`].
+    async fn history(&mut self) -> StoreResult<Vec<(TenantId, u32, f64, f64)>> {
+        let now = Utc::now();
+        let since = match &self.history {
+            Some(cache) if !cache.stale() => {
+                if cache.read_at.elapsed() < HISTORY_FRESH_EVERY {
+                    return Ok(cache.jobs.values().copied().collect());
+                }
+                Some(cache.read_wall - HISTORY_OVERLAP)
+            }
+            _ => None,
+        };
+        let read = self
+            .store
+            .finished_jobs_since(
+                since.unwrap_or(now - chrono::Duration::days(HISTORY_DAYS)),
+                HISTORY_JOBS,
+            )
+            .await?;
+        let entry = |job: &drover_store::FinishedJob| {
+            let gpus = job.gpus.max(1);
+            let submit_s = job.submitted_at.timestamp_millis() as f64 / 1000.0;
+            (job.tenant, gpus, job.gpu_s / f64::from(gpus), submit_s)
+        };
+        let cache = match (since, self.history.take()) {
+            (Some(_), Some(mut cache)) => {
+                for job in &read {
+                    cache.jobs.insert(job.job, entry(job));
+                }
+                HistoryCache {
+                    read_at: Instant::now(),
+                    read_wall: now,
+                    ..cache
+                }
+            }
+            _ => HistoryCache {
+                jobs: read.iter().map(|job| (job.job, entry(job))).collect(),
+                full_at: Instant::now(),
+                read_at: Instant::now(),
+                read_wall: now,
+            },
+        };
+        let jobs = cache.jobs.values().copied().collect();
+        self.history = Some(cache);
+        Ok(jobs)
+    }
+
+    /// One forecast of the whole queue (`full`) or of its head, recorded in the store.
+    pub async fn forecast(&mut self, input: Input, full: bool) -> StoreResult<()> {
+        let history = self.history().await?;
+        let started = Instant::now();
+        let computed = tokio::task::spawn_blocking(move || {
+            let index: HashMap<TenantId, u32> = input
+                .tenants
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (*id, i as u32))
+                .collect();
+            let history: Vec<Finished> = history
+                .iter()
+                .filter_map(|&(tenant, gpus, seconds, submit_s)| {
+                    Some(Finished {
+                        tenant: *index.get(&tenant)?,
+                        gpus,
+                        seconds,
+                        submit_s,
+                    })
+                })
+                .collect();
+            let priors = Priors::from_history(&history, &input.snapshot.jobs);
+            let remaining: HashMap<JobId, Remaining> = input
+                .snapshot
+                .jobs
+                .iter()
+                .map(|job| (job.id, forecast::estimate(job, &priors)))
+                .collect();
+            let config = ForecastConfig {
+                head: (!full).then_some(HEAD),
+                round_s: 60.0,
+                ..ForecastConfig::default()
+            };
+            let result = forecast::forecast(
+                &input.snapshot,
+                &input.plan,
+                input.policy.as_ref(),
+                &remaining,
+                &config,
+                &[],
+            );
+            (input.policy.name().to_owned(), result)
+        })
+        .await;
+        let (policy, result) = match computed {
+            Ok(done) => done,
+            Err(err) => {
+                tracing::error!(error = %err, "the queue forecast panicked");
+                return Ok(());
+            }
+        };
+        let forecast = match result {
+            Ok(forecast) => forecast,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot forecast with this policy");
+                return Ok(());
+            }
+        };
+        if full {
+            self.last_full = Some(Instant::now());
+        }
+        tracing::debug!(
+            full,
+            waiting = forecast.waiting.len(),
+            rounds = forecast.rounds,
+            took_ms = started.elapsed().as_millis() as u64,
+            "queue forecast"
+        );
+        let head = if full { usize::MAX } else { HEAD };
+        let mut entries = Vec::with_capacity(forecast.waiting.len());
+        for (i, p) in forecast.waiting.iter().enumerate() {
+            let fresh = QueueEntry {
+                job: p.job,
+                position: p.position,
+                reason: serde_name(&p.reason),
+                start: time_of(p.start_s),
+                finish: time_of(p.finish_s),
+                p10: time_of(p.start_p10_s),
+                p90: time_of(p.start_p90_s),
+            };
+            // Beyond the head, a head forecast keeps the last full forecast's times.
+            let entry = match self.known.get(&p.job) {
+                Some(old) if i >= head => QueueEntry {
+                    position: p.position,
+                    reason: fresh.reason,
+                    ..old.clone()
+                },
+                _ => fresh,
+            };
+            entries.push(entry);
+        }
+        self.known = entries.iter().map(|e| (e.job, e.clone())).collect();
+        let finishing: BTreeMap<JobId, DateTime<Utc>> = forecast
+            .finishing
+            .iter()
+            .filter_map(|(job, s)| Some((*job, time_of(Some(*s))?)))
+            .collect();
+        self.store
+            .record_forecast(&QueueForecast {
+                policy,
+                computed_at: Utc::now(),
+                entries,
+                finishing,
+            })
+            .await
+    }
+}

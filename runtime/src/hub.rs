@@ -1,0 +1,269 @@
+//! The connected executors, in memory: each one's command channel, session and when it was last heard
+//! from. Rebuilt at start-up from nothing: executors reconnect and re-register, and a node that still
+//! has live tasks in the store but does not come back within the heartbeat timeout is declared lost.
+
+use drover_proto::ServerMessage;
+use drover_store::TaskKey;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, mpsc};
+use tonic::Status;
+
+/// Commands queued to one executor at most; an executor that does not read them is disconnected.
+pub const COMMAND_QUEUE: usize = 256;
+
+pub type CommandSender = mpsc::Sender<Result<ServerMessage, Status>>;
+
+/// Which command a task was sent, so a round does not resend it within one session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Command {
+    Prepare,
+    Start,
+    Stop,
+}
+
+#[derive(Debug)]
+struct Executor {
+    session: u64,
+    /// `None` once the stream ended; the entry stays so the node is declared lost if it stays away.
+    commands: Option<CommandSender>,
+    last_seen: Instant,
+    gpu_model: String,
+    sent: HashSet<(TaskKey, Command)>,
+    /// GPU utilisation and memory from the last heartbeat.
+    usage: Vec<drover_proto::GpuUsage>,
+}
+
+#[derive(Debug, Default)]
+pub struct Hub {
+    executors: Mutex<HashMap<String, Executor>>,
+    /// Sessions ended by a revocation: what they sent and is still queued is not applied.
+    kicked: Mutex<HashSet<u64>>,
+    next_session: AtomicU64,
+    /// Wakes the scheduling loop.
+    pub wake: Notify,
+}
+
+impl Hub {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn executors(&self) -> std::sync::MutexGuard<'_, HashMap<String, Executor>> {
+        // A panic while holding this lock leaves plain data behind; keep serving.
+        self.executors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records a new session for `node`, replacing (and so closing) any earlier one.
+    pub fn connect(&self, node: &str, commands: CommandSender, gpu_model: String) -> u64 {
+        let session = self.next_session.fetch_add(1, Ordering::Relaxed) + 1;
+        self.executors().insert(
+            node.to_owned(),
+            Executor {
+                session,
+                commands: Some(commands),
+                last_seen: Instant::now(),
+                gpu_model,
+                sent: HashSet::new(),
+                usage: Vec::new(),
+            },
+        );
+        session
+    }
+
+    /// The stream of `session` ended. The node stays known until its heartbeat timeout passes.
+    pub fn disconnect(&self, node: &str, session: u64) {
+        if let Some(executor) = self.executors().get_mut(node)
+            && executor.session == session
+        {
+            executor.commands = None;
+        }
+    }
+
+    /// Ends `node`'s session now (its credential was revoked): its command stream closes, and nothing
+    /// it sends is read any more. The node is declared lost once its heartbeat timeout passes.
+    pub fn kick(&self, node: &str) {
+        if let Some(executor) = self.executors().get_mut(node) {
+            executor.commands = None;
+            self.kicked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(executor.session);
+        }
+    }
+
+    /// Forgets every executor (this replica starts to lead): what an earlier term knew is stale, and
+    /// each node is expected afresh from now on.
+    pub fn reset(&self) {
+        self.executors().clear();
+        self.kicked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+    }
+
+    /// Ends every session (this replica no longer leads); the nodes stay known, as after a disconnect.
+    pub fn disconnect_all(&self) {
+        for executor in self.executors().values_mut() {
+            executor.commands = None;
+        }
+    }
+
+    /// Whether `session` was ended by a revocation.
+    pub fn was_kicked(&self, session: u64) -> bool {
+        self.kicked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&session)
+    }
+
+    /// Forgets a finished session's revocation mark.
+    pub fn forget_session(&self, session: u64) {
+        self.kicked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&session);
+    }
+
+    /// Expects `node` (which has live tasks) to come back within the timeout, counting from now.
+    pub fn expect(&self, node: &str) {
+        let mut executors = self.executors();
+        executors
+            .entry(node.to_owned())
+            .or_insert_with(|| Executor {
+                session: 0,
+                commands: None,
+                last_seen: Instant::now(),
+                gpu_model: String::new(),
+                sent: HashSet::new(),
+                usage: Vec::new(),
+            });
+    }
+
+    pub fn touch(&self, node: &str, session: u64) {
+        if let Some(executor) = self.executors().get_mut(node)
+            && executor.session == session
+        {
+            executor.last_seen = Instant::now();
+        }
+    }
+
+    /// Records what the executor's last heartbeat said about its GPUs.
+    pub fn set_usage(&self, node: &str, session: u64, usage: Vec<drover_proto::GpuUsage>) {
+        if let Some(executor) = self.executors().get_mut(node)
+            && executor.session == session
+        {
+            executor.usage = usage;
+        }
+    }
+
+    /// GPU utilisation and memory in use, as last reported; empty when unknown.
+    pub fn usage(&self, node: &str) -> Vec<drover_proto::GpuUsage> {
+        self.executors()
+            .get(node)
+            .map(|e| e.usage.clone())
+            .unwrap_or_default()
+    }
+
+    pub fn is_current(&self, node: &str, session: u64) -> bool {
+        self.executors()
+            .get(node)
+            .is_some_and(|e| e.session == session && e.commands.is_some())
+    }
+
+    /// Nodes with an open session.
+    pub fn connected(&self) -> HashMap<String, String> {
+        self.executors()
+            .iter()
+            .filter(|(_, e)| e.commands.is_some())
+            .map(|(name, e)| (name.clone(), e.gpu_model.clone()))
+            .collect()
+    }
+
+    pub fn gpu_model(&self, node: &str) -> String {
+        self.executors()
+            .get(node)
+            .map(|e| e.gpu_model.clone())
+            .unwrap_or_default()
+    }
+
+    /// Removes and returns the nodes not heard from within `timeout`.
+    pub fn expire(&self, timeout: Duration) -> Vec<String> {
+        let now = Instant::now();
+        let mut executors = self.executors();
+        let expired: Vec<String> = executors
+            .iter()
+            .filter(|(_, e)| now.duration_since(e.last_seen) > timeout)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in &expired {
+            executors.remove(name);
+        }
+        expired
+    }
+
+    /// Sends `message` to `node` unless `command` for `task` was already sent in the current session.
+    /// Returns whether it was sent. A full queue disconnects the executor; it resynchronises when it
+    /// reconnects.
+    pub fn send_once(
+        &self,
+        node: &str,
+        task: TaskKey,
+        command: Command,
+        message: ServerMessage,
+    ) -> bool {
+        let mut executors = self.executors();
+        let Some(executor) = executors.get_mut(node) else {
+            return false;
+        };
+        let Some(commands) = &executor.commands else {
+            return false;
+        };
+        if executor.sent.contains(&(task, command)) {
+            return false;
+        }
+        match commands.try_send(Ok(message)) {
+            Ok(()) => {
+                executor.sent.insert((task, command));
+                true
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(
+                    node.name = node,
+                    "executor is not reading its commands; disconnecting it"
+                );
+                executor.commands = None;
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                executor.commands = None;
+                false
+            }
+        }
+    }
+
+    /// Sends a message outside the per-task bookkeeping (refusals).
+    /// Returns whether the message was queued to the node's open session.
+    pub fn send(&self, node: &str, message: ServerMessage) -> bool {
+        if let Some(Executor {
+            commands: Some(commands),
+            ..
+        }) = self.executors().get(node)
+        {
+            commands.try_send(Ok(message)).is_ok()
+        } else {
+            false
+        }
+    }
+
+    /// Forgets that commands were sent for tasks that are gone, so the sets stay small.
+    pub fn forget(&self, node: &str, task: &TaskKey) {
+        if let Some(executor) = self.executors().get_mut(node) {
+            executor.sent.retain(|(key, _)| key != task);
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! What the control plane learns of each job from its leader's metric samples: the mean step time at
+//! every (PS, workers) shape it ran at, its (step, loss) curve, the steps it has done and how long it
+//! has run. Samples are read incrementally (a read fetches only what arrived since the last one), and
+//! the same aggregates feed the scheduling loop's snapshot (Optimus's speed and convergence models in
+//! the policies) and `GET /api/v1/jobs/{id}` (the fitted models and the remaining time).
+
+use chrono::{DateTime, Utc};
+use drover_core::JobId;
+use drover_scheduler::Shape;
+use drover_scheduler::snapshot::{Observations, StepStats};
+use drover_store::{MetricFilter, MetricSample, Scope, Store, StoreResult, TaskRole};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+
+/// The metric names read: the loss feeds the convergence curve, the step time the speed model.
+const LOSS: &str = "loss";
+const STEP_TIME: &str = "step_time_ms";
+/// Samples read per query.
+const PAGE: u32 = 2000;
+/// Loss samples kept per job; beyond it every other one is dropped (and later ones thinned alike).
+const MAX_LOSS_SAMPLES: usize = 256;
+
+/// Per job aggregates, updated by [`Observer::refresh`].
+#[derive(Debug, Default)]
+pub struct Observer {
+    jobs: Mutex<HashMap<JobId, Tracked>>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Tracked {
+    /// The id of the last sample read.
+    cursor: Option<i64>,
+    /// (sample count, sum of step seconds) per shape.
+    shapes: BTreeMap<Shape, (u32, f64)>,
+    generations: BTreeMap<u64, Span>,
+    losses: Vec<(u64, f64)>,
+    /// Keep one loss sample in this many.
+    loss_stride: u64,
+    losses_seen: u64,
+    /// The step of the latest sample.
+    steps_done: u64,
+}
+
+/// One generation's run: when its leader reported first and last, and at which shape.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    first: DateTime<Utc>,
+    last: DateTime<Utc>,
+    workers: u32,
+    /// Step-time samples seen; the first of each run is skipped (it includes the warm-up).
+    step_times: u32,
+}
+
+/// A copy of a job's aggregates.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observed {
+    pub steps_done: u64,
+    pub step_stats: Vec<StepStats>,
+    pub loss_samples: Vec<(u64, f64)>,
+    /// Seconds between the first and last reports of every generation, summed.
+    pub executed_s: f64,
+    /// The same, each generation's span times its workers.
+    pub worker_s: f64,
+}
+
+impl Observed {
+    /// The scheduler's view, with what the caller knows besides (GPUs per worker, the step budget,
+    /// the last checkpoint and state change).
+    pub fn observations(
+        &self,
+        gpus_per_worker: u32,
+        budget: Budget,
+        last_state_change_s: f64,
+        last_checkpoint_s: Option<f64>,
+        restarts: u32,
+    ) -> Observations {
+        Observations {
+            attained_gpu_s: self.worker_s * f64::from(gpus_per_worker),
+            executed_s: self.executed_s,
+            executed_since_promotion_s: 0.0,
+            last_state_change_s,
+            steps_done: self.steps_done,
+            step_stats: self.step_stats.clone(),
+            loss_samples: self.loss_samples.clone(),
+            last_checkpoint_s,
+            restarts,
+            step_budget: budget.steps,
+            runs_to_budget: budget.only_stop,
+        }
+    }
+}
+
+/// Where a `train` job stops at the latest: its `max_steps`, and whether that is its only way to stop
+/// (no target to reach earlier).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Budget {
+    pub steps: Option<u64>,
+    pub only_stop: bool,
+}
+
+impl Budget {
+    pub fn of(spec: &drover_core::spec::DroverJob) -> Budget {
+        let train = spec.spec.train.as_ref();
+        Budget {
+            steps: train.and_then(|t| t.max_steps),
+            only_stop: train.is_some_and(|t| t.max_steps.is_some() && t.target.is_none()),
+        }
+    }
+
+    /// Steps left after `done`: the budget's when it is the only stop, else the fewer of the
+    /// budget's and the loss curve's (when there is one).
+    pub fn remaining(self, done: u64, by_curve: Option<u64>) -> Option<(u64, bool)> {
+        let left = self.steps.map(|s| s.saturating_sub(done));
+        match (left, by_curve) {
+            (Some(b), Some(c)) if !self.only_stop && c < b => Some((c, false)),
+            (Some(b), _) => Some((b, true)),
+            (None, Some(c)) => Some((c, false)),
+            (None, None) => None,
+        }
+    }
+}
+
+impl Tracked {
+    fn add(&mut self, sample: &MetricSample) {
+        self.cursor = Some(sample.id);
+        if sample.role != TaskRole::Worker || sample.index != 0 {
+            return;
+        }
+        self.steps_done = sample.step;
+        let span = self.generations.entry(sample.generation).or_insert(Span {
+            first: sample.recorded_at,
+            last: sample.recorded_at,
+            workers: sample.num_workers,
+            step_times: 0,
+        });
+        span.first = span.first.min(sample.recorded_at);
+        span.last = span.last.max(sample.recorded_at);
+        match sample.name.as_str() {
+            STEP_TIME if sample.value > 0.0 => {
+                span.step_times += 1;
+                if span.step_times > 1 {
+                    let shape = Shape {
+                        ps: sample.num_ps,
+                        workers: sample.num_workers,
+                    };
+                    let entry = self.shapes.entry(shape).or_default();
+                    entry.0 += 1;
+                    entry.1 += sample.value / 1000.0;
+                }
+            }
+            LOSS if sample.value.is_finite() => {
+                let stride = self.loss_stride.max(1);
+                if self.losses_seen.is_multiple_of(stride) {
+                    self.losses.push((sample.step, sample.value));
+                }
+                self.losses_seen += 1;
+                if self.losses.len() > MAX_LOSS_SAMPLES {
+                    let mut i = 0;
+                    self.losses.retain(|_| {
+                        i += 1;
+                        i % 2 == 1
+                    });
+                    self.loss_stride = stride * 2;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn observed(&self) -> Observed {
+        let seconds = |s: &Span| (s.last - s.first).num_milliseconds().max(0) as f64 / 1000.0;
+        Observed {
+            steps_done: self.steps_done,
+            step_stats: self
+                .shapes
+                .iter()
+                .map(|(&shape, &(samples, sum))| StepStats {
+                    shape,
+                    shared: false,
+                    samples,
+                    mean_step_s: sum / f64::from(samples.max(1)),
+                })
+                .collect(),
+            loss_samples: self.losses.clone(),
+            executed_s: self.generations.values().map(seconds).sum(),
+            worker_s: self
+                .generations
+                .values()
+                .map(|s| seconds(s) * f64::from(s.workers))
+                .sum(),
+        }
+    }
+}
+
+impl Observer {
+    /// Reads the job's samples that arrived since the last call and returns its aggregates.
+    pub async fn refresh(&self, store: &dyn Store, job: JobId) -> StoreResult<Observed> {
+        let mut after = self.lock().get(&job).and_then(|t| t.cursor);
+        let mut fresh = Vec::new();
+        loop {
+            let filter = MetricFilter {
+                names: vec![LOSS.to_owned(), STEP_TIME.to_owned()],
+                after,
+                limit: PAGE,
+                ..MetricFilter::default()
+            };
+            let page = store.list_metrics(Scope::Cluster, job, &filter).await?;
+            let full = page.len() == PAGE as usize;
+            after = page.last().map(|s| s.id).or(after);
+            fresh.extend(page);
+            if !full {
+                break;
+            }
+        }
+        let mut jobs = self.lock();
+        let tracked = jobs.entry(job).or_default();
+        // Another refresh may have read some of these meanwhile.
+        let seen = tracked.cursor.unwrap_or(i64::MIN);
+        for sample in fresh.iter().filter(|s| s.id > seen) {
+            tracked.add(sample);
+        }
+        Ok(tracked.observed())
+    }
+
+    /// Drops what is kept of jobs not in `active`.
+    pub fn retain(&self, active: &HashSet<JobId>) {
+        self.lock().retain(|id, _| active.contains(id));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, Tracked>> {
+        // The map holds plain aggregates; one left half-updated by a panic is still usable.
+        self.jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(
+        id: i64,
+        generation: u64,
+        workers: u32,
+        step: u64,
+        name: &str,
+        value: f64,
+    ) -> MetricSample {
+        MetricSample {
+            id,
+            generation,
+            role: TaskRole::Worker,
+            index: 0,
+            num_ps: 1,
+            num_workers: workers,
+            gpu_model: "cpu".to_owned(),
+            step,
+            name: name.to_owned(),
+            value,
+            recorded_at: DateTime::<Utc>::from_timestamp(id, 0).unwrap_or_default(),
+        }
+    }
+
+    #[test]
+    fn step_times_are_averaged_per_shape_without_each_runs_first() {
+        let mut tracked = Tracked::default();
+        let samples = [
+            sample(1, 1, 2, 10, STEP_TIME, 900.0),
+            sample(2, 1, 2, 20, STEP_TIME, 10.0),
+            sample(3, 1, 2, 30, STEP_TIME, 20.0),
+            sample(10, 2, 3, 40, STEP_TIME, 500.0),
+            sample(11, 2, 3, 50, STEP_TIME, 8.0),
+        ];
+        for s in &samples {
+            tracked.add(s);
+        }
+        let observed = tracked.observed();
+        assert_eq!(observed.steps_done, 50);
+        assert_eq!(observed.step_stats.len(), 2);
+        let two = observed.step_stats[0];
+        assert_eq!((two.shape.workers, two.samples), (2, 2));
+        assert!((two.mean_step_s - 0.015).abs() < 1e-12);
+        let three = observed.step_stats[1];
+        assert_eq!((three.shape.workers, three.samples), (3, 1));
+        // Generation 1 ran from t=1 to t=3 with 2 workers, generation 2 from t=10 to t=11 with 3.
+        assert!((observed.executed_s - 3.0).abs() < 1e-9);
+        assert!((observed.worker_s - 7.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_budget_bounds_the_remaining_steps() {
+        let only = Budget {
+            steps: Some(1000),
+            only_stop: true,
+        };
+        assert_eq!(only.remaining(400, Some(10)), Some((600, true)));
+        let targeted = Budget {
+            only_stop: false,
+            ..only
+        };
+        assert_eq!(targeted.remaining(400, Some(10)), Some((10, false)));
+        assert_eq!(targeted.remaining(400, Some(5000)), Some((600, true)));
+        assert_eq!(targeted.remaining(400, None), Some((600, true)));
+        assert_eq!(Budget::default().remaining(400, Some(7)), Some((7, false)));
+        assert_eq!(Budget::default().remaining(400, None), None);
+    }
+
+    #[test]
+    fn loss_samples_are_thinned_evenly_and_stay_bounded() {
+        let mut tracked = Tracked::default();
+        for i in 0..10_000 {
+            tracked.add(&sample(
+                i,
+                1,
+                1,
+                i as u64 * 10,
+                LOSS,
+                1.0 / (i as f64 + 1.0),
+            ));
+        }
+        let losses = tracked.observed().loss_samples;
+        assert!(losses.len() <= MAX_LOSS_SAMPLES && losses.len() > MAX_LOSS_SAMPLES / 4);
+        assert_eq!(losses[0].0, 0);
+        let gaps: HashSet<u64> = losses.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        assert_eq!(gaps.len(), 1, "evenly spaced: {gaps:?}");
+    }
+}

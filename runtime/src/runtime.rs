@@ -1,0 +1,202 @@
+//! [`Runtime`]: the state the scheduling loop, the executor gateway and the reconciliation share —
+//! the store, the connected executors ([`Hub`]), the configuration, each job's observations, the
+//! per-tenant report buckets, the experiment driver's hints, whether this replica leads, and the
+//! active jobs' documents as last read. Its behaviour lives by role in the modules beside it, as
+//! functions over a `&Runtime`: `dispatch` and `settle` (reconciling a job's intent with what its
+//! tasks report), `reports` (what executors send), `enrol` (trusting executors), `gateway` (their
+//! sessions), `scheduling` (the loop).
+
+use crate::hints::SearchHints;
+use crate::hub::Hub;
+use crate::ingest::Ingest;
+use crate::limits;
+use crate::observe::Observer;
+use crate::{checkpoint_store, leader};
+use drover_core::spec::DroverJob;
+use drover_store::Store;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the runtime behaves; one typed struct, from the server's flags.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// A name from the scheduler's policy registry.
+    pub policy: String,
+    /// The scheduling loop runs at least this often (and whenever something changes).
+    pub tick: Duration,
+    /// An executor not heard from for this long is lost, and its jobs go back to `queued`.
+    pub executor_timeout: Duration,
+    /// Executors send a heartbeat this often.
+    pub heartbeat_interval: Duration,
+    /// How long a stopping task may take to checkpoint before it is killed.
+    pub stop_grace: Duration,
+    /// Checkpoint storage: a directory every executor can reach (absolute), or an object store's
+    /// URL (`s3://bucket/prefix`, then `checkpoint_store` is set).
+    pub checkpoint_root: PathBuf,
+    /// The object store checkpoints go to, when they do not go to a directory.
+    pub checkpoint_store: Option<Arc<checkpoint_store::ObjectStorage>>,
+    /// The server's own enrolment token (`--enrollment-token`): reusable, for fleets that enrol
+    /// executors as they come (a DaemonSet). `None`: only tokens minted through the API enrol.
+    pub enrollment_token: Option<String>,
+    /// How much each tenant's tasks may report (log lines, metric samples).
+    pub limits: limits::Limits,
+    /// Where executors reach this replica's gateway, told to them when another replica redirects
+    /// them here; derived from the gateway's address when `None`.
+    pub advertise_gateway: Option<String>,
+    /// Opens tenant secrets for the tasks that need them; `None`: jobs with secrets cannot start.
+    pub secrets: Option<Arc<drover_store::secrets::SecretBox>>,
+}
+
+impl ClusterConfig {
+    pub fn new(policy: &str, checkpoint_root: PathBuf) -> Self {
+        Self {
+            policy: policy.to_owned(),
+            tick: Duration::from_secs(1),
+            executor_timeout: Duration::from_secs(15),
+            heartbeat_interval: Duration::from_secs(2),
+            stop_grace: Duration::from_secs(30),
+            checkpoint_root,
+            checkpoint_store: None,
+            enrollment_token: None,
+            secrets: None,
+            advertise_gateway: None,
+            limits: limits::Limits::NONE,
+        }
+    }
+}
+
+/// State shared by the gateway's sessions and the scheduling loop.
+#[derive(Debug)]
+pub struct Runtime {
+    pub store: Arc<dyn Store>,
+    pub hub: Hub,
+    pub config: ClusterConfig,
+    /// Each job's aggregated speed and loss samples.
+    pub observer: Observer,
+    /// Per-tenant ingestion rates.
+    pub ingest: Ingest,
+    /// Refused enrolments, cluster-wide: 1 a second, bursts of 20.
+    pub failed_enrolments: limits::Buckets<()>,
+    /// The experiment driver's outlook on trial jobs, for the scheduling loop.
+    pub search_hints: SearchHints,
+    /// Whether this replica leads (runs the loop and the executors' sessions).
+    pub leader: tokio::sync::watch::Receiver<bool>,
+    /// The documents of active jobs as last read, with the `updated_at` they were read at: a round
+    /// reads only those of jobs that are new or changed.
+    documents: std::sync::Mutex<std::collections::HashMap<drover_core::JobId, CachedDocument>>,
+}
+
+/// A job's document as read at `updated_at`, and its spec parsed once.
+type CachedDocument = (
+    chrono::DateTime<chrono::Utc>,
+    Arc<serde_json::Value>,
+    Option<Arc<DroverJob>>,
+);
+
+impl Runtime {
+    /// A runtime that always leads (one server).
+    pub fn new(store: Arc<dyn Store>, config: ClusterConfig) -> Arc<Self> {
+        Self::replica(store, config, leader::always())
+    }
+
+    /// A runtime that leads while `leader` says so.
+    pub fn replica(
+        store: Arc<dyn Store>,
+        config: ClusterConfig,
+        leader: tokio::sync::watch::Receiver<bool>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            leader,
+            documents: std::sync::Mutex::new(std::collections::HashMap::new()),
+            store,
+            hub: Hub::new(),
+            ingest: Ingest::new(&config.limits),
+            failed_enrolments: limits::Buckets::new(limits::Rate {
+                per_second: 1.0,
+                burst: 20.0,
+            }),
+            config,
+            observer: Observer::default(),
+            search_hints: SearchHints::default(),
+        })
+    }
+
+    /// Active jobs with their documents, reading from the store only the documents of jobs that are
+    /// new or changed since the last call (a queue of thousands costs one narrow query a round).
+    pub(crate) async fn active_jobs(&self) -> drover_store::StoreResult<Vec<drover_store::Job>> {
+        let mut jobs = self.store.active_job_rows().await?;
+        let missing: Vec<drover_core::JobId> = {
+            let cache = self.cached_documents();
+            jobs.iter()
+                .filter(|j| {
+                    cache
+                        .get(&j.id)
+                        .is_none_or(|(at, _, _)| *at != j.updated_at)
+                })
+                .map(|j| j.id)
+                .collect()
+        };
+        let fetched = if missing.is_empty() {
+            Vec::new()
+        } else {
+            self.store.job_documents(&missing).await?
+        };
+        let mut cache = self.cached_documents();
+        for (id, at, document) in fetched {
+            let spec = parse_spec(Some(&document)).map(Arc::new);
+            cache.insert(id, (at, Arc::new(document), spec));
+        }
+        let active: std::collections::HashSet<drover_core::JobId> =
+            jobs.iter().map(|j| j.id).collect();
+        cache.retain(|id, _| active.contains(id));
+        for job in &mut jobs {
+            job.document = cache.get(&job.id).map(|(_, document, _)| document.clone());
+        }
+        Ok(jobs)
+    }
+
+    /// The parsed specs of these jobs, as cached by [`Runtime::active_jobs`]; parsed now when not.
+    pub(crate) fn specs(
+        &self,
+        jobs: &[drover_store::Job],
+    ) -> std::collections::HashMap<drover_core::JobId, Arc<DroverJob>> {
+        let cache = self.cached_documents();
+        jobs.iter()
+            .filter_map(|job| {
+                let cached = cache
+                    .get(&job.id)
+                    .filter(|(at, _, _)| *at == job.updated_at)
+                    .and_then(|(_, _, spec)| spec.clone());
+                let spec = cached.or_else(|| parse_spec(job.document.as_deref()).map(Arc::new))?;
+                Some((job.id, spec))
+            })
+            .collect()
+    }
+
+    fn cached_documents(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<drover_core::JobId, CachedDocument>>
+    {
+        self.documents
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn is_leader(&self) -> bool {
+        *self.leader.borrow()
+    }
+
+    /// Where generation `generation` of `job` writes its checkpoints.
+    pub fn checkpoint_dir(&self, job: drover_core::JobId, generation: u64) -> PathBuf {
+        self.config
+            .checkpoint_root
+            .join(job.0.to_string())
+            .join(format!("g{generation}"))
+    }
+}
+
+/// The job's spec from its stored document.
+pub fn parse_spec(document: Option<&serde_json::Value>) -> Option<DroverJob> {
+    serde_json::from_value(document?.clone()).ok()
+}

@@ -1,0 +1,396 @@
+//! The scheduling loop: on every wake-up and at least every tick, declare silent executors lost,
+//! start moving jobs off draining nodes, reconcile every job that has tasks, then build a snapshot,
+//! ask the configured policy for a plan, and persist its changes (a new generation of tasks, or the
+//! tasks that must stop) before dispatching them.
+
+use super::Runtime;
+use super::forecast::{Forecaster, Input, Offers};
+use super::snapshot::{self, Seen};
+use chrono::Utc;
+use drover_core::{JobId, JobState, ReasonCode};
+use drover_scheduler::{Plan, Policy, build_policy};
+use drover_store::{Job, Scope, StoreResult, Task};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+mod apply;
+mod report;
+use apply::apply;
+
+#[derive(Debug)]
+pub struct SchedulingLoop {
+    runtime: Arc<Runtime>,
+    policy: Box<dyn Policy>,
+    previous: Plan,
+    /// When GPU use was last sampled for the dashboard.
+    sampled_at: Option<tokio::time::Instant>,
+    /// Rounds handed to the queue forecaster.
+    offers: Arc<Offers>,
+}
+
+impl SchedulingLoop {
+    /// Fails when the configured policy is unknown or needs an oracle (only the simulator has one).
+    pub fn new(runtime: Arc<Runtime>) -> Result<Self, drover_scheduler::policy::PolicyError> {
+        let policy = build_policy(&runtime.config.policy, None)?;
+        Ok(Self {
+            runtime,
+            policy,
+            previous: Plan::default(),
+            sampled_at: None,
+            offers: Arc::new(Offers::default()),
+        })
+    }
+
+    /// Runs rounds until `shutdown` resolves, while this replica leads. A failed round is logged and
+    /// retried on the next tick. Losing the lead ends every executor session, so executors go to the
+    /// new leader; gaining it starts from the store, as after a restart.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        // The forecaster lives as long as the loop: it stops when `_forecasting` is dropped.
+        let (_forecasting, stopped) = tokio::sync::watch::channel(());
+        let mut stopped = stopped;
+        tokio::spawn(
+            Forecaster::new(self.runtime.store.clone(), self.offers.clone()).run(async move {
+                let _ = stopped.changed().await;
+            }),
+        );
+        let mut leader = self.runtime.leader.clone();
+        loop {
+            while !*leader.borrow_and_update() {
+                tokio::select! {
+                    changed = leader.changed() => if changed.is_err() { return },
+                    () = &mut shutdown => return,
+                }
+            }
+            // What an earlier term knew is stale: executors, the last plan.
+            self.runtime.hub.reset();
+            self.previous = Plan::default();
+            expect_executors(&self.runtime.clone()).await;
+            loop {
+                let started = tokio::time::Instant::now();
+                if let Err(err) = self.round().await {
+                    tracing::error!(error = %err, "scheduling round failed");
+                }
+                // Wake-ups come with every submission: under a burst the rounds still leave a gap
+                // (a quarter tick, at most 250 ms, and three times what the round took), so the loop
+                // batches the burst instead of competing with it, however long the queue grows.
+                // Rounds come at least every tick while they take under a third of it; a round that
+                // takes longer is followed by three times its length, not by the tick, or a long
+                // queue would keep the loop busy most of the time.
+                let tick = self.runtime.config.tick;
+                let gap = (tick / 4)
+                    .min(std::time::Duration::from_millis(250))
+                    .max(started.elapsed() * 3)
+                    .max(std::time::Duration::from_millis(50));
+                let mut moved = tokio::select! {
+                    () = tokio::time::sleep_until(started + gap) => false,
+                    changed = leader.changed() => if changed.is_err() { return } else { true },
+                    () = &mut shutdown => {
+                        self.runtime.hub.disconnect_all();
+                        return;
+                    }
+                };
+                if !moved {
+                    moved = tokio::select! {
+                        () = tokio::time::sleep_until(started + tick) => false,
+                        () = self.runtime.hub.wake.notified() => false,
+                        changed = leader.changed() => if changed.is_err() { return } else { true },
+                        () = &mut shutdown => {
+                            self.runtime.hub.disconnect_all();
+                            return;
+                        }
+                    };
+                }
+                // Any change of the lead, even lost and regained in between, starts a new term:
+                // sessions end here and the outer loop starts afresh if this replica leads again.
+                if moved || leader.has_changed().unwrap_or(true) {
+                    tracing::warn!("the lead changed: ending the executors' sessions here");
+                    self.runtime.hub.disconnect_all();
+                    break;
+                }
+            }
+        }
+    }
+
+    /// One round; public for tests that drive the loop step by step.
+    pub async fn round(&mut self) -> StoreResult<()> {
+        let started = tokio::time::Instant::now();
+        let runtime = self.runtime.clone();
+        end_revoked_sessions(&runtime).await?;
+        pass_on_checkpoint_requests(&runtime).await?;
+        expire_executors(&runtime).await?;
+        super::ledger::close_allocations(&runtime).await?;
+        let nodes = runtime.store.list_nodes().await?;
+        drain(&runtime, &nodes).await?;
+        reconcile_all(&runtime).await?;
+
+        let jobs = runtime.active_jobs().await?;
+        // The nodes again, read after the jobs: a cordon (or drain) stored before a job was
+        // submitted is always seen by the round that places that job, however long the steps
+        // above took on a loaded server.
+        let nodes = runtime.store.list_nodes().await?;
+        let live = runtime.store.live_tasks().await?;
+        let finishing: HashSet<JobId> = runtime.store.finishing_jobs().await?.into_iter().collect();
+        let tenants = runtime.store.list_tenants().await?;
+        let connected = runtime.hub.connected();
+        let seen = observe(&runtime, &jobs).await?;
+        let specs = runtime.specs(&jobs);
+        // Building the snapshot and planning are CPU work that grows with the queue (tens of
+        // milliseconds for tens of thousands of jobs): off the async workers, so requests are not
+        // held up behind them.
+        let policy = &mut self.policy;
+        let previous = &self.previous;
+        let (built, plan) = cpu_bound(|| {
+            let mut built = snapshot::build(
+                Utc::now(),
+                &nodes,
+                &connected,
+                &tenants,
+                snapshot::Active {
+                    jobs: &jobs,
+                    specs: &specs,
+                },
+                &live,
+                &seen,
+            );
+            runtime.search_hints.apply(&mut built.snapshot.jobs);
+            // A job some of whose tasks have ended (workers done before the leader, or one failed)
+            // is not resized for the tasks it no longer has: it is left alone until it is settled.
+            built.held.extend(finishing);
+            let plan = policy.schedule(&built.snapshot, previous);
+            (built, plan)
+        });
+        apply(&runtime, self.policy.name(), &built, &plan, &live).await?;
+        report::record_round(
+            &self.runtime,
+            self.policy.name(),
+            &mut self.sampled_at,
+            report::Round {
+                built: &built,
+                plan: &plan,
+                jobs: &jobs,
+                live: &live,
+                started,
+            },
+        )
+        .await;
+        if self.offers.wanted()
+            && let Ok(policy) = self.policy.fork(None)
+        {
+            self.offers.offer(Input {
+                snapshot: built.snapshot.clone(),
+                plan: plan.clone(),
+                policy,
+                tenants: tenants.iter().map(|t| t.id).collect(),
+            });
+        }
+        self.previous = plan;
+        Ok(())
+    }
+}
+
+/// Runs `work` where it does not stall the async runtime's other tasks: on a multi-threaded runtime
+/// the worker hands its queue to another thread for the duration; on a single-threaded one (tests)
+/// there is no other worker to hand it to, so it runs in place.
+pub(super) fn cpu_bound<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
+}
+
+/// Every node with live tasks must come back within the heartbeat timeout, or be declared lost.
+async fn expect_executors(runtime: &Runtime) {
+    match runtime.store.live_tasks().await {
+        Ok(live) => {
+            for task in live {
+                runtime.hub.expect(&task.node_name);
+            }
+        }
+        Err(err) => tracing::error!(error = %err, "cannot read live tasks on taking the lead"),
+    }
+}
+
+/// Ends the session of every connected node whose credential was revoked, on whichever replica the
+/// revocation was asked of.
+async fn end_revoked_sessions(runtime: &Runtime) -> StoreResult<()> {
+    let connected = runtime.hub.connected();
+    if connected.is_empty() {
+        return Ok(());
+    }
+    let live: HashSet<String> = runtime
+        .store
+        .live_node_credentials()
+        .await?
+        .into_iter()
+        .map(|c| c.node_name)
+        .collect();
+    for node in connected.keys().filter(|node| !live.contains(*node)) {
+        tracing::warn!(
+            node.name = node,
+            "ending the session of a node whose credential was revoked"
+        );
+        runtime.hub.kick(node);
+    }
+    Ok(())
+}
+
+/// Passes users' checkpoint requests (taken by any replica) on to the running tasks.
+async fn pass_on_checkpoint_requests(runtime: &Runtime) -> StoreResult<()> {
+    for (job_id, at) in runtime.store.checkpoint_requests().await? {
+        match runtime.store.get_job(Scope::Cluster, job_id).await {
+            Ok(job) if job.state == JobState::Running => {
+                let asked = crate::dispatch::request_checkpoint(runtime, &job).await?;
+                // No session to its executors yet (just after a change of leader): the next round
+                // tries again, for a while.
+                let fresh = Utc::now() - at < chrono::Duration::minutes(5);
+                if asked == 0 && fresh {
+                    continue;
+                }
+                tracing::info!(job.id = %job_id, tasks = asked, "asked the job's tasks to checkpoint");
+            }
+            Ok(_) | Err(drover_store::StoreError::NotFound) => {}
+            Err(err) => return Err(err),
+        }
+        runtime.store.clear_checkpoint_request(job_id, at).await?;
+    }
+    Ok(())
+}
+
+/// Reads what arrived from every job that has run since the last round: its speed and loss samples
+/// and its last checkpoint.
+async fn observe(runtime: &Runtime, jobs: &[Job]) -> StoreResult<HashMap<JobId, Seen>> {
+    let mut seen = HashMap::new();
+    for job in jobs.iter().filter(|j| j.generation > 0) {
+        let observed = runtime
+            .observer
+            .refresh(runtime.store.as_ref(), job.id)
+            .await?;
+        let last_checkpoint = runtime
+            .store
+            .latest_checkpoint(job.id)
+            .await?
+            .map(|c| c.created_at);
+        seen.insert(
+            job.id,
+            Seen {
+                observed,
+                last_checkpoint,
+            },
+        );
+    }
+    runtime
+        .observer
+        .retain(&jobs.iter().map(|j| j.id).collect());
+    Ok(seen)
+}
+
+async fn expire_executors(runtime: &Runtime) -> StoreResult<()> {
+    let timeout = runtime.config.executor_timeout;
+    for node in runtime.hub.expire(timeout) {
+        tracing::warn!(
+            node.name = node,
+            timeout_s = timeout.as_secs_f64(),
+            "executor lost"
+        );
+        runtime
+            .store
+            .set_node_health(&node, "lost", Utc::now())
+            .await?;
+        let lost = runtime.store.lose_node_tasks(&node).await?;
+        let why = format!(
+            "executor lost: {node} sent no heartbeat for {}",
+            humantime::format_duration(timeout)
+        );
+        crate::gateway::requeue_after_loss(runtime, &lost, &why).await?;
+    }
+    Ok(())
+}
+
+/// Jobs with tasks on a draining node go back to `queued` through a checkpoint; the cordon keeps
+/// them from coming back to it.
+async fn drain(runtime: &Runtime, nodes: &[drover_store::Node]) -> StoreResult<()> {
+    let draining: Vec<&str> = nodes
+        .iter()
+        .filter(|n| n.draining)
+        .map(|n| n.name.as_str())
+        .collect();
+    if draining.is_empty() {
+        return Ok(());
+    }
+    let live = runtime.store.live_tasks().await?;
+    let mut moved = BTreeMap::new();
+    for task in live
+        .iter()
+        .filter(|t| draining.contains(&t.node_name.as_str()))
+    {
+        moved
+            .entry(task.key.job_id)
+            .or_insert((task.key.generation, task.node_name.clone()));
+    }
+    for (job_id, (generation, node)) in moved {
+        let job = runtime.store.get_job(Scope::Cluster, job_id).await?;
+        if job.generation != generation || !super::dispatch::is_active(job.state) {
+            continue;
+        }
+        let message =
+            format!("node {node} is draining: the job moves elsewhere from its checkpoint");
+        if let Some(job) = crate::transition::transition(
+            runtime,
+            &job,
+            JobState::Queued,
+            ReasonCode::Migrated,
+            message,
+            false,
+        )
+        .await?
+        {
+            tracing::info!(job.id = %job.id, node.name = node, "moving a job off a draining node");
+        }
+    }
+    Ok(())
+}
+
+/// Runs [`Runtime::reconcile_job`] for every job with live tasks and every job that is starting.
+async fn reconcile_all(runtime: &Runtime) -> StoreResult<()> {
+    let live = runtime.store.live_tasks().await?;
+    let mut by_job: BTreeMap<JobId, Vec<Task>> = BTreeMap::new();
+    for task in live {
+        by_job.entry(task.key.job_id).or_default().push(task);
+    }
+    let mut jobs: HashMap<JobId, Job> = runtime
+        .active_jobs()
+        .await?
+        .into_iter()
+        .map(|j| (j.id, j))
+        .collect();
+    for (job_id, tasks) in &by_job {
+        let job = match jobs.remove(job_id) {
+            Some(job) => job,
+            None => runtime.store.get_job(Scope::Cluster, *job_id).await?,
+        };
+        crate::dispatch::reconcile_job(runtime, &job, tasks).await?;
+    }
+    // Active jobs with no live task left: their outcome was not recorded (a failed write, a crash
+    // between a task's exit and the job's transition). Decide it now.
+    for job in jobs
+        .values()
+        .filter(|j| super::dispatch::is_active(j.state))
+    {
+        let tasks = runtime
+            .store
+            .generation_tasks(job.id, job.generation)
+            .await?;
+        // Exits younger than a few seconds are still being settled by their report's handler.
+        let settled_late = Utc::now() - chrono::Duration::seconds(5);
+        if tasks
+            .iter()
+            .all(|t| t.state.is_final() && t.updated_at < settled_late)
+        {
+            crate::settle::settle(runtime, job, &tasks, None).await?;
+        } else if job.state == JobState::Starting {
+            crate::dispatch::reconcile_job(runtime, job, &[]).await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,110 @@
+//! What each round leaves for the dashboard and any replica to read: the policy, how long the round
+//! took, the jobs left waiting with the policy's reasons, and once a minute the cluster's GPU use.
+
+use crate::Runtime;
+use crate::snapshot::Built;
+use crate::wording::serde_name;
+use chrono::Utc;
+use drover_core::{JobId, JobState};
+use drover_scheduler::{JobPlan, Plan};
+use drover_store::{Job, Task};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// How often the leader samples the cluster's GPU use, and for how long samples are kept.
+const USAGE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+const USAGE_KEPT_DAYS: i64 = 8;
+
+/// What one round saw and decided, and when it began.
+pub(super) struct Round<'r, 'b> {
+    pub built: &'r Built<'b>,
+    pub plan: &'r Plan,
+    pub jobs: &'r [Job],
+    pub live: &'r [Task],
+    pub started: tokio::time::Instant,
+}
+
+/// Records the round for the dashboard (any replica's): the policy, how long the round took, the
+/// jobs left waiting with the policy's reasons, and, once a minute, the cluster's GPU use. A
+/// failure is logged; scheduling goes on.
+pub(super) async fn record_round(
+    runtime: &Runtime,
+    policy: &str,
+    sampled_at: &mut Option<tokio::time::Instant>,
+    round: Round<'_, '_>,
+) {
+    let Round {
+        built,
+        plan,
+        jobs,
+        live,
+        started,
+    } = round;
+    let store = &runtime.store;
+    // The policy's order where it has one, else submission order (the snapshot's).
+    let by_id: HashMap<JobId, &drover_scheduler::JobView> = built
+        .snapshot
+        .jobs
+        .iter()
+        .map(|view| (view.id, view))
+        .collect();
+    let order: Vec<&drover_scheduler::JobView> = if plan.order.is_empty() {
+        built.snapshot.jobs.iter().collect()
+    } else {
+        plan.order
+            .iter()
+            .filter_map(|id| by_id.get(id).copied())
+            .collect()
+    };
+    let waiting = order
+        .into_iter()
+        .filter_map(|view| match plan.jobs.get(&view.id) {
+            Some(JobPlan::Wait { reason }) => built
+                .jobs
+                .get(&view.id)
+                .map(|job| (job.id, serde_name(reason))),
+            _ => None,
+        })
+        .collect();
+    let round = drover_store::RoundRecord {
+        policy: policy.to_owned(),
+        finished_at: Utc::now(),
+        duration_us: i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX),
+        waiting,
+    };
+    if let Err(err) = store.record_round(&round).await {
+        tracing::warn!(error = %err, "cannot record the scheduling round");
+    }
+    if sampled_at.is_some_and(|at| at.elapsed() < USAGE_EVERY) {
+        return;
+    }
+    *sampled_at = Some(tokio::time::Instant::now());
+    let running_jobs: HashSet<JobId> = jobs
+        .iter()
+        .filter(|job| job.state == JobState::Running)
+        .map(|job| job.id)
+        .collect();
+    let tenant_of: HashMap<JobId, &str> = jobs
+        .iter()
+        .map(|job| (job.id, job.tenant_name.as_str()))
+        .collect();
+    let mut by_tenant: BTreeMap<String, u32> = BTreeMap::new();
+    for task in live.iter().filter(|t| !t.gpus.is_empty()) {
+        if let Some(tenant) = tenant_of.get(&task.key.job_id) {
+            *by_tenant.entry((*tenant).to_owned()).or_default() += task.gpus.len() as u32;
+        }
+    }
+    let gpus = |tasks: &mut dyn Iterator<Item = &Task>| -> u32 {
+        tasks.map(|t| t.gpus.len() as u32).sum()
+    };
+    let usage = drover_store::GpuUsage {
+        at: round.finished_at,
+        total: built.snapshot.total_gpus(),
+        allocated: gpus(&mut live.iter()),
+        running: gpus(&mut live.iter().filter(|t| running_jobs.contains(&t.key.job_id))),
+        by_tenant,
+    };
+    let keep_after = round.finished_at - chrono::Duration::days(USAGE_KEPT_DAYS);
+    if let Err(err) = store.record_gpu_usage(&usage, keep_after).await {
+        tracing::warn!(error = %err, "cannot record GPU use");
+    }
+}

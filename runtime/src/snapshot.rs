@@ -1,0 +1,388 @@
+//! Building the scheduler's [`ClusterSnapshot`] from the store and the connected executors.
+//!
+//! Two kinds of jobs are "held": shown to the policy as running where their tasks are, at a fixed shape
+//! and not preemptible, with the plan's decision for them ignored:
+//! - a job whose tasks are still stopping (preempted, drained, cancelled, failed) keeps its GPUs until
+//!   the processes have exited, so no policy hands those GPUs to another job early;
+//! - a job with tasks on a node that takes no new tasks (cordoned, or its executor disconnected and not
+//!   yet declared lost) keeps running there: the policy could not place it anywhere else in one piece,
+//!   and a cordon or a blip in the connection must not preempt what runs.
+
+use super::Observed;
+use super::observe::Budget;
+use drover_core::{JobId, JobState};
+use drover_scheduler::snapshot::{Observations, Range, Tenant as SchedTenant};
+use drover_scheduler::{
+    ClusterSnapshot, JobView, Node as SchedNode, NodeId, Placement, Role, Shape, TaskPlacement,
+    cluster::Gpu as SchedGpu,
+};
+use drover_store::{Job, Node, Task, TaskRole, Tenant};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+pub(super) struct Built<'a> {
+    pub snapshot: ClusterSnapshot,
+    /// Node index → node name.
+    pub node_names: Vec<String>,
+    /// Per node: GPU position in the snapshot → the executor's GPU index.
+    pub gpu_indices: Vec<Vec<u32>>,
+    pub held: HashSet<JobId>,
+    pub jobs: HashMap<JobId, &'a Job>,
+}
+
+/// What has been measured of a job that has run.
+#[derive(Debug, Clone)]
+pub(super) struct Seen {
+    pub observed: Observed,
+    pub last_checkpoint: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+fn seconds(at: chrono::DateTime<chrono::Utc>) -> f64 {
+    at.timestamp_millis() as f64 / 1000.0
+}
+
+/// The active jobs and their parsed specs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Active<'a> {
+    pub jobs: &'a [Job],
+    pub specs: &'a HashMap<JobId, std::sync::Arc<drover_core::DroverJob>>,
+}
+
+pub(super) fn build<'a>(
+    now: chrono::DateTime<chrono::Utc>,
+    nodes: &[Node],
+    connected: &HashMap<String, String>,
+    tenants: &[Tenant],
+    active: Active<'a>,
+    live: &[Task],
+    seen: &HashMap<JobId, Seen>,
+) -> Built<'a> {
+    let Active { jobs, specs } = active;
+    let hosting: HashSet<&str> = live.iter().map(|t| t.node_name.as_str()).collect();
+    let mut included: Vec<&Node> = nodes
+        .iter()
+        .filter(|n| connected.contains_key(&n.name) || hosting.contains(n.name.as_str()))
+        .collect();
+    included.sort_by(|a, b| a.name.cmp(&b.name));
+    let node_index: HashMap<&str, u32> = included
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i as u32))
+        .collect();
+    let mut gpu_indices = Vec::with_capacity(included.len());
+    let sched_nodes: Vec<SchedNode> = included
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let mut gpus = node.gpus.clone();
+            gpus.sort_by_key(|g| g.index);
+            gpu_indices.push(gpus.iter().map(|g| g.index).collect());
+            SchedNode {
+                id: NodeId(i as u32),
+                name: node.name.clone(),
+                rack: 0,
+                gpus: gpus
+                    .iter()
+                    .map(|g| SchedGpu {
+                        model: g.model.clone(),
+                        memory_gb: g.memory_gb,
+                    })
+                    .collect(),
+                cpus: node.cpus,
+                memory_gb: node.memory_gb,
+                schedulable: connected.contains_key(&node.name)
+                    && node.health == "healthy"
+                    && !node.cordoned
+                    && !node.draining,
+            }
+        })
+        .collect();
+    let tenant_index: HashMap<drover_core::TenantId, u32> = tenants
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.id, i as u32))
+        .collect();
+    let sched_tenants = tenants
+        .iter()
+        .map(|t| SchedTenant {
+            name: t.name.clone(),
+            guaranteed_gpus: t.quota.guaranteed_gpus,
+            max_gpus: t.quota.max_gpus,
+        })
+        .collect();
+
+    let mut by_job: BTreeMap<JobId, Vec<&Task>> = BTreeMap::new();
+    for task in live {
+        by_job.entry(task.key.job_id).or_default().push(task);
+    }
+    let placement_of = |tasks: &[&Task]| -> Option<Placement> {
+        let mut placed = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            let node = *node_index.get(task.node_name.as_str())?;
+            let positions = &gpu_indices_lookup(&included, node);
+            let gpus = task
+                .gpus
+                .iter()
+                .map(|g| {
+                    positions
+                        .iter()
+                        .position(|p| *p == u32::from(*g))
+                        .map(|p| p as u16)
+                })
+                .collect::<Option<Vec<u16>>>()?;
+            placed.push(TaskPlacement {
+                role: match task.key.role {
+                    TaskRole::Worker => Role::Worker,
+                    TaskRole::Ps => Role::Ps,
+                },
+                index: task.key.index,
+                node: NodeId(node),
+                gpus,
+                cpus: task.cpus,
+                packed: false,
+            });
+        }
+        Some(Placement { tasks: placed })
+    };
+
+    let jobs_by_id: HashMap<JobId, &Job> = jobs.iter().map(|j| (j.id, j)).collect();
+    let mut views = Vec::new();
+    let mut held = HashSet::new();
+    for job in jobs {
+        let Some(spec) = specs.get(&job.id) else {
+            continue;
+        };
+        let tasks = by_job.remove(&job.id).unwrap_or_default();
+        let resources = &spec.spec.resources;
+        let stopping = tasks
+            .iter()
+            .any(|t| t.stop_requested || t.key.generation != job.generation)
+            || (!tasks.is_empty() && job.state == JobState::Queued);
+        let pinned = tasks.iter().any(|t| {
+            node_index
+                .get(t.node_name.as_str())
+                .is_none_or(|&i| !sched_nodes[i as usize].schedulable)
+        });
+        let mut view = JobView {
+            id: job.id,
+            tenant: tenant_index.get(&job.tenant_id).copied().unwrap_or(0),
+            priority: spec.spec.scheduling.priority,
+            submit_s: seconds(job.created_at),
+            workers: Range {
+                min: resources.workers.min,
+                max: resources.workers.max,
+            },
+            ps: Range {
+                min: resources.ps.min,
+                max: resources.ps.max,
+            },
+            preferred: Shape {
+                ps: resources.ps.max,
+                workers: resources.workers.max,
+            },
+            gpus_per_worker: resources.gpus_per_worker,
+            gpu_memory_gb: resources.gpu_memory_gb,
+            cpus_per_worker: resources.cpus_per_worker,
+            cpus_per_ps: resources.cpus_per_ps,
+            preemptible: spec.spec.scheduling.preemptible,
+            consolidate: false,
+            placement: None,
+            observed: match seen.get(&job.id) {
+                Some(seen) => seen.observed.observations(
+                    resources.gpus_per_worker,
+                    Budget::of(spec),
+                    seconds(job.updated_at),
+                    seen.last_checkpoint.map(seconds),
+                    job.restarts,
+                ),
+                None => Observations {
+                    last_state_change_s: seconds(job.updated_at),
+                    restarts: job.restarts,
+                    ..Observations::default()
+                },
+            },
+            search: None,
+        };
+        if tasks.is_empty() {
+            if job.state == JobState::Queued {
+                views.push(view);
+            }
+            continue;
+        }
+        let placement = if job.state == JobState::Rescaling {
+            // The new generation's tasks hold their resources from the decision on; the old one's
+            // workers, until they exit, hold the GPUs the new ones do not reuse.
+            let (current, old): (Vec<&Task>, Vec<&Task>) = tasks
+                .iter()
+                .partition(|t| t.key.generation == job.generation);
+            placement_of(&current)
+                .zip(placement_of(&old))
+                .map(with_leftovers)
+        } else {
+            placement_of(&tasks)
+        };
+        let Some(placement) = placement else {
+            continue;
+        };
+        if stopping || pinned {
+            hold(&mut view, placement);
+            held.insert(job.id);
+        } else {
+            view.placement = Some(placement);
+        }
+        views.push(view);
+    }
+    // Tasks of jobs no longer active (cancelled, failed, succeeded) that have not exited yet.
+    for (job_id, tasks) in by_job {
+        let Some(placement) = placement_of(&tasks) else {
+            continue;
+        };
+        let shape = placement.shape();
+        let mut view = JobView {
+            id: job_id,
+            tenant: 0,
+            priority: i32::MAX,
+            submit_s: 0.0,
+            workers: Range {
+                min: shape.workers,
+                max: shape.workers,
+            },
+            ps: Range {
+                min: shape.ps,
+                max: shape.ps,
+            },
+            preferred: shape,
+            gpus_per_worker: tasks.iter().map(|t| t.gpus.len() as u32).max().unwrap_or(0),
+            gpu_memory_gb: None,
+            cpus_per_worker: tasks.iter().map(|t| t.cpus).max().unwrap_or(0),
+            cpus_per_ps: tasks.iter().map(|t| t.cpus).max().unwrap_or(0),
+            preemptible: false,
+            consolidate: false,
+            placement: None,
+            observed: Observations::default(),
+            search: None,
+        };
+        hold(&mut view, placement);
+        held.insert(job_id);
+        views.push(view);
+    }
+    views.sort_by_key(|a| a.id);
+    Built {
+        snapshot: ClusterSnapshot {
+            now_s: seconds(now),
+            nodes: sched_nodes,
+            tenants: sched_tenants,
+            jobs: views,
+        },
+        node_names: included.iter().map(|n| n.name.clone()).collect(),
+        gpu_indices,
+        held,
+        jobs: jobs_by_id,
+    }
+}
+
+fn gpu_indices_lookup(nodes: &[&Node], node: u32) -> Vec<u32> {
+    let mut indices: Vec<u32> = nodes[node as usize].gpus.iter().map(|g| g.index).collect();
+    indices.sort_unstable();
+    indices
+}
+
+/// A rescaling job's new placement plus its old workers still exiting on GPUs the new one does not
+/// use (renumbered after the new workers, holding no CPUs: only the GPUs matter for the seconds they
+/// take to exit). Old PS shards hold no GPU and are left out.
+fn with_leftovers((mut placement, old): (Placement, Placement)) -> Placement {
+    let taken: HashSet<(NodeId, u16)> = placement
+        .tasks
+        .iter()
+        .flat_map(|t| t.gpus.iter().map(move |&g| (t.node, g)))
+        .collect();
+    let mut next = placement
+        .tasks
+        .iter()
+        .filter(|t| t.role == Role::Worker)
+        .map(|t| t.index + 1)
+        .max()
+        .unwrap_or(0);
+    for task in old.tasks {
+        if task.role == Role::Worker
+            && !task.gpus.is_empty()
+            && task.gpus.iter().all(|&g| !taken.contains(&(task.node, g)))
+        {
+            placement.tasks.push(TaskPlacement {
+                index: next,
+                cpus: 0,
+                ..task
+            });
+            next += 1;
+        }
+    }
+    placement
+}
+
+/// Shows a job as running where its tasks are, at a fixed shape that nothing may preempt or resize.
+fn hold(view: &mut JobView, placement: Placement) {
+    let shape = placement.shape();
+    view.workers = Range {
+        min: shape.workers,
+        max: shape.workers,
+    };
+    view.ps = Range {
+        min: shape.ps,
+        max: shape.ps,
+    };
+    view.preferred = shape;
+    view.preemptible = false;
+    view.placement = Some(placement);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(role: Role, index: u32, node: u32, gpus: &[u16]) -> TaskPlacement {
+        TaskPlacement {
+            role,
+            index,
+            node: NodeId(node),
+            gpus: gpus.to_vec(),
+            cpus: 2,
+            packed: false,
+        }
+    }
+
+    #[test]
+    fn a_rescaling_job_holds_its_new_tasks_and_the_old_workers_gpus_still_in_use() {
+        let new = Placement {
+            tasks: vec![
+                task(Role::Worker, 0, 0, &[0]),
+                task(Role::Worker, 1, 0, &[1]),
+                task(Role::Ps, 0, 0, &[]),
+            ],
+        };
+        let old = Placement {
+            tasks: vec![
+                task(Role::Worker, 0, 0, &[0]),
+                task(Role::Worker, 1, 1, &[0]),
+                task(Role::Worker, 2, 1, &[1]),
+                task(Role::Ps, 0, 1, &[]),
+                task(Role::Ps, 1, 0, &[]),
+            ],
+        };
+        let held = with_leftovers((new.clone(), old));
+        assert_eq!(held.tasks[..3], new.tasks[..]);
+        // Old worker 0 shares its GPU with the new worker 0: not counted twice. The old workers on
+        // node 1 keep their GPUs (renumbered after the new workers, no CPUs); old PS shards drop out.
+        assert_eq!(
+            held.tasks[3..],
+            [
+                TaskPlacement {
+                    cpus: 0,
+                    ..task(Role::Worker, 2, 1, &[0])
+                },
+                TaskPlacement {
+                    cpus: 0,
+                    ..task(Role::Worker, 3, 1, &[1])
+                },
+            ]
+        );
+    }
+}

@@ -1,0 +1,38 @@
+//! The policy interface ([`Policy`]), the oracle interface (for the oracle baselines alone) and the
+//! error either gives.
+
+use super::names::policy_names;
+use crate::plan::{JobPlan, Plan};
+use crate::snapshot::{ClusterSnapshot, JobView, Shape};
+use drover_core::JobId;
+
+/// A scheduling policy. State kept between rounds must be a deterministic function of the snapshots
+/// shown so far, so a restarted server rebuilds it by replaying them.
+pub trait Policy: std::fmt::Debug + Send {
+    fn name(&self) -> &'static str;
+    /// A full round: a decision for every job in the snapshot.
+    fn schedule(&mut self, snapshot: &ClusterSnapshot, previous: &Plan) -> Plan;
+    /// The incremental entry point: place one new arrival (already in `snapshot.jobs`, waiting) without
+    /// a full round, in what the running jobs leave free.
+    fn place_arrival(&mut self, snapshot: &ClusterSnapshot, job: &JobView) -> JobPlan;
+    /// A copy with this policy's state, to replay ahead from (the queue forecast). An oracle baseline
+    /// takes `oracle` in place of its own (an error without one); other policies ignore it.
+    fn fork(&self, oracle: Option<Box<dyn Oracle>>) -> Result<Box<dyn Policy>, PolicyError>;
+}
+
+/// The truth about a job's remaining work. Only SRTF takes one: it is an oracle baseline. In the
+/// simulator the implementation reads the hidden ground truth; nothing else can reach it.
+pub trait Oracle: std::fmt::Debug + Send {
+    /// Seconds the job still needs at `shape`, running alone.
+    fn remaining_s(&self, job: JobId, shape: Shape) -> f64;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("unknown policy `{0}` (expected one of: {names})", names = policy_names().join(", "))]
+    Unknown(String),
+    #[error(
+        "policy `{0}` is an oracle baseline and needs the true remaining times (the simulator has them)"
+    )]
+    NeedsOracle(&'static str),
+}

@@ -1,0 +1,340 @@
+//! Conformance cases for the execution side of the store: fenced reports from old generations,
+//! executors registering and losing their tasks, jobs whose tasks ended finishing.
+
+use super::{change, fixture, new_job};
+use chrono::Utc;
+use drover_core::{JobState, ReasonCode};
+use drover_store::testing::TestDb;
+use drover_store::*;
+use std::collections::BTreeMap;
+
+pub(crate) fn worker(node: &str) -> NewTask {
+    NewTask {
+        role: TaskRole::Worker,
+        index: 0,
+        node_name: node.to_owned(),
+        gpus: vec![0],
+        cpus: 1,
+    }
+}
+
+pub(crate) fn metrics(key: TaskKey, step: u64, loss: f64) -> NewMetrics {
+    NewMetrics {
+        key,
+        num_ps: 0,
+        num_workers: 1,
+        gpu_model: "cpu".to_owned(),
+        step,
+        values: vec![("loss".to_owned(), loss), ("accuracy".to_owned(), 0.5)],
+        recorded_at: Utc::now(),
+    }
+}
+
+pub(crate) async fn reports_from_an_old_generation_are_fenced(db: &TestDb) {
+    let store = db.store.as_ref();
+    let (tenant, alice) = fixture(store, "vision").await;
+    let job = store
+        .create_job(&new_job(&tenant, alice.id, "fenced", &[]))
+        .await
+        .unwrap()
+        .value;
+    let allocated = change(JobState::Starting, ReasonCode::Allocated);
+    let first = store
+        .start_generation(job.id, &[worker("a")], &allocated)
+        .await
+        .unwrap();
+    assert_eq!(first, Some(1));
+    // A job that is not queued cannot start another generation.
+    assert_eq!(
+        store
+            .start_generation(job.id, &[worker("b")], &allocated)
+            .await
+            .unwrap(),
+        None
+    );
+    let old = TaskKey {
+        job_id: job.id,
+        generation: 1,
+        role: TaskRole::Worker,
+        index: 0,
+    };
+    store.record_metrics(&metrics(old, 10, 1.0)).await.unwrap();
+    store
+        .record_checkpoint(&old, 10, "/ckpt/g1/step-10", 100)
+        .await
+        .unwrap();
+    let lost = change(JobState::Queued, ReasonCode::ExecutorLost);
+    assert!(
+        store
+            .transition_job_in_generation(job.id, 1, &lost, false)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(
+        store
+            .start_generation(job.id, &[worker("b")], &allocated)
+            .await
+            .unwrap(),
+        Some(2)
+    );
+
+    // The task of generation 1 outlived its executor: none of its reports land in generation 2.
+    let fenced = |result: StoreResult<()>| {
+        assert!(
+            matches!(
+                result,
+                Err(StoreError::Fenced {
+                    current: 2,
+                    reported: 1
+                })
+            ),
+            "expected a fenced report, got {result:?}"
+        );
+    };
+    fenced(store.record_metrics(&metrics(old, 20, 0.5)).await);
+    fenced(
+        store
+            .record_checkpoint(&old, 20, "/ckpt/g1/step-20", 100)
+            .await
+            .map(|_| ()),
+    );
+    let line = NewLogLine {
+        stream: "stdout".into(),
+        line: "late".into(),
+        logged_at: Utc::now(),
+    };
+    fenced(store.append_logs(&old, std::slice::from_ref(&line)).await);
+    let failed = change(JobState::Queued, ReasonCode::TaskFailed);
+    assert!(
+        store
+            .transition_job_in_generation(job.id, 1, &failed, true)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    let current = TaskKey {
+        generation: 2,
+        ..old
+    };
+    store
+        .record_metrics(&metrics(current, 15, 0.8))
+        .await
+        .unwrap();
+    store.append_logs(&current, &[line]).await.unwrap();
+    let samples = store
+        .list_metrics(
+            Scope::Cluster,
+            job.id,
+            &MetricFilter {
+                limit: 100,
+                ..MetricFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    let steps: Vec<(u64, u64)> = samples.iter().map(|m| (m.generation, m.step)).collect();
+    assert_eq!(steps, [(1, 10), (1, 10), (2, 15), (2, 15)]);
+    let latest = store.latest_checkpoint(job.id).await.unwrap().unwrap();
+    assert_eq!(
+        (latest.generation, latest.step),
+        (1, 10),
+        "only recorded checkpoints count"
+    );
+    let job = store.get_job(Scope::Cluster, job.id).await.unwrap();
+    assert_eq!(
+        (job.generation, job.restarts, job.state),
+        (2, 0, JobState::Starting)
+    );
+}
+
+pub(crate) async fn executors_register_and_lose_tasks(db: &TestDb) {
+    let store = db.store.as_ref();
+    let registration = NodeRegistration {
+        name: "gpu-a".into(),
+        labels: BTreeMap::new(),
+        gpus: vec![Gpu {
+            index: 0,
+            model: "H100".into(),
+            memory_gb: 80.0,
+        }],
+        cpus: 8,
+        memory_gb: 64,
+        gpu_source: "nvidia".into(),
+    };
+    store
+        .register_node(&registration, Utc::now())
+        .await
+        .unwrap();
+    let audit = |target: &str| NewAuditEvent {
+        actor_id: None,
+        actor: "kubernetes".to_owned(),
+        tenant_id: None,
+        action: "node.drain",
+        target: target.to_owned(),
+        detail: "drained".to_owned(),
+    };
+    let audited = |target: &str| {
+        let target = target.to_owned();
+        async move {
+            let log = store.list_audit(None, 100).await.unwrap();
+            log.iter()
+                .filter(|e| e.target == target && e.action == "node.drain")
+                .count()
+        }
+    };
+    store
+        .set_node_cordon("gpu-a", true, true, &audit("gpu-a"))
+        .await
+        .unwrap();
+    // The cordon's audit event is written with it.
+    assert_eq!(audited("gpu-a").await, 1);
+    // Re-registering (a restarted executor) keeps the administrator's cordon and drain.
+    let again = store
+        .register_node(&registration, Utc::now())
+        .await
+        .unwrap();
+    assert!(again.cordoned && again.draining);
+    // No such node: no change, and no audit event either.
+    assert!(matches!(
+        store
+            .set_node_cordon("nope", true, false, &audit("nope"))
+            .await,
+        Err(StoreError::NotFound)
+    ));
+    assert_eq!(audited("nope").await, 0);
+
+    let (tenant, alice) = fixture(store, "nlp").await;
+    let (other, bob) = fixture(store, "other").await;
+    let job = store
+        .create_job(&new_job(&tenant, alice.id, "runs", &[]))
+        .await
+        .unwrap()
+        .value;
+    let allocated = change(JobState::Starting, ReasonCode::Allocated);
+    store
+        .start_generation(job.id, &[worker("gpu-a")], &allocated)
+        .await
+        .unwrap();
+    let key = TaskKey {
+        job_id: job.id,
+        generation: 1,
+        role: TaskRole::Worker,
+        index: 0,
+    };
+    store
+        .update_task(
+            &key,
+            &TaskChange {
+                state: Some(TaskState::Running),
+                address: Some("10.0.0.1:9000".into()),
+                ..TaskChange::default()
+            },
+        )
+        .await
+        .unwrap();
+    for step in 1..=5 {
+        store
+            .record_metrics(&metrics(key, step * 100, 1.0 / step as f64))
+            .await
+            .unwrap();
+    }
+    let filter = MetricFilter {
+        names: vec!["loss".into()],
+        from_step: Some(200),
+        to_step: Some(400),
+        after: None,
+        limit: 100,
+    };
+    let losses = store
+        .list_metrics(Scope::Tenant(tenant.id), job.id, &filter)
+        .await
+        .unwrap();
+    assert_eq!(
+        losses.iter().map(|m| m.step).collect::<Vec<_>>(),
+        [200, 300, 400]
+    );
+    assert!(
+        losses
+            .iter()
+            .all(|m| m.name == "loss" && m.num_workers == 1)
+    );
+    assert!(matches!(
+        store
+            .list_metrics(Scope::Tenant(other.id), job.id, &filter)
+            .await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        store
+            .list_logs(Scope::Tenant(other.id), job.id, None, 10)
+            .await,
+        Err(StoreError::NotFound)
+    ));
+    let _ = bob;
+
+    let live = store.live_tasks().await.unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].address.as_deref(), Some("10.0.0.1:9000"));
+    let lost = store.lose_node_tasks("gpu-a").await.unwrap();
+    assert_eq!(lost.len(), 1);
+    assert_eq!(lost[0].state, TaskState::Lost);
+    assert!(store.live_tasks().await.unwrap().is_empty());
+    // An ended task never comes back: a late "stopping" write is ignored.
+    let late = TaskChange {
+        state: Some(TaskState::Stopping),
+        stop_requested: Some(true),
+        ..TaskChange::default()
+    };
+    store.update_task(&key, &late).await.unwrap();
+    assert!(store.live_tasks().await.unwrap().is_empty());
+    assert_eq!(
+        store
+            .job_tasks(Scope::Tenant(tenant.id), job.id)
+            .await
+            .unwrap()[0]
+            .state,
+        TaskState::Lost
+    );
+}
+
+pub(crate) async fn jobs_with_ended_tasks_are_finishing(db: &TestDb) {
+    let store = db.store.as_ref();
+    let (tenant, alice) = fixture(store, "vision").await;
+    let job = store
+        .create_job(&new_job(&tenant, alice.id, "finishing", &[]))
+        .await
+        .unwrap()
+        .value;
+    let allocated = change(JobState::Starting, ReasonCode::Allocated);
+    let second = NewTask {
+        index: 1,
+        ..worker("gpu-b")
+    };
+    store
+        .start_generation(job.id, &[worker("gpu-a"), second], &allocated)
+        .await
+        .unwrap();
+    assert!(store.finishing_jobs().await.unwrap().is_empty());
+    let key = TaskKey {
+        job_id: job.id,
+        generation: 1,
+        role: TaskRole::Worker,
+        index: 1,
+    };
+    let exited = TaskChange {
+        state: Some(TaskState::Exited),
+        exit_code: Some(0),
+        ..TaskChange::default()
+    };
+    store.update_task(&key, &exited).await.unwrap();
+    assert_eq!(store.finishing_jobs().await.unwrap(), vec![job.id]);
+    // Once the job is over it is no longer the scheduler's concern.
+    let failed = change(JobState::Failed, ReasonCode::TaskFailed);
+    store
+        .transition_job_in_generation(job.id, 1, &failed, false)
+        .await
+        .unwrap();
+    assert!(store.finishing_jobs().await.unwrap().is_empty());
+}

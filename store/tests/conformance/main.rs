@@ -1,0 +1,487 @@
+//! One conformance suite for every `Store`: each case below runs against SQLite and against a real
+//! Postgres (a fresh database per test).
+
+#![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
+
+use chrono::{Duration, Utc};
+use drover_core::spec::JobType;
+use drover_core::{JobId, JobState, ReasonCode, Role, TenantId, UserId};
+use drover_store::testing::TestDb;
+use drover_store::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+mod batches;
+mod execution;
+mod experiments;
+mod generations;
+mod tenancy;
+mod transitions;
+mod trust;
+use batches::*;
+use execution::*;
+use experiments::*;
+use generations::*;
+use tenancy::*;
+use transitions::*;
+use trust::*;
+
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let db = drover_store::testing::TestDb::sqlite().await;
+                    super::$case(&db).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let db = drover_store::testing::TestDb::postgres().await;
+                    super::$case(&db).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    migrations_are_idempotent,
+    tenants_have_unique_names_and_quotas,
+    users_are_unique_per_tenant_and_scoped,
+    tokens_are_found_by_hash_and_revoked,
+    jobs_round_trip_and_stay_in_their_tenant,
+    job_names_are_unique_per_tenant,
+    batched_submissions_leave_out_conflicts,
+    idempotency_keys_return_the_first_job,
+    concurrent_retries_create_one_job,
+    listing_filters_and_paginates,
+    transitions_follow_the_state_machine_and_leave_events,
+    concurrent_cancels_succeed_once,
+    nodes_are_upserted_by_name,
+    reports_from_an_old_generation_are_fenced,
+    executors_register_and_lose_tasks,
+    jobs_with_ended_tasks_are_finishing,
+    running_jobs_rescale_under_a_new_generation,
+    generations_open_allocations_in_the_ledger,
+    enrolment_spends_tokens_and_binds_node_names,
+    experiments_keep_trials_and_segments_once,
+);
+
+async fn tenant(store: &dyn Store, name: &str) -> Tenant {
+    store
+        .create_tenant(&NewTenant {
+            name: name.to_owned(),
+            quota: Quota::default(),
+        })
+        .await
+        .unwrap()
+}
+
+async fn user(store: &dyn Store, tenant: TenantId, name: &str, role: Role) -> User {
+    store
+        .create_user(&NewUser {
+            tenant_id: tenant,
+            name: name.to_owned(),
+            role,
+            cluster_admin: false,
+        })
+        .await
+        .unwrap()
+}
+
+fn new_job(tenant: &Tenant, user: UserId, name: &str, labels: &[(&str, &str)]) -> NewJob {
+    NewJob {
+        id: JobId::new(),
+        tenant_id: tenant.id,
+        tenant_name: tenant.name.clone(),
+        name: name.to_owned(),
+        job_type: JobType::Train,
+        priority: 0,
+        max_gpus: 2,
+        labels: labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        document: serde_json::json!({"metadata": {"name": name}, "spec": {"type": "train"}}),
+        submitted_by: user,
+        idempotency_key: None,
+        request_hash: None,
+        created_at: Utc::now(),
+    }
+}
+
+/// A tenant with a member, for job tests.
+async fn fixture(store: &dyn Store, name: &str) -> (Tenant, User) {
+    let tenant = tenant(store, name).await;
+    let user = user(store, tenant.id, "alice", Role::Member).await;
+    (tenant, user)
+}
+
+fn change(to: JobState, reason: ReasonCode) -> StateChange {
+    StateChange {
+        to,
+        reason,
+        message: format!("to {to}"),
+        actor: None,
+    }
+}
+
+async fn migrations_are_idempotent(db: &TestDb) {
+    db.store.migrate().await.unwrap();
+    db.store.migrate().await.unwrap();
+    db.store.ping().await.unwrap();
+}
+
+async fn jobs_round_trip_and_stay_in_their_tenant(db: &TestDb) {
+    let store = db.store.as_ref();
+    let (vision, alice) = fixture(store, "vision").await;
+    let (nlp, _) = fixture(store, "nlp").await;
+    let job = new_job(&vision, alice.id, "mlp", &[("team", "vision")]);
+    let created = store.create_job(&job).await.unwrap();
+    assert!(created.created);
+    assert_eq!(created.value.state, JobState::Queued);
+    let read = store
+        .get_job(Scope::Tenant(vision.id), job.id)
+        .await
+        .unwrap();
+    assert_eq!(read.name, "mlp");
+    assert_eq!(read.tenant_name, "vision");
+    assert_eq!(read.reason, ReasonCode::Submitted);
+    assert_eq!(read.labels["team"], "vision");
+    assert_eq!(read.document.as_deref(), Some(&job.document));
+    assert_eq!(
+        read.created_at.timestamp_micros(),
+        job.created_at.timestamp_micros()
+    );
+    assert_eq!(
+        store.get_job(Scope::Cluster, job.id).await.unwrap().id,
+        job.id
+    );
+    assert!(matches!(
+        store.get_job(Scope::Tenant(nlp.id), job.id).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        store
+            .list_job_events(Scope::Tenant(nlp.id), job.id, None, 10)
+            .await,
+        Err(StoreError::NotFound)
+    ));
+    let cancel = change(JobState::Cancelled, ReasonCode::CancelledByUser);
+    assert!(matches!(
+        store
+            .transition_job(Scope::Tenant(nlp.id), job.id, &cancel)
+            .await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(
+        store
+            .list_jobs(
+                Scope::Tenant(nlp.id),
+                &JobFilter {
+                    limit: 10,
+                    ..Default::default()
+                }
+            )
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.count_jobs_by_state().await.unwrap(),
+        vec![(JobState::Queued, 1)]
+    );
+}
+
+async fn job_names_are_unique_per_tenant(db: &TestDb) {
+    let store = db.store.as_ref();
+    let (vision, alice) = fixture(store, "vision").await;
+    let (nlp, bob) = fixture(store, "nlp").await;
+    store
+        .create_job(&new_job(&vision, alice.id, "same", &[]))
+        .await
+        .unwrap();
+    store
+        .create_job(&new_job(&nlp, bob.id, "same", &[]))
+        .await
+        .unwrap();
+    let twin = store
+        .create_job(&new_job(&vision, alice.id, "same", &[]))
+        .await;
+    assert!(
+        matches!(
+            twin,
+            Err(StoreError::Conflict {
+                field: "metadata.name",
+                ..
+            })
+        ),
+        "{twin:?}"
+    );
+    assert_eq!(
+        store
+            .list_jobs(
+                Scope::Cluster,
+                &JobFilter {
+                    limit: 10,
+                    ..Default::default()
+                }
+            )
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+async fn idempotency_keys_return_the_first_job(db: &TestDb) {
+    let store = db.store.as_ref();
+    let (vision, alice) = fixture(store, "vision").await;
+    let mut first = new_job(&vision, alice.id, "one", &[]);
+    first.idempotency_key = Some("key-1".into());
+    first.request_hash = Some([1; 32]);
+    let created = store.create_job(&first).await.unwrap();
+    assert!(created.created);
+    let mut retry = new_job(&vision, alice.id, "one", &[]);
+    retry.idempotency_key = Some("key-1".into());
+    retry.request_hash = Some([1; 32]);
+    let replay = store.create_job(&retry).await.unwrap();
+    assert!(!replay.created);
+    assert_eq!(replay.value.id, first.id);
+    let mut different = new_job(&vision, alice.id, "two", &[]);
+    different.idempotency_key = Some("key-1".into());
+    different.request_hash = Some([2; 32]);
+    assert!(matches!(
+        store.create_job(&different).await,
+        Err(StoreError::IdempotencyMismatch)
+    ));
+    // Keys are per tenant.
+    let (nlp, bob) = fixture(store, "nlp").await;
+    let mut other_tenant = new_job(&nlp, bob.id, "one", &[]);
+    other_tenant.idempotency_key = Some("key-1".into());
+    other_tenant.request_hash = Some([1; 32]);
+    assert!(store.create_job(&other_tenant).await.unwrap().created);
+    assert_eq!(
+        store
+            .list_jobs(
+                Scope::Cluster,
+                &JobFilter {
+                    limit: 10,
+                    ..Default::default()
+                }
+            )
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+async fn concurrent_retries_create_one_job(db: &TestDb) {
+    let store: Arc<dyn Store> = db.store.clone();
+    let (vision, alice) = fixture(store.as_ref(), "vision").await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let store = store.clone();
+        let mut job = new_job(&vision, alice.id, "racer", &[]);
+        job.idempotency_key = Some("same-key".into());
+        job.request_hash = Some([9; 32]);
+        tasks.push(tokio::spawn(async move { store.create_job(&job).await }));
+    }
+    let mut ids = Vec::new();
+    let mut created = 0;
+    for task in tasks {
+        let outcome = task.await.unwrap().expect("every retry gets the job");
+        created += usize::from(outcome.created);
+        ids.push(outcome.value.id);
+    }
+    assert_eq!(created, 1);
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "every retry saw the same job");
+    assert_eq!(
+        store
+            .list_jobs(
+                Scope::Cluster,
+                &JobFilter {
+                    limit: 10,
+                    ..Default::default()
+                }
+            )
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+async fn listing_filters_and_paginates(db: &TestDb) {
+    let store = db.store.as_ref();
+    let (vision, alice) = fixture(store, "vision").await;
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        let team = if i % 2 == 0 { "even" } else { "odd" };
+        let job = new_job(
+            &vision,
+            alice.id,
+            &format!("job-{i}"),
+            &[("team", team), ("dots.and/slash", "x")],
+        );
+        store.create_job(&job).await.unwrap();
+        ids.push(job.id);
+    }
+    store
+        .transition_job(
+            Scope::Cluster,
+            ids[0],
+            &change(JobState::Cancelled, ReasonCode::CancelledByUser),
+        )
+        .await
+        .unwrap();
+    // Pages of 3, newest first, cover everything once.
+    let mut seen = Vec::new();
+    let mut before = None;
+    loop {
+        let page = store
+            .list_jobs(
+                Scope::Tenant(vision.id),
+                &JobFilter {
+                    before,
+                    limit: 3,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert!(page.len() <= 3);
+        assert!(
+            page.iter().all(|job| job.document.is_none()),
+            "lists carry no documents"
+        );
+        if page.is_empty() {
+            break;
+        }
+        before = page.last().map(|job| job.id);
+        seen.extend(page.into_iter().map(|job| job.id));
+    }
+    let mut newest_first = ids.clone();
+    newest_first.reverse();
+    assert_eq!(seen, newest_first);
+    let odd = BTreeMap::from([("team".to_owned(), "odd".to_owned())]);
+    let jobs = store
+        .list_jobs(
+            Scope::Cluster,
+            &JobFilter {
+                labels: odd.clone(),
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 3);
+    assert!(jobs.iter().all(|job| job.labels["team"] == "odd"));
+    let both = BTreeMap::from([
+        ("team".to_owned(), "even".to_owned()),
+        ("dots.and/slash".to_owned(), "x".to_owned()),
+    ]);
+    assert_eq!(
+        store
+            .list_jobs(
+                Scope::Cluster,
+                &JobFilter {
+                    labels: both,
+                    limit: 10,
+                    ..Default::default()
+                }
+            )
+            .await
+            .unwrap()
+            .len(),
+        4
+    );
+    let cancelled = store
+        .list_jobs(
+            Scope::Cluster,
+            &JobFilter {
+                states: vec![JobState::Cancelled],
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        cancelled.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![ids[0]]
+    );
+    let queued_or_cancelled = store
+        .list_jobs(
+            Scope::Cluster,
+            &JobFilter {
+                states: vec![JobState::Queued, JobState::Cancelled],
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(queued_or_cancelled.len(), 7);
+    let none = BTreeMap::from([("team".to_owned(), "none".to_owned())]);
+    assert!(
+        store
+            .list_jobs(
+                Scope::Cluster,
+                &JobFilter {
+                    labels: none,
+                    limit: 10,
+                    ..Default::default()
+                }
+            )
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn nodes_are_upserted_by_name(db: &TestDb) {
+    let store = db.store.as_ref();
+    let mut node = Node {
+        id: uuid::Uuid::now_v7(),
+        name: "gpu-01".into(),
+        labels: BTreeMap::from([("rack".to_owned(), "r1".to_owned())]),
+        gpus: vec![Gpu {
+            index: 0,
+            model: "H100".into(),
+            memory_gb: 80.0,
+        }],
+        cpus: 64,
+        memory_gb: 512,
+        health: "healthy".into(),
+        cordoned: false,
+        draining: false,
+        gpu_source: "nvidia".into(),
+        last_heartbeat_at: Some(Utc::now()),
+        created_at: Utc::now(),
+    };
+    store.upsert_node(&node).await.unwrap();
+    node.cordoned = true;
+    node.gpus.push(Gpu {
+        index: 1,
+        model: "H100".into(),
+        memory_gb: 80.0,
+    });
+    let updated = store.upsert_node(&node).await.unwrap();
+    assert!(updated.cordoned);
+    assert_eq!(updated.gpus.len(), 2);
+    assert_eq!(store.list_nodes().await.unwrap().len(), 1);
+    assert_eq!(store.get_node("gpu-01").await.unwrap().labels["rack"], "r1");
+    assert!(matches!(
+        store.get_node("nope").await,
+        Err(StoreError::NotFound)
+    ));
+}

@@ -1,0 +1,31 @@
+//! How pages show time: points in time as `<time>` elements the page script shows in the browser's
+//! zone ([`timestamp`], [`Time`]), and durations in their largest sensible unit ([`duration`]).
+
+/// Formats a time for a `<time>` element: the script shows it in the browser's zone, relative.
+pub fn timestamp(at: chrono::DateTime<chrono::Utc>) -> Time {
+    Time {
+        iso: at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        text: at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+    }
+}
+
+/// A point in time as a page shows it.
+#[derive(Debug, Clone)]
+pub struct Time {
+    pub iso: String,
+    pub text: String,
+}
+
+/// A duration in the largest sensible unit (`3 h 12 min`, `45 s`).
+pub fn duration(seconds: f64) -> String {
+    if !seconds.is_finite() || seconds < 0.0 {
+        return "—".to_owned();
+    }
+    let s = seconds.round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {} s", s / 60, s % 60),
+        3600..86_400 => format!("{} h {} min", s / 3600, (s % 3600) / 60),
+        _ => format!("{} d {} h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
