@@ -3,7 +3,6 @@
 //! and the trials table sorted by the metric or by trial. The same store calls and views as
 //! `GET /api/v1/experiments` and `GET /api/v1/experiments/{id}`.
 
-use crate::chart::{Chart, Series, XAxis};
 use crate::page::{Layout, error_page, render};
 use crate::session::Session;
 use crate::time::{Time, timestamp};
@@ -14,6 +13,7 @@ use drover_api::extract::{PathParam, QueryPairs};
 use drover_api::state::AppState;
 use drover_core::ExperimentId;
 use drover_core::experiment::{DroverExperiment, Goal, Param};
+use drover_plot::{Chart, Series, XAxis};
 use drover_service::experiments::{TrialView, trials as trial_views};
 use drover_store::{Experiment, ExperimentState, TrialSample};
 use std::collections::BTreeMap;
@@ -216,6 +216,12 @@ async fn detail(
         y_label: &metric,
         log_y: false,
         x_range: None,
+        title: None,
+        log_x: false,
+        y_range: None,
+        x_ticks: None,
+        y_ticks: None,
+        guides: Vec::new(),
         markers: false,
         series: vec![Series {
             name: format!("best {metric}"),
@@ -232,6 +238,12 @@ async fn detail(
         y_label: &metric,
         log_y: false,
         x_range: None,
+        title: None,
+        log_x: false,
+        y_range: None,
+        x_ticks: None,
+        y_ticks: None,
+        guides: Vec::new(),
         markers: false,
         series: ranked
             .iter()
@@ -273,6 +285,12 @@ async fn detail(
                     y_label: &metric,
                     log_y: false,
                     x_range: None,
+                    title: None,
+                    log_x: false,
+                    y_range: None,
+                    x_ticks: None,
+                    y_ticks: None,
+                    guides: Vec::new(),
                     markers: true,
                     series: vec![Series {
                         name: format!("{} trials", points.len()),

@@ -2,7 +2,6 @@
 //! and checkpoints, with the actions the caller's role allows. Reads go through the API's handler
 //! for the job (`GET /api/v1/jobs/{id}`: scoping, models) and the store's scoped queries.
 
-use crate::chart::{Chart, Series, XAxis, smooth};
 use crate::page::{Layout, error_page, render};
 use crate::session::Session;
 use crate::time::{Time, duration, timestamp};
@@ -13,6 +12,7 @@ use drover_api::error::ApiError;
 use drover_api::routes::jobs as api;
 use drover_api::state::AppState;
 use drover_core::{JobId, JobState, ReasonCode};
+use drover_plot::{Chart, Series, XAxis, smooth};
 use drover_service::models::{JobModels, RemainingBasis};
 use drover_store::{JobEvent, LogLine, Scope};
 use serde::Deserialize;
@@ -475,6 +475,12 @@ async fn chart_svg(
         y_label: "value",
         log_y,
         x_range: None,
+        title: None,
+        log_x: false,
+        y_range: None,
+        x_ticks: None,
+        y_ticks: None,
+        guides: Vec::new(),
         markers: false,
         series,
     }

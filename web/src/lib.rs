@@ -9,7 +9,6 @@
 //! pages follow one server-sent-event stream each. What every page shares (its frame, rendering,
 //! error pages) is in `page.rs`; this root only wires the routes and serves the static files.
 
-mod chart;
 mod cluster;
 mod experiments;
 mod job;
@@ -22,7 +21,7 @@ mod session;
 mod submit;
 mod time;
 
-pub use chart::{Chart, Series, XAxis, lttb, smooth};
+pub use drover_plot::{Chart, Series, XAxis, lttb, smooth};
 pub use page::{Layout, PAGE_HEADERS, cross_site, error_page, render, see_other};
 pub use session::Session;
 pub use time::{Time, duration, timestamp};

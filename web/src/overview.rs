@@ -1,7 +1,6 @@
 //! The overview: GPUs in use over the last day, the queue, running jobs by tenant, goodput, and the
 //! scheduler's policy with its last round.
 
-use crate::chart::{Chart, Series, XAxis};
 use crate::page::{Layout, error_page, render};
 use crate::session::Session;
 use crate::time::{Time, timestamp};
@@ -11,6 +10,7 @@ use chrono::Utc;
 use drover_api::error::ApiError;
 use drover_api::state::AppState;
 use drover_core::JobState;
+use drover_plot::{Chart, Series, XAxis};
 use drover_store::JobFilter;
 use std::collections::BTreeMap;
 
@@ -89,20 +89,18 @@ async fn overview(state: &AppState, session: &Session) -> Result<OverviewPage, A
             points,
         }
     };
-    let chart = Chart {
-        label: "GPUs in use and in total over the last day",
-        x: XAxis::HoursAgo,
-        y_label: "GPUs",
-        log_y: false,
-        x_range: Some((-86_400.0, 0.0)),
-        markers: false,
-        series: vec![
+    let mut chart = Chart::new(
+        "GPUs in use and in total over the last day",
+        XAxis::HoursAgo,
+        "GPUs",
+        vec![
             series("total", |s| s.total),
             series("allocated", |s| s.allocated),
             series("running jobs", |s| s.running),
         ],
-    }
-    .svg();
+    );
+    chart.x_range = Some((-86_400.0, 0.0));
+    let chart = chart.svg();
     let nodes = state.store.list_nodes().await?;
     let gpus_total = nodes
         .iter()
