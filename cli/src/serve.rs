@@ -6,7 +6,7 @@ use crate::logging::{LogFormat, init_tracing};
 use crate::output::out;
 use anyhow::Context;
 use drover_controller::controller::Settings as KubernetesSettings;
-use drover_runtime::ClusterConfig;
+use drover_runtime::RuntimeConfig;
 use drover_service::bootstrap::{self, AdminBootstrap};
 use server::ServerConfig;
 use std::net::SocketAddr;
@@ -118,7 +118,7 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
-    async fn config(&self, data_dir: &Path) -> anyhow::Result<(SocketAddr, ClusterConfig)> {
+    async fn config(&self, data_dir: &Path) -> anyhow::Result<(SocketAddr, RuntimeConfig)> {
         if drover_scheduler::is_oracle_policy(&self.policy) {
             anyhow::bail!(
                 "--policy {}: an oracle baseline needs true job lengths, which only the simulator has",
@@ -128,7 +128,7 @@ impl ClusterArgs {
         let mut config = match &self.checkpoint_store {
             Some(url) => {
                 let storage = drover_runtime::checkpoint_store::ObjectStorage::connect(url).await?;
-                let mut config = ClusterConfig::new(&self.policy, PathBuf::from(storage.root()));
+                let mut config = RuntimeConfig::new(&self.policy, PathBuf::from(storage.root()));
                 config.checkpoint_store = Some(std::sync::Arc::new(storage));
                 config
             }
@@ -143,7 +143,7 @@ impl ClusterArgs {
                 let root = dir
                     .canonicalize()
                     .with_context(|| format!("cannot resolve {}", dir.display()))?;
-                ClusterConfig::new(&self.policy, root)
+                RuntimeConfig::new(&self.policy, root)
             }
         };
         config.executor_timeout = self.executor_timeout;

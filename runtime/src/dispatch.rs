@@ -229,7 +229,7 @@ async fn prepare_task(
     task: &Task,
     tasks: &[Task],
 ) -> StoreResult<()> {
-    let Some(spec) = super::parse_spec(job.document.as_deref()) else {
+    let Some(spec) = job.spec() else {
         return Ok(());
     };
     // A command job runs its argv; a train job runs the executor's training engine on the spec.
@@ -325,25 +325,11 @@ async fn init_checkpoint(
     job: &Job,
     id: &str,
 ) -> StoreResult<Result<drover_store::CheckpointRecord, String>> {
-    let missing = || {
-        Err(format!(
+    match drover_store::tenant_checkpoint(runtime.store.as_ref(), job.tenant_id, id).await? {
+        Some(checkpoint) => Ok(Ok(checkpoint)),
+        None => Ok(Err(format!(
             "spec.train.init_from.checkpoint: no checkpoint `{id}` in the tenant"
-        ))
-    };
-    let Ok(uuid) = uuid::Uuid::parse_str(id) else {
-        return Ok(missing());
-    };
-    let Some(checkpoint) = runtime.store.checkpoint_by_id(uuid).await? else {
-        return Ok(missing());
-    };
-    match runtime
-        .store
-        .get_job(Scope::Tenant(job.tenant_id), checkpoint.job_id)
-        .await
-    {
-        Ok(_) => Ok(Ok(checkpoint)),
-        Err(drover_store::StoreError::NotFound) => Ok(missing()),
-        Err(err) => Err(err),
+        ))),
     }
 }
 

@@ -40,5 +40,5 @@ pub use gateway::GatewayService;
 pub use hints::SearchHints;
 pub use hub::Hub;
 pub use observe::{Budget, Observed, Observer};
-pub use runtime::{ClusterConfig, Runtime, parse_spec};
+pub use runtime::{Runtime, RuntimeConfig};
 pub use scheduling::SchedulingLoop;

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 /// How the runtime behaves; one typed struct, from the server's flags.
 #[derive(Debug, Clone)]
-pub struct ClusterConfig {
+pub struct RuntimeConfig {
     /// A name from the scheduler's policy registry.
     pub policy: String,
     /// The scheduling loop runs at least this often (and whenever something changes).
@@ -48,7 +48,7 @@ pub struct ClusterConfig {
     pub secrets: Option<Arc<drover_store::secrets::SecretBox>>,
 }
 
-impl ClusterConfig {
+impl RuntimeConfig {
     pub fn new(policy: &str, checkpoint_root: PathBuf) -> Self {
         Self {
             policy: policy.to_owned(),
@@ -71,7 +71,7 @@ impl ClusterConfig {
 pub struct Runtime {
     pub store: Arc<dyn Store>,
     pub hub: Hub,
-    pub config: ClusterConfig,
+    pub config: RuntimeConfig,
     /// Each job's aggregated speed and loss samples.
     pub observer: Observer,
     /// Per-tenant ingestion rates.
@@ -96,14 +96,14 @@ type CachedDocument = (
 
 impl Runtime {
     /// A runtime that always leads (one server).
-    pub fn new(store: Arc<dyn Store>, config: ClusterConfig) -> Arc<Self> {
+    pub fn new(store: Arc<dyn Store>, config: RuntimeConfig) -> Arc<Self> {
         Self::replica(store, config, leader::always())
     }
 
     /// A runtime that leads while `leader` says so.
     pub fn replica(
         store: Arc<dyn Store>,
-        config: ClusterConfig,
+        config: RuntimeConfig,
         leader: tokio::sync::watch::Receiver<bool>,
     ) -> Arc<Self> {
         Arc::new(Self {
@@ -144,7 +144,7 @@ impl Runtime {
         };
         let mut cache = self.cached_documents();
         for (id, at, document) in fetched {
-            let spec = parse_spec(Some(&document)).map(Arc::new);
+            let spec = drover_store::spec_of(&document).map(Arc::new);
             cache.insert(id, (at, Arc::new(document), spec));
         }
         let active: std::collections::HashSet<drover_core::JobId> =
@@ -168,7 +168,7 @@ impl Runtime {
                     .get(&job.id)
                     .filter(|(at, _, _)| *at == job.updated_at)
                     .and_then(|(_, _, spec)| spec.clone());
-                let spec = cached.or_else(|| parse_spec(job.document.as_deref()).map(Arc::new))?;
+                let spec = cached.or_else(|| job.spec().map(Arc::new))?;
                 Some((job.id, spec))
             })
             .collect()
@@ -194,9 +194,4 @@ impl Runtime {
             .join(job.0.to_string())
             .join(format!("g{generation}"))
     }
-}
-
-/// The job's spec from its stored document.
-pub fn parse_spec(document: Option<&serde_json::Value>) -> Option<DroverJob> {
-    serde_json::from_value(document?.clone()).ok()
 }

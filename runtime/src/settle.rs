@@ -133,8 +133,7 @@ pub(super) async fn settle(
                 };
                 (change, false)
             } else {
-                let max_restarts =
-                    super::parse_spec(job.document.as_deref()).map_or(0, |s| s.spec.max_restarts);
+                let max_restarts = job.spec().map_or(0, |s| s.spec.max_restarts);
                 let node = &task.node_name;
                 if let Some(since) = failing_again(runtime, job).await? {
                     let change = StateChange {

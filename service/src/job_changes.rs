@@ -120,13 +120,8 @@ pub async fn resize(
         .get_job(principal.scope(), job_id)
         .await
         .map_err(|err| ServiceError::from_store(err, || format!("no job `{id}`")))?;
-    let document = stored
-        .document
-        .clone()
-        .map(std::sync::Arc::unwrap_or_clone)
-        .ok_or_else(ServiceError::internal)?;
-    let mut job: DroverJob = serde_json::from_value(document).map_err(|err| {
-        tracing::error!(job.id = %job_id, error = %err, "a stored job does not parse");
+    let mut job = stored.spec().ok_or_else(|| {
+        tracing::error!(job.id = %job_id, "a stored job has no document that parses");
         ServiceError::internal()
     })?;
     let before = job.spec.resources.clone();

@@ -10,7 +10,7 @@ use crate::models::JobModels;
 use crate::queue::QueuePosition;
 use chrono::Utc;
 use drover_core::{DroverJob, JobId};
-use drover_runtime::{Observer, parse_spec};
+use drover_runtime::Observer;
 use drover_scheduler::Shape;
 use drover_store::{Created, Job, JobFilter, NewJob, Quota, Scope, StoreError, TaskRole};
 
@@ -172,22 +172,15 @@ async fn check_init_from(
             ),
         )
     };
-    let id = uuid::Uuid::parse_str(&init.checkpoint).map_err(|_| missing())?;
-    let checkpoint = service
-        .store
-        .checkpoint_by_id(id)
-        .await
-        .map_err(|err| ServiceError::from_store(err, || "checkpoint".into()))?
-        .ok_or_else(missing)?;
-    match service
-        .store
-        .get_job(Scope::Tenant(principal.user.tenant_id), checkpoint.job_id)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(StoreError::NotFound) => Err(missing()),
-        Err(err) => Err(ServiceError::from_store(err, || "job".into())),
-    }
+    drover_store::tenant_checkpoint(
+        service.store.as_ref(),
+        principal.user.tenant_id,
+        &init.checkpoint,
+    )
+    .await
+    .map_err(|err| ServiceError::from_store(err, || "checkpoint".into()))?
+    .map(|_| ())
+    .ok_or_else(missing)
 }
 
 /// A tenant may keep only so many jobs waiting, so that no tenant can fill the database. Concurrent
@@ -245,7 +238,7 @@ async fn models(service: &Service, job: &Job) -> ServiceResult<Option<JobModels>
         .iter()
         .filter(|t| t.key.role == TaskRole::Worker)
         .count() as u32;
-    let shape = match parse_spec(job.document.as_deref()) {
+    let shape = match job.spec() {
         Some(spec) if !job.state.holds_resources() || workers == 0 => Shape {
             ps: spec.spec.resources.ps.max,
             workers: spec.spec.resources.workers.max,

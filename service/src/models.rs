@@ -85,7 +85,8 @@ impl JobModels {
         let convergence = ConvergenceModel::fit(&observed.loss_samples);
         let done = observed.steps_done;
         let by_curve = convergence.map(|m| m.remaining_steps(done as f64).ceil() as u64);
-        let left = drover_runtime::parse_spec(job.document.as_deref())
+        let left = job
+            .spec()
             .map(|spec| Budget::of(&spec))
             .unwrap_or_default()
             .remaining(done, by_curve)

@@ -54,7 +54,7 @@ pub use replicas::*;
 pub use scope::Scope;
 pub use sql::{FIND_TOKEN, INSERT_EVENT, INSERT_JOB};
 pub use sqlite::SqliteStore;
-pub use store::{Backend, Store};
+pub use store::{Backend, Store, tenant_checkpoint};
 pub use trust::*;
 
 use std::sync::Arc;

@@ -1,6 +1,7 @@
 //! Rows of the store, as the rest of the control plane sees them.
 
 use chrono::{DateTime, Utc};
+use drover_core::DroverJob;
 use drover_core::spec::JobType;
 use drover_core::{JobId, JobState, ReasonCode, Role, TenantId, TokenId, UserId};
 use serde::{Deserialize, Serialize};
@@ -143,6 +144,20 @@ pub struct Job {
     pub generation: u64,
     /// Restarts after task failures so far.
     pub restarts: u32,
+}
+
+impl Job {
+    /// The job's spec, from its stored document: `None` when the document was not read (lists) or
+    /// does not parse (written by a build this one cannot read).
+    pub fn spec(&self) -> Option<DroverJob> {
+        spec_of(self.document.as_deref()?)
+    }
+}
+
+/// A stored job document read back as its `DroverJob`, without copying the document; `None` when it
+/// does not parse. The one place a stored spec is parsed.
+pub fn spec_of(document: &serde_json::Value) -> Option<DroverJob> {
+    DroverJob::deserialize(document).ok()
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

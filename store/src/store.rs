@@ -2,8 +2,8 @@
 //! the narrower traits each area defines (`ExecStore`, `TrustStore`, `ReplicaStore`, `LedgerStore`,
 //! `ExperimentStore`).
 
-use crate::error::StoreResult;
-use crate::exec::ExecStore;
+use crate::error::{StoreError, StoreResult};
+use crate::exec::{CheckpointRecord, ExecStore};
 use crate::experiments::ExperimentStore;
 use crate::ledger::LedgerStore;
 use crate::model::{
@@ -100,4 +100,27 @@ pub trait Store:
     async fn upsert_node(&self, node: &Node) -> StoreResult<Node>;
     async fn get_node(&self, name: &str) -> StoreResult<Node>;
     async fn list_nodes(&self) -> StoreResult<Vec<Node>>;
+}
+
+/// The checkpoint `id` names, if it belongs to one of `tenant`'s jobs: what a job's
+/// `train.init_from.checkpoint` may name. A malformed id is simply no checkpoint.
+pub async fn tenant_checkpoint(
+    store: &dyn Store,
+    tenant: TenantId,
+    id: &str,
+) -> StoreResult<Option<CheckpointRecord>> {
+    let Ok(uuid) = uuid::Uuid::parse_str(id) else {
+        return Ok(None);
+    };
+    let Some(checkpoint) = store.checkpoint_by_id(uuid).await? else {
+        return Ok(None);
+    };
+    match store
+        .get_job(Scope::Tenant(tenant), checkpoint.job_id)
+        .await
+    {
+        Ok(_) => Ok(Some(checkpoint)),
+        Err(StoreError::NotFound) => Ok(None),
+        Err(err) => Err(err),
+    }
 }

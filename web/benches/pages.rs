@@ -19,7 +19,7 @@ use chrono::Utc;
 use drover_api::auth;
 use drover_api::state::AppState;
 use drover_core::{JobId, JobState, ReasonCode, Role};
-use drover_runtime::{ClusterConfig, Runtime};
+use drover_runtime::{Runtime, RuntimeConfig};
 use drover_store::testing::TestDb;
 use drover_store::tokens;
 use drover_store::{
@@ -156,7 +156,7 @@ async fn main() {
     let checkpoints = tempfile::tempdir().unwrap();
     let runtime = Runtime::replica(
         store.clone(),
-        ClusterConfig::new("drover", checkpoints.path().to_owned()),
+        RuntimeConfig::new("drover", checkpoints.path().to_owned()),
         drover_runtime::leader::always(),
     );
     let state = AppState::new(store, 1 << 20).with_runtime(runtime);

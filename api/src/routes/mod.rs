@@ -19,7 +19,7 @@ pub mod usage_metrics;
 pub mod users;
 
 use crate::error::ApiError;
-use crate::metrics;
+use crate::request_metrics;
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -235,7 +235,7 @@ pub fn app_with(state: AppState, pages: Router<AppState>) -> Router {
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            metrics::track,
+            request_metrics::track,
         ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(TraceLayer::new_for_http())

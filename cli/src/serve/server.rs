@@ -6,7 +6,7 @@
 use anyhow::Context;
 use drover_api::state::AppState;
 use drover_controller::controller::Settings as KubernetesSettings;
-use drover_runtime::{ClusterConfig, GatewayService, Runtime, SchedulingLoop};
+use drover_runtime::{GatewayService, Runtime, RuntimeConfig, SchedulingLoop};
 use drover_service::bootstrap::{AdminBootstrap, ensure_cluster_admin};
 use drover_store::{self as store, Store};
 use std::net::SocketAddr;
@@ -23,7 +23,7 @@ pub struct ServerConfig {
     pub admin_token: Option<String>,
     /// Run jobs: the executor gateway on this address, and the scheduling loop. `None` serves the API
     /// only (jobs then stay queued).
-    pub cluster: Option<(SocketAddr, ClusterConfig)>,
+    pub cluster: Option<(SocketAddr, RuntimeConfig)>,
     /// Run the DroverJob and DroverExperiment controller (while leading) with these settings; only
     /// with `cluster`.
     pub kubernetes: Option<KubernetesSettings>,
