@@ -52,39 +52,32 @@ impl ApiError {
     }
 
     pub fn bad_request(field: &str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "bad_request", message).with_field(field)
+        ServiceError::bad_request(field, message).into()
     }
 
     pub fn invalid(field: &str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", message).with_field(field)
+        ServiceError::invalid(field, message).into()
     }
 
     pub fn unauthenticated(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", message)
+        ServiceError::unauthenticated(message).into()
     }
 
     pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+        ServiceError::forbidden(message).into()
     }
 
     pub fn not_found(what: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", what)
+        ServiceError::not_found(what).into()
     }
 
     pub fn internal() -> Self {
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "internal server error",
-        )
+        ServiceError::internal().into()
     }
 
     /// A store error on a lookup of `what`; missing rows become 404 with that name.
     pub fn from_store(err: StoreError, what: impl FnOnce() -> String) -> Self {
-        match err {
-            StoreError::NotFound => Self::not_found(what()),
-            other => other.into(),
-        }
+        ServiceError::from_store(err, what).into()
     }
 }
 
