@@ -265,6 +265,7 @@ pub(super) fn build<'a>(
         held.insert(job_id);
         views.push(view);
     }
+    count_claimed_gpus_once(&mut views, &held);
     views.sort_by_key(|a| a.id);
     Built {
         snapshot: ClusterSnapshot {
@@ -316,6 +317,51 @@ fn with_leftovers((mut placement, old): (Placement, Placement)) -> Placement {
         }
     }
     placement
+}
+
+/// A GPU that a stopping (held) job's task still holds while another job's current task already has
+/// it is counted once, for the other job: the plan that stopped the first gave it to the second,
+/// which must not lose it to the task it waits for to exit. Counted twice, the GPU looked
+/// over-committed and the job that had just started was preempted at once, round after round. A
+/// held job left with no task keeps nothing in the snapshot (it stays held: nothing is done to it).
+fn count_claimed_gpus_once(views: &mut Vec<JobView>, held: &HashSet<JobId>) {
+    let claimed: HashSet<(NodeId, u16)> = views
+        .iter()
+        .filter(|view| !held.contains(&view.id))
+        .filter_map(|view| view.placement.as_ref())
+        .flat_map(|placement| {
+            placement
+                .tasks
+                .iter()
+                .flat_map(|t| t.gpus.iter().map(move |&g| (t.node, g)))
+        })
+        .collect();
+    if claimed.is_empty() {
+        return;
+    }
+    views.retain_mut(|view| {
+        if !held.contains(&view.id) {
+            return true;
+        }
+        let Some(placement) = view.placement.take() else {
+            return true;
+        };
+        let before = placement.tasks.len();
+        let kept: Vec<TaskPlacement> = placement
+            .tasks
+            .into_iter()
+            .filter(|t| t.gpus.iter().all(|&g| !claimed.contains(&(t.node, g))))
+            .collect();
+        if kept.is_empty() {
+            return false;
+        }
+        if kept.len() == before {
+            view.placement = Some(Placement { tasks: kept });
+        } else {
+            hold(view, Placement { tasks: kept });
+        }
+        true
+    });
 }
 
 /// Shows a job as running where its tasks are, at a fixed shape that nothing may preempt or resize.
@@ -384,5 +430,57 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_stopping_jobs_gpu_given_to_another_job_counts_once() {
+        use drover_scheduler::snapshot::{Observations, Range, Shape};
+        let view = |n: u128, gpus: &[u16]| JobView {
+            id: JobId(uuid::Uuid::from_u128(n)),
+            tenant: 0,
+            priority: 0,
+            submit_s: 0.0,
+            workers: Range { min: 1, max: 1 },
+            ps: Range { min: 0, max: 0 },
+            preferred: Shape { ps: 0, workers: 1 },
+            gpus_per_worker: 1,
+            gpu_memory_gb: None,
+            cpus_per_worker: 1,
+            cpus_per_ps: 1,
+            preemptible: true,
+            consolidate: false,
+            placement: Some(Placement {
+                tasks: gpus
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &g)| task(Role::Worker, i as u32, 0, &[g]))
+                    .collect(),
+            }),
+            observed: Observations::default(),
+            search: None,
+        };
+        // Job 1 is stopping on GPUs 0 and 1; the plan that stopped it started job 2 on GPU 1.
+        let mut views = vec![view(1, &[0, 1]), view(2, &[1]), view(3, &[2])];
+        let held: HashSet<JobId> = [JobId(uuid::Uuid::from_u128(1))].into();
+        count_claimed_gpus_once(&mut views, &held);
+        let gpus = |v: &JobView| -> Vec<u16> {
+            v.placement
+                .as_ref()
+                .map(|p| p.tasks.iter().flat_map(|t| t.gpus.clone()).collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            gpus(&views[0]),
+            vec![0],
+            "the stopping job keeps only GPU 0"
+        );
+        assert_eq!(views[0].workers, Range { min: 1, max: 1 });
+        assert!(!views[0].preemptible);
+        assert_eq!(gpus(&views[1]), vec![1], "the new job keeps GPU 1");
+        // A stopping job whose every GPU is taken leaves the snapshot.
+        let mut views = vec![view(1, &[1]), view(2, &[1])];
+        count_claimed_gpus_once(&mut views, &held);
+        assert_eq!(views.len(), 1);
+        assert_eq!(views[0].id, JobId(uuid::Uuid::from_u128(2)));
     }
 }

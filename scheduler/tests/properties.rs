@@ -80,3 +80,90 @@ proptest! {
         }
     }
 }
+
+#[derive(Debug, Clone)]
+struct Contest {
+    nodes: u32,
+    gpus_per_node: u32,
+    /// Per tenant: its share of the cluster's GPUs guaranteed (in tenths) and its ceiling, if any.
+    tenants: Vec<(u32, Option<u32>)>,
+    /// Per job: GPUs, tenant, priority, and whether it can pack.
+    jobs: Vec<(u32, usize, i32, bool)>,
+}
+
+fn contest() -> impl Strategy<Value = Contest> {
+    (
+        1u32..4,
+        1u32..9,
+        proptest::collection::vec((0u32..6, proptest::option::of(1u32..12)), 1..4),
+    )
+        .prop_flat_map(|(nodes, gpus_per_node, tenants)| {
+            let count = tenants.len();
+            let job = (1u32..5, 0..count, -1000i32..=1000, any::<bool>());
+            proptest::collection::vec(job, 1..16).prop_map(move |jobs| Contest {
+                nodes,
+                gpus_per_node,
+                tenants: tenants.clone(),
+                jobs,
+            })
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// With no job arriving or finishing, Drover's plans settle: from the 6th round on, every job
+    /// keeps the placement the previous round gave it, whatever the tenants' guarantees and the
+    /// jobs' priorities (a borrower of priority 1000 once preempted and lost a guaranteed GPU round
+    /// after round).
+    #[test]
+    fn drovers_plans_settle_when_nothing_arrives(contest in contest()) {
+        let gpus = contest.nodes * contest.gpus_per_node;
+        // Guarantees in tenths of the cluster, scaled down so that together they fit in it.
+        let tenths: u32 = contest.tenants.iter().map(|t| t.0).sum::<u32>().max(10);
+        let tenants = contest.tenants.iter().enumerate().map(|(i, &(share, max))| {
+            drover_scheduler::snapshot::Tenant {
+                name: format!("t{i}"),
+                guaranteed_gpus: gpus * share / tenths,
+                max_gpus: max,
+            }
+        }).collect();
+        let jobs = contest.jobs.iter().enumerate().map(|(i, &(n, tenant, priority, packs))| {
+            let mut j = job(i as u128, n, i as f64);
+            j.tenant = tenant as u32;
+            j.priority = priority;
+            j.gpu_memory_gb = Some(if packs { 8.0 } else { 24.0 });
+            j
+        }).collect();
+        let mut snap = snapshot(contest.nodes, contest.gpus_per_node, jobs);
+        snap.tenants = tenants;
+        let mut drover = build_policy("drover", None).unwrap();
+        let mut previous = Plan::default();
+        for round in 0..12 {
+            let plan = drover.schedule(&snap, &previous);
+            prop_assert_eq!(invariants::check(&snap, &plan), Ok(()), "round {}", round);
+            if round >= 6 {
+                for j in &snap.jobs {
+                    prop_assert_eq!(
+                        plan.placement(j.id),
+                        previous.placement(j.id),
+                        "round {}: job {} moved",
+                        round,
+                        j.id
+                    );
+                }
+            }
+            // Applied at once, as the simulator does; a job whose placement changed was just
+            // (re)started. Attained service stays: only the placements may change the order.
+            for j in &mut snap.jobs {
+                let placed = plan.placement(j.id).cloned();
+                if placed != j.placement {
+                    j.observed.last_state_change_s = snap.now_s;
+                }
+                j.placement = placed;
+            }
+            snap.now_s += 10.0;
+            previous = plan;
+        }
+    }
+}

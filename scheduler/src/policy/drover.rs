@@ -128,7 +128,7 @@ impl DroverPolicy {
         let borrowing = self.fair_borrowing(snapshot, borrowing, used);
         guaranteed.extend(borrowing);
         let order = self.with_hints(snapshot, guaranteed);
-        let order = self.cheapest_victims_last(snapshot, order);
+        let order = self.cheapest_victims_last(snapshot, order, &within);
         (non_preemptible_first(snapshot, &order), within)
     }
 
@@ -248,28 +248,57 @@ impl DroverPolicy {
         }
     }
 
-    /// Running jobs of lower priority than a waiting job are the candidate victims of a priority
-    /// preemption: they go last, the costliest to preempt first among them, so the cheapest yield.
-    fn cheapest_victims_last(&self, snapshot: &ClusterSnapshot, order: Vec<usize>) -> Vec<usize> {
+    /// Running jobs that borrow, of lower priority than a waiting borrower, are the candidate victims
+    /// of a priority preemption: each goes after every job of higher priority (so a waiting borrower
+    /// of higher priority takes GPUs first) but keeps its place before the waiting jobs of its own
+    /// priority or lower, and among victims of one priority the costliest to preempt goes first, so
+    /// the cheapest yields. Priority orders borrowers only: a job within its tenant's guarantee is
+    /// never a victim of another tenant's borrowing, whatever its priority (guaranteed jobs go first
+    /// in the order already, and a waiting one takes its GPUs back from borrowers). The rule reads
+    /// each job's priority and whether it runs, nothing that flips when a plan is applied, so a
+    /// displaced job ranks behind its taker in every later round and the plan settles.
+    fn cheapest_victims_last(
+        &self,
+        snapshot: &ClusterSnapshot,
+        order: Vec<usize>,
+        within: &[bool],
+    ) -> Vec<usize> {
+        let priority = |i: usize| snapshot.jobs[i].priority;
         let Some(top_waiting) = snapshot
             .jobs
             .iter()
-            .filter(|j| j.placement.is_none())
-            .map(|j| j.priority)
+            .enumerate()
+            .filter(|(i, j)| j.placement.is_none() && !within[*i])
+            .map(|(_, j)| j.priority)
             .max()
         else {
             return order;
         };
         let candidate = |i: &usize| {
             let job = &snapshot.jobs[*i];
-            job.placement.is_some() && job.preemptible && job.priority < top_waiting
+            job.placement.is_some() && job.preemptible && !within[*i] && job.priority < top_waiting
         };
         let (mut victims, rest): (Vec<usize>, Vec<usize>) = order.into_iter().partition(candidate);
+        let cost = |i: usize| self.preemption_cost_s(snapshot, &snapshot.jobs[i]).0;
         victims.sort_by(|&a, &b| {
-            let cost = |i: usize| self.preemption_cost_s(snapshot, &snapshot.jobs[i]).0;
-            cost(b).total_cmp(&cost(a)).then(a.cmp(&b))
+            priority(b)
+                .cmp(&priority(a))
+                .then(cost(b).total_cmp(&cost(a)))
+                .then(a.cmp(&b))
         });
-        rest.into_iter().chain(victims).collect()
+        let mut victims = victims.into_iter().peekable();
+        let mut merged = Vec::with_capacity(rest.len() + victims.len());
+        for i in rest {
+            // Guaranteed jobs stay ahead of every borrower.
+            if !within[i] {
+                while let Some(victim) = victims.next_if(|&v| priority(v) >= priority(i)) {
+                    merged.push(victim);
+                }
+            }
+            merged.push(i);
+        }
+        merged.extend(victims);
+        merged
     }
 }
 

@@ -217,3 +217,60 @@ fn drover_gives_an_arrival_its_extra_ps_shard_while_others_wait_for_gpus() {
     };
     assert_eq!(placement.shape().ps, 2);
 }
+
+/// A borrower's priority does not take GPUs within another tenant's guarantee: tenant a (guaranteed
+/// nothing, at most 2 GPUs) submits a 1-GPU job at priority 1000 while tenant b runs four 1-GPU jobs
+/// within its guarantee of 4 on the cluster's 4 GPUs. a's job waits, and no job of b's is preempted,
+/// round after round (it had preempted one of b's jobs, then lost the GPU back, for ever).
+#[test]
+fn a_borrowers_priority_does_not_preempt_another_tenants_guarantee() {
+    let mut b_jobs: Vec<_> = (0..4)
+        .map(|i| {
+            let mut j = job(i, 1, i as f64);
+            j.tenant = 1;
+            j.gpu_memory_gb = Some(24.0);
+            j
+        })
+        .collect();
+    for j in &mut b_jobs {
+        j.observed.last_state_change_s = 0.0;
+    }
+    let mut snap = snapshot(1, 4, b_jobs);
+    snap.tenants = vec![
+        Tenant {
+            name: "a".into(),
+            guaranteed_gpus: 0,
+            max_gpus: Some(2),
+        },
+        Tenant {
+            name: "b".into(),
+            guaranteed_gpus: 4,
+            max_gpus: None,
+        },
+    ];
+    let mut drover = build_policy("drover", None).unwrap();
+    let mut previous = drover.schedule(&snap, &Plan::default());
+    apply(&mut snap, &previous);
+    let mut urgent = job(9, 1, 100.0);
+    urgent.priority = 1000;
+    urgent.gpu_memory_gb = Some(24.0);
+    snap.jobs.push(urgent);
+    for round in 0..5 {
+        snap.now_s += 10.0;
+        let plan = drover.schedule(&snap, &previous);
+        invariants::check(&snap, &plan).unwrap();
+        assert!(
+            plan.placement(id(9)).is_none(),
+            "round {round}: the borrower took a guaranteed GPU"
+        );
+        for i in 0..4 {
+            assert_eq!(
+                plan.placement(id(i)),
+                previous.placement(id(i)),
+                "round {round}: b's job {i} moved"
+            );
+        }
+        apply(&mut snap, &plan);
+        previous = plan;
+    }
+}
