@@ -3,7 +3,8 @@
 //! second however many metrics arrive) and sends only what changed: redrawn fragments of the page,
 //! new log lines, and a nudge to redraw the chart. Each event's id is a cursor; a reconnecting
 //! browser sends it back as `Last-Event-ID` and the stream goes on from there, without repeats.
-//! Streams are pulled, never buffered ahead, and at most [`MAX_STREAMS`] run at once.
+//! Streams are pulled, never buffered ahead, and capped per user, tenant and server
+//! ([`drover_service::streams::Streams`]).
 
 use crate::job::{EventsTable, event_rows, log_text, summary};
 use crate::page::error_page;
@@ -20,26 +21,19 @@ use drover_core::JobId;
 use drover_store::Scope;
 use futures::stream::{self, Stream};
 use std::convert::Infallible;
-use std::sync::{Arc, LazyLock};
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Live streams open at once on this server; more are refused with 503 (the page then polls by
-/// reloading, as a browser without streams would).
-pub const MAX_STREAMS: usize = 512;
 const POLL: Duration = Duration::from_secs(1);
 /// Log lines sent per event at most; a burst is spread over several.
 const LOG_BATCH: u32 = 500;
 
-static STREAMS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(MAX_STREAMS)));
-
-/// A live stream's places: one of the server's [`MAX_STREAMS`] and one of its user's
-/// ([`drover_service::streams::Streams::PER_USER`], shared with followed logs), so one user cannot
-/// take them all. It lasts [`drover_service::streams::Streams::LIFETIME`]; the browser then
-/// reconnects (from its `Last-Event-ID`), and its session is checked again.
+/// A live stream's place among its user's, its tenant's and the server's streams
+/// ([`drover_service::streams::Streams`], shared with followed logs); past a ceiling the page is
+/// refused with 503 and polls by reloading, as a browser without streams would. It lasts
+/// [`drover_service::streams::Streams::LIFETIME`]; the browser then reconnects (from its
+/// `Last-Event-ID`), and its session is checked again.
 struct Permit {
-    _server: OwnedSemaphorePermit,
-    _user: drover_service::streams::StreamSlot,
+    _slot: drover_service::streams::StreamSlot,
     until: tokio::time::Instant,
 }
 
@@ -50,11 +44,12 @@ impl Permit {
 }
 
 fn permit(state: &AppState, session: &Session) -> Option<Permit> {
-    let user = state.streams.open(session.principal.user.id)?;
-    let server = STREAMS.clone().try_acquire_owned().ok()?;
+    let slot = state
+        .streams
+        .open(session.principal.user.id, session.principal.user.tenant_id)
+        .ok()?;
     Some(Permit {
-        _server: server,
-        _user: user,
+        _slot: slot,
         until: tokio::time::Instant::now() + drover_service::streams::Streams::LIFETIME,
     })
 }

@@ -17,6 +17,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use drover_core::JobId;
 use drover_service::auth::Principal;
+use drover_service::streams::Refusal;
 use drover_store::{MetricFilter, Scope};
 use std::time::Duration;
 
@@ -250,16 +251,20 @@ pub async fn logs(
     let limit = query.limit(1000, MAX_PAGE)?;
     let scope = principal.scope();
     let slot = if follow {
-        Some(state.streams.open(principal.user.id).ok_or_else(|| {
-            ApiError::new(
-                axum::http::StatusCode::TOO_MANY_REQUESTS,
-                "too_many_streams",
-                format!(
-                    "at most {} followed logs and live pages open at once per user: close one first",
-                    drover_service::streams::Streams::PER_USER
-                ),
-            )
-        })?)
+        Some(
+            state
+                .streams
+                .open(principal.user.id, principal.user.tenant_id)
+                .map_err(|refusal| {
+                    let status = match refusal {
+                        Refusal::User | Refusal::Tenant => {
+                            axum::http::StatusCode::TOO_MANY_REQUESTS
+                        }
+                        Refusal::Server => axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    };
+                    ApiError::new(status, "too_many_streams", refusal.message())
+                })?,
+        )
     } else {
         None
     };
