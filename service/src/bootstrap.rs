@@ -77,6 +77,7 @@ async fn add_token(
             token_hash: hash_token(token),
             prefix: display_prefix(token),
             expires_at: None,
+            parent: None,
         })
         .await
         .map(|_| ())

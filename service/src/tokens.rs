@@ -84,6 +84,8 @@ pub async fn create(
             token_hash: hash_token(&secret),
             prefix: display_prefix(&secret),
             expires_at,
+            // Revoking the caller's token revokes this one too.
+            parent: Some(principal.token_id),
         })
         .await?;
     tracing::info!(token.id = %token.id, user.id = %user_id, "token created");

@@ -55,6 +55,8 @@ pub struct NewToken {
     pub token_hash: [u8; 32],
     pub prefix: String,
     pub expires_at: Option<DateTime<Utc>>,
+    /// The token it is minted with, if any: revoking that one revokes this one too.
+    pub parent: Option<TokenId>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

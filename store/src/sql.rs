@@ -435,8 +435,8 @@ macro_rules! impl_store {
             }
 
             async fn create_token(&self, token: &NewToken) -> StoreResult<TokenInfo> {
-                let sql = concat!("INSERT INTO api_tokens (id, user_id, name, token_hash, prefix, created_at, expires_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING ", token_columns!());
+                let sql = concat!("INSERT INTO api_tokens (id, user_id, name, token_hash, prefix, created_at, expires_at, parent_id) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ", token_columns!());
                 let row = sqlx::query(sql)
                     .bind(TokenId::new().0)
                     .bind(token.user_id.0)
@@ -445,6 +445,7 @@ macro_rules! impl_store {
                     .bind(&token.prefix)
                     .bind(Utc::now())
                     .bind(token.expires_at)
+                    .bind(token.parent.map(|p| p.0))
                     .fetch_one(&self.pool)
                     .await
                     .map_err(|err| match &err {
@@ -489,10 +490,14 @@ macro_rules! impl_store {
             }
 
             async fn revoke_token(&self, id: TokenId) -> StoreResult<TokenInfo> {
-                let sql = concat!("UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $2) WHERE id = $1 \
-                     RETURNING ", token_columns!());
-                let row = sqlx::query(sql).bind(id.0).bind(Utc::now()).fetch_optional(&self.pool).await?;
-                token_from_row(&row.ok_or(StoreError::NotFound)?)
+                // The token and every token minted from it, however deep, in one statement.
+                let sql = "UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $2) WHERE id IN ( \
+                     WITH RECURSIVE minted(id) AS ( \
+                         SELECT id FROM api_tokens WHERE id = $1 \
+                         UNION SELECT k.id FROM api_tokens k JOIN minted m ON k.parent_id = m.id) \
+                     SELECT id FROM minted)";
+                sqlx::query(sql).bind(id.0).bind(Utc::now()).execute(&self.pool).await?;
+                self.get_token(id).await
             }
 
             async fn create_job(&self, job: &NewJob) -> StoreResult<Created<Job>> {

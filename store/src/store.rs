@@ -62,6 +62,7 @@ pub trait Store:
     async fn find_token(&self, token_hash: &[u8; 32]) -> StoreResult<Option<AuthRecord>>;
     async fn list_tokens(&self, user: UserId) -> StoreResult<Vec<TokenInfo>>;
     async fn get_token(&self, id: TokenId) -> StoreResult<TokenInfo>;
+    /// Revokes the token and every token minted from it (`NewToken::parent`), however deep.
     async fn revoke_token(&self, id: TokenId) -> StoreResult<TokenInfo>;
 
     // Jobs.

@@ -68,6 +68,7 @@ async fn main() {
             token_hash: tokens::hash_token(&session),
             prefix: tokens::display_prefix(&session),
             expires_at: None,
+            parent: None,
         })
         .await
         .unwrap();

@@ -169,6 +169,8 @@ pub async fn login(State(state): State<AppState>, headers: HeaderMap, body: Byte
         token_hash: tokens::hash_token(&session),
         prefix: tokens::display_prefix(&session),
         expires_at: Some(expires_at),
+        // Revoking the token the session was opened with ends the session.
+        parent: Some(principal.token_id),
     };
     if let Err(err) = state.store.create_token(&new).await {
         return error_page(err.into());

@@ -94,6 +94,7 @@ impl Site {
                     token_hash: tokens::hash_token(&token),
                     prefix: tokens::display_prefix(&token),
                     expires_at: None,
+                    parent: None,
                 })
                 .await
                 .unwrap();
@@ -307,6 +308,23 @@ async fn signing_in_and_out((site, [ada, _, _]): (Site, [String; 3])) {
         .await;
     assert_eq!(out.status, StatusCode::SEE_OTHER);
     assert!(out.cookie.contains("Max-Age=0"));
+    let after = site.get("/jobs", &session).await;
+    assert_eq!(after.status, StatusCode::SEE_OTHER);
+    assert!(after.location.starts_with("/login"), "{}", after.location);
+
+    // Revoking the token a session was opened with ends the session (here revoked in the store, as
+    // another replica would: this one sees it once its token cache forgets the session).
+    let session = site.sign_in(&ada).await;
+    assert_eq!(site.get("/jobs", &session).await.status, StatusCode::OK);
+    let record = site
+        .store
+        .find_token(&tokens::hash_token(&ada))
+        .await
+        .unwrap()
+        .unwrap();
+    site.store.revoke_token(record.token.id).await.unwrap();
+    tokio::time::sleep(drover_service::TokenCache::TTL + std::time::Duration::from_millis(100))
+        .await;
     let after = site.get("/jobs", &session).await;
     assert_eq!(after.status, StatusCode::SEE_OTHER);
     assert!(after.location.starts_with("/login"), "{}", after.location);

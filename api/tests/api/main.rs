@@ -272,6 +272,7 @@ async fn every_api_call_needs_a_valid_token() {
             token_hash: drover_store::tokens::hash_token(expired),
             prefix: "drv_ex".into(),
             expires_at: Some(chrono::Utc::now() - chrono::Duration::minutes(1)),
+            parent: None,
         })
         .await
         .unwrap();

@@ -355,3 +355,46 @@ async fn only_cluster_administrators_manage_enrolment() {
         .await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
 }
+
+/// Revoking a token revokes the tokens minted with it, and theirs: a token minted from a stolen
+/// token, or one that minted another before it was revoked, stops working with it.
+#[tokio::test]
+async fn revoking_a_token_revokes_what_was_minted_with_it() {
+    let app = TestApp::new().await;
+    let minted = |reply: &super::Reply| -> (String, String) {
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
+        (
+            reply.body["token"]["id"].as_str().unwrap().to_owned(),
+            reply.body["secret"].as_str().unwrap().to_owned(),
+        )
+    };
+    let (parent_id, parent) = minted(
+        &app.post("/api/v1/tokens", ADMIN_TOKEN, json!({"name": "ci"}))
+            .await,
+    );
+    let (_, child) = minted(
+        &app.post("/api/v1/tokens", &parent, json!({"name": "from ci"}))
+            .await,
+    );
+    let (_, grandchild) = minted(
+        &app.post("/api/v1/tokens", &child, json!({"name": "deeper"}))
+            .await,
+    );
+    assert_eq!(
+        app.get("/api/v1/me", &grandchild).await.status,
+        StatusCode::OK
+    );
+    let revoked = app
+        .delete(&format!("/api/v1/tokens/{parent_id}"), ADMIN_TOKEN)
+        .await;
+    assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
+    for token in [&parent, &child, &grandchild] {
+        let reply = app.get("/api/v1/me", token).await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{}", reply.body);
+        assert_eq!(reply.body["error"]["message"], "this token was revoked");
+    }
+    assert_eq!(
+        app.get("/api/v1/me", ADMIN_TOKEN).await.status,
+        StatusCode::OK
+    );
+}

@@ -54,6 +54,7 @@ conformance!(
     tenants_have_unique_names_and_quotas,
     users_are_unique_per_tenant_and_scoped,
     tokens_are_found_by_hash_and_revoked,
+    revoking_a_token_revokes_the_tokens_minted_from_it,
     jobs_round_trip_and_stay_in_their_tenant,
     job_names_are_unique_per_tenant,
     batched_submissions_leave_out_conflicts,

@@ -137,6 +137,7 @@ pub async fn tokens_are_found_by_hash_and_revoked(db: &TestDb) {
             token_hash: [7; 32],
             prefix: "drv_abc".into(),
             expires_at: Some(expiry),
+            parent: None,
         })
         .await
         .unwrap();
@@ -178,7 +179,56 @@ pub async fn tokens_are_found_by_hash_and_revoked(db: &TestDb) {
             token_hash: [7; 32],
             prefix: "p".into(),
             expires_at: None,
+            parent: None,
         })
         .await;
     assert!(matches!(twin, Err(StoreError::Conflict { .. })));
+}
+
+/// A token minted with another (a dashboard session, a token made through the API) is revoked with
+/// it, and so is what it minted in turn; a token minted elsewhere is not.
+pub async fn revoking_a_token_revokes_the_tokens_minted_from_it(db: &TestDb) {
+    let store = db.store.as_ref();
+    let (_, alice) = fixture(store, "t").await;
+    let mint = |hash: u8, parent: Option<drover_core::TokenId>| NewToken {
+        user_id: alice.id,
+        name: format!("t{hash}"),
+        token_hash: [hash; 32],
+        prefix: format!("drv_{hash}"),
+        expires_at: None,
+        parent,
+    };
+    let root = store.create_token(&mint(1, None)).await.unwrap();
+    let session = store.create_token(&mint(2, Some(root.id))).await.unwrap();
+    let minted_by_session = store
+        .create_token(&mint(3, Some(session.id)))
+        .await
+        .unwrap();
+    let unrelated = store.create_token(&mint(4, None)).await.unwrap();
+    let revoked = store.revoke_token(root.id).await.unwrap();
+    assert!(revoked.revoked_at.is_some());
+    for (token, hash) in [(&session, 2), (&minted_by_session, 3)] {
+        let found = store.find_token(&[hash; 32]).await.unwrap().unwrap();
+        assert_eq!(found.token.id, token.id);
+        assert!(
+            found.token.revoked_at.is_some(),
+            "{} revoked with its parent",
+            token.name
+        );
+    }
+    let other = store.find_token(&[4; 32]).await.unwrap().unwrap();
+    assert_eq!(other.token.id, unrelated.id);
+    assert!(other.token.revoked_at.is_none());
+    // Revoking a descendant leaves its ancestors alone.
+    let fresh = store.create_token(&mint(5, None)).await.unwrap();
+    let child = store.create_token(&mint(6, Some(fresh.id))).await.unwrap();
+    store.revoke_token(child.id).await.unwrap();
+    assert!(
+        store
+            .get_token(fresh.id)
+            .await
+            .unwrap()
+            .revoked_at
+            .is_none()
+    );
 }
