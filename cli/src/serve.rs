@@ -12,7 +12,9 @@ use server::ServerConfig;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+pub mod connections;
 pub mod dev;
+mod http;
 pub mod server;
 
 /// The file in the data directory that holds the key tenant secrets are sealed with, by default.

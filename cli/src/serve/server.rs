@@ -3,6 +3,7 @@
 //! Postgres), the experiment driver, the Kubernetes controller when asked for, and the HTTP
 //! application (REST API and dashboard) over one [`drover_service::Service`] — and serve.
 
+use super::connections::{ConnectionLimits, Gate};
 use anyhow::Context;
 use drover_api::state::AppState;
 use drover_controller::controller::Settings as KubernetesSettings;
@@ -119,7 +120,10 @@ pub async fn start(
         let scheduling = SchedulingLoop::new(runtime.clone())
             .with_context(|| format!("cannot run the policy `{}`", runtime.config.policy))?;
         let service = GatewayService::new(runtime.clone()).into_server();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(gateway_listener);
+        let incoming = super::connections::gated(
+            gateway_listener,
+            Gate::new(ConnectionLimits::for_this_process()),
+        );
         let gateway_stopped = signalled(stopped.clone());
         tokio::spawn(async move {
             let served = tonic::transport::Server::builder()
@@ -165,9 +169,13 @@ pub async fn start(
     }
     let router = drover_api::routes::app_with(state, config.pages.clone());
     let serving = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(signalled(stopped))
-            .await
+        super::http::serve(
+            listener,
+            router,
+            Gate::new(ConnectionLimits::for_this_process()),
+            signalled(stopped),
+        )
+        .await
     });
     tracing::info!(%addr, backend = ?store.backend(), "drover server listening");
     Ok(RunningServer {

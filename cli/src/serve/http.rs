@@ -1,0 +1,76 @@
+//! Serving the HTTP application (the REST API and the dashboard) on its listener, through the
+//! connection gate (`connections.rs`), with hyper's header-read timeout: a client has
+//! [`ConnectionLimits::header_read`](super::connections::ConnectionLimits) to send a request's
+//! headers, so a trickle of header lines (slowloris) is closed. (`axum::serve` gives hyper no timer,
+//! so hyper's timeouts never fire under it.) Shutdown stops accepting and lets requests in flight
+//! finish, for up to [`DRAIN`].
+
+use super::connections::Gate;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// How long requests in flight (a followed log, a long download) may take to finish at shutdown.
+pub const DRAIN: Duration = Duration::from_secs(10);
+
+/// Serves `router` on `listener` until `shutdown` resolves, then drains.
+pub async fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    gate: Gate,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(gate.limits().header_read)
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(20));
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                // Out of descriptors, most likely: the gate frees some as connections end.
+                tracing::warn!(error = %err, "cannot accept a connection; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let io = TokioIo::new(gate.admit(stream, peer.ip()));
+        let service = TowerToHyperService::new(router.clone());
+        let connection = builder
+            .serve_connection_with_upgrades(io, service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(error = %err, "connection ended");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            drain_s = DRAIN.as_secs(),
+            "requests still running at shutdown were cut off"
+        );
+    }
+    Ok(())
+}
