@@ -12,6 +12,10 @@ pub const API_VERSION: &str = "drover.dev/v1";
 pub const KIND: &str = "DroverJob";
 /// The `kind` of an experiment document.
 pub const EXPERIMENT_KIND: &str = "DroverExperiment";
+/// The largest document (a job or an experiment) accepted, in bytes as stored: its JSON with every
+/// YAML alias expanded. A task's definition is sent to its executor in one message, so a 60 KB body
+/// whose aliases grew to megabytes could be stored and then never be delivered.
+pub const MAX_DOCUMENT_BYTES: usize = 256 * 1024;
 
 /// A problem with a submitted document: the field (dotted path, as in the document) and the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -3,7 +3,7 @@
 //! [`DroverJob::parse`] and [`DroverExperiment::parse`] live here, above the types and their checks
 //! ([`crate::validate`], [`crate::experiment_validate`]).
 
-use crate::document::{EXPERIMENT_KIND, Format, KIND, SpecError};
+use crate::document::{EXPERIMENT_KIND, Format, KIND, MAX_DOCUMENT_BYTES, SpecError};
 use crate::experiment::DroverExperiment;
 use crate::spec::DroverJob;
 
@@ -13,6 +13,7 @@ impl DroverJob {
         let job: DroverJob = parse_document(bytes, format)
             .map_err(|err| wrong_kind(bytes, EXPERIMENT_KIND, KIND).unwrap_or(err))?;
         crate::validate::validate(&job)?;
+        within_size(&job, "job")?;
         Ok(job)
     }
 }
@@ -23,8 +24,23 @@ impl DroverExperiment {
         let experiment: DroverExperiment = parse_document(bytes, format)
             .map_err(|err| wrong_kind(bytes, KIND, EXPERIMENT_KIND).unwrap_or(err))?;
         crate::experiment_validate::validate(&experiment)?;
+        within_size(&experiment, "experiment")?;
         Ok(experiment)
     }
+}
+
+/// A document at most [`MAX_DOCUMENT_BYTES`] long as stored (JSON, aliases expanded).
+fn within_size(document: &impl serde::Serialize, what: &str) -> Result<(), SpecError> {
+    let bytes = serde_json::to_vec(document).map_or(usize::MAX, |json| json.len());
+    if bytes > MAX_DOCUMENT_BYTES {
+        return Err(SpecError::new(
+            "(document)",
+            format!(
+                "the {what} is {bytes} bytes once its YAML aliases are expanded; at most {MAX_DOCUMENT_BYTES} are accepted"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// When a document that does not parse says it is of kind `found` (not `expected`), the error says

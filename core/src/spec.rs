@@ -14,7 +14,7 @@ mod job;
 mod resources;
 mod train;
 
-pub use crate::document::{API_VERSION, Format, KIND, ObjectMeta, SpecError};
+pub use crate::document::{API_VERSION, Format, KIND, MAX_DOCUMENT_BYTES, ObjectMeta, SpecError};
 pub use command::*;
 pub use job::*;
 pub use resources::*;

@@ -192,7 +192,8 @@ impl Agent {
             .keep_alive_while_idle(true)
             .connect()
             .await?;
-        let mut client = ExecutorGatewayClient::new(channel);
+        let mut client = ExecutorGatewayClient::new(channel)
+            .max_decoding_message_size(drover_proto::MAX_MESSAGE_BYTES);
         let (outbound, outbound_rx) = mpsc::channel::<pb::ExecutorMessage>(1024);
         let register = pb::Register {
             node_name: self.config.name.clone(),

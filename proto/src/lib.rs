@@ -23,3 +23,7 @@ pub use executor::v1::*;
 /// The gRPC metadata key with which a server replica that does not lead names the leader's gateway
 /// (`http://HOST:PORT`) when it turns an executor's session away; the executor dials that next.
 pub const LEADER_METADATA: &str = "drover-leader";
+
+/// The largest message either side decodes (tonic's default, set explicitly on the executor's
+/// client): the server never sends a task whose definition would not fit.
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;

@@ -312,9 +312,39 @@ async fn prepare_task(
             }),
         })),
     };
+    if let Err(why) = fits_in_one_message(&message) {
+        tracing::warn!(job.id = %job.id, why, "job cannot start: its task does not fit in a message");
+        crate::transition::transition(
+            runtime,
+            job,
+            JobState::Failed,
+            ReasonCode::UserError,
+            why,
+            false,
+        )
+        .await?;
+        runtime.hub.wake.notify_one();
+        return Ok(());
+    }
     runtime
         .hub
         .send_once(&task.node_name, task.key, Command::Prepare, message);
+    Ok(())
+}
+
+/// Room left in a message for gRPC's framing and the rest of the stream.
+const MESSAGE_HEADROOM_BYTES: usize = 64 * 1024;
+
+/// A task's definition must reach its executor in one message: one that does not fit would end the
+/// executor's session at every try, wedging the node for every tenant, so the job fails instead.
+fn fits_in_one_message(message: &pb::ServerMessage) -> Result<(), String> {
+    let size = prost::Message::encoded_len(message);
+    let most = drover_proto::MAX_MESSAGE_BYTES - MESSAGE_HEADROOM_BYTES;
+    if size > most {
+        return Err(format!(
+            "its task's definition (command, environment with its secrets, spec) is {size} bytes; an executor accepts at most {most}"
+        ));
+    }
     Ok(())
 }
 
@@ -381,4 +411,29 @@ fn since(at: chrono::DateTime<chrono::Utc>) -> String {
 
 pub(super) fn duration_ms(duration: std::time::Duration) -> u32 {
     u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prepare(argv: Vec<String>) -> pb::ServerMessage {
+        pb::ServerMessage {
+            body: Some(pb::server_message::Body::Prepare(pb::PrepareTask {
+                task: None,
+                spec: Some(pb::TaskSpec {
+                    argv,
+                    ..Default::default()
+                }),
+            })),
+        }
+    }
+
+    #[test]
+    fn a_task_that_would_not_fit_in_one_message_is_refused_before_it_is_sent() {
+        assert!(fits_in_one_message(&prepare(vec!["python3".into(), "train.py".into()])).is_ok());
+        let huge = vec!["x".repeat(1 << 20); 4];
+        let why = fits_in_one_message(&prepare(huge)).unwrap_err();
+        assert!(why.contains("an executor accepts at most"), "{why}");
+    }
 }

@@ -332,6 +332,26 @@ fn a_document_whose_aliases_expand_past_the_budget_is_refused() {
     parse_yaml(&small).unwrap();
 }
 
+/// A body of a few kilobytes whose aliases expand, within the alias budget, to an `argv` of
+/// megabytes is refused: stored, it could never have been sent to an executor (its task definition
+/// past the gRPC message limit wedged the node for every tenant).
+#[test]
+fn a_document_that_expands_past_the_size_limit_is_refused() {
+    let word = "x".repeat(1000);
+    let argv = format!("&w \"{word}\", {}", vec!["*w"; 1000].join(", "));
+    let job = format!(
+        "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {{name: big}}\n\
+         spec:\n  type: command\n  command: {{argv: [{argv}]}}\n"
+    );
+    assert!(job.len() < 16 * 1024, "{} bytes sent", job.len());
+    let err = parse_yaml(&job).unwrap_err();
+    assert_eq!(err.field, "(document)");
+    assert!(err.reason.contains("at most 262144"), "{}", err.reason);
+    // The same job with a short argv is fine.
+    let fine = job.replace(&argv, "python3, train.py");
+    parse_yaml(&fine).unwrap();
+}
+
 #[test]
 fn combinations_are_checked() {
     let no_train =

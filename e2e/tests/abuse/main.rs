@@ -5,6 +5,7 @@
 //! - Connections that are opened and left idle, or that trickle a header line at a time (slowloris),
 //!   to the REST port and the executor gateway, past the process's descriptor limit: the server keeps
 //!   answering, and closes the trickling ones within its header-read timeout.
+//! - A job of a few kilobytes whose YAML aliases expand to megabytes: refused at submission.
 
 #![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
 
@@ -200,4 +201,44 @@ async fn idle_and_trickling_connections_do_not_take_the_servers_descriptors() {
         "the last trickling connection was closed after {slowest:?}"
     );
     assert_eq!(healthz(&server.url).await, Ok(reqwest::StatusCode::OK));
+}
+
+const ADMIN: &str = "drv_abuse-test-admin-token-0123456789";
+
+/// A member's 750 KB-style body: a few kilobytes of YAML whose aliases expand, inside the alias
+/// budget, to an `argv` of megabytes. It used to be stored (201) and then never reach its node (its
+/// task past the executor's message limit ended the node's session at every try, for every tenant's
+/// jobs there). Now it is refused at submission, and nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_aliases_expand_to_megabytes_is_refused_at_submission() {
+    let server = server(4096);
+    let word = "x".repeat(4000);
+    let argv = format!("&w \"{word}\", {}", vec!["*w"; 900].join(", "));
+    let body = format!(
+        "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {{name: bomb}}\n\
+         spec:\n  type: command\n  command: {{argv: [{argv}]}}\n"
+    );
+    assert!(body.len() < 16 * 1024);
+    let http = reqwest::Client::new();
+    let reply = http
+        .post(format!("{}/api/v1/jobs", server.url))
+        .bearer_auth(ADMIN)
+        .header("content-type", "application/yaml")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), reqwest::StatusCode::UNPROCESSABLE_ENTITY);
+    let error: serde_json::Value = reply.json().await.unwrap();
+    assert_eq!(error["error"]["field"], "(document)", "{error}");
+    let jobs: serde_json::Value = http
+        .get(format!("{}/api/v1/jobs", server.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(jobs["jobs"].as_array().unwrap().len(), 0, "{jobs}");
 }
