@@ -67,11 +67,40 @@ fn format_error(path: &str, reason: impl Into<String>) -> DataError {
     }
 }
 
+/// The largest dataset file read, in bytes: a path to something endless (`/dev/zero`) or enormous
+/// fails the task with a reason instead of growing it until the node runs out of memory.
+pub const MAX_DATASET_BYTES: u64 = 2 << 30;
+
+/// A dataset file's bytes: a regular file (not a device, a pipe or a socket, which could be read for
+/// ever or block), of at most [`MAX_DATASET_BYTES`].
 fn read(path: &Path) -> Result<Vec<u8>, DataError> {
-    std::fs::read(path).map_err(|error| DataError::Io {
+    use std::io::Read;
+    let io = |error| DataError::Io {
         path: path.display().to_string(),
         error,
-    })
+    };
+    let metadata = std::fs::metadata(path).map_err(io)?;
+    if !metadata.is_file() {
+        return Err(format_error(
+            &path.display().to_string(),
+            "not a regular file (a device, a pipe or a directory cannot be a dataset)",
+        ));
+    }
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0).min(1 << 30));
+    file.take(MAX_DATASET_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > MAX_DATASET_BYTES {
+        return Err(format_error(
+            &path.display().to_string(),
+            format!(
+                "larger than {} GiB, the most a dataset file may be",
+                MAX_DATASET_BYTES >> 30
+            ),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Loads the dataset a spec names; relative paths are resolved against `base_dir`.

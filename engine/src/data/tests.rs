@@ -66,3 +66,15 @@ fn bad_files_get_clear_errors() {
         );
     }
 }
+
+/// A dataset path to something endless or to a directory fails at once with a reason, instead of
+/// reading `/dev/zero` until the node runs out of memory.
+#[test]
+fn a_dataset_must_be_a_regular_file() {
+    for path in ["/dev/zero", "/tmp"] {
+        let err = load(&DatasetSpec::Text { path: path.into() }, 1, Path::new("/"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a regular file"), "{path}: {err}");
+    }
+}
