@@ -1,13 +1,28 @@
 //! Request middleware: the per-token rate limit ([`limit_requests`]), whose buckets are
 //! `drover_runtime::limits`'s.
 
+use axum::extract::ConnectInfo;
 use drover_runtime::limits::Rate;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-/// The bucket every credential not yet seen to work shares, and sign-in attempts with it: made-up
-/// tokens cannot each get a fresh burst (and a database lookup), nor a flood of them push real
-/// tokens' buckets out.
-const UNVERIFIED: [u8; 32] = [0; 32];
+/// The bucket credentials not yet seen to work share, and sign-in attempts with them: made-up tokens
+/// cannot each get a fresh burst (and a database lookup), nor a flood of them push real tokens'
+/// buckets out. One per client address when the server knows it (`ConnectInfo`, which the server's
+/// HTTP loop sets), so a flood from one address leaves other people's sign-ins and new tokens alone;
+/// one for all otherwise.
+fn unverified(peer: Option<IpAddr>) -> [u8; 32] {
+    let mut key = [0u8; 32];
+    if let Some(address) = peer {
+        let octets = match address {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            IpAddr::V6(v6) => v6.octets(),
+        };
+        key[..16].copy_from_slice(&octets);
+        key[31] = 1;
+    }
+    key
+}
 
 /// Middleware: API requests beyond the caller's token's rate get `429 Too Many Requests` with
 /// `Retry-After`. A token gets its own bucket once a request with it has been let in (one that was
@@ -35,18 +50,24 @@ pub async fn limit_requests(
         .or_else(|| crate::auth::session_cookie(request.headers()))
         .map(drover_store::tokens::hash_token);
     let sign_in = request.method() == axum::http::Method::POST && path == "/login";
+    let unverified = unverified(
+        request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|info| info.0.ip()),
+    );
     let now = Instant::now();
     let charged = match &token {
         Some(hash) if state.request_buckets.contains(hash) => Some(hash),
-        Some(_) => Some(&UNVERIFIED),
-        None if sign_in => Some(&UNVERIFIED),
+        Some(_) => Some(&unverified),
+        None if sign_in => Some(&unverified),
         None => None,
     };
     if let Some(key) = charged
         && let Err(wait) = state.request_buckets.take_one(key, now)
     {
-        let whose = if *key == UNVERIFIED {
-            "sign-ins and tokens not yet seen to work"
+        let whose = if *key == unverified {
+            "sign-ins and tokens not yet seen to work, from this address"
         } else {
             "this token"
         };

@@ -199,3 +199,54 @@ async fn privileged_actions_are_in_the_audit_log() {
         StatusCode::FORBIDDEN
     );
 }
+
+/// Credentials not yet seen to work share a bucket per client address: a flood of made-up tokens
+/// from one address runs that address out, while a new real token and sign-ins from another address
+/// are not held back (they had been: one bucket for everyone gave the flood a quarter of real
+/// sign-ins).
+#[tokio::test]
+async fn a_flood_of_made_up_tokens_from_one_address_leaves_other_addresses_alone() {
+    use axum::body::Body;
+    use axum::extract::ConnectInfo;
+    use axum::http::Request;
+    use drover_runtime::limits::{Limits, Rate};
+    use std::net::SocketAddr;
+    use tower::ServiceExt;
+    let app = TestApp::with_limits(Limits {
+        requests: Rate {
+            per_second: 0.2,
+            burst: 5.0,
+        },
+        ..Limits::NONE
+    })
+    .await;
+    let alice = app.user_token("vision", "alice", "member").await;
+    let from = |last: u8, token: &str| {
+        Request::get("/api/v1/me")
+            .header("authorization", format!("Bearer {token}"))
+            .extension(ConnectInfo(SocketAddr::from(([10, 0, 0, last], 40_000))))
+            .body(Body::empty())
+            .unwrap()
+    };
+    let mut statuses = Vec::new();
+    for n in 0..10 {
+        let reply = app
+            .router
+            .clone()
+            .oneshot(from(1, &format!("drv_made-up-{n}")))
+            .await
+            .unwrap();
+        statuses.push(reply.status());
+    }
+    assert_eq!(statuses[9], StatusCode::TOO_MANY_REQUESTS, "{statuses:?}");
+    // Another address: a token never used before works, and a wrong one is simply wrong.
+    let fresh = app.router.clone().oneshot(from(2, &alice)).await.unwrap();
+    assert_eq!(fresh.status(), StatusCode::OK);
+    let wrong = app
+        .router
+        .clone()
+        .oneshot(from(2, "drv_made-up-x"))
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+}

@@ -51,7 +51,17 @@ pub async fn serve(
             }
         };
         let io = TokioIo::new(gate.admit(stream, peer.ip()));
-        let service = TowerToHyperService::new(router.clone());
+        // Handlers and the rate limit see the client's address (per-address buckets for
+        // credentials not yet seen to work).
+        let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+            router.clone(),
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                request
+            },
+        ));
         let connection = builder
             .serve_connection_with_upgrades(io, service)
             .into_owned();
