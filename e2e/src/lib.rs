@@ -11,6 +11,9 @@
     reason = "test support: a failure should panic the test"
 )]
 
+mod postgres;
+
+pub use postgres::OwnPostgres;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -295,6 +298,52 @@ impl Cluster {
         );
         self.server = server;
         self.url = url;
+    }
+
+    /// A server on `postgres` (a test's own, which it may restart) with `executor_timeout`, and no
+    /// executor yet.
+    pub async fn on_own_postgres(postgres: &OwnPostgres, executor_timeout: &str) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let (server, url, gateway) = Self::start_server_with(
+            &postgres.url(),
+            &dir.path().join("server"),
+            &format!("127.0.0.1:{port}"),
+            executor_timeout,
+        );
+        Cluster {
+            executors: Vec::new(),
+            server,
+            // Only to satisfy the type: this cluster's database is `postgres`.
+            database: drover_store::testing::create_postgres_database().await,
+            dir,
+            url,
+            gateway,
+            http: reqwest::Client::new(),
+            slots: 1,
+            executor_env: Vec::new(),
+        }
+    }
+
+    /// `kill -9` of the executor `name`; it is no longer in `executors`.
+    pub fn kill_executor(&mut self, name: &str) {
+        let position = self
+            .executors
+            .iter()
+            .position(|(executor, _)| executor == name)
+            .unwrap();
+        let (_, mut victim) = self.executors.remove(position);
+        victim.child.kill().unwrap();
+        victim.child.wait().unwrap();
+    }
+
+    /// Waits until the server answers `/readyz` (after its database came back, say).
+    pub async fn wait_ready(&self) {
+        self.wait_until("the API back", Duration::from_secs(60), async |c| {
+            let ready = c.http.get(format!("{}/readyz", c.url)).send().await.ok()?;
+            ready.status().is_success().then_some(())
+        })
+        .await;
     }
 
     pub fn executor_dir(&self, name: &str) -> PathBuf {

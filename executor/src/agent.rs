@@ -89,17 +89,22 @@ impl Agent {
         }
     }
 
-    fn keep(&mut self, message: pb::ExecutorMessage) {
+    /// Numbers a task's report and keeps it until the server says it is applied (see the contract's
+    /// Delivery). Past [`MAX_PENDING`] kept reports, log lines and metrics are dropped; task state
+    /// changes and checkpoints never are.
+    fn keep(&mut self, mut message: pb::ExecutorMessage) {
         let droppable = matches!(message.body, Some(Body::Logs(_) | Body::Metrics(_)));
-        if droppable && self.pending.len() >= MAX_PENDING {
+        if droppable && self.outbox.len() >= MAX_PENDING {
             self.dropped += 1;
             return;
         }
-        self.pending.push_back(message);
+        message.seq = self.next_seq;
+        self.next_seq += 1;
+        self.outbox.push_back(message);
     }
 
-    /// Marks a task whose exit is reported as exited (it stays listed until the report is delivered, so
-    /// a re-registration says it exited rather than that it vanished).
+    /// Marks a task whose exit is reported as exited (it stays listed until the server has applied the
+    /// report, so a re-registration says it exited rather than that it vanished).
     fn note_exit(&mut self, event: &pb::ExecutorMessage) {
         if let Some(key) = exit_key(event)
             && let Some(task) = self.tasks.get_mut(&key_of(key))
@@ -108,51 +113,41 @@ impl Agent {
         }
     }
 
-    /// Forwards a task's report in order (waiting while the stream is full), or keeps it (bounded) while
-    /// disconnected. Reports queued earlier always go first.
+    /// The server applied every report up to `through`: forget them, and the tasks whose exit was
+    /// among them.
+    pub(super) fn applied(&mut self, through: u64) {
+        while self.outbox.front().is_some_and(|m| m.seq <= through) {
+            if let Some(message) = self.outbox.pop_front() {
+                self.sent = self.sent.saturating_sub(1);
+                if let Some(key) = exit_key(&message) {
+                    self.tasks.remove(&key_of(key));
+                }
+            }
+        }
+    }
+
+    /// Keeps a task's report and forwards it in order (waiting while the stream is full).
     async fn on_event(
         &mut self,
         event: pb::ExecutorMessage,
         outbound: Option<&mpsc::Sender<pb::ExecutorMessage>>,
     ) -> anyhow::Result<()> {
         self.note_exit(&event);
-        let Some(outbound) = outbound else {
-            self.keep(event);
-            return Ok(());
-        };
-        self.flush(outbound).await?;
-        let exited = exit_key(&event).map(key_of);
-        let sent = outbound.send(event).await;
-        match sent {
-            Ok(()) => {
-                // Handed to the stream: an exited task is forgotten.
-                if let Some(key) = exited {
-                    self.tasks.remove(&key);
-                }
-                Ok(())
-            }
-            Err(mpsc::error::SendError(event)) => {
-                self.keep(event);
-                anyhow::bail!("the stream to the server closed")
-            }
+        self.keep(event);
+        match outbound {
+            Some(outbound) => self.flush(outbound).await,
+            None => Ok(()),
         }
     }
 
-    /// Sends what was kept while disconnected; on failure the unsent report stays first in line.
+    /// Sends the kept reports this session has not sent yet, in order. Each stays kept until the
+    /// server has applied it: a report lost with a broken stream is sent again in the next session.
     async fn flush(&mut self, outbound: &mpsc::Sender<pb::ExecutorMessage>) -> anyhow::Result<()> {
-        while let Some(message) = self.pending.pop_front() {
-            let exited = exit_key(&message).map(key_of);
-            match outbound.send(message).await {
-                Ok(()) => {
-                    if let Some(key) = exited {
-                        self.tasks.remove(&key);
-                    }
-                }
-                Err(mpsc::error::SendError(message)) => {
-                    self.pending.push_front(message);
-                    anyhow::bail!("the stream to the server closed");
-                }
+        while let Some(message) = self.outbox.get(self.sent) {
+            if outbound.send(message.clone()).await.is_err() {
+                anyhow::bail!("the stream to the server closed");
             }
+            self.sent += 1;
         }
         Ok(())
     }
@@ -205,6 +200,7 @@ impl Agent {
             gpu_source: self.config.source.as_str().to_owned(),
             tasks: self.tasks.values().map(LocalTask::status).collect(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
+            incarnation: self.incarnation.clone(),
         };
         outbound.send(msg(Body::Register(register))).await?;
         let mut request = tonic::Request::new(ReceiverStream::new(outbound_rx));
@@ -277,6 +273,9 @@ impl Agent {
         );
         self.remote
             .use_root(&registered.checkpoint_root, &self.config.data_dir);
+        // Every kept report the server has not applied goes again, in order.
+        self.sent = 0;
+        self.applied(registered.applied_through);
         if self.dropped > 0 {
             tracing::warn!(
                 dropped = self.dropped,
@@ -324,7 +323,106 @@ fn dropped_stream(err: &anyhow::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::dropped_stream;
+    use super::local::{LocalTask, Phase, exit_report, key_of, msg};
+    use super::{Agent, Body, ExecutorConfig, dropped_stream};
+    use drover_proto as pb;
+    use tokio::sync::mpsc;
+
+    fn agent(dir: &std::path::Path) -> Agent {
+        Agent::new(ExecutorConfig {
+            server: "http://127.0.0.1:1".to_owned(),
+            name: "node-a".to_owned(),
+            data_dir: dir.to_owned(),
+            source: crate::gpu::GpuSource::Slots(1),
+            gpus: Vec::new(),
+            cpus: 1,
+            memory_gb: 1,
+            labels: std::collections::BTreeMap::new(),
+            advertise_host: "127.0.0.1".to_owned(),
+            shim: Vec::new(),
+            engine: Vec::new(),
+            base_dir: dir.to_owned(),
+            enrollment_token: None,
+        })
+        .expect("an agent")
+    }
+
+    fn log(line: &str) -> pb::ExecutorMessage {
+        msg(Body::Logs(pb::Logs {
+            task: None,
+            lines: vec![pb::LogLine {
+                stream: "stdout".to_owned(),
+                line: line.to_owned(),
+                time_ms: 0,
+            }],
+        }))
+    }
+
+    fn received(rx: &mut mpsc::Receiver<pb::ExecutorMessage>) -> Vec<u64> {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|m| m.seq)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn reports_stay_kept_until_applied_and_go_again_after_a_reconnect() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let mut agent = agent(dir.path());
+        let key = pb::TaskKey {
+            job_id: "job".to_owned(),
+            generation: 1,
+            role: "worker".to_owned(),
+            index: 0,
+        };
+        agent.tasks.insert(
+            key_of(&key),
+            LocalTask {
+                key: key.clone(),
+                spec: pb::TaskSpec::default(),
+                address: String::new(),
+                phase: Phase::Prepared,
+                pid: 0,
+                remote: None,
+            },
+        );
+        let (first, mut first_rx) = mpsc::channel(16);
+        for line in ["one", "two"] {
+            agent.on_event(log(line), Some(&first)).await.expect("sent");
+        }
+        let exit = exit_report(&key, "exited with status 0".to_owned(), false, false);
+        agent.on_event(exit, Some(&first)).await.expect("sent");
+        assert_eq!(received(&mut first_rx), [1, 2, 3]);
+        // The server applied the first report, then the stream broke.
+        agent.applied(1);
+        drop(first_rx);
+        assert!(
+            agent.on_event(log("three"), Some(&first)).await.is_err(),
+            "a closed stream is an error"
+        );
+        // Disconnected: kept, not sent.
+        agent.on_event(log("four"), None).await.expect("kept");
+        let exited = &agent.tasks[&key_of(&key)];
+        assert!(
+            matches!(exited.phase, Phase::Exited),
+            "listed as exited until its report is applied"
+        );
+        // The next session sends again everything not applied, in order.
+        let (second, mut second_rx) = mpsc::channel(16);
+        agent.sent = 0;
+        agent.flush(&second).await.expect("sent");
+        assert_eq!(received(&mut second_rx), [2, 3, 4, 5]);
+        agent.applied(3);
+        assert!(
+            !agent.tasks.contains_key(&key_of(&key)),
+            "forgotten once its exit is applied"
+        );
+        agent.applied(5);
+        assert!(agent.outbox.is_empty());
+        // A reconnect after everything was applied sends nothing again.
+        agent.sent = 0;
+        agent.flush(&second).await.expect("sent");
+        assert_eq!(received(&mut second_rx), Vec::<u64>::new());
+    }
 
     #[test]
     fn a_dropped_stream_is_told_from_an_unreachable_server() {

@@ -8,7 +8,8 @@ use drover_core::spec::{EnvValue, JobType};
 use drover_core::{JobState, ReasonCode};
 use drover_proto as pb;
 use drover_store::{
-    Job, Scope, StateChange, StoreResult, Task, TaskChange, TaskKey, TaskRole, TaskState,
+    CheckpointRecord, Job, Scope, StateChange, StoreResult, Task, TaskChange, TaskKey, TaskRole,
+    TaskState,
 };
 
 pub(super) fn is_active(state: JobState) -> bool {
@@ -266,7 +267,7 @@ async fn prepare_task(
     };
     let num_workers = num_workers(tasks);
     // Its own last checkpoint; before it has one, the checkpoint `train.init_from` names.
-    let resume = match runtime.store.latest_checkpoint(job.id).await? {
+    let resume = match resume_point(runtime, job).await? {
         Some(own) => Some(own),
         None => match spec.spec.train.as_ref().and_then(|t| t.init_from.as_ref()) {
             None => None,
@@ -332,6 +333,51 @@ async fn prepare_task(
     Ok(())
 }
 
+/// Recorded checkpoints a start looks through, newest first, for one that still exists.
+const RESUME_CANDIDATES: u32 = 16;
+
+/// The job's newest recorded checkpoint that still exists in the checkpoint storage: a task's
+/// retention (`keep_last`) deletes checkpoints by what is on disk, not by what the server recorded,
+/// so the newest record can name one that is gone; then the next older one is tried. Where this
+/// server cannot look (a checkpoint directory it does not see, a store that does not answer), the
+/// record is trusted.
+async fn resume_point(runtime: &Runtime, job: &Job) -> StoreResult<Option<CheckpointRecord>> {
+    let recent = runtime
+        .store
+        .recent_checkpoints(job.id, RESUME_CANDIDATES)
+        .await?;
+    for record in &recent {
+        match checkpoint_exists(runtime, record).await {
+            Some(false) => {
+                tracing::warn!(job.id = %job.id, step = record.step, path = record.path, "a recorded checkpoint is gone; trying the one before it");
+            }
+            Some(true) | None => return Ok(Some(record.clone())),
+        }
+    }
+    // None of them is there: the newest, so that the task says what is missing.
+    Ok(recent.into_iter().next())
+}
+
+/// Whether a recorded checkpoint is still in the storage; `None` when this server cannot tell.
+async fn checkpoint_exists(runtime: &Runtime, record: &CheckpointRecord) -> Option<bool> {
+    match &runtime.config.checkpoint_store {
+        Some(store) => match store.entries(&record.path, record.job_id).await {
+            Ok(found) => Some(found.is_some()),
+            Err(err) => {
+                tracing::warn!(path = record.path, error = %err, "cannot look for a checkpoint in the object store");
+                None
+            }
+        },
+        None => {
+            let root = tokio::fs::try_exists(&runtime.config.checkpoint_root).await;
+            if !matches!(root, Ok(true)) {
+                return None;
+            }
+            tokio::fs::try_exists(&record.path).await.ok()
+        }
+    }
+}
+
 /// Room left in a message for gRPC's framing and the rest of the stream.
 const MESSAGE_HEADROOM_BYTES: usize = 64 * 1024;
 
@@ -354,7 +400,7 @@ async fn init_checkpoint(
     runtime: &Runtime,
     job: &Job,
     id: &str,
-) -> StoreResult<Result<drover_store::CheckpointRecord, String>> {
+) -> StoreResult<Result<CheckpointRecord, String>> {
     match drover_store::tenant_checkpoint(runtime.store.as_ref(), job.tenant_id, id).await? {
         Some(checkpoint) => Ok(Ok(checkpoint)),
         None => Ok(Err(format!(

@@ -154,6 +154,9 @@ impl ExecutorGateway for GatewayService {
                 heartbeat_interval_ms: super::dispatch::duration_ms(
                     runtime.config.heartbeat_interval,
                 ),
+                applied_through: runtime
+                    .delivery
+                    .applied_through(&name, &register.incarnation),
             })),
         };
         commands
@@ -198,7 +201,7 @@ impl ExecutorGateway for GatewayService {
             "executor registered"
         );
         // Reading (and so liveness) does not wait for the store: reports queue for the applier.
-        let (reports, mut pending_reports) = mpsc::channel::<Body>(REPORT_QUEUE);
+        let (reports, pending_reports) = mpsc::channel::<crate::delivery::Report>(REPORT_QUEUE);
         let reader_runtime = runtime.clone();
         let reader_name = name.clone();
         tokio::spawn(async move {
@@ -216,7 +219,7 @@ impl ExecutorGateway for GatewayService {
                                 .hub
                                 .set_usage(&name, session, heartbeat.gpus.clone());
                         }
-                        if reports.send(body).await.is_err() {
+                        if reports.send((message.seq, body)).await.is_err() {
                             break;
                         }
                     }
@@ -231,21 +234,13 @@ impl ExecutorGateway for GatewayService {
             tracing::info!(node.name = name, "executor disconnected");
             runtime.hub.wake.notify_one();
         });
-        tokio::spawn(async move {
-            while let Some(body) = pending_reports.recv().await {
-                if runtime.hub.was_kicked(session) {
-                    tracing::warn!(
-                        node.name = name,
-                        "dropping the reports of a revoked node's session"
-                    );
-                    break;
-                }
-                if let Err(err) = crate::reports::handle_report(&runtime, &name, body).await {
-                    tracing::error!(node.name = name, error = %err, "cannot apply an executor's report");
-                }
-            }
-            runtime.hub.forget_session(session);
-        });
+        tokio::spawn(crate::delivery::apply(
+            runtime,
+            name,
+            session,
+            register.incarnation,
+            pending_reports,
+        ));
         self.runtime.hub.wake.notify_one();
         Ok(Response::new(ReceiverStream::new(receiver)))
     }

@@ -260,6 +260,18 @@ impl Hub {
         }
     }
 
+    /// Sends `message` to `node` if `session` is still its open session; a full queue skips it.
+    pub fn send_in_session(&self, node: &str, session: u64, message: ServerMessage) -> bool {
+        match self.executors().get(node) {
+            Some(Executor {
+                session: current,
+                commands: Some(commands),
+                ..
+            }) if *current == session => commands.try_send(Ok(message)).is_ok(),
+            _ => false,
+        }
+    }
+
     /// Forgets that commands were sent for tasks that are gone, so the sets stay small.
     pub fn forget(&self, node: &str, task: &TaskKey) {
         if let Some(executor) = self.executors().get_mut(node) {

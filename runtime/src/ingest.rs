@@ -8,7 +8,7 @@
 
 use crate::limits::{Buckets, Limits, Rate};
 use drover_core::{JobId, TenantId};
-use drover_store::{Scope, Store, StoreError, StoreResult};
+use drover_store::{Scope, Store, StoreError, StoreResult, TaskKey};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -16,12 +16,40 @@ use std::time::{Duration, Instant};
 /// Jobs whose tenant is remembered at most (the map is cleared past it).
 const MAX_REMEMBERED_JOBS: usize = 100_000;
 const WARN_EVERY: Duration = Duration::from_secs(30);
-/// Checkpoints a job may announce: bursts of 200, then one every 5 s (a job that checkpoints more
-/// often gains nothing from the records: retention keeps only the last few on disk).
+/// New checkpoint records a job may make: bursts of 200, then one every 5 s. A checkpoint announced
+/// past that still replaces the generation's previous one of its kind
+/// (`Store::record_checkpoint_over_rate`): the job must resume from what its retention kept.
 pub const CHECKPOINTS: Rate = Rate {
     per_second: 0.2,
     burst: 200.0,
 };
+/// Checkpoints past [`CHECKPOINTS`] a job may record each replacing the last: 100 a second, bursts
+/// of 200 (a small model checkpointing every few steps announces about 60 a second). An announcement
+/// past that waits in memory, replaced by the next, and is recorded when the task exits, so the last
+/// checkpoint of a task that ends is always recorded.
+pub const CHECKPOINT_REPLACEMENTS: Rate = Rate {
+    per_second: 100.0,
+    burst: 200.0,
+};
+
+/// A checkpoint announcement that waits to be recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Deferred {
+    pub step: u64,
+    pub path: String,
+    pub size_bytes: u64,
+}
+
+/// How a checkpoint announcement is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CheckpointAdmission {
+    /// As a record of its own.
+    New,
+    /// Replacing the generation's previous record made past the rate.
+    Replacing,
+    /// Later: it waits ([`Ingest::defer_checkpoint`]).
+    Deferred,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
@@ -34,6 +62,9 @@ pub struct Ingest {
     log_lines: Buckets<TenantId>,
     metric_samples: Buckets<TenantId>,
     checkpoints: Buckets<JobId>,
+    checkpoint_replacements: Buckets<JobId>,
+    /// Per task, the newest announcement past both checkpoint rates.
+    deferred: Mutex<HashMap<TaskKey, Deferred>>,
     tenant_of: Mutex<HashMap<JobId, TenantId>>,
     warned: Mutex<HashMap<TenantId, Instant>>,
 }
@@ -44,6 +75,8 @@ impl Ingest {
             log_lines: Buckets::new(limits.log_lines),
             metric_samples: Buckets::new(limits.metric_samples),
             checkpoints: Buckets::new(CHECKPOINTS),
+            checkpoint_replacements: Buckets::new(CHECKPOINT_REPLACEMENTS),
+            deferred: Mutex::new(HashMap::new()),
             tenant_of: Mutex::new(HashMap::new()),
             warned: Mutex::new(HashMap::new()),
         }
@@ -60,9 +93,39 @@ impl Ingest {
         self.buckets(kind).rate()
     }
 
-    /// Whether the job may record one more checkpoint now ([`CHECKPOINTS`]).
-    pub(super) fn admit_checkpoint(&self, job: JobId) -> bool {
-        self.checkpoints.take_one(&job, Instant::now()).is_ok()
+    /// How the job's next checkpoint announcement is recorded ([`CHECKPOINTS`],
+    /// [`CHECKPOINT_REPLACEMENTS`]).
+    pub(super) fn admit_checkpoint(&self, job: JobId) -> CheckpointAdmission {
+        let now = Instant::now();
+        if self.checkpoints.take_one(&job, now).is_ok() {
+            CheckpointAdmission::New
+        } else if self.checkpoint_replacements.take_one(&job, now).is_ok() {
+            CheckpointAdmission::Replacing
+        } else {
+            CheckpointAdmission::Deferred
+        }
+    }
+
+    fn deferred(&self) -> std::sync::MutexGuard<'_, HashMap<TaskKey, Deferred>> {
+        self.deferred
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Keeps `checkpoint` as the task's newest announcement not yet recorded (one per task).
+    /// Tasks that never report their exit (their executor was lost) leave theirs behind: past
+    /// [`MAX_REMEMBERED_JOBS`] tasks the map is cleared.
+    pub(super) fn defer_checkpoint(&self, key: TaskKey, checkpoint: Deferred) {
+        let mut deferred = self.deferred();
+        if deferred.len() >= MAX_REMEMBERED_JOBS && !deferred.contains_key(&key) {
+            deferred.clear();
+        }
+        deferred.insert(key, checkpoint);
+    }
+
+    /// The task's announcement that waits, if any (taken: a newer record, or its exit, supersedes it).
+    pub(super) fn take_deferred(&self, key: &TaskKey) -> Option<Deferred> {
+        self.deferred().remove(key)
     }
 
     /// How many of `wanted` items of `kind` the job's tenant may write now.

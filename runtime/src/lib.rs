@@ -13,6 +13,7 @@
 pub mod accounting;
 pub mod checkpoint_files;
 pub mod checkpoint_store;
+mod delivery;
 mod dispatch;
 mod enrol;
 mod explain;

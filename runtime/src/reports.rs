@@ -4,7 +4,7 @@
 
 use super::Runtime;
 use super::dispatch::{is_active, to_pb_key};
-use super::ingest::Kind;
+use super::ingest::{CheckpointAdmission, Deferred, Kind};
 pub(super) use super::report_text::clean;
 use super::report_text::{MAX_LINES_PER_REPORT, MAX_VALUES_PER_SAMPLE, time_of};
 use super::settle::Exit;
@@ -306,8 +306,30 @@ async fn on_exited(
     key: TaskKey,
     exited: pb::Exited,
 ) -> StoreResult<()> {
-    if owned(runtime, node, key).await?.is_none() {
+    let Some(task) = owned(runtime, node, key).await? else {
         return Ok(());
+    };
+    if task.state.is_final() {
+        // Recorded already (the report was sent again after a reconnect), or the task was lost.
+        return Ok(());
+    }
+    // Its last checkpoint, if it waited behind the rate, is recorded before the exit is settled.
+    if let Some(waiting) = runtime.ingest.take_deferred(&key) {
+        let recorded = runtime
+            .store
+            .record_checkpoint_over_rate(&key, waiting.step, &waiting.path, waiting.size_bytes)
+            .await;
+        match recorded {
+            Ok(record) => {
+                tracing::info!(task = %key, step = record.step, path = record.path, "checkpoint recorded");
+            }
+            Err(StoreError::Fenced { .. } | StoreError::NotFound) => {}
+            Err(err) => {
+                // Sent again with the exit, which is not applied either.
+                runtime.ingest.defer_checkpoint(key, waiting);
+                return Err(err);
+            }
+        }
     }
     // Exits are recorded for any generation: they release the task's resources.
     runtime
@@ -439,20 +461,45 @@ async fn on_checkpoint(
         tracing::warn!(task = %key, path = clean(&checkpoint.path), "ignoring a checkpoint outside the generation's directory, or malformed");
         return Ok(());
     }
-    if !runtime.ingest.admit_checkpoint(key.job_id) {
-        tracing::warn!(task = %key, step = checkpoint.step, "ignoring a checkpoint: the job announces them faster than the server records them");
-        return Ok(());
-    }
-    match runtime
-        .store
-        .record_checkpoint(
-            &key,
-            checkpoint.step,
-            &checkpoint.path,
-            checkpoint.size_bytes,
-        )
-        .await
-    {
+    let recorded = match runtime.ingest.admit_checkpoint(key.job_id) {
+        CheckpointAdmission::New => {
+            runtime
+                .store
+                .record_checkpoint(
+                    &key,
+                    checkpoint.step,
+                    &checkpoint.path,
+                    checkpoint.size_bytes,
+                )
+                .await
+        }
+        CheckpointAdmission::Replacing => {
+            runtime
+                .store
+                .record_checkpoint_over_rate(
+                    &key,
+                    checkpoint.step,
+                    &checkpoint.path,
+                    checkpoint.size_bytes,
+                )
+                .await
+        }
+        CheckpointAdmission::Deferred => {
+            tracing::debug!(task = %key, step = checkpoint.step, "a checkpoint waits to be recorded: the job announces them faster than they are recorded");
+            runtime.ingest.defer_checkpoint(
+                key,
+                Deferred {
+                    step: checkpoint.step,
+                    path: checkpoint.path,
+                    size_bytes: checkpoint.size_bytes,
+                },
+            );
+            return Ok(());
+        }
+    };
+    // Newer than any announcement that waits.
+    runtime.ingest.take_deferred(&key);
+    match recorded {
         Ok(record) => {
             tracing::info!(task = %key, step = record.step, path = record.path, "checkpoint recorded");
             Ok(())

@@ -71,6 +71,8 @@ impl RuntimeConfig {
 pub struct Runtime {
     pub store: Arc<dyn Store>,
     pub hub: Hub,
+    /// What was applied of each executor's numbered reports.
+    pub delivery: crate::delivery::Delivery,
     pub config: RuntimeConfig,
     /// Each job's aggregated speed and loss samples.
     pub observer: Observer,
@@ -111,6 +113,7 @@ impl Runtime {
             documents: std::sync::Mutex::new(std::collections::HashMap::new()),
             store,
             hub: Hub::new(),
+            delivery: crate::delivery::Delivery::default(),
             ingest: Ingest::new(&config.limits),
             failed_enrolments: limits::Buckets::new(limits::Rate {
                 per_second: 1.0,

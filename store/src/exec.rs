@@ -346,6 +346,16 @@ pub trait ExecStore: Send + Sync {
         path: &str,
         size_bytes: u64,
     ) -> StoreResult<CheckpointRecord>;
+    /// Records a checkpoint announced past the per-job rate of new records: it replaces the
+    /// generation's earlier records made this way, so at most one of them exists per generation and
+    /// the newest checkpoint is always recorded. Such a record (and its id) lasts only until the next.
+    async fn record_checkpoint_over_rate(
+        &self,
+        key: &TaskKey,
+        step: u64,
+        path: &str,
+        size_bytes: u64,
+    ) -> StoreResult<CheckpointRecord>;
     async fn append_logs(&self, key: &TaskKey, lines: &[NewLogLine]) -> StoreResult<()>;
 
     // Reads for the API, tenant-scoped.
@@ -386,6 +396,12 @@ pub trait ExecStore: Send + Sync {
     /// The job's last `limit` log lines, in order.
     async fn tail_logs(&self, scope: Scope, job: JobId, limit: u32) -> StoreResult<Vec<LogLine>>;
     async fn latest_checkpoint(&self, job: JobId) -> StoreResult<Option<CheckpointRecord>>;
+    /// The job's newest `limit` checkpoint records, newest (highest step) first.
+    async fn recent_checkpoints(
+        &self,
+        job: JobId,
+        limit: u32,
+    ) -> StoreResult<Vec<CheckpointRecord>>;
     /// Lines after the id `after`, in order.
     async fn list_logs(
         &self,

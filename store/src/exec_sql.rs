@@ -478,6 +478,54 @@ macro_rules! impl_exec_store {
                 checkpoint_from_row(&row)
             }
 
+            async fn record_checkpoint_over_rate(
+                &self,
+                key: &TaskKey,
+                step: u64,
+                path: &str,
+                size_bytes: u64,
+            ) -> StoreResult<CheckpointRecord> {
+                let mut tx = self.begin_fenced(key).await?;
+                sqlx::query(
+                    "DELETE FROM checkpoints WHERE job_id = $1 AND generation = $2 AND over_rate = $3 AND step <= $4",
+                )
+                .bind(key.job_id.0)
+                .bind(i64_of(key.generation, "generation")?)
+                .bind(true)
+                .bind(i64_of(step, "step")?)
+                .execute(&mut *tx)
+                .await?;
+                let row = sqlx::query(
+                    "INSERT INTO checkpoints (id, job_id, generation, step, path, size_bytes, created_at, over_rate) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                     RETURNING id, job_id, generation, step, path, size_bytes, created_at",
+                )
+                .bind(Uuid::now_v7())
+                .bind(key.job_id.0)
+                .bind(i64_of(key.generation, "generation")?)
+                .bind(i64_of(step, "step")?)
+                .bind(path)
+                .bind(i64_of(size_bytes, "size_bytes")?)
+                .bind(Utc::now())
+                .bind(true)
+                .fetch_one(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                checkpoint_from_row(&row)
+            }
+
+            async fn recent_checkpoints(&self, job: JobId, limit: u32) -> StoreResult<Vec<CheckpointRecord>> {
+                let rows = sqlx::query(
+                    "SELECT id, job_id, generation, step, path, size_bytes, created_at FROM checkpoints \
+                     WHERE job_id = $1 ORDER BY step DESC, created_at DESC LIMIT $2",
+                )
+                .bind(job.0)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter().map(checkpoint_from_row).collect()
+            }
+
             async fn append_logs(&self, key: &TaskKey, lines: &[NewLogLine]) -> StoreResult<()> {
                 if lines.is_empty() {
                     return Ok(());

@@ -272,133 +272,6 @@ async fn a_checkpoint_that_meets_a_full_disk_leaves_the_last_good_one_to_resume_
     assert_eq!(resumed_step(&logs, 2), Some(good_step));
 }
 
-/// A Postgres server of this test's own, which it may restart: `initdb` and `pg_ctl` from PATH or
-/// Debian's versioned directory, run as `postgres` when the test runs as root.
-struct OwnPostgres {
-    dir: tempfile::TempDir,
-    bin: std::path::PathBuf,
-    port: u16,
-    as_postgres: bool,
-}
-
-impl OwnPostgres {
-    fn start() -> Option<OwnPostgres> {
-        let bin = std::env::var_os("PATH")
-            .into_iter()
-            .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-            .chain(
-                std::fs::read_dir("/usr/lib/postgresql")
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .map(|entry| entry.path().join("bin")),
-            )
-            .find(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file())?;
-        let dir = tempfile::tempdir().unwrap();
-        let as_postgres = nix_is_root();
-        if as_postgres {
-            // Postgres refuses to run as root; scripts/test makes the same user.
-            let exists = std::process::Command::new("id")
-                .arg("postgres")
-                .output()
-                .is_ok_and(|out| out.status.success());
-            if !exists {
-                std::process::Command::new("useradd")
-                    .args(["--system", "--no-create-home", "postgres"])
-                    .status()
-                    .ok()?;
-            }
-            std::process::Command::new("chown")
-                .args(["-R", "postgres"])
-                .arg(dir.path())
-                .status()
-                .unwrap();
-        }
-        let port = free_port();
-        let postgres = OwnPostgres {
-            dir,
-            bin,
-            port,
-            as_postgres,
-        };
-        let data = postgres.dir.path().join("data");
-        let initdb = postgres.bin.join("initdb");
-        let done = postgres.run(
-            &initdb,
-            &[
-                "-D",
-                data.to_str().unwrap(),
-                "-U",
-                "postgres",
-                "-A",
-                "trust",
-                "--no-sync",
-            ],
-        );
-        assert!(done, "initdb failed");
-        assert!(postgres.pg_ctl("start"), "pg_ctl start failed");
-        Some(postgres)
-    }
-
-    fn run(&self, program: &std::path::Path, args: &[&str]) -> bool {
-        let mut command = if self.as_postgres {
-            let mut c = std::process::Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(program);
-            c
-        } else {
-            std::process::Command::new(program)
-        };
-        command
-            .args(args)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    }
-
-    fn pg_ctl(&self, action: &str) -> bool {
-        let data = self.dir.path().join("data");
-        let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
-            self.port,
-            self.dir.path().display()
-        );
-        let log = self.dir.path().join("log");
-        self.run(
-            &self.bin.join("pg_ctl"),
-            &[
-                action,
-                "-D",
-                data.to_str().unwrap(),
-                "-l",
-                log.to_str().unwrap(),
-                "-w",
-                "-m",
-                "fast",
-                "-o",
-                &options,
-            ],
-        )
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-}
-
-impl Drop for OwnPostgres {
-    fn drop(&mut self) {
-        self.pg_ctl("stop");
-    }
-}
-
-fn nix_is_root() -> bool {
-    std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| out.stdout.starts_with(b"0"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_rides_out_a_postgres_restart_without_losing_or_doubling_a_job() {
     let Some(postgres) = OwnPostgres::start() else {
@@ -408,38 +281,14 @@ async fn the_server_rides_out_a_postgres_restart_without_losing_or_doubling_a_jo
         );
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let (server, url, gateway) = Cluster::start_server_with(
-        &postgres.url(),
-        &dir.path().join("server"),
-        &format!("127.0.0.1:{port}"),
-        "15s",
-    );
-    let mut cluster = Cluster {
-        executors: Vec::new(),
-        server,
-        // Only to satisfy the harness's type: this test's database is `postgres`.
-        database: drover_store::testing::create_postgres_database().await,
-        dir,
-        url,
-        gateway,
-        http: reqwest::Client::new(),
-        slots: 1,
-        executor_env: Vec::new(),
-    };
+    let mut cluster = Cluster::on_own_postgres(&postgres, "15s").await;
     cluster.start_executor("exec-a");
     let id = cluster.submit_training("through-a-db-restart").await;
     cluster.wait_for_checkpoint(&id, CHECKPOINT_EVERY).await;
 
     assert!(postgres.pg_ctl("restart"), "pg_ctl restart failed");
     // The same server process answers again, from the restarted database.
-    cluster
-        .wait_until("the API back", Duration::from_secs(60), async |c| {
-            let ready = c.http.get(format!("{}/readyz", c.url)).send().await.ok()?;
-            ready.status().is_success().then_some(())
-        })
-        .await;
+    cluster.wait_ready().await;
     let another = cluster.submit_training("after-the-restart").await;
     let done = cluster
         .wait_for_state(&id, "succeeded", Duration::from_secs(120))

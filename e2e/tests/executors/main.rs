@@ -9,6 +9,7 @@
 mod accounting;
 mod dashboard;
 mod distributed;
+mod durability;
 mod experiments;
 mod faults;
 mod kubernetes;
@@ -177,7 +178,10 @@ async fn stale_generation_is_refused(cluster: &Cluster, node: &str, job: &str) {
         role: "worker".into(),
         index: 0,
     };
-    let message = |body| pb::ExecutorMessage { body: Some(body) };
+    let message = |body| pb::ExecutorMessage {
+        body: Some(body),
+        seq: 0,
+    };
     outbound
         .send(message(pb::executor_message::Body::Register(
             pb::Register {

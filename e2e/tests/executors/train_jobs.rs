@@ -65,14 +65,7 @@ async fn a_train_job_resumes_exactly_after_its_executor_is_killed() {
         )
         .await;
 
-    let position = cluster
-        .executors
-        .iter()
-        .position(|(name, _)| *name == node)
-        .unwrap();
-    let (_, mut victim) = cluster.executors.remove(position);
-    victim.child.kill().unwrap();
-    victim.child.wait().unwrap();
+    cluster.kill_executor(&node);
     let victim_dir = cluster.executor_dir(&node);
     cluster
         .wait_until(

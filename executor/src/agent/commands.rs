@@ -17,18 +17,19 @@ impl Agent {
     ) {
         match command {
             Command::Registered(_) => {}
+            Command::Applied(applied) => self.applied(applied.through),
             Command::Prepare(prepare) => {
                 let (Some(key), Some(spec)) = (prepare.task, prepare.spec) else {
                     return;
                 };
                 if let Some(reply) = self.prepare(key, spec).await {
-                    let _ = outbound.send(reply).await;
+                    let _ = self.on_event(reply, Some(outbound)).await;
                 }
             }
             Command::Start(start) => {
                 let Some(key) = start.task else { return };
                 let reply = self.start(key, start.peers).await;
-                let _ = outbound.send(reply).await;
+                let _ = self.on_event(reply, Some(outbound)).await;
             }
             Command::Stop(stop) => {
                 let Some(key) = stop.task else { return };
@@ -37,7 +38,7 @@ impl Agent {
                     Duration::from_millis(u64::from(stop.grace_ms)),
                     &stop.reason,
                 ) {
-                    let _ = outbound.send(reply).await;
+                    let _ = self.on_event(reply, Some(outbound)).await;
                 }
             }
             Command::Checkpoint(request) => {

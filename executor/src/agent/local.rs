@@ -68,7 +68,10 @@ impl LocalTask {
 }
 
 pub(super) fn msg(body: Body) -> pb::ExecutorMessage {
-    pb::ExecutorMessage { body: Some(body) }
+    pb::ExecutorMessage {
+        body: Some(body),
+        seq: 0,
+    }
 }
 
 /// A task's exit, as reported when the executor ends it itself (or finds it gone).

@@ -1,5 +1,5 @@
 //! The agent's state (`Agent`), kept across sessions with the server: its setup, its id, the tasks it
-//! holds, the reports kept while the server is away, its credential, the gateways it tries, the
+//! holds, the reports not yet applied by the server, its credential, the gateways it tries, the
 //! checkpoint storage, and the channels its tasks and downloads report on. The session (the parent
 //! module) and the server's commands (`commands`) both work on it.
 
@@ -34,7 +34,14 @@ pub struct Agent {
     pub(super) tasks: HashMap<Key, LocalTask>,
     pub(super) events_tx: mpsc::Sender<pb::ExecutorMessage>,
     pub(super) events_rx: mpsc::Receiver<pb::ExecutorMessage>,
-    pub(super) pending: VecDeque<pb::ExecutorMessage>,
+    /// Task reports not yet applied by the server, in sequence order ([`Agent::applied`]).
+    pub(super) outbox: VecDeque<pb::ExecutorMessage>,
+    /// How many of `outbox` the current session has sent.
+    pub(super) sent: usize,
+    /// The next report's sequence number.
+    pub(super) next_seq: u64,
+    /// This run of the executor process: the sequence numbers belong to it.
+    pub(super) incarnation: String,
     pub(super) dropped: u64,
     pub(super) usage: UsageProbe,
     /// The node's credential, once enrolled.
@@ -68,7 +75,10 @@ impl Agent {
             tasks: HashMap::new(),
             events_tx,
             events_rx,
-            pending: VecDeque::new(),
+            outbox: VecDeque::new(),
+            sent: 0,
+            next_seq: 1,
+            incarnation: uuid::Uuid::new_v4().to_string(),
             dropped: 0,
             usage,
             credential,

@@ -8,7 +8,10 @@ use pb::executor_message::Body;
 pub(super) const TAIL_LINES: usize = 20;
 
 pub(super) fn message(body: Body) -> pb::ExecutorMessage {
-    pb::ExecutorMessage { body: Some(body) }
+    pb::ExecutorMessage {
+        body: Some(body),
+        seq: 0,
+    }
 }
 
 pub(super) fn now_ms() -> i64 {

@@ -338,3 +338,99 @@ pub(crate) async fn jobs_with_ended_tasks_are_finishing(db: &TestDb) {
         .unwrap();
     assert!(store.finishing_jobs().await.unwrap().is_empty());
 }
+
+/// Checkpoints recorded past the rate replace each other within a generation (one such row at a
+/// time), never a checkpoint recorded as a row of its own or one of another generation; the newest
+/// records come newest first.
+pub(crate) async fn checkpoints_over_the_rate_replace_each_other(db: &TestDb) {
+    let store = db.store.as_ref();
+    let (tenant, alice) = fixture(store, "vision").await;
+    let job = store
+        .create_job(&new_job(&tenant, alice.id, "often", &[]))
+        .await
+        .unwrap()
+        .value;
+    let allocated = change(JobState::Starting, ReasonCode::Allocated);
+    store
+        .start_generation(job.id, &[worker("a")], &allocated)
+        .await
+        .unwrap();
+    let key = TaskKey {
+        job_id: job.id,
+        generation: 1,
+        role: TaskRole::Worker,
+        index: 0,
+    };
+    store
+        .record_checkpoint(&key, 10, "/ckpt/g1/step-10", 100)
+        .await
+        .unwrap();
+    for step in [15, 20, 25] {
+        let record = store
+            .record_checkpoint_over_rate(&key, step, &format!("/ckpt/g1/step-{step}"), 100)
+            .await
+            .unwrap();
+        assert_eq!(record.step, step);
+    }
+    let steps =
+        |records: Vec<CheckpointRecord>| -> Vec<u64> { records.iter().map(|c| c.step).collect() };
+    assert_eq!(
+        steps(
+            store
+                .list_checkpoints(Scope::Cluster, job.id)
+                .await
+                .unwrap()
+        ),
+        [10, 25]
+    );
+    store
+        .record_checkpoint(&key, 30, "/ckpt/g1/step-30", 100)
+        .await
+        .unwrap();
+    store
+        .record_checkpoint_over_rate(&key, 35, "/ckpt/g1/step-35", 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        steps(store.recent_checkpoints(job.id, 10).await.unwrap()),
+        [35, 30, 10],
+        "the earlier over-rate record is replaced, rows of their own stay"
+    );
+    assert_eq!(
+        steps(store.recent_checkpoints(job.id, 2).await.unwrap()),
+        [35, 30]
+    );
+    assert_eq!(
+        store.latest_checkpoint(job.id).await.unwrap().unwrap().step,
+        35
+    );
+
+    // Fenced like every report: generation 2's over-rate record leaves generation 1's alone.
+    let lost = change(JobState::Queued, ReasonCode::ExecutorLost);
+    store
+        .transition_job_in_generation(job.id, 1, &lost, false)
+        .await
+        .unwrap();
+    store
+        .start_generation(job.id, &[worker("b")], &allocated)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .record_checkpoint_over_rate(&key, 40, "/ckpt/g1/step-40", 100)
+            .await,
+        Err(StoreError::Fenced { .. })
+    ));
+    let next = TaskKey {
+        generation: 2,
+        ..key
+    };
+    store
+        .record_checkpoint_over_rate(&next, 40, "/ckpt/g2/step-40", 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        steps(store.recent_checkpoints(job.id, 10).await.unwrap()),
+        [40, 35, 30, 10]
+    );
+}

@@ -65,6 +65,7 @@ conformance!(
     concurrent_cancels_succeed_once,
     nodes_are_upserted_by_name,
     reports_from_an_old_generation_are_fenced,
+    checkpoints_over_the_rate_replace_each_other,
     executors_register_and_lose_tasks,
     jobs_with_ended_tasks_are_finishing,
     running_jobs_rescale_under_a_new_generation,
