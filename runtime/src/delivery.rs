@@ -1,6 +1,5 @@
 //! Reports applied in order and exactly once per executor run (the contract's Delivery): the applier
-//! of one executor session, and what this replica remembers of each executor incarnation — the
-//! highest report it applied, and how often one report failed to apply.
+//! of one executor session. What it remembers of each executor incarnation is in `applied.rs`.
 //!
 //! An executor numbers every task report and keeps it until the server answers `Applied` with a
 //! number at or past it. The applier answers only once a report is in the store, so a report lost
@@ -16,78 +15,16 @@
 //! metric sample is stored twice.
 
 use crate::Runtime;
+use crate::applied::MAX_TRIES;
 use drover_proto as pb;
 use drover_store::StoreError;
 use pb::executor_message::Body;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::sync::mpsc;
 
-/// Tries at applying one report before it is dropped.
-pub const MAX_TRIES: u32 = 5;
 /// Reports applied between two `Applied` answers at most (one also goes whenever the queue is
 /// empty).
 const ACK_EVERY: u32 = 64;
-
-#[derive(Debug, Default, Clone)]
-struct Incarnation {
-    id: String,
-    /// The highest sequence number applied.
-    through: u64,
-    /// The report that failed last, and how often.
-    failing: u64,
-    failures: u32,
-}
-
-/// Per node: what was applied of its executor's current incarnation.
-#[derive(Debug, Default)]
-pub struct Delivery {
-    nodes: Mutex<HashMap<String, Incarnation>>,
-}
-
-impl Delivery {
-    fn nodes(&self) -> std::sync::MutexGuard<'_, HashMap<String, Incarnation>> {
-        self.nodes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The highest report of `incarnation` applied on `node` (0 for a new incarnation, which
-    /// replaces what was remembered of the node's previous one).
-    pub fn applied_through(&self, node: &str, incarnation: &str) -> u64 {
-        let mut nodes = self.nodes();
-        let entry = nodes.entry(node.to_owned()).or_default();
-        if entry.id != incarnation {
-            *entry = Incarnation {
-                id: incarnation.to_owned(),
-                ..Incarnation::default()
-            };
-        }
-        entry.through
-    }
-
-    fn set_applied(&self, node: &str, incarnation: &str, seq: u64) {
-        if let Some(entry) = self.nodes().get_mut(node)
-            && entry.id == incarnation
-        {
-            entry.through = entry.through.max(seq);
-        }
-    }
-
-    /// Counts a failure to apply report `seq`; returns how many there have been in a row.
-    fn failed(&self, node: &str, incarnation: &str, seq: u64) -> u32 {
-        let mut nodes = self.nodes();
-        let Some(entry) = nodes.get_mut(node).filter(|e| e.id == incarnation) else {
-            return 1;
-        };
-        if entry.failing != seq {
-            entry.failing = seq;
-            entry.failures = 0;
-        }
-        entry.failures += 1;
-        entry.failures
-    }
-}
 
 /// Whether the store failed for want of its database (a retry may succeed), rather than because it
 /// refuses this report.
@@ -106,7 +43,7 @@ pub async fn apply(
     incarnation: String,
     mut reports: mpsc::Receiver<Report>,
 ) {
-    let mut applied = runtime.delivery.applied_through(&node, &incarnation);
+    let mut applied = runtime.applied.applied_through(&node, &incarnation);
     let mut unanswered = 0;
     while let Some((seq, body)) = reports.recv().await {
         if runtime.hub.was_kicked(session) {
@@ -121,7 +58,7 @@ pub async fn apply(
             continue;
         }
         if let Err(err) = crate::reports::handle_report(&runtime, &node, body).await {
-            let tries = runtime.delivery.failed(&node, &incarnation, seq);
+            let tries = runtime.applied.failed(&node, &incarnation, seq);
             if seq != 0 && transient(&err) && tries < MAX_TRIES {
                 tracing::error!(node.name = node, error = %err, seq, tries, "cannot apply an executor's report; ending its session, so that it sends the report again");
                 runtime.hub.disconnect(&node, session);
@@ -131,7 +68,7 @@ pub async fn apply(
         }
         if seq != 0 {
             applied = seq;
-            runtime.delivery.set_applied(&node, &incarnation, seq);
+            runtime.applied.set_applied(&node, &incarnation, seq);
             unanswered += 1;
         }
         if unanswered > 0 && (unanswered >= ACK_EVERY || reports.is_empty()) {

@@ -155,7 +155,7 @@ impl ExecutorGateway for GatewayService {
                     runtime.config.heartbeat_interval,
                 ),
                 applied_through: runtime
-                    .delivery
+                    .applied
                     .applied_through(&name, &register.incarnation),
             })),
         };

@@ -11,6 +11,7 @@
 //! converges by the same path.
 
 pub mod accounting;
+mod applied;
 pub mod checkpoint_files;
 pub mod checkpoint_store;
 mod delivery;

@@ -72,7 +72,7 @@ pub struct Runtime {
     pub store: Arc<dyn Store>,
     pub hub: Hub,
     /// What was applied of each executor's numbered reports.
-    pub delivery: crate::delivery::Delivery,
+    pub applied: crate::applied::AppliedReports,
     pub config: RuntimeConfig,
     /// Each job's aggregated speed and loss samples.
     pub observer: Observer,
@@ -113,7 +113,7 @@ impl Runtime {
             documents: std::sync::Mutex::new(std::collections::HashMap::new()),
             store,
             hub: Hub::new(),
-            delivery: crate::delivery::Delivery::default(),
+            applied: crate::applied::AppliedReports::default(),
             ingest: Ingest::new(&config.limits),
             failed_enrolments: limits::Buckets::new(limits::Rate {
                 per_second: 1.0,
