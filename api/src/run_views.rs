@@ -105,20 +105,26 @@ pub struct CheckpointView {
     pub job_id: Uuid,
     pub generation: u64,
     pub step: u64,
-    /// Where it lies in the checkpoint storage.
+    /// Where it lies in the checkpoint storage, relative to the storage's root
+    /// (`JOB_ID/gGENERATION/NAME`); never the server's own paths.
     pub path: String,
     pub size_bytes: u64,
     pub created_at: DateTime<Utc>,
 }
 
-impl From<CheckpointRecord> for CheckpointView {
-    fn from(c: CheckpointRecord) -> Self {
+impl CheckpointView {
+    /// The record, its path made relative to the checkpoint storage's `root` (the whole path only
+    /// when it does not lie under it, or the root is unknown: it is then not this server's).
+    pub fn new(c: CheckpointRecord, root: Option<&std::path::Path>) -> Self {
+        let path = root
+            .and_then(|root| std::path::Path::new(&c.path).strip_prefix(root).ok())
+            .map_or_else(|| c.path.clone(), |p| p.display().to_string());
         CheckpointView {
             id: c.id,
             job_id: c.job_id.0,
             generation: c.generation,
             step: c.step,
-            path: c.path,
+            path,
             size_bytes: c.size_bytes,
             created_at: c.created_at,
         }

@@ -346,6 +346,13 @@ impl Cluster {
         .await;
     }
 
+    /// Where a checkpoint the API lists (its `path`, relative to the checkpoint storage) lies on
+    /// this machine: under the server's checkpoint directory.
+    pub fn checkpoint_path(&self, listed: &Value) -> PathBuf {
+        let root = self.dir.path().join("server").join("checkpoints");
+        root.canonicalize().unwrap().join(listed.as_str().unwrap())
+    }
+
     pub fn executor_dir(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }

@@ -211,8 +211,15 @@ pub async fn checkpoints(
         .list_checkpoints(principal.scope(), job_id)
         .await
         .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
+    let root = state
+        .runtime
+        .as_ref()
+        .map(|runtime| runtime.config.checkpoint_root.as_path());
     Ok(Json(CheckpointList {
-        checkpoints: records.into_iter().map(CheckpointView::from).collect(),
+        checkpoints: records
+            .into_iter()
+            .map(|record| CheckpointView::new(record, root))
+            .collect(),
         meta: ListMeta { next_cursor: None },
     }))
 }

@@ -81,7 +81,7 @@ async fn a_job_of_two_ps_shards_and_three_workers_trains_the_example_mlp() {
     // The final checkpoint was written by both shards and records which slices each held.
     let last = cluster.checkpoints(&id).await.last().unwrap().clone();
     assert_eq!(last["step"], 2000);
-    let path = std::path::Path::new(last["path"].as_str().unwrap());
+    let path = cluster.checkpoint_path(&last["path"]);
     let manifest: Value =
         serde_json::from_slice(&std::fs::read(path.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["shards"].as_array().unwrap().len(), 2);
@@ -317,8 +317,7 @@ async fn a_resized_job_survives_losing_a_worker() {
     assert!(accuracy >= 0.95, "test accuracy {accuracy}");
     let last = cluster.checkpoints(&id).await.last().unwrap().clone();
     let manifest: Value = serde_json::from_slice(
-        &std::fs::read(std::path::Path::new(last["path"].as_str().unwrap()).join("manifest.json"))
-            .unwrap(),
+        &std::fs::read(cluster.checkpoint_path(&last["path"]).join("manifest.json")).unwrap(),
     )
     .unwrap();
     assert_eq!(

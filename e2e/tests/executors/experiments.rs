@@ -186,8 +186,12 @@ async fn pbt_starts_an_exploiting_trial_from_the_source_trials_checkpoint() {
                 .iter()
                 .max_by_key(|c| c["step"].as_u64().unwrap())
             {
-                let path = last["path"].as_str().unwrap();
-                found |= resumed.contains(&format!("resumed from step {} ({path})", last["step"]));
+                let path = cluster.checkpoint_path(&last["path"]);
+                found |= resumed.contains(&format!(
+                    "resumed from step {} ({})",
+                    last["step"],
+                    path.display()
+                ));
             }
         }
         assert!(

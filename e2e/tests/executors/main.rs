@@ -471,7 +471,7 @@ async fn a_restarted_server_adopts_running_tasks_without_duplicates() {
         .unwrap();
     assert!(response.status().is_success());
     let downloaded = response.bytes().await.unwrap();
-    let on_disk = std::fs::read(last["path"].as_str().unwrap()).unwrap();
+    let on_disk = std::fs::read(cluster.checkpoint_path(&last["path"])).unwrap();
     assert_eq!(downloaded.as_ref(), on_disk.as_slice());
     assert_eq!(last["size_bytes"].as_u64().unwrap(), on_disk.len() as u64);
 }

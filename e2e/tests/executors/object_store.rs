@@ -94,8 +94,8 @@ async fn checkpoints_in_an_object_store_carry_a_job_between_nodes_that_share_no_
         first["path"]
             .as_str()
             .unwrap()
-            .starts_with(&format!("{store}/{id}/g1/step-")),
-        "recorded where it is in the store: {first}"
+            .starts_with(&format!("{id}/g1/step-")),
+        "listed where it is in the store, relative to its root: {first}"
     );
     let nodes: std::collections::BTreeSet<String> = cluster
         .tasks(&id)

@@ -110,7 +110,7 @@ async fn a_train_job_resumes_exactly_after_its_executor_is_killed() {
     );
     let last = cluster.checkpoints(&id).await.last().unwrap().clone();
     assert_eq!(last["step"], 4000);
-    let resumed_files = checkpoint_files(Path::new(last["path"].as_str().unwrap()));
+    let resumed_files = checkpoint_files(&cluster.checkpoint_path(&last["path"]));
     let reference_files = checkpoint_files(&reference_dir.join("step-00004000"));
     for file in ["model.safetensors", "optimizer.safetensors"] {
         assert!(
