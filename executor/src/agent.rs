@@ -144,10 +144,15 @@ impl Agent {
     /// server has applied it: a report lost with a broken stream is sent again in the next session.
     async fn flush(&mut self, outbound: &mpsc::Sender<pb::ExecutorMessage>) -> anyhow::Result<()> {
         while let Some(message) = self.outbox.get(self.sent) {
+            let seq = message.seq;
             if outbound.send(message.clone()).await.is_err() {
                 anyhow::bail!("the stream to the server closed");
             }
             self.sent += 1;
+            if !self.server_answers_applied {
+                // A server that never answers Applied: sent is as far as this executor can know.
+                self.applied(seq);
+            }
         }
         Ok(())
     }
@@ -275,6 +280,7 @@ impl Agent {
             .use_root(&registered.checkpoint_root, &self.config.data_dir);
         // Every kept report the server has not applied goes again, in order.
         self.sent = 0;
+        self.server_answers_applied = registered.answers_applied;
         self.applied(registered.applied_through);
         if self.dropped > 0 {
             tracing::warn!(
@@ -422,6 +428,15 @@ mod tests {
         agent.sent = 0;
         agent.flush(&second).await.expect("sent");
         assert_eq!(received(&mut second_rx), Vec::<u64>::new());
+
+        // A server that never answers Applied (an older one): a report is forgotten once sent.
+        agent.server_answers_applied = false;
+        agent
+            .on_event(log("five"), Some(&second))
+            .await
+            .expect("sent");
+        assert_eq!(received(&mut second_rx), [6]);
+        assert!(agent.outbox.is_empty());
     }
 
     #[test]

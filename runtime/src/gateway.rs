@@ -157,6 +157,7 @@ impl ExecutorGateway for GatewayService {
                 applied_through: runtime
                     .applied
                     .applied_through(&name, &register.incarnation),
+                answers_applied: true,
             })),
         };
         commands

@@ -40,6 +40,8 @@ pub struct Agent {
     pub(super) sent: usize,
     /// The next report's sequence number.
     pub(super) next_seq: u64,
+    /// Whether the server of the current session answers `Applied` (see `Agent::flush`).
+    pub(super) server_answers_applied: bool,
     /// This run of the executor process: the sequence numbers belong to it.
     pub(super) incarnation: String,
     pub(super) dropped: u64,
@@ -78,6 +80,7 @@ impl Agent {
             outbox: VecDeque::new(),
             sent: 0,
             next_seq: 1,
+            server_answers_applied: true,
             incarnation: uuid::Uuid::new_v4().to_string(),
             dropped: 0,
             usage,
