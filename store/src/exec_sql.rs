@@ -35,6 +35,34 @@ macro_rules! impl_exec_store {
             })
         }
 
+        /// Inserts a checkpoint record in `tx` (fenced by the caller); `over_rate` marks one made past
+        /// the per-job rate, which the next such record replaces.
+        async fn insert_checkpoint(
+            tx: &mut sqlx::Transaction<'static, $db>,
+            key: &TaskKey,
+            step: u64,
+            path: &str,
+            size_bytes: u64,
+            over_rate: bool,
+        ) -> StoreResult<CheckpointRecord> {
+            let row = sqlx::query(
+                "INSERT INTO checkpoints (id, job_id, generation, step, path, size_bytes, created_at, over_rate) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                 RETURNING id, job_id, generation, step, path, size_bytes, created_at",
+            )
+            .bind(Uuid::now_v7())
+            .bind(key.job_id.0)
+            .bind(i64_of(key.generation, "generation")?)
+            .bind(i64_of(step, "step")?)
+            .bind(path)
+            .bind(i64_of(size_bytes, "size_bytes")?)
+            .bind(Utc::now())
+            .bind(over_rate)
+            .fetch_one(&mut **tx)
+            .await?;
+            checkpoint_from_row(&row)
+        }
+
         fn checkpoint_from_row(row: &DbRow) -> StoreResult<CheckpointRecord> {
             Ok(CheckpointRecord {
                 id: row.try_get("id")?,
@@ -460,22 +488,9 @@ macro_rules! impl_exec_store {
                 size_bytes: u64,
             ) -> StoreResult<CheckpointRecord> {
                 let mut tx = self.begin_fenced(key).await?;
-                let row = sqlx::query(
-                    "INSERT INTO checkpoints (id, job_id, generation, step, path, size_bytes, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7) \
-                     RETURNING id, job_id, generation, step, path, size_bytes, created_at",
-                )
-                .bind(Uuid::now_v7())
-                .bind(key.job_id.0)
-                .bind(i64_of(key.generation, "generation")?)
-                .bind(i64_of(step, "step")?)
-                .bind(path)
-                .bind(i64_of(size_bytes, "size_bytes")?)
-                .bind(Utc::now())
-                .fetch_one(&mut *tx)
-                .await?;
+                let record = insert_checkpoint(&mut tx, key, step, path, size_bytes, false).await?;
                 tx.commit().await?;
-                checkpoint_from_row(&row)
+                Ok(record)
             }
 
             async fn record_checkpoint_over_rate(
@@ -495,23 +510,9 @@ macro_rules! impl_exec_store {
                 .bind(i64_of(step, "step")?)
                 .execute(&mut *tx)
                 .await?;
-                let row = sqlx::query(
-                    "INSERT INTO checkpoints (id, job_id, generation, step, path, size_bytes, created_at, over_rate) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                     RETURNING id, job_id, generation, step, path, size_bytes, created_at",
-                )
-                .bind(Uuid::now_v7())
-                .bind(key.job_id.0)
-                .bind(i64_of(key.generation, "generation")?)
-                .bind(i64_of(step, "step")?)
-                .bind(path)
-                .bind(i64_of(size_bytes, "size_bytes")?)
-                .bind(Utc::now())
-                .bind(true)
-                .fetch_one(&mut *tx)
-                .await?;
+                let record = insert_checkpoint(&mut tx, key, step, path, size_bytes, true).await?;
                 tx.commit().await?;
-                checkpoint_from_row(&row)
+                Ok(record)
             }
 
             async fn recent_checkpoints(&self, job: JobId, limit: u32) -> StoreResult<Vec<CheckpointRecord>> {
