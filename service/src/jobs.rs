@@ -107,11 +107,23 @@ pub async fn submit(
             idempotency_key: idempotency_key.clone(),
             created_at: Utc::now(),
         };
+        let job_id = new_job.id;
         match service.submissions.create(&service.store, new_job).await {
             Err(StoreError::Conflict { field, .. })
                 if prefix.is_some() && field == "metadata.name" && attempt < 8 =>
             {
                 attempt += 1;
+            }
+            Err(err @ StoreError::Database(_)) => {
+                tracing::error!(job.id = %job_id, error = %err, "the database did not settle a submission");
+                return Err(ServiceError::new(
+                    ErrorKind::Unavailable,
+                    "outcome_unknown",
+                    format!(
+                        "the database did not answer in time, so whether job {job_id} was stored is unknown: \
+                         look it up (GET /api/v1/jobs/{job_id}), or submit again with the same Idempotency-Key"
+                    ),
+                ));
             }
             other => break other?,
         }

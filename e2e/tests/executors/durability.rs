@@ -2,11 +2,15 @@
 //! makes new checkpoint records (every 5 steps, keeping the last 2) resumes after `kill -9` of its
 //! executor from a checkpoint its retention kept, rides out a Postgres restart without its exit report
 //! being lost, and ends `succeeded` at the same final step as an undisturbed run. Its checkpoints are
-//! listed relative to the checkpoint storage, not as the server's paths.
+//! listed relative to the checkpoint storage, not as the server's paths. A submission whose COMMIT
+//! was applied but never answered is answered `201` and stored once.
 
 use super::harness::*;
-use serde_json::json;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TEST: &str =
     "durability::a_job_that_checkpoints_often_survives_a_killed_executor_and_a_postgres_restart";
@@ -108,4 +112,156 @@ async fn a_job_that_checkpoints_often_survives_a_killed_executor_and_a_postgres_
 async fn restart_postgres(cluster: &Cluster, postgres: &OwnPostgres) {
     assert!(postgres.pg_ctl("restart"), "pg_ctl restart failed");
     cluster.wait_ready().await;
+}
+
+/// A TCP proxy in front of Postgres that loses the answer to one COMMIT: that of the first
+/// transaction that inserts into `jobs`. The COMMIT reaches Postgres, which applies it; nothing comes
+/// back after it, and the connection is then cut, so the server cannot know that it committed.
+/// Sets `lost` when it has done so.
+async fn commit_answer_losing_proxy(target: String, lost: Arc<AtomicBool>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let Ok(outbound) = tokio::net::TcpStream::connect(&target).await else {
+                continue;
+            };
+            let (client_read, client_write) = inbound.into_split();
+            let (server_read, server_write) = outbound.into_split();
+            let swallow = Arc::new(AtomicBool::new(false));
+            tokio::spawn(upstream(
+                client_read,
+                server_write,
+                swallow.clone(),
+                lost.clone(),
+            ));
+            tokio::spawn(downstream(server_read, client_write, swallow));
+        }
+    });
+    format!("127.0.0.1:{}", address.port())
+}
+
+/// Client to Postgres: passes everything, watching for `INSERT INTO jobs` and then `COMMIT` (the
+/// text of the last bytes kept across reads).
+async fn upstream(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    swallow: Arc<AtomicBool>,
+    lost: Arc<AtomicBool>,
+) {
+    let mut recent: Vec<u8> = Vec::new();
+    let mut inserted = false;
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if !lost.load(Ordering::SeqCst) {
+            recent.extend_from_slice(&buffer[..n]);
+            let text = String::from_utf8_lossy(&recent).into_owned();
+            if !inserted && text.contains("INSERT INTO jobs") {
+                inserted = true;
+                recent.clear();
+            } else if inserted && text.contains("COMMIT") {
+                // Nothing more comes back on this connection; the COMMIT still goes up.
+                swallow.store(true, Ordering::SeqCst);
+                lost.store(true, Ordering::SeqCst);
+                let _ = to.write_all(&buffer[..n]).await;
+                // Postgres applies it; then the connection is cut both ways (dropping the halves).
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                return;
+            }
+            if recent.len() > 4096 {
+                recent.drain(..recent.len() - 64);
+            }
+        }
+        if to.write_all(&buffer[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Postgres to client: passes everything until the connection's COMMIT went up, then nothing.
+async fn downstream(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    swallow: Arc<AtomicBool>,
+) {
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if swallow.load(Ordering::SeqCst) {
+            // Dropping `to` closes the client's side: it sees the connection end, with no answer.
+            return;
+        }
+        if to.write_all(&buffer[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A submission whose transaction committed but whose COMMIT was never answered (the connection to
+/// Postgres cut just then) is answered `201 Created` and stored once: the server settles the unknown
+/// outcome by the job's id. It used to be retried as a new insert, which met the stored job and
+/// answered `409` ("a job named ... already exists") for a job that had been stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_whose_commit_answer_is_lost_is_answered_created_and_stored_once() {
+    let Some(postgres) = OwnPostgres::start() else {
+        skip(
+            "durability::a_submission_whose_commit_answer_is_lost_is_answered_created_and_stored_once",
+            "no initdb/pg_ctl on this machine",
+        );
+        return;
+    };
+    let lost = Arc::new(AtomicBool::new(false));
+    let target = postgres
+        .url()
+        .trim_start_matches("postgres://postgres@")
+        .trim_end_matches("/postgres")
+        .to_owned();
+    let proxy = commit_answer_losing_proxy(target, lost.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, url, _) = Cluster::start_server_with(
+        &format!("postgres://postgres@{proxy}/postgres"),
+        &dir.path().join("server"),
+        "127.0.0.1:0",
+        "10s",
+    );
+    let http = reqwest::Client::new();
+    let spec = json!({
+        "apiVersion": "drover.dev/v1",
+        "kind": "DroverJob",
+        "metadata": {"name": "committed-unanswered"},
+        "spec": {"type": "command", "command": {"argv": ["true"]}}
+    });
+    let reply = http
+        .post(format!("{url}/api/v1/jobs"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&spec)
+        .send()
+        .await
+        .unwrap();
+    let status = reply.status();
+    let body: Value = reply.json().await.unwrap();
+    assert!(
+        lost.load(Ordering::SeqCst),
+        "the proxy never lost a COMMIT's answer"
+    );
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{body}");
+    let jobs: Value = http
+        .get(format!("{url}/api/v1/jobs?name=committed-unanswered"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let listed = jobs["jobs"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{jobs}");
+    assert_eq!(listed[0]["id"], body["job"]["id"]);
 }
