@@ -1,8 +1,11 @@
-//! Tenants' maximum GPUs, enforced on every policy's decisions: whatever a policy plans, a start or a
-//! shape that takes its tenant past its maximum is turned into a wait (`TenantLimit`). Policies that
-//! already plan within the maxima (`drover`, `optimus`) pass through unchanged.
+//! What every policy's decisions are held to. Tenants' maximum GPUs: whatever a policy plans, a start
+//! or a shape that takes its tenant past its maximum is turned into a wait (`TenantLimit`); policies
+//! that already plan within the maxima (`drover`, `optimus`) pass through unchanged. And jobs that no
+//! node could ever hold ([`super::unplaceable`]) are kept from the policy altogether: they wait with
+//! `NeverFits` and count in no tenant's share.
 
 use super::interface::{Oracle, Policy, PolicyError};
+use super::unplaceable::{never_fits, unplaceable};
 use crate::plan::{JobPlan, Plan, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView};
 use std::collections::BTreeMap;
@@ -79,12 +82,36 @@ impl Policy for TenantLimited {
     }
 
     fn schedule(&mut self, snapshot: &ClusterSnapshot, previous: &Plan) -> Plan {
-        let mut plan = self.0.schedule(snapshot, previous);
+        let never = unplaceable(snapshot);
+        let mut plan = if never.is_empty() {
+            self.0.schedule(snapshot, previous)
+        } else {
+            let mut placeable = snapshot.clone();
+            let mut index = 0;
+            placeable.jobs.retain(|_| {
+                index += 1;
+                !never.contains(&(index - 1))
+            });
+            self.0.schedule(&placeable, previous)
+        };
+        for &i in &never {
+            plan.jobs.insert(
+                snapshot.jobs[i].id,
+                JobPlan::Wait {
+                    reason: WaitReason::NeverFits,
+                },
+            );
+        }
         enforce(snapshot, &mut plan);
         plan
     }
 
     fn place_arrival(&mut self, snapshot: &ClusterSnapshot, job: &JobView) -> JobPlan {
+        if never_fits(snapshot, job) {
+            return JobPlan::Wait {
+                reason: WaitReason::NeverFits,
+            };
+        }
         let decision = self.0.place_arrival(snapshot, job);
         let JobPlan::Run { placement, .. } = &decision else {
             return decision;

@@ -19,6 +19,7 @@ mod registry;
 mod srtf;
 mod tiresias;
 mod trials;
+mod unplaceable;
 
 pub use common::{arrival_if_free, min_shape, non_preemptible_first, ordered_round};
 pub use drf::Drf;

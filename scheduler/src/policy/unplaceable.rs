@@ -1,0 +1,149 @@
+//! Jobs that no node of the cluster could ever hold, whatever else runs: a worker that asks for more
+//! GPUs or CPUs than any one node has (a worker's GPUs share a node), a PS shard that asks for more
+//! CPUs than any node has, or a smallest shape of more GPUs than the whole cluster. Every policy is
+//! shown the snapshot without them (they wait with `NeverFits`), so such a job never counts in a
+//! tenant's share or maximum, nor holds back the jobs behind it. Before, a job of 4-GPU workers on
+//! nodes of 2 held its tenant's quota while GPUs sat idle.
+
+use crate::snapshot::{ClusterSnapshot, JobView};
+
+/// Whether no node of `snapshot` (schedulable or not: a cordon is lifted, a node comes back) could
+/// hold one task of `job` at its smallest shape, or the cluster all of it. An empty cluster holds
+/// nothing yet, and says nothing.
+pub fn never_fits(snapshot: &ClusterSnapshot, job: &JobView) -> bool {
+    if snapshot.nodes.is_empty() {
+        return false;
+    }
+    let worker_fits = job.workers.min == 0
+        || snapshot.nodes.iter().any(|node| {
+            let gpus_fit = match job.gpu_memory_gb {
+                Some(memory) if job.gpus_per_worker > 0 => {
+                    node.gpus.iter().filter(|g| g.memory_gb >= memory).count() as u32
+                        >= job.gpus_per_worker
+                }
+                _ => node.num_gpus() >= job.gpus_per_worker,
+            };
+            gpus_fit && node.cpus >= job.cpus_per_worker
+        });
+    let ps_fits = job.ps.min == 0
+        || snapshot
+            .nodes
+            .iter()
+            .any(|node| node.cpus >= job.cpus_per_ps);
+    let cluster_gpus: u32 = snapshot.nodes.iter().map(|n| n.num_gpus()).sum();
+    let smallest = job.workers.min * job.gpus_per_worker;
+    !(worker_fits && ps_fits && smallest <= cluster_gpus)
+}
+
+/// The indices of the jobs in `snapshot` that [`never_fits`].
+pub fn unplaceable(snapshot: &ClusterSnapshot) -> Vec<usize> {
+    snapshot
+        .jobs
+        .iter()
+        .enumerate()
+        .filter(|(_, job)| never_fits(snapshot, job))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::uniform_cluster;
+    use crate::policy::build_policy;
+    use crate::snapshot::{Range, Shape, Tenant};
+    use crate::{JobPlan, Plan, WaitReason};
+
+    fn job(id: u128, tenant: u32, workers: u32, gpus_per_worker: u32) -> JobView {
+        JobView {
+            id: drover_core::JobId(uuid::Uuid::from_u128(id)),
+            tenant,
+            priority: 0,
+            submit_s: id as f64,
+            workers: Range {
+                min: workers,
+                max: workers,
+            },
+            ps: Range { min: 0, max: 0 },
+            preferred: Shape { ps: 0, workers },
+            gpus_per_worker,
+            gpu_memory_gb: None,
+            cpus_per_worker: 1,
+            cpus_per_ps: 1,
+            preemptible: true,
+            consolidate: false,
+            placement: None,
+            observed: Default::default(),
+            search: None,
+        }
+    }
+
+    /// A job of 4-GPU workers on nodes of 2 waits `NeverFits`, and its tenant's other jobs (within
+    /// its maximum of 4 GPUs) start on the idle GPUs, under every policy.
+    #[test]
+    fn a_job_no_node_can_hold_neither_counts_in_its_tenants_maximum_nor_blocks_its_jobs() {
+        let snapshot = ClusterSnapshot {
+            now_s: 100.0,
+            nodes: uniform_cluster(2, 2, 8, 8),
+            tenants: vec![Tenant {
+                name: "a".to_owned(),
+                guaranteed_gpus: 2,
+                max_gpus: Some(4),
+            }],
+            jobs: vec![job(1, 0, 1, 4), job(2, 0, 1, 1), job(3, 0, 1, 1)],
+        };
+        assert!(never_fits(&snapshot, &snapshot.jobs[0]));
+        assert!(!never_fits(&snapshot, &snapshot.jobs[1]));
+        for name in crate::policy::policy_names() {
+            let Ok(mut policy) = build_policy(name, None) else {
+                continue;
+            };
+            let plan = policy.schedule(&snapshot, &Plan::default());
+            assert_eq!(
+                plan.jobs.get(&snapshot.jobs[0].id),
+                Some(&JobPlan::Wait {
+                    reason: WaitReason::NeverFits
+                }),
+                "{name}"
+            );
+            for other in &snapshot.jobs[1..] {
+                assert!(
+                    matches!(plan.jobs.get(&other.id), Some(JobPlan::Run { .. })),
+                    "{name}: {:?}",
+                    plan.jobs.get(&other.id)
+                );
+            }
+            let arrival = policy.place_arrival(&snapshot, &snapshot.jobs[0]);
+            assert_eq!(
+                arrival,
+                JobPlan::Wait {
+                    reason: WaitReason::NeverFits
+                },
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_worker_too_big_for_any_node_never_fits_but_an_empty_cluster_says_nothing() {
+        let mut snapshot = ClusterSnapshot {
+            now_s: 0.0,
+            nodes: uniform_cluster(3, 4, 8, 8),
+            tenants: Vec::new(),
+            jobs: Vec::new(),
+        };
+        let mut wide = job(1, 0, 2, 4);
+        assert!(!never_fits(&snapshot, &wide));
+        wide.cpus_per_worker = 9;
+        assert!(never_fits(&snapshot, &wide));
+        let mut big = job(2, 0, 4, 4);
+        assert!(never_fits(&snapshot, &big), "16 GPUs on a cluster of 12");
+        big.workers.min = 3;
+        assert!(!never_fits(&snapshot, &big));
+        let mut memory = job(3, 0, 1, 2);
+        memory.gpu_memory_gb = Some(40.0);
+        assert!(never_fits(&snapshot, &memory), "GPUs of 32 GB");
+        snapshot.nodes.clear();
+        assert!(!never_fits(&snapshot, &memory));
+    }
+}
