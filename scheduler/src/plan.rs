@@ -22,7 +22,8 @@ pub enum WaitReason {
     LowerPriority,
     /// Preempted this round by a job ahead of it in the policy's order.
     Preempted,
-    /// It asks for more than the whole cluster has.
+    /// No node could hold one of its tasks (a worker's GPUs or CPUs, a PS shard's CPUs), or its smallest
+    /// shape asks for more GPUs than the whole cluster has.
     NeverFits,
     /// Its tenant's fair share is used up while others wait (DRF).
     FairShare,

@@ -4,8 +4,9 @@
 //! Rungs train to `min_steps · ηᵏ` steps (the last rung to `max_steps`). Whenever a slot is free, the
 //! searcher looks from the highest rung down for a trial resting at rung k that is among the best
 //! ⌊n_k/η⌋ of the n_k trials that reached rung k, and promotes it: the trial resumes from its own
-//! checkpoint and trains on to rung k+1, so no step is redone. With nothing to promote it starts a new
-//! trial at the bottom rung. Hyperband runs one such ladder per bracket, bracket b starting its trials
+//! checkpoint and trains on to rung k+1, so no step is redone. The results of a rung are taken in a
+//! fixed order ([`promotions`]), so the promotions do not depend on which trial happened to finish
+//! first. With nothing to promote it starts a new trial at the bottom rung. Hyperband runs one such ladder per bracket, bracket b starting its trials
 //! at rung b, and deals new trials to the brackets in turn.
 
 use crate::decision::Decision;
@@ -56,29 +57,88 @@ pub fn rung_of(trial: &TrialRecord, brackets: usize) -> usize {
     bracket(trial.index, brackets) + trial.segments.len().saturating_sub(1)
 }
 
-/// The trials of `bracket` with a result at rung `k`, best first: `(trial, loss)`.
-pub fn results_at(
+/// What a rung knows of one of its entrants.
+enum Outcome {
+    /// Its segment at this rung has not ended (or not begun).
+    Pending,
+    /// It ended with this loss.
+    Result(f64),
+    /// It ended without a usable result (failed, stopped, no finite value): it takes no place.
+    Nothing,
+}
+
+fn outcome(spec: &ExperimentSpec, trial: &TrialRecord, segment: usize) -> Outcome {
+    let Some(segment) = trial.segments.get(segment) else {
+        return Outcome::Pending;
+    };
+    match (segment.state, segment.last) {
+        (SegmentState::Active, _) => Outcome::Pending,
+        (SegmentState::Succeeded, Some(value)) => {
+            let loss = spec.metric.goal.loss(value);
+            if loss.is_finite() {
+                Outcome::Result(loss)
+            } else {
+                Outcome::Nothing
+            }
+        }
+        _ => Outcome::Nothing,
+    }
+}
+
+/// The promotions rung `k` of bracket `bracket_index` makes, in the order it makes them: ASHA run as
+/// if the rung's results arrived in a fixed order, whatever order they really came in.
+///
+/// The rung's entrants have a canonical order: at the bracket's first rung the trials by index, at
+/// every later rung the order the rung below promoted them in. Walking the entrants in that order, as
+/// far as their results are known, each result joins the rung; whenever the best ⌊n/η⌋ of the n
+/// results so far include a trial not yet promoted, it is promoted (the best first). The walk stops at
+/// the first entrant still training: a result that came in early waits for those before it. So the
+/// trials promoted, and in the end the rungs each trial reaches, are a function of the trials' results
+/// alone: the same for the same seed whether the server restarted, the machine was loaded or one trial
+/// happened to finish before another (plain asynchronous ASHA promotes whoever is best when a slot
+/// frees, and an early finisher could be promoted in one run and not in another).
+pub fn promotions(
     spec: &ExperimentSpec,
     trials: &[TrialRecord],
     brackets: usize,
     bracket_index: usize,
     k: usize,
-) -> Vec<(u32, f64)> {
-    let goal = spec.metric.goal;
-    let mut results: Vec<(u32, f64)> = trials
-        .iter()
-        .filter(|trial| bracket(trial.index, brackets) == bracket_index && k >= bracket_index)
-        .filter_map(|trial| {
-            let segment = trial.segments.get(k - bracket_index)?;
-            if segment.state != SegmentState::Succeeded {
-                return None;
+    eta: u32,
+) -> Vec<u32> {
+    if k < bracket_index {
+        return Vec::new();
+    }
+    let entrants: Vec<u32> = if k == bracket_index {
+        let mut own: Vec<u32> = trials
+            .iter()
+            .filter(|trial| bracket(trial.index, brackets) == bracket_index)
+            .map(|trial| trial.index)
+            .collect();
+        own.sort_unstable();
+        own
+    } else {
+        promotions(spec, trials, brackets, bracket_index, k - 1, eta)
+    };
+    let eta = eta.max(2) as usize;
+    let mut results: Vec<(f64, u32)> = Vec::new();
+    let mut promoted: Vec<u32> = Vec::new();
+    for index in entrants {
+        let Some(trial) = trials.iter().find(|t| t.index == index) else {
+            break;
+        };
+        match outcome(spec, trial, k - bracket_index) {
+            Outcome::Pending => break,
+            Outcome::Nothing => continue,
+            Outcome::Result(loss) => results.push((loss, index)),
+        }
+        results.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for &(_, best) in &results[..results.len() / eta] {
+            if !promoted.contains(&best) {
+                promoted.push(best);
             }
-            let loss = goal.loss(segment.last?);
-            loss.is_finite().then_some((trial.index, loss))
-        })
-        .collect();
-    results.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-    results
+        }
+    }
+    promoted
 }
 
 /// The next decision for a free slot: a promotion if one is due, else a new trial at its bracket's
@@ -88,9 +148,7 @@ pub fn next(spec: &ExperimentSpec, trials: &[TrialRecord], may_start: bool) -> O
     let top = rungs.len() - 1;
     for k in (0..top).rev() {
         for b in 0..brackets.min(k + 1) {
-            let results = results_at(spec, trials, brackets, b, k);
-            let promotable = results.len() / eta as usize;
-            for &(index, _) in &results[..promotable] {
+            for index in promotions(spec, trials, brackets, b, k, eta) {
                 let Some(trial) = trials.iter().find(|t| t.index == index) else {
                     continue;
                 };

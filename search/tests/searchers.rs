@@ -185,6 +185,50 @@ fn asha_promotes_exactly_the_top_third_of_each_rung_and_resumes_them() {
     assert!(last.finished.is_some(), "nothing left to promote or start");
 }
 
+/// The promotions ASHA makes depend on the trials' results only, not on the order they came in: the
+/// same nine results at the bottom rung, arriving in two different orders (each arrival followed by a
+/// decision, as the experiment driver makes one whenever a job ends), promote the same trials. With
+/// promotion by whoever was best when a slot freed, the early finishers of one order were promoted
+/// and those of the other were not (an end-to-end run under load reached rung 1 with four trials in
+/// one run and three in another).
+#[test]
+fn asha_promotes_the_same_trials_whatever_order_their_results_arrive_in() {
+    let spec = spec(
+        "{type: asha, min_steps: 10, max_steps: 90, eta: 3}",
+        "  budget: {max_trials: 9, max_concurrent_trials: 9}\n",
+    );
+    // Lower is better (val_loss, minimised).
+    let losses = [0.11, 0.69, 0.40, 0.62, 0.90, 0.47, 0.86, 0.27, 0.12];
+    let promoted_in = |order: &[usize]| -> BTreeSet<u32> {
+        let mut situation = Situation::default();
+        for decision in plan(&spec, &situation).decisions {
+            apply(&mut situation.trials, &decision);
+        }
+        let mut promoted = BTreeSet::new();
+        for &index in order {
+            finish(&mut situation.trials[index], losses[index]);
+            for decision in plan(&spec, &situation).decisions {
+                if let Decision::Resume {
+                    trial, segment: 1, ..
+                } = decision
+                {
+                    promoted.insert(trial);
+                }
+                apply(&mut situation.trials, &decision);
+            }
+        }
+        promoted
+    };
+    let by_index = promoted_in(&[0, 1, 2, 3, 4, 5, 6, 7, 8]);
+    let shuffled = promoted_in(&[7, 8, 0, 2, 5, 1, 3, 6, 4]);
+    let reversed = promoted_in(&[8, 7, 6, 5, 4, 3, 2, 1, 0]);
+    assert_eq!(by_index, shuffled);
+    assert_eq!(by_index, reversed);
+    // In trial order: after 3 results the best (0); after 6 the best two (0, 2); after 8 (0, 7);
+    // after 9 (0, 8, 7): ASHA's asynchronous promotions, made in a fixed order.
+    assert_eq!(by_index, BTreeSet::from([0, 2, 7, 8]));
+}
+
 fn finish(trial: &mut TrialRecord, value: f64) {
     let segment = trial.segments.last_mut().expect("a segment");
     segment.state = SegmentState::Succeeded;

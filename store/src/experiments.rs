@@ -174,8 +174,10 @@ pub trait ExperimentStore {
         best: Option<(u32, f64)>,
         at: DateTime<Utc>,
     ) -> StoreResult<()>;
-    /// Records a trial; `false` when the experiment already has that trial (it is kept).
-    async fn insert_trial(&self, trial: &TrialRow) -> StoreResult<bool>;
+    /// Records a trial with its first segment's intent, in one transaction (a trial is never stored
+    /// without a segment); `false` when the experiment already has that trial (it and its segments
+    /// are kept).
+    async fn insert_trial(&self, trial: &TrialRow, first: &SegmentRow) -> StoreResult<bool>;
     /// Records a segment's intent; `false` when it already exists (it is kept).
     async fn insert_segment(&self, segment: &SegmentRow) -> StoreResult<bool>;
     async fn set_segment_job(

@@ -172,9 +172,10 @@ macro_rules! impl_experiment_store {
                 Ok(())
             }
 
-            async fn insert_trial(&self, trial: &TrialRow) -> StoreResult<bool> {
+            async fn insert_trial(&self, trial: &TrialRow, first: &SegmentRow) -> StoreResult<bool> {
                 let params = serde_json::to_string(&trial.params)
                     .map_err(|err| StoreError::Corrupt(format!("trial params: {err}")))?;
+                let mut tx = self.pool.begin_with(Self::BEGIN_WRITE).await?;
                 let inserted = sqlx::query(
                     "INSERT INTO experiment_trials (experiment_id, trial, params, source_trial, source_segment, \
                      replaces, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
@@ -187,9 +188,25 @@ macro_rules! impl_experiment_store {
                 .bind(trial.source.map(|s| i64::from(s.1)))
                 .bind(trial.replaces.map(i64::from))
                 .bind(trial.created_at)
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await?;
-                Ok(inserted.rows_affected() == 1)
+                if inserted.rows_affected() == 0 {
+                    return Ok(false);
+                }
+                let max_steps = first.max_steps.map(|s| i64::try_from(s).unwrap_or(i64::MAX));
+                sqlx::query(
+                    "INSERT INTO experiment_segments (experiment_id, trial, segment, job_id, max_steps, created_at) \
+                     VALUES ($1, $2, $3, NULL, $4, $5) ON CONFLICT (experiment_id, trial, segment) DO NOTHING",
+                )
+                .bind(first.experiment_id.0)
+                .bind(i64::from(first.trial))
+                .bind(i64::from(first.segment))
+                .bind(max_steps)
+                .bind(first.created_at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(true)
             }
 
             async fn insert_segment(&self, segment: &SegmentRow) -> StoreResult<bool> {

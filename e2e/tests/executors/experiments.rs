@@ -58,6 +58,36 @@ async fn wait_finished(cluster: &Cluster, id: &str, timeout: Duration) -> Value 
         .await
 }
 
+/// The rungs (1 to `rungs`) each trial reaches under ASHA with ratio `eta` when every trial's result
+/// at each rung is `values[trial][rung]` (higher is better) and results are taken in trial order at
+/// the first rung and in promotion order above it: the searcher's rule (`drover_search::asha`),
+/// written again here from its description.
+fn asha_depths(values: &[Vec<f64>], rungs: usize, eta: usize) -> Vec<usize> {
+    let mut depth = vec![1; values.len()];
+    let mut entrants: Vec<usize> = (0..values.len()).collect();
+    for rung in 0..rungs - 1 {
+        let mut seen: Vec<(f64, usize)> = Vec::new();
+        let mut promoted: Vec<usize> = Vec::new();
+        for &trial in &entrants {
+            let Some(&value) = values[trial].get(rung) else {
+                break;
+            };
+            seen.push((value, trial));
+            seen.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            for &(_, best) in &seen[..seen.len() / eta] {
+                if !promoted.contains(&best) {
+                    promoted.push(best);
+                }
+            }
+        }
+        for &trial in &promoted {
+            depth[trial] = rung + 2;
+        }
+        entrants = promoted;
+    }
+    depth
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asha_resumes_promoted_trials_from_their_checkpoints_across_a_server_kill() {
     let mut cluster = Cluster::start_with_slots(2).await;
@@ -78,13 +108,50 @@ async fn asha_resumes_promoted_trials_from_their_checkpoints_across_a_server_kil
     let done = wait_finished(&cluster, &id, Duration::from_secs(420)).await;
     let trials = done["trials"].as_array().unwrap();
     assert_eq!(trials.len(), 9, "max_trials, not one more: {done}");
-    // Rungs of 30, 90 and 270 steps: the best 3 of 9 reach 90, the best of those 270.
+    // Rungs of 30, 90 and 270 steps, promotions by ASHA's rule with the results taken in trial
+    // order: the rungs each trial reached follow from the values its jobs reported, whatever order
+    // they finished in, and whether or not the server restarted.
     let depth: Vec<usize> = trials
         .iter()
         .map(|t| t["jobs"].as_array().unwrap().len())
         .collect();
-    assert_eq!(depth.iter().filter(|&&d| d >= 2).count(), 3, "{depth:?}");
-    assert_eq!(depth.iter().filter(|&&d| d == 3).count(), 1, "{depth:?}");
+    let mut story = String::new();
+    // Each trial's value at the end of each rung it ran.
+    let mut values: Vec<Vec<f64>> = Vec::new();
+    for trial in trials {
+        let mut rungs = Vec::new();
+        for segment in trial["jobs"].as_array().unwrap() {
+            let job_id = segment["job_id"].as_str().unwrap();
+            let job = cluster.job(job_id).await;
+            let metrics = cluster
+                .get(&format!("/api/v1/jobs/{job_id}/metrics?name=val_accuracy"))
+                .await;
+            let last = metrics["metrics"].as_array().unwrap().last().cloned();
+            story.push_str(&format!(
+                "\ntrial {} segment {} to {}: {} {} ({}), generation {}, last val_accuracy {:?}",
+                trial["trial"],
+                segment["segment"],
+                segment["max_steps"],
+                job["state"],
+                job["reason"],
+                job["message"],
+                job["generation"],
+                last,
+            ));
+            let last = last.unwrap_or_else(|| panic!("no val_accuracy:{story}"));
+            assert_eq!(last["step"], segment["max_steps"], "{story}");
+            rungs.push(last["value"].as_f64().unwrap());
+        }
+        values.push(rungs);
+    }
+    let events = drover_cli(&cluster, &["experiment", "events", "digits-asha"]);
+    let expected = asha_depths(&values, 3, 3);
+    assert_eq!(depth, expected, "{story}\n{events}");
+    assert_eq!(
+        depth.iter().filter(|&&d| d == 3).count(),
+        1,
+        "one trial at the top rung: {depth:?}{story}\n{events}"
+    );
     // No job twice: the tenant holds exactly the segments' jobs, each succeeded.
     let jobs = cluster
         .get("/api/v1/jobs?label=drover.dev/experiment%3Ddigits-asha&limit=500")

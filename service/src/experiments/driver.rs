@@ -168,9 +168,10 @@ pub async fn drive(
                     replaces: *replaces,
                     created_at: now,
                 };
-                store.insert_trial(&row).await?;
+                // The trial and its first segment together: a kill between two writes left a
+                // trial without a segment, which no later pass gave a job.
                 let segment = new_segment(experiment.id, *trial, 0, *max_steps, now);
-                store.insert_segment(&segment).await?;
+                store.insert_trial(&row, &segment).await?;
                 let how = match source {
                     Some(source) => format!(
                         " from trial {}'s checkpoint (replacing trial {})",

@@ -83,15 +83,6 @@ pub(crate) async fn experiments_keep_trials_and_segments_once(db: &TestDb) {
         replaces: Some(2),
         created_at: now,
     };
-    assert!(store.insert_trial(&trial).await.unwrap());
-    let changed = TrialRow {
-        params: serde_json::json!({"lr": 0.5}),
-        ..trial.clone()
-    };
-    assert!(
-        !store.insert_trial(&changed).await.unwrap(),
-        "the first row stays"
-    );
     let segment = SegmentRow {
         experiment_id: experiment.id,
         trial: 0,
@@ -103,13 +94,32 @@ pub(crate) async fn experiments_keep_trials_and_segments_once(db: &TestDb) {
         job_state: None,
         job_name: None,
     };
-    assert!(store.insert_segment(&segment).await.unwrap());
+    assert!(store.insert_trial(&trial, &segment).await.unwrap());
+    let changed = TrialRow {
+        params: serde_json::json!({"lr": 0.5}),
+        ..trial.clone()
+    };
+    let other_first = SegmentRow {
+        max_steps: Some(99),
+        ..segment.clone()
+    };
+    assert!(
+        !store.insert_trial(&changed, &other_first).await.unwrap(),
+        "the first row stays"
+    );
+    // The trial came with its first segment; recording it again changes nothing.
     assert!(!store.insert_segment(&segment).await.unwrap());
     let (trials, segments) = store.experiment_trials(experiment.id).await.unwrap();
     assert_eq!(trials.len(), 1);
     assert_eq!(trials[0].params["lr"], 0.1);
     assert_eq!(trials[0].source, Some((3, 1)));
     assert_eq!(trials[0].replaces, Some(2));
+    assert_eq!(segments.len(), 1);
+    assert_eq!(
+        segments[0].max_steps,
+        Some(10),
+        "the first trial's segment stays"
+    );
     assert_eq!(segments[0].job_id, None, "an intent, before its job");
 
     let job = store
