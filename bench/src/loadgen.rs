@@ -5,7 +5,12 @@
 //! one submission would execute on its own (the token lookup, then the job and its event in one
 //! transaction), so `scripts/bench-submit` can compare Drover with the database alone. (The server
 //! stores concurrent submissions in shared transactions and remembers tokens, so under load it runs
-//! less than that per submission.)
+//! less than that per submission.) `drover-loadgen durability` is the client of
+//! `scripts/durability-run` (the [`durability`] module): every submission retried until acknowledged
+//! while the server is killed and its database restarted, each acknowledgement written down for the
+//! script to check.
+
+mod durability;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -40,6 +45,27 @@ enum Command {
         /// Prefix of job names (unique per run).
         #[arg(long, default_value = "load")]
         prefix: String,
+    },
+    /// Submit `--total` jobs, each retried until acknowledged, and write the acknowledgements to
+    /// `--out` (the client of scripts/durability-run).
+    Durability {
+        #[arg(long, env = "DROVER_SERVER")]
+        server: String,
+        #[arg(long, env = "DROVER_TOKEN", hide_env_values = true)]
+        token: String,
+        /// Concurrent clients; the odd-numbered ones send no idempotency key.
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        /// Logical submissions in all.
+        #[arg(long, default_value_t = 2000)]
+        total: usize,
+        /// One line per acknowledged submission: `i<TAB>job id<TAB>status`.
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// The run's id, in idempotency keys, names and labels (lowercase letters and digits; default
+        /// from the clock).
+        #[arg(long)]
+        run: Option<String>,
     },
     /// Print a pgbench script running the SQL of one submission.
     PgbenchScript {
@@ -76,6 +102,30 @@ async fn main() -> anyhow::Result<()> {
             warmup,
             prefix,
         } => run(&server, &token, clients, duration, warmup, &prefix).await,
+        Command::Durability {
+            server,
+            token,
+            clients,
+            total,
+            out,
+            run,
+        } => {
+            let run = run.unwrap_or_else(|| {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                format!("{:x}", now.as_millis())
+            });
+            durability::run(durability::Settings {
+                server,
+                token,
+                clients,
+                total,
+                out,
+                run,
+            })
+            .await
+        }
         Command::PgbenchScript {
             tenant_id,
             user_id,
