@@ -41,9 +41,9 @@ pub struct ExecutorArgs {
     /// CPUs to offer (default: all of this host's).
     #[arg(long)]
     pub cpus: Option<u32>,
-    /// Host memory to offer, in GB.
-    #[arg(long, default_value_t = 16)]
-    pub memory_gb: u32,
+    /// Host memory to offer to tasks, in GiB (default: this host's, from /proc/meminfo).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
+    pub memory_gb: Option<u32>,
     /// Node labels, `key=value` (comma-separated or repeated).
     #[arg(short = 'l', long = "label")]
     pub labels: Vec<String>,
@@ -59,6 +59,91 @@ pub struct ExecutorArgs {
     /// start with the pod's service account, which needs `get` on nodes); --label wins on a clash.
     #[arg(long, env = "DROVER_KUBERNETES_NODE_LABELS")]
     pub kubernetes_node_labels: bool,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+/// How the executor sandboxes tasks.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SandboxArgs {
+    /// Run tasks as this executor's own user, unconfined: every task can read what the executor
+    /// reads (its node credential included), signal the others and take all of the host's memory.
+    /// Without it the executor refuses to start where it cannot sandbox tasks.
+    #[arg(long, env = "DROVER_NO_SANDBOX")]
+    pub no_sandbox: bool,
+    /// The OCI runtime that runs each task's sandbox.
+    #[arg(long, env = "DROVER_OCI_RUNTIME", default_value = "runc")]
+    pub runtime: PathBuf,
+    /// The user ids tasks run as (one per running task), and the range their jobs' group ids are
+    /// drawn from: ids no one else on the host uses.
+    #[arg(long, env = "DROVER_TASK_IDS", default_value_t = drover_executor::sandbox::ids::IdRange::DEFAULT)]
+    pub task_ids: drover_executor::sandbox::ids::IdRange,
+    /// Processes and threads one task may have at once.
+    #[arg(long, env = "DROVER_TASK_PIDS_MAX", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(64..=4_194_304))]
+    pub task_pids_max: u32,
+}
+
+impl SandboxArgs {
+    /// The executor's sandbox: `Ok(None)` when told to run tasks unconfined, `Err` with the reason
+    /// when this host cannot sandbox them. `hidden`: more host paths no task may see.
+    pub async fn open(
+        &self,
+        config: &ExecutorConfig,
+        hidden: Vec<PathBuf>,
+    ) -> Result<Option<std::sync::Arc<drover_executor::sandbox::Sandbox>>, String> {
+        if self.no_sandbox {
+            return Ok(None);
+        }
+        let program = config
+            .shim
+            .first()
+            .map(PathBuf::from)
+            .ok_or_else(|| "no program to run tasks with".to_owned())?;
+        let settings = drover_executor::sandbox::SandboxSettings {
+            runtime: self.runtime.clone(),
+            ids: self.task_ids,
+            pids_max: self.task_pids_max,
+            hidden,
+        };
+        drover_executor::sandbox::Sandbox::open(
+            settings,
+            &config.data_dir,
+            &config.name,
+            &program,
+            &config.gpus,
+        )
+        .await
+        .map(Some)
+    }
+}
+
+impl Default for SandboxArgs {
+    fn default() -> Self {
+        SandboxArgs {
+            no_sandbox: false,
+            runtime: PathBuf::from("runc"),
+            task_ids: drover_executor::sandbox::ids::IdRange::DEFAULT,
+            task_pids_max: 4096,
+        }
+    }
+}
+
+/// This host's memory in GiB (rounded down), from /proc/meminfo; 1 when it cannot be read.
+pub fn host_memory_gb() -> u32 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|line| line.strip_prefix("MemTotal:"))
+                .and_then(|rest| {
+                    rest.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+        })
+        .map_or(1, |kib| u32::try_from(kib >> 20).unwrap_or(u32::MAX).max(1))
 }
 
 fn host_name() -> String {
@@ -104,20 +189,40 @@ pub fn executor_config(args: ExecutorArgs) -> anyhow::Result<ExecutorConfig> {
         source,
         gpus,
         cpus,
-        memory_gb: args.memory_gb,
+        memory_gb: args.memory_gb.unwrap_or_else(host_memory_gb),
         labels,
         advertise_host: args.advertise_host,
         shim: vec![exe.display().to_string(), "task-shim".to_owned()],
         engine: vec![exe.display().to_string(), "train-task".to_owned()],
         base_dir: std::env::current_dir().context("cannot read the working directory")?,
         enrollment_token: args.enrollment_token,
+        sandbox: None,
     })
 }
 
 pub async fn executor(args: ExecutorArgs) -> anyhow::Result<()> {
     crate::logging::init_tracing(crate::logging::LogFormat::Text, "info");
     let from_kubernetes = args.kubernetes_node_labels;
+    let sandbox = args.sandbox.clone();
     let mut config = executor_config(args)?;
+    config.sandbox = match sandbox.open(&config, Vec::new()).await {
+        Ok(Some(sandbox)) => {
+            out!(
+                "drover executor: tasks run sandboxed ({})",
+                sandbox.describe()
+            );
+            Some(sandbox)
+        }
+        Ok(None) => {
+            eprintln!(
+                "warning: --no-sandbox: tasks run as this executor's user, unconfined; tenants sharing this node can read each other's data and this node's credential"
+            );
+            None
+        }
+        Err(why) => bail!(
+            "cannot sandbox tasks: {why}. Tasks of different tenants would share this node unconfined; fix that, or start with --no-sandbox to run them so on purpose"
+        ),
+    };
     if from_kubernetes {
         let room = drover_core::validate::MAX_LABELS.saturating_sub(config.labels.len());
         let labels = drover_controller::nodes::node_labels(&config.name, room)
@@ -149,6 +254,9 @@ pub struct ShimArgs {
     /// Where to record how the command ended.
     #[arg(long)]
     pub status_file: PathBuf,
+    /// The shim is the first process of a task's sandbox (it passes signals on to the command).
+    #[arg(long)]
+    pub sandboxed: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub argv: Vec<String>,
@@ -157,7 +265,7 @@ pub struct ShimArgs {
 /// Never returns: the shim exits as soon as the command's status is recorded (a runtime shutdown would
 /// wait for the blocking read of stdin that watches the executor).
 pub async fn task_shim(args: ShimArgs) -> anyhow::Result<()> {
-    let code = drover_executor::shim::run(&args.status_file, &args.argv).await;
+    let code = drover_executor::shim::run(&args.status_file, &args.argv, args.sandboxed).await;
     std::process::exit(code)
 }
 

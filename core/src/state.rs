@@ -173,6 +173,9 @@ pub enum ReasonCode {
     RepeatedFailure,
     /// The job cannot run as specified (bad dataset path, crash at step 0, …).
     UserError,
+    /// A task used more host memory than `spec.resources.memory_gb_per_task` and its sandbox's
+    /// limit killed it: the job's own doing, so it fails rather than restarting into the same end.
+    OutOfMemory,
     /// A user paused it.
     PausedByUser,
     /// A user resumed it.
@@ -202,6 +205,7 @@ impl ReasonCode {
             ReasonCode::RestartsExhausted => "restarts_exhausted",
             ReasonCode::RepeatedFailure => "repeated_failure",
             ReasonCode::UserError => "user_error",
+            ReasonCode::OutOfMemory => "out_of_memory",
             ReasonCode::PausedByUser => "paused_by_user",
             ReasonCode::ResumedByUser => "resumed_by_user",
             ReasonCode::CancelledByUser => "cancelled_by_user",

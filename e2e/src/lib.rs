@@ -41,6 +41,35 @@ pub fn skip(test: &str, why: &str) {
     }
 }
 
+/// Whether executors here run tasks in sandboxes (as root, with Debian's `runc`), as production
+/// executors do; elsewhere they run with `--no-sandbox`, and the tests of the sandbox itself skip,
+/// saying so. `DROVER_E2E_SANDBOX=off` turns it off on purpose (to compare).
+pub fn sandboxes() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        if std::env::var("DROVER_E2E_SANDBOX").is_ok_and(|v| v == "off") {
+            return false;
+        }
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|out| out.stdout.starts_with(b"0\n"));
+        let runc = Command::new("runc")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        root && runc
+    })
+}
+
+/// The flags an executor of these tests starts with for its sandbox: none where it sandboxes tasks,
+/// `--no-sandbox` where it cannot (see [`sandboxes`]).
+pub fn sandbox_flags() -> &'static [&'static str] {
+    if sandboxes() { &[] } else { &["--no-sandbox"] }
+}
+
 /// The `drover` program under test: this package's own build of it (`src/bin/drover-e2e.rs`, the
 /// `drover` library's `main`), which Cargo builds before this package's tests and benchmarks. They
 /// run from `target/<profile>/deps/`; the program sits one folder up.
@@ -370,22 +399,23 @@ impl Cluster {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let executor = Proc::spawn_with_env(
-            &[
-                "executor",
-                "--gateway",
-                gateway,
-                "--name",
-                name,
-                "--slots",
-                &self.slots.to_string(),
-                "--cpus",
-                &(2 * self.slots).to_string(),
-                "--data-dir",
-                dir.to_str().unwrap(),
-            ],
-            &env,
-        );
+        let slots = self.slots.to_string();
+        let cpus = (2 * self.slots).to_string();
+        let mut args = vec![
+            "executor",
+            "--gateway",
+            gateway,
+            "--name",
+            name,
+            "--slots",
+            &slots,
+            "--cpus",
+            &cpus,
+            "--data-dir",
+            dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(sandbox_flags());
+        let executor = Proc::spawn_with_env(&args, &env);
         executor.wait_for_line("drover executor ");
         self.executors.push((name.to_owned(), executor));
     }

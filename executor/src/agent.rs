@@ -206,6 +206,12 @@ impl Agent {
             tasks: self.tasks.values().map(LocalTask::status).collect(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             incarnation: self.incarnation.clone(),
+            isolation: if self.config.sandbox.is_some() {
+                "runc"
+            } else {
+                "none"
+            }
+            .to_owned(),
         };
         outbound.send(msg(Body::Register(register))).await?;
         let mut request = tonic::Request::new(ReceiverStream::new(outbound_rx));
@@ -349,6 +355,7 @@ mod tests {
             engine: Vec::new(),
             base_dir: dir.to_owned(),
             enrollment_token: None,
+            sandbox: None,
         })
         .expect("an agent")
     }

@@ -1,10 +1,12 @@
 //! How an executor is set up (`ExecutorConfig`): the server it dials, its node's name, GPUs and labels,
-//! where it keeps its data, and the programs it runs tasks with. The agent runs by it; enrolment
+//! where it keeps its data, the programs it runs tasks with and the sandbox it runs them in. The agent runs by it; enrolment
 //! (`crate::credential`) reads its node name, token and data directory.
 
 use crate::gpu::{GpuInfo, GpuSource};
+use crate::sandbox::Sandbox;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(Debug, Clone)]
 pub struct ExecutorConfig {
@@ -28,4 +30,6 @@ pub struct ExecutorConfig {
     pub base_dir: PathBuf,
     /// An enrolment token, exchanged for the node's credential when the node is not enrolled yet.
     pub enrollment_token: Option<String>,
+    /// The sandbox every task runs in; `None`: tasks run as the executor's own user (`--no-sandbox`).
+    pub sandbox: Option<Arc<Sandbox>>,
 }

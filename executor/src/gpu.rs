@@ -12,6 +12,12 @@ pub struct GpuInfo {
     pub memory_gb: f64,
     /// "9.0"; empty for advertised GPUs.
     pub compute_capability: String,
+    /// The minor number of its device node (`/dev/nvidia<minor>`), for a real GPU: the node a
+    /// sandboxed task given this GPU may open.
+    pub minor_number: Option<u32>,
+    /// `GPU-…`, for a real GPU: how a sandboxed task names it in `CUDA_VISIBLE_DEVICES` (inside, only
+    /// its own GPUs' nodes exist, so the driver numbers them from 0).
+    pub uuid: Option<String>,
 }
 
 impl From<&GpuInfo> for pb::Gpu {
@@ -82,6 +88,8 @@ pub fn discover(source: GpuSource) -> Result<Vec<GpuInfo>, GpuError> {
                 model: "cpu".to_owned(),
                 memory_gb: 0.0,
                 compute_capability: String::new(),
+                minor_number: None,
+                uuid: None,
             })
             .collect()),
         GpuSource::Demo(n, memory_gb) => Ok((0..n)
@@ -90,6 +98,8 @@ pub fn discover(source: GpuSource) -> Result<Vec<GpuInfo>, GpuError> {
                 model: "demo".to_owned(),
                 memory_gb: f64::from(memory_gb),
                 compute_capability: String::new(),
+                minor_number: None,
+                uuid: None,
             })
             .collect()),
         GpuSource::Nvidia => discover_nvidia(),
@@ -116,6 +126,8 @@ fn discover_nvidia() -> Result<Vec<GpuInfo>, GpuError> {
             model: device.name().map_err(driver)?,
             memory_gb: device.memory_info().map_err(driver)?.total as f64 / (1u64 << 30) as f64,
             compute_capability: format!("{}.{}", capability.major, capability.minor),
+            minor_number: device.minor_number().ok(),
+            uuid: device.uuid().ok(),
         });
     }
     Ok(gpus)

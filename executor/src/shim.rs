@@ -10,6 +10,14 @@
 //! The shim is also a child subreaper: a descendant that leaves the process group (`setsid cmd &`)
 //! is re-parented to it rather than to init, and killed with the rest when the command ends or the
 //! executor dies.
+//!
+//! In a sandbox (`--sandboxed`, see `crate::sandbox`) the shim is the sandbox's first process, PID 1
+//! of its PID namespace, and the executor's signals reach it through the runtime rather than the
+//! command directly: it starts the command in a process group of its own and passes stop and
+//! checkpoint requests (`SIGTERM`, `SIGUSR1`) on to that group, reaps the orphans that are re-parented
+//! to it, and ends the sandbox by exiting (the kernel then kills everything left in the namespace).
+//! When the command fails it asks its own cgroup whether the out-of-memory killer struck, and records
+//! so.
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
@@ -26,6 +34,21 @@ pub struct ShimStatus {
     pub signal: Option<i32>,
     /// The command could not be started.
     pub spawn_error: Option<String>,
+    /// Its sandbox's memory limit killed it (the out-of-memory killer struck in its cgroup).
+    #[serde(default)]
+    pub out_of_memory: bool,
+}
+
+/// Where a sandboxed task sees its own cgroup.
+const OWN_CGROUP: &str = "/sys/fs/cgroup";
+
+/// Reaps the shim's children that are not the command (orphans re-parented to it), without waiting.
+fn reap_orphans(command: Option<u32>) {
+    for pid in children() {
+        if Some(pid as u32) != command {
+            let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+        }
+    }
 }
 
 fn write_status(path: &Path, status: &ShimStatus) {
@@ -74,8 +97,9 @@ fn kill_descendants() {
     }
 }
 
-/// Runs `argv` and returns the shim's own exit code (0 once the status is recorded).
-pub async fn run(status_file: &Path, argv: &[String]) -> i32 {
+/// Runs `argv` and returns the shim's own exit code (0 once the status is recorded). `sandboxed`: the
+/// shim is a sandbox's first process (see the module's header).
+pub async fn run(status_file: &Path, argv: &[String], sandboxed: bool) -> i32 {
     let Some((program, args)) = argv.split_first() else {
         write_status(
             status_file,
@@ -101,11 +125,16 @@ pub async fn run(status_file: &Path, argv: &[String]) -> i32 {
     // SIGUSR1 ("checkpoint now") is for the command; the shim only has to survive it.
     let mut checkpoint_requests =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok();
-    let mut child = match tokio::process::Command::new(program)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .spawn()
-    {
+    if sandboxed {
+        // Files the task makes are its job's group's too (the runtime sets it; older ones do not).
+        nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o007));
+    }
+    let mut command = tokio::process::Command::new(program);
+    command.args(args).stdin(std::process::Stdio::null());
+    if sandboxed {
+        command.process_group(0);
+    }
+    let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => {
             write_status(
@@ -118,23 +147,37 @@ pub async fn run(status_file: &Path, argv: &[String]) -> i32 {
             return 0;
         }
     };
+    let command_pid = child.id();
+    // In a sandbox the command leads its own group; the executor's signals come to the shim.
+    let pass_on = |signal: Signal| {
+        if sandboxed && let Some(pid) = command_pid {
+            let _ = killpg(Pid::from_raw(pid as i32), signal);
+        }
+    };
     let mut stdin = tokio::io::stdin();
     let mut buf = [0u8; 64];
     let mut watching = true;
+    let mut reaper = tokio::time::interval(std::time::Duration::from_secs(5));
     loop {
         tokio::select! {
             status = child.wait() => {
-                let status = match status {
+                let mut status = match status {
                     Ok(status) => ShimStatus {
                         exit_code: status.code(),
                         signal: status.signal(),
-                        spawn_error: None,
+                        ..ShimStatus::default()
                     },
                     Err(err) => ShimStatus {
                         spawn_error: Some(format!("cannot wait for the command: {err}")),
                         ..ShimStatus::default()
                     },
                 };
+                // A command that failed after the out-of-memory killer struck in its sandbox (itself,
+                // or a child whose death it passed on: `sh -c` exits 137 for its killed python).
+                if sandboxed && status.exit_code != Some(0) {
+                    status.out_of_memory = crate::sandbox::cgroups::oom_kills(Path::new(OWN_CGROUP))
+                        .is_some_and(|kills| kills > 0);
+                }
                 kill_descendants();
                 write_status(status_file, &status);
                 return 0;
@@ -142,14 +185,23 @@ pub async fn run(status_file: &Path, argv: &[String]) -> i32 {
             read = stdin.read(&mut buf), if watching => {
                 if matches!(read, Ok(0) | Err(_)) {
                     // The executor is gone: take every descendant and the whole group down, this
-                    // shim included.
+                    // shim included. As a sandbox's first process the shim cannot be killed from
+                    // inside: it exits, and the kernel ends what is left of the sandbox.
                     kill_descendants();
+                    if sandboxed {
+                        return 1;
+                    }
                     let _ = killpg(getpgrp(), Signal::SIGKILL);
                     watching = false;
                 }
             }
-            Some(()) = async { match terminate.as_mut() { Some(t) => t.recv().await, None => std::future::pending().await } } => {}
-            Some(()) = async { match checkpoint_requests.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {}
+            Some(()) = async { match terminate.as_mut() { Some(t) => t.recv().await, None => std::future::pending().await } } => {
+                pass_on(Signal::SIGTERM);
+            }
+            Some(()) = async { match checkpoint_requests.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
+                pass_on(Signal::SIGUSR1);
+            }
+            _ = reaper.tick(), if sandboxed => reap_orphans(command_pid),
         }
     }
 }

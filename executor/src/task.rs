@@ -1,7 +1,9 @@
-//! One task as a child process: started through the shim in its own process group, with only its GPUs
-//! visible, its output captured line by line (JSON contract lines become metrics and checkpoint
-//! records), stopped with SIGTERM then SIGKILL after the grace period, and reaped with its exit cause.
+//! One task as a child process: started through the shim in its own process group (inside its own
+//! sandbox, `crate::sandbox`, when the executor sandboxes tasks), with only its GPUs visible, its
+//! output captured line by line (JSON contract lines become metrics and checkpoint records), stopped
+//! with SIGTERM then SIGKILL after the grace period, and reaped with its exit cause.
 
+use crate::sandbox::{Confined, Sandbox, TaskSandbox};
 use crate::shim::ShimStatus;
 use crate::storage::Remote;
 use drover_proto as pb;
@@ -39,6 +41,11 @@ pub struct Launch {
     pub hide_gpus: bool,
     /// The object store checkpoints go to; the spec's checkpoint directory is a local copy.
     pub remote: Option<Arc<Remote>>,
+    /// The sandbox tasks run in; `None` runs them as the executor's user (`--no-sandbox`).
+    pub sandbox: Option<Arc<Sandbox>>,
+    /// The task's GPUs as `GPU-…` ids, when it is sandboxed on real GPUs: inside, only its own GPUs'
+    /// device nodes exist and the driver numbers them from 0, so indices would name the wrong ones.
+    pub gpu_uuids: Vec<String>,
 }
 
 /// Asks a running task to stop within a grace period.
@@ -131,6 +138,8 @@ fn task_env(launch: &Launch) -> Vec<(String, String)> {
     ];
     let visible = if launch.hide_gpus {
         String::new()
+    } else if !launch.gpu_uuids.is_empty() {
+        launch.gpu_uuids.join(",")
     } else {
         spec.gpus
             .iter()
@@ -141,6 +150,17 @@ fn task_env(launch: &Launch) -> Vec<(String, String)> {
     env.push(("CUDA_VISIBLE_DEVICES", visible));
     // The executor numbers GPUs as NVML does (PCI bus order); CUDA's default order differs.
     env.push(("CUDA_DEVICE_ORDER", "PCI_BUS_ID".to_owned()));
+    // The CPUs it was given: libraries that size thread pools by the machine's cores (OpenMP,
+    // rayon, the engine) use as many as the task may, not all of the node's.
+    if spec.cpus > 0 {
+        env.push(("DROVER_CPUS", spec.cpus.to_string()));
+        env.push(("OMP_NUM_THREADS", spec.cpus.to_string()));
+        env.push(("RAYON_NUM_THREADS", spec.cpus.to_string()));
+    }
+    if launch.sandbox.is_some() {
+        // The executor's home is not in the sandbox; its private /tmp is.
+        env.push(("HOME", "/tmp".to_owned()));
+    }
     env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
@@ -198,26 +218,80 @@ pub async fn start(
         .shim
         .split_first()
         .ok_or_else(|| StartError::Node("no task shim configured".to_owned()))?;
-    let mut command = tokio::process::Command::new(shim_program);
+    // The task's environment: what programs need of the executor's, the job's own, the contract's
+    // (a later one of the same name wins).
+    let mut env: std::collections::BTreeMap<String, String> = inherited_env().collect();
+    env.extend(launch.spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env.extend(task_env(&launch));
+    env.extend(hparams_file.map(|path| ("DROVER_HPARAMS_FILE".to_owned(), path)));
+    let (mut command, confined) = match &launch.sandbox {
+        None => {
+            let mut command = tokio::process::Command::new(shim_program);
+            command
+                .args(shim_args)
+                .arg("--status-file")
+                .arg(&status_file)
+                .arg("--")
+                .args(&launch.spec.argv)
+                .current_dir(&workdir)
+                .env_clear()
+                .envs(env);
+            (command, None)
+        }
+        Some(sandbox) => {
+            let mut args: Vec<String> = shim_args.to_vec();
+            args.extend(["--sandboxed".to_owned(), "--status-file".to_owned()]);
+            args.push(status_file.display().to_string());
+            args.push("--".to_owned());
+            args.extend(launch.spec.argv.iter().cloned());
+            let task = TaskSandbox {
+                name: launch.task_dir.file_name().map_or_else(
+                    || launch.key.job_id.clone(),
+                    |n| n.to_string_lossy().into_owned(),
+                ),
+                job_id: launch.key.job_id.clone(),
+                args,
+                env: env.into_iter().collect(),
+                workdir: workdir.clone(),
+                task_dir: launch.task_dir.clone(),
+                checkpoint_dir: PathBuf::from(&launch.spec.checkpoint_dir),
+                resume_from: (!launch.spec.resume_from.is_empty())
+                    .then(|| PathBuf::from(&launch.spec.resume_from)),
+                data: launch
+                    .spec
+                    .read_only_paths
+                    .iter()
+                    .map(|p| workdir.join(p))
+                    .filter(|p| p.exists())
+                    .collect(),
+                memory_limit_bytes: launch.spec.memory_limit_bytes,
+                cpus: launch.spec.cpus,
+                gpus: launch.spec.gpus.clone(),
+            };
+            let sandbox = sandbox.clone();
+            let confined = tokio::task::spawn_blocking(move || sandbox.confine(&task))
+                .await
+                .map_err(|err| StartError::Node(format!("cannot prepare the sandbox: {err}")))?
+                .map_err(|err| StartError::Node(format!("cannot prepare the sandbox: {err}")))?;
+            (confined.0, Some(confined.1))
+        }
+    };
     command
-        .args(shim_args)
-        .arg("--status-file")
-        .arg(&status_file)
-        .arg("--")
-        .args(&launch.spec.argv)
-        .current_dir(&workdir)
-        .env_clear()
-        .envs(inherited_env())
-        .envs(launch.spec.env.iter())
-        .envs(task_env(&launch))
-        .envs(hparams_file.map(|path| ("DROVER_HPARAMS_FILE", path)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    let mut child = command.spawn().map_err(|err| {
-        StartError::Node(format!("cannot start the task shim {shim_program}: {err}"))
-    })?;
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            if let Some(confined) = confined {
+                confined.finish().await;
+            }
+            return Err(StartError::Node(format!(
+                "cannot start the task shim {shim_program}: {err}"
+            )));
+        }
+    };
     let pid = child.id().unwrap_or(0);
     let pgid = Pid::from_raw(pid as i32);
     let (stop_tx, stop_rx) = oneshot::channel();
@@ -255,6 +329,7 @@ pub async fn start(
     // Held until the task ends: when the executor dies, this pipe closes and the shim kills the group.
     let stdin = child.stdin.take();
     let key = launch.key.clone();
+    let memory_limit_bytes = launch.spec.memory_limit_bytes;
     tokio::spawn(async move {
         let mut stop_requested = false;
         let mut killed_after_grace = None;
@@ -268,15 +343,18 @@ pub async fn start(
                     status = child.wait() => status,
                     () = tokio::time::sleep(grace) => {
                         killed_after_grace = Some(grace);
-                        let _ = killpg(pgid, Signal::SIGKILL);
+                        kill_all(confined.as_ref(), pgid).await;
                         child.wait().await
                     }
                 }
             }
         };
         // Whatever is left of the group (a background child of the command) goes too.
-        let _ = killpg(pgid, Signal::SIGKILL);
+        kill_all(confined.as_ref(), pgid).await;
         drop(stdin);
+        if let Some(confined) = confined {
+            confined.finish().await;
+        }
         // A process that left the group may still hold the pipes: stop reading after a while.
         for reader in [stdout, stderr].into_iter().flatten() {
             let abort = reader.abort_handle();
@@ -318,12 +396,17 @@ pub async fn start(
                 signal: status.signal,
                 stop_requested,
                 message: match (status.exit_code, status.signal) {
+                    _ if status.out_of_memory => format!(
+                        "was killed for using more than its memory limit ({} MiB)",
+                        memory_limit_bytes >> 20
+                    ),
                     (Some(code), _) => format!("exited with status {code}"),
                     (None, Some(signal)) => format!("was killed by signal {signal}"),
                     (None, None) => "exited".to_owned(),
                 },
                 last_lines,
                 spawn_failed: false,
+                out_of_memory: status.out_of_memory,
             },
             (None, Some(grace), _) => pb::Exited {
                 signal: Some(9),
@@ -354,6 +437,23 @@ pub async fn start(
         let _ = events.send(exited(&key, report)).await;
     });
     Ok((pid, StopHandle(Some(stop_tx))))
+}
+
+/// Kills every process of the task: the sandbox's through its runtime (signals to the runtime's own
+/// group would leave the sandbox running), or the process group's.
+async fn kill_all(confined: Option<&Confined>, group: Pid) {
+    match confined {
+        Some(confined) => {
+            let _ = tokio::time::timeout(
+                crate::sandbox::KILL_TIMEOUT,
+                confined.sandbox().kill(&confined.container, "KILL"),
+            )
+            .await;
+        }
+        None => {
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -56,7 +56,7 @@ pub fn cause_of_reason(reason: &str) -> &'static str {
         "submitted" => "startup",
         "preempted" | "suspended" => "preemption",
         "task_failed" | "executor_lost" | "restarts_exhausted" | "repeated_failure"
-        | "user_error" => "failure",
+        | "user_error" | "out_of_memory" => "failure",
         "resized" | "resized_by_user" => "resize",
         "migrated" => "migration",
         "paused_by_user" | "resumed_by_user" => "paused",

@@ -310,6 +310,12 @@ async fn prepare_task(
                 resume_step: resume.as_ref().map_or(0, |c| c.step),
                 stop_grace_ms: duration_ms(runtime.config.stop_grace),
                 train_job,
+                memory_limit_bytes: u64::from(spec.spec.resources.memory_gb_per_task) << 30,
+                cpus: match task.key.role {
+                    TaskRole::Worker => spec.spec.resources.cpus_per_worker,
+                    TaskRole::Ps => spec.spec.resources.cpus_per_ps,
+                },
+                read_only_paths: declared_data(&spec),
             }),
         })),
     };
@@ -457,6 +463,20 @@ fn since(at: chrono::DateTime<chrono::Utc>) -> String {
 
 pub(super) fn duration_ms(duration: std::time::Duration) -> u32 {
     u32::try_from(duration.as_millis()).unwrap_or(u32::MAX)
+}
+
+/// What the job declared it reads: a train job's dataset file or folder (shown read-only in its
+/// tasks' sandboxes).
+fn declared_data(job: &drover_core::DroverJob) -> Vec<String> {
+    use drover_core::spec::DatasetSpec;
+    match job.spec.train.as_ref().map(|train| &train.dataset) {
+        Some(
+            DatasetSpec::Idx { path } | DatasetSpec::Csv { path, .. } | DatasetSpec::Text { path },
+        ) => {
+            vec![path.clone()]
+        }
+        _ => Vec::new(),
+    }
 }
 
 #[cfg(test)]

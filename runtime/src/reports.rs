@@ -366,6 +366,7 @@ async fn on_exited(
         key,
         spawn_failed: exited.spawn_failed,
         last_lines: &exited.last_lines,
+        out_of_memory: exited.out_of_memory,
     };
     crate::settle::settle(runtime, &job, &tasks, Some(exit)).await
 }

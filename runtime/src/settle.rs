@@ -20,6 +20,8 @@ pub(super) struct Exit<'a> {
     pub key: TaskKey,
     pub spawn_failed: bool,
     pub last_lines: &'a [String],
+    /// Its sandbox's memory limit killed it.
+    pub out_of_memory: bool,
 }
 
 fn task_name(key: &TaskKey) -> String {
@@ -106,7 +108,23 @@ pub(super) async fn settle(
                 }
                 _ => String::new(),
             };
-            if this_exit.is_some_and(|e| e.spawn_failed) {
+            if this_exit.is_some_and(|e| e.out_of_memory) {
+                // Its own doing, and a restart would meet the same limit: the job fails, and only
+                // it (the sandbox's limit kept the node and the other tasks there whole).
+                let memory = job
+                    .spec()
+                    .map_or(0, |s| s.spec.resources.memory_gb_per_task);
+                let change = StateChange {
+                    to: JobState::Failed,
+                    reason: ReasonCode::OutOfMemory,
+                    message: format!(
+                        "task {name} used more than its {memory} GiB of memory (spec.resources.memory_gb_per_task) and was killed on {}{tail}",
+                        task.node_name
+                    ),
+                    actor: None,
+                };
+                (change, false)
+            } else if this_exit.is_some_and(|e| e.spawn_failed) {
                 let change = StateChange {
                     to: JobState::Failed,
                     reason: ReasonCode::UserError,

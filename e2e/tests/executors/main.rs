@@ -12,6 +12,7 @@ mod distributed;
 mod durability;
 mod experiments;
 mod faults;
+mod isolation;
 mod kubernetes;
 mod object_store;
 mod pause;

@@ -130,7 +130,8 @@ async fn a_rolling_restart_of_two_replicas_fails_no_request_and_keeps_the_job() 
     );
     let mut executors = Vec::new();
     for name in ["exec-a", "exec-b"] {
-        let executor = Proc::spawn(&[
+        let data_dir = dir.path().join(name);
+        let mut args = vec![
             "executor",
             "--gateway",
             &gateways,
@@ -141,8 +142,10 @@ async fn a_rolling_restart_of_two_replicas_fails_no_request_and_keeps_the_job() 
             "--cpus",
             "2",
             "--data-dir",
-            dir.path().join(name).to_str().unwrap(),
-        ]);
+            data_dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(sandbox_flags());
+        let executor = Proc::spawn(&args);
         executor.wait_for_line("drover executor ");
         executors.push(executor);
     }

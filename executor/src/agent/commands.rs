@@ -207,6 +207,7 @@ impl Agent {
                 .extend(["--job".to_owned(), job_file.display().to_string()]);
             spec.workdir = ".".to_owned();
         }
+        let gpu_uuids = gpu_uuids(&self.config, &task.spec.gpus);
         let launch = Launch {
             key: key.clone(),
             spec,
@@ -217,6 +218,8 @@ impl Agent {
             shim: self.config.shim.clone(),
             hide_gpus: !self.config.source.is_real(),
             remote: task.remote.clone(),
+            gpu_uuids,
+            sandbox: self.config.sandbox.clone(),
         };
         match task::start(launch, self.events_tx.clone()).await {
             Ok((pid, handle)) => {
@@ -290,4 +293,22 @@ impl Agent {
             }
         }
     }
+}
+
+/// A sandboxed task's GPUs by their `GPU-…` ids (empty unless every one of them has one).
+fn gpu_uuids(config: &crate::config::ExecutorConfig, gpus: &[u32]) -> Vec<String> {
+    if config.sandbox.is_none() || gpus.is_empty() {
+        return Vec::new();
+    }
+    let uuids: Option<Vec<String>> = gpus
+        .iter()
+        .map(|index| {
+            config
+                .gpus
+                .iter()
+                .find(|gpu| gpu.index == *index)
+                .and_then(|gpu| gpu.uuid.clone())
+        })
+        .collect();
+    uuids.unwrap_or_default()
 }
