@@ -98,6 +98,9 @@ impl ExecutorGateway for GatewayService {
         if !self.runtime.is_leader() {
             return Err(redirect(&self.runtime).await);
         }
+        let peer = request
+            .remote_addr()
+            .map_or_else(|| "an unknown address".to_owned(), |a| a.ip().to_string());
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(REGISTER_WITHIN, inbound.message())
             .await
@@ -109,6 +112,17 @@ impl ExecutorGateway for GatewayService {
             ));
         };
         validate_registration(&register)?;
+        // One session per node: a second executor process presenting a live node's credential is
+        // refused, not let in to displace the first (a stolen credential would otherwise take the
+        // node over, and its tasks' reports with it).
+        let live_within = self.runtime.config.executor_timeout;
+        if let Some(occupied) = self
+            .runtime
+            .hub
+            .occupied(&node, &register.incarnation, live_within)
+        {
+            return Err(refuse_second_session(&node, &peer, &occupied));
+        }
         if register.node_name != node {
             tracing::warn!(
                 node.name = node,
@@ -120,6 +134,7 @@ impl ExecutorGateway for GatewayService {
                 register.node_name
             )));
         }
+        check_capacity(&self.runtime, &node, &credential, &register).await?;
         let runtime = self.runtime.clone();
         let name = register.node_name.clone();
         let registration = NodeRegistration {
@@ -180,7 +195,17 @@ impl ExecutorGateway for GatewayService {
                 .await
                 .map_err(|_| Status::cancelled("the executor went away"))?;
         }
-        let session = runtime.hub.connect(&name, commands, gpu_model);
+        let session = runtime
+            .hub
+            .connect(
+                &name,
+                commands,
+                gpu_model,
+                &register.incarnation,
+                peer.clone(),
+                live_within,
+            )
+            .map_err(|occupied| refuse_second_session(&name, &peer, &occupied))?;
         // A revocation between the credential check and this connection would find no session to
         // end: look again now that the session is there for it to find.
         // Leadership may have moved while this session was being set up.
@@ -245,6 +270,66 @@ impl ExecutorGateway for GatewayService {
         self.runtime.hub.wake.notify_one();
         Ok(Response::new(ReceiverStream::new(receiver)))
     }
+}
+
+/// A node advertises no more than its credential's first registration did (GPUs, GPU memory, CPUs,
+/// host memory): a stolen credential cannot inflate the node to attract jobs (and their secrets).
+/// Less is fine (a GPU fell off the bus); more needs the node enrolled again.
+async fn check_capacity(
+    runtime: &Runtime,
+    node: &str,
+    credential: &[u8; 32],
+    register: &pb::Register,
+) -> Result<(), Status> {
+    let claimed = drover_store::NodeCapacity {
+        gpus: register.gpus.len() as u32,
+        gpu_memory_gb: register
+            .gpus
+            .iter()
+            .map(|g| g.memory_gb)
+            .fold(0.0, f64::max),
+        cpus: register.cpus,
+        memory_gb: register.memory_gb,
+    };
+    let pinned = runtime
+        .store
+        .pin_node_capacity(credential, &claimed)
+        .await
+        .map_err(|err| {
+            tracing::error!(node.name = node, error = %err, "cannot check a node's capacity");
+            Status::unavailable("the server cannot check this node's capacity now; retry")
+        })?;
+    match claimed.beyond(&pinned) {
+        None => Ok(()),
+        Some(beyond) => {
+            tracing::warn!(
+                node.name = node,
+                beyond,
+                "refused a registration that advertises more than the node was enrolled with"
+            );
+            Err(Status::permission_denied(format!(
+                "node `{node}` advertises {beyond}: a node advertises no more than at its first registration. If its hardware grew, enrol it again (drover node revoke {node}; drover enrollment-token create NAME --node {node})"
+            )))
+        }
+    }
+}
+
+/// Refuses a second session for `node` while another executor process holds a live one, and tells
+/// the operator: either the node restarted while its old session is not yet timed out (it gets in
+/// once that session goes quiet), or someone else holds the node's credential.
+fn refuse_second_session(node: &str, peer: &str, occupied: &crate::hub::Occupied) -> Status {
+    tracing::warn!(
+        node.name = node,
+        peer,
+        live.peer = occupied.peer,
+        live.heard_ms = occupied.heard.as_millis() as u64,
+        "refused a second executor session with a live node's credential: if the node did not just restart, its credential may be stolen (drover node revoke)"
+    );
+    Status::already_exists(format!(
+        "node `{node}` already has a live session (from {}, heard {} ms ago): a node's credential opens one session at a time; a restarted executor gets in once the old session goes quiet",
+        occupied.peer,
+        occupied.heard.as_millis()
+    ))
 }
 
 /// What a replica that does not lead answers a session: where the leader is, when it is known.

@@ -34,6 +34,18 @@ struct Executor {
     sent: HashSet<(TaskKey, Command)>,
     /// GPU utilisation and memory from the last heartbeat.
     usage: Vec<drover_proto::GpuUsage>,
+    /// The executor process of the session (random at each start of it) and where it connects from.
+    incarnation: String,
+    peer: String,
+}
+
+/// Another executor process holds the node's live session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Occupied {
+    /// Where that session comes from.
+    pub peer: String,
+    /// How long ago it was last heard from.
+    pub heard: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -59,9 +71,48 @@ impl Hub {
     }
 
     /// Records a new session for `node`, replacing (and so closing) any earlier one.
-    pub fn connect(&self, node: &str, commands: CommandSender, gpu_model: String) -> u64 {
+    /// Whether another executor process than `incarnation` holds `node`'s session and was heard from
+    /// within `live_within`: a node's credential opens one session at a time.
+    pub fn occupied(
+        &self,
+        node: &str,
+        incarnation: &str,
+        live_within: Duration,
+    ) -> Option<Occupied> {
+        let executors = self.executors();
+        let executor = executors.get(node)?;
+        let live = executor.commands.as_ref().is_some_and(|c| !c.is_closed())
+            && executor.last_seen.elapsed() < live_within;
+        (live && executor.incarnation != incarnation).then(|| Occupied {
+            peer: executor.peer.clone(),
+            heard: executor.last_seen.elapsed(),
+        })
+    }
+
+    /// Makes this the node's session, unless another executor process holds a live one (see
+    /// [`Hub::occupied`]); the same process reconnecting replaces its own earlier session.
+    pub fn connect(
+        &self,
+        node: &str,
+        commands: CommandSender,
+        gpu_model: String,
+        incarnation: &str,
+        peer: String,
+        live_within: Duration,
+    ) -> Result<u64, Occupied> {
+        let mut executors = self.executors();
+        if let Some(executor) = executors.get(node) {
+            let live = executor.commands.as_ref().is_some_and(|c| !c.is_closed())
+                && executor.last_seen.elapsed() < live_within;
+            if live && executor.incarnation != incarnation {
+                return Err(Occupied {
+                    peer: executor.peer.clone(),
+                    heard: executor.last_seen.elapsed(),
+                });
+            }
+        }
         let session = self.next_session.fetch_add(1, Ordering::Relaxed) + 1;
-        self.executors().insert(
+        executors.insert(
             node.to_owned(),
             Executor {
                 session,
@@ -70,9 +121,11 @@ impl Hub {
                 gpu_model,
                 sent: HashSet::new(),
                 usage: Vec::new(),
+                incarnation: incarnation.to_owned(),
+                peer,
             },
         );
-        session
+        Ok(session)
     }
 
     /// The stream of `session` ended. The node stays known until its heartbeat timeout passes.
@@ -141,6 +194,8 @@ impl Hub {
                 gpu_model: String::new(),
                 sent: HashSet::new(),
                 usage: Vec::new(),
+                incarnation: String::new(),
+                peer: String::new(),
             });
     }
 

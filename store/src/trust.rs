@@ -63,6 +63,48 @@ pub struct NodeCredential {
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
+/// What a node advertises, as its credential pins it: how many GPUs, the most memory of any one of
+/// them, CPUs and host memory.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NodeCapacity {
+    pub gpus: u32,
+    pub gpu_memory_gb: f64,
+    pub cpus: u32,
+    pub memory_gb: u32,
+}
+
+impl NodeCapacity {
+    /// What of `self` exceeds `pinned`, in words; `None` when nothing does.
+    pub fn beyond(&self, pinned: &NodeCapacity) -> Option<String> {
+        let mut over = Vec::new();
+        if self.gpus > pinned.gpus {
+            over.push(format!(
+                "{} GPUs (enrolled with {})",
+                self.gpus, pinned.gpus
+            ));
+        }
+        if self.gpu_memory_gb > pinned.gpu_memory_gb + 0.5 {
+            over.push(format!(
+                "GPUs of {:.0} GB (enrolled with {:.0} GB)",
+                self.gpu_memory_gb, pinned.gpu_memory_gb
+            ));
+        }
+        if self.cpus > pinned.cpus {
+            over.push(format!(
+                "{} CPUs (enrolled with {})",
+                self.cpus, pinned.cpus
+            ));
+        }
+        if self.memory_gb > pinned.memory_gb {
+            over.push(format!(
+                "{} GB of memory (enrolled with {} GB)",
+                self.memory_gb, pinned.memory_gb
+            ));
+        }
+        (!over.is_empty()).then(|| over.join(", "))
+    }
+}
+
 /// How an enrolment went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Enrolment {
@@ -148,6 +190,13 @@ pub trait TrustStore: Send + Sync {
     async fn find_node_credential(&self, hash: &[u8; 32]) -> StoreResult<Option<NodeCredential>>;
     /// Revokes every live credential of the node; how many there were.
     async fn revoke_node_credentials(&self, node_name: &str) -> StoreResult<u64>;
+    /// The capacity the credential with this hash pins: `claimed`, if it pins none yet (its node's
+    /// first registration), else what it pinned then. `NotFound` for an unknown credential.
+    async fn pin_node_capacity(
+        &self,
+        hash: &[u8; 32],
+        claimed: &NodeCapacity,
+    ) -> StoreResult<NodeCapacity>;
     /// The live credential of each enrolled node.
     async fn live_node_credentials(&self) -> StoreResult<Vec<NodeCredential>>;
 

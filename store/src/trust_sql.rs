@@ -195,6 +195,26 @@ macro_rules! impl_trust_store {
                 Ok(done.rows_affected())
             }
 
+            async fn pin_node_capacity(
+                &self,
+                hash: &[u8; 32],
+                claimed: &$crate::NodeCapacity,
+            ) -> StoreResult<$crate::NodeCapacity> {
+                let json = serde_json::to_string(claimed)
+                    .map_err(|err| StoreError::Corrupt(format!("node capacity: {err}")))?;
+                let row: Option<(Option<String>,)> = sqlx::query_as(
+                    "UPDATE node_credentials SET capacity = COALESCE(capacity, $2) \
+                     WHERE credential_hash = $1 RETURNING capacity",
+                )
+                .bind(hash.as_slice())
+                .bind(json)
+                .fetch_optional(&self.pool)
+                .await?;
+                let stored = row.and_then(|(capacity,)| capacity).ok_or(StoreError::NotFound)?;
+                serde_json::from_str(&stored)
+                    .map_err(|err| StoreError::Corrupt(format!("node capacity: {err}")))
+            }
+
             async fn live_node_credentials(&self) -> StoreResult<Vec<NodeCredential>> {
                 let sql = concat!("SELECT ", credential_columns!(), " FROM node_credentials WHERE revoked_at IS NULL ORDER BY node_name");
                 let rows = sqlx::query(sql).fetch_all(&self.pool).await?;

@@ -32,6 +32,11 @@ pub struct DevArgs {
     /// with --demo, enough for the demo's five-task parameter-server job, which the banner says.
     #[arg(long)]
     cpus_per_executor: Option<u32>,
+    /// Run tasks unsandboxed, as this process's user, on purpose. Without it each task runs in a
+    /// sandbox of its own where this host allows it (as root, with runc), and the banner says when
+    /// it does not.
+    #[arg(long)]
+    no_sandbox: bool,
 }
 
 /// Reads the dev admin token, or creates one (mode 0600) on the first start.
@@ -114,6 +119,12 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         .gateway_addr
         .map(|addr| format!("http://{addr}"))
         .context("the dev server has no executor gateway")?;
+    // Each local executor sandboxes its tasks where the host allows; none sees the server's data.
+    let sandbox_args = crate::node::SandboxArgs {
+        no_sandbox: args.no_sandbox,
+        ..crate::node::SandboxArgs::default()
+    };
+    let mut sandboxing = None;
     for i in 0..args.executors {
         let name = format!("local-{i}");
         let executor_dir = data_dir.join("executors").join(&name);
@@ -126,13 +137,28 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             demo_gpus: Some(args.gpus_per_executor),
             demo_gpu_memory_gb: 16,
             cpus: Some(cpus_per_executor),
-            memory_gb: 32,
+            memory_gb: None,
             labels: Vec::new(),
             advertise_host: "127.0.0.1".to_owned(),
             enrollment_token,
             kubernetes_node_labels: false,
+            sandbox: sandbox_args.clone(),
         };
-        let config = crate::node::executor_config(executor)?;
+        let mut config = crate::node::executor_config(executor)?;
+        let hidden = vec![
+            data_dir
+                .canonicalize()
+                .unwrap_or_else(|_| data_dir.to_path_buf()),
+        ];
+        let opened = sandbox_args.open(&config, hidden).await;
+        sandboxing.get_or_insert_with(|| match &opened {
+            Ok(Some(sandbox)) => format!("each task in its own ({})", sandbox.describe()),
+            Ok(None) => "off (--no-sandbox): tasks run as this process's user, unconfined".to_owned(),
+            Err(why) => format!(
+                "OFF: {why}. Tasks run as this process's user, unconfined (--no-sandbox says so on purpose)"
+            ),
+        });
+        config.sandbox = opened.ok().flatten();
         let agent = drover_executor::Agent::new(config)?;
         tokio::spawn(async move {
             if let Err(err) = agent.run(std::future::pending()).await {
@@ -160,6 +186,9 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         cpus_per_executor,
         args.policy
     );
+    if let Some(sandboxing) = &sandboxing {
+        out!("  Sandboxes:    {sandboxing}");
+    }
     if cpus_per_executor > host_cpus {
         out!(
             "                ({} CPUs each is more than this host's {host_cpus}, which the tasks share{})",
@@ -255,23 +284,16 @@ fn fresh_start(data_dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A one-time enrolment token minted for a local executor that needs one: `None` when the credential
-/// kept in its data directory is live. A node whose credential is lost (its directory was removed) or
-/// unknown (a new database) is revoked and enrolled afresh: dev is its own cluster administrator.
+/// A one-time enrolment token for a local executor: at every start each one is enrolled afresh (its
+/// earlier credential revoked and forgotten), since a credential pins the capacity its node first
+/// advertised and `--gpus-per-executor` or `--cpus-per-executor` may have changed: dev is its own
+/// cluster administrator.
 async fn dev_enrollment(
     store: &dyn drover_store::Store,
     name: &str,
     executor_dir: &Path,
 ) -> anyhow::Result<Option<String>> {
     use drover_store::tokens::{ENROLLMENT_PREFIX, display_prefix, generate_secret, hash_token};
-    if let Some(credential) = drover_executor::credential::load(executor_dir)?
-        && store
-            .find_node_credential(&hash_token(&credential))
-            .await?
-            .is_some_and(|record| record.revoked_at.is_none() && record.node_name == name)
-    {
-        return Ok(None);
-    }
     drover_executor::credential::forget(executor_dir)?;
     store.revoke_node_credentials(name).await?;
     let admin = store

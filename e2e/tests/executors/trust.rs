@@ -14,6 +14,7 @@ fn executor_that_exits(cluster: &Cluster, name: &str, token: Option<&str>) -> (b
         .args(["executor", "--gateway", &cluster.gateway, "--name", name])
         .args(["--slots", "1", "--data-dir"])
         .arg(cluster.executor_dir(name))
+        .args(sandbox_flags())
         .env_remove("DROVER_ENROLLMENT_TOKEN")
         .env("DROVER_LOG", "warn");
     if let Some(token) = token {
@@ -38,7 +39,8 @@ fn executor_that_exits(cluster: &Cluster, name: &str, token: Option<&str>) -> (b
 
 /// Starts executor `name` with this enrolment token and waits until it is healthy.
 async fn enrol_and_run(cluster: &mut Cluster, name: &str, token: &str) {
-    let executor = Proc::spawn(&[
+    let data_dir = cluster.executor_dir(name);
+    let mut args = vec![
         "executor",
         "--gateway",
         &cluster.gateway,
@@ -49,8 +51,10 @@ async fn enrol_and_run(cluster: &mut Cluster, name: &str, token: &str) {
         "--enrollment-token",
         token,
         "--data-dir",
-        cluster.executor_dir(name).to_str().unwrap(),
-    ]);
+        data_dir.to_str().unwrap(),
+    ];
+    args.extend_from_slice(sandbox_flags());
+    let executor = Proc::spawn(&args);
     executor.wait_for_line("drover executor ");
     cluster.executors.push((name.to_owned(), executor));
     cluster
@@ -239,5 +243,98 @@ async fn a_secret_reaches_the_tasks_process_and_nothing_else() {
         !ciphertext
             .windows(VALUE.len())
             .any(|w| w == VALUE.as_bytes())
+    );
+}
+
+/// Opens a gateway session with `credential` that registers as `node` with `gpus` GPUs of `memory_gb`
+/// each; the server's answer (the stream, or the refusal).
+async fn register_with(
+    cluster: &Cluster,
+    credential: &str,
+    node: &str,
+    gpus: u32,
+    memory_gb: f64,
+) -> Result<(), tonic::Status> {
+    use drover_proto as pb;
+    let mut client =
+        pb::executor_gateway_client::ExecutorGatewayClient::connect(cluster.gateway.clone())
+            .await
+            .unwrap();
+    let (outbound, receiver) = tokio::sync::mpsc::channel(4);
+    outbound
+        .send(pb::ExecutorMessage {
+            body: Some(pb::executor_message::Body::Register(pb::Register {
+                node_name: node.to_owned(),
+                executor_id: "thief".into(),
+                incarnation: "thief".into(),
+                gpus: (0..gpus)
+                    .map(|index| pb::Gpu {
+                        index,
+                        model: "cpu".into(),
+                        memory_gb,
+                        compute_capability: String::new(),
+                    })
+                    .collect(),
+                cpus: 1,
+                memory_gb: 1,
+                gpu_source: "slots".into(),
+                ..pb::Register::default()
+            })),
+            seq: 0,
+        })
+        .await
+        .unwrap();
+    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(receiver));
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {credential}").parse().unwrap(),
+    );
+    client.session(request).await.map(drop)
+}
+
+/// A node's stolen credential (read from the executor's data directory, as an unsandboxed task
+/// could) neither displaces the node's live executor nor inflates the node: a second session is
+/// refused while the first is live (it used to take the node over, and the jobs placed there with
+/// their secrets), and once the node is gone the credential still advertises no more than the node
+/// was enrolled with (8 GPUs of 10⁶ GB used to be taken on any claim).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stolen_node_credential_neither_displaces_the_node_nor_inflates_it() {
+    let mut cluster = Cluster::start().await;
+    let stolen = std::fs::read_to_string(cluster.executor_dir("exec-a").join("node-credential"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let refused = register_with(&cluster, &stolen, "exec-a", 1, 0.0)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::AlreadyExists, "{refused:?}");
+    assert!(
+        refused.message().contains("already has a live session"),
+        "{refused:?}"
+    );
+    // The real executor keeps its session and runs what it is given.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        node_health(&cluster, "exec-a").await.as_deref(),
+        Some("healthy")
+    );
+    cluster.post("/api/v1/nodes/exec-b/cordon", json!({})).await;
+    let job = cluster.submit_training("after-the-theft").await;
+    let node = cluster.wait_for_checkpoint(&job, 100).await;
+    assert_eq!(node, "exec-a");
+
+    // With the node's executor gone, the credential registers only as what the node was.
+    cluster.kill_executor("exec-a");
+    let inflated = register_with(&cluster, &stolen, "exec-a", 8, 1e6)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        inflated.code(),
+        tonic::Code::PermissionDenied,
+        "{inflated:?}"
+    );
+    assert!(
+        inflated.message().contains("8 GPUs (enrolled with 1)"),
+        "{inflated:?}"
     );
 }

@@ -71,6 +71,7 @@ conformance!(
     running_jobs_rescale_under_a_new_generation,
     generations_open_allocations_in_the_ledger,
     enrolment_spends_tokens_and_binds_node_names,
+    a_credential_pins_the_capacity_of_its_first_registration,
     experiments_keep_trials_and_segments_once,
 );
 

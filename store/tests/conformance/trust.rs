@@ -194,3 +194,43 @@ pub(crate) async fn enrolment_spends_tokens_and_binds_node_names(db: &TestDb) {
     assert_eq!(live.len(), 1);
     assert_eq!(live[0].prefix, "drn_108");
 }
+
+/// A node's first registration pins what it advertises; the pin stays whatever it claims later (the
+/// gateway refuses more), and a new credential pins again.
+pub(crate) async fn a_credential_pins_the_capacity_of_its_first_registration(db: &TestDb) {
+    let store = db.store.as_ref();
+    let enrolled = store
+        .enroll_node(EnrolWith::Server, &credential("gpu-09", 109))
+        .await
+        .unwrap();
+    assert!(matches!(enrolled, Enrolment::Enrolled(_)), "{enrolled:?}");
+    let first = NodeCapacity {
+        gpus: 2,
+        gpu_memory_gb: 16.0,
+        cpus: 8,
+        memory_gb: 64,
+    };
+    assert_eq!(
+        store.pin_node_capacity(&[109; 32], &first).await.unwrap(),
+        first
+    );
+    let inflated = NodeCapacity {
+        gpus: 8,
+        gpu_memory_gb: 1e6,
+        ..first
+    };
+    let pinned = store
+        .pin_node_capacity(&[109; 32], &inflated)
+        .await
+        .unwrap();
+    assert_eq!(pinned, first, "the first registration's capacity stays");
+    let beyond = inflated.beyond(&pinned).unwrap();
+    assert!(beyond.contains("8 GPUs (enrolled with 2)"), "{beyond}");
+    assert!(first.beyond(&pinned).is_none());
+    let fewer = NodeCapacity { gpus: 1, ..first };
+    assert!(fewer.beyond(&pinned).is_none(), "a node may advertise less");
+    assert!(matches!(
+        store.pin_node_capacity(&[7; 32], &first).await,
+        Err(StoreError::NotFound)
+    ));
+}
