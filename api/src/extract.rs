@@ -45,34 +45,42 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let Body(bytes) = Body::from_request(req, state).await?;
-        let mut de = serde_json::Deserializer::from_slice(&bytes);
-        let parsed = serde_path_to_error::deserialize(&mut de);
-        let (field, err) = match parsed {
-            Ok(value) => match de.end() {
-                Ok(()) => {
-                    refuse_nul_in_json(&bytes)?;
-                    return Ok(ApiJson(value));
-                }
-                Err(err) => ("(body)".to_owned(), err),
-            },
-            Err(err) => {
-                let path = err.path().to_string();
-                let path = path.trim_end_matches(".?").to_owned();
-                let field = if matches!(path.as_str(), "." | "?" | "") {
-                    "(body)".to_owned()
-                } else {
-                    path
-                };
-                (field, err.into_inner())
-            }
-        };
-        Err(if err.is_data() {
-            ApiError::invalid(&field, err.to_string())
-        } else {
-            ApiError::new(StatusCode::BAD_REQUEST, "malformed_body", err.to_string())
-                .with_field(field)
-        })
+        parse_json(&bytes).map(ApiJson)
     }
+}
+
+/// Reads a JSON body strictly, as [`ApiJson`] does, for a handler that reads its body itself: bytes
+/// that are not JSON are a 400 (`malformed_body`), JSON of the wrong shape (a wrong type, an unknown
+/// field) a 422 naming the field.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // Read as JSON Schema reads it (`drover_core::json`): `2.0` is an integer, keys are unique.
+    let named = |path: String, err: serde_json::Error| {
+        let path = path.trim_end_matches(".?").to_owned();
+        let field = if matches!(path.as_str(), "." | "?" | "") {
+            "(body)".to_owned()
+        } else {
+            path
+        };
+        (field, err)
+    };
+    let parsed = drover_core::json::read(bytes)
+        .map_err(|err| named(err.path, err.error))
+        .and_then(|tree| {
+            serde_path_to_error::deserialize(tree)
+                .map_err(|err| named(err.path().to_string(), err.into_inner()))
+        });
+    let (field, err) = match parsed {
+        Ok(value) => {
+            refuse_nul_in_json(bytes)?;
+            return Ok(value);
+        }
+        Err(failure) => failure,
+    };
+    Err(if err.is_data() {
+        ApiError::invalid(&field, err.to_string())
+    } else {
+        ApiError::new(StatusCode::BAD_REQUEST, "malformed_body", err.to_string()).with_field(field)
+    })
 }
 
 /// A JSON body that parsed may still carry `\u0000`, which no database column takes (Postgres refuses

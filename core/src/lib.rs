@@ -10,6 +10,7 @@
 //!   typed reason codes every transition carries;
 //! - [`tenancy`]: roles within a tenant;
 //! - [`text`]: strings every store can keep (no NUL);
+//! - [`json`]: JSON read as JSON Schema reads it (`2.0` is an integer; a key is named once);
 //! - [`ids`]: typed ids, so a tenant id cannot be passed where a job id is meant.
 
 pub mod blocks;
@@ -17,6 +18,7 @@ mod document;
 pub mod experiment;
 pub mod experiment_validate;
 pub mod ids;
+pub mod json;
 mod parse;
 mod schema;
 pub mod spec;

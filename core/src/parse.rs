@@ -81,16 +81,13 @@ fn parse_document<T: serde::de::DeserializeOwned>(
 ) -> Result<T, SpecError> {
     match format {
         Format::Json => {
-            let mut de = serde_json::Deserializer::from_slice(bytes);
-            let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
-                let malformed = !err.inner().is_data();
-                let mut spec_err = path_error(err);
-                spec_err.malformed = malformed;
+            // Read as JSON Schema reads it (`crate::json`): `2.0` is an integer, keys are unique.
+            let tree = crate::json::read(bytes).map_err(|err| {
+                let mut spec_err = field_error(&err.path, &err.error);
+                spec_err.malformed = !err.error.is_data();
                 spec_err
             })?;
-            de.end()
-                .map_err(|err| SpecError::malformed("(document)", err.to_string()))?;
-            Ok(value)
+            serde_path_to_error::deserialize(tree).map_err(path_error)
         }
         Format::Yaml => {
             // Any other error the walk meets, the parse below meets too and names the field.
@@ -123,7 +120,11 @@ fn parse_document<T: serde::de::DeserializeOwned>(
 }
 
 fn path_error<E: std::fmt::Display>(err: serde_path_to_error::Error<E>) -> SpecError {
-    let path = err.path().to_string();
+    field_error(&err.path().to_string(), err.inner())
+}
+
+/// The error at `path` (serde_path_to_error's spelling) as a [`SpecError`] naming the field.
+fn field_error(path: &str, err: &impl std::fmt::Display) -> SpecError {
     // serde_path_to_error writes `?` for a position it could not name (inside a half-parsed value).
     let path = path.trim_end_matches(".?").to_owned();
     let field = if matches!(path.as_str(), "." | "?" | "") {
@@ -131,7 +132,7 @@ fn path_error<E: std::fmt::Display>(err: serde_path_to_error::Error<E>) -> SpecE
     } else {
         path
     };
-    SpecError::new(field, in_words(&err.inner().to_string()))
+    SpecError::new(field, in_words(&err.to_string()))
 }
 
 /// serde's messages name Rust types (`expected u32`, `expected struct TaskRange`): say what is

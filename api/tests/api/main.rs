@@ -604,3 +604,81 @@ async fn job_outputs_are_scoped_and_their_parameters_checked() {
         .await;
     assert_eq!(absent.status, StatusCode::NOT_FOUND);
 }
+
+/// JSON bodies are read as JSON Schema, and so the OpenAPI document, reads them: a whole number
+/// written with a fraction (`3.0`, as JavaScript's and Python's encoders may write one) is the integer
+/// it equals, and an object names each key once.
+#[tokio::test]
+async fn json_bodies_take_whole_numbers_as_integers_and_refuse_repeated_keys() {
+    let app = TestApp::new().await;
+    let minted = app
+        .post(
+            "/api/v1/enrollment-tokens",
+            ADMIN_TOKEN,
+            json!({"name": "rack-3", "uses": 3.0}),
+        )
+        .await;
+    assert_eq!(minted.status, StatusCode::CREATED, "{}", minted.body);
+    assert_eq!(minted.body["enrollment_token"]["uses_left"], 3);
+    let half = app
+        .post(
+            "/api/v1/enrollment-tokens",
+            ADMIN_TOKEN,
+            json!({"name": "rack-4", "uses": 2.5}),
+        )
+        .await;
+    assert_eq!(
+        (half.status, half.error_field()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "uses")
+    );
+    let job = json!({
+        "apiVersion": "drover.dev/v1", "kind": "DroverJob", "metadata": {"name": "floats"},
+        "spec": {"type": "command", "command": {"argv": ["true"]},
+                 "resources": {"workers": 1.0, "gpus_per_worker": 0.0, "cpus_per_worker": 2e0}}
+    });
+    let submitted = app.post("/api/v1/jobs", ADMIN_TOKEN, job).await;
+    assert_eq!(submitted.status, StatusCode::CREATED, "{}", submitted.body);
+    let id = submitted.body["job"]["id"].as_str().unwrap();
+    let stored = app.get(&format!("/api/v1/jobs/{id}"), ADMIN_TOKEN).await;
+    assert_eq!(
+        stored.body["job"]["spec"]["spec"]["resources"]["cpus_per_worker"],
+        2
+    );
+    for (path, body, field) in [
+        (
+            "/api/v1/tenants",
+            br#"{"name": "a", "name": "b"}"#.as_slice(),
+            "(body)",
+        ),
+        (
+            "/api/v1/jobs",
+            br#"{"apiVersion": "drover.dev/v1", "kind": "DroverJob", "kind": "DroverJob"}"#
+                .as_slice(),
+            "(document)",
+        ),
+    ] {
+        let reply = app
+            .call(
+                Method::POST,
+                path,
+                Some(ADMIN_TOKEN),
+                Some(("application/json", body.to_vec())),
+                &[],
+            )
+            .await;
+        assert_eq!(
+            (reply.status, reply.error_field()),
+            (StatusCode::UNPROCESSABLE_ENTITY, field),
+            "{path}: {}",
+            reply.body
+        );
+        assert!(
+            reply.body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("duplicate field"),
+            "{}",
+            reply.body
+        );
+    }
+}
