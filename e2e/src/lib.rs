@@ -411,6 +411,11 @@ impl Cluster {
             &slots,
             "--cpus",
             &cpus,
+            // More than this host may have: the tests' jobs ask for the default 8 GB a task, and
+            // a five-task job needs three tasks on one node (each task's sandbox still holds it to
+            // its own 8 GB).
+            "--memory-gb",
+            "64",
             "--data-dir",
             dir.to_str().unwrap(),
         ];

@@ -112,17 +112,6 @@ impl ExecutorGateway for GatewayService {
             ));
         };
         validate_registration(&register)?;
-        // One session per node: a second executor process presenting a live node's credential is
-        // refused, not let in to displace the first (a stolen credential would otherwise take the
-        // node over, and its tasks' reports with it).
-        let live_within = self.runtime.config.executor_timeout;
-        if let Some(occupied) = self
-            .runtime
-            .hub
-            .occupied(&node, &register.incarnation, live_within)
-        {
-            return Err(refuse_second_session(&node, &peer, &occupied));
-        }
         if register.node_name != node {
             tracing::warn!(
                 node.name = node,
@@ -133,6 +122,17 @@ impl ExecutorGateway for GatewayService {
                 "this credential is node `{node}`'s; it cannot register as `{}`",
                 register.node_name
             )));
+        }
+        // One session per node: a second executor process presenting a live node's credential is
+        // refused, not let in to displace the first (a stolen credential would otherwise take the
+        // node over, and its tasks' reports with it).
+        let live_within = self.runtime.config.executor_timeout;
+        if let Some(occupied) = self
+            .runtime
+            .hub
+            .occupied(&node, &register.incarnation, live_within)
+        {
+            return Err(refuse_second_session(&node, &peer, &occupied));
         }
         check_capacity(&self.runtime, &node, &credential, &register).await?;
         let runtime = self.runtime.clone();

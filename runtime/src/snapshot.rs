@@ -114,7 +114,8 @@ pub(super) fn build<'a>(
     for task in live {
         by_job.entry(task.key.job_id).or_default().push(task);
     }
-    let placement_of = |tasks: &[&Task]| -> Option<Placement> {
+    // Each task holds its job's `memory_gb_per_task` (0 for a job whose spec is gone).
+    let placement_of = |tasks: &[&Task], memory_gb: u32| -> Option<Placement> {
         let mut placed = Vec::with_capacity(tasks.len());
         for task in tasks {
             let node = *node_index.get(task.node_name.as_str())?;
@@ -138,6 +139,7 @@ pub(super) fn build<'a>(
                 node: NodeId(node),
                 gpus,
                 cpus: task.cpus,
+                memory_gb,
                 packed: false,
             });
         }
@@ -183,6 +185,7 @@ pub(super) fn build<'a>(
             gpu_memory_gb: resources.gpu_memory_gb,
             cpus_per_worker: resources.cpus_per_worker,
             cpus_per_ps: resources.cpus_per_ps,
+            memory_gb_per_task: resources.memory_gb_per_task,
             preemptible: spec.spec.scheduling.preemptible,
             consolidate: false,
             placement: None,
@@ -214,11 +217,12 @@ pub(super) fn build<'a>(
             let (current, old): (Vec<&Task>, Vec<&Task>) = tasks
                 .iter()
                 .partition(|t| t.key.generation == job.generation);
-            placement_of(&current)
-                .zip(placement_of(&old))
+            let memory = resources.memory_gb_per_task;
+            placement_of(&current, memory)
+                .zip(placement_of(&old, memory))
                 .map(with_leftovers)
         } else {
-            placement_of(&tasks)
+            placement_of(&tasks, resources.memory_gb_per_task)
         };
         let Some(placement) = placement else {
             continue;
@@ -233,7 +237,7 @@ pub(super) fn build<'a>(
     }
     // Tasks of jobs no longer active (cancelled, failed, succeeded) that have not exited yet.
     for (job_id, tasks) in by_job {
-        let Some(placement) = placement_of(&tasks) else {
+        let Some(placement) = placement_of(&tasks, 0) else {
             continue;
         };
         let shape = placement.shape();
@@ -255,6 +259,7 @@ pub(super) fn build<'a>(
             gpu_memory_gb: None,
             cpus_per_worker: tasks.iter().map(|t| t.cpus).max().unwrap_or(0),
             cpus_per_ps: tasks.iter().map(|t| t.cpus).max().unwrap_or(0),
+            memory_gb_per_task: 0,
             preemptible: false,
             consolidate: false,
             placement: None,
@@ -311,6 +316,7 @@ fn with_leftovers((mut placement, old): (Placement, Placement)) -> Placement {
             placement.tasks.push(TaskPlacement {
                 index: next,
                 cpus: 0,
+                memory_gb: 0,
                 ..task
             });
             next += 1;
@@ -391,6 +397,7 @@ mod tests {
             node: NodeId(node),
             gpus: gpus.to_vec(),
             cpus: 2,
+            memory_gb: 0,
             packed: false,
         }
     }
@@ -447,6 +454,7 @@ mod tests {
             gpu_memory_gb: None,
             cpus_per_worker: 1,
             cpus_per_ps: 1,
+            memory_gb_per_task: 0,
             preemptible: true,
             consolidate: false,
             placement: Some(Placement {

@@ -38,9 +38,10 @@ pub fn check(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), Violation> {
 }
 
 /// What must hold of a plan at every phase of a policy, finished or not: gangs within their ranges, no
-/// CPU over-committed, no GPU shared without a packing decision or beyond its memory.
+/// CPU or host memory over-committed, no GPU shared without a packing decision or beyond its memory.
 pub fn check_placements(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), Violation> {
     let mut cpus_used = vec![0u64; snapshot.nodes.len()];
+    let mut memory_used = vec![0u64; snapshot.nodes.len()];
     let mut tenant_gpus: BTreeMap<u32, u64> = BTreeMap::new();
     // (node, gpu) -> [(job index, packed, memory)]
     let mut gpu_users: BTreeMap<(u32, u16), Vec<GpuUser>> = BTreeMap::new();
@@ -83,6 +84,7 @@ pub fn check_placements(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), V
                 ));
             }
             cpus_used[task.node.0 as usize] += u64::from(task.cpus);
+            memory_used[task.node.0 as usize] += u64::from(task.memory_gb);
             for &gpu in &task.gpus {
                 if usize::from(gpu) >= node.gpus.len() {
                     return violation(format!(
@@ -121,6 +123,14 @@ pub fn check_placements(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), V
             return violation(format!(
                 "node {} has {used} CPUs committed of {}",
                 node.name, node.cpus
+            ));
+        }
+    }
+    for (node, used) in snapshot.nodes.iter().zip(&memory_used) {
+        if *used > u64::from(node.memory_gb) {
+            return violation(format!(
+                "node {} has {used} GB of memory committed of {}",
+                node.name, node.memory_gb
             ));
         }
     }

@@ -23,6 +23,8 @@ struct NodeFree {
     gpu_free: u64,
     free_gpus: u32,
     free_cpus: u32,
+    /// Host memory not held by a task, in GB.
+    free_memory_gb: u32,
     schedulable: bool,
 }
 
@@ -34,6 +36,7 @@ pub struct FreeResources {
     buckets: Vec<BTreeSet<u32>>,
     free_gpus: u32,
     free_cpus: u32,
+    free_memory_gb: u64,
     max_node_gpus: u32,
     /// CPUs kept on a node for each of its free GPUs' workers when PS shards are placed: the most
     /// any job in the snapshot gives a worker per GPU. A PS costs no GPU, so without this a job's
@@ -62,6 +65,7 @@ impl FreeResources {
             buckets: Vec::new(),
             free_gpus: 0,
             free_cpus: 0,
+            free_memory_gb: 0,
             max_node_gpus,
             cpus_per_free_gpu: snapshot
                 .jobs
@@ -81,11 +85,13 @@ impl FreeResources {
                 },
                 free_gpus: gpus,
                 free_cpus: node.cpus,
+                free_memory_gb: node.memory_gb,
                 schedulable: node.schedulable,
             };
             if node.schedulable {
                 free.free_gpus += entry.free_gpus;
                 free.free_cpus += entry.free_cpus;
+                free.free_memory_gb += u64::from(entry.free_memory_gb);
             }
             free.nodes.push(entry);
         }
@@ -129,6 +135,13 @@ impl FreeResources {
             .map_or(0, |n| if n.schedulable { n.free_cpus } else { 0 })
     }
 
+    /// Free host memory on one node, GB.
+    pub fn free_memory_on(&self, node: NodeId) -> u32 {
+        self.nodes
+            .get(node.0 as usize)
+            .map_or(0, |n| if n.schedulable { n.free_memory_gb } else { 0 })
+    }
+
     /// Free GPUs on one node.
     pub fn free_gpus_on(&self, node: NodeId) -> u32 {
         self.nodes
@@ -142,6 +155,11 @@ impl FreeResources {
 
     pub fn free_cpus(&self) -> u32 {
         self.free_cpus
+    }
+
+    /// Free host memory on schedulable nodes, in GB.
+    pub fn free_memory_gb(&self) -> u64 {
+        self.free_memory_gb
     }
 
     fn rebucket(&mut self, node: usize, before: u32) {
@@ -180,14 +198,18 @@ impl FreeResources {
         }
         let cpus = task.cpus.min(entry.free_cpus);
         entry.free_cpus -= cpus;
+        let memory = task.memory_gb.min(entry.free_memory_gb);
+        entry.free_memory_gb -= memory;
         if entry.schedulable {
             self.free_cpus -= cpus;
+            self.free_memory_gb -= u64::from(memory);
         }
     }
 
     /// Takes exactly these resources if every one is still free (a running job keeping its place).
     pub fn try_take_exact(&mut self, placement: &Placement) -> bool {
-        let mut cpus_by_node: Vec<(u32, u32)> = Vec::new();
+        // (node, CPUs, memory) the placement takes there.
+        let mut by_node: Vec<(u32, u32, u32)> = Vec::new();
         for task in &placement.tasks {
             let Some(entry) = self.nodes.get(task.node.0 as usize) else {
                 return false;
@@ -199,15 +221,18 @@ impl FreeResources {
             {
                 return false;
             }
-            match cpus_by_node.iter_mut().find(|(n, _)| *n == task.node.0) {
-                Some((_, cpus)) => *cpus += task.cpus,
-                None => cpus_by_node.push((task.node.0, task.cpus)),
+            match by_node.iter_mut().find(|(n, _, _)| *n == task.node.0) {
+                Some((_, cpus, memory)) => {
+                    *cpus += task.cpus;
+                    *memory += task.memory_gb;
+                }
+                None => by_node.push((task.node.0, task.cpus, task.memory_gb)),
             }
         }
-        if cpus_by_node
-            .iter()
-            .any(|&(n, cpus)| self.nodes[n as usize].free_cpus < cpus)
-        {
+        if by_node.iter().any(|&(n, cpus, memory)| {
+            let node = &self.nodes[n as usize];
+            node.free_cpus < cpus || node.free_memory_gb < memory
+        }) {
             return false;
         }
         self.take(placement);
@@ -224,8 +249,14 @@ impl FreeResources {
         let per_worker_gpus = job.gpus_per_worker;
         let gpus = shape.workers * per_worker_gpus;
         let cpus = shape.workers * job.cpus_per_worker + shape.ps * job.cpus_per_ps;
-        if gpus > self.free_gpus || cpus > self.free_cpus {
-            return Err(WaitReason::InsufficientResources);
+        if gpus > self.free_gpus {
+            return Err(WaitReason::InsufficientGpus);
+        }
+        if cpus > self.free_cpus {
+            return Err(WaitReason::InsufficientCpus);
+        }
+        if job.memory_gb_at(shape) > self.free_memory_gb {
+            return Err(WaitReason::InsufficientMemory);
         }
         let worker_nodes = self.choose_worker_nodes(job, shape.workers, strategy)?;
         let ps_nodes = self.choose_ps_nodes(job, shape.ps, &worker_nodes)?;
@@ -251,6 +282,7 @@ impl FreeResources {
                     node: NodeId(node),
                     gpus,
                     cpus: job.cpus_per_worker,
+                    memory_gb: job.memory_gb_per_task,
                     packed: false,
                 });
                 index += 1;
@@ -263,6 +295,7 @@ impl FreeResources {
                 node: NodeId(node),
                 gpus: Vec::new(),
                 cpus: job.cpus_per_ps,
+                memory_gb: job.memory_gb_per_task,
                 packed: false,
             });
         }
@@ -280,10 +313,12 @@ impl FreeResources {
     ) -> Result<Vec<(u32, u32)>, WaitReason> {
         let g = job.gpus_per_worker;
         let c = job.cpus_per_worker;
+        let m = job.memory_gb_per_task;
         let fits_on = |node: &NodeFree| -> u32 {
             let by_gpu = node.free_gpus.checked_div(g).unwrap_or(u32::MAX);
             let by_cpu = node.free_cpus.checked_div(c).unwrap_or(u32::MAX);
-            by_gpu.min(by_cpu)
+            let by_memory = node.free_memory_gb.checked_div(m).unwrap_or(u32::MAX);
+            by_gpu.min(by_cpu).min(by_memory)
         };
         if g == 0 {
             // CPU-only workers: most free CPUs first.
@@ -334,8 +369,9 @@ impl FreeResources {
             return Ok(Vec::new());
         }
         let per_ps = job.cpus_per_ps;
-        // (node, free CPUs, free GPUs) once this job's workers are placed.
-        let mut nodes: Vec<(u32, u32, u32)> = worker_nodes
+        let memory = job.memory_gb_per_task;
+        // (node, free CPUs, free GPUs, free memory) once this job's workers are placed.
+        let mut nodes: Vec<(u32, u32, u32, u32)> = worker_nodes
             .iter()
             .map(|&(node, workers)| {
                 let entry = &self.nodes[node as usize];
@@ -347,15 +383,19 @@ impl FreeResources {
                     entry
                         .free_gpus
                         .saturating_sub(workers * job.gpus_per_worker),
+                    entry.free_memory_gb.saturating_sub(workers * memory),
                 )
             })
             .collect();
-        let spare =
-            |&(_, cpus, gpus): &(u32, u32, u32)| cpus.saturating_sub(gpus * self.cpus_per_free_gpu);
+        let spare = |&(_, cpus, gpus, _): &(u32, u32, u32, u32)| {
+            cpus.saturating_sub(gpus * self.cpus_per_free_gpu)
+        };
+        let holds = |slot: &(u32, u32, u32, u32), cpus: u32| cpus >= per_ps && slot.3 >= memory;
         let workers_nodes = nodes.len();
         let mut chosen = Vec::with_capacity(shards as usize);
-        let take = |slot: &mut (u32, u32, u32), chosen: &mut Vec<u32>| {
+        let take = |slot: &mut (u32, u32, u32, u32), chosen: &mut Vec<u32>| {
             slot.1 -= per_ps;
+            slot.3 -= memory;
             chosen.push(slot.0);
         };
         // The workers' nodes in turn, within their spare CPUs.
@@ -363,7 +403,7 @@ impl FreeResources {
         let mut i = 0;
         while chosen.len() < shards as usize && workers_nodes > 0 && stalled < workers_nodes {
             let slot = &mut nodes[i % workers_nodes];
-            if spare(slot) >= per_ps {
+            if holds(slot, spare(slot)) {
                 take(slot, &mut chosen);
                 stalled = 0;
             } else {
@@ -376,31 +416,42 @@ impl FreeResources {
         }
         // The other nodes, most spare CPUs first (only now: listing them costs a pass over the
         // cluster, which most gangs' shards never need).
-        let mut others: Vec<(u32, u32, u32)> = self
+        let mut others: Vec<(u32, u32, u32, u32)> = self
             .nodes
             .iter()
             .enumerate()
             .filter(|(n, node)| node.schedulable && !worker_nodes.iter().any(|w| w.0 == *n as u32))
-            .map(|(n, node)| (n as u32, node.free_cpus, node.free_gpus))
+            .map(|(n, node)| {
+                (
+                    n as u32,
+                    node.free_cpus,
+                    node.free_gpus,
+                    node.free_memory_gb,
+                )
+            })
             .collect();
         others.sort_by_key(|other| (std::cmp::Reverse(spare(other)), other.0));
         nodes.extend(others);
         for slot in &mut nodes[workers_nodes..] {
-            while spare(slot) >= per_ps && chosen.len() < shards as usize {
+            while holds(slot, spare(slot)) && chosen.len() < shards as usize {
                 take(slot, &mut chosen);
             }
         }
         // Whatever CPUs are left, taking from the fewest free GPUs first.
         if chosen.len() < shards as usize {
-            nodes.sort_by_key(|&(n, _, gpus)| (gpus, n));
+            nodes.sort_by_key(|&(n, _, gpus, _)| (gpus, n));
             for slot in &mut nodes {
-                while slot.1 >= per_ps && chosen.len() < shards as usize {
+                while holds(slot, slot.1) && chosen.len() < shards as usize {
                     take(slot, &mut chosen);
                 }
             }
         }
         if chosen.len() < shards as usize {
-            Err(WaitReason::InsufficientResources)
+            Err(if nodes.iter().any(|slot| slot.1 >= per_ps) {
+                WaitReason::InsufficientMemory
+            } else {
+                WaitReason::InsufficientCpus
+            })
         } else {
             Ok(chosen)
         }

@@ -20,6 +20,9 @@ pub struct TaskPlacement {
     pub node: NodeId,
     pub gpus: Vec<u16>,
     pub cpus: u32,
+    /// Host memory the task holds, in GB (0: its job did not say).
+    #[serde(default)]
+    pub memory_gb: u32,
     /// The policy decided to share these GPUs with one other job (Gandiva-style packing).
     pub packed: bool,
 }

@@ -14,8 +14,14 @@ pub use crate::placement::{Placement, Role, TaskPlacement};
 pub enum WaitReason {
     /// Strict FIFO: an earlier job at the head of the queue does not fit yet.
     BehindHeadOfLine,
-    /// Not enough free GPUs (or CPUs) in the cluster for its shape.
+    /// Not enough free resources in the cluster for its shape.
     InsufficientResources,
+    /// Not enough free GPUs in the cluster for its smallest shape.
+    InsufficientGpus,
+    /// Not enough free CPUs (for its workers, or its PS shards) in the cluster.
+    InsufficientCpus,
+    /// Not enough free host memory (`memory_gb_per_task` for each task) in the cluster.
+    InsufficientMemory,
     /// Enough in total, but not on few enough nodes (consolidation) or not in one piece.
     Fragmented,
     /// Jobs ahead of it in the policy's order took the capacity.

@@ -80,6 +80,9 @@ pub struct JobView {
     pub gpu_memory_gb: Option<f64>,
     pub cpus_per_worker: u32,
     pub cpus_per_ps: u32,
+    /// Host memory each of its tasks (worker or PS shard) needs, in GB (0: not said, none counted).
+    #[serde(default)]
+    pub memory_gb_per_task: u32,
     pub preemptible: bool,
     /// The model has a few very large tensors (high skew): its workers should sit on as few nodes as
     /// possible (Tiresias's consolidated placement).
@@ -110,6 +113,11 @@ impl JobView {
     pub fn cpus_at(&self, shape: Shape) -> u32 {
         shape.workers * self.cpus_per_worker + shape.ps * self.cpus_per_ps
     }
+
+    /// Host memory the job's tasks take at `shape`, in GB.
+    pub fn memory_gb_at(&self, shape: Shape) -> u64 {
+        u64::from(shape.workers + shape.ps) * u64::from(self.memory_gb_per_task)
+    }
 }
 
 /// Everything a policy decides from.
@@ -137,6 +145,15 @@ impl ClusterSnapshot {
             .iter()
             .filter(|n| n.schedulable)
             .map(|n| n.cpus)
+            .sum()
+    }
+
+    /// Host memory of the schedulable nodes, GB.
+    pub fn total_memory_gb(&self) -> u64 {
+        self.nodes
+            .iter()
+            .filter(|n| n.schedulable)
+            .map(|n| u64::from(n.memory_gb))
             .sum()
     }
 }

@@ -13,6 +13,7 @@ fn worker(node: u32, gpu: u16, packed: bool) -> TaskPlacement {
         node: NodeId(node),
         gpus: vec![gpu],
         cpus: 1,
+        memory_gb: 0,
         packed,
     }
 }
@@ -24,6 +25,7 @@ fn ps(node: u32, cpus: u32) -> TaskPlacement {
         node: NodeId(node),
         gpus: vec![],
         cpus,
+        memory_gb: 0,
         packed: false,
     }
 }

@@ -31,10 +31,7 @@ fn strict_fifo_blocks_behind_the_head_and_backfill_does_not() {
         .unwrap()
         .schedule(&snap, &Plan::default());
     assert!(runs(&strict, 0));
-    assert_eq!(
-        wait_reason(&strict, 1),
-        Some(WaitReason::InsufficientResources)
-    );
+    assert_eq!(wait_reason(&strict, 1), Some(WaitReason::InsufficientGpus));
     assert_eq!(wait_reason(&strict, 2), Some(WaitReason::BehindHeadOfLine));
     let backfill = build_policy("fifo-backfill", None)
         .unwrap()

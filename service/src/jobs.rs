@@ -66,6 +66,7 @@ pub async fn submit(
 ) -> ServiceResult<Created<Job>> {
     principal.require_job_writer()?;
     check_quota(&principal.user.tenant_name, &principal.tenant_quota, &job)?;
+    service.capacity.check(service.store.as_ref(), &job).await?;
     check_waiting_jobs(service, principal).await?;
     crate::secrets::check_references(
         service,

@@ -2,7 +2,8 @@
 //! the experiment driver — below HTTP, returning typed errors ([`error::ServiceError`]): submitting
 //! jobs ([`jobs`]), their state changes and resizes, creating and steering experiments
 //! ([`experiments`]), and the checks they make on the way — who the caller is and what they may do
-//! ([`auth`]), quotas, waiting-job ceilings, secret references — with an audit record of every
+//! ([`auth`]), quotas, waiting-job ceilings, secret references, whether any node could ever hold the
+//! job ([`capacity`]) — with an audit record of every
 //! privileged action ([`audit`]). Job submissions are stored in shared transactions ([`submissions`],
 //! group commit). The experiment driver ([`experiments::run`]) turns searchers' decisions into jobs
 //! through the same operations.
@@ -13,6 +14,7 @@
 pub mod audit;
 pub mod auth;
 pub mod bootstrap;
+pub mod capacity;
 pub mod enrollment;
 pub mod error;
 pub mod experiments;

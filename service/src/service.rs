@@ -2,6 +2,7 @@
 //! the key that seals tenant secrets, the limits, the process's metrics, and the per-process state
 //! every entrance shares (group commit, the token cache, open streams).
 
+use crate::capacity::Capacity;
 use crate::metrics::Metrics;
 use crate::streams::Streams;
 use crate::submissions::Submissions;
@@ -34,6 +35,8 @@ pub struct Inner {
     pub tokens: Arc<TokenCache>,
     /// Long-lived streams (followed logs, live pages) open, per user.
     pub streams: Arc<Streams>,
+    /// The nodes, as submissions are checked against them.
+    pub capacity: Arc<Capacity>,
 }
 
 impl Service {
@@ -48,6 +51,7 @@ impl Service {
             submissions: Arc::default(),
             tokens: Arc::default(),
             streams: Arc::default(),
+            capacity: Arc::default(),
         }))
     }
 
@@ -92,6 +96,7 @@ impl Service {
             submissions: shared.submissions.clone(),
             tokens: shared.tokens.clone(),
             streams: shared.streams.clone(),
+            capacity: shared.capacity.clone(),
         })
     }
 

@@ -151,3 +151,84 @@ async fn unknown_ids_routes_and_parameters_are_4xx() {
         );
     }
 }
+
+/// A job no node of the cluster could ever hold is refused at submission with the reason, rather
+/// than queued to wait for ever (holding its place in its tenant's queue); a cluster with no node
+/// yet refuses nothing.
+#[tokio::test]
+async fn a_job_no_node_could_ever_hold_is_refused_with_the_reason() {
+    use drover_store::{Gpu, NodeRegistration};
+    let app = TestApp::new().await;
+    let job = |name: &str, gpus_per_worker: u32, memory_gb: u32| {
+        serde_json::json!({
+            "apiVersion": "drover.dev/v1",
+            "kind": "DroverJob",
+            "metadata": {"name": name},
+            "spec": {
+                "type": "command",
+                "command": {"argv": ["true"]},
+                "resources": {"workers": {"min": 1, "max": 1}, "ps": {"min": 0, "max": 0},
+                              "gpus_per_worker": gpus_per_worker, "cpus_per_worker": 1,
+                              "memory_gb_per_task": memory_gb}
+            }
+        })
+    };
+    let before = app
+        .post("/api/v1/jobs", ADMIN_TOKEN, job("before-any-node", 4, 2))
+        .await;
+    assert_eq!(before.status, StatusCode::CREATED, "{}", before.body);
+    app.db
+        .store
+        .register_node(
+            &NodeRegistration {
+                name: "gpu-01".to_owned(),
+                labels: Default::default(),
+                gpus: (0..2)
+                    .map(|index| Gpu {
+                        index,
+                        model: "A100".to_owned(),
+                        memory_gb: 80.0,
+                    })
+                    .collect(),
+                cpus: 16,
+                memory_gb: 32,
+                gpu_source: "nvidia".to_owned(),
+            },
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap();
+    // The node list is read at most every few seconds.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    for (name, gpus, memory, why) in [
+        (
+            "four-gpu-workers",
+            4,
+            2,
+            "a worker needs 4 GPUs on one node, and no node has more than 2",
+        ),
+        (
+            "too-much-memory",
+            1,
+            64,
+            "a task needs 64 GB of host memory, and no node has more than 32 GB",
+        ),
+    ] {
+        let refused = app
+            .post("/api/v1/jobs", ADMIN_TOKEN, job(name, gpus, memory))
+            .await;
+        assert_eq!(
+            refused.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{}",
+            refused.body
+        );
+        assert_eq!(refused.error_field(), "spec.resources");
+        let message = refused.body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(why), "{message}");
+    }
+    let fits = app
+        .post("/api/v1/jobs", ADMIN_TOKEN, job("fits", 2, 32))
+        .await;
+    assert_eq!(fits.status, StatusCode::CREATED, "{}", fits.body);
+}

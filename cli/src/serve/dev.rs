@@ -180,10 +180,11 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     out!("  Database:     {} (SQLite)", db_path.display());
     out!("  Checkpoints:  {}", checkpoints.display());
     out!(
-        "  Executors:    {} local, {} demo GPUs and {} CPUs each (tasks run on the CPU), policy {}",
+        "  Executors:    {} local, {} demo GPUs, {} CPUs and this host's {} GB of memory each (tasks run on the CPU), policy {}",
         args.executors,
         args.gpus_per_executor,
         cpus_per_executor,
+        crate::node::host_memory_gb(),
         args.policy
     );
     if let Some(sandboxing) = &sandboxing {

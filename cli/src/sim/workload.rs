@@ -22,9 +22,13 @@ pub struct WorkloadArgs {
     /// CPUs per node.
     #[arg(long, default_value_t = 64)]
     pub(super) cpus_per_node: u32,
-    /// Host memory per GPU, GB.
+    /// Host memory per GPU, GB: each node has this times its GPUs.
     #[arg(long, default_value_t = 32)]
     memory_per_gpu: u32,
+    /// Host memory each simulated task (worker or PS shard) needs, GB, which placement counts against
+    /// its node's (`--memory-per-gpu`). 0, the default, counts none: the traces say nothing of memory.
+    #[arg(long, default_value_t = 0)]
+    memory_per_task: u32,
     /// Replay jobs submitted from this time (UTC, `YYYY-MM-DD HH:MM`).
     #[arg(long)]
     from: Option<String>,
@@ -148,6 +152,7 @@ impl WorkloadArgs {
             seed,
             recorded_ps: self.recorded_ps,
             quotas: inputs.quotas.clone(),
+            memory_gb_per_task: self.memory_per_task,
         };
         let workload = sim::build_workload_with(&inputs.trace, &inputs.models, nodes, &options);
         let config = SimConfig {

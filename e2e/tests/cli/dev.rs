@@ -219,3 +219,86 @@ fn dev_mode_keeps_its_token_and_data() {
     );
     assert!(!ok(cli(&["jobs"])).contains("hello-command"));
 }
+
+/// `drover dev` sandboxes its local executors' tasks where the host allows it, and says so; a task
+/// that tries to read the server's data (its database, secret key and admin token, inside the
+/// working directory the task sees, as `.drover` is in a checkout) finds nothing there.
+#[test]
+fn dev_hides_its_server_data_from_tasks() {
+    if !drover_e2e::sandboxes() {
+        drover_e2e::skip(
+            "dev::dev_hides_its_server_data_from_tasks",
+            "executors cannot sandbox tasks here (not root, or no runc)",
+        );
+        return;
+    }
+    // Inside the checkout (the tasks' working directory), as `.drover` is.
+    let data_dir = repo_root()
+        .join("target")
+        .join(format!("dev-sandbox-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let data = data_dir.to_str().unwrap().to_owned();
+    let config = tempfile::tempdir().unwrap();
+    let config_file = config.path().join("config.yaml");
+    let config_env = [("DROVER_CONFIG", config_file.to_str().unwrap())];
+    let dev = start(
+        &[
+            "--data-dir",
+            &data,
+            "dev",
+            "--listen",
+            "127.0.0.1:0",
+            "--fresh",
+        ],
+        &config_env,
+    );
+    assert!(
+        dev.lines
+            .iter()
+            .any(|l| l.contains("Sandboxes:") && l.contains("each task in its own")),
+        "{:?}",
+        dev.lines
+    );
+    assert!(data_dir.join("secret-key").exists());
+    let token = dev.printed_token.clone().unwrap();
+    let job = config.path().join("probe.yaml");
+    std::fs::write(
+        &job,
+        format!(
+            r#"apiVersion: drover.dev/v1
+kind: DroverJob
+metadata: {{name: probe-dev-data}}
+spec:
+  type: command
+  command:
+    argv: [sh, -c, 'for f in secret-key drover.db admin-token executors/local-0/node-credential; do if cat "$DATA/$f" > /dev/null 2>&1; then echo "probe $f: ALLOWED"; else echo "probe $f: denied"; fi; done']
+    env: {{DATA: "{data}"}}
+  resources: {{workers: {{min: 1, max: 1}}, gpus_per_worker: 1, cpus_per_worker: 1, memory_gb_per_task: 1}}
+"#
+        ),
+    )
+    .unwrap();
+    let submitted = ok(drover(&dev.url, &token, &["submit", job.to_str().unwrap()]));
+    let id = submitted
+        .split(": ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap()
+        .to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ok(drover(&dev.url, &token, &["job", &id])).contains("State:     succeeded") {
+        assert!(Instant::now() < deadline, "the probe did not run");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let logs = ok(drover(&dev.url, &token, &["logs", &id]));
+    for file in [
+        "secret-key",
+        "drover.db",
+        "admin-token",
+        "executors/local-0/node-credential",
+    ] {
+        assert!(logs.contains(&format!("probe {file}: denied")), "{logs}");
+    }
+    drop(dev);
+    let _ = std::fs::remove_dir_all(&data_dir);
+}

@@ -141,6 +141,8 @@ async fn a_rolling_restart_of_two_replicas_fails_no_request_and_keeps_the_job() 
             "1",
             "--cpus",
             "2",
+            "--memory-gb",
+            "64",
             "--data-dir",
             data_dir.to_str().unwrap(),
         ];

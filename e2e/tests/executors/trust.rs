@@ -12,7 +12,7 @@ fn executor_that_exits(cluster: &Cluster, name: &str, token: Option<&str>) -> (b
     let mut command = Command::new(drover());
     command
         .args(["executor", "--gateway", &cluster.gateway, "--name", name])
-        .args(["--slots", "1", "--data-dir"])
+        .args(["--slots", "1", "--memory-gb", "64", "--data-dir"])
         .arg(cluster.executor_dir(name))
         .args(sandbox_flags())
         .env_remove("DROVER_ENROLLMENT_TOKEN")
@@ -48,6 +48,8 @@ async fn enrol_and_run(cluster: &mut Cluster, name: &str, token: &str) {
         name,
         "--slots",
         "1",
+        "--memory-gb",
+        "64",
         "--enrollment-token",
         token,
         "--data-dir",

@@ -29,6 +29,7 @@ fn job(i: usize, gpus: u32, tenant: u32, rng: &mut ChaCha8Rng) -> JobView {
         gpu_memory_gb: Some(16.0),
         cpus_per_worker: 2,
         cpus_per_ps: 2,
+        memory_gb_per_task: 0,
         preemptible: true,
         consolidate: rng.random_bool(0.3),
         placement: None,

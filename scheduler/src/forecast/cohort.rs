@@ -137,6 +137,7 @@ mod tests {
             gpu_memory_gb: None,
             cpus_per_worker: 1,
             cpus_per_ps: 1,
+            memory_gb_per_task: 0,
             preemptible: true,
             consolidate: false,
             placement: None,

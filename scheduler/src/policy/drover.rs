@@ -110,8 +110,8 @@ impl DroverPolicy {
             let quota = snapshot
                 .tenants
                 .get(job.tenant as usize)
-                .map_or(0, |t| u64::from(t.guaranteed_gpus));
-            let need = u64::from(job.gpus_at(requested_shape(job)));
+                .map_or(0, |t| MILLI * u64::from(t.guaranteed_gpus));
+            let need = guarantee_need(snapshot, job);
             let tenant_used = used.entry(job.tenant).or_default();
             if *tenant_used + need <= quota {
                 *tenant_used += need;
@@ -180,7 +180,7 @@ impl DroverPolicy {
                 let i = group[position];
                 fair.push(i);
                 let job = &snapshot.jobs[i];
-                *used.entry(tenant).or_default() += u64::from(job.gpus_at(requested_shape(job)));
+                *used.entry(tenant).or_default() += guarantee_need(snapshot, job);
                 let queue = queues
                     .get_mut(&tenant)
                     .expect("a tenant in the heap has a queue");
@@ -202,7 +202,7 @@ impl DroverPolicy {
         let quota = snapshot
             .tenants
             .get(job.tenant as usize)
-            .map_or(0, |t| u64::from(t.guaranteed_gpus));
+            .map_or(0, |t| MILLI * u64::from(t.guaranteed_gpus));
         let mut theirs: Vec<(usize, &JobView)> = snapshot
             .jobs
             .iter()
@@ -212,7 +212,7 @@ impl DroverPolicy {
         theirs.sort_by_key(|&(i, j)| (std::cmp::Reverse(j.priority), self.las.queue_key(j.id), i));
         let mut used = 0;
         for (_, other) in theirs {
-            let need = u64::from(other.gpus_at(requested_shape(other)));
+            let need = guarantee_need(snapshot, other);
             let fits = used + need <= quota;
             if fits {
                 used += need;
@@ -502,20 +502,51 @@ impl Ord for Share {
     }
 }
 
-/// Tenants whose active jobs, at the shapes they asked for, need no more GPUs than the tenant's
-/// guarantee.
+/// Thousandths of a GPU: guarantees and needs are counted in them.
+const MILLI: u64 = 1000;
+
+/// What `job`, at the shape it asked for, takes of its tenant's guarantee, in thousandths of a GPU:
+/// its dominant share of the cluster (as DRF counts it) expressed in GPUs. Its GPUs, or, when its
+/// CPUs or host memory are a larger part of the cluster's, the GPUs that come with as many CPUs or as
+/// much memory. A job asking for no GPU used to take none of its tenant's guarantee and so ran within
+/// any tenant's, ahead of every borrower and never preempted: one tenant's CPU-only jobs took every
+/// CPU and kept another tenant's guaranteed GPU job waiting beside idle GPUs.
+fn guarantee_need(snapshot: &ClusterSnapshot, job: &JobView) -> u64 {
+    let shape = requested_shape(job);
+    let gpus = MILLI * u64::from(job.gpus_at(shape));
+    let cluster_gpus = u64::from(snapshot.total_gpus());
+    if cluster_gpus == 0 {
+        return gpus;
+    }
+    let share_of = |used: u64, total: u64| -> u64 {
+        if total == 0 {
+            0
+        } else {
+            (used * MILLI * cluster_gpus).div_ceil(total)
+        }
+    };
+    let cpus = share_of(
+        u64::from(job.cpus_at(shape)),
+        u64::from(snapshot.total_cpus()),
+    );
+    let memory = share_of(job.memory_gb_at(shape), snapshot.total_memory_gb());
+    gpus.max(cpus).max(memory)
+}
+
+/// Tenants whose active jobs, at the shapes they asked for, need no more than the tenant's guarantee
+/// (counted as [`guarantee_need`] does).
 fn light_tenants(snapshot: &ClusterSnapshot) -> BTreeSet<u32> {
     let mut demand: BTreeMap<u32, u64> = BTreeMap::new();
     for job in &snapshot.jobs {
-        *demand.entry(job.tenant).or_default() += u64::from(job.gpus_at(requested_shape(job)));
+        *demand.entry(job.tenant).or_default() += guarantee_need(snapshot, job);
     }
     demand
         .into_iter()
-        .filter(|&(tenant, gpus)| {
+        .filter(|&(tenant, need)| {
             snapshot
                 .tenants
                 .get(tenant as usize)
-                .is_some_and(|t| gpus <= u64::from(t.guaranteed_gpus))
+                .is_some_and(|t| need <= MILLI * u64::from(t.guaranteed_gpus))
         })
         .map(|(tenant, _)| tenant)
         .collect()

@@ -34,3 +34,4 @@ pub use optimus::Optimus;
 pub use registry::build_policy;
 pub use srtf::Srtf;
 pub use tiresias::Tiresias;
+pub use unplaceable::{never_fits, why_never_fits};

@@ -160,7 +160,9 @@ pub(super) fn pack(
                 .gpus
                 .get(usize::from(gpu))
                 .map_or(0.0, |g| g.memory_gb);
-            host_memory + memory <= capacity && free.free_cpus_on(node) >= cpus
+            host_memory + memory <= capacity
+                && free.free_cpus_on(node) >= cpus
+                && free.free_memory_on(node) >= (1 + shape.ps) * job.memory_gb_per_task
         }) else {
             continue;
         };
@@ -171,6 +173,7 @@ pub(super) fn pack(
             node,
             gpus: vec![gpu],
             cpus: job.cpus_per_worker,
+            memory_gb: job.memory_gb_per_task,
             packed: true,
         }];
         tasks.extend((0..shape.ps).map(|p| TaskPlacement {
@@ -179,6 +182,7 @@ pub(super) fn pack(
             node,
             gpus: Vec::new(),
             cpus: job.cpus_per_ps,
+            memory_gb: job.memory_gb_per_task,
             packed: false,
         }));
         let placement = Placement { tasks };

@@ -1,38 +1,91 @@
 //! Jobs that no node of the cluster could ever hold, whatever else runs: a worker that asks for more
-//! GPUs or CPUs than any one node has (a worker's GPUs share a node), a PS shard that asks for more
-//! CPUs than any node has, or a smallest shape of more GPUs than the whole cluster. Every policy is
+//! GPUs, CPUs or host memory than any one node has (a worker's GPUs share a node), a PS shard that
+//! asks for more CPUs or memory than any node has, or a smallest shape of more GPUs than the whole
+//! cluster. Every policy is
 //! shown the snapshot without them (they wait with `NeverFits`), so such a job never counts in a
 //! tenant's share or maximum, nor holds back the jobs behind it. Before, a job of 4-GPU workers on
 //! nodes of 2 held its tenant's quota while GPUs sat idle.
 
+use crate::cluster::Node;
 use crate::snapshot::{ClusterSnapshot, JobView};
 
 /// Whether no node of `snapshot` (schedulable or not: a cordon is lifted, a node comes back) could
 /// hold one task of `job` at its smallest shape, or the cluster all of it. An empty cluster holds
 /// nothing yet, and says nothing.
 pub fn never_fits(snapshot: &ClusterSnapshot, job: &JobView) -> bool {
-    if snapshot.nodes.is_empty() {
-        return false;
+    why_never_fits(&snapshot.nodes, job).is_some()
+}
+
+/// Why no node of `nodes` could ever hold `job`, in words ("a worker needs 4 GPUs, and no node has
+/// more than 2"); `None` when one could (or there are no nodes yet).
+pub fn why_never_fits(nodes: &[Node], job: &JobView) -> Option<String> {
+    if nodes.is_empty() {
+        return None;
     }
-    let worker_fits = job.workers.min == 0
-        || snapshot.nodes.iter().any(|node| {
-            let gpus_fit = match job.gpu_memory_gb {
-                Some(memory) if job.gpus_per_worker > 0 => {
-                    node.gpus.iter().filter(|g| g.memory_gb >= memory).count() as u32
-                        >= job.gpus_per_worker
-                }
-                _ => node.num_gpus() >= job.gpus_per_worker,
-            };
-            gpus_fit && node.cpus >= job.cpus_per_worker
+    let most = |of: fn(&Node) -> u64| nodes.iter().map(of).max().unwrap_or(0);
+    let gpus_for = |node: &Node| -> u32 {
+        match job.gpu_memory_gb {
+            Some(memory) if job.gpus_per_worker > 0 => {
+                node.gpus.iter().filter(|g| g.memory_gb >= memory).count() as u32
+            }
+            _ => node.num_gpus(),
+        }
+    };
+    if job.workers.min > 0 {
+        let worker_fits = nodes.iter().any(|node| {
+            gpus_for(node) >= job.gpus_per_worker
+                && node.cpus >= job.cpus_per_worker
+                && node.memory_gb >= job.memory_gb_per_task
         });
-    let ps_fits = job.ps.min == 0
-        || snapshot
-            .nodes
+        if !worker_fits {
+            let reason = if !nodes.iter().any(|n| gpus_for(n) >= job.gpus_per_worker) {
+                match job.gpu_memory_gb {
+                    Some(memory) => format!(
+                        "a worker needs {} GPUs of {memory} GB or more on one node, and no node has that many",
+                        job.gpus_per_worker
+                    ),
+                    None => format!(
+                        "a worker needs {} GPUs on one node, and no node has more than {}",
+                        job.gpus_per_worker,
+                        most(|n| u64::from(n.num_gpus()))
+                    ),
+                }
+            } else if !nodes.iter().any(|n| n.cpus >= job.cpus_per_worker) {
+                format!(
+                    "a worker needs {} CPUs on one node, and no node has more than {}",
+                    job.cpus_per_worker,
+                    most(|n| u64::from(n.cpus))
+                )
+            } else if !nodes.iter().any(|n| n.memory_gb >= job.memory_gb_per_task) {
+                format!(
+                    "a task needs {} GB of host memory, and no node has more than {} GB",
+                    job.memory_gb_per_task,
+                    most(|n| u64::from(n.memory_gb))
+                )
+            } else {
+                format!(
+                    "a worker needs {} GPUs, {} CPUs and {} GB of memory on one node, and no node has all of them",
+                    job.gpus_per_worker, job.cpus_per_worker, job.memory_gb_per_task
+                )
+            };
+            return Some(reason);
+        }
+    }
+    if job.ps.min > 0
+        && !nodes
             .iter()
-            .any(|node| node.cpus >= job.cpus_per_ps);
-    let cluster_gpus: u32 = snapshot.nodes.iter().map(|n| n.num_gpus()).sum();
-    let smallest = job.workers.min * job.gpus_per_worker;
-    !(worker_fits && ps_fits && smallest <= cluster_gpus)
+            .any(|node| node.cpus >= job.cpus_per_ps && node.memory_gb >= job.memory_gb_per_task)
+    {
+        return Some(format!(
+            "a parameter-server shard needs {} CPUs and {} GB of memory on one node, and no node has both",
+            job.cpus_per_ps, job.memory_gb_per_task
+        ));
+    }
+    let cluster_gpus: u64 = nodes.iter().map(|n| u64::from(n.num_gpus())).sum();
+    let smallest = u64::from(job.workers.min) * u64::from(job.gpus_per_worker);
+    (smallest > cluster_gpus).then(|| {
+        format!("its smallest shape needs {smallest} GPUs, and the cluster has {cluster_gpus}")
+    })
 }
 
 /// The indices of the jobs in `snapshot` that [`never_fits`].
@@ -70,6 +123,7 @@ mod tests {
             gpu_memory_gb: None,
             cpus_per_worker: 1,
             cpus_per_ps: 1,
+            memory_gb_per_task: 0,
             preemptible: true,
             consolidate: false,
             placement: None,
@@ -143,6 +197,22 @@ mod tests {
         let mut memory = job(3, 0, 1, 2);
         memory.gpu_memory_gb = Some(40.0);
         assert!(never_fits(&snapshot, &memory), "GPUs of 32 GB");
+        let mut host = job(4, 0, 1, 1);
+        host.memory_gb_per_task = 33;
+        assert!(never_fits(&snapshot, &host), "nodes of 4 GPUs x 8 GB");
+        host.memory_gb_per_task = 32;
+        assert!(!never_fits(&snapshot, &host));
+        let why = why_never_fits(&snapshot.nodes, &wide).unwrap();
+        assert_eq!(
+            why,
+            "a worker needs 9 CPUs on one node, and no node has more than 8"
+        );
+        let mut greedy = job(5, 0, 1, 8);
+        greedy.cpus_per_worker = 1;
+        assert_eq!(
+            why_never_fits(&snapshot.nodes, &greedy).unwrap(),
+            "a worker needs 8 GPUs on one node, and no node has more than 4"
+        );
         snapshot.nodes.clear();
         assert!(!never_fits(&snapshot, &memory));
     }

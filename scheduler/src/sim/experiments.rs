@@ -359,6 +359,7 @@ impl Experiments {
             gpu_memory_gb: None,
             cpus_per_worker: cpus(e.model.worker_cpu),
             cpus_per_ps: cpus(e.model.ps_cpu),
+            memory_gb_per_task: 0,
             preemptible: true,
             consolidate: false,
             placement: None,

@@ -110,6 +110,9 @@ pub struct WorkloadOptions {
     pub seed: u64,
     pub recorded_ps: RecordedPs,
     pub quotas: Quotas,
+    /// Host memory each task (worker or PS shard) needs, GB; 0 counts none (the traces say nothing
+    /// of memory).
+    pub memory_gb_per_task: u32,
 }
 
 /// What the simulator knows of a job beyond what the scheduler sees.
@@ -339,6 +342,7 @@ pub fn build_workload_with(
                 gpu_memory_gb: Some(memory),
                 cpus_per_worker,
                 cpus_per_ps,
+                memory_gb_per_task: options.memory_gb_per_task,
                 preemptible: true,
                 consolidate: HIGH_SKEW_MODELS.contains(&model.name.as_str()),
                 placement: None,

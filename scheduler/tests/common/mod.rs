@@ -25,6 +25,7 @@ pub fn job(id: u128, gpus: u32, submit_s: f64) -> JobView {
         gpu_memory_gb: Some(8.0),
         cpus_per_worker: 1,
         cpus_per_ps: 1,
+        memory_gb_per_task: 0,
         preemptible: true,
         consolidate: false,
         placement: None,

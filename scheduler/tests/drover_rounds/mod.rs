@@ -55,6 +55,7 @@ fn drover_makes_room_on_one_node_for_a_consolidated_job() {
         node: NodeId(node),
         gpus,
         cpus: 1,
+        memory_gb: 0,
         packed: false,
     };
     let mut tasks: Vec<TaskPlacement> = (0..6)
@@ -99,6 +100,7 @@ fn running_1_gpu(k: u128, node: u32, gpu: u16) -> drover_scheduler::JobView {
         node: NodeId(node),
         gpus,
         cpus: 1,
+        memory_gb: 0,
         packed: false,
     };
     j.placement = Some(Placement {
@@ -272,5 +274,79 @@ fn a_borrowers_priority_does_not_preempt_another_tenants_guarantee() {
         }
         apply(&mut snap, &plan);
         previous = plan;
+    }
+}
+
+/// A job of no GPU takes its tenant's guarantee too, by its CPUs: tenant a (no guarantee) runs
+/// CPU-only jobs that hold every CPU of the cluster, and tenant b's 1-GPU job, within b's guarantee
+/// of 4, starts beside them (one of a's jobs makes room). A job without GPUs used to count as within
+/// any tenant's guarantee: a's jobs went first and were never preempted, and b's job waited beside
+/// idle GPUs (70 s on a live cluster).
+#[test]
+fn cpu_only_jobs_borrow_and_give_way_to_another_tenants_guarantee() {
+    let cpu_job = |n: u128| {
+        let mut j = job(n, 1, n as f64);
+        j.gpus_per_worker = 0;
+        j.gpu_memory_gb = None;
+        j.cpus_per_worker = 16;
+        j.ps = Range { min: 0, max: 0 };
+        j.preferred.ps = 0;
+        j
+    };
+    // Two nodes of 4 GPUs and 64 CPUs: eight 16-CPU jobs take all 128.
+    let mut jobs: Vec<_> = (0..8).map(cpu_job).collect();
+    let mut guaranteed = job(8, 1, 100.0);
+    guaranteed.tenant = 1;
+    guaranteed.ps = Range { min: 0, max: 0 };
+    guaranteed.preferred.ps = 0;
+    jobs.push(guaranteed);
+    let mut snap = snapshot(2, 4, jobs);
+    snap.tenants[1].guaranteed_gpus = 4;
+    // a's jobs ran first, alone.
+    let mut drover = build_policy("drover", None).unwrap();
+    let only_a = drover_scheduler::ClusterSnapshot {
+        jobs: snap.jobs[..8].to_vec(),
+        ..snap.clone()
+    };
+    let first = drover.schedule(&only_a, &Plan::default());
+    for i in 0..8 {
+        assert!(first.placement(id(i)).is_some(), "a's job {i} runs");
+    }
+    apply(&mut snap, &first);
+    let plan = drover.schedule(&snap, &first);
+    invariants::check(&snap, &plan).unwrap();
+    assert!(
+        plan.placement(id(8)).is_some(),
+        "b's guaranteed job waits: {:?}",
+        plan.jobs.get(&id(8))
+    );
+}
+
+/// Host memory is scheduled: two 1-GPU jobs of tasks that need 20 GB each on one node of 4 GPUs
+/// and 32 GB: one runs, the other waits for memory (beside 3 free GPUs), under every policy.
+#[test]
+fn host_memory_is_a_resource_every_policy_respects() {
+    let hungry = |n: u128| {
+        let mut j = job(n, 1, n as f64);
+        j.ps = Range { min: 0, max: 0 };
+        j.preferred.ps = 0;
+        j.memory_gb_per_task = 20;
+        j
+    };
+    let mut snap = snapshot(1, 4, vec![hungry(0), hungry(1)]);
+    snap.nodes[0].memory_gb = 32;
+    for name in drover_scheduler::policy::policy_names() {
+        let Ok(mut policy) = build_policy(name, None) else {
+            continue;
+        };
+        let plan = policy.schedule(&snap, &Plan::default());
+        invariants::check(&snap, &plan).unwrap();
+        let running = (0..2).filter(|&i| plan.placement(id(i)).is_some()).count();
+        assert_eq!(running, 1, "{name}: {:?}", plan.jobs);
+        let waiting = (0..2).find(|&i| plan.placement(id(i)).is_none()).unwrap();
+        assert!(
+            matches!(plan.jobs.get(&id(waiting)), Some(JobPlan::Wait { .. })),
+            "{name}"
+        );
     }
 }

@@ -236,6 +236,7 @@ fn shared_finish(seen_alone: Option<f64>, seen_shared: Option<f64>) -> f64 {
                 node: drover_scheduler::NodeId(0),
                 gpus: vec![0],
                 cpus: 1,
+                memory_gb: 0,
                 packed: true,
             },
             TaskPlacement {
@@ -244,6 +245,7 @@ fn shared_finish(seen_alone: Option<f64>, seen_shared: Option<f64>) -> f64 {
                 node: drover_scheduler::NodeId(0),
                 gpus: vec![],
                 cpus: 1,
+                memory_gb: 0,
                 packed: false,
             },
         ],

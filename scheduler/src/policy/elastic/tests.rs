@@ -13,6 +13,7 @@ fn running(id: u128, node: u32, gpus: &[u16], max_workers: u32) -> JobView {
         node: NodeId(node),
         gpus,
         cpus: 1,
+        memory_gb: 0,
         packed: false,
     };
     let mut tasks: Vec<TaskPlacement> = (0..)
@@ -36,6 +37,7 @@ fn running(id: u128, node: u32, gpus: &[u16], max_workers: u32) -> JobView {
         gpu_memory_gb: Some(24.0),
         cpus_per_worker: 1,
         cpus_per_ps: 1,
+        memory_gb_per_task: 0,
         preemptible: true,
         consolidate: true,
         placement: Some(Placement { tasks }),

@@ -36,6 +36,7 @@ impl Policy for FirstGpu {
             node: NodeId(0),
             gpus: vec![0],
             cpus: job.cpus_per_worker,
+            memory_gb: 0,
             packed: false,
         }];
         tasks.extend((0..job.ps.min).map(|index| TaskPlacement {
@@ -44,6 +45,7 @@ impl Policy for FirstGpu {
             node: NodeId(0),
             gpus: Vec::new(),
             cpus: job.cpus_per_ps,
+            memory_gb: 0,
             packed: false,
         }));
         JobPlan::Run {
@@ -72,6 +74,7 @@ impl Slicer {
                 node,
                 gpus: vec![0],
                 cpus: 1,
+                memory_gb: 0,
                 packed: false,
             }],
         }
