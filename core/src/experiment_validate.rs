@@ -12,9 +12,8 @@ use std::collections::BTreeMap;
 
 type Check = Result<(), SpecError>;
 
-/// Longest experiment name: its trials are named `<name>-t<trial>-<segment>` within 63 characters.
-pub const MAX_EXPERIMENT_NAME: usize = 45;
-pub const MAX_PARAMETERS: usize = 64;
+pub use crate::document::MAX_EXPERIMENT_NAME;
+pub use crate::experiment::MAX_PARAMETERS;
 pub const MAX_CATEGORIES: usize = 256;
 pub const MAX_TRIALS: u32 = 10_000;
 pub const MAX_CONCURRENT_TRIALS: u32 = 1_000;

@@ -11,6 +11,7 @@
 //! - [`tenancy`]: roles within a tenant;
 //! - [`text`]: strings every store can keep (no NUL);
 //! - [`json`]: JSON read as JSON Schema reads it (`2.0` is an integer; a key is named once);
+//! - [`openapi`]: what the API's OpenAPI document says of the documents beyond utoipa's derives;
 //! - [`ids`]: typed ids, so a tenant id cannot be passed where a job id is meant.
 
 pub mod blocks;
@@ -19,6 +20,7 @@ pub mod experiment;
 pub mod experiment_validate;
 pub mod ids;
 pub mod json;
+pub mod openapi;
 mod parse;
 mod schema;
 pub mod spec;

@@ -8,15 +8,13 @@ use crate::spec::{
 mod check;
 mod train;
 
+pub use crate::document::{MAX_LABELS, MAX_NAME_PREFIX};
+pub use crate::spec::{MAX_PS, MAX_WORKERS, TARGET_METRICS};
 use check::{Check, ensure, fail};
-pub use train::TARGET_METRICS;
 use train::validate_train;
 
-/// Largest counts a spec may ask for; beyond these a number is a typo, not a job.
-pub const MAX_WORKERS: u32 = 1024;
-pub const MAX_PS: u32 = 256;
+/// Largest GPUs a worker may ask for (the largest task counts are beside their fields, in `spec`).
 pub const MAX_GPUS_PER_WORKER: u32 = 16;
-pub const MAX_LABELS: usize = 64;
 
 /// Every string of the document, keys included, must be storable (no NUL character).
 fn validate_storable(job: &DroverJob) -> Check {
@@ -151,10 +149,11 @@ pub fn validate_name(name: &str, field: &str) -> Check {
     if name.is_empty() {
         return fail(field, "must not be empty");
     }
-    if name.len() > 63 {
+    let length = name.chars().count();
+    if length > 63 {
         return fail(
             field,
-            format!("must be at most 63 characters, got {}", name.len()),
+            format!("must be at most 63 characters, got {length}"),
         );
     }
     let valid_chars = name
@@ -171,18 +170,13 @@ pub fn validate_name(name: &str, field: &str) -> Check {
     })
 }
 
-/// The longest `generateName`: the five characters appended keep the name within 63.
-pub const MAX_NAME_PREFIX: usize = 58;
-
 /// A `generateName` prefix: what a DNS-1123 label may start with (it may end with `-`).
 fn validate_name_prefix(prefix: &str) -> Check {
     let field = "metadata.generateName";
     ensure(!prefix.is_empty(), field, || "must not be empty".into())?;
-    ensure(prefix.len() <= MAX_NAME_PREFIX, field, || {
-        format!(
-            "must be at most {MAX_NAME_PREFIX} characters (five are appended), got {}",
-            prefix.len()
-        )
+    let length = prefix.chars().count();
+    ensure(length <= MAX_NAME_PREFIX, field, || {
+        format!("must be at most {MAX_NAME_PREFIX} characters (five are appended), got {length}")
     })?;
     let valid_chars = prefix
         .bytes()

@@ -33,7 +33,7 @@ pub async fn create(
     request: NewEnrollmentRequest,
 ) -> ServiceResult<(EnrollmentToken, String)> {
     principal.require_cluster_admin()?;
-    if request.name.trim().is_empty() || request.name.len() > 128 {
+    if request.name.trim().is_empty() || request.name.chars().count() > 128 {
         return Err(ServiceError::invalid("name", "must be 1-128 characters"));
     }
     let uses = request.uses.unwrap_or(1);

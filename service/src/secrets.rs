@@ -7,7 +7,7 @@ use crate::Service;
 use crate::audit::{self, Action};
 use crate::auth::Principal;
 use crate::error::{ErrorKind, ServiceError, ServiceResult};
-use drover_store::secrets::{MAX_VALUE_BYTES, SecretBox};
+use drover_store::secrets::{MAX_VALUE_CHARS, SecretBox};
 use drover_store::{NewSecret, SecretInfo};
 use std::sync::Arc;
 
@@ -31,10 +31,10 @@ pub async fn set(
     principal.require_job_writer()?;
     drover_core::validate::validate_name(&name, "name")
         .map_err(|err| ServiceError::invalid("name", err.reason))?;
-    if value.len() > MAX_VALUE_BYTES {
+    if value.chars().count() > MAX_VALUE_CHARS {
         return Err(ServiceError::invalid(
             "value",
-            format!("at most {MAX_VALUE_BYTES} bytes"),
+            format!("at most {MAX_VALUE_CHARS} characters"),
         ));
     }
     let tenant = principal.user.tenant_id;

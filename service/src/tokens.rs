@@ -64,7 +64,7 @@ pub async fn create(
     user_id: Option<UserId>,
     expires_in: Option<&str>,
 ) -> ServiceResult<(TokenInfo, String)> {
-    if name.trim().is_empty() || name.len() > 128 {
+    if name.trim().is_empty() || name.chars().count() > 128 {
         return Err(ServiceError::invalid("name", "must be 1-128 characters"));
     }
     // A token never outlives the one that made it: a stolen short-lived token cannot mint a

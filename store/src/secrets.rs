@@ -16,8 +16,9 @@ use std::path::Path;
 
 /// Bytes of a server key.
 pub const KEY_LEN: usize = 32;
-/// The largest secret value accepted, in bytes.
-pub const MAX_VALUE_BYTES: usize = 64 * 1024;
+/// The longest secret value accepted, in characters (as JSON Schema's `maxLength` counts them; up to
+/// 256 KiB of UTF-8).
+pub const MAX_VALUE_CHARS: usize = 64 * 1024;
 
 /// A value sealed for one tenant and name.
 #[derive(Debug, Clone, PartialEq, Eq)]

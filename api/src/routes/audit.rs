@@ -55,10 +55,10 @@ pub struct AuditList {
 #[utoipa::path(
     get, path = "/api/v1/audit", tag = "audit",
     params(
-        ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "`meta.next_cursor` of the previous page"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1 to 500 (default 100)"),
+        ("cursor" = Option<i64>, Query, description = "`meta.next_cursor` of the previous page (an event's id)"),
     ),
-    responses((status = 200, body = AuditList), (status = 403, body = ErrorBody)),
+    responses((status = 200, body = AuditList), (status = 403, description = "Anyone but a cluster administrator", body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn list(

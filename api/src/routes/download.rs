@@ -16,10 +16,14 @@ use drover_service::auth::Principal;
 /// Downloads a checkpoint: the file itself, or a tar archive when the checkpoint is a directory.
 #[utoipa::path(
     get, path = "/api/v1/jobs/{id}/checkpoints/{checkpoint}/download", tag = "jobs",
-    params(("id" = String, Path, description = "Job id"), ("checkpoint" = String, Path, description = "Checkpoint id")),
+    params(
+        ("id" = String, Path, format = Uuid, description = "Job id"),
+        ("checkpoint" = String, Path, format = Uuid, description = "Checkpoint id"),
+    ),
     responses(
         (status = 200, description = "The checkpoint's bytes", content_type = "application/octet-stream"),
-        (status = 404, body = ErrorBody)
+        (status = 404, description = "No such job or checkpoint (a malformed id is none), or the checkpoint is no longer in storage", body = ErrorBody),
+        (status = 422, description = "A checkpoint directory too large to archive: download its files one by one", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -29,9 +33,10 @@ pub async fn download(
     PathPair(id, checkpoint): PathPair,
 ) -> ApiResult<Response> {
     let job_id = parse_job_id(&id)?;
+    // A malformed checkpoint id is simply an unknown checkpoint, as a malformed job id is an unknown job.
     let checkpoint_id: uuid::Uuid = checkpoint
         .parse()
-        .map_err(|_| ApiError::bad_request("checkpoint", "not a checkpoint id"))?;
+        .map_err(|_| ApiError::not_found(format!("no checkpoint `{checkpoint}` in job `{id}`")))?;
     let records = state
         .store
         .list_checkpoints(principal.scope(), job_id)

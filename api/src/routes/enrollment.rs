@@ -22,22 +22,34 @@ use utoipa::ToSchema;
 #[serde(deny_unknown_fields)]
 pub struct CreateEnrollmentToken {
     /// What the token is for, e.g. `rack-3`.
+    #[schema(schema_with = super::tokens::token_name)]
     pub name: String,
     /// How many executors may enrol with it (1 by default, at most 10000).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 10000)]
     pub uses: Option<u32>,
-    /// Lifetime in human form (`1h`, `7d`); 24 hours when absent.
     #[serde(default)]
+    #[schema(schema_with = enrollment_lifetime)]
     pub expires_in: Option<String>,
-    /// The one node it may enrol. Only such a token enrols a node whose credential was revoked.
+    /// The one node it may enrol: 1 to 253 letters, digits, `-`, `.` and `_`. Only such a token
+    /// enrols a node whose credential was revoked.
     #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,253}$")]
     pub node: Option<String>,
+}
+
+fn enrollment_lifetime() -> utoipa::openapi::schema::Schema {
+    super::tokens::lifetime(
+        "Lifetime in human form (`1h`, `7d`), 1 s to 10 years; 24 hours when absent or `null`.",
+    )
 }
 
 /// Mint an enrolment token (cluster administrators).
 #[utoipa::path(
     post, path = "/api/v1/enrollment-tokens", tag = "nodes", request_body = CreateEnrollmentToken,
-    responses((status = 201, body = EnrollmentTokenCreated), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)),
+    responses((status = 201, body = EnrollmentTokenCreated),
+              (status = 403, description = "Anyone but a cluster administrator", body = ErrorBody),
+              (status = 422, body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn create(
@@ -68,7 +80,7 @@ pub async fn create(
 /// List enrolment tokens, without their secrets (cluster administrators).
 #[utoipa::path(
     get, path = "/api/v1/enrollment-tokens", tag = "nodes",
-    responses((status = 200, body = EnrollmentTokenList), (status = 403, body = ErrorBody)),
+    responses((status = 200, body = EnrollmentTokenList), (status = 403, description = "Anyone but a cluster administrator", body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn list(
@@ -85,8 +97,10 @@ pub async fn list(
 /// Revoke an enrolment token: no executor enrols with it any more (enrolled ones stay enrolled).
 #[utoipa::path(
     delete, path = "/api/v1/enrollment-tokens/{id}", tag = "nodes",
-    params(("id" = String, Path)),
-    responses((status = 200, body = EnrollmentTokenEnvelope), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    params(("id" = String, Path, format = Uuid, description = "The enrolment token's id")),
+    responses((status = 200, body = EnrollmentTokenEnvelope),
+              (status = 403, description = "Anyone but a cluster administrator", body = ErrorBody),
+              (status = 404, description = "No such enrolment token (a malformed id is none)", body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn revoke(
@@ -104,8 +118,10 @@ pub async fn revoke(
 /// heartbeat timeout passes. The executor must enrol again, with a new enrolment token.
 #[utoipa::path(
     post, path = "/api/v1/nodes/{name}/revoke", tag = "nodes",
-    params(("name" = String, Path)),
-    responses((status = 200, body = NodeRevoked), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    params(("name" = String, Path, pattern = "^[A-Za-z0-9._-]{1,253}$", description = "The node's name")),
+    responses((status = 200, body = NodeRevoked),
+              (status = 403, description = "Anyone but a cluster administrator", body = ErrorBody),
+              (status = 404, body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn revoke_node(

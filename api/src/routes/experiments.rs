@@ -23,13 +23,25 @@ const MAX_PAGE: u32 = 500;
 
 /// Submit an experiment (JSON or YAML `DroverExperiment`). Its trials are jobs of the caller's
 /// tenant, named `<experiment>-t<trial>-<segment>`, counted against its quota.
+///
+/// The schema gives each field's own bounds. These rules span fields, and answer 422 naming the
+/// field: `metadata.name` is given and at most 45 characters; a `train` trial's parameters name
+/// fields of its spec; a `when` names another parameter of the space, without cycles, and lists
+/// values that parameter can take; a range's `min` ≤ `max`, positive on a log scale (`log: true`,
+/// `log_uniform`); ASHA's and Hyperband's `max_steps` > `min_steps`, PBT's `max_steps` ≥
+/// `ready_steps`; those three searchers need `train` trials and set `train.max_steps` themselves; a
+/// grid has at most 10000 points; categorical values are listed once; and the trial template, with
+/// each of the space's corners written into it, is a valid job (`POST /api/v1/jobs` lists a job's
+/// rules), whose smallest shape fits the tenant's `max_gpus`.
 #[utoipa::path(
     post, path = "/api/v1/experiments", tag = "experiments",
     request_body(content = DroverExperiment, description = "A DroverExperiment, as JSON (or YAML with Content-Type: application/yaml)", content_type = "application/json"),
     responses(
         (status = 201, description = "Created", body = ExperimentEnvelope),
-        (status = 400, description = "Malformed body", body = ErrorBody),
+        (status = 400, description = "A body that is not JSON or YAML", body = ErrorBody),
+        (status = 403, description = "A viewer", body = ErrorBody),
         (status = 409, description = "An experiment with this name exists in the tenant", body = ErrorBody),
+        (status = 415, description = "A body that is neither JSON nor YAML (Content-Type)", body = ErrorBody),
         (status = 422, description = "Invalid experiment; `field` names the problem", body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -62,8 +74,8 @@ pub async fn submit(
 #[utoipa::path(
     get, path = "/api/v1/experiments", tag = "experiments",
     params(
-        ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "`meta.next_cursor` of the previous page"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1 to 500 (default 100)"),
+        ("cursor" = Option<String>, Query, format = Uuid, description = "`meta.next_cursor` of the previous page (an experiment's id)"),
     ),
     responses((status = 200, body = ExperimentList)),
     security(("bearer" = []))
@@ -104,7 +116,7 @@ pub async fn list(
 /// One experiment, with its best trial and every trial's point, state and last metric.
 #[utoipa::path(
     get, path = "/api/v1/experiments/{id}", tag = "experiments",
-    params(("id" = String, Path, description = "Experiment id")),
+    params(("id" = String, Path, format = Uuid, description = "Experiment id")),
     responses((status = 200, body = ExperimentEnvelope), (status = 404, body = ErrorBody)),
     security(("bearer" = []))
 )]
@@ -123,7 +135,7 @@ pub async fn get(
 /// An experiment's trials: points, states, metrics and jobs.
 #[utoipa::path(
     get, path = "/api/v1/experiments/{id}/trials", tag = "experiments",
-    params(("id" = String, Path, description = "Experiment id")),
+    params(("id" = String, Path, format = Uuid, description = "Experiment id")),
     responses((status = 200, body = TrialList), (status = 404, body = ErrorBody)),
     security(("bearer" = []))
 )]
@@ -142,9 +154,9 @@ pub async fn trials(
 #[utoipa::path(
     get, path = "/api/v1/experiments/{id}/events", tag = "experiments",
     params(
-        ("id" = String, Path, description = "Experiment id"),
-        ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "`meta.next_cursor` of the previous page"),
+        ("id" = String, Path, format = Uuid, description = "Experiment id"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1 to 500 (default 100)"),
+        ("cursor" = Option<i64>, Query, description = "`meta.next_cursor` of the previous page (an event's id)"),
     ),
     responses((status = 200, body = ExperimentEventList), (status = 404, body = ErrorBody)),
     security(("bearer" = []))
@@ -187,10 +199,10 @@ pub async fn events(
 /// their GPUs back).
 #[utoipa::path(
     post, path = "/api/v1/experiments/{id}/pause", tag = "experiments",
-    params(("id" = String, Path, description = "Experiment id")),
+    params(("id" = String, Path, format = Uuid, description = "Experiment id")),
     responses(
         (status = 200, body = ExperimentEnvelope),
-        (status = 403, body = ErrorBody),
+        (status = 403, description = "A viewer", body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "The experiment is not active", body = ErrorBody),
     ),
@@ -207,10 +219,10 @@ pub async fn pause(
 /// Resume a paused experiment: its paused trials queue again and the searcher carries on.
 #[utoipa::path(
     post, path = "/api/v1/experiments/{id}/resume", tag = "experiments",
-    params(("id" = String, Path, description = "Experiment id")),
+    params(("id" = String, Path, format = Uuid, description = "Experiment id")),
     responses(
         (status = 200, body = ExperimentEnvelope),
-        (status = 403, body = ErrorBody),
+        (status = 403, description = "A viewer", body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "The experiment is not paused", body = ErrorBody),
     ),
@@ -227,10 +239,10 @@ pub async fn resume(
 /// Cancel an experiment and its running trials.
 #[utoipa::path(
     post, path = "/api/v1/experiments/{id}/cancel", tag = "experiments",
-    params(("id" = String, Path, description = "Experiment id")),
+    params(("id" = String, Path, format = Uuid, description = "Experiment id")),
     responses(
         (status = 200, body = ExperimentEnvelope),
-        (status = 403, body = ErrorBody),
+        (status = 403, description = "A viewer", body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "The experiment has ended", body = ErrorBody),
     ),

@@ -7,7 +7,7 @@ use axum::response::IntoResponse;
 use serde_json::json;
 
 /// The process is up.
-#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "Alive")))]
+#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "Alive: `{\"status\": \"ok\"}`", body = Object)))]
 pub async fn healthz() -> impl IntoResponse {
     axum::Json(json!({"status": "ok"}))
 }
@@ -15,7 +15,10 @@ pub async fn healthz() -> impl IntoResponse {
 /// The process can serve: its database answers.
 #[utoipa::path(
     get, path = "/readyz", tag = "health",
-    responses((status = 200, description = "Ready"), (status = 503, description = "The database does not answer"))
+    responses(
+        (status = 200, description = "Ready: `{\"status\": \"ready\"}`", body = Object),
+        (status = 503, description = "The database does not answer: `{\"status\": \"unavailable\", \"reason\": \"database\"}`", body = Object),
+    )
 )]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     match state.store.ping().await {
@@ -31,7 +34,10 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 /// Prometheus metrics, text format.
-#[utoipa::path(get, path = "/metrics", tag = "health", responses((status = 200, description = "Prometheus text format")))]
+#[utoipa::path(
+    get, path = "/metrics", tag = "health",
+    responses((status = 200, description = "OpenMetrics text format", content_type = "application/openmetrics-text", body = String))
+)]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     if state.metrics.job_count_due() {
         match state.store.count_jobs_by_state().await {

@@ -14,10 +14,10 @@ use drover_service::job_changes::{UserAction, transition};
 /// Cancel a job. Final jobs cannot be cancelled (409).
 #[utoipa::path(
     post, path = "/api/v1/jobs/{id}/cancel", tag = "jobs",
-    params(("id" = String, Path, description = "Job id")),
+    params(("id" = String, Path, format = Uuid, description = "Job id")),
     responses(
         (status = 200, body = JobEnvelope),
-        (status = 403, body = ErrorBody),
+        (status = 403, description = "A viewer", body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "The job is already final", body = ErrorBody),
     ),
@@ -36,10 +36,10 @@ pub async fn cancel(
 /// nothing, until resumed. A queued job simply stops waiting.
 #[utoipa::path(
     post, path = "/api/v1/jobs/{id}/pause", tag = "jobs",
-    params(("id" = String, Path, description = "Job id")),
+    params(("id" = String, Path, format = Uuid, description = "Job id")),
     responses(
         (status = 200, body = JobEnvelope),
-        (status = 403, body = ErrorBody),
+        (status = 403, description = "A viewer", body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "The job is paused already, or final", body = ErrorBody),
     ),
@@ -57,10 +57,10 @@ pub async fn pause(
 /// Resume a paused job: it queues again and, once scheduled, carries on from its last checkpoint.
 #[utoipa::path(
     post, path = "/api/v1/jobs/{id}/resume", tag = "jobs",
-    params(("id" = String, Path, description = "Job id")),
+    params(("id" = String, Path, format = Uuid, description = "Job id")),
     responses(
         (status = 200, body = JobEnvelope),
-        (status = 403, body = ErrorBody),
+        (status = 403, description = "A viewer", body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "The job is not paused", body = ErrorBody),
     ),

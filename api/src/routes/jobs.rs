@@ -22,15 +22,37 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 const MAX_PAGE: u32 = 500;
 
 /// Submit a job (JSON or YAML `DroverJob`). With an `Idempotency-Key`, a retry returns the first job.
+///
+/// The schema gives each field's own bounds. These rules span fields or depend on the tenant, and
+/// answer 422 naming the field: `metadata.name`, or else `metadata.generateName`, is given; a
+/// `train` job has `spec.train` and no `spec.command`, a `command` job the reverse; each range's
+/// `min` ≤ `max`; a `ps` job with more than one worker has at least one parameter-server shard, an
+/// `allreduce` job none and no compression; `distributed.staleness` is 1 to 1000 with `sync: ssp`;
+/// `gpu_memory_gb` needs `gpus_per_worker` ≥ 1; a train job's `batch_size` ≥ `workers.max`, it
+/// sets `max_steps`, `target` or both, a loss target has `mode: min` and an accuracy's `value` is
+/// between 0 and 1, a text dataset goes with the `charlm` model and only it, a `cnn` on synthetic
+/// data has a square number of features (at least 16), a model's layers hold at most 2^30 weights
+/// and a synthetic dataset at most 2^30 values, `charlm`'s `d_model` is divisible by `heads`, and
+/// Nesterov momentum needs `momentum` > 0; a command's program (`argv[0]`) is not empty and each
+/// argument is at most 65536 bytes; every `secret:` of the environment names one of the tenant's
+/// secrets and `train.init_from` a checkpoint of the tenant; the job's smallest shape fits the
+/// tenant's `max_gpus`; the document is at most 256 KiB as stored; an `Idempotency-Key` used before
+/// comes with the same body.
 #[utoipa::path(
     post, path = "/api/v1/jobs", tag = "jobs",
     request_body(content = DroverJob, description = "A DroverJob, as JSON (or YAML with Content-Type: application/yaml)", content_type = "application/json"),
-    params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe: the same key returns the first job")),
+    params((
+        "Idempotency-Key" = Option<String>, Header, nullable = false, min_length = 1, max_length = 255,
+        pattern = "^[!-~]([\\t -~]*[!-~])?$",
+        description = "Makes retries safe: the same key returns the first job. 1 to 255 printable ASCII characters."
+    )),
     responses(
         (status = 201, description = "Created", body = JobEnvelope),
         (status = 200, description = "A retry with the same Idempotency-Key: the first job", body = JobEnvelope),
-        (status = 400, description = "Malformed body", body = ErrorBody),
+        (status = 400, description = "A body that is not JSON or YAML, or a malformed Idempotency-Key", body = ErrorBody),
+        (status = 403, description = "A viewer", body = ErrorBody),
         (status = 409, description = "A job with this name exists in the tenant", body = ErrorBody),
+        (status = 415, description = "A body that is neither JSON nor YAML (Content-Type)", body = ErrorBody),
         (status = 422, description = "Invalid spec; `field` names the problem", body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -138,7 +160,7 @@ pub fn parse_job_id(raw: &str) -> ApiResult<JobId> {
 /// Get one job, with its whole spec.
 #[utoipa::path(
     get, path = "/api/v1/jobs/{id}", tag = "jobs",
-    params(("id" = String, Path, description = "Job id")),
+    params(("id" = String, Path, format = Uuid, description = "Job id")),
     responses((status = 200, body = JobEnvelope), (status = 404, body = ErrorBody)),
     security(("bearer" = []))
 )]
@@ -165,12 +187,15 @@ pub fn job_view(detail: drover_service::jobs::JobDetail) -> JobView {
 #[utoipa::path(
     get, path = "/api/v1/jobs", tag = "jobs",
     params(
-        ("state" = Option<String>, Query, description = "Comma-separated states, e.g. `queued,running`"),
-        ("label" = Option<String>, Query, description = "`key=value` (comma-separated or repeated): jobs carrying all of them"),
-        ("tenant" = Option<String>, Query, description = "Cluster administrators: only this tenant's jobs"),
-        ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 50)"),
-        ("cursor" = Option<String>, Query, description = "`meta.next_cursor` of the previous page"),
-        ("name" = Option<String>, Query, description = "Only jobs whose name contains this text"),
+        ("state" = Option<String>, Query, description = "Comma-separated states, e.g. `queued,running`",
+         pattern = "^,*((queued|starting|running|rescaling|paused|succeeded|failed|cancelled)(,+(queued|starting|running|rescaling|paused|succeeded|failed|cancelled))*)?,*$"),
+        ("label" = Option<String>, Query, description = "`key=value` (comma-separated or repeated): jobs carrying all of them. Keys are 1 to 316, values at most 63 letters, digits, `-`, `_`, `.` and `/`",
+         pattern = "^([-A-Za-z0-9_./]{1,316}=[-A-Za-z0-9_./]{0,63})?(,([-A-Za-z0-9_./]{1,316}=[-A-Za-z0-9_./]{0,63})?)*$"),
+        ("tenant" = Option<String>, Query, description = "Only this tenant's jobs: cluster administrators any tenant's, others only their own",
+         max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1 to 500 (default 50)"),
+        ("cursor" = Option<String>, Query, pattern = "^[-A-Za-z0-9_]{21}[AQgw]$", description = "`meta.next_cursor` of the previous page"),
+        ("name" = Option<String>, Query, max_length = 253, description = "Only jobs whose name contains this text (at most 253 characters)"),
     ),
     responses(
         (status = 200, body = JobList), (status = 400, body = ErrorBody),
@@ -212,11 +237,14 @@ pub async fn list_page(
         }
     }
     filter.labels = parse_label_selector(query.all("label"))?;
-    if let Some(name) = query.get("name").map(str::trim).filter(|n| !n.is_empty()) {
-        if name.len() > 253 {
+    if let Some(name) = query.get("name") {
+        if name.chars().count() > 253 {
             return Err(ApiError::bad_request("name", "at most 253 characters"));
         }
-        filter.name_contains = Some(name.to_ascii_lowercase());
+        let name = name.trim();
+        if !name.is_empty() {
+            filter.name_contains = Some(name.to_ascii_lowercase());
+        }
     }
     if let Some(cursor) = query.get("cursor") {
         filter.before = Some(decode_cursor(cursor).ok_or_else(|| {
@@ -283,9 +311,9 @@ fn decode_cursor(cursor: &str) -> Option<JobId> {
 #[utoipa::path(
     get, path = "/api/v1/jobs/{id}/events", tag = "jobs",
     params(
-        ("id" = String, Path, description = "Job id"),
-        ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "`meta.next_cursor` of the previous page"),
+        ("id" = String, Path, format = Uuid, description = "Job id"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1 to 500 (default 100)"),
+        ("cursor" = Option<i64>, Query, description = "`meta.next_cursor` of the previous page (an event's id)"),
     ),
     responses((status = 200, body = EventList), (status = 404, body = ErrorBody)),
     security(("bearer" = []))

@@ -47,6 +47,12 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         secrets::set, secrets::list, secrets::delete,
         audit::list,
     ),
+    // Referred to by name from the schemas `drover_core::openapi` writes by hand.
+    components(schemas(
+        drover_core::experiment::Param,
+        drover_core::spec::EnvValue,
+        drover_core::spec::ObjectMeta,
+    )),
     modifiers(&BearerAuth),
     tags(
         (name = "jobs", description = "Training and command jobs"),
@@ -72,12 +78,14 @@ impl utoipa::Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+        drover_core::openapi::complete(components);
         document_common_errors(openapi);
     }
 }
 
 /// The answers every operation of a kind can give, added to each so that no annotation can forget
-/// them: 401 and 429 wherever a token is needed, 400 wherever a body or a query string is read.
+/// them: 401, 429 and 503 wherever a token is needed (finding it reads the database), 400 wherever a
+/// body, a query string or a path segment is read, 413 wherever a body is.
 fn document_common_errors(openapi: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::path::ParameterIn;
     use utoipa::openapi::{
@@ -125,6 +133,10 @@ fn document_common_errors(openapi: &mut utoipa::openapi::OpenApi) {
                         .header("Retry-After", retry_after.clone())
                         .build(),
                 );
+                add(
+                    "503",
+                    error("The database is overloaded or did not answer in time, or another dependency of the operation cannot answer now; retry").build(),
+                );
             }
             let reads_query = operation.parameters.iter().flatten().any(|parameter| {
                 matches!(
@@ -136,6 +148,13 @@ fn document_common_errors(openapi: &mut utoipa::openapi::OpenApi) {
                 add(
                     "400",
                     error("A malformed body, query parameter or path segment").build(),
+                );
+            }
+            if operation.request_body.is_some() {
+                add(
+                    "413",
+                    error("The body exceeds the server's limit (`drover server --max-body-bytes`)")
+                        .build(),
                 );
             }
         }

@@ -63,8 +63,8 @@ async fn set_cordon(
 /// Cordon a node: it takes no new tasks; what runs there keeps running.
 #[utoipa::path(
     post, path = "/api/v1/nodes/{name}/cordon", tag = "nodes",
-    params(("name" = String, Path)),
-    responses((status = 200, body = NodeEnvelope), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    params(("name" = String, Path, pattern = "^[A-Za-z0-9._-]{1,253}$", description = "The node's name")),
+    responses((status = 200, body = NodeEnvelope), (status = 403, description = "Anyone but a cluster administrator", body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn cordon(
@@ -78,8 +78,8 @@ pub async fn cordon(
 /// Uncordon a node: it takes new tasks again (and stops draining).
 #[utoipa::path(
     post, path = "/api/v1/nodes/{name}/uncordon", tag = "nodes",
-    params(("name" = String, Path)),
-    responses((status = 200, body = NodeEnvelope), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    params(("name" = String, Path, pattern = "^[A-Za-z0-9._-]{1,253}$", description = "The node's name")),
+    responses((status = 200, body = NodeEnvelope), (status = 403, description = "Anyone but a cluster administrator", body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn uncordon(
@@ -94,8 +94,8 @@ pub async fn uncordon(
 /// (its tasks get SIGTERM and the grace period to write one). Done when the node lists no tasks.
 #[utoipa::path(
     post, path = "/api/v1/nodes/{name}/drain", tag = "nodes",
-    params(("name" = String, Path)),
-    responses((status = 200, body = NodeEnvelope), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    params(("name" = String, Path, pattern = "^[A-Za-z0-9._-]{1,253}$", description = "The node's name")),
+    responses((status = 200, body = NodeEnvelope), (status = 403, description = "Anyone but a cluster administrator", body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn drain(
@@ -109,7 +109,7 @@ pub async fn drain(
 /// Get a node by name.
 #[utoipa::path(
     get, path = "/api/v1/nodes/{name}", tag = "nodes",
-    params(("name" = String, Path)),
+    params(("name" = String, Path, pattern = "^[A-Za-z0-9._-]{1,253}$", description = "The node's name")),
     responses((status = 200, body = NodeEnvelope), (status = 404, body = ErrorBody)),
     security(("bearer" = []))
 )]

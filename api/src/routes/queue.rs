@@ -44,8 +44,9 @@ pub struct QueueList {
 #[utoipa::path(
     get, path = "/api/v1/queue", tag = "jobs",
     params(
-        ("tenant" = Option<String>, Query, description = "Cluster administrators: only this tenant's jobs; others: their own tenant only"),
-        ("limit" = Option<u32>, Query, description = "At most this many jobs, 1 to 5000 (default 500)"),
+        ("tenant" = Option<String>, Query, max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+         description = "Only this tenant's jobs: cluster administrators any tenant's, others their own only"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 5000, description = "At most this many jobs, 1 to 5000 (default 500)"),
     ),
     responses(
         (status = 200, body = QueueList),

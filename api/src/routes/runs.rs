@@ -47,9 +47,10 @@ const MAX_NAMES: usize = 32;
 /// appears in `/checkpoints` once the job announces it.
 #[utoipa::path(
     post, path = "/api/v1/jobs/{id}/checkpoint", tag = "jobs",
-    params(("id" = String, Path, description = "Job id")),
+    params(("id" = String, Path, format = Uuid, description = "Job id")),
     responses(
         (status = 202, description = "The job's running tasks were asked to checkpoint", body = CheckpointRequested),
+        (status = 403, description = "A viewer", body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "The job is not running", body = ErrorBody)
     ),
@@ -110,7 +111,7 @@ pub async fn request_checkpoint(
 /// Every task of every generation of the job, oldest generation first.
 #[utoipa::path(
     get, path = "/api/v1/jobs/{id}/tasks", tag = "jobs",
-    params(("id" = String, Path, description = "Job id")),
+    params(("id" = String, Path, format = Uuid, description = "Job id")),
     responses((status = 200, body = TaskList), (status = 404, body = ErrorBody)),
     security(("bearer" = []))
 )]
@@ -135,12 +136,12 @@ pub async fn tasks(
 #[utoipa::path(
     get, path = "/api/v1/jobs/{id}/metrics", tag = "jobs",
     params(
-        ("id" = String, Path, description = "Job id"),
-        ("name" = Option<Vec<String>>, Query, description = "Only these metrics (repeatable)"),
-        ("from_step" = Option<u64>, Query, description = "Only steps ≥ this"),
-        ("to_step" = Option<u64>, Query, description = "Only steps ≤ this"),
-        ("limit" = Option<u32>, Query, description = "Page size, 1 to 5000 (default 1000)"),
-        ("cursor" = Option<String>, Query, description = "`meta.next_cursor` of the previous page"),
+        ("id" = String, Path, format = Uuid, description = "Job id"),
+        ("name" = Option<Vec<String>>, Query, max_items = 32, description = "Only these metrics (repeatable, at most 32)"),
+        ("from_step" = Option<u64>, Query, maximum = 9223372036854775807_u64, description = "Only steps ≥ this (0 to 2^63 - 1)"),
+        ("to_step" = Option<u64>, Query, maximum = 9223372036854775807_u64, description = "Only steps ≤ this (0 to 2^63 - 1); below `from_step`, an empty page"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 5000, description = "Page size, 1 to 5000 (default 1000)"),
+        ("cursor" = Option<i64>, Query, description = "`meta.next_cursor` of the previous page (a sample's id)"),
     ),
     responses((status = 200, body = MetricList), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = []))
@@ -161,6 +162,7 @@ pub async fn metrics(
             format!("at most {MAX_NAMES} metric names at once"),
         ));
     }
+    // `from_step` above `to_step` selects nothing: an empty page, as any filter that matches nothing.
     let filter = MetricFilter {
         names,
         from_step: parse_step(&query, "from_step")?,
@@ -168,14 +170,6 @@ pub async fn metrics(
         after: query.id_cursor()?,
         limit: limit + 1,
     };
-    if let (Some(from), Some(to)) = (filter.from_step, filter.to_step)
-        && from > to
-    {
-        return Err(ApiError::bad_request(
-            "from_step",
-            "must not be greater than to_step",
-        ));
-    }
     let mut samples = state
         .store
         .list_metrics(principal.scope(), job_id, &filter)
@@ -196,7 +190,7 @@ pub async fn metrics(
 /// The job's recorded checkpoints, oldest first. Only recorded checkpoints are ever resumed from.
 #[utoipa::path(
     get, path = "/api/v1/jobs/{id}/checkpoints", tag = "jobs",
-    params(("id" = String, Path, description = "Job id")),
+    params(("id" = String, Path, format = Uuid, description = "Job id")),
     responses((status = 200, body = CheckpointList), (status = 404, body = ErrorBody)),
     security(("bearer" = []))
 )]
@@ -229,10 +223,10 @@ pub async fn checkpoints(
 #[utoipa::path(
     get, path = "/api/v1/jobs/{id}/logs", tag = "jobs",
     params(
-        ("id" = String, Path, description = "Job id"),
+        ("id" = String, Path, format = Uuid, description = "Job id"),
         ("follow" = Option<bool>, Query, description = "Stream new lines (application/x-ndjson) until the job ends"),
-        ("limit" = Option<u32>, Query, description = "Page size, 1 to 5000 (default 1000); ignored when following"),
-        ("cursor" = Option<String>, Query, description = "Start after this line id (`meta.next_cursor`)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 5000, description = "Page size, 1 to 5000 (default 1000); ignored when following"),
+        ("cursor" = Option<i64>, Query, description = "Start after this line id (`meta.next_cursor`)"),
     ),
     responses(
         (status = 200, description = "A page of lines; with `follow=true`, a stream of lines (`LogLineView`) as newline-delimited JSON",

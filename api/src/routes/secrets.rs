@@ -19,7 +19,8 @@ use uuid::Uuid;
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetSecret {
-    /// The value (UTF-8, at most 64 KiB). Never returned.
+    /// The value: at most 65536 characters. Never returned.
+    #[schema(max_length = 65536)]
     pub value: String,
 }
 
@@ -67,8 +68,10 @@ pub struct SecretList {
 /// Create or replace a secret of the caller's tenant.
 #[utoipa::path(
     put, path = "/api/v1/secrets/{name}", tag = "secrets", request_body = SetSecret,
-    params(("name" = String, Path, description = "A DNS-1123 label")),
-    responses((status = 200, body = SecretEnvelope), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)),
+    params(("name" = String, Path, max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description = "A DNS-1123 label")),
+    responses((status = 200, body = SecretEnvelope),
+              (status = 403, description = "A viewer", body = ErrorBody),
+              (status = 422, description = "A name that is not a DNS-1123 label, or a value too long; `field` names it", body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn set(
@@ -103,8 +106,10 @@ pub async fn list(
 /// Delete a secret of the caller's tenant. Jobs that refer to it fail when they next start.
 #[utoipa::path(
     delete, path = "/api/v1/secrets/{name}", tag = "secrets",
-    params(("name" = String, Path)),
-    responses((status = 200, body = SecretEnvelope), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    params(("name" = String, Path, max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description = "A DNS-1123 label")),
+    responses((status = 200, body = SecretEnvelope),
+              (status = 403, description = "A viewer", body = ErrorBody),
+              (status = 404, body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn delete(

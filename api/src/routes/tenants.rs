@@ -19,16 +19,23 @@ use utoipa::ToSchema;
 #[serde(deny_unknown_fields)]
 pub struct CreateTenant {
     /// A DNS-1123 label.
+    #[schema(max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
     pub name: String,
+    /// No guarantee and no ceiling when absent.
     #[serde(default)]
-    pub quota: Quota,
+    pub quota: QuotaBody,
 }
 
 /// Create a tenant (cluster administrators).
+///
+/// A rule across fields answers 422: the quota's `max_gpus`, when given, is at least its
+/// `guaranteed_gpus`.
 #[utoipa::path(
     post, path = "/api/v1/tenants", tag = "tenants", request_body = CreateTenant,
-    responses((status = 201, body = TenantEnvelope), (status = 403, body = ErrorBody),
-              (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)),
+    responses((status = 201, body = TenantEnvelope),
+              (status = 403, description = "Anyone but a cluster administrator", body = ErrorBody),
+              (status = 409, description = "A tenant of this name exists", body = ErrorBody),
+              (status = 422, description = "`quota.max_gpus` below `quota.guaranteed_gpus`, or a body of the wrong shape; `field` names the problem", body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn create(
@@ -36,7 +43,7 @@ pub async fn create(
     principal: Principal,
     ApiJson(body): ApiJson<CreateTenant>,
 ) -> ApiResult<(StatusCode, Json<TenantEnvelope>)> {
-    let tenant = tenants::create(&state, &principal, body.name, body.quota).await?;
+    let tenant = tenants::create(&state, &principal, body.name, body.quota.into()).await?;
     Ok((
         StatusCode::CREATED,
         Json(TenantEnvelope {
@@ -65,8 +72,8 @@ pub async fn list(
 /// Get a tenant by name.
 #[utoipa::path(
     get, path = "/api/v1/tenants/{name}", tag = "tenants",
-    params(("name" = String, Path)),
-    responses((status = 200, body = TenantEnvelope), (status = 404, body = ErrorBody)),
+    params(("name" = String, Path, max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description = "The tenant's name")),
+    responses((status = 200, body = TenantEnvelope), (status = 404, description = "No such tenant, or another tenant for anyone but a cluster administrator", body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn get(
@@ -81,11 +88,15 @@ pub async fn get(
 }
 
 /// Set a tenant's quota (cluster administrators).
+///
+/// A rule across fields answers 422: `max_gpus`, when given, is at least `guaranteed_gpus`.
 #[utoipa::path(
-    put, path = "/api/v1/tenants/{name}/quota", tag = "tenants", request_body = Quota,
-    params(("name" = String, Path)),
-    responses((status = 200, body = TenantEnvelope), (status = 403, body = ErrorBody),
-              (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    put, path = "/api/v1/tenants/{name}/quota", tag = "tenants", request_body = QuotaBody,
+    params(("name" = String, Path, max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description = "The tenant's name")),
+    responses((status = 200, body = TenantEnvelope),
+              (status = 403, description = "Anyone but a cluster administrator", body = ErrorBody),
+              (status = 404, body = ErrorBody),
+              (status = 422, description = "`max_gpus` below `guaranteed_gpus`, or a body of the wrong shape; `field` names the problem", body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn set_quota(
@@ -94,21 +105,31 @@ pub async fn set_quota(
     PathParam(name): PathParam,
     ApiJson(quota): ApiJson<QuotaBody>,
 ) -> ApiResult<Json<TenantEnvelope>> {
-    let quota = Quota {
-        guaranteed_gpus: quota.guaranteed_gpus,
-        max_gpus: quota.max_gpus,
-    };
-    let tenant = tenants::set_quota(&state, &principal, &name, quota).await?;
+    let tenant = tenants::set_quota(&state, &principal, &name, quota.into()).await?;
     Ok(Json(TenantEnvelope {
         tenant: tenant.into(),
     }))
 }
 
 /// A quota as a request body, strictly parsed.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaBody {
+    /// GPUs the tenant can always get, at most 1000000.
+    #[schema(maximum = 1000000)]
     pub guaranteed_gpus: u32,
+    /// GPUs the tenant may hold at most, borrowed capacity included, at most 1000000 and at least
+    /// `guaranteed_gpus`; absent or `null` means no limit.
     #[serde(default)]
+    #[schema(maximum = 1000000)]
     pub max_gpus: Option<u32>,
+}
+
+impl From<QuotaBody> for Quota {
+    fn from(body: QuotaBody) -> Self {
+        Quota {
+            guaranteed_gpus: body.guaranteed_gpus,
+            max_gpus: body.max_gpus,
+        }
+    }
 }

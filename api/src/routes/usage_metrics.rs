@@ -116,7 +116,8 @@ pub fn encode(usage: &[(String, Totals)], shares: &[ShareRow]) -> String {
 /// GPU-hours (last 24 hours) and GPUs now per tenant, for Prometheus.
 #[utoipa::path(
     get, path = "/api/v1/usage/metrics", tag = "tenants",
-    responses((status = 200, description = "Prometheus text format: `drover_tenant_gpu_hours_24h{tenant,kind}` and `drover_tenant_gpus{tenant,kind}` of the caller's tenant (every tenant's for a cluster administrator)")),
+    responses((status = 200, description = "OpenMetrics text format: `drover_tenant_gpu_hours_24h{tenant,kind}` and `drover_tenant_gpus{tenant,kind}` of the caller's tenant (every tenant's for a cluster administrator)",
+               content_type = "application/openmetrics-text", body = String)),
     security(("bearer" = []))
 )]
 pub async fn metrics(State(state): State<AppState>, principal: Principal) -> ApiResult<Response> {

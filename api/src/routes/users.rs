@@ -18,9 +18,11 @@ use utoipa::ToSchema;
 #[serde(deny_unknown_fields)]
 pub struct CreateUser {
     /// 1–64 characters: letters, digits, `.`, `_`, `-`, `@`.
+    #[schema(pattern = "^[A-Za-z0-9._@-]{1,64}$")]
     pub name: String,
     /// The tenant's name; the caller's own tenant when absent.
     #[serde(default)]
+    #[schema(max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
     pub tenant: Option<String>,
     pub role: Role,
     /// Cluster administrators only may create cluster administrators.
@@ -31,8 +33,11 @@ pub struct CreateUser {
 /// Create a user (tenant admins in their tenant; cluster administrators anywhere).
 #[utoipa::path(
     post, path = "/api/v1/users", tag = "users", request_body = CreateUser,
-    responses((status = 201, body = UserEnvelope), (status = 403, body = ErrorBody),
-              (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)),
+    responses((status = 201, body = UserEnvelope),
+              (status = 403, description = "A member or viewer, another tenant for a tenant admin, or a cluster administrator made by anyone but one", body = ErrorBody),
+              (status = 404, description = "No such tenant (`tenant`)", body = ErrorBody),
+              (status = 409, description = "A user of this name exists", body = ErrorBody),
+              (status = 422, body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn create(
@@ -77,8 +82,8 @@ pub async fn list(
 /// Get a user by id.
 #[utoipa::path(
     get, path = "/api/v1/users/{id}", tag = "users",
-    params(("id" = String, Path)),
-    responses((status = 200, body = UserEnvelope), (status = 404, body = ErrorBody)),
+    params(("id" = String, Path, format = Uuid, description = "The user's id")),
+    responses((status = 200, body = UserEnvelope), (status = 404, description = "No such user the caller may see (a malformed id is none)", body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn get(

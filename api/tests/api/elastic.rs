@@ -61,14 +61,34 @@ async fn resizing_a_job_changes_its_ranges_and_checks_them() {
         .await;
     assert_eq!(count(&after.body), before, "{}", after.body);
 
-    // Bad input is a 4xx naming the problem, and changes nothing.
+    // Bad input is a 4xx naming the problem, and changes nothing: a body that is not JSON a 400,
+    // JSON that is not a resize (no range, an unknown field) a 422, as every other JSON body.
     let empty = app.post(&path, ADMIN_TOKEN, json!({})).await;
     assert_eq!(
         (empty.status, empty.error_field()),
-        (StatusCode::BAD_REQUEST, "body")
+        (StatusCode::UNPROCESSABLE_ENTITY, "(body)")
     );
+    let nulls = app
+        .post(&path, ADMIN_TOKEN, json!({"workers": null, "ps": null}))
+        .await;
+    assert_eq!(nulls.status, StatusCode::UNPROCESSABLE_ENTITY);
     let unknown = app.post(&path, ADMIN_TOKEN, json!({"gpus": 3})).await;
-    assert_eq!(unknown.status, StatusCode::BAD_REQUEST);
+    assert_eq!(unknown.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let not_json = app
+        .call(
+            axum::http::Method::POST,
+            &path,
+            Some(ADMIN_TOKEN),
+            Some(("application/json", b"{workers".to_vec())),
+            &[],
+        )
+        .await;
+    assert_eq!(
+        not_json.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        not_json.body
+    );
     let inverted = app
         .post(&path, ADMIN_TOKEN, json!({"workers": {"min": 3, "max": 2}}))
         .await;

@@ -241,18 +241,39 @@ async fn usage_adds_up_per_job_and_exports_csv() {
     );
     assert_eq!(lines.count(), 1, "{text}");
 
-    for (uri, field) in [
-        ("/api/v1/usage?by=team", "by"),
-        ("/api/v1/usage?period=month", "period"),
-        ("/api/v1/usage?format=xml", "format"),
-        ("/api/v1/usage?from=yesterday", "from"),
-        ("/api/v1/usage?from=2026-01-02&to=2026-01-01", "from"),
-        ("/api/v1/usage?from=2020-01-01&to=2026-01-01", "from"),
+    // A malformed parameter is a 400; well-formed bounds that make no window a 422.
+    for (uri, status, field) in [
+        ("/api/v1/usage?by=team", StatusCode::BAD_REQUEST, "by"),
+        (
+            "/api/v1/usage?period=month",
+            StatusCode::BAD_REQUEST,
+            "period",
+        ),
+        (
+            "/api/v1/usage?format=xml",
+            StatusCode::BAD_REQUEST,
+            "format",
+        ),
+        (
+            "/api/v1/usage?from=yesterday",
+            StatusCode::BAD_REQUEST,
+            "from",
+        ),
+        (
+            "/api/v1/usage?from=2026-01-02&to=2026-01-01",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "from",
+        ),
+        (
+            "/api/v1/usage?from=2020-01-01&to=2026-01-01",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "from",
+        ),
     ] {
         let reply = app.get(uri, &vision).await;
         assert_eq!(
             (reply.status, reply.error_field()),
-            (StatusCode::BAD_REQUEST, field),
+            (status, field),
             "{uri}: {}",
             reply.body
         );

@@ -3,6 +3,7 @@
 //! of what a user may leave out.
 
 use crate::document::ObjectMeta;
+use crate::openapi::{PARAMETER_NAME_PATTERN, not_blank};
 use crate::schema::one_object;
 use crate::spec::JobSpec;
 use chrono::{DateTime, Utc};
@@ -11,6 +12,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+
+/// Parameters a search space may have, at most.
+pub const MAX_PARAMETERS: usize = 64;
 
 /// One point of a search space: parameter name → value. Inactive conditional parameters are absent.
 pub type Assignment = BTreeMap<String, Value>;
@@ -21,14 +27,16 @@ pub type Assignment = BTreeMap<String, Value>;
 pub struct DroverExperiment {
     /// Always `drover.dev/v1`.
     #[serde(rename = "apiVersion")]
+    #[schema(schema_with = crate::document::api_version)]
     pub api_version: String,
     /// Always `DroverExperiment`.
+    #[schema(schema_with = crate::document::experiment_kind)]
     pub kind: String,
+    #[schema(schema_with = crate::document::experiment_metadata)]
     pub metadata: ObjectMeta,
     pub spec: ExperimentSpec,
-    /// Written by Drover; ignored on submit.
+    /// Written by Drover; ignored on submit (any value).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub status: Option<Value>,
 }
 
@@ -40,7 +48,7 @@ pub struct ExperimentSpec {
     /// The search space. Each key is a field of the trial spec (`train.optimizer.lr`,
     /// `train.model.hidden`) or, for `command` trials, a hyper-parameter name handed to the program
     /// (`DROVER_HP_<NAME>` and the JSON object in `DROVER_HPARAMS`).
-    #[schema(value_type = Object)]
+    #[schema(schema_with = parameters_schema)]
     pub parameters: BTreeMap<String, Param>,
     pub metric: MetricGoal,
     pub searcher: SearcherSpec,
@@ -67,7 +75,6 @@ fn default_seed() -> u64 {
 pub enum Param {
     /// Always this value.
     Const {
-        #[schema(value_type = Object)]
         #[schemars(schema_with = "any_value")]
         value: Value,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -100,7 +107,7 @@ pub enum Param {
     },
     /// One of these values (numbers, strings, lists: any JSON value).
     Categorical {
-        #[schema(value_type = Vec<Object>)]
+        #[schema(min_items = 1, max_items = 256)]
         #[schemars(schema_with = "any_values")]
         values: Vec<Value>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -125,7 +132,7 @@ impl Param {
 #[serde(deny_unknown_fields)]
 pub struct Condition {
     pub param: String,
-    #[schema(value_type = Vec<Object>)]
+    #[schema(min_items = 1)]
     #[schemars(schema_with = "any_values")]
     pub one_of: Vec<Value>,
 }
@@ -151,6 +158,7 @@ fn any_values(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MetricGoal {
+    #[schema(schema_with = not_blank)]
     pub name: String,
     pub goal: Goal,
 }
@@ -181,6 +189,7 @@ pub enum SearcherSpec {
     /// for log parameters), integers at most `points` values.
     Grid {
         #[serde(default = "default_grid_points")]
+        #[schema(minimum = 2, maximum = 100)]
         points: u32,
     },
     /// Independent uniform draws.
@@ -190,23 +199,31 @@ pub enum SearcherSpec {
     /// `candidates` draws by the ratio of the good trials' density to the rest's.
     Tpe {
         #[serde(default = "default_startup_trials")]
+        #[schema(minimum = 1)]
         startup_trials: u32,
         #[serde(default = "default_candidates")]
+        #[schema(minimum = 1, maximum = 10000)]
         candidates: u32,
     },
     /// Asynchronous successive halving (Li et al. 2020): trials start with `min_steps`; the top 1/eta
     /// of each rung resume from their checkpoint for eta times more steps, up to `max_steps`.
     Asha {
+        #[schema(minimum = 1)]
         min_steps: u64,
+        #[schema(minimum = 2)]
         max_steps: u64,
         #[serde(default = "default_eta")]
+        #[schema(minimum = 2, maximum = 100)]
         eta: u32,
     },
     /// Asynchronous Hyperband: ASHA brackets that start trials at every rung, round robin.
     Hyperband {
+        #[schema(minimum = 1)]
         min_steps: u64,
+        #[schema(minimum = 2)]
         max_steps: u64,
         #[serde(default = "default_eta")]
+        #[schema(minimum = 2, maximum = 100)]
         eta: u32,
     },
     /// Population-based training (Jaderberg et al. 2017): `population` trials train `ready_steps` at a
@@ -215,14 +232,20 @@ pub enum SearcherSpec {
     /// `resample_probability`), until `max_steps`.
     Pbt {
         #[serde(default = "default_population")]
+        #[schema(minimum = 2, maximum = 1000)]
         population: u32,
+        #[schema(minimum = 1)]
         ready_steps: u64,
+        #[schema(minimum = 1)]
         max_steps: u64,
         #[serde(default = "default_quantile")]
+        #[schema(exclusive_minimum = 0, maximum = 0.5)]
         quantile: f64,
         #[serde(default = "default_perturb")]
+        #[schema(min_items = 1, exclusive_minimum = 0)]
         perturb: Vec<f64>,
         #[serde(default = "default_resample")]
+        #[schema(minimum = 0, maximum = 1)]
         resample_probability: f64,
     },
 }
@@ -275,7 +298,7 @@ impl SearcherSpec {
 }
 
 /// Stopping poor trials early, for the searchers that do not decide it themselves.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema, JsonSchema, Default)]
 #[schemars(transform = one_object)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum EarlyStopping {
@@ -288,6 +311,7 @@ pub enum EarlyStopping {
         #[serde(default)]
         warmup_steps: u64,
         #[serde(default = "default_min_trials")]
+        #[schema(minimum = 1)]
         min_trials: u32,
     },
     /// Learning-curve extrapolation: fit a power law to the trial's curve and stop it when its value
@@ -295,10 +319,54 @@ pub enum EarlyStopping {
     /// values and `min_trials` trials have finished.
     Curve {
         #[serde(default = "default_min_points")]
+        #[schema(minimum = 3)]
         min_points: u32,
         #[serde(default = "default_min_trials")]
+        #[schema(minimum = 1)]
         min_trials: u32,
     },
+}
+
+/// Read through a copy whose `none` is an empty struct: serde skips other keys beside the tag of a
+/// unit variant even under `deny_unknown_fields`, so `{type: none, min_trials: 3}` would pass as if
+/// `min_trials` meant something (as `Compression` does).
+impl<'de> Deserialize<'de> for EarlyStopping {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+        enum Document {
+            None {},
+            Median {
+                #[serde(default)]
+                warmup_steps: u64,
+                #[serde(default = "default_min_trials")]
+                min_trials: u32,
+            },
+            Curve {
+                #[serde(default = "default_min_points")]
+                min_points: u32,
+                #[serde(default = "default_min_trials")]
+                min_trials: u32,
+            },
+        }
+        Ok(match Document::deserialize(deserializer)? {
+            Document::None {} => EarlyStopping::None,
+            Document::Median {
+                warmup_steps,
+                min_trials,
+            } => EarlyStopping::Median {
+                warmup_steps,
+                min_trials,
+            },
+            Document::Curve {
+                min_points,
+                min_trials,
+            } => EarlyStopping::Curve {
+                min_points,
+                min_trials,
+            },
+        })
+    }
 }
 
 fn default_min_trials() -> u32 {
@@ -315,11 +383,14 @@ pub struct Budget {
     /// Trials (hyper-parameter configurations) to start. Default: the grid's size for `grid`, 20
     /// otherwise; PBT counts each exploit as a new trial.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 10000)]
     pub max_trials: Option<u32>,
     #[serde(default = "default_max_concurrent")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub max_concurrent_trials: u32,
     /// GPU-hours allocated to the experiment's trials, all of them; reaching it stops running trials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(exclusive_minimum = 0)]
     pub max_gpu_hours: Option<f64>,
     /// No trial runs past this time (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -350,4 +421,28 @@ impl DroverExperiment {
     pub fn is_command(&self) -> bool {
         self.spec.trial.command.is_some()
     }
+}
+
+/// `spec.parameters`.
+fn parameters_schema() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property_names(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .max_length(Some(128))
+                .pattern(Some(PARAMETER_NAME_PATTERN)),
+        ))
+        .additional_properties(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
+            "Param",
+        ))))
+        .min_properties(Some(1))
+        .max_properties(Some(MAX_PARAMETERS))
+        .description(Some(
+            "The search space, 1 to 64 parameters. Each key is a field of the trial spec \
+             (`train.optimizer.lr`, `train.model.hidden`) or, for `command` trials, a \
+             hyper-parameter name handed to the program (`DROVER_HP_<NAME>` and the JSON object in \
+             `DROVER_HPARAMS`). A `when` names another parameter of the space, without cycles.",
+        ))
+        .into()
 }

@@ -2,18 +2,23 @@
 //! secret.
 
 use super::defaults;
+use crate::openapi::ENV_NAME_PATTERN;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, Type};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommandSpec {
+    #[schema(schema_with = argv_schema)]
     pub argv: Vec<String>,
     /// Environment variables: a value, or `{secret: NAME}` for one of the tenant's secrets (the value
     /// reaches only the task's process; the job document keeps the reference).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(schema_with = env_schema)]
     pub env: BTreeMap<String, EnvValue>,
     #[serde(default = "defaults::workdir")]
     pub workdir: String,
@@ -33,6 +38,7 @@ pub enum EnvValue {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SecretRef {
+    #[schema(max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
     pub secret: String,
 }
 
@@ -88,4 +94,41 @@ impl JsonSchema for EnvValue {
             "x-kubernetes-preserve-unknown-fields": true
         })
     }
+}
+
+/// `spec.command.argv`: the program and its arguments.
+fn argv_schema() -> Schema {
+    let argument = || {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .max_length(Some(65536))
+    };
+    ArrayBuilder::new()
+        .prefix_items([argument().min_length(Some(1))])
+        .items(argument())
+        .min_items(Some(1))
+        .description(Some(
+            "The program (not empty) and its arguments, each at most 65536 bytes of UTF-8.",
+        ))
+        .into()
+}
+
+/// `spec.command.env`.
+fn env_schema() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property_names(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(ENV_NAME_PATTERN)),
+        ))
+        .additional_properties(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
+            "EnvValue",
+        ))))
+        .description(Some(
+            "Environment variables (names `[A-Za-z_][A-Za-z0-9_]*`): a value, or `{secret: NAME}` \
+             for one of the tenant's secrets (the value reaches only the task's process; the job \
+             document keeps the reference). The secret must exist when the job is submitted.",
+        ))
+        .into()
 }

@@ -20,14 +20,16 @@ pub const SPEC_SCHEMA_VERSION: i32 = 1;
 pub struct DroverJob {
     /// Always `drover.dev/v1`.
     #[serde(rename = "apiVersion")]
+    #[schema(schema_with = crate::document::api_version)]
     pub api_version: String,
     /// Always `DroverJob`.
+    #[schema(schema_with = crate::document::job_kind)]
     pub kind: String,
+    #[schema(schema_with = crate::document::job_metadata)]
     pub metadata: ObjectMeta,
     pub spec: JobSpec,
-    /// Written by Drover; ignored on submit.
+    /// Written by Drover; ignored on submit (any value).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub status: Option<serde_json::Value>,
 }
 
@@ -67,6 +69,7 @@ pub struct JobSpec {
     #[serde(default)]
     pub checkpoint: CheckpointPolicy,
     #[serde(default = "defaults::max_restarts")]
+    #[schema(maximum = 100)]
     pub max_restarts: u32,
 }
 

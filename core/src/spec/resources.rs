@@ -2,15 +2,23 @@
 //! gradients, its scheduling class and its checkpoint policy.
 
 use super::defaults;
+use crate::openapi::{nullable, task_range};
 use crate::schema::one_object;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, Type};
+
+/// Largest counts of tasks a spec may ask for; beyond these a number is a typo, not a job.
+pub const MAX_WORKERS: u32 = 1024;
+pub const MAX_PS: u32 = 256;
 
 /// An inclusive range of task counts; `min < max` makes the job elastic. A document may give a plain
-/// count (`workers: 2`) for `{min: 2, max: 2}`, as `drover resize --workers 2` does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+/// count (`workers: 2`) for `{min: 2, max: 2}`, as `drover resize --workers 2` does. In the OpenAPI
+/// document each field that holds one has its own bounds (`crate::openapi::workers`, `ps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskRange {
     pub min: u32,
@@ -83,6 +91,52 @@ impl TaskRange {
     }
 }
 
+const WORKERS: &str = "Workers: a count (`2`) or a range (`{min: 1, max: 4}`), 1 to 1024";
+const PS: &str = "Parameter-server shards: a count or a range, 0 to 256";
+
+/// `spec.resources.workers`.
+pub fn workers_schema() -> Schema {
+    task_range(1, MAX_WORKERS, WORKERS)
+}
+
+/// `spec.resources.ps`.
+pub fn ps_schema() -> Schema {
+    task_range(0, MAX_PS, PS)
+}
+
+/// A resize's new workers (`null`: unchanged).
+pub fn resize_workers_schema() -> RefOr<Schema> {
+    nullable(workers_schema())
+}
+
+/// A resize's new parameter-server shards (`null`: unchanged).
+pub fn resize_ps_schema() -> RefOr<Schema> {
+    nullable(ps_schema())
+}
+
+/// `spec.resources.gpu_types`: refused until placement reads it.
+fn gpu_types_schema() -> Schema {
+    ArrayBuilder::new()
+        .items(ObjectBuilder::new().schema_type(Type::String))
+        .max_items(Some(0))
+        .description(Some(
+            "Not supported yet: the scheduler does not place jobs by GPU model, so it must be empty.",
+        ))
+        .into()
+}
+
+/// `spec.resources.node_selector`: refused until placement reads it.
+fn node_selector_schema() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .additional_properties(Some(ObjectBuilder::new().schema_type(Type::String)))
+        .max_properties(Some(0))
+        .description(Some(
+            "Not supported yet: the scheduler does not place jobs by node label, so it must be empty.",
+        ))
+        .into()
+}
+
 /// One worker by default (the defaults of the other fields are in `defaults`).
 fn default_workers() -> TaskRange {
     TaskRange { min: 1, max: 1 }
@@ -97,23 +151,32 @@ fn default_ps() -> TaskRange {
 #[serde(deny_unknown_fields)]
 pub struct Resources {
     #[serde(default = "default_workers")]
+    #[schema(schema_with = workers_schema)]
     pub workers: TaskRange,
     #[serde(default = "default_ps")]
+    #[schema(schema_with = ps_schema)]
     pub ps: TaskRange,
     #[serde(default = "defaults::gpus_per_worker")]
+    #[schema(maximum = 16)]
     pub gpus_per_worker: u32,
     /// What one worker needs of a GPU's memory; lets Gandiva pack two jobs on one GPU. Absent: a whole GPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(exclusive_minimum = 0, maximum = 1024)]
     pub gpu_memory_gb: Option<f64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(schema_with = gpu_types_schema)]
     pub gpu_types: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(schema_with = node_selector_schema)]
     pub node_selector: BTreeMap<String, String>,
     #[serde(default = "defaults::cpus_per_worker")]
+    #[schema(minimum = 1, maximum = 1024)]
     pub cpus_per_worker: u32,
     #[serde(default = "defaults::cpus_per_ps")]
+    #[schema(minimum = 1, maximum = 1024)]
     pub cpus_per_ps: u32,
     #[serde(default = "defaults::memory_gb_per_task")]
+    #[schema(minimum = 1, maximum = 4096)]
     pub memory_gb_per_task: u32,
 }
 
@@ -176,11 +239,17 @@ pub enum Compression {
     #[default]
     None,
     /// Keep the largest `ratio` of gradient entries.
-    Topk { ratio: f64 },
+    Topk {
+        #[schema(exclusive_minimum = 0, maximum = 1)]
+        ratio: f64,
+    },
     /// 1-bit sign with a per-tensor scale.
     Onebit,
     /// QSGD-style stochastic quantisation to `bits` bits.
-    Qsgd { bits: u32 },
+    Qsgd {
+        #[schema(minimum = 2, maximum = 8)]
+        bits: u32,
+    },
 }
 
 /// Read through a copy whose variants without parameters are empty structs: serde skips other keys
@@ -210,6 +279,7 @@ impl<'de> Deserialize<'de> for Compression {
 pub struct Scheduling {
     /// Higher runs first and may preempt lower; -1000 to 1000.
     #[serde(default)]
+    #[schema(minimum = -1000, maximum = 1000)]
     pub priority: i32,
     #[serde(default = "defaults::yes")]
     pub preemptible: bool,
@@ -228,10 +298,13 @@ impl Default for Scheduling {
 #[serde(deny_unknown_fields)]
 pub struct CheckpointPolicy {
     #[serde(default = "defaults::checkpoint_every_steps")]
+    #[schema(minimum = 1)]
     pub every_steps: u64,
     #[serde(default = "defaults::keep_last")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub keep_last: u32,
     #[serde(default = "defaults::keep_best")]
+    #[schema(maximum = 1000)]
     pub keep_best: u32,
 }
 

@@ -2,10 +2,9 @@
 //! layers, the dataset, the optimizer, gradient clipping, the target and the initial checkpoint.
 
 use super::check::{Check, ensure};
-use crate::spec::{DatasetSpec, DroverJob, ModelSpec, OptimizerSpec, TargetMode, TrainSpec};
-
-/// Metrics a `target` may name.
-pub const TARGET_METRICS: [&str; 4] = ["val_accuracy", "val_loss", "accuracy", "loss"];
+use crate::spec::{
+    DatasetSpec, DroverJob, ModelSpec, OptimizerSpec, TARGET_METRICS, TargetMode, TrainSpec,
+};
 
 pub(super) fn validate_train(train: &TrainSpec, job: &DroverJob) -> Check {
     ensure(
