@@ -185,7 +185,11 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    let outcome = runtime.block_on(run(cli));
+    // Work left on the blocking pool (a queue forecast of thousands of jobs takes minutes) is not
+    // waited for: a stopped server used to stay alive until it finished.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         // Already said what happened; 128 + SIGINT, as a shell reports an interrupted command.
         Err(err) if err.is::<Interrupted>() => ExitCode::from(130),
