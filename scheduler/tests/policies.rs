@@ -231,3 +231,51 @@ fn ps_shards_leave_cpus_for_the_workers_of_free_gpus() {
         "{single:?}: the shards left no CPU beside the free GPUs ({first:?}, {sharded:?})"
     );
 }
+
+/// A job of 4-GPU workers on nodes of 2 waits `NeverFits`, and its tenant's other jobs (within its
+/// maximum of 4 GPUs) start on the idle GPUs, under every policy. It used to hold its tenant's quota
+/// and keep the tenant's other jobs waiting beside idle GPUs.
+#[test]
+fn a_job_no_node_can_hold_neither_counts_in_its_tenants_maximum_nor_blocks_its_jobs() {
+    let mut big = job(1, 1, 0.0);
+    big.gpus_per_worker = 4;
+    let mut snapshot = snapshot(2, 2, vec![big, job(2, 1, 1.0), job(3, 1, 2.0)]);
+    snapshot.tenants[0].guaranteed_gpus = 2;
+    snapshot.tenants[0].max_gpus = Some(4);
+    assert!(drover_scheduler::policy::never_fits(
+        &snapshot,
+        &snapshot.jobs[0]
+    ));
+    assert!(!drover_scheduler::policy::never_fits(
+        &snapshot,
+        &snapshot.jobs[1]
+    ));
+    for name in drover_scheduler::policy::policy_names() {
+        let Ok(mut policy) = build_policy(name, None) else {
+            continue;
+        };
+        let plan = policy.schedule(&snapshot, &Plan::default());
+        assert_eq!(
+            plan.jobs.get(&id(1)),
+            Some(&JobPlan::Wait {
+                reason: WaitReason::NeverFits
+            }),
+            "{name}"
+        );
+        for other in [2, 3] {
+            assert!(
+                matches!(plan.jobs.get(&id(other)), Some(JobPlan::Run { .. })),
+                "{name}: {:?}",
+                plan.jobs.get(&id(other))
+            );
+        }
+        let arrival = policy.place_arrival(&snapshot, &snapshot.jobs[0]);
+        assert_eq!(
+            arrival,
+            JobPlan::Wait {
+                reason: WaitReason::NeverFits
+            },
+            "{name}"
+        );
+    }
+}

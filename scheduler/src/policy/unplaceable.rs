@@ -103,9 +103,7 @@ pub fn unplaceable(snapshot: &ClusterSnapshot) -> Vec<usize> {
 mod tests {
     use super::*;
     use crate::cluster::uniform_cluster;
-    use crate::policy::build_policy;
-    use crate::snapshot::{Range, Shape, Tenant};
-    use crate::{JobPlan, Plan, WaitReason};
+    use crate::snapshot::{Range, Shape};
 
     fn job(id: u128, tenant: u32, workers: u32, gpus_per_worker: u32) -> JobView {
         JobView {
@@ -129,52 +127,6 @@ mod tests {
             placement: None,
             observed: Default::default(),
             search: None,
-        }
-    }
-
-    /// A job of 4-GPU workers on nodes of 2 waits `NeverFits`, and its tenant's other jobs (within
-    /// its maximum of 4 GPUs) start on the idle GPUs, under every policy.
-    #[test]
-    fn a_job_no_node_can_hold_neither_counts_in_its_tenants_maximum_nor_blocks_its_jobs() {
-        let snapshot = ClusterSnapshot {
-            now_s: 100.0,
-            nodes: uniform_cluster(2, 2, 8, 8),
-            tenants: vec![Tenant {
-                name: "a".to_owned(),
-                guaranteed_gpus: 2,
-                max_gpus: Some(4),
-            }],
-            jobs: vec![job(1, 0, 1, 4), job(2, 0, 1, 1), job(3, 0, 1, 1)],
-        };
-        assert!(never_fits(&snapshot, &snapshot.jobs[0]));
-        assert!(!never_fits(&snapshot, &snapshot.jobs[1]));
-        for name in crate::policy::policy_names() {
-            let Ok(mut policy) = build_policy(name, None) else {
-                continue;
-            };
-            let plan = policy.schedule(&snapshot, &Plan::default());
-            assert_eq!(
-                plan.jobs.get(&snapshot.jobs[0].id),
-                Some(&JobPlan::Wait {
-                    reason: WaitReason::NeverFits
-                }),
-                "{name}"
-            );
-            for other in &snapshot.jobs[1..] {
-                assert!(
-                    matches!(plan.jobs.get(&other.id), Some(JobPlan::Run { .. })),
-                    "{name}: {:?}",
-                    plan.jobs.get(&other.id)
-                );
-            }
-            let arrival = policy.place_arrival(&snapshot, &snapshot.jobs[0]);
-            assert_eq!(
-                arrival,
-                JobPlan::Wait {
-                    reason: WaitReason::NeverFits
-                },
-                "{name}"
-            );
         }
     }
 
