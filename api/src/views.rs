@@ -251,6 +251,9 @@ pub struct NodeView {
     pub draining: bool,
     /// Where its GPUs come from: `nvidia`, `slots` (CPU-only) or `demo`.
     pub gpu_source: String,
+    /// How its executor isolates tasks: `runc` (each in a sandbox of its own), `none` (unconfined:
+    /// started with `--no-sandbox`), or empty (an executor older than sandboxes).
+    pub isolation: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_heartbeat_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
@@ -282,6 +285,7 @@ impl From<Node> for NodeView {
             cordoned: node.cordoned,
             draining: node.draining,
             gpu_source: node.gpu_source,
+            isolation: node.isolation,
             last_heartbeat_at: node.last_heartbeat_at,
             created_at: node.created_at,
             tasks: Vec::new(),

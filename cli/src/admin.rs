@@ -246,11 +246,25 @@ pub async fn nodes(global: &GlobalArgs) -> anyhow::Result<()> {
                         }
                         .to_owned(),
                         n["tasks"].as_array().map_or(0, Vec::len).to_string(),
+                        match n["isolation"].as_str() {
+                            Some("runc") => "sandboxed",
+                            Some("none") => "UNCONFINED",
+                            _ => "unknown",
+                        }
+                        .to_owned(),
                     ]
                 })
                 .collect();
             output::table(
-                &["NAME", "GPUS", "CPUS", "HEALTH", "STATUS", "TASKS"],
+                &[
+                    "NAME",
+                    "GPUS",
+                    "CPUS",
+                    "HEALTH",
+                    "STATUS",
+                    "TASKS",
+                    "TASKS RUN",
+                ],
                 &rows,
             );
             if nodes.is_empty() {

@@ -152,6 +152,7 @@ impl ExecutorGateway for GatewayService {
             cpus: register.cpus,
             memory_gb: register.memory_gb,
             gpu_source: register.gpu_source.clone(),
+            isolation: register.isolation.clone(),
         };
         runtime
             .store

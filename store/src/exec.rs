@@ -168,6 +168,8 @@ pub struct NodeRegistration {
     pub cpus: u32,
     pub memory_gb: u32,
     pub gpu_source: String,
+    /// `runc`, `none` or empty (see [`super::Node::isolation`]).
+    pub isolation: String,
 }
 
 /// Metric values one task reported at one step, with the tags speed fits need.

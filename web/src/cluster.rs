@@ -176,6 +176,8 @@ struct NodeRow {
     cpus: u32,
     memory_gb: u32,
     source: String,
+    /// How its tasks are isolated, in words.
+    isolation: &'static str,
     gpus: Vec<GpuRow>,
 }
 
@@ -251,6 +253,11 @@ pub async fn nodes(State(state): State<AppState>, session: Session) -> Response 
                 cpus: node.cpus,
                 memory_gb: node.memory_gb,
                 source: node.gpu_source,
+                isolation: match node.isolation.as_str() {
+                    "runc" => "tasks sandboxed",
+                    "none" => "tasks unconfined",
+                    _ => "task isolation unknown",
+                },
                 gpus,
             }
         })

@@ -270,6 +270,7 @@ async fn fixture(app: &TestApp) -> Fixture {
                 cpus: 2,
                 memory_gb: 4,
                 gpu_source: "slots".to_owned(),
+                isolation: String::new(),
             },
             chrono::Utc::now(),
         )

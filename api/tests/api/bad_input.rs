@@ -193,6 +193,7 @@ async fn a_job_no_node_could_ever_hold_is_refused_with_the_reason() {
                 cpus: 16,
                 memory_gb: 32,
                 gpu_source: "nvidia".to_owned(),
+                isolation: String::new(),
             },
             chrono::Utc::now(),
         )

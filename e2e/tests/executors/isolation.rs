@@ -310,6 +310,10 @@ while True:
         .find(|n| n["name"] == "exec-a")
         .unwrap();
     assert_eq!(exec_a["health"], "healthy", "{exec_a}");
+    assert_eq!(
+        exec_a["isolation"], "runc",
+        "the node says it sandboxes: {exec_a}"
+    );
     // Once cancelled, nothing of the bomb is left on the host.
     cluster
         .wait_until(

@@ -162,6 +162,7 @@ pub(crate) async fn executors_register_and_lose_tasks(db: &TestDb) {
         cpus: 8,
         memory_gb: 64,
         gpu_source: "nvidia".into(),
+        isolation: String::new(),
     };
     store
         .register_node(&registration, Utc::now())

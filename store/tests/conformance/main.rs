@@ -468,6 +468,7 @@ async fn nodes_are_upserted_by_name(db: &TestDb) {
         cordoned: false,
         draining: false,
         gpu_source: "nvidia".into(),
+        isolation: "runc".into(),
         last_heartbeat_at: Some(Utc::now()),
         created_at: Utc::now(),
     };
