@@ -255,10 +255,11 @@ def check_promises(name: str, merged: dict, objects: list[tuple[str, dict]], out
                              f"checkpoints mounted at {path}, not /var/lib/drover/checkpoints")
                 if container["name"] == "server" and env.get("DROVER_CHECKPOINT_DIR") != path:
                     out.fail(f"{where}: container server", "DROVER_CHECKPOINT_DIR is not the checkpoint mount")
-        # Only the DroverJob controller (in the server) and, when asked to read their node's labels,
-        # the executors may talk to the Kubernetes API.
+        # Only the DroverJob controller (in the server) and the executors, when asked to read their
+        # node's labels or to run tasks as Pods, may talk to the Kubernetes API.
         wants_token = ((obj["kind"] == "Deployment" and merged["controller"]["enabled"])
-                       or (obj["kind"] == "DaemonSet" and merged["executor"]["kubernetesNodeLabels"]))
+                       or (obj["kind"] == "DaemonSet" and (merged["executor"]["kubernetesNodeLabels"]
+                                                           or merged["executor"]["taskPods"]["enabled"])))
         if spec.get("automountServiceAccountToken") is not wants_token:
             out.fail(where, f"automountServiceAccountToken should be {str(wants_token).lower()}")
     for (kind, obj_name), obj in rendered.items():

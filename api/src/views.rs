@@ -251,8 +251,9 @@ pub struct NodeView {
     pub draining: bool,
     /// Where its GPUs come from: `nvidia`, `slots` (CPU-only) or `demo`.
     pub gpu_source: String,
-    /// How its executor isolates tasks: `runc` (each in a sandbox of its own), `none` (unconfined:
-    /// started with `--no-sandbox`), or empty (an executor older than sandboxes).
+    /// How its executor isolates tasks: `runc` (each in a sandbox of its own), `pod` (each a
+    /// Kubernetes Pod of its own), `none` (unconfined: started with `--no-sandbox`), or empty (an
+    /// executor older than sandboxes).
     pub isolation: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_heartbeat_at: Option<DateTime<Utc>>,

@@ -248,6 +248,7 @@ pub async fn nodes(global: &GlobalArgs) -> anyhow::Result<()> {
                         n["tasks"].as_array().map_or(0, Vec::len).to_string(),
                         match n["isolation"].as_str() {
                             Some("runc") => "sandboxed",
+                            Some("pod") => "as Pods",
                             Some("none") => "UNCONFINED",
                             _ => "unknown",
                         }

@@ -61,6 +61,83 @@ pub struct ExecutorArgs {
     pub kubernetes_node_labels: bool,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+    #[command(flatten)]
+    pub pods: PodArgs,
+}
+
+/// On Kubernetes: tasks as Pods of their own.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct PodArgs {
+    /// Run each task as a Kubernetes Pod of its own on this node (in its tenant's namespace) rather
+    /// than as a child process; the executor uses its Pod's service account, or KUBECONFIG.
+    #[arg(long, env = "DROVER_TASK_PODS")]
+    pub task_pods: bool,
+    /// The image task Pods run (the executor's own; a `train` job runs this program's engine).
+    #[arg(long, env = "DROVER_TASK_IMAGE", requires = "task_pods")]
+    pub task_image: Option<String>,
+    /// This program's path inside that image (default: its path here).
+    #[arg(long, env = "DROVER_TASK_PROGRAM", requires = "task_pods")]
+    pub task_program: Option<String>,
+    /// The user and group task containers run as (not root).
+    #[arg(long, env = "DROVER_TASK_USER", default_value_t = 10001, value_parser = clap::value_parser!(i64).range(1..))]
+    pub task_user: i64,
+    /// The checkpoint storage as a Kubernetes volume source (JSON), mounted in every task Pod where
+    /// the server keeps checkpoints: `{"persistentVolumeClaim": {"claimName": "drover-checkpoints"}}`
+    /// (a claim of that name in each tenant's namespace), or a volume any namespace may mount
+    /// (`{"csi": {...}}`).
+    #[arg(long, env = "DROVER_TASK_CHECKPOINT_VOLUME", requires = "task_pods")]
+    pub task_checkpoint_volume: Option<String>,
+    /// The namespace label naming a namespace's tenant (as the server's --kubernetes-tenant-label).
+    #[arg(
+        long,
+        env = "DROVER_KUBERNETES_TENANT_LABEL",
+        default_value = "drover.dev/tenant"
+    )]
+    pub tenant_label: String,
+}
+
+impl PodArgs {
+    /// The executor's task Pods, when asked for.
+    pub async fn open(
+        &self,
+        config: &ExecutorConfig,
+    ) -> anyhow::Result<Option<std::sync::Arc<drover_executor::pods::Pods>>> {
+        if !self.task_pods {
+            return Ok(None);
+        }
+        let image = self.task_image.clone().context(
+            "--task-pods needs --task-image (the image task Pods run: the executor's own)",
+        )?;
+        let program = self
+            .task_program
+            .clone()
+            .or_else(|| config.shim.first().cloned())
+            .context("no program path for train jobs' Pods")?;
+        let checkpoint_volume = match &self.task_checkpoint_volume {
+            None => None,
+            Some(text) => {
+                let source: serde_json::Value = serde_json::from_str(text)
+                    .with_context(|| format!("--task-checkpoint-volume `{text}`: not JSON"))?;
+                if drover_executor::pods::spec::checkpoint_volume(&source).is_none() {
+                    bail!(
+                        "--task-checkpoint-volume `{text}`: not a Kubernetes volume source (one of persistentVolumeClaim, csi, nfs, …)"
+                    );
+                }
+                Some(source)
+            }
+        };
+        let settings = drover_executor::pods::PodSettings {
+            image,
+            program,
+            run_as: self.task_user,
+            checkpoint_volume,
+            tenant_label: self.tenant_label.clone(),
+        };
+        drover_executor::pods::Pods::connect(settings, &config.name)
+            .await
+            .map(Some)
+            .map_err(|why| anyhow::anyhow!("--task-pods: {why}"))
+    }
 }
 
 /// How the executor sandboxes tasks.
@@ -197,6 +274,7 @@ pub fn executor_config(args: ExecutorArgs) -> anyhow::Result<ExecutorConfig> {
         base_dir: std::env::current_dir().context("cannot read the working directory")?,
         enrollment_token: args.enrollment_token,
         sandbox: None,
+        pods: None,
     })
 }
 
@@ -204,8 +282,18 @@ pub async fn executor(args: ExecutorArgs) -> anyhow::Result<()> {
     crate::logging::init_tracing(crate::logging::LogFormat::Text, "info");
     let from_kubernetes = args.kubernetes_node_labels;
     let sandbox = args.sandbox.clone();
+    let pods = args.pods.clone();
     let mut config = executor_config(args)?;
-    config.sandbox = match sandbox.open(&config, Vec::new()).await {
+    config.pods = pods.open(&config).await?;
+    let opened = if config.pods.is_some() {
+        // Each task a Pod of its own: the Pod is its sandbox.
+        out!("drover executor: each task runs as a Kubernetes Pod of its own");
+        Ok(None)
+    } else {
+        sandbox.open(&config, Vec::new()).await
+    };
+    config.sandbox = match opened {
+        Ok(None) if config.pods.is_some() => None,
         Ok(Some(sandbox)) => {
             out!(
                 "drover executor: tasks run sandboxed ({})",

@@ -37,8 +37,12 @@ pub struct TrainArgs {
 #[derive(Debug, clap::Args)]
 pub struct TrainTaskArgs {
     /// The job file the executor wrote (JSON).
+    #[arg(long, required_unless_present = "job_env", conflicts_with = "job_env")]
+    pub job: Option<PathBuf>,
+    /// The environment variable holding the job (JSON), for a task run as a Kubernetes Pod (it has
+    /// no file from its executor).
     #[arg(long)]
-    pub job: PathBuf,
+    pub job_env: Option<String>,
 }
 
 /// The device a task trains on: the GPUs its executor assigned (`CUDA_VISIBLE_DEVICES`, set only
@@ -164,7 +168,15 @@ impl Reporter for ContractReporter {
 
 pub async fn train_task(args: TrainTaskArgs) -> anyhow::Result<()> {
     crate::output::QUIT_ON_BROKEN_PIPE.store(false, Ordering::Relaxed);
-    let job = load_job(&args.job)?;
+    let job = match (&args.job, &args.job_env) {
+        (Some(path), _) => load_job(path)?,
+        (None, Some(variable)) => {
+            let text = std::env::var(variable).with_context(|| format!("{variable} is not set"))?;
+            DroverJob::parse(text.as_bytes(), Format::Json)
+                .map_err(|err| anyhow::anyhow!("{variable}: {err}"))?
+        }
+        (None, None) => anyhow::bail!("give --job FILE or --job-env VARIABLE"),
+    };
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let checkpoint_dir =
         PathBuf::from(env("DROVER_CHECKPOINT_DIR").context("DROVER_CHECKPOINT_DIR is not set")?);

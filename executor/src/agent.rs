@@ -206,7 +206,9 @@ impl Agent {
             tasks: self.tasks.values().map(LocalTask::status).collect(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             incarnation: self.incarnation.clone(),
-            isolation: if self.config.sandbox.is_some() {
+            isolation: if self.config.pods.is_some() {
+                "pod"
+            } else if self.config.sandbox.is_some() {
                 "runc"
             } else {
                 "none"
@@ -284,6 +286,9 @@ impl Agent {
         );
         self.remote
             .use_root(&registered.checkpoint_root, &self.config.data_dir);
+        if let Some(pods) = &self.config.pods {
+            pods.use_checkpoint_root(&registered.checkpoint_root);
+        }
         // Every kept report the server has not applied goes again, in order.
         self.sent = 0;
         self.server_answers_applied = registered.answers_applied;
@@ -356,6 +361,7 @@ mod tests {
             base_dir: dir.to_owned(),
             enrollment_token: None,
             sandbox: None,
+            pods: None,
         })
         .expect("an agent")
     }

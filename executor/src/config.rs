@@ -32,4 +32,6 @@ pub struct ExecutorConfig {
     pub enrollment_token: Option<String>,
     /// The sandbox every task runs in; `None`: tasks run as the executor's own user (`--no-sandbox`).
     pub sandbox: Option<Arc<Sandbox>>,
+    /// On Kubernetes (`--task-pods`): each task is a Pod of its own instead of a child process.
+    pub pods: Option<Arc<crate::pods::Pods>>,
 }

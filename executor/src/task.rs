@@ -15,14 +15,15 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
-use uploads::{Records, UPLOAD_QUEUE, upload_checkpoints};
+use uploads::{UPLOAD_QUEUE, upload_checkpoints};
 
 mod output;
 mod report;
 mod uploads;
 
-use output::read_output;
-use report::{TAIL_LINES, exited};
+pub(crate) use output::read_output;
+pub(crate) use report::{TAIL_LINES, exited};
+pub(crate) use uploads::Records;
 
 /// Everything needed to start one task.
 #[derive(Debug, Clone)]
@@ -53,6 +54,11 @@ pub struct Launch {
 pub struct StopHandle(Option<oneshot::Sender<Duration>>);
 
 impl StopHandle {
+    /// A handle that sends the grace period on `sender`.
+    pub(crate) fn new(sender: oneshot::Sender<Duration>) -> Self {
+        StopHandle(Some(sender))
+    }
+
     pub fn stop(&mut self, grace: Duration) {
         if let Some(sender) = self.0.take() {
             let _ = sender.send(grace);
@@ -110,8 +116,9 @@ fn inherited_env() -> impl Iterator<Item = (String, String)> {
     })
 }
 
-/// The environment contract of a task (documented in the README).
-fn task_env(launch: &Launch) -> Vec<(String, String)> {
+/// The environment contract of a task (documented in the README): what every task gets, wherever
+/// it runs (`task_dir`: its private scratch folder).
+pub(crate) fn contract_env(launch: &Launch, task_dir: &str) -> Vec<(&'static str, String)> {
     let spec = &launch.spec;
     let key = &launch.key;
     let port = launch.address.rsplit(':').next().unwrap_or_default();
@@ -134,8 +141,22 @@ fn task_env(launch: &Launch) -> Vec<(String, String)> {
         ("DROVER_CHECKPOINT_DIR", spec.checkpoint_dir.clone()),
         ("DROVER_RESUME_FROM", spec.resume_from.clone()),
         ("DROVER_RESUME_STEP", spec.resume_step.to_string()),
-        ("DROVER_TASK_DIR", launch.task_dir.display().to_string()),
+        ("DROVER_TASK_DIR", task_dir.to_owned()),
     ];
+    // The CPUs it was given: libraries that size thread pools by the machine's cores (OpenMP,
+    // rayon, the engine) use as many as the task may, not all of the node's.
+    if spec.cpus > 0 {
+        env.push(("DROVER_CPUS", spec.cpus.to_string()));
+        env.push(("OMP_NUM_THREADS", spec.cpus.to_string()));
+        env.push(("RAYON_NUM_THREADS", spec.cpus.to_string()));
+    }
+    env
+}
+
+/// A child process's environment contract: [`contract_env`], and the GPUs it may see.
+fn task_env(launch: &Launch) -> Vec<(String, String)> {
+    let spec = &launch.spec;
+    let mut env = contract_env(launch, &launch.task_dir.display().to_string());
     let visible = if launch.hide_gpus {
         String::new()
     } else if !launch.gpu_uuids.is_empty() {
@@ -150,13 +171,6 @@ fn task_env(launch: &Launch) -> Vec<(String, String)> {
     env.push(("CUDA_VISIBLE_DEVICES", visible));
     // The executor numbers GPUs as NVML does (PCI bus order); CUDA's default order differs.
     env.push(("CUDA_DEVICE_ORDER", "PCI_BUS_ID".to_owned()));
-    // The CPUs it was given: libraries that size thread pools by the machine's cores (OpenMP,
-    // rayon, the engine) use as many as the task may, not all of the node's.
-    if spec.cpus > 0 {
-        env.push(("DROVER_CPUS", spec.cpus.to_string()));
-        env.push(("OMP_NUM_THREADS", spec.cpus.to_string()));
-        env.push(("RAYON_NUM_THREADS", spec.cpus.to_string()));
-    }
     if launch.sandbox.is_some() {
         // The executor's home is not in the sandbox; its private /tmp is.
         env.push(("HOME", "/tmp".to_owned()));

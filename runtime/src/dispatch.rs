@@ -316,6 +316,7 @@ async fn prepare_task(
                     TaskRole::Ps => spec.spec.resources.cpus_per_ps,
                 },
                 read_only_paths: declared_data(&spec),
+                tenant: job.tenant_name.clone(),
             }),
         })),
     };

@@ -208,8 +208,8 @@ pub struct Node {
     pub draining: bool,
     /// Where its GPUs come from: `nvidia`, `slots` (CPU-only) or `demo`.
     pub gpu_source: String,
-    /// How its executor isolates tasks: `runc` (a sandbox each), `none` (unconfined), or empty (an
-    /// executor older than sandboxes).
+    /// How its executor isolates tasks: `runc` (a sandbox each), `pod` (a Kubernetes Pod each),
+    /// `none` (unconfined), or empty (an executor older than sandboxes).
     pub isolation: String,
     pub last_heartbeat_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,

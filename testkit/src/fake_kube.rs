@@ -9,8 +9,13 @@
 //! - WATCH from a resource version: the history after it, then live changes, BOOKMARKs, and an
 //!   `ERROR` 410 Expired when the version is older than the history kept ([`FakeKube::compact`]);
 //! - [`FakeKube::restart`]: every connection and watch drops and the port refuses for a moment, then
-//!   serves again with the same objects.
+//!   serves again with the same objects;
+//! - LIST with a `labelSelector` of `key=value` terms;
+//! - with [`FakeKube::start_with_kubelet`], a fake kubelet ([`crate::fake_kubelet`]) that runs Pods
+//!   bound to a node as local processes, writes their status, serves their log (`pods/NAME/log`,
+//!   followed), and stops a deleted Pod's process.
 
+use crate::fake_kubelet::{Kubelet, PodState, status_of};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
@@ -53,6 +58,8 @@ struct Shared {
     changes: broadcast::Sender<Change>,
     /// Turns true to drop every connection (a restart).
     down: watch::Receiver<bool>,
+    /// Runs Pods bound to a node, when asked for.
+    kubelet: Option<Arc<Kubelet>>,
 }
 
 /// The fake API server; dropping it stops it.
@@ -65,12 +72,22 @@ pub struct FakeKube {
 
 impl FakeKube {
     pub async fn start() -> FakeKube {
+        Self::start_serving(None).await
+    }
+
+    /// The same, with a fake kubelet that runs the Pods bound to a node as local processes.
+    pub async fn start_with_kubelet() -> FakeKube {
+        Self::start_serving(Some(Arc::new(Kubelet::default()))).await
+    }
+
+    async fn start_serving(kubelet: Option<Arc<Kubelet>>) -> FakeKube {
         let (changes, _) = broadcast::channel(1024);
         let (down_tx, down) = watch::channel(false);
         let shared = Shared {
             inner: Arc::new(Mutex::new(Inner::default())),
             changes,
             down,
+            kubelet,
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -233,6 +250,8 @@ struct Target {
     namespace: Option<String>,
     name: Option<String>,
     status: bool,
+    /// The `log` subresource of a Pod.
+    log: bool,
     api_version: String,
 }
 
@@ -249,6 +268,7 @@ fn parse_path(path: &str) -> Option<Target> {
             namespace: namespace.map(str::to_owned),
             name: name.map(|n| (*n).to_owned()),
             status: sub == Some(&"status"),
+            log: sub == Some(&"log"),
             api_version: api_version.clone(),
         };
     Some(match rest {
@@ -287,8 +307,9 @@ async fn handle(
     };
     let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
     match (&method, &target.name) {
+        (&Method::GET, Some(name)) if target.log => pod_log(&shared, &target, name, &query),
         (&Method::GET, None) if watching => watch_stream(shared, target, &query),
-        (&Method::GET, None) => list(&shared, &target),
+        (&Method::GET, None) => list(&shared, &target, query.get("labelSelector")),
         (&Method::GET, Some(name)) => {
             let key = key(&target, name);
             match shared.inner.lock().unwrap().objects.get(&key) {
@@ -303,7 +324,19 @@ async fn handle(
         (&Method::POST, None) => create(&shared, &target, &body),
         (&Method::PATCH, Some(name)) => patch(&shared, &target, name, &headers, &body),
         (&Method::PUT, Some(name)) => replace(&shared, &target, name, &body),
-        (&Method::DELETE, Some(name)) => delete(&shared, &target, name),
+        (&Method::DELETE, Some(name)) => {
+            if target.resource == "pods"
+                && let Some(kubelet) = &shared.kubelet
+            {
+                let grace = serde_json::from_slice::<Value>(&body)
+                    .ok()
+                    .and_then(|b| b["gracePeriodSeconds"].as_u64())
+                    .or_else(|| query.get("gracePeriodSeconds").and_then(|g| g.parse().ok()))
+                    .unwrap_or(30);
+                kubelet.stop(target.namespace.as_deref().unwrap_or_default(), name, grace);
+            }
+            delete(&shared, &target, name)
+        }
         _ => status_error(
             StatusCode::METHOD_NOT_ALLOWED,
             "MethodNotAllowed",
@@ -327,13 +360,27 @@ fn list_kind(items: &[Value]) -> String {
         .map_or_else(|| "List".to_owned(), |k| format!("{k}List"))
 }
 
-fn list(shared: &Shared, target: &Target) -> Response {
+/// Whether `object` has every `key=value` (or `key`) of a label selector.
+fn selected(object: &Value, selector: Option<&String>) -> bool {
+    let Some(selector) = selector.filter(|s| !s.is_empty()) else {
+        return true;
+    };
+    let labels = &object["metadata"]["labels"];
+    selector.split(',').all(|term| match term.split_once('=') {
+        Some((key, value)) => labels[key.trim()].as_str() == Some(value.trim()),
+        None => labels.get(term.trim()).is_some(),
+    })
+}
+
+fn list(shared: &Shared, target: &Target, selector: Option<&String>) -> Response {
     let inner = shared.inner.lock().unwrap();
     let items: Vec<Value> = inner
         .objects
         .iter()
-        .filter(|((r, ns, _), _)| {
-            *r == target.resource && target.namespace.as_ref().is_none_or(|want| want == ns)
+        .filter(|((r, ns, _), o)| {
+            *r == target.resource
+                && target.namespace.as_ref().is_none_or(|want| want == ns)
+                && selected(o, selector)
         })
         .map(|(_, o)| o.clone())
         .collect();
@@ -393,7 +440,79 @@ fn create(shared: &Shared, target: &Target, body: &[u8]) -> Response {
     let object = stamp(&mut inner, object, true);
     inner.objects.insert(key, object.clone());
     publish(shared, &mut inner, "ADDED", target, object.clone());
+    drop(inner);
+    if target.resource == "pods"
+        && object["spec"]["nodeName"].is_string()
+        && let Some(kubelet) = &shared.kubelet
+    {
+        let namespace = target.namespace.clone().unwrap_or_default();
+        let reporter = shared.clone();
+        let (ns, pod) = (namespace.clone(), name.clone());
+        kubelet.run(&namespace, &object, move |state| {
+            set_pod_status(&reporter, &ns, &pod, &state);
+        });
+    }
     (StatusCode::CREATED, axum::Json(object)).into_response()
+}
+
+/// Writes a Pod's status as its kubelet reports it (a Pod deleted meanwhile stays deleted).
+fn set_pod_status(shared: &Shared, namespace: &str, name: &str, state: &PodState) {
+    let mut inner = shared.inner.lock().unwrap();
+    let key = ("pods".to_owned(), namespace.to_owned(), name.to_owned());
+    let Some(mut object) = inner.objects.get(&key).cloned() else {
+        return;
+    };
+    object["status"] = status_of(state);
+    let object = stamp(&mut inner, object, false);
+    inner.objects.insert(key, object.clone());
+    let change = record(&mut inner, "MODIFIED", "pods", Some(namespace), object);
+    drop(inner);
+    let _ = shared.changes.send(change);
+}
+
+/// A Pod's log from its kubelet: what its process wrote, and with `follow=true` what it writes next,
+/// until it ends.
+fn pod_log(
+    shared: &Shared,
+    target: &Target,
+    name: &str,
+    query: &HashMap<String, String>,
+) -> Response {
+    let namespace = target.namespace.clone().unwrap_or_default();
+    let Some(running) = shared
+        .kubelet
+        .as_ref()
+        .and_then(|kubelet| kubelet.get(&namespace, name))
+    else {
+        return status_error(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            &format!("container \"task\" in pod \"{name}\" is waiting to start"),
+        );
+    };
+    let follow = query.get("follow").is_some_and(|f| f == "true");
+    let stream = async_stream(move |tx: tokio::sync::mpsc::Sender<Bytes>| async move {
+        let mut sent = 0;
+        loop {
+            let notified = running.changed.notified();
+            let (chunk, finished) = {
+                let log = running.log.lock().unwrap();
+                (log[sent..].to_vec(), *running.finished.lock().unwrap())
+            };
+            sent += chunk.len();
+            if !chunk.is_empty() && tx.send(Bytes::from(chunk)).await.is_err() {
+                return;
+            }
+            if finished || !follow {
+                return;
+            }
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(200), notified).await;
+        }
+    });
+    Response::builder()
+        .header("content-type", "text/plain")
+        .body(Body::from_stream(stream))
+        .unwrap()
 }
 
 /// Stores `new` in place of `old` (same key): the status subresource keeps everything but status;

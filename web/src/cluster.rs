@@ -255,6 +255,7 @@ pub async fn nodes(State(state): State<AppState>, session: Session) -> Response 
                 source: node.gpu_source,
                 isolation: match node.isolation.as_str() {
                     "runc" => "tasks sandboxed",
+                    "pod" => "each task a Pod",
                     "none" => "tasks unconfined",
                     _ => "task isolation unknown",
                 },

@@ -143,6 +143,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             enrollment_token,
             kubernetes_node_labels: false,
             sandbox: sandbox_args.clone(),
+            pods: crate::node::PodArgs::default(),
         };
         let mut config = crate::node::executor_config(executor)?;
         let hidden = vec![

@@ -49,6 +49,16 @@ impl Agent {
                     ..
                 }) = self.tasks.get(&key_of(&key))
                 {
+                    if self.config.pods.is_some() || *pid == 0 {
+                        // A Pod's process is not this executor's to signal (that needs the API's
+                        // exec, which task Pods are not given yet): it checkpoints on its schedule
+                        // and when it is stopped.
+                        tracing::warn!(
+                            job.id = key.job_id,
+                            "a task Pod cannot be asked to checkpoint now"
+                        );
+                        return;
+                    }
                     // SIGUSR1 to the task's group: the contract's "checkpoint now".
                     let group = nix::unistd::Pid::from_raw(*pid as i32);
                     if let Err(err) =
@@ -97,29 +107,43 @@ impl Agent {
                 return Some(exit_report(&key, message, false, false));
             }
         };
-        let bind = format!(
-            "{}:0",
-            if self.config.advertise_host == "localhost" {
-                "127.0.0.1"
-            } else {
-                "0.0.0.0"
-            }
-        );
-        let port = match tokio::net::TcpListener::bind(&bind)
-            .await
-            .and_then(|l| l.local_addr())
-        {
-            Ok(addr) => addr.port(),
-            Err(err) => {
-                return Some(exit_report(
-                    &key,
-                    format!("cannot reserve a port: {err}"),
-                    false,
-                    false,
-                ));
+        let address = match &self.config.pods {
+            // A Pod's address is its name under its job's Service.
+            Some(pods) => match pods.address(&key, &spec.tenant).await {
+                Ok(address) => address,
+                Err(task::StartError::User(message)) => {
+                    return Some(exit_report(&key, message, true, false));
+                }
+                Err(task::StartError::Node(message)) => {
+                    return Some(exit_report(&key, message, false, false));
+                }
+            },
+            None => {
+                let bind = format!(
+                    "{}:0",
+                    if self.config.advertise_host == "localhost" {
+                        "127.0.0.1"
+                    } else {
+                        "0.0.0.0"
+                    }
+                );
+                let port = match tokio::net::TcpListener::bind(&bind)
+                    .await
+                    .and_then(|l| l.local_addr())
+                {
+                    Ok(addr) => addr.port(),
+                    Err(err) => {
+                        return Some(exit_report(
+                            &key,
+                            format!("cannot reserve a port: {err}"),
+                            false,
+                            false,
+                        ));
+                    }
+                };
+                format!("{}:{port}", self.config.advertise_host)
             }
         };
-        let address = format!("{}:{port}", self.config.advertise_host);
         tracing::info!(
             job.id = key.job_id,
             generation = key.generation,
@@ -221,7 +245,11 @@ impl Agent {
             gpu_uuids,
             sandbox: self.config.sandbox.clone(),
         };
-        match task::start(launch, self.events_tx.clone()).await {
+        let started = match &self.config.pods {
+            Some(pods) => pods.start(launch, self.events_tx.clone()).await,
+            None => task::start(launch, self.events_tx.clone()).await,
+        };
+        match started {
             Ok((pid, handle)) => {
                 task.pid = pid;
                 task.phase = Phase::Running(handle);

@@ -173,7 +173,7 @@ impl Output {
     }
 }
 
-pub(super) async fn read_output(
+pub(crate) async fn read_output(
     output: impl AsyncRead + Unpin,
     stream: &'static str,
     key: pb::TaskKey,

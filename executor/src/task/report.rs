@@ -5,7 +5,7 @@ use drover_proto as pb;
 use pb::executor_message::Body;
 
 /// Lines kept for the exit report.
-pub(super) const TAIL_LINES: usize = 20;
+pub(crate) const TAIL_LINES: usize = 20;
 
 pub(super) fn message(body: Body) -> pb::ExecutorMessage {
     pb::ExecutorMessage {
@@ -20,7 +20,7 @@ pub(super) fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-pub(super) fn exited(key: &pb::TaskKey, exited: pb::Exited) -> pb::ExecutorMessage {
+pub(crate) fn exited(key: &pb::TaskKey, exited: pb::Exited) -> pb::ExecutorMessage {
     message(Body::TaskUpdate(pb::TaskUpdate {
         task: Some(key.clone()),
         event: Some(pb::task_update::Event::Exited(exited)),

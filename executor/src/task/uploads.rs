@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 /// Where a task's checkpoint records go: to the server, or first to the object store.
-pub(super) enum Records {
+pub(crate) enum Records {
     Direct,
     Upload(mpsc::Sender<pb::Checkpoint>),
 }
