@@ -52,7 +52,7 @@ const MAX_NAMES: usize = 32;
         (status = 202, description = "The job's running tasks were asked to checkpoint", body = CheckpointRequested),
         (status = 403, description = "A viewer", body = ErrorBody),
         (status = 404, body = ErrorBody),
-        (status = 409, description = "The job is not running", body = ErrorBody)
+        (status = 409, description = "The job is not running (`not_running`), or runs as Kubernetes Pods, which cannot be asked yet (`not_supported`)", body = ErrorBody)
     ),
     security(("bearer" = []))
 )]
@@ -76,15 +76,14 @@ pub async fn request_checkpoint(
         ));
     }
     // The request is kept in the store, so whichever replica leads passes it on (on its next round).
-    let asked = if job.state == drover_core::JobState::Running {
-        let tasks = state.store.generation_tasks(job.id, job.generation).await?;
+    let running = if job.state == drover_core::JobState::Running {
+        let mut tasks = state.store.generation_tasks(job.id, job.generation).await?;
+        tasks.retain(|t| t.state == drover_store::TaskState::Running && !t.stop_requested);
         tasks
-            .iter()
-            .filter(|t| t.state == drover_store::TaskState::Running && !t.stop_requested)
-            .count()
     } else {
-        0
+        Vec::new()
     };
+    let asked = running.len();
     if asked == 0 {
         return Err(ApiError::new(
             axum::http::StatusCode::CONFLICT,
@@ -94,6 +93,25 @@ pub async fn request_checkpoint(
                 job.state.as_str()
             ),
         ));
+    }
+    // A task Pod is not its executor's process to signal (that needs the Kubernetes API's exec,
+    // which task Pods are not given yet): refused rather than accepted and not passed on.
+    let mut nodes = running
+        .iter()
+        .map(|t| t.node_name.as_str())
+        .collect::<Vec<_>>();
+    nodes.sort_unstable();
+    nodes.dedup();
+    for node in nodes {
+        if matches!(state.store.get_node(node).await, Ok(n) if n.isolation == "pod") {
+            return Err(ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "not_supported",
+                format!(
+                    "job `{id}` runs as Kubernetes Pods (node {node}), which cannot be asked to checkpoint now yet: they checkpoint on their schedule and when stopped"
+                ),
+            ));
+        }
     }
     state
         .store

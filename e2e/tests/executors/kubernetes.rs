@@ -449,6 +449,18 @@ async fn on_kubernetes_each_task_is_a_pod_of_its_own() {
     cluster
         .wait_for_state(&long, "running", Duration::from_secs(60))
         .await;
+    // Asking a task Pod to checkpoint now is refused, not accepted and dropped.
+    let asked = cluster
+        .http
+        .post(format!("{}/api/v1/jobs/{long}/checkpoint", cluster.url))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(asked.status(), 409);
+    let refusal: Value = asked.json().await.unwrap();
+    assert_eq!(refusal["error"]["code"], "not_supported", "{refusal}");
     cluster
         .post(&format!("/api/v1/jobs/{long}/cancel"), json!({}))
         .await;
