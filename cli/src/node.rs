@@ -341,10 +341,18 @@ pub async fn executor(args: ExecutorArgs) -> anyhow::Result<()> {
 pub struct ShimArgs {
     /// Where to record how the command ended.
     #[arg(long)]
-    pub status_file: PathBuf,
+    pub status_file: Option<PathBuf>,
     /// The shim is the first process of a task's sandbox (it passes signals on to the command).
     #[arg(long)]
     pub sandboxed: bool,
+    /// The shim is a task Pod's first process: no executor pipe to watch, and it exits with the
+    /// command's status.
+    #[arg(long)]
+    pub in_pod: bool,
+    /// Start this many copies of the command, each with its own LOCAL_RANK and RANK (a torch
+    /// launcher's one per GPU).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub local_processes: u32,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub argv: Vec<String>,
@@ -353,7 +361,12 @@ pub struct ShimArgs {
 /// Never returns: the shim exits as soon as the command's status is recorded (a runtime shutdown would
 /// wait for the blocking read of stdin that watches the executor).
 pub async fn task_shim(args: ShimArgs) -> anyhow::Result<()> {
-    let code = drover_executor::shim::run(&args.status_file, &args.argv, args.sandboxed).await;
+    let mode = drover_executor::shim::ShimMode {
+        sandboxed: args.sandboxed,
+        in_pod: args.in_pod,
+        processes: args.local_processes,
+    };
+    let code = drover_executor::shim::run(args.status_file.as_deref(), &args.argv, mode).await;
     std::process::exit(code)
 }
 

@@ -58,6 +58,17 @@ pub fn validate(experiment: &DroverExperiment) -> Check {
     validate_parameters(experiment)?;
     validate_searcher(experiment)?;
     validate_early_stopping(&spec.early_stopping)?;
+    // ASHA, Hyperband and PBT stop and continue trials by their own rules; a second rule beside
+    // theirs would stop trials they mean to promote.
+    if !matches!(spec.early_stopping, EarlyStopping::None)
+        && let SearcherSpec::Asha { .. } | SearcherSpec::Hyperband { .. } | SearcherSpec::Pbt { .. } =
+            spec.searcher
+    {
+        fail(
+            "spec.early_stopping",
+            "only for the grid, random and tpe searchers: asha, hyperband and pbt stop trials by their own rules; remove it",
+        )?;
+    }
     validate_budget(&spec.budget)?;
     // The template itself, with the space's corners written into it: the first point, then each
     // parameter's extremes (every category) with the others at their first value.

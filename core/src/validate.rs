@@ -83,18 +83,6 @@ pub fn validate(job: &DroverJob) -> Check {
         }
     }
     let distributed = &spec.distributed;
-    if distributed.sync == SyncMode::Ssp {
-        ensure(
-            (1..=1000).contains(&distributed.staleness),
-            "spec.distributed.staleness",
-            || {
-                format!(
-                    "must be between 1 and 1000 for ssp, got {}",
-                    distributed.staleness
-                )
-            },
-        )?;
-    }
     match distributed.compression {
         Compression::Topk { ratio } => ensure(
             ratio.is_finite() && ratio > 0.0 && ratio <= 1.0,
@@ -142,6 +130,135 @@ pub fn validate(job: &DroverJob) -> Check {
     ensure(spec.max_restarts <= 100, "spec.max_restarts", || {
         format!("must be at most 100, got {}", spec.max_restarts)
     })
+}
+
+/// How a `train` job's workers exchange gradients (the engine's settings): each setting must mean
+/// something for the shape asked for, or it is refused rather than ignored.
+fn validate_engine_distribution(job: &DroverJob) -> Check {
+    let resources = &job.spec.resources;
+    let distributed = &job.spec.distributed;
+    ensure(
+        distributed.launcher.is_none(),
+        "spec.distributed.launcher",
+        || {
+            format!(
+                "`{}` is for command jobs: the engine starts a train job's processes; remove it",
+                distributed.launcher.as_str()
+            )
+        },
+    )?;
+    match distributed.mode {
+        DistributedMode::Allreduce => {
+            ensure(resources.ps.max == 0, "spec.resources.ps", || {
+                "must be {min: 0, max: 0} when spec.distributed.mode is `allreduce`".into()
+            })?;
+            ensure(
+                distributed.compression == Compression::None,
+                "spec.distributed.compression",
+                || "gradient compression needs spec.distributed.mode `ps`".into(),
+            )?;
+            ensure(
+                distributed.sync == SyncMode::Bsp,
+                "spec.distributed.sync",
+                || {
+                    format!(
+                        "all-reduce is synchronous: `{}` needs spec.distributed.mode `ps`",
+                        distributed.sync.as_str()
+                    )
+                },
+            )?;
+        }
+        DistributedMode::Ps => {
+            ensure(
+                resources.workers.max == 1 || resources.ps.max >= 1,
+                "spec.resources.ps.max",
+                || {
+                    "a `ps` job with several workers needs at least one parameter-server shard"
+                        .into()
+                },
+            )?;
+            // Without a shard a single worker trains alone: no pushes to synchronise or compress.
+            ensure(
+                resources.ps.max >= 1 || distributed.sync == SyncMode::Bsp,
+                "spec.distributed.sync",
+                || {
+                    format!(
+                        "`{}` needs parameter-server shards (spec.resources.ps)",
+                        distributed.sync.as_str()
+                    )
+                },
+            )?;
+            ensure(
+                resources.ps.max >= 1 || distributed.compression == Compression::None,
+                "spec.distributed.compression",
+                || "gradient compression needs parameter-server shards (spec.resources.ps)".into(),
+            )?;
+        }
+    }
+    if distributed.sync == SyncMode::Ssp {
+        ensure(
+            (1..=1000).contains(&distributed.staleness),
+            "spec.distributed.staleness",
+            || {
+                format!(
+                    "must be between 1 and 1000 for ssp, got {}",
+                    distributed.staleness
+                )
+            },
+        )
+    } else {
+        ensure(
+            distributed.staleness == crate::spec::DEFAULT_STALENESS,
+            "spec.distributed.staleness",
+            || {
+                format!(
+                    "only meaningful when spec.distributed.sync is `ssp` (it is `{}`); remove it",
+                    distributed.sync.as_str()
+                )
+            },
+        )
+    }
+}
+
+/// A `command` job's program does its own communication: of `distributed` only the launcher
+/// applies, and a launcher's ranks are the workers. The engine's settings and checkpoint policy
+/// would be ignored, so they are refused.
+fn validate_command_distribution(job: &DroverJob) -> Check {
+    let spec = &job.spec;
+    let distributed = &spec.distributed;
+    let engine_only = |field: &str| -> Check {
+        fail(
+            &format!("spec.distributed.{field}"),
+            "a train job's setting: a command job's program does its own communication (of spec.distributed only launcher applies); remove it",
+        )
+    };
+    if distributed.mode != DistributedMode::default() {
+        engine_only("mode")?;
+    }
+    if distributed.sync != SyncMode::default() {
+        engine_only("sync")?;
+    }
+    if distributed.staleness != crate::spec::DEFAULT_STALENESS {
+        engine_only("staleness")?;
+    }
+    if distributed.compression != Compression::None {
+        engine_only("compression")?;
+    }
+    if !distributed.launcher.is_none() {
+        ensure(spec.resources.ps.max == 0, "spec.resources.ps", || {
+            format!(
+                "must be {{min: 0, max: 0}} with launcher `{}`: its ranks are the workers",
+                distributed.launcher.as_str()
+            )
+        })?;
+    }
+    ensure(
+        spec.checkpoint == crate::spec::CheckpointPolicy::default(),
+        "spec.checkpoint",
+        || {
+            "a train job's setting: a command job's program decides when to checkpoint and what to keep; remove it".into()
+        },
+    )
 }
 
 /// A DNS-1123 label: 1–63 characters of `a-z`, `0-9` and `-`, starting and ending with a letter or digit.
@@ -238,22 +355,9 @@ fn validate_resources(job: &DroverJob) -> Check {
     ensure(ps.max <= MAX_PS, "spec.resources.ps.max", || {
         format!("must be at most {MAX_PS}, got {}", ps.max)
     })?;
-    match job.spec.distributed.mode {
-        DistributedMode::Allreduce => {
-            ensure(ps.max == 0, "spec.resources.ps", || {
-                "must be {min: 0, max: 0} when spec.distributed.mode is `allreduce`".into()
-            })?;
-            ensure(
-                job.spec.distributed.compression == Compression::None,
-                "spec.distributed.compression",
-                || "gradient compression needs spec.distributed.mode `ps`".into(),
-            )?;
-        }
-        DistributedMode::Ps => ensure(
-            workers.max == 1 || ps.max >= 1,
-            "spec.resources.ps.max",
-            || "a `ps` job with several workers needs at least one parameter-server shard".into(),
-        )?,
+    match job.spec.job_type {
+        JobType::Train => validate_engine_distribution(job)?,
+        JobType::Command => validate_command_distribution(job)?,
     }
     ensure(
         resources.gpus_per_worker <= MAX_GPUS_PER_WORKER,

@@ -7,6 +7,7 @@ pub mod agent;
 mod config;
 pub mod credential;
 pub mod gpu;
+pub mod launcher;
 pub mod pods;
 pub mod sandbox;
 pub mod shim;

@@ -176,7 +176,7 @@ impl Pods {
     }
 
     /// The task's container command, its environment, and where it checkpoints.
-    fn command(&self, launch: &Launch) -> (Vec<String>, Vec<(String, String)>) {
+    fn command(&self, launch: &Launch, processes: u32) -> (Vec<String>, Vec<(String, String)>) {
         let mut env: Vec<(String, String)> = contract_env(launch, "/tmp")
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v))
@@ -189,7 +189,21 @@ impl Pods {
             env.push(("CUDA_VISIBLE_DEVICES".to_owned(), visible.join(",")));
         }
         if launch.spec.train_job.is_empty() {
-            return (launch.spec.argv.clone(), env);
+            if processes <= 1 || launch.spec.argv.is_empty() {
+                return (launch.spec.argv.clone(), env);
+            }
+            // The launcher's processes start under the shim (this image's program), the Pod's
+            // first process, which exits with their status.
+            let mut command = vec![
+                self.settings.program.clone(),
+                "task-shim".to_owned(),
+                "--in-pod".to_owned(),
+                "--local-processes".to_owned(),
+                processes.to_string(),
+                "--".to_owned(),
+            ];
+            command.extend(launch.spec.argv.iter().cloned());
+            return (command, env);
         }
         env.push(("DROVER_TRAIN_JOB".to_owned(), launch.spec.train_job.clone()));
         (
@@ -222,7 +236,8 @@ impl Pods {
             ));
         }
         let namespace = self.namespace_of(&launch.spec.tenant).await?;
-        let (command, env) = self.command(&launch);
+        let processes = crate::task::launch_processes(&launch.spec)?;
+        let (command, env) = self.command(&launch, processes);
         if command.is_empty() {
             return Err(StartError::User("command.argv is empty".to_owned()));
         }

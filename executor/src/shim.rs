@@ -42,10 +42,11 @@ pub struct ShimStatus {
 /// Where a sandboxed task sees its own cgroup.
 const OWN_CGROUP: &str = "/sys/fs/cgroup";
 
-/// Reaps the shim's children that are not the command (orphans re-parented to it), without waiting.
-fn reap_orphans(command: Option<u32>) {
+/// Reaps the shim's children that are not the command's processes (orphans re-parented to it),
+/// without waiting.
+fn reap_orphans(command: &[i32]) {
     for pid in children() {
-        if Some(pid as u32) != command {
+        if !command.contains(&pid) {
             let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
         }
     }
@@ -97,19 +98,67 @@ fn kill_descendants() {
     }
 }
 
-/// Runs `argv` and returns the shim's own exit code (0 once the status is recorded). `sandboxed`: the
-/// shim is a sandbox's first process (see the module's header).
-pub async fn run(status_file: &Path, argv: &[String], sandboxed: bool) -> i32 {
-    let Some((program, args)) = argv.split_first() else {
-        write_status(
-            status_file,
-            &ShimStatus {
-                spawn_error: Some("empty argv".to_owned()),
-                ..ShimStatus::default()
-            },
-        );
+/// How the shim was started.
+#[derive(Debug, Clone, Copy)]
+pub struct ShimMode {
+    /// The shim is a sandbox's first process (see the module's header).
+    pub sandboxed: bool,
+    /// The shim is a task Pod's first process: no executor pipe to watch, and its own exit status
+    /// is the command's (the executor reads the Pod's).
+    pub in_pod: bool,
+    /// How many copies of the command to start (a `torch` launcher's one per GPU): each gets its own
+    /// `LOCAL_RANK` and `RANK` (the shim's `RANK` plus its local rank); one failing stops the others.
+    pub processes: u32,
+}
+
+/// How long the other processes of a task get to exit after one of them failed, before they are
+/// killed (torchrun's agent waits 30 s).
+const PEERS_GRACE: std::time::Duration = std::time::Duration::from_secs(15);
+
+fn status_of(waited: std::io::Result<std::process::ExitStatus>) -> ShimStatus {
+    match waited {
+        Ok(status) => ShimStatus {
+            exit_code: status.code(),
+            signal: status.signal(),
+            ..ShimStatus::default()
+        },
+        Err(err) => ShimStatus {
+            spawn_error: Some(format!("cannot wait for the command: {err}")),
+            ..ShimStatus::default()
+        },
+    }
+}
+
+/// The shim's own exit code: 0 once the status is recorded, or in a Pod the command's.
+fn finish(status_file: Option<&Path>, status: &ShimStatus, mode: ShimMode) -> i32 {
+    if let Some(path) = status_file {
+        write_status(path, status);
+    }
+    if let Some(error) = &status.spawn_error {
+        eprintln!("drover task shim: {error}");
+    }
+    if !mode.in_pod {
         return 0;
+    }
+    match (status.exit_code, status.signal) {
+        (Some(code), _) => code,
+        (None, Some(signal)) => 128 + signal,
+        (None, None) => 127,
+    }
+}
+
+/// Runs `argv` (`mode.processes` copies of it) and returns the shim's own exit code (see [`finish`]).
+pub async fn run(status_file: Option<&Path>, argv: &[String], mode: ShimMode) -> i32 {
+    let Some((program, args)) = argv.split_first() else {
+        let status = ShimStatus {
+            spawn_error: Some("empty argv".to_owned()),
+            ..ShimStatus::default()
+        };
+        return finish(status_file, &status, mode);
     };
+    // In a sandbox or a Pod the shim is the first process: the command leads a group of its own
+    // and the shim passes signals on to it.
+    let first_process = mode.sandboxed || mode.in_pod;
     if let Err(err) = nix::sys::prctl::set_child_subreaper(true) {
         eprintln!("drover task shim: cannot become a subreaper: {err}");
     }
@@ -125,62 +174,105 @@ pub async fn run(status_file: &Path, argv: &[String], sandboxed: bool) -> i32 {
     // SIGUSR1 ("checkpoint now") is for the command; the shim only has to survive it.
     let mut checkpoint_requests =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok();
-    if sandboxed {
+    if mode.sandboxed {
         // Files the task makes are its job's group's too (the runtime sets it; older ones do not).
         nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o007));
     }
-    let mut command = tokio::process::Command::new(program);
-    command.args(args).stdin(std::process::Stdio::null());
-    if sandboxed {
-        command.process_group(0);
-    }
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(err) => {
-            write_status(
-                status_file,
-                &ShimStatus {
+    let processes = mode.processes.max(1);
+    let base_rank: u32 = std::env::var("RANK")
+        .ok()
+        .and_then(|rank| rank.parse().ok())
+        .unwrap_or(0);
+    // Each process's end arrives here with its local rank.
+    let (ended_tx, mut ended) = tokio::sync::mpsc::channel(processes as usize);
+    let mut group: Option<i32> = None;
+    let mut pids = Vec::with_capacity(processes as usize);
+    for local in 0..processes {
+        let mut command = tokio::process::Command::new(program);
+        command.args(args).stdin(std::process::Stdio::null());
+        if processes > 1 {
+            let rank = (base_rank + local).to_string();
+            command
+                .env("LOCAL_RANK", local.to_string())
+                .env("RANK", &rank)
+                .env("ROLE_RANK", &rank);
+        }
+        if first_process {
+            command.process_group(group.unwrap_or(0));
+        }
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(err) => {
+                if let Some(group) = group {
+                    let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+                }
+                kill_descendants();
+                let status = ShimStatus {
                     spawn_error: Some(format!("cannot run `{program}`: {err}")),
                     ..ShimStatus::default()
-                },
-            );
-            return 0;
-        }
-    };
-    let command_pid = child.id();
-    // In a sandbox the command leads its own group; the executor's signals come to the shim.
+                };
+                return finish(status_file, &status, mode);
+            }
+        };
+        let pid = child.id().map_or(0, |pid| pid as i32);
+        pids.push(pid);
+        group.get_or_insert(pid);
+        let ended_tx = ended_tx.clone();
+        tokio::spawn(async move {
+            let _ = ended_tx.send((local, child.wait().await)).await;
+        });
+    }
+    drop(ended_tx);
+    // The command's processes lead or join one group; the executor's signals come to the shim.
     let pass_on = |signal: Signal| {
-        if sandboxed && let Some(pid) = command_pid {
-            let _ = killpg(Pid::from_raw(pid as i32), signal);
+        if first_process && let Some(group) = group {
+            let _ = killpg(Pid::from_raw(group), signal);
         }
     };
     let mut stdin = tokio::io::stdin();
     let mut buf = [0u8; 64];
-    let mut watching = true;
+    let mut watching = !mode.in_pod;
     let mut reaper = tokio::time::interval(std::time::Duration::from_secs(5));
+    let mut running = processes;
+    // The first failure (or the last success) is the task's status.
+    let mut outcome: Option<ShimStatus> = None;
+    let mut kill_at: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
-            status = child.wait() => {
-                let mut status = match status {
-                    Ok(status) => ShimStatus {
-                        exit_code: status.code(),
-                        signal: status.signal(),
-                        ..ShimStatus::default()
-                    },
-                    Err(err) => ShimStatus {
-                        spawn_error: Some(format!("cannot wait for the command: {err}")),
-                        ..ShimStatus::default()
-                    },
-                };
-                // A command that failed after the out-of-memory killer struck in its sandbox (itself,
-                // or a child whose death it passed on: `sh -c` exits 137 for its killed python).
-                if sandboxed && status.exit_code != Some(0) {
-                    status.out_of_memory = crate::sandbox::cgroups::oom_kills(Path::new(OWN_CGROUP))
-                        .is_some_and(|kills| kills > 0);
+            Some((_local, waited)) = ended.recv() => {
+                running -= 1;
+                let status = status_of(waited);
+                let failed = status.exit_code != Some(0);
+                if outcome.as_ref().is_none_or(|o| o.exit_code == Some(0)) {
+                    outcome = Some(status);
                 }
-                kill_descendants();
-                write_status(status_file, &status);
-                return 0;
+                if failed && running > 0 && kill_at.is_none() {
+                    // One process failed: the others cannot go on without it (torchrun stops the
+                    // whole group too). They get SIGTERM, and SIGKILL after a grace period.
+                    eprintln!("drover task shim: a process failed; stopping the other {running}");
+                    for &pid in &pids {
+                        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+                    }
+                    kill_at = Some(tokio::time::Instant::now() + PEERS_GRACE);
+                }
+                if running == 0 {
+                    let mut status = outcome.take().unwrap_or_default();
+                    // A command that failed after the out-of-memory killer struck in its sandbox
+                    // (itself, or a child whose death it passed on: `sh -c` exits 137 for its killed
+                    // python).
+                    if mode.sandboxed && status.exit_code != Some(0) {
+                        status.out_of_memory = crate::sandbox::cgroups::oom_kills(Path::new(OWN_CGROUP))
+                            .is_some_and(|kills| kills > 0);
+                    }
+                    kill_descendants();
+                    return finish(status_file, &status, mode);
+                }
+            }
+            () = async { match kill_at { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
+                for &pid in &pids {
+                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                }
+                kill_at = None;
             }
             read = stdin.read(&mut buf), if watching => {
                 if matches!(read, Ok(0) | Err(_)) {
@@ -188,7 +280,7 @@ pub async fn run(status_file: &Path, argv: &[String], sandboxed: bool) -> i32 {
                     // shim included. As a sandbox's first process the shim cannot be killed from
                     // inside: it exits, and the kernel ends what is left of the sandbox.
                     kill_descendants();
-                    if sandboxed {
+                    if first_process {
                         return 1;
                     }
                     let _ = killpg(getpgrp(), Signal::SIGKILL);
@@ -201,7 +293,7 @@ pub async fn run(status_file: &Path, argv: &[String], sandboxed: bool) -> i32 {
             Some(()) = async { match checkpoint_requests.as_mut() { Some(s) => s.recv().await, None => std::future::pending().await } } => {
                 pass_on(Signal::SIGUSR1);
             }
-            _ = reaper.tick(), if sandboxed => reap_orphans(command_pid),
+            _ = reaper.tick(), if first_process => reap_orphans(&pids),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! output captured line by line (JSON contract lines become metrics and checkpoint records), stopped
 //! with SIGTERM then SIGKILL after the grace period, and reaped with its exit cause.
 
+use crate::launcher::Launcher;
 use crate::sandbox::{Confined, Sandbox, TaskSandbox};
 use crate::shim::ShimStatus;
 use crate::storage::Remote;
@@ -143,6 +144,10 @@ pub(crate) fn contract_env(launch: &Launch, task_dir: &str) -> Vec<(&'static str
         ("DROVER_RESUME_STEP", spec.resume_step.to_string()),
         ("DROVER_TASK_DIR", task_dir.to_owned()),
     ];
+    // A command job's launcher: the variables torchrun or jax.distributed would set (checked by
+    // `launch_processes` before anything starts).
+    let launcher = Launcher::of(spec).unwrap_or(Launcher::None);
+    env.extend(crate::launcher::env(launcher, spec, key, &launch.peers));
     // The CPUs it was given: libraries that size thread pools by the machine's cores (OpenMP,
     // rayon, the engine) use as many as the task may, not all of the node's.
     if spec.cpus > 0 {
@@ -151,6 +156,13 @@ pub(crate) fn contract_env(launch: &Launch, task_dir: &str) -> Vec<(&'static str
         env.push(("RAYON_NUM_THREADS", spec.cpus.to_string()));
     }
     env
+}
+
+/// How many processes the task starts (its launcher's count), or why it cannot start.
+pub(crate) fn launch_processes(spec: &pb::TaskSpec) -> Result<u32, StartError> {
+    Launcher::of(spec)
+        .map(|launcher| launcher.processes(spec))
+        .map_err(StartError::User)
 }
 
 /// A child process's environment contract: [`contract_env`], and the GPUs it may see.
@@ -208,6 +220,10 @@ pub async fn start(
     if launch.spec.argv.is_empty() {
         return Err(StartError::User("command.argv is empty".to_owned()));
     }
+    let processes = launch_processes(&launch.spec)?;
+    // The shim starts the launcher's processes, each with its own LOCAL_RANK and RANK.
+    let local_processes =
+        (processes > 1).then(|| ["--local-processes".to_owned(), processes.to_string()]);
     std::fs::create_dir_all(&launch.task_dir)
         .and_then(|()| std::fs::create_dir_all(&launch.spec.checkpoint_dir))
         .map_err(|err| StartError::Node(format!("cannot create the task's directories: {err}")))?;
@@ -243,6 +259,7 @@ pub async fn start(
             let mut command = tokio::process::Command::new(shim_program);
             command
                 .args(shim_args)
+                .args(local_processes.iter().flatten())
                 .arg("--status-file")
                 .arg(&status_file)
                 .arg("--")
@@ -254,6 +271,7 @@ pub async fn start(
         }
         Some(sandbox) => {
             let mut args: Vec<String> = shim_args.to_vec();
+            args.extend(local_processes.into_iter().flatten());
             args.extend(["--sandboxed".to_owned(), "--status-file".to_owned()]);
             args.push(status_file.display().to_string());
             args.push("--".to_owned());

@@ -317,6 +317,12 @@ async fn prepare_task(
                 },
                 read_only_paths: declared_data(&spec),
                 tenant: job.tenant_name.clone(),
+                launcher: match spec.spec.job_type {
+                    JobType::Command if !spec.spec.distributed.launcher.is_none() => {
+                        spec.spec.distributed.launcher.as_str().to_owned()
+                    }
+                    _ => String::new(),
+                },
             }),
         })),
     };

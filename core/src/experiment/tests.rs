@@ -216,3 +216,31 @@ fn the_shipped_example_experiments_are_valid() {
     let experiment = parse(text).unwrap_or_else(|err| panic!("digits-asha: {err}"));
     assert_eq!(experiment.metadata.name, "digits-asha");
 }
+
+/// ASHA, Hyperband and PBT stop trials by their own rules: a second rule beside them is refused
+/// rather than left to fight them; the searchers without one take it.
+#[test]
+fn early_stopping_is_for_the_searchers_without_their_own() {
+    let with_median = DIGITS.replace(
+        "  budget:",
+        "  early_stopping: {type: median, min_trials: 3}\n  budget:",
+    );
+    assert_eq!(error_field(&with_median), "spec.early_stopping");
+    let hyperband = with_median.replace("type: asha", "type: hyperband");
+    assert_eq!(error_field(&hyperband), "spec.early_stopping");
+    // A random search's trials run to their own max_steps.
+    let random = with_median
+        .replace(
+            "{type: asha, min_steps: 50, max_steps: 450, eta: 3}",
+            "{type: random}",
+        )
+        .replace("batch_size: 32\n", "batch_size: 32\n      max_steps: 450\n");
+    assert!(parse(&random).is_ok(), "{:?}", parse(&random).err());
+    let none = DIGITS.replace("  budget:", "  early_stopping: {type: none}\n  budget:");
+    assert!(parse(&none).is_ok());
+    let none_with_a_setting = DIGITS.replace(
+        "  budget:",
+        "  early_stopping: {type: none, min_trials: 3}\n  budget:",
+    );
+    assert!(error_field(&none_with_a_setting).starts_with("spec.early_stopping"));
+}

@@ -70,7 +70,7 @@ pub fn memory_gb_per_task() -> u32 {
     8
 }
 pub fn staleness() -> u32 {
-    4
+    super::DEFAULT_STALENESS
 }
 pub fn yes() -> bool {
     true

@@ -196,7 +196,9 @@ impl Default for Resources {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema, JsonSchema)]
+/// How the job's tasks work together. `mode`, `sync`, `staleness` and `compression` are the engine's
+/// (a `train` job); `launcher` is a `command` job's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Distributed {
     #[serde(default)]
@@ -208,6 +210,50 @@ pub struct Distributed {
     pub staleness: u32,
     #[serde(default)]
     pub compression: Compression,
+    /// A `command` job's launcher: `torch` starts one process per GPU of each worker (one on a
+    /// worker without GPUs) with the variables `torchrun` sets (`MASTER_ADDR`, `RANK`, `WORLD_SIZE`,
+    /// `LOCAL_RANK`, …), `jax` one process per worker with `jax.distributed`'s (`JAX_COORDINATOR_ADDRESS`,
+    /// `JAX_NUM_PROCESSES`, `JAX_PROCESS_ID`); `none` one process per task with Drover's variables only.
+    #[serde(default, skip_serializing_if = "Launcher::is_none")]
+    pub launcher: Launcher,
+}
+
+impl Default for Distributed {
+    fn default() -> Self {
+        Distributed {
+            mode: DistributedMode::default(),
+            sync: SyncMode::default(),
+            staleness: defaults::staleness(),
+            compression: Compression::default(),
+            launcher: Launcher::default(),
+        }
+    }
+}
+
+/// How a `command` job's processes are started and told their place in the job.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Launcher {
+    #[default]
+    None,
+    Torch,
+    Jax,
+}
+
+impl Launcher {
+    pub fn is_none(&self) -> bool {
+        *self == Launcher::None
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Launcher::None => "none",
+            Launcher::Torch => "torch",
+            Launcher::Jax => "jax",
+        }
+    }
 }
 
 #[derive(
@@ -230,6 +276,19 @@ pub enum SyncMode {
     Ssp,
     Async,
 }
+
+impl SyncMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncMode::Bsp => "bsp",
+            SyncMode::Ssp => "ssp",
+            SyncMode::Async => "async",
+        }
+    }
+}
+
+/// SSP's staleness bound when none is given.
+pub const DEFAULT_STALENESS: u32 = 4;
 
 /// Gradient compression, each with error feedback.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, ToSchema, JsonSchema)]

@@ -391,3 +391,68 @@ fn command_example_parses() {
     assert_eq!(job.spec.job_type, JobType::Command);
     assert_eq!(job.max_gpus(), 0);
 }
+
+/// A setting that would mean nothing for the job it is given to is refused, naming it, rather than
+/// accepted and ignored; the launcher is a command job's only `distributed` setting.
+#[test]
+fn settings_that_would_be_ignored_are_refused() {
+    let command = |extra: &str| {
+        format!(
+            "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {{name: a}}\nspec:\n  type: command\n  \
+             command: {{argv: [python3, train.py]}}\n  resources: {{workers: {{min: 1, max: 3}}}}\n{extra}"
+        )
+    };
+    for (extra, field) in [
+        (
+            "  distributed: {mode: allreduce}\n",
+            "spec.distributed.mode",
+        ),
+        ("  distributed: {sync: ssp}\n", "spec.distributed.sync"),
+        (
+            "  distributed: {staleness: 9}\n",
+            "spec.distributed.staleness",
+        ),
+        (
+            "  distributed: {compression: {type: onebit}}\n",
+            "spec.distributed.compression",
+        ),
+        ("  checkpoint: {every_steps: 100}\n", "spec.checkpoint"),
+        (
+            "  distributed: {launcher: torch}\n  resources: {workers: 2, ps: 1}\n",
+            "spec.resources.ps",
+        ),
+    ] {
+        let mut doc = command(extra);
+        if extra.contains("resources") {
+            doc = doc.replace("  resources: {workers: {min: 1, max: 3}}\n", "");
+        }
+        assert_eq!(error_field(&doc), field, "{extra}");
+    }
+    // What a command job may say: a launcher over an elastic range of workers, no PS shards, and
+    // more than one worker without naming a gradient exchange.
+    for launcher in ["torch", "jax", "none"] {
+        let job = parse_yaml(&command(&format!(
+            "  distributed: {{launcher: {launcher}}}\n"
+        )))
+        .unwrap();
+        assert_eq!(job.spec.distributed.launcher.as_str(), launcher);
+    }
+    // A train job's engine starts its own processes; all-reduce is synchronous; the engine's sync
+    // modes and compression need shards; staleness is SSP's alone.
+    let launched = example_with(
+        "compression: {type: none}}",
+        "compression: {type: none}, launcher: torch}",
+    );
+    assert_eq!(error_field(&launched), "spec.distributed.launcher");
+    let async_ring = example_with("mode: ps, sync: bsp", "mode: allreduce, sync: async")
+        .replace("ps: {min: 1, max: 2}", "ps: {min: 0, max: 0}");
+    assert_eq!(error_field(&async_ring), "spec.distributed.sync");
+    let lone_ssp = example_with("sync: bsp", "sync: ssp")
+        .replace("workers: {min: 1, max: 4}", "workers: 1")
+        .replace("ps: {min: 1, max: 2}", "ps: 0");
+    assert_eq!(error_field(&lone_ssp), "spec.distributed.sync");
+    let bsp_staleness = example_with("staleness: 4", "staleness: 8");
+    assert_eq!(error_field(&bsp_staleness), "spec.distributed.staleness");
+    let ssp_staleness = example_with("sync: bsp, staleness: 4", "sync: ssp, staleness: 8");
+    assert!(parse_yaml(&ssp_staleness).is_ok());
+}

@@ -14,6 +14,7 @@ mod experiments;
 mod faults;
 mod isolation;
 mod kubernetes;
+mod launchers;
 mod object_store;
 mod pause;
 mod replicas;

@@ -4,7 +4,7 @@
 #![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
 
 use drover_core::spec::{
-    CheckpointPolicy, Compression, Distributed, DistributedMode, SyncMode, TrainSpec,
+    CheckpointPolicy, Compression, Distributed, DistributedMode, Launcher, SyncMode, TrainSpec,
 };
 use drover_engine::checkpoint;
 use drover_engine::dist::ps::{Shard, ShardConfig};
@@ -304,6 +304,7 @@ fn ssp_bounds_staleness_with_a_slow_worker_and_converges() {
         sync: SyncMode::Ssp,
         staleness,
         compression: Compression::None,
+        launcher: Launcher::None,
     };
     let dir = tempfile::tempdir().unwrap();
     let (workers, shards) = (3u32, 2u32);
@@ -420,6 +421,7 @@ fn async_training_with_overlapped_pushes_converges() {
         sync: SyncMode::Async,
         staleness: 4,
         compression: Compression::None,
+        launcher: Launcher::None,
     };
     let (collect, outcome) = run_job(&spec, dir.path(), 3, 2, &asynchronous);
     assert_eq!(outcome.step, 400);
