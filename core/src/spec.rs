@@ -16,6 +16,7 @@ mod train;
 
 pub use crate::document::{API_VERSION, Format, KIND, MAX_DOCUMENT_BYTES, ObjectMeta, SpecError};
 pub use command::*;
+pub use defaults::DEFAULT_STALENESS;
 pub use job::*;
 pub use resources::*;
 pub use train::*;

@@ -69,8 +69,11 @@ pub fn cpus_per_ps() -> u32 {
 pub fn memory_gb_per_task() -> u32 {
     8
 }
+/// SSP's staleness bound when none is given.
+pub const DEFAULT_STALENESS: u32 = 4;
+
 pub fn staleness() -> u32 {
-    super::DEFAULT_STALENESS
+    DEFAULT_STALENESS
 }
 pub fn yes() -> bool {
     true

@@ -287,9 +287,6 @@ impl SyncMode {
     }
 }
 
-/// SSP's staleness bound when none is given.
-pub const DEFAULT_STALENESS: u32 = 4;
-
 /// Gradient compression, each with error feedback.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, ToSchema, JsonSchema)]
 #[schemars(transform = one_object)]

@@ -456,3 +456,40 @@ fn settings_that_would_be_ignored_are_refused() {
     let ssp_staleness = example_with("sync: bsp, staleness: 4", "sync: ssp, staleness: 8");
     assert!(parse_yaml(&ssp_staleness).is_ok());
 }
+
+/// Every manifest shipped under `examples/` (the demo submits them, the docs tell users to) passes
+/// the checks a submission goes through: a rule added later cannot leave an example behind.
+#[test]
+fn every_shipped_example_is_valid() {
+    use crate::experiment::DroverExperiment;
+    fn walk(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("examples/ is readable") {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|ext| ext == "yaml") {
+                found.push(path);
+            }
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut files = Vec::new();
+    walk(&root, &mut files);
+    let mut checked = 0;
+    for path in &files {
+        let text = std::fs::read_to_string(path).expect("example is readable");
+        if text.contains("\nkind: DroverJob") {
+            parse_yaml(&text).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+            checked += 1;
+        } else if text.contains("\nkind: DroverExperiment") {
+            DroverExperiment::parse(text.as_bytes(), Format::Yaml)
+                .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 10,
+        "only {checked} examples found under {}",
+        root.display()
+    );
+}
