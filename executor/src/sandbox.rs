@@ -411,8 +411,16 @@ impl Confined {
 }
 
 /// The shared empty root: symbolic links where the host's system folders are links (`/bin` ->
-/// `usr/bin` on merged-/usr systems), mount points for the rest. Returns the folders to bind.
+/// `usr/bin` on merged-/usr systems), mount points for the rest, and `/tmp`'s mount point with the
+/// mode a `/tmp` has (`1777`): `runc` gives a tmpfs the mode of the folder it is mounted on when that
+/// folder already exists, which in this shared root it does from the second task on. Returns the
+/// folders to bind.
 fn prepare_rootfs(rootfs: &Path) -> Result<Vec<PathBuf>, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = rootfs.join("tmp");
+    std::fs::create_dir_all(&tmp)
+        .and_then(|()| std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)))
+        .map_err(|err| format!("cannot prepare {}: {err}", tmp.display()))?;
     let mut binds = Vec::new();
     for dir in SYSTEM_DIRS {
         let host = Path::new(dir);

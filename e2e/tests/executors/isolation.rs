@@ -181,6 +181,7 @@ try task-dir ls "$ALPHA_TASK_DIR"
 try system-write touch /usr/bravo-was-here
 try executor-dir sh -c 'ls "$EXECUTOR_DIR/tasks" | grep "$ALPHA_JOB"'
 try unshare unshare --user --map-root-user true
+try tmp python3 -c 'import tempfile; f = tempfile.NamedTemporaryFile(); f.write(b"x"); print(tempfile.gettempdir())'
 echo "probe uid: $(id -u)"
 echo "probe processes: $(ls /proc | grep -c '^[0-9]')"
 echo "probe capabilities: $(grep CapEff /proc/self/status | tr -s ' \t' ' ')"
@@ -223,6 +224,14 @@ echo "probe gpu-devices: $(ls /dev | grep -c nvidia)"
         assert!(result.starts_with("denied"), "{name}: {result}");
         assert!(!result.contains("alpha-s3cret"), "{name}: {result}");
     }
+    // Its own /tmp is writable, though it is not the node's first task (runc gives a tmpfs the mode
+    // of the folder it covers, and the shared root's /tmp is there from the first task on).
+    assert!(
+        found
+            .get("tmp")
+            .is_some_and(|r| r.starts_with("ALLOWED /tmp")),
+        "{found:?}"
+    );
     let uid: u32 = found["uid"].parse().unwrap();
     assert_ne!(uid, 0, "not root");
     assert!(
