@@ -70,6 +70,28 @@ pub fn sandbox_flags() -> &'static [&'static str] {
     if sandboxes() { &[] } else { &["--no-sandbox"] }
 }
 
+/// A Python that imports PyTorch, for the tests and benchmarks of the code teams bring:
+/// `DROVER_TEST_PYTHON`, else `.tools/venv-python/bin/python` (which `scripts/test` makes from
+/// Debian's Python, so that a sandboxed task can run it too); or why there is none.
+pub fn torch_python() -> Result<PathBuf, String> {
+    let python = match std::env::var_os("DROVER_TEST_PYTHON") {
+        Some(path) => PathBuf::from(path),
+        None => repo_root().join(".tools/venv-python/bin/python"),
+    };
+    let probe = Command::new(&python)
+        .args(["-c", "import torch"])
+        .output()
+        .map_err(|err| format!("{}: {err}", python.display()))?;
+    if !probe.status.success() {
+        return Err(format!(
+            "{} cannot import torch: {}",
+            python.display(),
+            String::from_utf8_lossy(&probe.stderr).trim()
+        ));
+    }
+    Ok(python)
+}
+
 /// The `drover` program under test: this package's own build of it (`src/bin/drover-e2e.rs`, the
 /// `drover` library's `main`), which Cargo builds before this package's tests and benchmarks. They
 /// run from `target/<profile>/deps/`; the program sits one folder up.

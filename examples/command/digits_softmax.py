@@ -5,18 +5,15 @@ Standard library only. It trains a 64->10 softmax classifier (add --hidden 32
 for a 64-32-10 MLP) with mini-batch SGD + momentum on data/digits/digits.csv.
 The split is fixed: a seeded shuffle of the 1797 rows, the last 297 are the test set.
 
-Drover command-job contract, as implemented here:
-  environment  DROVER_JOB_ID, DROVER_GENERATION, DROVER_RANK, DROVER_WORLD_SIZE,
-               DROVER_CHECKPOINT_DIR (write checkpoints inside it; default ./checkpoints),
-               DROVER_RESUME_FROM (checkpoint path to resume from; unset/empty: fresh).
-  stdout       one JSON object per line, flushed at once, among free-form lines:
-               {"drover": "metrics", "step": 120, "values": {"loss": 0.41, "accuracy": 0.93}}
-               {"drover": "checkpoint", "step": 200, "path": "step-000200.json"}
-               `path` is relative to the checkpoint dir and is announced only after the
-               file was written to a temp name, fsynced, renamed and the dir fsynced.
-  SIGTERM      finish the current step, checkpoint and announce it (unless step K was just
-               checkpointed), print "checkpointed at step K on SIGTERM", exit 0.
-  SIGUSR1      checkpoint at the end of the current step, announce it, and go on.
+It uses Drover's Python library (python/, `pip install ./python`; found next to this
+file when not installed) for the command-job contract:
+  drover.init()        rank and world, DROVER_CHECKPOINT_DIR (default ./checkpoints),
+                       DROVER_RESUME_FROM; SIGTERM and SIGUSR1 become flags ctx.poll() returns
+  ctx.report()         {"drover": "metrics", ...} lines on stdout (rank 0 only)
+  ctx.checkpoint_file  written to a temp name, fsynced, renamed, announced (rank 0 only)
+  SIGTERM      finish the current step, checkpoint (unless step K was just checkpointed),
+               print "checkpointed at step K on SIGTERM", exit 0.
+  SIGUSR1      checkpoint at the end of the current step and go on.
   resume       a checkpoint holds weights, momentum, random.getstate() and the data cursor
                (epoch, position); the epoch order is a function of (seed, epoch) only, so
                resuming at step k and running to n gives bit-identical weights.
@@ -28,33 +25,21 @@ import json
 import math
 import os
 import random
-import signal
 import sys
 import time
 from operator import mul
+
+try:
+    import drover
+except ImportError:  # not installed: the library in this repository
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "src"))
+    import drover
+from drover.data import epoch_order
 
 SPLIT_SEED = 1998  # the train/test split never depends on --seed
 TEST_SIZE = 297
 CLASSES = 10
 MOMENTUM = 0.9
-
-stop_requested = False
-checkpoint_requested = False
-
-
-def on_sigterm(signum, frame):
-    global stop_requested
-    stop_requested = True
-
-
-def on_sigusr1(signum, frame):
-    global checkpoint_requested
-    checkpoint_requested = True
-
-
-def say(obj):
-    print(json.dumps(obj), flush=True)
-
 
 def load(path):
     rows = []
@@ -67,12 +52,6 @@ def load(path):
     random.Random(SPLIT_SEED).shuffle(order)
     data = [rows[i] for i in order]
     return data[:-TEST_SIZE], data[-TEST_SIZE:]
-
-
-def epoch_order(seed, epoch, n):
-    order = list(range(n))
-    random.Random(seed * 1_000_003 + epoch).shuffle(order)
-    return order
 
 
 def init_layers(sizes):
@@ -134,24 +113,15 @@ def accuracy(layers, data):
     return correct / len(data)
 
 
-def save_checkpoint(ckpt_dir, state):
-    name = "step-%06d.json" % state["step"]
-    tmp = os.path.join(ckpt_dir, ".%s.tmp-%d" % (name, os.getpid()))
-    with open(tmp, "w") as f:
-        json.dump(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, os.path.join(ckpt_dir, name))
-    dir_fd = os.open(ckpt_dir, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    say({"drover": "checkpoint", "step": state["step"], "path": name})
+def save_checkpoint(ctx, state):
+    """Rank 0 writes the checkpoint (a JSON file); the library renames and announces it."""
+    with ctx.checkpoint_file(state["step"], suffix=".json") as path:
+        if path is not None:
+            with open(path, "w") as f:
+                json.dump(state, f)
 
 
 def main():
-    global checkpoint_requested
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="data/digits/digits.csv", help="CSV, relative to cwd")
     ap.add_argument("--steps", type=int, default=6000, help="total training steps")
@@ -168,22 +138,11 @@ def main():
     ckpt_every = args.checkpoint_every or max(1, args.steps // 10)
     eval_every = args.eval_every or max(1, args.steps // 20)
 
-    env = os.environ
-    job_id = env.get("DROVER_JOB_ID") or "local"
-    generation = int(env.get("DROVER_GENERATION") or 0)
-    rank = int(env.get("DROVER_RANK") or 0)
-    world = int(env.get("DROVER_WORLD_SIZE") or 1)
-    ckpt_dir = env.get("DROVER_CHECKPOINT_DIR") or "checkpoints"
-    resume_from = env.get("DROVER_RESUME_FROM") or ""
-    leader = rank == 0
-    os.makedirs(ckpt_dir, exist_ok=True)
-    for name in os.listdir(ckpt_dir) if leader else []:  # temp files of a killed writer
-        if name.startswith(".step-") and ".tmp-" in name:
-            os.remove(os.path.join(ckpt_dir, name))
-    signal.signal(signal.SIGTERM, on_sigterm)
-    signal.signal(signal.SIGUSR1, on_sigusr1)
+    ctx = drover.init()
+    job_id, generation = ctx.job_id, ctx.generation
+    resume_from = str(ctx.resume_from) if ctx.resume_from else ""
     print("digits_softmax: job %s generation %d rank %d of world %d, checkpoints in %s"
-          % (job_id, generation, rank, world, os.path.abspath(ckpt_dir)), flush=True)
+          % (job_id, generation, ctx.rank, ctx.world_size, ctx.checkpoint_dir), flush=True)
 
     train, test = load(args.data)
     config = {"seed": args.seed, "batch_size": args.batch_size, "lr": args.lr, "hidden": args.hidden}
@@ -218,15 +177,14 @@ def main():
         values = {"accuracy": round(accuracy(layers, test), 6)}
         if window_n:
             values = {"loss": round(window_sum / window_n, 6), **values}
-        if leader:
-            say({"drover": "metrics", "step": step, "values": values})
+        ctx.report(step, values)
         window_sum, window_n = 0.0, 0
         return values["accuracy"]
 
-    # A resume source inside ckpt_dir already holds this step: do not announce it twice.
-    in_dir = resume_from and os.path.dirname(os.path.realpath(resume_from)) == os.path.realpath(ckpt_dir)
-    start_step, saved_at, reported_at, acc = step, (step if in_dir else None), None, None
-    while step < args.steps and not stop_requested:
+    # A resume source inside the checkpoint dir already holds this step: the library does not
+    # write it again.
+    start_step, saved_at, reported_at, acc = step, None, None, None
+    while step < args.steps and not ctx.preempted:
         batch = [train[i] for i in order[pos:pos + args.batch_size]]
         window_sum += train_step(layers, velocity, batch, args.lr)
         window_n += 1
@@ -237,24 +195,24 @@ def main():
             order = epoch_order(args.seed, epoch, len(train))
         if step % eval_every == 0 or step == args.steps:
             acc, reported_at = report(), step
-        requested, checkpoint_requested = checkpoint_requested, False
-        if leader and (requested or step % ckpt_every == 0 or step == args.steps) and saved_at != step:
-            save_checkpoint(ckpt_dir, state())
+        signals = ctx.poll()
+        if (signals.checkpoint or step % ckpt_every == 0 or step == args.steps) and saved_at != step:
+            save_checkpoint(ctx, state())
             saved_at = step
         if args.step_sleep > 0 and step < args.steps:
             until = time.monotonic() + args.step_sleep
-            while not stop_requested and time.monotonic() < until:
+            while not ctx.preempted and time.monotonic() < until:
                 time.sleep(max(0.0, min(0.05, until - time.monotonic())))
 
-    if stop_requested:
-        if leader and saved_at != step:
-            save_checkpoint(ckpt_dir, state())
+    if ctx.preempted:
+        if saved_at != step:
+            save_checkpoint(ctx, state())
         print("checkpointed at step %d on SIGTERM" % step, flush=True)
         return 0
     if reported_at != step:  # nothing left to train (resumed at or past --steps)
         acc = report()
-    if leader and saved_at != step:
-        save_checkpoint(ckpt_dir, state())
+    if saved_at != step:
+        save_checkpoint(ctx, state())
     print("final test accuracy %.4f after %d steps (%d this run)"
           % (acc, step, step - start_step), flush=True)
     if args.final_accuracy_min is not None and acc < args.final_accuracy_min:

@@ -17,6 +17,7 @@ mod kubernetes;
 mod launchers;
 mod object_store;
 mod pause;
+mod pytorch;
 mod replicas;
 mod train_jobs;
 mod trust;
