@@ -13,8 +13,8 @@
 //!
 //! In a sandbox (`--sandboxed`, see `crate::sandbox`) the shim is the sandbox's first process, PID 1
 //! of its PID namespace, and the executor's signals reach it through the runtime rather than the
-//! command directly: it starts the command in a process group of its own and passes stop and
-//! checkpoint requests (`SIGTERM`, `SIGUSR1`) on to that group, reaps the orphans that are re-parented
+//! command directly: it starts the command in a process group of its own (each of a launcher's
+//! processes in its own) and passes stop and checkpoint requests (`SIGTERM`, `SIGUSR1`) on to them, reaps the orphans that are re-parented
 //! to it, and ends the sandbox by exiting (the kernel then kills everything left in the namespace).
 //! When the command fails it asks its own cgroup whether the out-of-memory killer struck, and records
 //! so.
@@ -185,8 +185,17 @@ pub async fn run(status_file: Option<&Path>, argv: &[String], mode: ShimMode) ->
         .unwrap_or(0);
     // Each process's end arrives here with its local rank.
     let (ended_tx, mut ended) = tokio::sync::mpsc::channel(processes as usize);
-    let mut group: Option<i32> = None;
+    // As the first process, each of the command's processes leads a group of its own (not one
+    // group led by the first: a process that exits at once would leave the next nothing to join).
     let mut pids = Vec::with_capacity(processes as usize);
+    // Signals one process, or (as the first process) its whole group.
+    let signal_process = |pid: i32, signal: Signal| {
+        let _ = if first_process {
+            killpg(Pid::from_raw(pid), signal)
+        } else {
+            kill(Pid::from_raw(pid), signal)
+        };
+    };
     for local in 0..processes {
         let mut command = tokio::process::Command::new(program);
         command.args(args).stdin(std::process::Stdio::null());
@@ -198,13 +207,13 @@ pub async fn run(status_file: Option<&Path>, argv: &[String], mode: ShimMode) ->
                 .env("ROLE_RANK", &rank);
         }
         if first_process {
-            command.process_group(group.unwrap_or(0));
+            command.process_group(0);
         }
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(err) => {
-                if let Some(group) = group {
-                    let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+                for &pid in &pids {
+                    signal_process(pid, Signal::SIGKILL);
                 }
                 kill_descendants();
                 let status = ShimStatus {
@@ -216,17 +225,18 @@ pub async fn run(status_file: Option<&Path>, argv: &[String], mode: ShimMode) ->
         };
         let pid = child.id().map_or(0, |pid| pid as i32);
         pids.push(pid);
-        group.get_or_insert(pid);
         let ended_tx = ended_tx.clone();
         tokio::spawn(async move {
             let _ = ended_tx.send((local, child.wait().await)).await;
         });
     }
     drop(ended_tx);
-    // The command's processes lead or join one group; the executor's signals come to the shim.
+    // The command's processes lead their groups; the executor's signals come to the shim.
     let pass_on = |signal: Signal| {
-        if first_process && let Some(group) = group {
-            let _ = killpg(Pid::from_raw(group), signal);
+        if first_process {
+            for &pid in &pids {
+                signal_process(pid, signal);
+            }
         }
     };
     let mut stdin = tokio::io::stdin();
@@ -251,7 +261,7 @@ pub async fn run(status_file: Option<&Path>, argv: &[String], mode: ShimMode) ->
                     // whole group too). They get SIGTERM, and SIGKILL after a grace period.
                     eprintln!("drover task shim: a process failed; stopping the other {running}");
                     for &pid in &pids {
-                        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+                        signal_process(pid, Signal::SIGTERM);
                     }
                     kill_at = Some(tokio::time::Instant::now() + PEERS_GRACE);
                 }
@@ -270,7 +280,7 @@ pub async fn run(status_file: Option<&Path>, argv: &[String], mode: ShimMode) ->
             }
             () = async { match kill_at { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
                 for &pid in &pids {
-                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                    signal_process(pid, Signal::SIGKILL);
                 }
                 kill_at = None;
             }
