@@ -137,12 +137,22 @@ fn validate_parameters(experiment: &DroverExperiment) -> Check {
             )
         })?;
         if spec.searcher.is_multi_fidelity() {
-            ensure(name != "train.max_steps", &field, || {
-                format!(
-                    "the {} searcher sets train.max_steps itself",
-                    spec.searcher.name()
-                )
-            })?;
+            ensure(
+                !matches!(
+                    name.as_str(),
+                    "train.max_steps"
+                        | "command.max_steps"
+                        | "train.init_from"
+                        | "command.init_from"
+                ),
+                &field,
+                || {
+                    format!(
+                        "the {} searcher sets max_steps and init_from itself",
+                        spec.searcher.name()
+                    )
+                },
+            )?;
         }
         validate_param(param, &field)?;
         if let Some(condition) = param.condition() {
@@ -248,19 +258,6 @@ fn validate_range(min: f64, max: f64, log: bool, field: &str) -> Check {
 fn validate_searcher(experiment: &DroverExperiment) -> Check {
     let searcher = &experiment.spec.searcher;
     let field = "spec.searcher";
-    if searcher.is_multi_fidelity() {
-        ensure(
-            experiment.spec.trial.job_type == JobType::Train,
-            "spec.searcher.type",
-            || {
-                format!(
-                    "the {} searcher resumes trials from checkpoints and needs train trials; use grid, \
-                     random or tpe for command trials",
-                    searcher.name()
-                )
-            },
-        )?;
-    }
     match searcher {
         SearcherSpec::Grid { points } => {
             ensure(

@@ -69,6 +69,20 @@ pub fn validate(job: &DroverJob) -> Check {
             ensure(!command.argv[0].is_empty(), "spec.command.argv[0]", || {
                 "the program must not be empty".into()
             })?;
+            if let Some(steps) = command.max_steps {
+                ensure(
+                    (1..=10_000_000_000).contains(&steps),
+                    "spec.command.max_steps",
+                    || format!("must be between 1 and 10000000000, got {steps}"),
+                )?;
+            }
+            if let Some(init) = &command.init_from {
+                ensure(
+                    !init.checkpoint.trim().is_empty(),
+                    "spec.command.init_from.checkpoint",
+                    || "must not be blank".into(),
+                )?;
+            }
             for (key, value) in &command.env {
                 ensure(is_env_name(key), &format!("spec.command.env.{key}"), || {
                     "not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)".into()

@@ -6,7 +6,7 @@ for a 64-32-10 MLP) with mini-batch SGD + momentum on data/digits/digits.csv.
 The split is fixed: a seeded shuffle of the 1797 rows, the last 297 are the test set.
 
 It uses Drover's Python library (python/, `pip install ./python`; found next to this
-file when not installed) for the command-job contract:
+file in the repository) for the command-job contract:
   drover.init()        rank and world, DROVER_CHECKPOINT_DIR (default ./checkpoints),
                        DROVER_RESUME_FROM; SIGTERM and SIGUSR1 become flags ctx.poll() returns
   ctx.report()         {"drover": "metrics", ...} lines on stdout (rank 0 only)
@@ -29,11 +29,11 @@ import sys
 import time
 from operator import mul
 
-try:
-    import drover
-except ImportError:  # not installed: the library in this repository
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "src"))
-    import drover
+# In the repository, its own library (python/src); copied elsewhere, the installed one.
+LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "src")
+if os.path.isdir(os.path.join(LIBRARY, "drover")):
+    sys.path.insert(0, LIBRARY)
+import drover  # noqa: E402
 from drover.data import epoch_order
 
 SPLIT_SEED = 1998  # the train/test split never depends on --seed

@@ -2,7 +2,7 @@
 """A PyTorch DistributedDataParallel CNN on the UCI 8x8 digits, as an elastic Drover command job.
 
 A plain DDP script plus Drover's library (python/, `pip install ./python`; found next to this
-file when not installed), which gives it what the engine's own jobs have:
+file in the repository), which gives it what the engine's own jobs have:
 
   drover.init()                  rank and world (from `launcher: torch`), checkpoint dir, resume
   drover.torch.init_process_group  gloo on CPUs, nccl on GPUs, from MASTER_ADDR/PORT
@@ -26,11 +26,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-try:
-    import drover
-except ImportError:  # not installed: the library in this repository
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "src"))
-    import drover
+# In the repository, its own library (python/src); copied elsewhere, the installed one.
+LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "src")
+if os.path.isdir(os.path.join(LIBRARY, "drover")):
+    sys.path.insert(0, LIBRARY)
+import drover  # noqa: E402
 import drover.torch as dt
 from drover.data import GlobalBatches
 
@@ -52,11 +52,11 @@ def load(path):
 
 
 class Net(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, width):
         super().__init__()
-        self.conv1 = torch.nn.Conv2d(1, 16, 3, padding=1)
-        self.conv2 = torch.nn.Conv2d(16, 32, 3, padding=1)
-        self.fc = torch.nn.Linear(32 * 4 * 4, 10)
+        self.conv1 = torch.nn.Conv2d(1, width, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(width, 2 * width, 3, padding=1)
+        self.fc = torch.nn.Linear(2 * width * 4 * 4, 10)
 
     def forward(self, x):
         x = F.relu(self.conv1(x))
@@ -78,7 +78,10 @@ def main():
     ap.add_argument("--data", default="data/digits/digits.csv", help="CSV, relative to cwd")
     ap.add_argument("--steps", type=int, default=1500, help="total training steps")
     ap.add_argument("--global-batch", type=int, default=96, help="samples per step, all ranks together")
-    ap.add_argument("--lr", type=float, default=0.002)
+    ap.add_argument("--lr", type=float, default=0.002, help="an experiment's `lr` overrides it")
+    ap.add_argument("--width", type=int, default=16,
+                    help="channels of the first convolution (twice as many in the second); "
+                         "an experiment's `width` overrides it")
     ap.add_argument("--seed", type=int, default=1, help="init and data order")
     ap.add_argument("--checkpoint-every", type=int, default=None, help="default: steps/10")
     ap.add_argument("--eval-every", type=int, default=None, help="default: steps/20")
@@ -87,11 +90,14 @@ def main():
     ap.add_argument("--final-accuracy-min", type=float, default=None,
                     help="exit 3 if the final test accuracy is below this")
     args = ap.parse_args()
-    ckpt_every = args.checkpoint_every or max(1, args.steps // 10)
-    eval_every = args.eval_every or max(1, args.steps // 20)
     torch.set_num_threads(args.threads)
 
     ctx = drover.init()
+    # A trial's hyper-parameters and step budget (ASHA's rungs) come from Drover.
+    steps = ctx.max_steps or args.steps
+    lr, width = float(ctx.hparam("lr", args.lr)), int(ctx.hparam("width", args.width))
+    ckpt_every = args.checkpoint_every or max(1, steps // 10)
+    eval_every = args.eval_every or max(1, steps // 20)
     device = dt.init_process_group(ctx)
     print("digits_ddp: job %s generation %d rank %d of world %d on %s, checkpoints in %s"
           % (ctx.job_id, ctx.generation, ctx.rank, ctx.world_size, device, ctx.checkpoint_dir),
@@ -101,8 +107,8 @@ def main():
     test_x, test_y = test_x.to(device), test_y.to(device)
 
     torch.manual_seed(args.seed)
-    model = Net().to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    model = Net(width).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     batches = GlobalBatches(len(train_y), args.global_batch, seed=args.seed,
                             rank=ctx.rank, world_size=ctx.world_size)
     step, window = 0, [0.0, 0]
@@ -122,7 +128,7 @@ def main():
                         extra={"step": step, "batches": batches.state_dict(), "loss_window": window})
 
     start_step, acc = step, None
-    while step < args.steps:
+    while step < steps:
         index = torch.tensor(batches.next(), device=device)
         loss = F.cross_entropy(net(train_x[index]), train_y[index]) * weight
         optimizer.zero_grad(set_to_none=True)
@@ -130,12 +136,12 @@ def main():
         optimizer.step()
         step += 1
         window = [window[0] + loss.item() / weight, window[1] + 1]
-        if step % eval_every == 0 or step == args.steps:
+        if step % eval_every == 0 or step == steps:
             acc = evaluate(model, test_x, test_y)[0]
             ctx.report(step, loss=window[0] / window[1], accuracy=acc)
             window = [0.0, 0]
         signals = ctx.poll()  # every rank, every step: they stop at the same step
-        if signals.stop or signals.checkpoint or step % ckpt_every == 0 or step == args.steps:
+        if signals.stop or signals.checkpoint or step % ckpt_every == 0 or step == steps:
             checkpoint()
         if signals.stop:
             print("checkpointed at step %d on SIGTERM, test loss %.17g"
@@ -145,7 +151,7 @@ def main():
         if args.step_sleep > 0:
             time.sleep(args.step_sleep)
 
-    if acc is None:  # resumed at or past --steps
+    if acc is None:  # resumed at or past the last step
         acc = evaluate(model, test_x, test_y)[0]
     dt.shutdown()
     print("final test accuracy %.4f after %d steps (%d this run)" % (acc, step, step - start_step),

@@ -54,6 +54,13 @@ def test_drover_variables(tmp_path):
     assert str(ctx.resume_from) == "/store/j-1/2/step-00000600" and ctx.resume_step == 600
 
 
+def test_the_step_budget(tmp_path):
+    ctx, _ = make(drover_env(tmp_path, DROVER_MAX_STEPS="900"))
+    assert ctx.max_steps == 900
+    ctx, _ = make(drover_env(tmp_path))
+    assert ctx.max_steps is None
+
+
 def test_a_resume_step_missing_from_the_environment_is_read_from_the_name(tmp_path):
     ctx, _ = make(drover_env(tmp_path, DROVER_RESUME_FROM="/s/step-00000042"))
     assert ctx.resume_step == 42
@@ -99,9 +106,15 @@ def test_hyper_parameters_from_the_file_first(tmp_path):
 def test_the_chief_reports_one_line_per_call(tmp_path):
     ctx, lines = make(drover_env(tmp_path))
     ctx.report(300, loss=0.5, accuracy=1)
-    ctx.report(301, {"loss": 0.25})
-    assert lines() == [{"drover": "metrics", "step": 300, "values": {"loss": 0.5, "accuracy": 1.0}},
-                       {"drover": "metrics", "step": 301, "values": {"loss": 0.25}}]
+    ctx.report(302, {"loss": 0.25})
+    ctx.report(303, loss=0.2, step_time_ms=7)
+    first, second, third = lines()
+    assert first == {"drover": "metrics", "step": 300, "values": {"loss": 0.5, "accuracy": 1.0}}
+    # From the second report on, the time per step since the previous one is added.
+    step_time = second["values"].pop("step_time_ms")
+    assert second == {"drover": "metrics", "step": 302, "values": {"loss": 0.25}}
+    assert 0 <= step_time < 1000
+    assert third["values"] == {"loss": 0.2, "step_time_ms": 7.0}
 
 
 def test_other_ranks_report_nothing_but_are_checked_alike(tmp_path):

@@ -250,44 +250,26 @@ async fn prepare_task(
             ),
             Err(why) => {
                 tracing::warn!(job.id = %job.id, why, "job cannot start: a secret it needs cannot be opened");
-                crate::transition::transition(
-                    runtime,
-                    job,
-                    JobState::Failed,
-                    ReasonCode::UserError,
-                    why,
-                    false,
-                )
-                .await?;
-                runtime.hub.wake.notify_one();
-                return Ok(());
+                return fail_start(runtime, job, why).await;
             }
         },
         (None, _) => return Ok(()),
     };
     let num_workers = num_workers(tasks);
-    // Its own last checkpoint; before it has one, the checkpoint `train.init_from` names.
+    // Its own last checkpoint; before it has one, the checkpoint `init_from` names.
     let resume = match resume_point(runtime, job).await? {
         Some(own) => Some(own),
-        None => match spec.spec.train.as_ref().and_then(|t| t.init_from.as_ref()) {
+        None => match spec.init_from() {
             None => None,
-            Some(init) => match init_checkpoint(runtime, job, &init.checkpoint).await? {
-                Ok(checkpoint) => Some(checkpoint),
-                Err(why) => {
-                    tracing::warn!(job.id = %job.id, why, "job cannot start from its init_from checkpoint");
-                    crate::transition::transition(
-                        runtime,
-                        job,
-                        JobState::Failed,
-                        ReasonCode::UserError,
-                        why,
-                        false,
-                    )
-                    .await?;
-                    runtime.hub.wake.notify_one();
-                    return Ok(());
+            Some((init, field)) => {
+                match init_checkpoint(runtime, job, &init.checkpoint, field).await? {
+                    Ok(checkpoint) => Some(checkpoint),
+                    Err(why) => {
+                        tracing::warn!(job.id = %job.id, why, "job cannot start from its init_from checkpoint");
+                        return fail_start(runtime, job, why).await;
+                    }
                 }
-            },
+            }
         },
     };
     let message = pb::ServerMessage {
@@ -328,17 +310,7 @@ async fn prepare_task(
     };
     if let Err(why) = fits_in_one_message(&message) {
         tracing::warn!(job.id = %job.id, why, "job cannot start: its task does not fit in a message");
-        crate::transition::transition(
-            runtime,
-            job,
-            JobState::Failed,
-            ReasonCode::UserError,
-            why,
-            false,
-        )
-        .await?;
-        runtime.hub.wake.notify_one();
-        return Ok(());
+        return fail_start(runtime, job, why).await;
     }
     runtime
         .hub
@@ -407,18 +379,32 @@ fn fits_in_one_message(message: &pb::ServerMessage) -> Result<(), String> {
     Ok(())
 }
 
-/// The checkpoint a job's `train.init_from` names, if it is one of the job's tenant's; `Err` says
-/// why not (the job then fails: retrying cannot help).
+/// Fails a job that cannot start for a reason of its own (`user_error`: retrying cannot help).
+async fn fail_start(runtime: &Runtime, job: &Job, why: String) -> StoreResult<()> {
+    crate::transition::transition(
+        runtime,
+        job,
+        JobState::Failed,
+        ReasonCode::UserError,
+        why,
+        false,
+    )
+    .await?;
+    runtime.hub.wake.notify_one();
+    Ok(())
+}
+
+/// The checkpoint a job's `init_from` (the `field`) names, if it is one of the job's tenant's; `Err`
+/// says why not (the job then fails: retrying cannot help).
 async fn init_checkpoint(
     runtime: &Runtime,
     job: &Job,
     id: &str,
+    field: &str,
 ) -> StoreResult<Result<CheckpointRecord, String>> {
     match drover_store::tenant_checkpoint(runtime.store.as_ref(), job.tenant_id, id).await? {
         Some(checkpoint) => Ok(Ok(checkpoint)),
-        None => Ok(Err(format!(
-            "spec.train.init_from.checkpoint: no checkpoint `{id}` in the tenant"
-        ))),
+        None => Ok(Err(format!("{field}: no checkpoint `{id}` in the tenant"))),
     }
 }
 
@@ -458,6 +444,10 @@ async fn task_env(
             },
             Err(err) => return Ok(Err(format!("env {key}: secret `{name}`: {err}"))),
         }
+    }
+    // The step budget, where the program reads it (after the job's own variables: this one wins).
+    if let Some(steps) = command.max_steps {
+        env.insert("DROVER_MAX_STEPS".to_owned(), steps.to_string());
     }
     Ok(Ok(env))
 }

@@ -90,8 +90,8 @@ impl Observed {
     }
 }
 
-/// Where a `train` job stops at the latest: its `max_steps`, and whether that is its only way to stop
-/// (no target to reach earlier).
+/// Where a job stops at the latest: its `max_steps` (a `train` job's, or the one a `command` job
+/// declares), and whether that is its only way to stop (no target to reach earlier).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Budget {
     pub steps: Option<u64>,
@@ -100,10 +100,11 @@ pub struct Budget {
 
 impl Budget {
     pub fn of(spec: &drover_core::spec::DroverJob) -> Budget {
-        let train = spec.spec.train.as_ref();
+        let target = spec.spec.train.as_ref().is_some_and(|t| t.target.is_some());
+        let steps = spec.max_steps();
         Budget {
-            steps: train.and_then(|t| t.max_steps),
-            only_stop: train.is_some_and(|t| t.max_steps.is_some() && t.target.is_none()),
+            steps,
+            only_stop: steps.is_some() && !target,
         }
     }
 

@@ -166,16 +166,15 @@ pub(crate) fn check_quota(tenant_name: &str, quota: &Quota, job: &DroverJob) -> 
     Ok(())
 }
 
-/// `train.init_from` must name a checkpoint of one of the tenant's jobs.
+/// `train.init_from` (or `command.init_from`) must name a checkpoint of one of the tenant's jobs.
 async fn check_init_from(
     service: &Service,
     principal: &Principal,
     job: &DroverJob,
 ) -> ServiceResult<()> {
-    let Some(init) = job.spec.train.as_ref().and_then(|t| t.init_from.as_ref()) else {
+    let Some((init, field)) = job.init_from() else {
         return Ok(());
     };
-    let field = "spec.train.init_from.checkpoint";
     let missing = || {
         ServiceError::invalid(
             field,

@@ -187,9 +187,36 @@ spec:
         env[HPARAMS_ENV],
         EnvValue::Plain(r#"{"kernel":"rbf","x":1.5}"#.into())
     );
-    // ASHA needs checkpoints the engine writes.
-    let asha = text.replace("{type: tpe}", "{type: asha, min_steps: 1, max_steps: 9}");
-    assert_eq!(error_field(&asha), "spec.searcher.type");
+    // Under ASHA a segment's budget and starting checkpoint go into the command: the program
+    // reads them as DROVER_MAX_STEPS and DROVER_RESUME_FROM (the Python library's ctx.max_steps and
+    // ctx.resume_from); the searcher's fields are its own.
+    let asha = parse(&text.replace("{type: tpe}", "{type: asha, min_steps: 1, max_steps: 9}"))
+        .expect("command trials under ASHA");
+    let run = TrialRun {
+        max_steps: Some(3),
+        init_from: Some("0192a1b2-0000-7000-8000-000000000001".into()),
+        ..run
+    };
+    let command = build_trial(&asha, &run)
+        .expect("builds")
+        .spec
+        .command
+        .expect("command");
+    assert_eq!(command.max_steps, Some(3));
+    assert_eq!(
+        command.init_from.expect("init_from").checkpoint,
+        "0192a1b2-0000-7000-8000-000000000001"
+    );
+    let own_budget = text
+        .replace("{type: tpe}", "{type: asha, min_steps: 1, max_steps: 9}")
+        .replace(
+            "    kernel:",
+            "    command.max_steps: {type: int, min: 1, max: 9}\n    kernel:",
+        );
+    assert_eq!(
+        error_field(&own_budget),
+        "spec.parameters.command.max_steps"
+    );
 }
 
 #[test]

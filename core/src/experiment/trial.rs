@@ -22,7 +22,8 @@ pub struct TrialRun<'a> {
     pub name: &'a str,
     pub trial: u32,
     pub params: &'a Assignment,
-    /// `train.max_steps` for multi-fidelity searchers (the total, counted from step 0).
+    /// `train.max_steps` (or `command.max_steps`) for multi-fidelity searchers (the total, counted
+    /// from step 0).
     pub max_steps: Option<u64>,
     pub init_from: Option<String>,
 }
@@ -66,17 +67,24 @@ pub fn build_trial(
                 .map_err(|reason| SpecError::new(format!("spec.parameters.{name}"), reason))?;
         }
     }
-    if let Some(train) = spec.get_mut("train").and_then(Value::as_object_mut) {
+    // The segment's budget and starting checkpoint go where the trial's kind keeps them.
+    let kind = if spec.get("train").is_some_and(Value::is_object) {
+        "train"
+    } else {
+        "command"
+    };
+    if let Some(target) = spec.get_mut(kind).and_then(Value::as_object_mut) {
         if let Some(steps) = run.max_steps {
-            train.insert("max_steps".into(), Value::from(steps));
+            target.insert("max_steps".into(), Value::from(steps));
         }
         if let Some(checkpoint) = &run.init_from {
             let init = InitFrom {
                 checkpoint: checkpoint.clone(),
             };
-            let init = serde_json::to_value(init)
-                .map_err(|err| SpecError::new("spec.trial.train.init_from", err.to_string()))?;
-            train.insert("init_from".into(), init);
+            let init = serde_json::to_value(init).map_err(|err| {
+                SpecError::new(format!("spec.trial.{kind}.init_from"), err.to_string())
+            })?;
+            target.insert("init_from".into(), init);
         }
     }
     if let Some(command) = spec.get_mut("command").and_then(Value::as_object_mut) {

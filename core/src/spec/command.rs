@@ -22,6 +22,15 @@ pub struct CommandSpec {
     pub env: BTreeMap<String, EnvValue>,
     #[serde(default = "defaults::workdir")]
     pub workdir: String,
+    /// The step the program stops at: given to it as `DROVER_MAX_STEPS` (the Python library's
+    /// `ctx.max_steps`), and the queue's estimate of what is left. ASHA, Hyperband and PBT set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 10000000000_u64)]
+    pub max_steps: Option<u64>,
+    /// Before the job has a checkpoint of its own, it starts from this one (`DROVER_RESUME_FROM`):
+    /// how a promoted or exploiting trial carries on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_from: Option<super::InitFrom>,
 }
 
 /// One environment variable's value.

@@ -5,7 +5,7 @@
 use super::command::CommandSpec;
 use super::defaults;
 use super::resources::{CheckpointPolicy, Distributed, Resources, Scheduling};
-use super::train::TrainSpec;
+use super::train::{InitFrom, TrainSpec};
 use crate::document::ObjectMeta;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -77,5 +77,26 @@ impl DroverJob {
     /// Total GPUs the job asks for at its largest shape.
     pub fn max_gpus(&self) -> u64 {
         u64::from(self.spec.resources.workers.max) * u64::from(self.spec.resources.gpus_per_worker)
+    }
+
+    /// The checkpoint the job starts from before it has one of its own (`train.init_from` or
+    /// `command.init_from`), with the field that names it.
+    pub fn init_from(&self) -> Option<(&InitFrom, &'static str)> {
+        let train = self.spec.train.as_ref().and_then(|t| t.init_from.as_ref());
+        let command = self
+            .spec
+            .command
+            .as_ref()
+            .and_then(|c| c.init_from.as_ref());
+        train
+            .map(|init| (init, "spec.train.init_from.checkpoint"))
+            .or(command.map(|init| (init, "spec.command.init_from.checkpoint")))
+    }
+
+    /// The step the job stops at at the latest, when it declared one (`train.max_steps` or
+    /// `command.max_steps`).
+    pub fn max_steps(&self) -> Option<u64> {
+        let train = self.spec.train.as_ref().and_then(|t| t.max_steps);
+        train.or(self.spec.command.as_ref().and_then(|c| c.max_steps))
     }
 }

@@ -493,3 +493,28 @@ fn every_shipped_example_is_valid() {
         root.display()
     );
 }
+
+/// A command job's step budget and starting checkpoint are checked like a train job's.
+#[test]
+fn a_command_jobs_budget_and_starting_checkpoint_are_checked() {
+    let base = include_str!("../../../examples/sleep-command.yaml");
+    let with = |extra: &str| {
+        base.replace(
+            "    argv: [sh, -c,",
+            &format!("    {extra}\n    argv: [sh, -c,"),
+        )
+    };
+    let job = parse_yaml(&with("max_steps: 300")).unwrap();
+    assert_eq!(job.max_steps(), Some(300));
+    assert_eq!(error_field(&with("max_steps: 0")), "spec.command.max_steps");
+    assert_eq!(
+        error_field(&with("init_from: {checkpoint: \" \"}")),
+        "spec.command.init_from.checkpoint"
+    );
+    let job = parse_yaml(&with("init_from: {checkpoint: abc}")).unwrap();
+    let (init, field) = job.init_from().unwrap();
+    assert_eq!(
+        (init.checkpoint.as_str(), field),
+        ("abc", "spec.command.init_from.checkpoint")
+    );
+}

@@ -32,7 +32,9 @@ fn job(python: &str) -> Value {
         "spec": {
             "type": "command",
             "command": {
-                "argv": [python, "examples/pytorch/digits_ddp.py", "--steps", STEPS.to_string(),
+                // The step budget reaches it as DROVER_MAX_STEPS (ctx.max_steps).
+                "max_steps": STEPS,
+                "argv": [python, "examples/pytorch/digits_ddp.py",
                          "--eval-every", "30", "--checkpoint-every", "60", "--step-sleep", "0.03"],
                 // The checkout's library, not whichever copy the interpreter has installed.
                 "env": {"PYTHONUNBUFFERED": "1",
@@ -295,8 +297,117 @@ async fn a_ddp_script_is_resized_preempted_and_resumed_and_ends_as_accurate_as_a
             "resized, preempted and resumed: {accuracy}; alone: {reference}"
         );
     }
+    // The library's reports (step_time_ms, loss) taught the server the job's speed at both shapes.
+    let model = &cluster.job(&id).await["model"];
+    let shapes = model["speed"]["shapes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(shapes.len(), 2, "step times at 2 and 3 workers: {model:#}");
     eprintln!(
         "digits_ddp: {} alone, {:?} after 2 -> 3 workers and a preemption",
         reference, finished
     );
+}
+
+/// ASHA over the DDP script's learning rate and width, its trials `command` jobs: each segment gets
+/// its step budget (`command.max_steps`, the library's `ctx.max_steps`) and the hyper-parameters;
+/// the rung's best resumes from its own checkpoint (`command.init_from`) for three times the steps,
+/// and the others rest at the bottom rung, their jobs ended by the library at their budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asha_promotes_pytorch_trials_through_the_library() {
+    const TEST: &str = "asha_promotes_pytorch_trials_through_the_library";
+    let python = match torch_python() {
+        Ok(python) => python,
+        Err(why) => {
+            return skip(
+                TEST,
+                &format!("no Python with PyTorch ({why}); scripts/test installs one"),
+            );
+        }
+    };
+    let cluster = Cluster::start_with_slots(2).await;
+    let spec = json!({
+        "apiVersion": "drover.dev/v1",
+        "kind": "DroverExperiment",
+        "metadata": {"name": "ddp-asha"},
+        "spec": {
+            "trial": {
+                "type": "command",
+                "command": {
+                    "argv": [python, "examples/pytorch/digits_ddp.py", "--eval-every", "15",
+                             "--checkpoint-every", "15"],
+                    "env": {"PYTHONUNBUFFERED": "1",
+                            "PYTHONPATH": repo_root().join("python/src").display().to_string()}
+                },
+                "resources": {"workers": 1, "ps": 0, "gpus_per_worker": 1, "cpus_per_worker": 1,
+                              "memory_gb_per_task": 2},
+                "distributed": {"launcher": "torch"}
+            },
+            "parameters": {
+                "lr": {"type": "log_uniform", "min": 0.0003, "max": 0.03},
+                "width": {"type": "categorical", "values": [4, 8, 16]}
+            },
+            "metric": {"name": "accuracy", "goal": "maximize"},
+            "searcher": {"type": "asha", "min_steps": 30, "max_steps": 90, "eta": 3},
+            "budget": {"max_trials": 3, "max_concurrent_trials": 3},
+            "seed": 5
+        }
+    });
+    let created = cluster.post("/api/v1/experiments", spec).await;
+    let id = created["experiment"]["id"].as_str().unwrap().to_owned();
+    let done = cluster
+        .wait_until(
+            "the experiment to finish",
+            Duration::from_secs(240),
+            async |c| {
+                let e = c.get(&format!("/api/v1/experiments/{id}")).await["experiment"].clone();
+                assert_ne!(e["state"], "failed", "{e:#}");
+                (e["state"] == "succeeded").then_some(e)
+            },
+        )
+        .await;
+    let trials = done["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 3, "{done:#}");
+    let mut promoted = Vec::new();
+    for trial in trials {
+        let segments = trial["jobs"].as_array().unwrap();
+        let first = segments[0]["job_id"].as_str().unwrap();
+        // Every segment's job ran to its budget and stopped there by itself.
+        for segment in segments {
+            let job = segment["job_id"].as_str().unwrap();
+            let budget = segment["max_steps"].as_u64().unwrap();
+            let logs = cluster.logs(job).await;
+            assert!(
+                logs.iter().any(|l| l["line"]
+                    .as_str()
+                    .is_some_and(|l| l.starts_with("final test accuracy ")
+                        && l.contains(&format!(" after {budget} steps")))),
+                "trial {} ran to {budget}: {logs:#?}",
+                trial["trial"]
+            );
+            assert_eq!(cluster.job(job).await["state"], "succeeded");
+        }
+        if segments.len() > 1 {
+            // The promoted segment resumed where the rung below ended, with the trial's own
+            // hyper-parameters.
+            let job = segments[1]["job_id"].as_str().unwrap();
+            let logs = cluster.logs(job).await;
+            assert!(
+                logs.iter().any(|l| l["line"]
+                    .as_str()
+                    .is_some_and(|l| l.starts_with("resumed from step 30 "))),
+                "{logs:#?}"
+            );
+            assert_eq!(segments[1]["max_steps"], 90);
+            promoted.push((trial["trial"].clone(), first.to_owned()));
+        }
+    }
+    assert_eq!(
+        promoted.len(),
+        1,
+        "one of three promoted at eta 3: {done:#}"
+    );
+    // Trained three times as long from the bottom rung's best point, it is the search's best.
+    assert_eq!(done["best_trial"], promoted[0].0, "{done:#}");
 }

@@ -14,6 +14,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 __all__ = ["Context", "Signals", "init"]
@@ -124,6 +125,8 @@ class Context:
         role: ``"worker"`` or ``"ps"``.
         is_chief: rank 0 of the workers: the process that reports and writes checkpoints.
         hparams: a trial's hyper-parameters (an empty dict outside an experiment).
+        max_steps: the step to stop at when the job declares one (``spec.command.max_steps``; ASHA,
+            Hyperband and PBT set it for each trial segment), else None.
         checkpoint_dir: where checkpoints go (``DROVER_CHECKPOINT_DIR``; ``./checkpoints`` outside).
         resume_from: the checkpoint to resume from (a ``Path``), or None on a fresh start.
         resume_step: its step, or None.
@@ -159,6 +162,7 @@ class Context:
             raise ValueError("rank %d is not inside a world of %d" % (self.rank, self.world_size))
         self.is_chief = self.role == "worker" and self.rank == 0
         self.hparams = _load_hparams(env)
+        self.max_steps = _int_env(env, "DROVER_MAX_STEPS", None)
         self.checkpoint_dir = Path(env.get("DROVER_CHECKPOINT_DIR") or "checkpoints").absolute()
         resume = env.get("DROVER_RESUME_FROM", "")
         self.resume_from = Path(resume) if resume else None
@@ -171,6 +175,7 @@ class Context:
         self._on_checkpoint_request = None
         self._agree = None  # set by drover.torch.init_process_group: flags agreed by every rank
         self._last_checkpoint = None
+        self._last_report = None  # (step, time.monotonic()) of the previous report
         if self.resume_from is not None and self.resume_from.parent == self.checkpoint_dir:
             # Resuming from this very directory: its step is written and recorded already.
             self._last_checkpoint = self.resume_step
@@ -240,7 +245,10 @@ class Context:
         """Reports metrics at ``step`` (the chief's are recorded; other ranks' calls do nothing).
 
         ``ctx.report(300, loss=0.5, accuracy=0.93)`` or ``ctx.report(300, {"loss": 0.5})``. Values
-        must be finite numbers: a NaN or infinity is a ``ValueError`` naming the metric.
+        must be finite numbers: a NaN or infinity is a ``ValueError`` naming the metric. Unless given,
+        ``step_time_ms`` is added: the wall time per step since this process's previous report.
+        With ``loss`` it is what Drover's speed and convergence models learn a job from (the
+        scheduler's allocations and resizes, the queue's predictions).
         """
         if values:
             metrics = dict(values, **metrics)
@@ -257,6 +265,10 @@ class Context:
             if not math.isfinite(number):
                 raise ValueError("metric %s=%r is not finite" % (name, number))
             clean[name] = number
+        now = time.monotonic()
+        last, self._last_report = self._last_report, (step, now)
+        if "step_time_ms" not in clean and last is not None and step > last[0]:
+            clean["step_time_ms"] = (now - last[1]) * 1000.0 / (step - last[0])
         if not self.is_chief:
             return
         self._say({"drover": "metrics", "step": step, "values": clean})
