@@ -307,6 +307,31 @@ mod tests {
         assert_eq!(Budget::default().remaining(400, None), None);
     }
 
+    /// A command job's declared `max_steps` is its budget, as a train job's is; without one there
+    /// is none.
+    #[test]
+    fn a_command_jobs_max_steps_is_its_budget() {
+        let document = |extra: &str| {
+            format!(
+                "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {{name: c}}\nspec:\n  \
+                 type: command\n  command: {{argv: [python3, train.py]{extra}}}\n"
+            )
+        };
+        let parse = |text: String| {
+            drover_core::spec::DroverJob::parse(text.as_bytes(), drover_core::spec::Format::Yaml)
+                .expect("valid")
+        };
+        let budgeted = Budget::of(&parse(document(", max_steps: 900")));
+        assert_eq!(
+            budgeted,
+            Budget {
+                steps: Some(900),
+                only_stop: true
+            }
+        );
+        assert_eq!(Budget::of(&parse(document(""))), Budget::default());
+    }
+
     #[test]
     fn loss_samples_are_thinned_evenly_and_stay_bounded() {
         let mut tracked = Tracked::default();
