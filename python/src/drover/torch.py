@@ -12,8 +12,12 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
+try:
+    import torch
+    import torch.distributed as dist
+except ModuleNotFoundError as err:  # pragma: no cover - depends on the environment
+    raise ModuleNotFoundError("drover.torch needs PyTorch: pip install torch (or './python[torch]')",
+                              name=err.name) from err
 
 __all__ = ["init_process_group", "shutdown", "unwrap", "save", "load", "STATE_FILE"]
 
