@@ -13,7 +13,7 @@ use super::observe::Budget;
 use drover_core::{JobId, JobState};
 use drover_scheduler::snapshot::{Observations, Range, Tenant as SchedTenant};
 use drover_scheduler::{
-    ClusterSnapshot, JobView, Node as SchedNode, NodeId, Placement, Role, Shape, TaskPlacement,
+    ClusterSnapshot, JobView, Node as SchedNode, NodeId, Placement, Role, TaskPlacement,
     cluster::Gpu as SchedGpu,
 };
 use drover_store::{Job, Node, Task, TaskRole, Tenant};
@@ -165,30 +165,10 @@ pub(super) fn build<'a>(
                 .is_none_or(|&i| !sched_nodes[i as usize].schedulable)
         });
         let mut view = JobView {
-            id: job.id,
             tenant: tenant_index.get(&job.tenant_id).copied().unwrap_or(0),
             priority: spec.spec.scheduling.priority,
             submit_s: seconds(job.created_at),
-            workers: Range {
-                min: resources.workers.min,
-                max: resources.workers.max,
-            },
-            ps: Range {
-                min: resources.ps.min,
-                max: resources.ps.max,
-            },
-            preferred: Shape {
-                ps: resources.ps.max,
-                workers: resources.workers.max,
-            },
-            gpus_per_worker: resources.gpus_per_worker,
-            gpu_memory_gb: resources.gpu_memory_gb,
-            cpus_per_worker: resources.cpus_per_worker,
-            cpus_per_ps: resources.cpus_per_ps,
-            memory_gb_per_task: resources.memory_gb_per_task,
             preemptible: spec.spec.scheduling.preemptible,
-            consolidate: false,
-            placement: None,
             observed: match seen.get(&job.id) {
                 Some(seen) => seen.observed.observations(
                     resources.gpus_per_worker,
@@ -203,7 +183,7 @@ pub(super) fn build<'a>(
                     ..Observations::default()
                 },
             },
-            search: None,
+            ..JobView::of_resources(job.id, resources)
         };
         if tasks.is_empty() {
             if job.state == JobState::Queued {

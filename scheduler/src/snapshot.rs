@@ -96,6 +96,39 @@ pub struct JobView {
 }
 
 impl JobView {
+    /// A job as its document's resources describe it: its ranges, asking for its largest shape,
+    /// what each task needs; not placed, nothing observed, tenant 0 at priority 0, preemptible.
+    pub fn of_resources(id: JobId, resources: &drover_core::spec::Resources) -> JobView {
+        JobView {
+            id,
+            tenant: 0,
+            priority: 0,
+            submit_s: 0.0,
+            workers: Range {
+                min: resources.workers.min,
+                max: resources.workers.max,
+            },
+            ps: Range {
+                min: resources.ps.min,
+                max: resources.ps.max,
+            },
+            preferred: Shape {
+                ps: resources.ps.max,
+                workers: resources.workers.max,
+            },
+            gpus_per_worker: resources.gpus_per_worker,
+            gpu_memory_gb: resources.gpu_memory_gb,
+            cpus_per_worker: resources.cpus_per_worker,
+            cpus_per_ps: resources.cpus_per_ps,
+            memory_gb_per_task: resources.memory_gb_per_task,
+            preemptible: true,
+            consolidate: false,
+            placement: None,
+            observed: Observations::default(),
+            search: None,
+        }
+    }
+
     pub fn is_running(&self) -> bool {
         self.placement.is_some()
     }

@@ -7,7 +7,7 @@
 use crate::error::{ServiceError, ServiceResult};
 use drover_core::DroverJob;
 use drover_scheduler::cluster::{Gpu, Node, NodeId};
-use drover_scheduler::snapshot::{JobView, Observations, Range, Shape};
+use drover_scheduler::snapshot::JobView;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -79,33 +79,5 @@ impl Capacity {
 
 /// What the scheduler would see of `job` before it ran: its ranges and what each task needs.
 fn requirements(job: &DroverJob) -> JobView {
-    let resources = &job.spec.resources;
-    JobView {
-        id: drover_core::JobId(uuid::Uuid::nil()),
-        tenant: 0,
-        priority: 0,
-        submit_s: 0.0,
-        workers: Range {
-            min: resources.workers.min,
-            max: resources.workers.max,
-        },
-        ps: Range {
-            min: resources.ps.min,
-            max: resources.ps.max,
-        },
-        preferred: Shape {
-            ps: resources.ps.max,
-            workers: resources.workers.max,
-        },
-        gpus_per_worker: resources.gpus_per_worker,
-        gpu_memory_gb: resources.gpu_memory_gb,
-        cpus_per_worker: resources.cpus_per_worker,
-        cpus_per_ps: resources.cpus_per_ps,
-        memory_gb_per_task: resources.memory_gb_per_task,
-        preemptible: true,
-        consolidate: false,
-        placement: None,
-        observed: Observations::default(),
-        search: None,
-    }
+    JobView::of_resources(drover_core::JobId(uuid::Uuid::nil()), &job.spec.resources)
 }
