@@ -544,6 +544,19 @@ impl Cluster {
             .clone()
     }
 
+    /// The steps at which job `id` reported metric `name`, in order.
+    pub async fn metric_steps(&self, id: &str, name: &str) -> Vec<u64> {
+        let metrics = self
+            .get(&format!("/api/v1/jobs/{id}/metrics?name={name}"))
+            .await;
+        metrics["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["step"].as_u64().unwrap())
+            .collect()
+    }
+
     pub async fn checkpoints(&self, id: &str) -> Vec<Value> {
         self.get(&format!("/api/v1/jobs/{id}/checkpoints")).await["checkpoints"]
             .as_array()

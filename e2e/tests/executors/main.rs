@@ -445,15 +445,7 @@ async fn a_restarted_server_adopts_running_tasks_without_duplicates() {
     );
     assert!(resumed_step(&logs, 1).is_none());
     // Metrics reported while the server was down arrive after it is back: every eval step is there once.
-    let metrics = cluster
-        .get(&format!("/api/v1/jobs/{id}/metrics?name=accuracy"))
-        .await;
-    let steps: Vec<u64> = metrics["metrics"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["step"].as_u64().unwrap())
-        .collect();
+    let steps = cluster.metric_steps(&id, "accuracy").await;
     let expected: Vec<u64> = (1..=30).map(|k| k * 100).collect();
     assert_eq!(steps, expected);
 

@@ -277,15 +277,7 @@ async fn a_ddp_script_is_resized_preempted_and_resumed_and_ends_as_accurate_as_a
         }
     }
     // The chief's metrics reached the server: every evaluation once, in order.
-    let metrics = cluster
-        .get(&format!("/api/v1/jobs/{id}/metrics?name=accuracy"))
-        .await;
-    let steps: Vec<u64> = metrics["metrics"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["step"].as_u64().unwrap())
-        .collect();
+    let steps = cluster.metric_steps(&id, "accuracy").await;
     let expected: Vec<u64> = (1..=STEPS / 30).map(|k| k * 30).collect();
     assert_eq!(steps, expected);
     let finished = lines_of(&logs, 3, "final test accuracy ");
