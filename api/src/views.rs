@@ -255,6 +255,9 @@ pub struct NodeView {
     /// Kubernetes Pod of its own), `none` (unconfined: started with `--no-sandbox`), or empty (an
     /// executor older than sandboxes).
     pub isolation: String,
+    /// Its executor runs tasks in OCI images (`spec.command.image`); jobs with an image go only to
+    /// such nodes.
+    pub runs_images: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_heartbeat_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
@@ -287,6 +290,7 @@ impl From<Node> for NodeView {
             draining: node.draining,
             gpu_source: node.gpu_source,
             isolation: node.isolation,
+            runs_images: node.runs_images,
             last_heartbeat_at: node.last_heartbeat_at,
             created_at: node.created_at,
             tasks: Vec::new(),

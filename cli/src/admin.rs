@@ -253,6 +253,12 @@ pub async fn nodes(global: &GlobalArgs) -> anyhow::Result<()> {
                             _ => "unknown",
                         }
                         .to_owned(),
+                        if n["runs_images"].as_bool() == Some(true) {
+                            "yes"
+                        } else {
+                            "no"
+                        }
+                        .to_owned(),
                     ]
                 })
                 .collect();
@@ -265,6 +271,7 @@ pub async fn nodes(global: &GlobalArgs) -> anyhow::Result<()> {
                     "STATUS",
                     "TASKS",
                     "TASKS RUN",
+                    "IMAGES",
                 ],
                 &rows,
             );

@@ -158,6 +158,30 @@ pub struct SandboxArgs {
     /// Processes and threads one task may have at once.
     #[arg(long, env = "DROVER_TASK_PIDS_MAX", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(64..=4_194_304))]
     pub task_pids_max: u32,
+    /// Run no jobs in OCI images (`spec.command.image`), even where skopeo and umoci are installed.
+    #[arg(long, env = "DROVER_NO_IMAGES")]
+    pub no_images: bool,
+    /// The program that pulls images.
+    #[arg(long, env = "DROVER_SKOPEO", default_value = "skopeo")]
+    pub skopeo: PathBuf,
+    /// The program that unpacks images.
+    #[arg(long, env = "DROVER_UMOCI", default_value = "umoci")]
+    pub umoci: PathBuf,
+    /// A registry (`host` or `host:port`) reached over plain HTTP or without verifying its
+    /// certificate, e.g. a local one; repeat for several.
+    #[arg(
+        long = "insecure-registry",
+        env = "DROVER_INSECURE_REGISTRIES",
+        value_delimiter = ','
+    )]
+    pub insecure_registries: Vec<String>,
+    /// Credentials for private registries: an `auth.json` as `skopeo login` or `podman login`
+    /// write it, or a Docker `config.json`.
+    #[arg(long, env = "DROVER_REGISTRY_AUTH_FILE")]
+    pub registry_auth_file: Option<PathBuf>,
+    /// How long one image pull may take, in seconds, before the job that needs it fails.
+    #[arg(long, env = "DROVER_IMAGE_PULL_TIMEOUT", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(10..=86_400))]
+    pub image_pull_timeout: u64,
 }
 
 impl SandboxArgs {
@@ -181,6 +205,13 @@ impl SandboxArgs {
             ids: self.task_ids,
             pids_max: self.task_pids_max,
             hidden,
+            images: (!self.no_images).then(|| drover_executor::images::ImageSettings {
+                skopeo: self.skopeo.clone(),
+                umoci: self.umoci.clone(),
+                insecure_registries: self.insecure_registries.clone(),
+                auth_file: self.registry_auth_file.clone(),
+                pull_timeout: std::time::Duration::from_secs(self.image_pull_timeout),
+            }),
         };
         drover_executor::sandbox::Sandbox::open(
             settings,
@@ -201,6 +232,12 @@ impl Default for SandboxArgs {
             runtime: PathBuf::from("runc"),
             task_ids: drover_executor::sandbox::ids::IdRange::DEFAULT,
             task_pids_max: 4096,
+            no_images: false,
+            skopeo: PathBuf::from("skopeo"),
+            umoci: PathBuf::from("umoci"),
+            insecure_registries: Vec::new(),
+            registry_auth_file: None,
+            image_pull_timeout: 1800,
         }
     }
 }
@@ -296,8 +333,9 @@ pub async fn executor(args: ExecutorArgs) -> anyhow::Result<()> {
         Ok(None) if config.pods.is_some() => None,
         Ok(Some(sandbox)) => {
             out!(
-                "drover executor: tasks run sandboxed ({})",
-                sandbox.describe()
+                "drover executor: tasks run sandboxed ({}); in images: {}",
+                sandbox.describe(),
+                sandbox.describe_images()
             );
             Some(sandbox)
         }

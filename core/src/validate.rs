@@ -76,6 +76,9 @@ pub fn validate(job: &DroverJob) -> Check {
                     || format!("must be between 1 and 10000000000, got {steps}"),
                 )?;
             }
+            if let Some(Err(why)) = command.image_reference() {
+                fail("spec.command.image", &why)?;
+            }
             if let Some(init) = &command.init_from {
                 ensure(
                     !init.checkpoint.trim().is_empty(),

@@ -57,6 +57,7 @@ async fn sandboxed(
         memory_limit_bytes: 4 << 30,
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
         gpus: Vec::new(),
+        image: None,
     };
     let (mut command, confined) = sandbox.confine(&task).unwrap();
     let mut child = command

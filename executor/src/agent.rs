@@ -206,6 +206,12 @@ impl Agent {
             tasks: self.tasks.values().map(LocalTask::status).collect(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             incarnation: self.incarnation.clone(),
+            runs_images: self.config.pods.is_some()
+                || self
+                    .config
+                    .sandbox
+                    .as_ref()
+                    .is_some_and(|s| s.images().is_some()),
             isolation: if self.config.pods.is_some() {
                 "pod"
             } else if self.config.sandbox.is_some() {
@@ -402,6 +408,7 @@ mod tests {
                 phase: Phase::Prepared,
                 pid: 0,
                 remote: None,
+                image: None,
             },
         );
         let (first, mut first_rx) = mpsc::channel(16);

@@ -237,6 +237,12 @@ impl Pods {
         }
         let namespace = self.namespace_of(&launch.spec.tenant).await?;
         let processes = crate::task::launch_processes(&launch.spec)?;
+        if processes > 1 && !launch.spec.image.is_empty() {
+            // Its processes would start under the shim, which is not in the job's image.
+            return Err(StartError::User(format!(
+                "a launcher with {processes} processes per worker cannot run in an image on Kubernetes yet: give each worker one GPU (gpus_per_worker: 1), or run without spec.command.image"
+            )));
+        }
         let (command, env) = self.command(&launch, processes);
         if command.is_empty() {
             return Err(StartError::User("command.argv is empty".to_owned()));
@@ -251,7 +257,12 @@ impl Pods {
             generation: launch.key.generation,
             role: launch.key.role.clone(),
             index: launch.key.index,
-            image: self.settings.image.clone(),
+            // The job's image, or this executor's own (a train job's engine, a command over it).
+            image: if launch.spec.image.is_empty() {
+                self.settings.image.clone()
+            } else {
+                launch.spec.image.clone()
+            },
             command,
             env,
             workdir,

@@ -8,6 +8,11 @@
 //! cgroup hierarchy with the controllers, and a trial run), the folders and ids a task is given, the
 //! runtime's command line, and cleaning up what a task or a killed executor left.
 //!
+//! A task of a job with an image (`spec.command.image`) has the image's root (`crate::images`)
+//! instead of the host's system folders, the executor's program under `/.drover`
+//! ([`host_program`]), and the host's `/etc/hosts` and `/etc/resolv.conf` (it shares the host's
+//! network, as everywhere outside Kubernetes).
+//!
 //! A task's first process is still the task shim (`drover task-shim --sandboxed`), now inside: the
 //! runtime runs in the foreground with the executor's pipes, forwards the signals it is sent (stop,
 //! checkpoint now) to the shim, which forwards them to the command; when the executor dies its pipe
@@ -16,11 +21,14 @@
 
 pub mod bundle;
 pub mod cgroups;
+pub mod host_program;
 pub mod ids;
 pub mod seccomp;
 
+use crate::images::{Image, ImageSettings, Images};
 use bundle::{Confinement, Device, SYSTEM_DIRS};
 use cgroups::Layout;
+use host_program::HostProgram;
 use ids::{IdPool, IdRange};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -39,6 +47,8 @@ pub struct SandboxSettings {
     /// Host paths no task may see, beyond the executor's own data directory (the server's data
     /// directory under `drover dev`).
     pub hidden: Vec<PathBuf>,
+    /// How images are pulled; `None`: this node runs no images (`--no-images`).
+    pub images: Option<ImageSettings>,
 }
 
 impl Default for SandboxSettings {
@@ -48,6 +58,7 @@ impl Default for SandboxSettings {
             ids: IdRange::DEFAULT,
             pids_max: 4096,
             hidden: Vec::new(),
+            images: Some(ImageSettings::default()),
         }
     }
 }
@@ -74,6 +85,8 @@ pub struct Sandbox {
     program: PathBuf,
     devices: Vec<(u32, Device)>,
     shared: Vec<Device>,
+    /// The node's images, and how the program runs over one; or why this node runs none.
+    images: Result<(Arc<Images>, HostProgram), String>,
 }
 
 /// What a task is, for its sandbox (see [`Sandbox::confine`]).
@@ -96,6 +109,8 @@ pub struct TaskSandbox {
     pub cpus: u32,
     /// The node's GPU indices the task was given.
     pub gpus: Vec<u32>,
+    /// The image it runs in (`workdir` is then a path inside it); `None`: over the host's folders.
+    pub image: Option<Image>,
 }
 
 /// A task's sandbox while it exists: the command that runs it, and what to clean when it ends.
@@ -165,6 +180,15 @@ impl Sandbox {
         let (devices, shared) = gpu_devices(gpus);
         let mut hidden = vec![data_dir.to_path_buf()];
         hidden.extend(settings.hidden.iter().cloned());
+        let images = match &settings.images {
+            None => Err("--no-images".to_owned()),
+            Some(image_settings) => match Images::open(image_settings.clone(), data_dir).await {
+                Ok(images) => HostProgram::find(program)
+                    .await
+                    .map(|host| (Arc::new(images), host)),
+                Err(why) => Err(why),
+            },
+        };
         let sandbox = Arc::new(Sandbox {
             users: Mutex::new(IdPool::new(settings.ids)),
             settings,
@@ -179,6 +203,7 @@ impl Sandbox {
             program: program.to_path_buf(),
             devices,
             shared,
+            images,
         });
         sandbox.remove_leftovers().await;
         sandbox.trial().await?;
@@ -187,6 +212,19 @@ impl Sandbox {
 
     pub fn layout(&self) -> Layout {
         self.layout
+    }
+
+    /// The node's images, when it runs them.
+    pub fn images(&self) -> Option<Arc<Images>> {
+        self.images.as_ref().ok().map(|(images, _)| images.clone())
+    }
+
+    /// Whether tasks run in images here, in words: `skopeo 1.9.3, umoci 0.4.7`, or why not.
+    pub fn describe_images(&self) -> String {
+        match &self.images {
+            Ok((images, _)) => format!("yes ({})", images.describe()),
+            Err(why) => format!("no: {why}"),
+        }
     }
 
     /// What the sandboxes are, in words: `runc, cgroup v1, task ids 1000000000-1000065535`.
@@ -246,6 +284,7 @@ impl Sandbox {
             memory_limit_bytes: 256 << 20,
             cpus: 1,
             gpus: Vec::new(),
+            image: None,
         };
         let (mut command, confined) = self.confine(&task)?;
         let output = command
@@ -308,12 +347,38 @@ impl Sandbox {
         own(&task.task_dir, Some(uid), gid, 0o2770)?;
         own(&job_dir, None, gid, 0o2770)?;
         own(&task.checkpoint_dir, None, gid, 0o2770)?;
-        // The working directory, unless it is the root: the root would show the whole host.
-        let mut read_only = vec![self.program.clone()];
-        if task.workdir != Path::new("/") {
-            read_only.push(task.workdir.clone());
-        }
-        read_only.extend(task.data.iter().cloned());
+        // Over the host's folders: the program, the working directory (unless it is the root: the
+        // root would show the whole host) and the data it reads, at their host paths. Over an
+        // image: the program under /.drover, and the host's name resolution.
+        let mut read_only = Vec::new();
+        let mut placed = Vec::new();
+        let (rootfs, system_dirs, mut args) = match &task.image {
+            None => {
+                read_only.push(self.program.clone());
+                if task.workdir != Path::new("/") {
+                    read_only.push(task.workdir.clone());
+                }
+                read_only.extend(task.data.iter().cloned());
+                (
+                    self.rootfs.clone(),
+                    self.system_dirs.clone(),
+                    vec![self.program.display().to_string()],
+                )
+            }
+            Some(image) => {
+                let host = match &self.images {
+                    Ok((_, host)) => host,
+                    Err(why) => return Err(format!("this node runs no images: {why}")),
+                };
+                placed = host.binds();
+                for file in ["/etc/hosts", "/etc/resolv.conf"] {
+                    if Path::new(file).is_file() {
+                        placed.push((PathBuf::from(file), PathBuf::from(file)));
+                    }
+                }
+                (image.rootfs.clone(), Vec::new(), host.argv())
+            }
+        };
         let mut groups = Vec::new();
         if let Some(from) = &task.resume_from
             && !from.starts_with(&job_dir)
@@ -330,7 +395,6 @@ impl Sandbox {
                 .filter(|(index, _)| task.gpus.contains(index))
                 .map(|(_, device)| device.clone()),
         );
-        let mut args = vec![self.program.display().to_string()];
         args.extend(task.args.iter().cloned());
         let confinement = Confinement {
             args,
@@ -341,6 +405,7 @@ impl Sandbox {
             gid,
             read_write: vec![task.task_dir.clone(), job_dir],
             read_only,
+            placed,
             hidden: self.hidden.clone(),
             memory_limit_bytes: task.memory_limit_bytes,
             cpus: task.cpus,
@@ -349,8 +414,8 @@ impl Sandbox {
             devices,
             cgroups_path: self.cgroup_parent.join(&task.name),
             layout: self.layout,
-            rootfs: self.rootfs.clone(),
-            system_dirs: self.system_dirs.clone(),
+            rootfs,
+            system_dirs,
         };
         let mut spec = bundle::config(&confinement)
             .map_err(|err| format!("cannot build the sandbox's configuration: {err}"))?;

@@ -48,6 +48,8 @@ pub struct Launch {
     /// The task's GPUs as `GPU-…` ids, when it is sandboxed on real GPUs: inside, only its own GPUs'
     /// device nodes exist and the driver numbers them from 0, so indices would name the wrong ones.
     pub gpu_uuids: Vec<String>,
+    /// The image it runs in, pulled while it was prepared (`spec.image`).
+    pub image: Option<crate::images::Image>,
 }
 
 /// Asks a running task to stop within a grace period.
@@ -190,6 +192,25 @@ fn task_env(launch: &Launch) -> Vec<(String, String)> {
     env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
+/// The search path of an image that sets none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// `path` without `.` and `..` (an image's working directory joined with a relative one); never
+/// above the root.
+fn normal(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::Normal(name) => out.push(name),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Starts the task; returns its process id and a handle to stop it. Everything the task does from
 /// now on (output, metrics, checkpoints, its exit) arrives on `events`.
 /// Why a task could not start: the job's fault (its spec), or this node's.
@@ -199,23 +220,58 @@ pub enum StartError {
     Node(String),
 }
 
+impl From<crate::images::PullError> for StartError {
+    fn from(error: crate::images::PullError) -> Self {
+        match error {
+            crate::images::PullError::User(message) => StartError::User(message),
+            crate::images::PullError::Node(message) => StartError::Node(message),
+        }
+    }
+}
+
 pub async fn start(
     launch: Launch,
     events: mpsc::Sender<pb::ExecutorMessage>,
 ) -> Result<(u32, StopHandle), StartError> {
-    let workdir = {
-        let dir = Path::new(&launch.spec.workdir);
-        if dir.is_absolute() {
-            dir.to_path_buf()
-        } else {
-            launch.base_dir.join(dir)
+    let image = match (&launch.image, launch.spec.image.is_empty()) {
+        (Some(image), false) => Some(image),
+        (None, true) => None,
+        _ => {
+            return Err(StartError::Node(format!(
+                "the image {} was not pulled",
+                launch.spec.image
+            )));
         }
     };
-    if !workdir.is_dir() {
-        return Err(StartError::User(format!(
-            "working directory {} does not exist",
-            workdir.display()
-        )));
+    let workdir = {
+        let dir = Path::new(&launch.spec.workdir);
+        match image {
+            _ if dir.is_absolute() => dir.to_path_buf(),
+            // Relative to the image's own working directory.
+            Some(image) => normal(&image.workdir.join(dir)),
+            None => launch.base_dir.join(dir),
+        }
+    };
+    match image {
+        None if !workdir.is_dir() => {
+            return Err(StartError::User(format!(
+                "working directory {} does not exist",
+                workdir.display()
+            )));
+        }
+        Some(image)
+            if !image
+                .rootfs
+                .join(workdir.strip_prefix("/").unwrap_or(&workdir))
+                .is_dir() =>
+        {
+            return Err(StartError::User(format!(
+                "working directory {} does not exist in the image {}",
+                workdir.display(),
+                launch.spec.image
+            )));
+        }
+        _ => {}
     }
     if launch.spec.argv.is_empty() {
         return Err(StartError::User("command.argv is empty".to_owned()));
@@ -250,11 +306,26 @@ pub async fn start(
         .ok_or_else(|| StartError::Node("no task shim configured".to_owned()))?;
     // The task's environment: what programs need of the executor's, the job's own, the contract's
     // (a later one of the same name wins).
-    let mut env: std::collections::BTreeMap<String, String> = inherited_env().collect();
+    // Over an image, its own environment (its PATH, …) instead of the executor's.
+    let mut env: std::collections::BTreeMap<String, String> = match image {
+        None => inherited_env().collect(),
+        Some(image) => {
+            let mut env: std::collections::BTreeMap<String, String> =
+                image.env.iter().cloned().collect();
+            env.entry("PATH".to_owned())
+                .or_insert_with(|| DEFAULT_PATH.to_owned());
+            env
+        }
+    };
     env.extend(launch.spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     env.extend(task_env(&launch));
     env.extend(hparams_file.map(|path| ("DROVER_HPARAMS_FILE".to_owned(), path)));
     let (mut command, confined) = match &launch.sandbox {
+        None if image.is_some() => {
+            return Err(StartError::Node(
+                "this node runs no images (it needs sandboxes)".to_owned(),
+            ));
+        }
         None => {
             let mut command = tokio::process::Command::new(shim_program);
             command
@@ -289,16 +360,21 @@ pub async fn start(
                 checkpoint_dir: PathBuf::from(&launch.spec.checkpoint_dir),
                 resume_from: (!launch.spec.resume_from.is_empty())
                     .then(|| PathBuf::from(&launch.spec.resume_from)),
-                data: launch
-                    .spec
-                    .read_only_paths
-                    .iter()
-                    .map(|p| workdir.join(p))
-                    .filter(|p| p.exists())
-                    .collect(),
+                data: match image {
+                    // An image carries what it reads.
+                    Some(_) => Vec::new(),
+                    None => launch
+                        .spec
+                        .read_only_paths
+                        .iter()
+                        .map(|p| workdir.join(p))
+                        .filter(|p| p.exists())
+                        .collect(),
+                },
                 memory_limit_bytes: launch.spec.memory_limit_bytes,
                 cpus: launch.spec.cpus,
                 gpus: launch.spec.gpus.clone(),
+                image: image.cloned(),
             };
             let sandbox = sandbox.clone();
             let confined = tokio::task::spawn_blocking(move || sandbox.confine(&task))

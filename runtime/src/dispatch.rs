@@ -305,6 +305,13 @@ async fn prepare_task(
                     }
                     _ => String::new(),
                 },
+                image: spec
+                    .spec
+                    .command
+                    .as_ref()
+                    .and_then(|c| c.image_reference())
+                    .and_then(Result::ok)
+                    .unwrap_or_default(),
             }),
         })),
     };

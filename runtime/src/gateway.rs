@@ -153,6 +153,7 @@ impl ExecutorGateway for GatewayService {
             memory_gb: register.memory_gb,
             gpu_source: register.gpu_source.clone(),
             isolation: register.isolation.clone(),
+            runs_images: register.runs_images,
         };
         runtime
             .store

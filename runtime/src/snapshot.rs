@@ -93,6 +93,7 @@ pub(super) fn build<'a>(
                     && node.health == "healthy"
                     && !node.cordoned
                     && !node.draining,
+                runs_images: node.runs_images,
             }
         })
         .collect();
@@ -183,7 +184,7 @@ pub(super) fn build<'a>(
                     ..Observations::default()
                 },
             },
-            ..JobView::of_resources(job.id, resources)
+            ..JobView::of_document(job.id, spec)
         };
         if tasks.is_empty() {
             if job.state == JobState::Queued {
@@ -245,6 +246,7 @@ pub(super) fn build<'a>(
             placement: None,
             observed: Observations::default(),
             search: None,
+            image: false,
         };
         hold(&mut view, placement);
         held.insert(job_id);
@@ -446,6 +448,7 @@ mod tests {
             }),
             observed: Observations::default(),
             search: None,
+            image: false,
         };
         // Job 1 is stopping on GPUs 0 and 1; the plan that stopped it started job 2 on GPU 1.
         let mut views = vec![view(1, &[0, 1]), view(2, &[1]), view(3, &[2])];

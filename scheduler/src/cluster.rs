@@ -22,6 +22,10 @@ pub struct Node {
     pub memory_gb: u32,
     /// Unhealthy or cordoned nodes take no new tasks.
     pub schedulable: bool,
+    /// It runs tasks in OCI images: only such nodes take a job with an image
+    /// ([`crate::JobView::image`]).
+    #[serde(default)]
+    pub runs_images: bool,
 }
 
 impl Node {
@@ -52,6 +56,7 @@ pub fn uniform_cluster(
             cpus: cpus_per_node,
             memory_gb: memory_gb_per_gpu * gpus_per_node.max(1),
             schedulable: true,
+            runs_images: false,
         })
         .collect()
 }

@@ -26,6 +26,14 @@ struct NodeFree {
     /// Host memory not held by a task, in GB.
     free_memory_gb: u32,
     schedulable: bool,
+    /// It runs tasks in images (only such nodes take a job in one).
+    runs_images: bool,
+}
+
+impl NodeFree {
+    fn admits(&self, job: &JobView) -> bool {
+        !job.image || self.runs_images
+    }
 }
 
 /// What is left of the cluster as a plan is built.
@@ -87,6 +95,7 @@ impl FreeResources {
                 free_cpus: node.cpus,
                 free_memory_gb: node.memory_gb,
                 schedulable: node.schedulable,
+                runs_images: node.runs_images,
             };
             if node.schedulable {
                 free.free_gpus += entry.free_gpus;
@@ -258,6 +267,20 @@ impl FreeResources {
         if job.memory_gb_at(shape) > self.free_memory_gb {
             return Err(WaitReason::InsufficientMemory);
         }
+        if job.image {
+            // Only the nodes that run images count (a pass over the cluster, for such jobs only).
+            let (free_gpus, free_cpus) = self
+                .nodes
+                .iter()
+                .filter(|n| n.schedulable && n.admits(job))
+                .fold((0, 0), |(g, c), n| (g + n.free_gpus, c + n.free_cpus));
+            if gpus > free_gpus {
+                return Err(WaitReason::InsufficientGpus);
+            }
+            if cpus > free_cpus {
+                return Err(WaitReason::InsufficientCpus);
+            }
+        }
         let worker_nodes = self.choose_worker_nodes(job, shape.workers, strategy)?;
         let ps_nodes = self.choose_ps_nodes(job, shape.ps, &worker_nodes)?;
         let mut tasks = Vec::with_capacity((shape.workers + shape.ps) as usize);
@@ -315,6 +338,9 @@ impl FreeResources {
         let c = job.cpus_per_worker;
         let m = job.memory_gb_per_task;
         let fits_on = |node: &NodeFree| -> u32 {
+            if !node.admits(job) {
+                return 0;
+            }
             let by_gpu = node.free_gpus.checked_div(g).unwrap_or(u32::MAX);
             let by_cpu = node.free_cpus.checked_div(c).unwrap_or(u32::MAX);
             let by_memory = node.free_memory_gb.checked_div(m).unwrap_or(u32::MAX);
@@ -420,7 +446,11 @@ impl FreeResources {
             .nodes
             .iter()
             .enumerate()
-            .filter(|(n, node)| node.schedulable && !worker_nodes.iter().any(|w| w.0 == *n as u32))
+            .filter(|(n, node)| {
+                node.schedulable
+                    && node.admits(job)
+                    && !worker_nodes.iter().any(|w| w.0 == *n as u32)
+            })
             .map(|(n, node)| {
                 (
                     n as u32,

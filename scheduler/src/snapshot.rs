@@ -93,6 +93,9 @@ pub struct JobView {
     /// Set when the job is a trial of a hyper-parameter search.
     #[serde(default)]
     pub search: Option<SearchHint>,
+    /// It runs in an OCI image (`spec.command.image`): only nodes that run images take it.
+    #[serde(default)]
+    pub image: bool,
 }
 
 impl JobView {
@@ -126,7 +129,22 @@ impl JobView {
             placement: None,
             observed: Observations::default(),
             search: None,
+            image: false,
         }
+    }
+
+    /// [`JobView::of_resources`] of the job's document, and whether it runs in an image.
+    pub fn of_document(id: JobId, job: &drover_core::DroverJob) -> JobView {
+        JobView {
+            image: job.spec.command.as_ref().is_some_and(|c| c.image.is_some()),
+            ..JobView::of_resources(id, &job.spec.resources)
+        }
+    }
+
+    /// Whether `node` may run this job's tasks at all (whatever it has free): a job in an image
+    /// needs a node that runs images.
+    pub fn may_run_on(&self, node: &Node) -> bool {
+        !self.image || node.runs_images
     }
 
     pub fn is_running(&self) -> bool {

@@ -7,6 +7,7 @@
 use crate::error::{ServiceError, ServiceResult};
 use drover_core::DroverJob;
 use drover_scheduler::cluster::{Gpu, Node, NodeId};
+use drover_scheduler::policy::IMAGE_REASON;
 use drover_scheduler::snapshot::JobView;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -52,6 +53,7 @@ impl Capacity {
                 cpus: node.cpus,
                 memory_gb: node.memory_gb,
                 schedulable: true,
+                runs_images: node.runs_images,
             })
             .collect();
         let nodes = std::sync::Arc::new(nodes);
@@ -70,7 +72,11 @@ impl Capacity {
         match drover_scheduler::policy::why_never_fits(&nodes, &requirements(job)) {
             None => Ok(()),
             Some(why) => Err(ServiceError::invalid(
-                "spec.resources",
+                if why.contains(IMAGE_REASON) {
+                    "spec.command.image"
+                } else {
+                    "spec.resources"
+                },
                 format!("no node of this cluster could ever run it: {why}"),
             )),
         }
@@ -79,5 +85,5 @@ impl Capacity {
 
 /// What the scheduler would see of `job` before it ran: its ranges and what each task needs.
 fn requirements(job: &DroverJob) -> JobView {
-    JobView::of_resources(drover_core::JobId(uuid::Uuid::nil()), &job.spec.resources)
+    JobView::of_document(drover_core::JobId(uuid::Uuid::nil()), job)
 }

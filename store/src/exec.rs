@@ -170,6 +170,8 @@ pub struct NodeRegistration {
     pub gpu_source: String,
     /// `runc`, `none` or empty (see [`super::Node::isolation`]).
     pub isolation: String,
+    /// It runs tasks in OCI images (see [`super::Node::runs_images`]).
+    pub runs_images: bool,
 }
 
 /// Metric values one task reported at one step, with the tags speed fits need.

@@ -211,6 +211,9 @@ pub struct Node {
     /// How its executor isolates tasks: `runc` (a sandbox each), `pod` (a Kubernetes Pod each),
     /// `none` (unconfined), or empty (an executor older than sandboxes).
     pub isolation: String,
+    /// Its executor runs tasks in OCI images (`spec.command.image`): sandboxes with skopeo and
+    /// umoci, or Kubernetes Pods. Only such nodes receive jobs with an image.
+    pub runs_images: bool,
     pub last_heartbeat_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
 }

@@ -55,7 +55,7 @@ macro_rules! event_columns {
 }
 macro_rules! node_columns {
     () => {
-        "id, name, labels, gpus, cpus, memory_gb, health, cordoned, last_heartbeat_at, created_at, draining, gpu_source, isolation"
+        "id, name, labels, gpus, cpus, memory_gb, health, cordoned, last_heartbeat_at, created_at, draining, gpu_source, isolation, runs_images"
     };
 }
 pub(super) use {
@@ -253,6 +253,7 @@ macro_rules! impl_store {
                 draining: row.try_get("draining")?,
                 gpu_source: row.try_get("gpu_source")?,
                 isolation: row.try_get("isolation")?,
+                runs_images: row.try_get("runs_images")?,
                 last_heartbeat_at: row.try_get("last_heartbeat_at")?,
                 created_at: row.try_get("created_at")?,
             })
@@ -715,12 +716,12 @@ macro_rules! impl_store {
             }
 
             async fn upsert_node(&self, node: &Node) -> StoreResult<Node> {
-                let sql = concat!("INSERT INTO nodes (", node_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+                let sql = concat!("INSERT INTO nodes (", node_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
                      ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, gpus = excluded.gpus, \
                      cpus = excluded.cpus, memory_gb = excluded.memory_gb, health = excluded.health, \
                      cordoned = excluded.cordoned, last_heartbeat_at = excluded.last_heartbeat_at, \
                      draining = excluded.draining, gpu_source = excluded.gpu_source, \
-                     isolation = excluded.isolation \
+                     isolation = excluded.isolation, runs_images = excluded.runs_images \
                      RETURNING ", node_columns!());
                 let row = sqlx::query(sql)
                     .bind(node.id)
@@ -736,6 +737,7 @@ macro_rules! impl_store {
                     .bind(node.draining)
                     .bind(&node.gpu_source)
                     .bind(&node.isolation)
+                    .bind(node.runs_images)
                     .fetch_one(&self.pool)
                     .await?;
                 node_from_row(&row)

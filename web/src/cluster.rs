@@ -178,6 +178,8 @@ struct NodeRow {
     source: String,
     /// How its tasks are isolated, in words.
     isolation: &'static str,
+    /// Runs tasks in OCI images.
+    runs_images: bool,
     gpus: Vec<GpuRow>,
 }
 
@@ -259,6 +261,7 @@ pub async fn nodes(State(state): State<AppState>, session: Session) -> Response 
                     "none" => "tasks unconfined",
                     _ => "task isolation unknown",
                 },
+                runs_images: node.runs_images,
                 gpus,
             }
         })

@@ -271,6 +271,7 @@ async fn fixture(app: &TestApp) -> Fixture {
                 memory_gb: 4,
                 gpu_source: "slots".to_owned(),
                 isolation: String::new(),
+                runs_images: false,
             },
             chrono::Utc::now(),
         )

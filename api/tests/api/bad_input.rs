@@ -194,6 +194,7 @@ async fn a_job_no_node_could_ever_hold_is_refused_with_the_reason() {
                 memory_gb: 32,
                 gpu_source: "nvidia".to_owned(),
                 isolation: String::new(),
+                runs_images: false,
             },
             chrono::Utc::now(),
         )
@@ -232,4 +233,23 @@ async fn a_job_no_node_could_ever_hold_is_refused_with_the_reason() {
         .post("/api/v1/jobs", ADMIN_TOKEN, job("fits", 2, 32))
         .await;
     assert_eq!(fits.status, StatusCode::CREATED, "{}", fits.body);
+    // In an image, where no node runs images; and an image reference that is not one.
+    let mut in_image = job("in-image", 1, 2);
+    in_image["spec"]["command"]["image"] = serde_json::json!("python:3.12-slim");
+    let refused = app
+        .post("/api/v1/jobs", ADMIN_TOKEN, in_image.clone())
+        .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        refused.body
+    );
+    assert_eq!(refused.error_field(), "spec.command.image");
+    let message = refused.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("no node runs images"), "{message}");
+    in_image["spec"]["command"]["image"] = serde_json::json!("Not An Image!");
+    let refused = app.post("/api/v1/jobs", ADMIN_TOKEN, in_image).await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(refused.error_field(), "spec.command.image");
 }

@@ -20,8 +20,18 @@ pub struct CommandSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schema(schema_with = env_schema)]
     pub env: BTreeMap<String, EnvValue>,
+    /// The working directory: on the node (relative to the executor's base directory), or, with
+    /// `image`, inside the image (relative to its working directory; `.` is the image's own).
     #[serde(default = "defaults::workdir")]
     pub workdir: String,
+    /// An OCI image reference (`python:3.12`, `ghcr.io/team/trainer:v3`,
+    /// `registry:5000/x@sha256:…`): the command runs in that image — in the task's Pod on
+    /// Kubernetes, else in the node's sandbox over the image's root, pulled once per node. Only
+    /// nodes that run images receive the job; without it, the command runs over the node's own
+    /// system folders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 512)]
+    pub image: Option<String>,
     /// The step the program stops at: given to it as `DROVER_MAX_STEPS` (the Python library's
     /// `ctx.max_steps`), and the queue's estimate of what is left. ASHA, Hyperband and PBT set it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,10 +95,29 @@ impl EnvValue {
 }
 
 impl CommandSpec {
+    /// The image as a full reference (`docker.io/library/python:3.12`), or why it is not one.
+    pub fn image_reference(&self) -> Option<Result<String, String>> {
+        self.image.as_deref().map(full_image_reference)
+    }
+
     /// The names of the secrets the job's environment refers to.
     pub fn secret_names(&self) -> impl Iterator<Item = &str> {
         self.env.values().filter_map(EnvValue::secret)
     }
+}
+
+/// `reference` as a full OCI image reference (registry, repository, and tag or digest: `python` is
+/// `docker.io/library/python:latest`), or why it is not one.
+pub fn full_image_reference(reference: &str) -> Result<String, String> {
+    if reference.len() > 512 {
+        return Err("longer than 512 bytes".to_owned());
+    }
+    reference
+        .parse::<oci_spec::distribution::Reference>()
+        .map(|parsed| parsed.whole())
+        .map_err(|err| {
+            format!("not an OCI image reference ([registry/]repository[:tag][@digest]): {err}")
+        })
 }
 
 /// In a custom resource's schema: a string, or `{secret: NAME}` (left open, as for [`TaskRange`]).

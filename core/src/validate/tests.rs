@@ -518,3 +518,37 @@ fn a_command_jobs_budget_and_starting_checkpoint_are_checked() {
         ("abc", "spec.command.init_from.checkpoint")
     );
 }
+
+/// `spec.command.image` is an OCI reference, kept as written and completed as registries do.
+#[test]
+fn a_command_jobs_image_is_an_oci_reference() {
+    let base = include_str!("../../../examples/sleep-command.yaml");
+    let with = |image: &str| {
+        base.replace(
+            "    argv: [sh, -c,",
+            &format!("    image: \"{image}\"\n    argv: [sh, -c,"),
+        )
+    };
+    for (written, full) in [
+        ("python:3.12-slim", "docker.io/library/python:3.12-slim"),
+        ("ghcr.io/team/trainer:v3", "ghcr.io/team/trainer:v3"),
+        ("localhost:5000/x/y", "localhost:5000/x/y:latest"),
+    ] {
+        let job = parse_yaml(&with(written)).unwrap();
+        let command = job.spec.command.as_ref().unwrap();
+        assert_eq!(command.image.as_deref(), Some(written));
+        assert_eq!(command.image_reference(), Some(Ok(full.to_owned())));
+    }
+    let pinned = format!("registry:5000/x@sha256:{}", "a".repeat(64));
+    assert!(parse_yaml(&with(&pinned)).is_ok());
+    for bad in [
+        "",
+        "Upper/Case",
+        "x:tag:two",
+        "-rm",
+        "x@sha256:short",
+        &"a".repeat(600),
+    ] {
+        assert_eq!(error_field(&with(bad)), "spec.command.image", "{bad}");
+    }
+}

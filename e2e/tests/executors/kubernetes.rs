@@ -298,14 +298,19 @@ async fn on_kubernetes_each_task_is_a_pod_of_its_own() {
         .as_str()
         .unwrap()
         .to_owned();
-    let submit = async |name: &str, script: &str| -> String {
+    let submit_in = async |name: &str, script: &str, image: Option<&str>| -> String {
+        let mut command =
+            json!({"argv": ["sh", "-c", script], "env": {"GREETING": "hello from a pod"}});
+        if let Some(image) = image {
+            command["image"] = json!(image);
+        }
         let spec = json!({
             "apiVersion": "drover.dev/v1",
             "kind": "DroverJob",
             "metadata": {"name": name},
             "spec": {
                 "type": "command",
-                "command": {"argv": ["sh", "-c", script], "env": {"GREETING": "hello from a pod"}},
+                "command": command,
                 "resources": {"workers": 1, "ps": 0, "gpus_per_worker": 1, "cpus_per_worker": 2,
                               "memory_gb_per_task": 1},
                 "max_restarts": 0
@@ -325,6 +330,7 @@ async fn on_kubernetes_each_task_is_a_pod_of_its_own() {
             .unwrap_or_else(|| panic!("{body}"))
             .to_owned()
     };
+    let submit = async |name: &str, script: &str| submit_in(name, script, None).await;
 
     let script = r#"echo "$GREETING"; echo '{"drover": "metrics", "step": 1, "values": {"loss": 0.5}}'; sleep 3"#;
     let id = submit("in-a-pod", script).await;
@@ -428,7 +434,7 @@ async fn on_kubernetes_each_task_is_a_pod_of_its_own() {
             .as_array()
             .unwrap()
             .iter()
-            .all(|n| n["isolation"] == "pod"),
+            .all(|n| n["isolation"] == "pod" && n["runs_images"] == true),
         "{nodes}"
     );
     let logs = cluster.logs(&id).await;
@@ -441,6 +447,22 @@ async fn on_kubernetes_each_task_is_a_pod_of_its_own() {
         .await;
     assert_eq!(metrics["metrics"][0]["value"], 0.5, "{metrics}");
     pod_gone(&cluster, &fake, &name).await;
+
+    // A job in an image: its Pod runs that image (the reference completed as registries do).
+    let imaged = submit_in(
+        "in-an-image",
+        "echo from the image; sleep 3",
+        Some("python:3.12-slim"),
+    )
+    .await;
+    let pod = pod_of_job(&cluster, &fake, &imaged).await;
+    assert_eq!(
+        pod["spec"]["containers"][0]["image"],
+        "docker.io/library/python:3.12-slim"
+    );
+    cluster
+        .wait_for_state(&imaged, "succeeded", Duration::from_secs(60))
+        .await;
 
     // A cancelled job's Pod is deleted (its process stopped).
     let long = submit("long-in-a-pod", "sleep 600").await;

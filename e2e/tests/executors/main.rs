@@ -12,6 +12,7 @@ mod distributed;
 mod durability;
 mod experiments;
 mod faults;
+mod images;
 mod isolation;
 mod kubernetes;
 mod launchers;

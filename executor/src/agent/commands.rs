@@ -107,6 +107,22 @@ impl Agent {
                 return Some(exit_report(&key, message, false, false));
             }
         };
+        // An image is pulled here (the tasks of Pods get theirs from Kubernetes).
+        let images = match (&self.config.pods, spec.image.is_empty()) {
+            (None, false) => match self.config.sandbox.as_ref().and_then(|s| s.images()) {
+                Some(images) => Some(images),
+                None => {
+                    return Some(exit_report(
+                        &key,
+                        "this node runs no images (it needs sandboxes, skopeo and umoci)"
+                            .to_owned(),
+                        false,
+                        false,
+                    ));
+                }
+            },
+            _ => None,
+        };
         let address = match &self.config.pods {
             // A Pod's address is its name under its job's Service.
             Some(pods) => match pods.address(&key, &spec.tenant).await {
@@ -152,7 +168,8 @@ impl Agent {
             address,
             "task prepared"
         );
-        let fetching = fetch.is_some();
+        let fetching = fetch.is_some() || images.is_some();
+        let image = (!spec.image.is_empty()).then(|| spec.image.clone());
         self.tasks.insert(
             key_of(&key),
             LocalTask {
@@ -166,21 +183,45 @@ impl Agent {
                 },
                 pid: 0,
                 remote: remote.clone(),
+                image: None,
             },
         );
-        if let (Some(remote), Some(location)) = (remote, fetch) {
-            // In the background: the session goes on heartbeating while a large checkpoint comes.
-            tracing::info!(
-                job.id = key.job_id,
-                location,
-                "downloading the checkpoint to resume from"
-            );
+        if fetching {
+            // In the background: the session goes on heartbeating while an image or a large
+            // checkpoint comes.
             let done = self.fetched_tx.clone();
+            let events = self.events_tx.clone();
             tokio::spawn(async move {
-                let result =
-                    remote.fetch(&location).await.map(drop).map_err(|err| {
-                        format!("cannot download the checkpoint {location}: {err:#}")
-                    });
+                let pulled = match (images, image) {
+                    (Some(images), Some(reference)) => {
+                        let log_key = key.clone();
+                        images
+                            .prepare(&reference, |line| {
+                                tracing::info!(job.id = log_key.job_id, "{line}");
+                                let _ = events.try_send(super::local::log_line(&log_key, line));
+                            })
+                            .await
+                            .map(Some)
+                            .map_err(task::StartError::from)
+                    }
+                    _ => Ok(None),
+                };
+                let result = match (pulled, remote, fetch) {
+                    (Ok(image), Some(remote), Some(location)) => {
+                        tracing::info!(
+                            job.id = key.job_id,
+                            location,
+                            "downloading the checkpoint to resume from"
+                        );
+                        match remote.fetch(&location).await {
+                            Ok(_) => Ok(image),
+                            Err(err) => Err(task::StartError::Node(format!(
+                                "cannot download the checkpoint {location}: {err:#}"
+                            ))),
+                        }
+                    }
+                    (pulled, _, _) => pulled,
+                };
                 let _ = done.send((key, result)).await;
             });
             return None;
@@ -244,6 +285,7 @@ impl Agent {
             remote: task.remote.clone(),
             gpu_uuids,
             sandbox: self.config.sandbox.clone(),
+            image: task.image.clone(),
         };
         let started = match &self.config.pods {
             Some(pods) => pods.start(launch, self.events_tx.clone()).await,

@@ -21,7 +21,7 @@ pub(super) fn key_of(key: &pb::TaskKey) -> Key {
 
 #[derive(Debug)]
 pub(super) enum Phase {
-    /// Address reserved; the checkpoint it resumes from is being downloaded.
+    /// Address reserved; its image is being pulled, or the checkpoint it resumes from downloaded.
     Fetching,
     Prepared,
     Running(StopHandle),
@@ -49,6 +49,8 @@ pub(super) struct LocalTask {
     pub(super) pid: u32,
     /// The object store its checkpoints go to (its spec names local copies).
     pub(super) remote: Option<Arc<Remote>>,
+    /// The image it runs in, once pulled.
+    pub(super) image: Option<crate::images::Image>,
 }
 
 impl LocalTask {
@@ -90,6 +92,24 @@ pub(super) fn exit_report(
             ..pb::Exited::default()
         }),
     )
+}
+
+/// One line of the executor's own about a task (its image's pull), in the task's log (stderr).
+pub(super) fn log_line(key: &pb::TaskKey, line: String) -> pb::ExecutorMessage {
+    msg(Body::Logs(pb::Logs {
+        task: Some(key.clone()),
+        lines: vec![pb::LogLine {
+            stream: "stderr".to_owned(),
+            line: format!("drover: {line}"),
+            time_ms: now_ms(),
+        }],
+    }))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 pub(super) fn update(key: &pb::TaskKey, event: pb::task_update::Event) -> pb::ExecutorMessage {

@@ -1,8 +1,11 @@
 //! The agent's side of an object store (`crate::storage`): connecting to the one the server names,
-//! pointing a task at local copies, and the background download of the checkpoint it resumes from.
+//! pointing a task at local copies; and what a task waits for in the background before it is
+//! prepared: its image pulled (`crate::images`) and the checkpoint it resumes from downloaded.
 
 use super::local::{LocalTask, Phase, exit_report, update};
+use crate::images::Image;
 use crate::storage::{self, Remote};
+use crate::task::StartError;
 use drover_proto as pb;
 use std::path::Path;
 use std::sync::Arc;
@@ -10,8 +13,9 @@ use std::sync::Arc;
 /// A task's object store, if it has one, and the checkpoint to download before it can start.
 pub(super) type Localised = (Option<Arc<Remote>>, Option<String>);
 
-/// A download of the checkpoint a task resumes from, finished.
-pub(super) type Fetched = (pb::TaskKey, Result<(), String>);
+/// A task's background preparation (its image, the checkpoint it resumes from), finished: the
+/// image it runs in, when it has one.
+pub(super) type Fetched = (pb::TaskKey, Result<Option<Image>, StartError>);
 
 /// The checkpoint storage the server named, when it is an object store; or why it cannot be used.
 #[derive(Debug, Default)]
@@ -70,18 +74,20 @@ impl Storage {
     }
 }
 
-/// A download for `task` finished: it is prepared, or it fails; returns the report to send. Nothing
-/// when it was stopped meanwhile.
+/// A background preparation for `task` finished: it is prepared, or it fails (a pull's failure is
+/// the job's; a download's, this node's); returns the report to send. Nothing when it was stopped
+/// meanwhile.
 pub(super) fn fetched(
     task: &mut LocalTask,
     key: &pb::TaskKey,
-    result: Result<(), String>,
+    result: Result<Option<Image>, StartError>,
 ) -> Option<pb::ExecutorMessage> {
     if !matches!(task.phase, Phase::Fetching) {
         return None;
     }
     Some(match result {
-        Ok(()) => {
+        Ok(image) => {
+            task.image = image;
             task.phase = Phase::Prepared;
             update(
                 key,
@@ -90,8 +96,12 @@ pub(super) fn fetched(
                 }),
             )
         }
-        Err(message) => {
-            tracing::warn!(job.id = key.job_id, message, "task cannot resume");
+        Err(StartError::User(message)) => {
+            tracing::warn!(job.id = key.job_id, message, "task cannot start");
+            exit_report(key, message, true, false)
+        }
+        Err(StartError::Node(message)) => {
+            tracing::warn!(job.id = key.job_id, message, "task cannot start here");
             exit_report(key, message, false, false)
         }
     })

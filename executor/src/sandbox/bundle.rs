@@ -45,6 +45,9 @@ pub struct Confinement {
     /// What it reads: its working directory, the program, the data it declared, the checkpoint it
     /// starts from.
     pub read_only: Vec<PathBuf>,
+    /// Host files and folders shown read-only at another path (host, inside): the executor's
+    /// program and its libraries in an image's root.
+    pub placed: Vec<(PathBuf, PathBuf)>,
     /// Host paths hidden under an empty file system wherever a folder it sees would show them.
     pub hidden: Vec<PathBuf>,
     /// 0: no limit.
@@ -58,7 +61,8 @@ pub struct Confinement {
     /// The cgroup, relative to the hierarchy's root.
     pub cgroups_path: PathBuf,
     pub layout: Layout,
-    /// The empty root the host's folders are mounted on (shared by every task, read-only).
+    /// The root: the empty one the host's folders are mounted on, or an image's (shared by every
+    /// task, read-only).
     pub rootfs: PathBuf,
     /// Which of [`SYSTEM_DIRS`] exist on the host as folders (not symbolic links).
     pub system_dirs: Vec<PathBuf>,
@@ -95,8 +99,12 @@ fn special(destination: &str, typ: &str, source: &str, options: &[&str]) -> Moun
 }
 
 fn bind(path: &Path, writable: bool) -> Mount {
+    bind_at(path, path, writable)
+}
+
+fn bind_at(path: &Path, destination: &Path, writable: bool) -> Mount {
     let mut mount = Mount::default();
-    mount.set_destination(path.to_path_buf());
+    mount.set_destination(destination.to_path_buf());
     mount.set_typ(Some("bind".to_owned()));
     mount.set_source(Some(path.to_path_buf()));
     let access = if writable { "rw" } else { "ro" };
@@ -152,6 +160,11 @@ fn mounts(task: &Confinement) -> Vec<Mount> {
     ];
     mounts.extend(task.system_dirs.iter().map(|dir| bind(dir, false)));
     mounts.push(tmpfs("/tmp", "1777", scratch, &[]));
+    mounts.extend(
+        task.placed
+            .iter()
+            .map(|(host, inside)| bind_at(host, inside, false)),
+    );
     enum Item<'a> {
         Bind(&'a Path, bool),
         Mask(&'a Path),

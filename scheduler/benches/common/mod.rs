@@ -39,6 +39,7 @@ fn job(i: usize, gpus: u32, tenant: u32, rng: &mut ChaCha8Rng) -> JobView {
             ..Observations::default()
         },
         search: None,
+        image: false,
     }
 }
 

@@ -143,6 +143,7 @@ mod tests {
             placement: None,
             observed: Default::default(),
             search: None,
+            image: false,
         }
     }
 

@@ -81,7 +81,7 @@ pub fn make_room(
             let usable = snapshot
                 .nodes
                 .get(node.0 as usize)
-                .is_some_and(|n| n.schedulable && n.num_gpus() >= need);
+                .is_some_and(|n| n.schedulable && job.may_run_on(n) && n.num_gpus() >= need);
             if !usable || claimed.contains(&node.0) {
                 continue;
             }

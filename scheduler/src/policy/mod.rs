@@ -34,4 +34,4 @@ pub use optimus::Optimus;
 pub use registry::build_policy;
 pub use srtf::Srtf;
 pub use tiresias::Tiresias;
-pub use unplaceable::{never_fits, why_never_fits};
+pub use unplaceable::{IMAGE_REASON, never_fits, why_never_fits};

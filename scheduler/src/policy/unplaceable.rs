@@ -9,6 +9,10 @@
 use crate::cluster::Node;
 use crate::snapshot::{ClusterSnapshot, JobView};
 
+/// Why a job in an image never fits where no node runs images.
+pub const IMAGE_REASON: &str = "it runs in an image (spec.command.image), and no node runs images \
+     (executors with sandboxes and skopeo and umoci, or with --task-pods)";
+
 /// Whether no node of `snapshot` (schedulable or not: a cordon is lifted, a node comes back) could
 /// hold one task of `job` at its smallest shape, or the cluster all of it. An empty cluster holds
 /// nothing yet, and says nothing.
@@ -22,7 +26,13 @@ pub fn why_never_fits(nodes: &[Node], job: &JobView) -> Option<String> {
     if nodes.is_empty() {
         return None;
     }
-    let most = |of: fn(&Node) -> u64| nodes.iter().map(of).max().unwrap_or(0);
+    // Only the nodes that may run it at all (a job in an image: those that run images).
+    let admitting: Vec<&Node> = nodes.iter().filter(|n| job.may_run_on(n)).collect();
+    if admitting.is_empty() {
+        return Some(IMAGE_REASON.to_owned());
+    }
+    let nodes = admitting;
+    let most = |of: fn(&Node) -> u64| nodes.iter().map(|n| of(n)).max().unwrap_or(0);
     let gpus_for = |node: &Node| -> u32 {
         match job.gpu_memory_gb {
             Some(memory) if job.gpus_per_worker > 0 => {
@@ -127,6 +137,7 @@ mod tests {
             placement: None,
             observed: Default::default(),
             search: None,
+            image: false,
         }
     }
 
@@ -167,5 +178,57 @@ mod tests {
         );
         snapshot.nodes.clear();
         assert!(!never_fits(&snapshot, &memory));
+    }
+
+    #[test]
+    fn a_job_in_an_image_goes_only_to_nodes_that_run_images() {
+        use crate::place::{FreeResources, Strategy};
+        let mut snapshot = ClusterSnapshot {
+            now_s: 0.0,
+            nodes: uniform_cluster(3, 4, 8, 8),
+            tenants: Vec::new(),
+            jobs: Vec::new(),
+        };
+        let mut imaged = job(1, 0, 2, 1);
+        imaged.image = true;
+        assert_eq!(
+            why_never_fits(&snapshot.nodes, &imaged).as_deref(),
+            Some(IMAGE_REASON)
+        );
+        snapshot.nodes[2].runs_images = true;
+        assert!(!never_fits(&snapshot, &imaged));
+        let shape = Shape { ps: 0, workers: 2 };
+        let mut free = FreeResources::empty_cluster(&snapshot);
+        let placement = free.place(&imaged, shape, Strategy::Relaxed).unwrap();
+        assert!(
+            placement.tasks.iter().all(|t| t.node.0 == 2),
+            "{placement:?}"
+        );
+        // Node 2 full: the image job waits for GPUs, though nodes 0 and 1 are free.
+        let mut other = job(2, 0, 2, 1);
+        other.image = true;
+        assert_eq!(
+            free.place(&other, Shape { ps: 0, workers: 3 }, Strategy::Relaxed),
+            Err(crate::plan::WaitReason::InsufficientGpus)
+        );
+        // A job without an image goes anywhere.
+        let plain = job(3, 0, 4, 1);
+        assert!(
+            free.place(&plain, Shape { ps: 0, workers: 4 }, Strategy::Relaxed)
+                .is_ok()
+        );
+        // Too big for the one image node, though the other nodes could hold it.
+        snapshot.nodes[2].gpus.truncate(1);
+        assert_eq!(
+            why_never_fits(&snapshot.nodes, &imaged).unwrap(),
+            "its smallest shape needs 2 GPUs, and the cluster has 1",
+            "only the nodes that run images count"
+        );
+        let mut wide = job(4, 0, 1, 2);
+        wide.image = true;
+        assert_eq!(
+            why_never_fits(&snapshot.nodes, &wide).unwrap(),
+            "a worker needs 2 GPUs on one node, and no node has more than 1"
+        );
     }
 }

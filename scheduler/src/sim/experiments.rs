@@ -369,6 +369,7 @@ impl Experiments {
                 ..Observations::default()
             },
             search: None,
+            image: false,
         };
         self.experiments[experiment].current.insert(trial, id);
         self.jobs.insert(

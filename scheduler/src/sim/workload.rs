@@ -348,6 +348,7 @@ pub fn build_workload_with(
                 placement: None,
                 observed: Observations::default(),
                 search: None,
+                image: false,
             },
             recorded_duration_s: job.duration_s * length,
             recorded,

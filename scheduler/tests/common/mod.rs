@@ -31,6 +31,7 @@ pub fn job(id: u128, gpus: u32, submit_s: f64) -> JobView {
         placement: None,
         observed: Observations::default(),
         search: None,
+        image: false,
     }
 }
 

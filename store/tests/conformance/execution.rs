@@ -163,11 +163,13 @@ pub(crate) async fn executors_register_and_lose_tasks(db: &TestDb) {
         memory_gb: 64,
         gpu_source: "nvidia".into(),
         isolation: String::new(),
+        runs_images: true,
     };
     store
         .register_node(&registration, Utc::now())
         .await
         .unwrap();
+    assert!(store.get_node("gpu-a").await.unwrap().runs_images);
     let audit = |target: &str| NewAuditEvent {
         actor_id: None,
         actor: "kubernetes".to_owned(),

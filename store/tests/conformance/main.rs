@@ -469,6 +469,7 @@ async fn nodes_are_upserted_by_name(db: &TestDb) {
         draining: false,
         gpu_source: "nvidia".into(),
         isolation: "runc".into(),
+        runs_images: true,
         last_heartbeat_at: Some(Utc::now()),
         created_at: Utc::now(),
     };
@@ -483,7 +484,9 @@ async fn nodes_are_upserted_by_name(db: &TestDb) {
     assert!(updated.cordoned);
     assert_eq!(updated.gpus.len(), 2);
     assert_eq!(store.list_nodes().await.unwrap().len(), 1);
-    assert_eq!(store.get_node("gpu-01").await.unwrap().labels["rack"], "r1");
+    let read = store.get_node("gpu-01").await.unwrap();
+    assert_eq!(read.labels["rack"], "r1");
+    assert!(read.runs_images, "runs_images is kept");
     assert!(matches!(
         store.get_node("nope").await,
         Err(StoreError::NotFound)

@@ -16,6 +16,7 @@ fn task() -> Confinement {
             "/work/repo/.drover/checkpoints/job".into(),
         ],
         read_only: vec!["/work/repo".into(), "/opt/drover/drover".into()],
+        placed: Vec::new(),
         hidden: vec![
             "/work/repo/.drover".into(),
             "/var/lib/drover-executor".into(),
@@ -220,4 +221,40 @@ fn no_limit_is_written_for_what_the_server_did_not_say() {
             .iter()
             .any(|o| o.starts_with("size="))
     );
+}
+
+#[test]
+fn an_images_root_shows_the_program_and_its_libraries_read_only_under_drover() {
+    let mut task = task();
+    task.rootfs = "/var/lib/drover-executor/images/roots/sha256_ab/rootfs".into();
+    task.system_dirs = Vec::new();
+    task.placed = vec![
+        ("/opt/drover/drover".into(), "/.drover/drover".into()),
+        ("/usr/lib/x86_64-linux-gnu".into(), "/.drover/lib0".into()),
+    ];
+    let spec = config(&task).unwrap();
+    let mounts = spec.mounts().as_ref().unwrap();
+    let at = |path: &str| {
+        mounts
+            .iter()
+            .find(|m| m.destination() == Path::new(path))
+            .unwrap_or_else(|| panic!("no mount at {path}"))
+    };
+    let lib = at("/.drover/lib0");
+    assert_eq!(
+        lib.source().as_deref(),
+        Some(Path::new("/usr/lib/x86_64-linux-gnu"))
+    );
+    assert!(lib.options().as_ref().unwrap().contains(&"ro".to_owned()));
+    assert_eq!(
+        at("/.drover/drover").source().as_deref(),
+        Some(Path::new("/opt/drover/drover"))
+    );
+    // None of the host's system folders: the image has its own.
+    assert!(mounts.iter().all(|m| m.destination() != Path::new("/usr")));
+    assert_eq!(
+        spec.root().as_ref().unwrap().path(),
+        Path::new("/var/lib/drover-executor/images/roots/sha256_ab/rootfs")
+    );
+    assert_eq!(spec.root().as_ref().unwrap().readonly(), Some(true));
 }

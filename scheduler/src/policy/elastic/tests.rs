@@ -43,6 +43,7 @@ fn running(id: u128, node: u32, gpus: &[u16], max_workers: u32) -> JobView {
         placement: Some(Placement { tasks }),
         observed: Observations::default(),
         search: None,
+        image: false,
     }
 }
 
