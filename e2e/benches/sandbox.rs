@@ -58,6 +58,7 @@ async fn sandboxed(
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
         gpus: Vec::new(),
         image: None,
+        advertised_host: "127.0.0.1".to_owned(),
     };
     let (mut command, confined) = sandbox.confine(&task).unwrap();
     let mut child = command

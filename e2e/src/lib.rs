@@ -74,17 +74,22 @@ pub fn sandbox_flags() -> &'static [&'static str] {
 /// `DROVER_TEST_PYTHON`, else `.tools/venv-python/bin/python` (which `scripts/test` makes from
 /// Debian's Python, so that a sandboxed task can run it too); or why there is none.
 pub fn torch_python() -> Result<PathBuf, String> {
+    python_importing("torch")
+}
+
+/// The tests' Python (as [`torch_python`]) when it imports `module` (`torch`, `jax`); or why not.
+pub fn python_importing(module: &str) -> Result<PathBuf, String> {
     let python = match std::env::var_os("DROVER_TEST_PYTHON") {
         Some(path) => PathBuf::from(path),
         None => repo_root().join(".tools/venv-python/bin/python"),
     };
     let probe = Command::new(&python)
-        .args(["-c", "import torch"])
+        .args(["-c", &format!("import {module}")])
         .output()
         .map_err(|err| format!("{}: {err}", python.display()))?;
     if !probe.status.success() {
         return Err(format!(
-            "{} cannot import torch: {}",
+            "{} cannot import {module}: {}",
             python.display(),
             String::from_utf8_lossy(&probe.stderr).trim()
         ));

@@ -111,6 +111,8 @@ pub struct TaskSandbox {
     pub gpus: Vec<u32>,
     /// The image it runs in (`workdir` is then a path inside it); `None`: over the host's folders.
     pub image: Option<Image>,
+    /// The host (name or address) its peers reach it at: its own host name resolves to it.
+    pub advertised_host: String,
 }
 
 /// A task's sandbox while it exists: the command that runs it, and what to clean when it ends.
@@ -285,6 +287,7 @@ impl Sandbox {
             cpus: 1,
             gpus: Vec::new(),
             image: None,
+            advertised_host: "127.0.0.1".to_owned(),
         };
         let (mut command, confined) = self.confine(&task)?;
         let output = command
@@ -371,14 +374,22 @@ impl Sandbox {
                     Err(why) => return Err(format!("this node runs no images: {why}")),
                 };
                 placed = host.binds();
-                for file in ["/etc/hosts", "/etc/resolv.conf"] {
-                    if Path::new(file).is_file() {
-                        placed.push((PathBuf::from(file), PathBuf::from(file)));
-                    }
+                let resolv = Path::new("/etc/resolv.conf");
+                if resolv.is_file() {
+                    placed.push((resolv.to_path_buf(), resolv.to_path_buf()));
                 }
                 (image.rootfs.clone(), Vec::new(), host.argv())
             }
         };
+        // Its own host name resolves to the address its peers reach it at (gloo, in PyTorch and
+        // JAX, binds to what the host name resolves to): the host's /etc/hosts and one line more.
+        let hostname = hostname(&task.name);
+        std::fs::create_dir_all(&bundle)
+            .map_err(|err| format!("cannot create the bundle {}: {err}", bundle.display()))?;
+        let hosts = bundle.join("hosts");
+        std::fs::write(&hosts, hosts_file(&hostname, &task.advertised_host))
+            .map_err(|err| format!("cannot write {}: {err}", hosts.display()))?;
+        placed.push((hosts, PathBuf::from("/etc/hosts")));
         let mut groups = Vec::new();
         if let Some(from) = &task.resume_from
             && !from.starts_with(&job_dir)
@@ -400,7 +411,7 @@ impl Sandbox {
             args,
             env: task.env.clone(),
             cwd: task.workdir.clone(),
-            hostname: hostname(&task.name),
+            hostname,
             uid,
             gid,
             read_write: vec![task.task_dir.clone(), job_dir],
@@ -424,8 +435,6 @@ impl Sandbox {
         {
             process.user_mut().set_additional_gids(Some(groups));
         }
-        std::fs::create_dir_all(&bundle)
-            .map_err(|err| format!("cannot create the bundle {}: {err}", bundle.display()))?;
         let json = serde_json::to_vec_pretty(&spec)
             .map_err(|err| format!("cannot write the sandbox's configuration: {err}"))?;
         std::fs::write(bundle.join("config.json"), json)
@@ -593,6 +602,23 @@ fn open_files() -> u64 {
         .min(65_536)
 }
 
+/// A task's `/etc/hosts`: the host's, and its own host name at the address `advertised` resolves
+/// to (the loopback address when it resolves to none).
+fn hosts_file(hostname: &str, advertised: &str) -> String {
+    use std::net::ToSocketAddrs;
+    let mut hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    let address = (advertised, 0)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addresses| addresses.find(std::net::SocketAddr::is_ipv4))
+        .map_or_else(|| "127.0.0.1".to_owned(), |a| a.ip().to_string());
+    if !hosts.is_empty() && !hosts.ends_with('\n') {
+        hosts.push('\n');
+    }
+    hosts.push_str(&format!("{address}\t{hostname}\n"));
+    hosts
+}
+
 /// A host name of the task's name (at most 63 characters of letters, digits and '-').
 fn hostname(name: &str) -> String {
     let clean: String = name
@@ -628,6 +654,15 @@ mod tests {
         );
         assert_eq!(source_job(Path::new("/ckpt/not-a-job/g3/x")), None);
         assert_eq!(source_job(Path::new("/ckpt/x")), None);
+    }
+
+    #[test]
+    fn a_tasks_host_name_resolves_to_its_nodes_advertised_address() {
+        let hosts = hosts_file("j-g1-worker-0", "127.0.0.1");
+        assert!(hosts.ends_with("127.0.0.1\tj-g1-worker-0\n"), "{hosts}");
+        assert!(hosts.starts_with(&std::fs::read_to_string("/etc/hosts").unwrap_or_default()));
+        let unresolvable = hosts_file("t", "no-such-host.invalid");
+        assert!(unresolvable.ends_with("127.0.0.1\tt\n"), "{unresolvable}");
     }
 
     #[test]

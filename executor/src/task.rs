@@ -375,6 +375,10 @@ pub async fn start(
                 cpus: launch.spec.cpus,
                 gpus: launch.spec.gpus.clone(),
                 image: image.cloned(),
+                advertised_host: launch
+                    .address
+                    .rsplit_once(':')
+                    .map_or_else(|| launch.address.clone(), |(host, _)| host.to_owned()),
             };
             let sandbox = sandbox.clone();
             let confined = tokio::task::spawn_blocking(move || sandbox.confine(&task))

@@ -274,11 +274,8 @@ impl FreeResources {
                 .iter()
                 .filter(|n| n.schedulable && n.admits(job))
                 .fold((0, 0), |(g, c), n| (g + n.free_gpus, c + n.free_cpus));
-            if gpus > free_gpus {
-                return Err(WaitReason::InsufficientGpus);
-            }
-            if cpus > free_cpus {
-                return Err(WaitReason::InsufficientCpus);
+            if gpus > free_gpus || cpus > free_cpus {
+                return Err(WaitReason::ImageNodesBusy);
             }
         }
         let worker_nodes = self.choose_worker_nodes(job, shape.workers, strategy)?;

@@ -39,6 +39,9 @@ pub enum WaitReason {
     PreemptedWithoutCheckpoint,
     /// Starting it (or keeping its shape) would take its tenant past its maximum GPUs.
     TenantLimit,
+    /// It runs in an image, and the nodes that run images have too little free for it (other
+    /// nodes may have room).
+    ImageNodesBusy,
 }
 
 /// Why a job runs where it runs.

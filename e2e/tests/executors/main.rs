@@ -14,6 +14,7 @@ mod experiments;
 mod faults;
 mod images;
 mod isolation;
+mod jax;
 mod kubernetes;
 mod launchers;
 mod object_store;

@@ -9,7 +9,8 @@ server records, :meth:`Context.poll` for preemption (``SIGTERM``) and checkpoint
 
 ``drover.data`` holds a global-batch sampler that stays in step when the world changes size;
 ``drover.torch`` holds the PyTorch glue (process group, saving and loading model, optimizer and
-random state).
+random state); ``drover.jax`` the JAX glue (the ``jax.distributed`` world, gradients averaged
+across it, pytree checkpoints).
 """
 
 from .context import Context, Signals, init

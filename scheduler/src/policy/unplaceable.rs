@@ -204,12 +204,12 @@ mod tests {
             placement.tasks.iter().all(|t| t.node.0 == 2),
             "{placement:?}"
         );
-        // Node 2 full: the image job waits for GPUs, though nodes 0 and 1 are free.
+        // Node 2 full: the image job waits for it, though nodes 0 and 1 are free.
         let mut other = job(2, 0, 2, 1);
         other.image = true;
         assert_eq!(
             free.place(&other, Shape { ps: 0, workers: 3 }, Strategy::Relaxed),
-            Err(crate::plan::WaitReason::InsufficientGpus)
+            Err(crate::plan::WaitReason::ImageNodesBusy)
         );
         // A job without an image goes anywhere.
         let plain = job(3, 0, 4, 1);
