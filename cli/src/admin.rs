@@ -225,6 +225,26 @@ pub async fn token(global: &GlobalArgs, command: TokenCommand) -> anyhow::Result
     Ok(())
 }
 
+/// A node's GPUs as `2×V100` (`2×V100, 1×K80` when they differ; `0` without any).
+fn gpus_in_words(gpus: &Value) -> String {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for gpu in gpus.as_array().map_or(&[][..], Vec::as_slice) {
+        let model = gpu["model"].as_str().unwrap_or("?").to_owned();
+        match counts.iter_mut().find(|(m, _)| *m == model) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((model, 1)),
+        }
+    }
+    if counts.is_empty() {
+        return "0".to_owned();
+    }
+    counts
+        .iter()
+        .map(|(model, n)| format!("{n}×{model}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub async fn nodes(global: &GlobalArgs) -> anyhow::Result<()> {
     let response = Client::new(global)?.get("/api/v1/nodes").await?;
     let nodes = response["nodes"].as_array().map_or(&[][..], Vec::as_slice);
@@ -236,7 +256,7 @@ pub async fn nodes(global: &GlobalArgs) -> anyhow::Result<()> {
                 .map(|n| {
                     vec![
                         output::text(&n["name"]),
-                        n["gpus"].as_array().map_or(0, Vec::len).to_string(),
+                        gpus_in_words(&n["gpus"]),
                         output::text(&n["cpus"]),
                         output::text(&n["health"]),
                         match (n["draining"].as_bool(), n["cordoned"].as_bool()) {
@@ -259,6 +279,16 @@ pub async fn nodes(global: &GlobalArgs) -> anyhow::Result<()> {
                             "no"
                         }
                         .to_owned(),
+                        n["labels"]
+                            .as_object()
+                            .map(|labels| {
+                                labels
+                                    .iter()
+                                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                                    .collect::<Vec<_>>()
+                                    .join(",")
+                            })
+                            .unwrap_or_default(),
                     ]
                 })
                 .collect();
@@ -272,6 +302,7 @@ pub async fn nodes(global: &GlobalArgs) -> anyhow::Result<()> {
                     "TASKS",
                     "TASKS RUN",
                     "IMAGES",
+                    "LABELS",
                 ],
                 &rows,
             );

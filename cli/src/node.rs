@@ -38,14 +38,19 @@ pub struct ExecutorArgs {
     /// Memory of each pretend GPU, in GB.
     #[arg(long, default_value_t = 16)]
     pub demo_gpu_memory_gb: u32,
+    /// The model the advertised GPUs are (demo GPUs and slots; default `demo` and `cpu`), which a
+    /// job's `gpu_types` names: e.g. `V100` on a demo of a mixed cluster. Real GPUs are named by
+    /// their driver.
+    #[arg(long, env = "DROVER_GPU_MODEL", value_parser = gpu_model)]
+    pub gpu_model: Option<String>,
     /// CPUs to offer (default: all of this host's).
     #[arg(long)]
     pub cpus: Option<u32>,
     /// Host memory to offer to tasks, in GiB (default: this host's, from /proc/meminfo).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
     pub memory_gb: Option<u32>,
-    /// Node labels, `key=value` (comma-separated or repeated).
-    #[arg(short = 'l', long = "label")]
+    /// Node labels, `key=value` (comma-separated or repeated), which a job's `node_selector` matches.
+    #[arg(short = 'l', long = "label", env = "DROVER_NODE_LABELS")]
     pub labels: Vec<String>,
     /// Host name or address other tasks reach this node's tasks at.
     #[arg(long, env = "DROVER_ADVERTISE_HOST", default_value = "127.0.0.1")]
@@ -242,6 +247,18 @@ impl Default for SandboxArgs {
     }
 }
 
+/// `--gpu-model`: 1-64 printable characters.
+fn gpu_model(value: &str) -> Result<String, String> {
+    let value = value.trim();
+    if value.is_empty()
+        || value.len() > 64
+        || !value.chars().all(|c| c.is_ascii_graphic() || c == ' ')
+    {
+        return Err("a GPU model is 1-64 printable ASCII characters".to_owned());
+    }
+    Ok(value.to_owned())
+}
+
 /// This host's memory in GiB (rounded down), from /proc/meminfo; 1 when it cannot be read.
 pub fn host_memory_gb() -> u32 {
     std::fs::read_to_string("/proc/meminfo")
@@ -275,7 +292,18 @@ pub fn executor_config(args: ExecutorArgs) -> anyhow::Result<ExecutorConfig> {
         (None, Some(n)) => GpuSource::Demo(n, args.demo_gpu_memory_gb),
         (None, None) => GpuSource::Nvidia,
     };
-    let gpus = drover_executor::gpu::discover(source).map_err(|err| anyhow::anyhow!("{err}"))?;
+    let mut gpus =
+        drover_executor::gpu::discover(source).map_err(|err| anyhow::anyhow!("{err}"))?;
+    if let Some(model) = &args.gpu_model {
+        if matches!(source, GpuSource::Nvidia) {
+            bail!(
+                "--gpu-model names advertised GPUs (--demo-gpus, --slots); real GPUs are named by their driver"
+            );
+        }
+        for gpu in &mut gpus {
+            gpu.model.clone_from(model);
+        }
+    }
     if gpus.is_empty() {
         bail!("no GPUs to offer: the driver reports none (use --slots N for a CPU-only host)");
     }

@@ -398,23 +398,53 @@ fn validate_resources(job: &DroverJob) -> Check {
             || "only meaningful when gpus_per_worker is at least 1".into(),
         )?;
     }
-    // The scheduler does not place by GPU model or node label yet: a constraint it would ignore is
-    // refused rather than accepted and broken (a selector meant to keep a tenant on its own nodes
-    // would not).
     ensure(
-        resources.gpu_types.is_empty(),
+        resources.gpu_types.len() <= 16,
         "spec.resources.gpu_types",
-        || {
-            "not supported yet: the scheduler does not place jobs by GPU model, so the list would be ignored; remove it".into()
-        },
+        || format!("at most 16 models, got {}", resources.gpu_types.len()),
     )?;
+    if !resources.gpu_types.is_empty() {
+        ensure(
+            resources.gpus_per_worker > 0,
+            "spec.resources.gpu_types",
+            || "only meaningful when gpus_per_worker is at least 1".into(),
+        )?;
+    }
+    for (i, model) in resources.gpu_types.iter().enumerate() {
+        let field = format!("spec.resources.gpu_types[{i}]");
+        ensure(
+            !model.trim().is_empty()
+                && model.len() <= 64
+                && model.chars().all(|c| c.is_ascii_graphic() || c == ' '),
+            &field,
+            || "a GPU model: 1-64 printable ASCII characters".into(),
+        )?;
+        ensure(
+            !resources.gpu_types[..i]
+                .iter()
+                .any(|m| m.eq_ignore_ascii_case(model)),
+            &field,
+            || format!("`{model}` is listed twice"),
+        )?;
+    }
     ensure(
-        resources.node_selector.is_empty(),
+        resources.node_selector.len() <= 16,
         "spec.resources.node_selector",
-        || {
-            "not supported yet: the scheduler does not place jobs by node label, so the selector would be ignored; remove it".into()
-        },
+        || format!("at most 16 labels, got {}", resources.node_selector.len()),
     )?;
+    for (key, value) in &resources.node_selector {
+        let field = format!("spec.resources.node_selector.{key}");
+        ensure(is_label_key(key), &field, || {
+            "label keys are 1-63 characters of letters, digits, '-', '_' and '.', optionally with a \
+             DNS prefix and '/'"
+                .into()
+        })?;
+        ensure(is_label_value(value), &field, || {
+            format!(
+                "label value `{value}` must be at most 63 characters of letters, digits, '-', '_' and '.'"
+            )
+        })?;
+    }
     ensure(
         (1..=1024).contains(&resources.cpus_per_worker),
         "spec.resources.cpus_per_worker",

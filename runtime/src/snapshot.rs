@@ -94,6 +94,7 @@ pub(super) fn build<'a>(
                     && !node.cordoned
                     && !node.draining,
                 runs_images: node.runs_images,
+                labels: node.labels.clone(),
             }
         })
         .collect();
@@ -247,6 +248,8 @@ pub(super) fn build<'a>(
             observed: Observations::default(),
             search: None,
             image: false,
+            node_selector: Default::default(),
+            gpu_types: Vec::new(),
         };
         hold(&mut view, placement);
         held.insert(job_id);
@@ -449,6 +452,8 @@ mod tests {
             observed: Observations::default(),
             search: None,
             image: false,
+            node_selector: Default::default(),
+            gpu_types: Vec::new(),
         };
         // Job 1 is stopping on GPUs 0 and 1; the plan that stopped it started job 2 on GPU 1.
         let mut views = vec![view(1, &[0, 1]), view(2, &[1]), view(3, &[2])];

@@ -26,13 +26,32 @@ pub struct Node {
     /// ([`crate::JobView::image`]).
     #[serde(default)]
     pub runs_images: bool,
+    /// Its labels (`pool=spot`), which a job's `node_selector` must match.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 impl Node {
     pub fn num_gpus(&self) -> u32 {
         self.gpus.len() as u32
     }
+
+    /// Whether every GPU of the node is of model `name` (see [`model_is`]); false without GPUs.
+    pub fn all_gpus_are(&self, name: &str) -> bool {
+        !self.gpus.is_empty() && self.gpus.iter().all(|g| model_is(&g.model, name))
+    }
 }
+
+/// Whether a GPU's `model` (as NVML names it: `NVIDIA A100-SXM4-80GB`) is the model a job names
+/// (`a100`): the same, or one of its words (split at anything but letters and digits), case aside.
+pub fn model_is(model: &str, name: &str) -> bool {
+    model.eq_ignore_ascii_case(name)
+        || model
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|word| word.eq_ignore_ascii_case(name))
+}
+
+impl Node {}
 
 /// `count` identical nodes of `gpus_per_node` GPUs each, `cpus_per_node` CPUs and `memory_gb_per_gpu`
 /// GB of host memory per GPU, eight nodes to a rack.
@@ -57,6 +76,7 @@ pub fn uniform_cluster(
             memory_gb: memory_gb_per_gpu * gpus_per_node.max(1),
             schedulable: true,
             runs_images: false,
+            labels: std::collections::BTreeMap::new(),
         })
         .collect()
 }

@@ -26,13 +26,52 @@ struct NodeFree {
     /// Host memory not held by a task, in GB.
     free_memory_gb: u32,
     schedulable: bool,
-    /// It runs tasks in images (only such nodes take a job in one).
-    runs_images: bool,
 }
 
-impl NodeFree {
-    fn admits(&self, job: &JobView) -> bool {
-        !job.image || self.runs_images
+/// What placement needs to know of a node beyond what is free on it, to tell which jobs may run
+/// there at all (an image, a node selector, GPU types): shared by every copy of a
+/// [`FreeResources`], and made only when some job of the snapshot is so constrained.
+#[derive(Debug)]
+struct Traits {
+    runs_images: bool,
+    labels: std::collections::BTreeMap<String, String>,
+    /// The distinct models of its GPUs.
+    models: Vec<String>,
+}
+
+impl Traits {
+    fn of(node: &crate::cluster::Node) -> Traits {
+        let mut models: Vec<String> = Vec::new();
+        for gpu in &node.gpus {
+            if !models.contains(&gpu.model) {
+                models.push(gpu.model.clone());
+            }
+        }
+        Traits {
+            runs_images: node.runs_images,
+            labels: node.labels.clone(),
+            models,
+        }
+    }
+
+    /// As [`JobView::may_run_on`], and with GPUs of model `only` when given.
+    fn admit(&self, job: &JobView, only: Option<&str>) -> bool {
+        let all_are = |name: &str| {
+            !self.models.is_empty()
+                && self
+                    .models
+                    .iter()
+                    .all(|m| crate::cluster::model_is(m, name))
+        };
+        (!job.image || self.runs_images)
+            && job
+                .node_selector
+                .iter()
+                .all(|(key, value)| self.labels.get(key) == Some(value))
+            && match only {
+                Some(name) => all_are(name),
+                None => job.gpu_types.is_empty() || job.gpu_types.iter().any(|t| all_are(t)),
+            }
     }
 }
 
@@ -51,6 +90,9 @@ pub struct FreeResources {
     /// shards could take every CPU on the nodes whose GPUs are free, and a waiting single-GPU job
     /// would find GPUs but nowhere to run.
     cpus_per_free_gpu: u32,
+    /// Per node, what tells which jobs may run there; `None` when no job of the snapshot may run
+    /// on some nodes only (then nothing is spent on it).
+    traits: Option<std::sync::Arc<[Traits]>>,
 }
 
 impl FreeResources {
@@ -82,6 +124,11 @@ impl FreeResources {
                 .map(|j| j.cpus_per_worker.div_ceil(j.gpus_per_worker))
                 .max()
                 .unwrap_or(0),
+            traits: snapshot
+                .jobs
+                .iter()
+                .any(JobView::is_constrained)
+                .then(|| snapshot.nodes.iter().map(Traits::of).collect()),
         };
         for node in &snapshot.nodes {
             let gpus = node.num_gpus().min(64);
@@ -95,7 +142,6 @@ impl FreeResources {
                 free_cpus: node.cpus,
                 free_memory_gb: node.memory_gb,
                 schedulable: node.schedulable,
-                runs_images: node.runs_images,
             };
             if node.schedulable {
                 free.free_gpus += entry.free_gpus;
@@ -248,12 +294,43 @@ impl FreeResources {
         true
     }
 
-    /// Places a gang of `shape` for `job`, or says why it cannot.
+    /// Whether node `n` may run `job` at all (and, given `only`, has GPUs of that model). Without
+    /// traits (no job of the snapshot was constrained) only an unconstrained job may.
+    fn admits(&self, n: usize, job: &JobView, only: Option<&str>) -> bool {
+        match &self.traits {
+            Some(traits) => traits.get(n).is_some_and(|t| t.admit(job, only)),
+            None => !job.is_constrained(),
+        }
+    }
+
+    /// Places a gang of `shape` for `job`, or says why it cannot. A job that names several GPU
+    /// types goes on the first of them that can hold the whole gang now: a gang never mixes models.
     pub fn place(
         &mut self,
         job: &JobView,
         shape: Shape,
         strategy: Strategy,
+    ) -> Result<Placement, WaitReason> {
+        if job.gpu_types.len() > 1 && job.gpus_per_worker > 0 {
+            let mut last = WaitReason::EligibleNodesBusy;
+            for model in &job.gpu_types {
+                match self.place_only(job, shape, strategy, Some(model)) {
+                    Ok(placement) => return Ok(placement),
+                    Err(reason) => last = reason,
+                }
+            }
+            return Err(last);
+        }
+        self.place_only(job, shape, strategy, None)
+    }
+
+    /// [`FreeResources::place`] on the nodes `job` may run on, of GPU model `only` when given.
+    fn place_only(
+        &mut self,
+        job: &JobView,
+        shape: Shape,
+        strategy: Strategy,
+        only: Option<&str>,
     ) -> Result<Placement, WaitReason> {
         let per_worker_gpus = job.gpus_per_worker;
         let gpus = shape.workers * per_worker_gpus;
@@ -267,18 +344,19 @@ impl FreeResources {
         if job.memory_gb_at(shape) > self.free_memory_gb {
             return Err(WaitReason::InsufficientMemory);
         }
-        if job.image {
-            // Only the nodes that run images count (a pass over the cluster, for such jobs only).
+        if job.is_constrained() {
+            // Only the nodes it may run on count (a pass over the cluster, for such jobs only).
             let (free_gpus, free_cpus) = self
                 .nodes
                 .iter()
-                .filter(|n| n.schedulable && n.admits(job))
-                .fold((0, 0), |(g, c), n| (g + n.free_gpus, c + n.free_cpus));
+                .enumerate()
+                .filter(|(i, n)| n.schedulable && self.admits(*i, job, only))
+                .fold((0, 0), |(g, c), (_, n)| (g + n.free_gpus, c + n.free_cpus));
             if gpus > free_gpus || cpus > free_cpus {
-                return Err(WaitReason::ImageNodesBusy);
+                return Err(WaitReason::EligibleNodesBusy);
             }
         }
-        let worker_nodes = self.choose_worker_nodes(job, shape.workers, strategy)?;
+        let worker_nodes = self.choose_worker_nodes(job, shape.workers, strategy, only)?;
         let ps_nodes = self.choose_ps_nodes(job, shape.ps, &worker_nodes)?;
         let mut tasks = Vec::with_capacity((shape.workers + shape.ps) as usize);
         let mut index = 0;
@@ -330,14 +408,16 @@ impl FreeResources {
         job: &JobView,
         workers: u32,
         strategy: Strategy,
+        only: Option<&str>,
     ) -> Result<Vec<(u32, u32)>, WaitReason> {
         let g = job.gpus_per_worker;
         let c = job.cpus_per_worker;
         let m = job.memory_gb_per_task;
-        let fits_on = |node: &NodeFree| -> u32 {
-            if !node.admits(job) {
+        let fits_on = |n: u32| -> u32 {
+            if !self.admits(n as usize, job, only) {
                 return 0;
             }
+            let node = &self.nodes[n as usize];
             let by_gpu = node.free_gpus.checked_div(g).unwrap_or(u32::MAX);
             let by_cpu = node.free_cpus.checked_div(c).unwrap_or(u32::MAX);
             let by_memory = node.free_memory_gb.checked_div(m).unwrap_or(u32::MAX);
@@ -349,16 +429,14 @@ impl FreeResources {
                 .filter(|&n| self.nodes[n as usize].schedulable)
                 .collect();
             order.sort_by_key(|&n| (std::cmp::Reverse(self.nodes[n as usize].free_cpus), n));
-            return take_in_order(order.into_iter(), workers, |n| {
-                fits_on(&self.nodes[n as usize])
-            });
+            return take_in_order(order.into_iter(), workers, fits_on);
         }
         let need = workers * g;
         // Best fit on a single node: the fullest node that still holds the whole gang.
         if need <= self.max_node_gpus {
             for bucket in need..=self.max_node_gpus {
                 for &node in &self.buckets[bucket as usize] {
-                    if fits_on(&self.nodes[node as usize]) >= workers {
+                    if fits_on(node) >= workers {
                         return Ok(vec![(node, workers)]);
                     }
                 }
@@ -368,7 +446,7 @@ impl FreeResources {
         let order = (1..=self.max_node_gpus)
             .rev()
             .flat_map(|b| self.buckets[b as usize].iter().copied());
-        let chosen = take_in_order(order, workers, |n| fits_on(&self.nodes[n as usize]))?;
+        let chosen = take_in_order(order, workers, fits_on)?;
         if strategy == Strategy::Consolidate && self.max_node_gpus > 0 {
             let fewest = need.div_ceil(self.max_node_gpus) as usize;
             if chosen.len() > fewest {
@@ -445,7 +523,7 @@ impl FreeResources {
             .enumerate()
             .filter(|(n, node)| {
                 node.schedulable
-                    && node.admits(job)
+                    && self.admits(*n, job, None)
                     && !worker_nodes.iter().any(|w| w.0 == *n as u32)
             })
             .map(|(n, node)| {

@@ -39,9 +39,9 @@ pub enum WaitReason {
     PreemptedWithoutCheckpoint,
     /// Starting it (or keeping its shape) would take its tenant past its maximum GPUs.
     TenantLimit,
-    /// It runs in an image, and the nodes that run images have too little free for it (other
-    /// nodes may have room).
-    ImageNodesBusy,
+    /// It may run only on some nodes (an image, a node selector, GPU types), and those have too
+    /// little free for it (other nodes may have room).
+    EligibleNodesBusy,
 }
 
 /// Why a job runs where it runs.

@@ -4,6 +4,7 @@ use crate::cluster::Node;
 use crate::placement::Placement;
 use drover_core::{ExperimentId, JobId};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 pub use crate::shape::{Range, Shape};
 
@@ -96,6 +97,12 @@ pub struct JobView {
     /// It runs in an OCI image (`spec.command.image`): only nodes that run images take it.
     #[serde(default)]
     pub image: bool,
+    /// Labels its nodes must have (`spec.resources.node_selector`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// GPU models it may run on, most preferred first (`spec.resources.gpu_types`); empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_types: Vec<String>,
 }
 
 impl JobView {
@@ -130,6 +137,8 @@ impl JobView {
             observed: Observations::default(),
             search: None,
             image: false,
+            node_selector: resources.node_selector.clone(),
+            gpu_types: resources.gpu_types.clone(),
         }
     }
 
@@ -142,9 +151,19 @@ impl JobView {
     }
 
     /// Whether `node` may run this job's tasks at all (whatever it has free): a job in an image
-    /// needs a node that runs images.
+    /// needs a node that runs images, a node selector its labels, GPU types its GPUs' model.
     pub fn may_run_on(&self, node: &Node) -> bool {
-        !self.image || node.runs_images
+        (!self.image || node.runs_images)
+            && self
+                .node_selector
+                .iter()
+                .all(|(key, value)| node.labels.get(key) == Some(value))
+            && (self.gpu_types.is_empty() || self.gpu_types.iter().any(|t| node.all_gpus_are(t)))
+    }
+
+    /// Whether it may run only on some nodes (an image, a node selector, GPU types).
+    pub fn is_constrained(&self) -> bool {
+        self.image || !self.node_selector.is_empty() || !self.gpu_types.is_empty()
     }
 
     pub fn is_running(&self) -> bool {

@@ -54,6 +54,7 @@ impl Capacity {
                 memory_gb: node.memory_gb,
                 schedulable: true,
                 runs_images: node.runs_images,
+                labels: node.labels,
             })
             .collect();
         let nodes = std::sync::Arc::new(nodes);
@@ -74,6 +75,10 @@ impl Capacity {
             Some(why) => Err(ServiceError::invalid(
                 if why.contains(IMAGE_REASON) {
                     "spec.command.image"
+                } else if why.contains("spec.resources.node_selector ") {
+                    "spec.resources.node_selector"
+                } else if why.contains("spec.resources.gpu_types ") {
+                    "spec.resources.gpu_types"
                 } else {
                     "spec.resources"
                 },

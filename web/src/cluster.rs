@@ -180,6 +180,8 @@ struct NodeRow {
     isolation: &'static str,
     /// Runs tasks in OCI images.
     runs_images: bool,
+    /// `key=value`, for a job's `node_selector`.
+    labels: Vec<String>,
     gpus: Vec<GpuRow>,
 }
 
@@ -262,6 +264,11 @@ pub async fn nodes(State(state): State<AppState>, session: Session) -> Response 
                     _ => "task isolation unknown",
                 },
                 runs_images: node.runs_images,
+                labels: node
+                    .labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect(),
                 gpus,
             }
         })

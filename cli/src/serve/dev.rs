@@ -136,6 +136,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             slots: None,
             demo_gpus: Some(args.gpus_per_executor),
             demo_gpu_memory_gb: 16,
+            gpu_model: None,
             cpus: Some(cpus_per_executor),
             memory_gb: None,
             labels: Vec::new(),

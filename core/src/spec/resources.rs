@@ -114,25 +114,33 @@ pub fn resize_ps_schema() -> RefOr<Schema> {
     nullable(ps_schema())
 }
 
-/// `spec.resources.gpu_types`: refused until placement reads it.
+/// `spec.resources.gpu_types`.
 fn gpu_types_schema() -> Schema {
     ArrayBuilder::new()
-        .items(ObjectBuilder::new().schema_type(Type::String))
-        .max_items(Some(0))
+        .items(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .max_length(Some(64)),
+        )
+        .max_items(Some(16))
         .description(Some(
-            "Not supported yet: the scheduler does not place jobs by GPU model, so it must be empty.",
+            "GPU models the job's workers may run on, most preferred first (`[v100, p100]`): a name \
+             matches a node's model when it equals it or one of its words, case aside (`a100` \
+             matches `NVIDIA A100-SXM4-80GB`). A gang never mixes models. Empty: any model.",
         ))
         .into()
 }
 
-/// `spec.resources.node_selector`: refused until placement reads it.
+/// `spec.resources.node_selector`.
 fn node_selector_schema() -> Schema {
     ObjectBuilder::new()
         .schema_type(Type::Object)
         .additional_properties(Some(ObjectBuilder::new().schema_type(Type::String)))
-        .max_properties(Some(0))
+        .max_properties(Some(16))
         .description(Some(
-            "Not supported yet: the scheduler does not place jobs by node label, so it must be empty.",
+            "Node labels the job's tasks' nodes must have (`{pool: spot}`): every key with that \
+             value. Empty: any node.",
         ))
         .into()
 }

@@ -265,13 +265,18 @@ fn out_of_range_values_name_their_field() {
         ),
         (
             "gpu_memory_gb: 8",
-            "gpu_memory_gb: 8\n    node_selector: {team: vision}",
-            "spec.resources.node_selector",
+            "gpu_memory_gb: 8\n    node_selector: {\"bad key!\": vision}",
+            "spec.resources.node_selector.bad key!",
         ),
         (
             "gpu_memory_gb: 8",
-            "gpu_memory_gb: 8\n    gpu_types: [A100]",
-            "spec.resources.gpu_types",
+            "gpu_memory_gb: 8\n    gpu_types: [A100, a100]",
+            "spec.resources.gpu_types[1]",
+        ),
+        (
+            "gpu_memory_gb: 8",
+            "gpu_memory_gb: 8\n    gpu_types: [\" \"]",
+            "spec.resources.gpu_types[0]",
         ),
         (
             "model: {type: mlp, hidden: [256, 128]}",
@@ -551,4 +556,17 @@ fn a_command_jobs_image_is_an_oci_reference() {
     ] {
         assert_eq!(error_field(&with(bad)), "spec.command.image", "{bad}");
     }
+}
+
+/// A node selector and GPU types are accepted as written (placement reads them).
+#[test]
+fn a_node_selector_and_gpu_types_are_kept() {
+    let base = include_str!("../../../examples/digits-mlp.yaml");
+    let job = parse_yaml(&base.replace(
+        "gpu_memory_gb: 8",
+        "gpu_memory_gb: 8\n    node_selector: {pool: spot}\n    gpu_types: [v100, p100]",
+    ))
+    .unwrap();
+    assert_eq!(job.spec.resources.node_selector["pool"], "spot");
+    assert_eq!(job.spec.resources.gpu_types, vec!["v100", "p100"]);
 }

@@ -314,7 +314,7 @@ echo t > /tmp/t && echo 'probe tmp: written'";
                 .and_then(|j| j["reason"].as_str().map(str::to_owned))
         })
         .await;
-    assert_eq!(reason, "image_nodes_busy");
+    assert_eq!(reason, "eligible_nodes_busy");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let job = cluster.job(&waiting).await;
     assert_eq!(job["state"], "queued", "{job}");

@@ -19,6 +19,7 @@ mod kubernetes;
 mod launchers;
 mod object_store;
 mod pause;
+mod placement;
 mod pytorch;
 mod replicas;
 mod train_jobs;

@@ -40,6 +40,8 @@ fn job(i: usize, gpus: u32, tenant: u32, rng: &mut ChaCha8Rng) -> JobView {
         },
         search: None,
         image: false,
+        node_selector: Default::default(),
+        gpu_types: Vec::new(),
     }
 }
 

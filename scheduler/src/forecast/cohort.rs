@@ -144,6 +144,8 @@ mod tests {
             observed: Default::default(),
             search: None,
             image: false,
+            node_selector: Default::default(),
+            gpu_types: Vec::new(),
         }
     }
 

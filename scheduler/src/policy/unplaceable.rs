@@ -13,6 +13,48 @@ use crate::snapshot::{ClusterSnapshot, JobView};
 pub const IMAGE_REASON: &str = "it runs in an image (spec.command.image), and no node runs images \
      (executors with sandboxes and skopeo and umoci, or with --task-pods)";
 
+/// Why no node may run `job` at all: the first of its constraints that no node meets, naming the
+/// field, or else that no node meets all of them together.
+fn why_no_node(nodes: &[Node], job: &JobView) -> String {
+    if job.image && !nodes.iter().any(|n| n.runs_images) {
+        return IMAGE_REASON.to_owned();
+    }
+    let selects = |n: &Node| {
+        job.node_selector
+            .iter()
+            .all(|(key, value)| n.labels.get(key) == Some(value))
+    };
+    if !job.node_selector.is_empty() && !nodes.iter().any(selects) {
+        let wanted: Vec<String> = job
+            .node_selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        return format!(
+            "no node has the labels spec.resources.node_selector asks for ({})",
+            wanted.join(", ")
+        );
+    }
+    if !job.gpu_types.is_empty()
+        && !nodes
+            .iter()
+            .any(|n| job.gpu_types.iter().any(|t| n.all_gpus_are(t)))
+    {
+        let mut models: Vec<&str> = nodes
+            .iter()
+            .flat_map(|n| n.gpus.iter().map(|g| g.model.as_str()))
+            .collect();
+        models.sort_unstable();
+        models.dedup();
+        return format!(
+            "no node has GPUs of a model in spec.resources.gpu_types ({}); the cluster's models are {}",
+            job.gpu_types.join(", "),
+            models.join(", ")
+        );
+    }
+    "no node meets spec.command.image, spec.resources.node_selector and spec.resources.gpu_types together".to_owned()
+}
+
 /// Whether no node of `snapshot` (schedulable or not: a cordon is lifted, a node comes back) could
 /// hold one task of `job` at its smallest shape, or the cluster all of it. An empty cluster holds
 /// nothing yet, and says nothing.
@@ -26,10 +68,10 @@ pub fn why_never_fits(nodes: &[Node], job: &JobView) -> Option<String> {
     if nodes.is_empty() {
         return None;
     }
-    // Only the nodes that may run it at all (a job in an image: those that run images).
+    // Only the nodes that may run it at all (an image, a node selector, GPU types).
     let admitting: Vec<&Node> = nodes.iter().filter(|n| job.may_run_on(n)).collect();
     if admitting.is_empty() {
-        return Some(IMAGE_REASON.to_owned());
+        return Some(why_no_node(nodes, job));
     }
     let nodes = admitting;
     let most = |of: fn(&Node) -> u64| nodes.iter().map(|n| of(n)).max().unwrap_or(0);
@@ -138,6 +180,8 @@ mod tests {
             observed: Default::default(),
             search: None,
             image: false,
+            node_selector: Default::default(),
+            gpu_types: Vec::new(),
         }
     }
 
@@ -181,6 +225,74 @@ mod tests {
     }
 
     #[test]
+    fn a_job_goes_only_where_its_selector_and_gpu_types_allow_and_prefers_its_first_type() {
+        use crate::place::{FreeResources, Strategy};
+        let mut nodes = uniform_cluster(3, 2, 8, 8);
+        for (node, model, pool) in [
+            (0, "Tesla K80", "a"),
+            (1, "NVIDIA V100-SXM2-32GB", "a"),
+            (2, "NVIDIA V100-SXM2-32GB", "b"),
+        ] {
+            for gpu in &mut nodes[node].gpus {
+                gpu.model = model.to_owned();
+            }
+            nodes[node]
+                .labels
+                .insert("pool".to_owned(), pool.to_owned());
+        }
+        let mut v100_in_a = job(1, 0, 1, 1);
+        v100_in_a.gpu_types = vec!["v100".to_owned()];
+        v100_in_a
+            .node_selector
+            .insert("pool".to_owned(), "a".to_owned());
+        let mut k80_first = job(2, 0, 1, 2);
+        k80_first.gpu_types = vec!["k80".to_owned(), "v100".to_owned()];
+        let mut p100 = job(3, 0, 1, 1);
+        p100.gpu_types = vec!["p100".to_owned()];
+        let mut nowhere = job(4, 0, 1, 1);
+        nowhere
+            .node_selector
+            .insert("pool".to_owned(), "c".to_owned());
+        let snapshot = ClusterSnapshot {
+            now_s: 0.0,
+            nodes,
+            tenants: Vec::new(),
+            jobs: vec![v100_in_a.clone(), k80_first.clone()],
+        };
+        assert_eq!(
+            why_never_fits(&snapshot.nodes, &p100).unwrap(),
+            "no node has GPUs of a model in spec.resources.gpu_types (p100); the cluster's models are NVIDIA V100-SXM2-32GB, Tesla K80"
+        );
+        assert_eq!(
+            why_never_fits(&snapshot.nodes, &nowhere).unwrap(),
+            "no node has the labels spec.resources.node_selector asks for (pool=c)"
+        );
+        let one = Shape { ps: 0, workers: 1 };
+        let mut free = FreeResources::empty_cluster(&snapshot);
+        let placed = free.place(&v100_in_a, one, Strategy::Relaxed).unwrap();
+        assert_eq!(placed.tasks[0].node.0, 1, "the V100 node of pool a");
+        // Its first type while it has room (the K80 node), then its second, never a mix.
+        let placed = free.place(&k80_first, one, Strategy::Relaxed).unwrap();
+        assert_eq!(placed.tasks[0].node.0, 0);
+        let placed = free.place(&k80_first, one, Strategy::Relaxed).unwrap();
+        assert_eq!(placed.tasks[0].node.0, 2, "the K80s are taken: a V100 node");
+        // Node 1 has one V100 left: a job without constraints may take it, and then a second
+        // pool-a V100 job must wait.
+        let mut left = free.clone();
+        assert_eq!(
+            left.place(&job(5, 0, 1, 1), one, Strategy::Relaxed)
+                .unwrap()
+                .tasks[0]
+                .node
+                .0,
+            1
+        );
+        assert!(left.place(&v100_in_a, one, Strategy::Relaxed).is_err());
+        let placed = free.place(&v100_in_a, one, Strategy::Relaxed).unwrap();
+        assert_eq!(placed.tasks[0].node.0, 1);
+    }
+
+    #[test]
     fn a_job_in_an_image_goes_only_to_nodes_that_run_images() {
         use crate::place::{FreeResources, Strategy};
         let mut snapshot = ClusterSnapshot {
@@ -198,6 +310,7 @@ mod tests {
         snapshot.nodes[2].runs_images = true;
         assert!(!never_fits(&snapshot, &imaged));
         let shape = Shape { ps: 0, workers: 2 };
+        snapshot.jobs.push(imaged.clone());
         let mut free = FreeResources::empty_cluster(&snapshot);
         let placement = free.place(&imaged, shape, Strategy::Relaxed).unwrap();
         assert!(
@@ -209,7 +322,7 @@ mod tests {
         other.image = true;
         assert_eq!(
             free.place(&other, Shape { ps: 0, workers: 3 }, Strategy::Relaxed),
-            Err(crate::plan::WaitReason::ImageNodesBusy)
+            Err(crate::plan::WaitReason::EligibleNodesBusy)
         );
         // A job without an image goes anywhere.
         let plain = job(3, 0, 4, 1);

@@ -370,6 +370,8 @@ impl Experiments {
             },
             search: None,
             image: false,
+            node_selector: Default::default(),
+            gpu_types: Vec::new(),
         };
         self.experiments[experiment].current.insert(trial, id);
         self.jobs.insert(

@@ -349,6 +349,8 @@ pub fn build_workload_with(
                 observed: Observations::default(),
                 search: None,
                 image: false,
+                node_selector: Default::default(),
+                gpu_types: Vec::new(),
             },
             recorded_duration_s: job.duration_s * length,
             recorded,

@@ -32,6 +32,8 @@ pub fn job(id: u128, gpus: u32, submit_s: f64) -> JobView {
         observed: Observations::default(),
         search: None,
         image: false,
+        node_selector: Default::default(),
+        gpu_types: Vec::new(),
     }
 }
 

@@ -44,6 +44,8 @@ fn running(id: u128, node: u32, gpus: &[u16], max_workers: u32) -> JobView {
         observed: Observations::default(),
         search: None,
         image: false,
+        node_selector: Default::default(),
+        gpu_types: Vec::new(),
     }
 }
 

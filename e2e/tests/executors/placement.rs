@@ -1,0 +1,182 @@
+//! A mixed cluster (issue #52), with real processes: two executors advertising demo GPUs of two
+//! models and different labels. A job that names a GPU type runs only on that model, one with a node
+//! selector only on the labelled node, one naming two types on the first that has room; a job no
+//! node could ever satisfy is refused with the reason, and one whose nodes are busy waits, saying so
+//! in the queue, while the other node stands idle.
+
+use super::harness::*;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+fn job(name: &str, resources: Value, script: &str) -> Value {
+    let mut resources_all = json!({"workers": 1, "ps": 0, "gpus_per_worker": 1, "cpus_per_worker": 1,
+                                   "memory_gb_per_task": 1});
+    for (key, value) in resources.as_object().unwrap() {
+        resources_all[key] = value.clone();
+    }
+    json!({
+        "apiVersion": "drover.dev/v1",
+        "kind": "DroverJob",
+        "metadata": {"name": name},
+        "spec": {
+            "type": "command",
+            "command": {"argv": ["sh", "-c", script]},
+            "resources": resources_all,
+            "max_restarts": 0
+        }
+    })
+}
+
+async fn submit(cluster: &Cluster, spec: Value) -> String {
+    cluster.post("/api/v1/jobs", spec).await["job"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn node_of(cluster: &Cluster, id: &str) -> String {
+    cluster
+        .wait_until(
+            &format!("job {id} placed"),
+            Duration::from_secs(30),
+            async |c| {
+                c.tasks(id)
+                    .await
+                    .first()
+                    .and_then(|t| t["node"].as_str().map(str::to_owned))
+            },
+        )
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_go_where_their_gpu_types_and_node_selector_allow() {
+    let mut cluster = Cluster::start().await;
+    // exec-a: a V100 in pool `alpha`; exec-b: a K80 in pool `beta`.
+    for (name, model, pool) in [("exec-a", "V100", "alpha"), ("exec-b", "Tesla K80", "beta")] {
+        cluster.kill_executor(name);
+        let shared = cluster.executor_env.clone();
+        cluster
+            .executor_env
+            .push(("DROVER_GPU_MODEL".to_owned(), model.to_owned()));
+        cluster
+            .executor_env
+            .push(("DROVER_NODE_LABELS".to_owned(), format!("pool={pool}")));
+        cluster.start_executor(name);
+        cluster.executor_env = shared;
+    }
+    let nodes = cluster
+        .wait_until("both nodes described", Duration::from_secs(30), async |c| {
+            let nodes = c.get("/api/v1/nodes").await["nodes"].clone();
+            let described = nodes
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|n| n["health"] == "healthy" && n["labels"]["pool"].is_string());
+            described.then_some(nodes)
+        })
+        .await;
+    let model_of = |name: &str| {
+        nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == name)
+            .unwrap()["gpus"][0]["model"]
+            .clone()
+    };
+    assert_eq!(model_of("exec-a"), "V100", "{nodes}");
+    assert_eq!(model_of("exec-b"), "Tesla K80", "{nodes}");
+
+    // By model (a word of it, case aside) and by label.
+    let k80 = submit(
+        &cluster,
+        job("k80", json!({"gpu_types": ["k80"]}), "sleep 1"),
+    )
+    .await;
+    assert_eq!(node_of(&cluster, &k80).await, "exec-b");
+    let alpha = submit(
+        &cluster,
+        job(
+            "alpha",
+            json!({"node_selector": {"pool": "alpha"}}),
+            "sleep 1",
+        ),
+    )
+    .await;
+    assert_eq!(node_of(&cluster, &alpha).await, "exec-a");
+    for id in [&k80, &alpha] {
+        cluster
+            .wait_for_state(id, "succeeded", Duration::from_secs(60))
+            .await;
+    }
+
+    // Two types: the first that has room. With the K80 busy, a [k80, v100] job takes the V100.
+    let busy = submit(
+        &cluster,
+        job("busy-k80", json!({"gpu_types": ["k80"]}), "sleep 600"),
+    )
+    .await;
+    assert_eq!(node_of(&cluster, &busy).await, "exec-b");
+    let either = submit(
+        &cluster,
+        job("either", json!({"gpu_types": ["k80", "v100"]}), "sleep 1"),
+    )
+    .await;
+    assert_eq!(node_of(&cluster, &either).await, "exec-a");
+    cluster
+        .wait_for_state(&either, "succeeded", Duration::from_secs(60))
+        .await;
+
+    // Only the K80 will do, and it is busy: it waits, saying why, though the V100 is free.
+    let waits = submit(
+        &cluster,
+        job("waits", json!({"gpu_types": ["k80"]}), "sleep 1"),
+    )
+    .await;
+    let reason = cluster
+        .wait_until("the queue's reason", Duration::from_secs(30), async |c| {
+            let queue = c.get("/api/v1/queue").await;
+            queue["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|j| j["id"] == waits.as_str())
+                .and_then(|j| j["reason"].as_str().map(str::to_owned))
+        })
+        .await;
+    assert_eq!(reason, "eligible_nodes_busy");
+    assert!(cluster.tasks(&waits).await.is_empty());
+    cluster
+        .post(&format!("/api/v1/jobs/{busy}/cancel"), json!({}))
+        .await;
+    assert_eq!(node_of(&cluster, &waits).await, "exec-b");
+
+    // What no node could ever satisfy is refused, naming the field and what the cluster has.
+    for (resources, field, says) in [
+        (
+            json!({"gpu_types": ["a100"]}),
+            "spec.resources.gpu_types",
+            "the cluster's models are Tesla K80, V100",
+        ),
+        (
+            json!({"node_selector": {"pool": "gamma"}}),
+            "spec.resources.node_selector",
+            "(pool=gamma)",
+        ),
+    ] {
+        let refused = cluster
+            .http
+            .post(format!("{}/api/v1/jobs", cluster.url))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&job("never", resources, "true"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 422);
+        let body: Value = refused.json().await.unwrap();
+        assert_eq!(body["error"]["field"], field, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message}");
+    }
+}
