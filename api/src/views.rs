@@ -258,6 +258,8 @@ pub struct NodeView {
     /// Its executor runs tasks in OCI images (`spec.command.image`); jobs with an image go only to
     /// such nodes.
     pub runs_images: bool,
+    /// Its taints (effect `NoSchedule`): only jobs whose `tolerations` tolerate every one run there.
+    pub taints: Vec<drover_store::Taint>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_heartbeat_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
@@ -291,6 +293,7 @@ impl From<Node> for NodeView {
             gpu_source: node.gpu_source,
             isolation: node.isolation,
             runs_images: node.runs_images,
+            taints: node.taints,
             last_heartbeat_at: node.last_heartbeat_at,
             created_at: node.created_at,
             tasks: Vec::new(),

@@ -281,14 +281,18 @@ pub async fn nodes(global: &GlobalArgs) -> anyhow::Result<()> {
                         .to_owned(),
                         n["labels"]
                             .as_object()
-                            .map(|labels| {
-                                labels
-                                    .iter()
-                                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                                    .collect::<Vec<_>>()
-                                    .join(",")
-                            })
-                            .unwrap_or_default(),
+                            .into_iter()
+                            .flatten()
+                            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                            .chain(n["taints"].as_array().into_iter().flatten().map(|t| {
+                                format!(
+                                    "{}={}:NoSchedule",
+                                    t["key"].as_str().unwrap_or_default(),
+                                    t["value"].as_str().unwrap_or_default()
+                                )
+                            }))
+                            .collect::<Vec<_>>()
+                            .join(","),
                     ]
                 })
                 .collect();
@@ -302,7 +306,7 @@ pub async fn nodes(global: &GlobalArgs) -> anyhow::Result<()> {
                     "TASKS",
                     "TASKS RUN",
                     "IMAGES",
-                    "LABELS",
+                    "LABELS AND TAINTS",
                 ],
                 &rows,
             );

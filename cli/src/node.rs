@@ -52,6 +52,10 @@ pub struct ExecutorArgs {
     /// Node labels, `key=value` (comma-separated or repeated), which a job's `node_selector` matches.
     #[arg(short = 'l', long = "label", env = "DROVER_NODE_LABELS")]
     pub labels: Vec<String>,
+    /// Node taints, `key=value:NoSchedule` or `key:NoSchedule` (comma-separated or repeated): only
+    /// jobs whose `tolerations` tolerate every one run here (a node kept for a team, say).
+    #[arg(long = "taint", env = "DROVER_NODE_TAINTS", value_delimiter = ',', value_parser = taint)]
+    pub taints: Vec<(String, String)>,
     /// Host name or address other tasks reach this node's tasks at.
     #[arg(long, env = "DROVER_ADVERTISE_HOST", default_value = "127.0.0.1")]
     pub advertise_host: String,
@@ -247,6 +251,25 @@ impl Default for SandboxArgs {
     }
 }
 
+/// `--taint key=value:NoSchedule` (or `key:NoSchedule`): the key and the value.
+fn taint(text: &str) -> Result<(String, String), String> {
+    let (pair, effect) = text
+        .rsplit_once(':')
+        .ok_or_else(|| format!("`{text}`: expected key=value:NoSchedule"))?;
+    if effect != "NoSchedule" {
+        return Err(format!(
+            "`{text}`: the effect must be NoSchedule (the one Drover has), got `{effect}`"
+        ));
+    }
+    let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+    if !drover_core::validate::is_label_key(key) || !drover_core::validate::is_label_value(value) {
+        return Err(format!(
+            "`{text}`: a key and value as labels have them (letters, digits, '-', '_', '.')"
+        ));
+    }
+    Ok((key.to_owned(), value.to_owned()))
+}
+
 /// `--gpu-model`: 1-64 printable characters.
 fn gpu_model(value: &str) -> Result<String, String> {
     let value = value.trim();
@@ -333,6 +356,7 @@ pub fn executor_config(args: ExecutorArgs) -> anyhow::Result<ExecutorConfig> {
         cpus,
         memory_gb: args.memory_gb.unwrap_or_else(host_memory_gb),
         labels,
+        taints: args.taints,
         advertise_host: args.advertise_host,
         shim: vec![exe.display().to_string(), "task-shim".to_owned()],
         engine: vec![exe.display().to_string(), "train-task".to_owned()],

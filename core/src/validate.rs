@@ -432,6 +432,43 @@ fn validate_resources(job: &DroverJob) -> Check {
         "spec.resources.node_selector",
         || format!("at most 16 labels, got {}", resources.node_selector.len()),
     )?;
+    ensure(
+        resources.tolerations.len() <= 16,
+        "spec.resources.tolerations",
+        || format!("at most 16, got {}", resources.tolerations.len()),
+    )?;
+    for (i, toleration) in resources.tolerations.iter().enumerate() {
+        let field = format!("spec.resources.tolerations[{i}]");
+        if let Some(key) = &toleration.key {
+            ensure(is_label_key(key), &format!("{field}.key"), || {
+                "a taint key: 1-63 characters of letters, digits, '-', '_' and '.', optionally with a \
+                 DNS prefix and '/'"
+                    .into()
+            })?;
+        }
+        match toleration.operator {
+            crate::spec::TolerationOperator::Exists => ensure(
+                toleration.value.is_none(),
+                &format!("{field}.value"),
+                || "not allowed with operator Exists (it tolerates every value)".into(),
+            )?,
+            crate::spec::TolerationOperator::Equal => {
+                ensure(toleration.key.is_some(), &format!("{field}.key"), || {
+                    "required with operator Equal (only Exists may leave it out, to tolerate every taint)"
+                        .into()
+                })?;
+                let value = toleration.value.as_deref().unwrap_or_default();
+                ensure(is_label_value(value), &format!("{field}.value"), || {
+                    format!("`{value}`: at most 63 characters of letters, digits, '-', '_' and '.'")
+                })?;
+            }
+        }
+        if let Some(effect) = &toleration.effect {
+            ensure(effect == "NoSchedule", &format!("{field}.effect"), || {
+                format!("`{effect}`: NoSchedule is the one effect nodes' taints have")
+            })?;
+        }
+    }
     for (key, value) in &resources.node_selector {
         let field = format!("spec.resources.node_selector.{key}");
         ensure(is_label_key(key), &field, || {
@@ -478,7 +515,7 @@ fn is_env_name(name: &str) -> bool {
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
-fn is_label_value(value: &str) -> bool {
+pub fn is_label_value(value: &str) -> bool {
     value.len() <= 63
         && value
             .chars()
@@ -493,7 +530,7 @@ fn is_label_value(value: &str) -> bool {
             .is_none_or(|c| c.is_ascii_alphanumeric())
 }
 
-fn is_label_key(key: &str) -> bool {
+pub fn is_label_key(key: &str) -> bool {
     let (prefix, name) = match key.rsplit_once('/') {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),

@@ -202,6 +202,15 @@ impl Agent {
             cpus: self.config.cpus,
             memory_gb: self.config.memory_gb,
             labels: self.config.labels.clone().into_iter().collect(),
+            taints: self
+                .config
+                .taints
+                .iter()
+                .map(|(key, value)| pb::Taint {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
             gpu_source: self.config.source.as_str().to_owned(),
             tasks: self.tasks.values().map(LocalTask::status).collect(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -361,6 +370,7 @@ mod tests {
             cpus: 1,
             memory_gb: 1,
             labels: std::collections::BTreeMap::new(),
+            taints: Vec::new(),
             advertise_host: "127.0.0.1".to_owned(),
             shim: Vec::new(),
             engine: Vec::new(),

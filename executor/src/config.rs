@@ -20,6 +20,8 @@ pub struct ExecutorConfig {
     pub cpus: u32,
     pub memory_gb: u32,
     pub labels: BTreeMap<String, String>,
+    /// Its taints, `(key, value)` (effect `NoSchedule`).
+    pub taints: Vec<(String, String)>,
     /// Host name or address peers reach this node's tasks at.
     pub advertise_host: String,
     /// Program and arguments that run the task shim.

@@ -62,6 +62,7 @@ fn validate_registration(register: &pb::Register) -> Result<(), Status> {
         .iter()
         .flat_map(|(key, value)| [key, value])
         .chain(register.gpus.iter().map(|g| &g.model))
+        .chain(register.taints.iter().flat_map(|t| [&t.key, &t.value]))
         .chain([&register.gpu_source, &register.version]);
     for text in texts {
         if text.len() > 256 || text.contains('\0') {
@@ -72,6 +73,9 @@ fn validate_registration(register: &pb::Register) -> Result<(), Status> {
     }
     if register.labels.len() > 64 {
         return Err(Status::invalid_argument("labels: at most 64"));
+    }
+    if register.taints.len() > 64 {
+        return Err(Status::invalid_argument("taints: at most 64"));
     }
     Ok(())
 }
@@ -154,6 +158,14 @@ impl ExecutorGateway for GatewayService {
             gpu_source: register.gpu_source.clone(),
             isolation: register.isolation.clone(),
             runs_images: register.runs_images,
+            taints: register
+                .taints
+                .iter()
+                .map(|t| drover_store::Taint {
+                    key: t.key.clone(),
+                    value: t.value.clone(),
+                })
+                .collect(),
         };
         runtime
             .store

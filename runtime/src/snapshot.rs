@@ -95,6 +95,14 @@ pub(super) fn build<'a>(
                     && !node.draining,
                 runs_images: node.runs_images,
                 labels: node.labels.clone(),
+                taints: node
+                    .taints
+                    .iter()
+                    .map(|t| drover_scheduler::cluster::Taint {
+                        key: t.key.clone(),
+                        value: t.value.clone(),
+                    })
+                    .collect(),
             }
         })
         .collect();
@@ -250,6 +258,7 @@ pub(super) fn build<'a>(
             image: false,
             node_selector: Default::default(),
             gpu_types: Vec::new(),
+            tolerations: Vec::new(),
         };
         hold(&mut view, placement);
         held.insert(job_id);
@@ -454,6 +463,7 @@ mod tests {
             image: false,
             node_selector: Default::default(),
             gpu_types: Vec::new(),
+            tolerations: Vec::new(),
         };
         // Job 1 is stopping on GPUs 0 and 1; the plan that stopped it started job 2 on GPU 1.
         let mut views = vec![view(1, &[0, 1]), view(2, &[1]), view(3, &[2])];

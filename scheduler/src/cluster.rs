@@ -29,6 +29,44 @@ pub struct Node {
     /// Its labels (`pool=spot`), which a job's `node_selector` must match.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Its taints (effect `NoSchedule`): only jobs that tolerate every one run there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+}
+
+/// A node's taint: `key=value` (the value may be empty), effect `NoSchedule`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Taint {
+    pub key: String,
+    #[serde(default)]
+    pub value: String,
+}
+
+/// A taint a job tolerates: `key` `None` tolerates every key, `value` `None` every value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Toleration {
+    pub key: Option<String>,
+    pub value: Option<String>,
+}
+
+impl Toleration {
+    pub fn tolerates(&self, taint: &Taint) -> bool {
+        self.key.as_ref().is_none_or(|k| *k == taint.key)
+            && self.value.as_ref().is_none_or(|v| *v == taint.value)
+    }
+
+    /// A job document's toleration.
+    pub fn of(toleration: &drover_core::spec::Toleration) -> Toleration {
+        Toleration {
+            key: toleration.key.clone(),
+            value: match toleration.operator {
+                drover_core::spec::TolerationOperator::Exists => None,
+                drover_core::spec::TolerationOperator::Equal => {
+                    Some(toleration.value.clone().unwrap_or_default())
+                }
+            },
+        }
+    }
 }
 
 impl Node {
@@ -77,6 +115,7 @@ pub fn uniform_cluster(
             schedulable: true,
             runs_images: false,
             labels: std::collections::BTreeMap::new(),
+            taints: Vec::new(),
         })
         .collect()
 }

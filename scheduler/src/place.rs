@@ -37,6 +37,7 @@ struct Traits {
     labels: std::collections::BTreeMap<String, String>,
     /// The distinct models of its GPUs.
     models: Vec<String>,
+    taints: Vec<crate::cluster::Taint>,
 }
 
 impl Traits {
@@ -51,6 +52,7 @@ impl Traits {
             runs_images: node.runs_images,
             labels: node.labels.clone(),
             models,
+            taints: node.taints.clone(),
         }
     }
 
@@ -64,6 +66,7 @@ impl Traits {
                     .all(|m| crate::cluster::model_is(m, name))
         };
         (!job.image || self.runs_images)
+            && job.tolerates_all(&self.taints)
             && job
                 .node_selector
                 .iter()
@@ -91,7 +94,7 @@ pub struct FreeResources {
     /// would find GPUs but nowhere to run.
     cpus_per_free_gpu: u32,
     /// Per node, what tells which jobs may run there; `None` when no job of the snapshot may run
-    /// on some nodes only (then nothing is spent on it).
+    /// on some nodes only and no node is tainted (then nothing is spent on it).
     traits: Option<std::sync::Arc<[Traits]>>,
 }
 
@@ -124,11 +127,9 @@ impl FreeResources {
                 .map(|j| j.cpus_per_worker.div_ceil(j.gpus_per_worker))
                 .max()
                 .unwrap_or(0),
-            traits: snapshot
-                .jobs
-                .iter()
-                .any(JobView::is_constrained)
-                .then(|| snapshot.nodes.iter().map(Traits::of).collect()),
+            traits: (snapshot.jobs.iter().any(JobView::is_constrained)
+                || snapshot.nodes.iter().any(|n| !n.taints.is_empty()))
+            .then(|| snapshot.nodes.iter().map(Traits::of).collect()),
         };
         for node in &snapshot.nodes {
             let gpus = node.num_gpus().min(64);
@@ -344,7 +345,7 @@ impl FreeResources {
         if job.memory_gb_at(shape) > self.free_memory_gb {
             return Err(WaitReason::InsufficientMemory);
         }
-        if job.is_constrained() {
+        if job.is_constrained() || self.traits.is_some() {
             // Only the nodes it may run on count (a pass over the cluster, for such jobs only).
             let (free_gpus, free_cpus) = self
                 .nodes

@@ -103,6 +103,9 @@ pub struct JobView {
     /// GPU models it may run on, most preferred first (`spec.resources.gpu_types`); empty: any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_types: Vec<String>,
+    /// Node taints it tolerates (`spec.resources.tolerations`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<crate::cluster::Toleration>,
 }
 
 impl JobView {
@@ -139,6 +142,11 @@ impl JobView {
             image: false,
             node_selector: resources.node_selector.clone(),
             gpu_types: resources.gpu_types.clone(),
+            tolerations: resources
+                .tolerations
+                .iter()
+                .map(crate::cluster::Toleration::of)
+                .collect(),
         }
     }
 
@@ -159,9 +167,18 @@ impl JobView {
                 .iter()
                 .all(|(key, value)| node.labels.get(key) == Some(value))
             && (self.gpu_types.is_empty() || self.gpu_types.iter().any(|t| node.all_gpus_are(t)))
+            && self.tolerates_all(&node.taints)
     }
 
-    /// Whether it may run only on some nodes (an image, a node selector, GPU types).
+    /// Whether it tolerates every one of `taints`.
+    pub fn tolerates_all(&self, taints: &[crate::cluster::Taint]) -> bool {
+        taints
+            .iter()
+            .all(|taint| self.tolerations.iter().any(|t| t.tolerates(taint)))
+    }
+
+    /// Whether it may run only on some nodes (an image, a node selector, GPU types); tainted nodes
+    /// narrow every job's, whatever it says.
     pub fn is_constrained(&self) -> bool {
         self.image || !self.node_selector.is_empty() || !self.gpu_types.is_empty()
     }

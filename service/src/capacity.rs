@@ -55,6 +55,14 @@ impl Capacity {
                 schedulable: true,
                 runs_images: node.runs_images,
                 labels: node.labels,
+                taints: node
+                    .taints
+                    .into_iter()
+                    .map(|t| drover_scheduler::cluster::Taint {
+                        key: t.key,
+                        value: t.value,
+                    })
+                    .collect(),
             })
             .collect();
         let nodes = std::sync::Arc::new(nodes);
@@ -79,6 +87,8 @@ impl Capacity {
                     "spec.resources.node_selector"
                 } else if why.contains("spec.resources.gpu_types ") {
                     "spec.resources.gpu_types"
+                } else if why.contains("spec.resources.tolerations ") {
+                    "spec.resources.tolerations"
                 } else {
                     "spec.resources"
                 },

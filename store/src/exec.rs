@@ -172,6 +172,7 @@ pub struct NodeRegistration {
     pub isolation: String,
     /// It runs tasks in OCI images (see [`super::Node::runs_images`]).
     pub runs_images: bool,
+    pub taints: Vec<super::Taint>,
 }
 
 /// Metric values one task reported at one step, with the tags speed fits need.

@@ -186,11 +186,12 @@ macro_rules! impl_exec_store {
         impl ExecStore for $store {
             async fn register_node(&self, node: &NodeRegistration, at: DateTime<Utc>) -> StoreResult<Node> {
                 let sql = concat!("INSERT INTO nodes (", node_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, 'healthy', \
-                     false, $7, $7, false, $8, $9, $10) \
+                     false, $7, $7, false, $8, $9, $10, $11) \
                      ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, gpus = excluded.gpus, \
                      cpus = excluded.cpus, memory_gb = excluded.memory_gb, health = 'healthy', \
                      last_heartbeat_at = excluded.last_heartbeat_at, gpu_source = excluded.gpu_source, \
-                     isolation = excluded.isolation, runs_images = excluded.runs_images \
+                     isolation = excluded.isolation, runs_images = excluded.runs_images, \
+                     taints = excluded.taints \
                      RETURNING ", node_columns!());
                 let row = sqlx::query(sql)
                     .bind(Uuid::now_v7())
@@ -203,6 +204,7 @@ macro_rules! impl_exec_store {
                     .bind(&node.gpu_source)
                     .bind(&node.isolation)
                     .bind(node.runs_images)
+                    .bind(Json(&node.taints))
                     .fetch_one(&self.pool)
                     .await?;
                 node_from_row(&row)

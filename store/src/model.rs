@@ -187,6 +187,15 @@ pub struct JobEvent {
     pub created_at: DateTime<Utc>,
 }
 
+/// A node's taint (effect `NoSchedule`): only jobs that tolerate it run there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Taint {
+    pub key: String,
+    /// May be empty.
+    #[serde(default)]
+    pub value: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Gpu {
     pub index: u32,
@@ -214,6 +223,8 @@ pub struct Node {
     /// Its executor runs tasks in OCI images (`spec.command.image`): sandboxes with skopeo and
     /// umoci, or Kubernetes Pods. Only such nodes receive jobs with an image.
     pub runs_images: bool,
+    /// Its taints: only jobs that tolerate every one run there.
+    pub taints: Vec<Taint>,
     pub last_heartbeat_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
 }

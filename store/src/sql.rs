@@ -55,7 +55,7 @@ macro_rules! event_columns {
 }
 macro_rules! node_columns {
     () => {
-        "id, name, labels, gpus, cpus, memory_gb, health, cordoned, last_heartbeat_at, created_at, draining, gpu_source, isolation, runs_images"
+        "id, name, labels, gpus, cpus, memory_gb, health, cordoned, last_heartbeat_at, created_at, draining, gpu_source, isolation, runs_images, taints"
     };
 }
 pub(super) use {
@@ -254,6 +254,10 @@ macro_rules! impl_store {
                 gpu_source: row.try_get("gpu_source")?,
                 isolation: row.try_get("isolation")?,
                 runs_images: row.try_get("runs_images")?,
+                taints: {
+                    let Json(taints): Json<Vec<Taint>> = row.try_get("taints")?;
+                    taints
+                },
                 last_heartbeat_at: row.try_get("last_heartbeat_at")?,
                 created_at: row.try_get("created_at")?,
             })
@@ -716,12 +720,13 @@ macro_rules! impl_store {
             }
 
             async fn upsert_node(&self, node: &Node) -> StoreResult<Node> {
-                let sql = concat!("INSERT INTO nodes (", node_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+                let sql = concat!("INSERT INTO nodes (", node_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
                      ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, gpus = excluded.gpus, \
                      cpus = excluded.cpus, memory_gb = excluded.memory_gb, health = excluded.health, \
                      cordoned = excluded.cordoned, last_heartbeat_at = excluded.last_heartbeat_at, \
                      draining = excluded.draining, gpu_source = excluded.gpu_source, \
-                     isolation = excluded.isolation, runs_images = excluded.runs_images \
+                     isolation = excluded.isolation, runs_images = excluded.runs_images, \
+                     taints = excluded.taints \
                      RETURNING ", node_columns!());
                 let row = sqlx::query(sql)
                     .bind(node.id)
@@ -738,6 +743,7 @@ macro_rules! impl_store {
                     .bind(&node.gpu_source)
                     .bind(&node.isolation)
                     .bind(node.runs_images)
+                    .bind(Json(&node.taints))
                     .fetch_one(&self.pool)
                     .await?;
                 node_from_row(&row)

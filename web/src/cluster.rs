@@ -180,7 +180,7 @@ struct NodeRow {
     isolation: &'static str,
     /// Runs tasks in OCI images.
     runs_images: bool,
-    /// `key=value`, for a job's `node_selector`.
+    /// `key=value` (for a job's `node_selector`) and its taints.
     labels: Vec<String>,
     gpus: Vec<GpuRow>,
 }
@@ -268,6 +268,11 @@ pub async fn nodes(State(state): State<AppState>, session: Session) -> Response 
                     .labels
                     .iter()
                     .map(|(k, v)| format!("{k}={v}"))
+                    .chain(
+                        node.taints
+                            .iter()
+                            .map(|t| format!("taint {}={}:NoSchedule", t.key, t.value)),
+                    )
                     .collect(),
                 gpus,
             }

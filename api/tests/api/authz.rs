@@ -272,6 +272,7 @@ async fn fixture(app: &TestApp) -> Fixture {
                 gpu_source: "slots".to_owned(),
                 isolation: String::new(),
                 runs_images: false,
+                taints: Vec::new(),
             },
             chrono::Utc::now(),
         )

@@ -195,6 +195,7 @@ async fn a_job_no_node_could_ever_hold_is_refused_with_the_reason() {
                 gpu_source: "nvidia".to_owned(),
                 isolation: String::new(),
                 runs_images: false,
+                taints: Vec::new(),
             },
             chrono::Utc::now(),
         )

@@ -140,6 +140,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             cpus: Some(cpus_per_executor),
             memory_gb: None,
             labels: Vec::new(),
+            taints: Vec::new(),
             advertise_host: "127.0.0.1".to_owned(),
             enrollment_token,
             kubernetes_node_labels: false,

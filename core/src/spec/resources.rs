@@ -145,6 +145,34 @@ fn node_selector_schema() -> Schema {
         .into()
 }
 
+/// A taint a job tolerates, in Kubernetes' words: `{key: dedicated, value: vision}` (operator
+/// `Equal`, the default) tolerates the taint `dedicated=vision`; `{key: dedicated, operator:
+/// Exists}` any value of `dedicated`; `{operator: Exists}` every taint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Toleration {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 253)]
+    pub key: Option<String>,
+    #[serde(default)]
+    pub operator: TolerationOperator,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 63)]
+    pub value: Option<String>,
+    /// `NoSchedule`, the one effect a node's taint has; absent: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<String>,
+}
+
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema,
+)]
+pub enum TolerationOperator {
+    #[default]
+    Equal,
+    Exists,
+}
+
 /// One worker by default (the defaults of the other fields are in `defaults`).
 fn default_workers() -> TaskRange {
     TaskRange { min: 1, max: 1 }
@@ -177,6 +205,10 @@ pub struct Resources {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schema(schema_with = node_selector_schema)]
     pub node_selector: BTreeMap<String, String>,
+    /// Taints of nodes it may run on anyway (nodes started with `--taint`, e.g. reserved for a
+    /// team): a node's every taint must be tolerated. At most 16.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
     #[serde(default = "defaults::cpus_per_worker")]
     #[schema(minimum = 1, maximum = 1024)]
     pub cpus_per_worker: u32,
@@ -197,6 +229,7 @@ impl Default for Resources {
             gpu_memory_gb: None,
             gpu_types: Vec::new(),
             node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
             cpus_per_worker: defaults::cpus_per_worker(),
             cpus_per_ps: defaults::cpus_per_ps(),
             memory_gb_per_task: defaults::memory_gb_per_task(),

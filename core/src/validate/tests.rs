@@ -570,3 +570,39 @@ fn a_node_selector_and_gpu_types_are_kept() {
     assert_eq!(job.spec.resources.node_selector["pool"], "spot");
     assert_eq!(job.spec.resources.gpu_types, vec!["v100", "p100"]);
 }
+
+/// Tolerations in Kubernetes' form: Equal needs a key, Exists takes no value, the effect is NoSchedule.
+#[test]
+fn tolerations_are_checked() {
+    let base = include_str!("../../../examples/digits-mlp.yaml");
+    let with = |tolerations: &str| {
+        base.replace(
+            "gpu_memory_gb: 8",
+            &format!("gpu_memory_gb: 8\n    tolerations: {tolerations}"),
+        )
+    };
+    assert!(
+        parse_yaml(&with(
+            "[{key: dedicated, value: vision}, {operator: Exists}]"
+        ))
+        .is_ok()
+    );
+    assert!(parse_yaml(&with("[{key: spot, operator: Exists, effect: NoSchedule}]")).is_ok());
+    for (bad, field) in [
+        ("[{value: vision}]", "spec.resources.tolerations[0].key"),
+        (
+            "[{key: a, operator: Exists, value: b}]",
+            "spec.resources.tolerations[0].value",
+        ),
+        (
+            "[{key: a, value: b, effect: NoExecute}]",
+            "spec.resources.tolerations[0].effect",
+        ),
+        (
+            "[{key: \"bad key!\", operator: Exists}]",
+            "spec.resources.tolerations[0].key",
+        ),
+    ] {
+        assert_eq!(error_field(&with(bad)), field, "{bad}");
+    }
+}

@@ -1,8 +1,9 @@
 //! A mixed cluster (issue #52), with real processes: two executors advertising demo GPUs of two
 //! models and different labels. A job that names a GPU type runs only on that model, one with a node
-//! selector only on the labelled node, one naming two types on the first that has room; a job no
-//! node could ever satisfy is refused with the reason, and one whose nodes are busy waits, saying so
-//! in the queue, while the other node stands idle.
+//! selector only on the labelled node, one naming two types on the first that has room; a tainted
+//! node takes only the jobs that tolerate its taint; a job no node could ever satisfy is refused with
+//! the reason, and one whose nodes are busy waits, saying so in the queue, while the other node
+//! stands idle.
 
 use super::harness::*;
 use serde_json::{Value, json};
@@ -50,7 +51,7 @@ async fn node_of(cluster: &Cluster, id: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_go_where_their_gpu_types_and_node_selector_allow() {
+async fn jobs_go_where_their_gpu_types_node_selector_and_tolerations_allow() {
     let mut cluster = Cluster::start().await;
     // exec-a: a V100 in pool `alpha`; exec-b: a K80 in pool `beta`.
     for (name, model, pool) in [("exec-a", "V100", "alpha"), ("exec-b", "Tesla K80", "beta")] {
@@ -151,6 +152,75 @@ async fn jobs_go_where_their_gpu_types_and_node_selector_allow() {
         .post(&format!("/api/v1/jobs/{busy}/cancel"), json!({}))
         .await;
     assert_eq!(node_of(&cluster, &waits).await, "exec-b");
+
+    // A tainted node takes only the jobs that tolerate its taint.
+    cluster.kill_executor("exec-b");
+    let shared = cluster.executor_env.clone();
+    for (key, value) in [
+        ("DROVER_GPU_MODEL", "Tesla K80"),
+        ("DROVER_NODE_LABELS", "pool=beta"),
+        ("DROVER_NODE_TAINTS", "dedicated=vision:NoSchedule"),
+    ] {
+        cluster
+            .executor_env
+            .push((key.to_owned(), value.to_owned()));
+    }
+    cluster.start_executor("exec-b");
+    cluster.executor_env = shared;
+    cluster
+        .wait_until("exec-b tainted", Duration::from_secs(30), async |c| {
+            let nodes = c.get("/api/v1/nodes").await["nodes"].clone();
+            nodes
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| {
+                    n["name"] == "exec-b"
+                        && n["health"] == "healthy"
+                        && n["taints"][0]["key"] == "dedicated"
+                })
+                .then_some(())
+        })
+        .await;
+    // The server reads the nodes for this check at most every 5 s.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let untolerated = cluster
+        .http
+        .post(format!("{}/api/v1/jobs", cluster.url))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&job("untolerated", json!({"gpu_types": ["k80"]}), "true"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(untolerated.status(), 422);
+    let body: Value = untolerated.json().await.unwrap();
+    assert_eq!(
+        body["error"]["field"], "spec.resources.tolerations",
+        "{body}"
+    );
+    let tolerant = submit(
+        &cluster,
+        job(
+            "tolerant",
+            json!({"gpu_types": ["k80"], "tolerations": [{"key": "dedicated", "value": "vision"}]}),
+            "sleep 1",
+        ),
+    )
+    .await;
+    assert_eq!(node_of(&cluster, &tolerant).await, "exec-b");
+    cluster
+        .wait_for_state(&tolerant, "succeeded", Duration::from_secs(60))
+        .await;
+    // Two plain jobs, one V100 free and the K80 tainted: the second waits beside the idle K80.
+    let plain = submit(&cluster, job("plain", json!({}), "sleep 5")).await;
+    assert_eq!(node_of(&cluster, &plain).await, "exec-a");
+    let second = submit(&cluster, job("second", json!({}), "sleep 1")).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        cluster.tasks(&second).await.is_empty(),
+        "not on the tainted node"
+    );
+    assert_eq!(node_of(&cluster, &second).await, "exec-a");
 
     // What no node could ever satisfy is refused, naming the field and what the cluster has.
     for (resources, field, says) in [

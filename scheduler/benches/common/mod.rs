@@ -42,6 +42,7 @@ fn job(i: usize, gpus: u32, tenant: u32, rng: &mut ChaCha8Rng) -> JobView {
         image: false,
         node_selector: Default::default(),
         gpu_types: Vec::new(),
+        tolerations: Vec::new(),
     }
 }
 

@@ -146,6 +146,7 @@ mod tests {
             image: false,
             node_selector: Default::default(),
             gpu_types: Vec::new(),
+            tolerations: Vec::new(),
         }
     }
 

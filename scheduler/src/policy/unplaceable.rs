@@ -13,46 +13,60 @@ use crate::snapshot::{ClusterSnapshot, JobView};
 pub const IMAGE_REASON: &str = "it runs in an image (spec.command.image), and no node runs images \
      (executors with sandboxes and skopeo and umoci, or with --task-pods)";
 
-/// Why no node may run `job` at all: the first of its constraints that no node meets, naming the
-/// field, or else that no node meets all of them together.
+/// Why no node may run `job` at all: its constraints applied in turn (image, node selector, GPU
+/// types, tolerations), the first that leaves no node named with what the cluster has.
 fn why_no_node(nodes: &[Node], job: &JobView) -> String {
-    if job.image && !nodes.iter().any(|n| n.runs_images) {
-        return IMAGE_REASON.to_owned();
+    let mut left: Vec<&Node> = nodes.iter().collect();
+    if job.image {
+        left.retain(|n| n.runs_images);
+        if left.is_empty() {
+            return IMAGE_REASON.to_owned();
+        }
     }
-    let selects = |n: &Node| {
-        job.node_selector
-            .iter()
-            .all(|(key, value)| n.labels.get(key) == Some(value))
-    };
-    if !job.node_selector.is_empty() && !nodes.iter().any(selects) {
-        let wanted: Vec<String> = job
-            .node_selector
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        return format!(
-            "no node has the labels spec.resources.node_selector asks for ({})",
-            wanted.join(", ")
-        );
+    if !job.node_selector.is_empty() {
+        left.retain(|n| {
+            job.node_selector
+                .iter()
+                .all(|(key, value)| n.labels.get(key) == Some(value))
+        });
+        if left.is_empty() {
+            let wanted: Vec<String> = job
+                .node_selector
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            return format!(
+                "no node has the labels spec.resources.node_selector asks for ({})",
+                wanted.join(", ")
+            );
+        }
     }
-    if !job.gpu_types.is_empty()
-        && !nodes
-            .iter()
-            .any(|n| job.gpu_types.iter().any(|t| n.all_gpus_are(t)))
-    {
-        let mut models: Vec<&str> = nodes
+    if !job.gpu_types.is_empty() {
+        let mut models: Vec<&str> = left
             .iter()
             .flat_map(|n| n.gpus.iter().map(|g| g.model.as_str()))
             .collect();
         models.sort_unstable();
         models.dedup();
-        return format!(
-            "no node has GPUs of a model in spec.resources.gpu_types ({}); the cluster's models are {}",
-            job.gpu_types.join(", "),
-            models.join(", ")
-        );
+        left.retain(|n| job.gpu_types.iter().any(|t| n.all_gpus_are(t)));
+        if left.is_empty() {
+            return format!(
+                "no node has GPUs of a model in spec.resources.gpu_types ({}); the cluster's models are {}",
+                job.gpu_types.join(", "),
+                models.join(", ")
+            );
+        }
     }
-    "no node meets spec.command.image, spec.resources.node_selector and spec.resources.gpu_types together".to_owned()
+    let mut taints: Vec<String> = left
+        .iter()
+        .flat_map(|n| n.taints.iter().map(|t| format!("{}={}", t.key, t.value)))
+        .collect();
+    taints.sort_unstable();
+    taints.dedup();
+    format!(
+        "every node it could otherwise use is tainted, and spec.resources.tolerations tolerates none of {}",
+        taints.join(", ")
+    )
 }
 
 /// Whether no node of `snapshot` (schedulable or not: a cordon is lifted, a node comes back) could
@@ -182,6 +196,7 @@ mod tests {
             image: false,
             node_selector: Default::default(),
             gpu_types: Vec::new(),
+            tolerations: Vec::new(),
         }
     }
 
@@ -290,6 +305,68 @@ mod tests {
         assert!(left.place(&v100_in_a, one, Strategy::Relaxed).is_err());
         let placed = free.place(&v100_in_a, one, Strategy::Relaxed).unwrap();
         assert_eq!(placed.tasks[0].node.0, 1);
+    }
+
+    #[test]
+    fn a_tainted_node_takes_only_the_jobs_that_tolerate_it() {
+        use crate::cluster::{Taint, Toleration};
+        use crate::place::{FreeResources, Strategy};
+        let mut nodes = uniform_cluster(2, 1, 8, 8);
+        nodes[1].taints.push(Taint {
+            key: "dedicated".to_owned(),
+            value: "vision".to_owned(),
+        });
+        let plain = job(1, 0, 1, 1);
+        let mut tolerant = job(2, 0, 1, 1);
+        tolerant.tolerations.push(Toleration {
+            key: Some("dedicated".to_owned()),
+            value: Some("vision".to_owned()),
+        });
+        let mut wrong = job(3, 0, 1, 1);
+        wrong.tolerations.push(Toleration {
+            key: Some("dedicated".to_owned()),
+            value: Some("speech".to_owned()),
+        });
+        let mut everything = job(4, 0, 1, 1);
+        everything.tolerations.push(Toleration {
+            key: None,
+            value: None,
+        });
+        assert!(!plain.may_run_on(&nodes[1]) && plain.may_run_on(&nodes[0]));
+        assert!(tolerant.may_run_on(&nodes[1]));
+        assert!(!wrong.may_run_on(&nodes[1]));
+        assert!(everything.may_run_on(&nodes[1]));
+        let snapshot = ClusterSnapshot {
+            now_s: 0.0,
+            nodes,
+            tenants: Vec::new(),
+            jobs: vec![plain.clone()],
+        };
+        let one = Shape { ps: 0, workers: 1 };
+        let mut free = FreeResources::empty_cluster(&snapshot);
+        assert_eq!(
+            free.place(&plain, one, Strategy::Relaxed).unwrap().tasks[0]
+                .node
+                .0,
+            0
+        );
+        // The untainted node is full: a plain job waits, though the tainted one is free.
+        assert_eq!(
+            free.place(&plain, one, Strategy::Relaxed),
+            Err(crate::plan::WaitReason::EligibleNodesBusy)
+        );
+        assert_eq!(
+            free.place(&tolerant, one, Strategy::Relaxed).unwrap().tasks[0]
+                .node
+                .0,
+            1
+        );
+        let mut only_tainted = snapshot.clone();
+        only_tainted.nodes.remove(0);
+        assert_eq!(
+            why_never_fits(&only_tainted.nodes, &plain).unwrap(),
+            "every node it could otherwise use is tainted, and spec.resources.tolerations tolerates none of dedicated=vision"
+        );
     }
 
     #[test]

@@ -372,6 +372,7 @@ impl Experiments {
             image: false,
             node_selector: Default::default(),
             gpu_types: Vec::new(),
+            tolerations: Vec::new(),
         };
         self.experiments[experiment].current.insert(trial, id);
         self.jobs.insert(

@@ -351,6 +351,7 @@ pub fn build_workload_with(
                 image: false,
                 node_selector: Default::default(),
                 gpu_types: Vec::new(),
+                tolerations: Vec::new(),
             },
             recorded_duration_s: job.duration_s * length,
             recorded,

@@ -34,6 +34,7 @@ pub fn job(id: u128, gpus: u32, submit_s: f64) -> JobView {
         image: false,
         node_selector: Default::default(),
         gpu_types: Vec::new(),
+        tolerations: Vec::new(),
     }
 }
 

@@ -164,12 +164,18 @@ pub(crate) async fn executors_register_and_lose_tasks(db: &TestDb) {
         gpu_source: "nvidia".into(),
         isolation: String::new(),
         runs_images: true,
+        taints: vec![Taint {
+            key: "dedicated".into(),
+            value: "vision".into(),
+        }],
     };
     store
         .register_node(&registration, Utc::now())
         .await
         .unwrap();
-    assert!(store.get_node("gpu-a").await.unwrap().runs_images);
+    let registered = store.get_node("gpu-a").await.unwrap();
+    assert!(registered.runs_images);
+    assert_eq!(registered.taints[0].value, "vision");
     let audit = |target: &str| NewAuditEvent {
         actor_id: None,
         actor: "kubernetes".to_owned(),

@@ -470,6 +470,7 @@ async fn nodes_are_upserted_by_name(db: &TestDb) {
         gpu_source: "nvidia".into(),
         isolation: "runc".into(),
         runs_images: true,
+        taints: Vec::new(),
         last_heartbeat_at: Some(Utc::now()),
         created_at: Utc::now(),
     };

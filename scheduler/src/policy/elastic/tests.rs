@@ -46,6 +46,7 @@ fn running(id: u128, node: u32, gpus: &[u16], max_workers: u32) -> JobView {
         image: false,
         node_selector: Default::default(),
         gpu_types: Vec::new(),
+        tolerations: Vec::new(),
     }
 }
 
