@@ -64,8 +64,9 @@ pub struct ExecutorArgs {
     /// directory (`node-credential`, mode 0600). Not needed once the node is enrolled.
     #[arg(long, env = "DROVER_ENROLLMENT_TOKEN", hide_env_values = true)]
     pub enrollment_token: Option<String>,
-    /// On Kubernetes: register with the labels of the Kubernetes node named --name (read once at
-    /// start with the pod's service account, which needs `get` on nodes); --label wins on a clash.
+    /// On Kubernetes: register with the labels and the NoSchedule/NoExecute taints of the Kubernetes
+    /// node named --name (read once at start with the pod's service account, which needs `get` on
+    /// nodes); --label wins on a clash.
     #[arg(long, env = "DROVER_KUBERNETES_NODE_LABELS")]
     pub kubernetes_node_labels: bool,
     #[command(flatten)]
@@ -403,7 +404,7 @@ pub async fn executor(args: ExecutorArgs) -> anyhow::Result<()> {
     };
     if from_kubernetes {
         let room = drover_core::validate::MAX_LABELS.saturating_sub(config.labels.len());
-        let labels = drover_controller::nodes::node_labels(&config.name, room)
+        let (labels, taints) = drover_controller::nodes::node_description(&config.name, room)
             .await
             .map_err(|err| {
                 anyhow::anyhow!(
@@ -413,6 +414,11 @@ pub async fn executor(args: ExecutorArgs) -> anyhow::Result<()> {
             })?;
         for (key, value) in labels {
             config.labels.entry(key).or_insert(value);
+        }
+        for taint in taints {
+            if !config.taints.contains(&taint) {
+                config.taints.push(taint);
+            }
         }
     }
     out!(

@@ -3,7 +3,9 @@
 //! `kubectl drain`) cordons the Drover node, so the scheduler places nothing new there; uncordoning
 //! it in Kubernetes lifts a cordon the controller set. Both go to the audit log under the actor
 //! `kubernetes`, in one transaction with the change, and that log is how a new leader knows which cordons were the controller's. Node
-//! labels reach Drover through the executor ([`node_labels`]), which registers with them.
+//! labels and scheduling taints reach Drover through the executor ([`node_description`]), which
+//! registers with them: a task Pod is bound to its node by name, past kube-scheduler's taint check,
+//! so Drover's scheduler must honour the node's taints itself.
 
 use super::context::{CONTROLLER_USER, Context};
 use drover_store::audit::Action;
@@ -141,12 +143,22 @@ const NODE_LABEL_PREFIXES: &[&str] = &[
     "nvidia.com/cuda.",
 ];
 
-/// The labels of Kubernetes node `name` worth registering with (in-cluster config): those with a
-/// prefix in [`NODE_LABEL_PREFIXES`] or none, at most `room` of them.
-pub async fn node_labels(name: &str, room: usize) -> kube::Result<BTreeMap<String, String>> {
+/// What of Kubernetes node `name` an executor registers with (in-cluster config): its labels with a
+/// prefix in [`NODE_LABEL_PREFIXES`] or none, at most `room` of them, and its taints that keep Pods
+/// off it (`NoSchedule`, `NoExecute`) as `(key, value)`.
+pub async fn node_description(
+    name: &str,
+    room: usize,
+) -> kube::Result<(BTreeMap<String, String>, Vec<(String, String)>)> {
     let client = Client::try_default().await?;
     let api: Api<Node> = Api::all(client);
     let node = api.get(name).await?;
+    let taints = scheduling_taints(
+        node.spec
+            .as_ref()
+            .and_then(|spec| spec.taints.as_deref())
+            .unwrap_or_default(),
+    );
     let (kept, skipped) = select_labels(node.labels(), room);
     if skipped > 0 {
         tracing::info!(
@@ -156,7 +168,17 @@ pub async fn node_labels(name: &str, room: usize) -> kube::Result<BTreeMap<Strin
             "took the node's well-known and GPU labels; skipped the rest"
         );
     }
-    Ok(kept)
+    Ok((kept, taints))
+}
+
+/// The taints that keep Pods off a node (`NoSchedule`, `NoExecute`; not the soft
+/// `PreferNoSchedule`), as Drover's `(key, value)` taints.
+fn scheduling_taints(taints: &[k8s_openapi::api::core::v1::Taint]) -> Vec<(String, String)> {
+    taints
+        .iter()
+        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        .map(|t| (t.key.clone(), t.value.clone().unwrap_or_default()))
+        .collect()
 }
 
 fn select_labels(
@@ -177,6 +199,29 @@ fn select_labels(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_taints_that_keep_pods_off_are_taken() {
+        let taint =
+            |key: &str, value: Option<&str>, effect: &str| k8s_openapi::api::core::v1::Taint {
+                key: key.to_owned(),
+                value: value.map(str::to_owned),
+                effect: effect.to_owned(),
+                time_added: None,
+            };
+        let taints = [
+            taint("nvidia.com/gpu", None, "NoSchedule"),
+            taint("dedicated", Some("vision"), "NoExecute"),
+            taint("spot", Some("true"), "PreferNoSchedule"),
+        ];
+        assert_eq!(
+            scheduling_taints(&taints),
+            vec![
+                ("nvidia.com/gpu".to_owned(), String::new()),
+                ("dedicated".to_owned(), "vision".to_owned())
+            ]
+        );
+    }
 
     #[test]
     fn only_well_known_and_gpu_labels_are_taken_within_the_room_left() {
