@@ -113,6 +113,16 @@ impl FreeResources {
             .map(|n| n.num_gpus().min(64))
             .max()
             .unwrap_or(0);
+        // One pass over the jobs for both: this runs many times a round.
+        let mut cpus_per_free_gpu = 0;
+        let mut constrained = false;
+        for job in &snapshot.jobs {
+            if job.gpus_per_worker > 0 {
+                cpus_per_free_gpu =
+                    cpus_per_free_gpu.max(job.cpus_per_worker.div_ceil(job.gpus_per_worker));
+            }
+            constrained |= job.is_constrained();
+        }
         let mut free = FreeResources {
             nodes: Vec::with_capacity(snapshot.nodes.len()),
             buckets: Vec::new(),
@@ -120,18 +130,12 @@ impl FreeResources {
             free_cpus: 0,
             free_memory_gb: 0,
             max_node_gpus,
-            cpus_per_free_gpu: snapshot
-                .jobs
-                .iter()
-                .filter(|j| j.gpus_per_worker > 0)
-                .map(|j| j.cpus_per_worker.div_ceil(j.gpus_per_worker))
-                .max()
-                .unwrap_or(0),
-            traits: (snapshot.jobs.iter().any(JobView::is_constrained)
-                || snapshot.nodes.iter().any(|n| !n.taints.is_empty()))
-            .then(|| snapshot.nodes.iter().map(Traits::of).collect()),
+            cpus_per_free_gpu,
+            traits: None,
         };
+        let mut tainted = false;
         for node in &snapshot.nodes {
+            tainted |= !node.taints.is_empty();
             let gpus = node.num_gpus().min(64);
             let entry = NodeFree {
                 gpu_free: if gpus == 64 {
@@ -150,6 +154,9 @@ impl FreeResources {
                 free.free_memory_gb += u64::from(entry.free_memory_gb);
             }
             free.nodes.push(entry);
+        }
+        if constrained || tainted {
+            free.traits = Some(snapshot.nodes.iter().map(Traits::of).collect());
         }
         free
     }
@@ -414,8 +421,16 @@ impl FreeResources {
         let g = job.gpus_per_worker;
         let c = job.cpus_per_worker;
         let m = job.memory_gb_per_task;
+        // Decided once, not per node: this closure is the hottest loop of a round.
+        let traits = match &self.traits {
+            None if job.is_constrained() => return Err(WaitReason::EligibleNodesBusy),
+            None => None,
+            Some(traits) => Some(traits),
+        };
         let fits_on = |n: u32| -> u32 {
-            if !self.admits(n as usize, job, only) {
+            if let Some(traits) = traits
+                && !traits[n as usize].admit(job, only)
+            {
                 return 0;
             }
             let node = &self.nodes[n as usize];

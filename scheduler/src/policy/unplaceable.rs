@@ -76,19 +76,39 @@ pub fn never_fits(snapshot: &ClusterSnapshot, job: &JobView) -> bool {
     why_never_fits(&snapshot.nodes, job).is_some()
 }
 
+/// Whether some node of `nodes` is tainted (then every job's nodes are narrowed).
+fn any_tainted(nodes: &[Node]) -> bool {
+    nodes.iter().any(|n| !n.taints.is_empty())
+}
+
 /// Why no node of `nodes` could ever hold `job`, in words ("a worker needs 4 GPUs, and no node has
 /// more than 2"); `None` when one could (or there are no nodes yet).
 pub fn why_never_fits(nodes: &[Node], job: &JobView) -> Option<String> {
+    why_never_fits_among(nodes, job, any_tainted(nodes))
+}
+
+/// [`why_never_fits`], told whether some node is tainted (asked once for a whole snapshot).
+fn why_never_fits_among(nodes: &[Node], job: &JobView, tainted: bool) -> Option<String> {
     if nodes.is_empty() {
         return None;
     }
-    // Only the nodes that may run it at all (an image, a node selector, GPU types).
-    let admitting: Vec<&Node> = nodes.iter().filter(|n| job.may_run_on(n)).collect();
-    if admitting.is_empty() {
-        return Some(why_no_node(nodes, job));
+    // Only the nodes that may run it at all (an image, a node selector, GPU types, taints): a pass
+    // that allocates nothing, and none at all for a job that may run anywhere (once a round for
+    // every waiting job, on every node: it must stay cheap).
+    if job.is_constrained() || tainted {
+        let admitting = nodes.iter().filter(|n| job.may_run_on(n));
+        if admitting.clone().next().is_none() {
+            return Some(why_no_node(nodes, job));
+        }
+        why_among(admitting, job)
+    } else {
+        why_among(nodes.iter(), job)
     }
-    let nodes = admitting;
-    let most = |of: fn(&Node) -> u64| nodes.iter().map(|n| of(n)).max().unwrap_or(0);
+}
+
+/// [`why_never_fits`] among `nodes` (those that may run `job`, at least one).
+fn why_among<'a>(nodes: impl Iterator<Item = &'a Node> + Clone, job: &JobView) -> Option<String> {
+    let most = |of: fn(&Node) -> u64| nodes.clone().map(of).max().unwrap_or(0);
     let gpus_for = |node: &Node| -> u32 {
         match job.gpu_memory_gb {
             Some(memory) if job.gpus_per_worker > 0 => {
@@ -98,13 +118,13 @@ pub fn why_never_fits(nodes: &[Node], job: &JobView) -> Option<String> {
         }
     };
     if job.workers.min > 0 {
-        let worker_fits = nodes.iter().any(|node| {
+        let worker_fits = nodes.clone().any(|node| {
             gpus_for(node) >= job.gpus_per_worker
                 && node.cpus >= job.cpus_per_worker
                 && node.memory_gb >= job.memory_gb_per_task
         });
         if !worker_fits {
-            let reason = if !nodes.iter().any(|n| gpus_for(n) >= job.gpus_per_worker) {
+            let reason = if !nodes.clone().any(|n| gpus_for(n) >= job.gpus_per_worker) {
                 match job.gpu_memory_gb {
                     Some(memory) => format!(
                         "a worker needs {} GPUs of {memory} GB or more on one node, and no node has that many",
@@ -116,13 +136,13 @@ pub fn why_never_fits(nodes: &[Node], job: &JobView) -> Option<String> {
                         most(|n| u64::from(n.num_gpus()))
                     ),
                 }
-            } else if !nodes.iter().any(|n| n.cpus >= job.cpus_per_worker) {
+            } else if !nodes.clone().any(|n| n.cpus >= job.cpus_per_worker) {
                 format!(
                     "a worker needs {} CPUs on one node, and no node has more than {}",
                     job.cpus_per_worker,
                     most(|n| u64::from(n.cpus))
                 )
-            } else if !nodes.iter().any(|n| n.memory_gb >= job.memory_gb_per_task) {
+            } else if !nodes.clone().any(|n| n.memory_gb >= job.memory_gb_per_task) {
                 format!(
                     "a task needs {} GB of host memory, and no node has more than {} GB",
                     job.memory_gb_per_task,
@@ -139,7 +159,7 @@ pub fn why_never_fits(nodes: &[Node], job: &JobView) -> Option<String> {
     }
     if job.ps.min > 0
         && !nodes
-            .iter()
+            .clone()
             .any(|node| node.cpus >= job.cpus_per_ps && node.memory_gb >= job.memory_gb_per_task)
     {
         return Some(format!(
@@ -147,7 +167,7 @@ pub fn why_never_fits(nodes: &[Node], job: &JobView) -> Option<String> {
             job.cpus_per_ps, job.memory_gb_per_task
         ));
     }
-    let cluster_gpus: u64 = nodes.iter().map(|n| u64::from(n.num_gpus())).sum();
+    let cluster_gpus: u64 = nodes.clone().map(|n| u64::from(n.num_gpus())).sum();
     let smallest = u64::from(job.workers.min) * u64::from(job.gpus_per_worker);
     (smallest > cluster_gpus).then(|| {
         format!("its smallest shape needs {smallest} GPUs, and the cluster has {cluster_gpus}")
@@ -156,11 +176,12 @@ pub fn why_never_fits(nodes: &[Node], job: &JobView) -> Option<String> {
 
 /// The indices of the jobs in `snapshot` that [`never_fits`].
 pub fn unplaceable(snapshot: &ClusterSnapshot) -> Vec<usize> {
+    let tainted = any_tainted(&snapshot.nodes);
     snapshot
         .jobs
         .iter()
         .enumerate()
-        .filter(|(_, job)| never_fits(snapshot, job))
+        .filter(|(_, job)| why_never_fits_among(&snapshot.nodes, job, tainted).is_some())
         .map(|(i, _)| i)
         .collect()
 }
