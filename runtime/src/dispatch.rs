@@ -346,8 +346,55 @@ async fn resume_point(runtime: &Runtime, job: &Job) -> StoreResult<Option<Checkp
             Some(true) | None => return Ok(Some(record.clone())),
         }
     }
-    // None of them is there: the newest, so that the task says what is missing.
+    // None of them is there: the job's retention (`keep_last`, by what is on disk) deleted every
+    // recorded one while the records of newer ones were lost (with a killed executor, say). The newest
+    // checkpoint the job committed to disk is what it would have resumed from.
+    if !recent.is_empty()
+        && runtime.config.checkpoint_store.is_none()
+        && let Some(found) = newest_on_disk(runtime, job).await
+    {
+        tracing::warn!(job.id = %job.id, step = found.step, path = found.path, "resuming from the newest checkpoint on disk: every recorded one is gone");
+        return Ok(Some(found));
+    }
+    // Else the newest, so that the task says what is missing.
     Ok(recent.into_iter().next())
+}
+
+/// The newest committed checkpoint of `job` in the checkpoint directory (a `step-N` folder: the
+/// engine and the Python library write one whole under another name, then rename it), newest
+/// generation first.
+async fn newest_on_disk(runtime: &Runtime, job: &Job) -> Option<CheckpointRecord> {
+    let dirs: Vec<(u64, std::path::PathBuf)> = (1..=job.generation)
+        .rev()
+        .map(|generation| (generation, runtime.checkpoint_dir(job.id, generation)))
+        .collect();
+    let job_id = job.id;
+    tokio::task::spawn_blocking(move || {
+        dirs.into_iter().find_map(|(generation, dir)| {
+            let newest = std::fs::read_dir(&dir)
+                .ok()?
+                .flatten()
+                .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
+                .filter_map(|entry| {
+                    let name = entry.file_name();
+                    let step = name.to_str()?.strip_prefix("step-")?.parse::<u64>().ok()?;
+                    Some((step, entry.path()))
+                })
+                .max_by_key(|(step, _)| *step)?;
+            Some(CheckpointRecord {
+                id: uuid::Uuid::nil(),
+                job_id,
+                generation,
+                step: newest.0,
+                path: newest.1.display().to_string(),
+                size_bytes: 0,
+                created_at: chrono::Utc::now(),
+            })
+        })
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 /// Whether a recorded checkpoint is still in the storage; `None` when this server cannot tell.
