@@ -327,23 +327,28 @@ fn validate_name_prefix(prefix: &str) -> Check {
     )
 }
 
+/// A label (or a selector's): its key and value as Kubernetes has them.
+fn check_label(key: &str, value: &str, field: &str) -> Check {
+    ensure(is_label_key(key), field, || {
+        "label keys are 1-63 characters of letters, digits, '-', '_' and '.', optionally with a \
+         DNS prefix and '/'"
+            .into()
+    })?;
+    ensure(is_label_value(value), field, || {
+        format!(
+            "label value `{value}` must be at most 63 characters of letters, digits, '-', '_' and '.'"
+        )
+    })?;
+    Ok(())
+}
+
 fn validate_labels(job: &DroverJob) -> Check {
     let labels = &job.metadata.labels;
     ensure(labels.len() <= MAX_LABELS, "metadata.labels", || {
         format!("at most {MAX_LABELS} labels, got {}", labels.len())
     })?;
     for (key, value) in labels {
-        let field = format!("metadata.labels.{key}");
-        ensure(is_label_key(key), &field, || {
-            "label keys are 1-63 characters of letters, digits, '-', '_' and '.', optionally with a \
-             DNS prefix and '/'"
-                .into()
-        })?;
-        ensure(is_label_value(value), &field, || {
-            format!(
-                "label value `{value}` must be at most 63 characters of letters, digits, '-', '_' and '.'"
-            )
-        })?;
+        check_label(key, value, &format!("metadata.labels.{key}"))?;
     }
     Ok(())
 }
@@ -470,17 +475,7 @@ fn validate_resources(job: &DroverJob) -> Check {
         }
     }
     for (key, value) in &resources.node_selector {
-        let field = format!("spec.resources.node_selector.{key}");
-        ensure(is_label_key(key), &field, || {
-            "label keys are 1-63 characters of letters, digits, '-', '_' and '.', optionally with a \
-             DNS prefix and '/'"
-                .into()
-        })?;
-        ensure(is_label_value(value), &field, || {
-            format!(
-                "label value `{value}` must be at most 63 characters of letters, digits, '-', '_' and '.'"
-            )
-        })?;
+        check_label(key, value, &format!("spec.resources.node_selector.{key}"))?;
     }
     ensure(
         (1..=1024).contains(&resources.cpus_per_worker),
