@@ -541,6 +541,19 @@ impl Cluster {
             .clone()
     }
 
+    /// The reason `drover queue` gives for waiting job `id`, once the queue lists one.
+    pub async fn queue_reason(&self, id: &str) -> String {
+        self.wait_until("the queue's reason", Duration::from_secs(30), async |c| {
+            let queue = c.get("/api/v1/queue").await;
+            queue["jobs"]
+                .as_array()?
+                .iter()
+                .find(|j| j["id"] == id)
+                .and_then(|j| j["reason"].as_str().map(str::to_owned))
+        })
+        .await
+    }
+
     pub async fn logs(&self, id: &str) -> Vec<Value> {
         self.get(&format!("/api/v1/jobs/{id}/logs?limit=5000"))
             .await["logs"]

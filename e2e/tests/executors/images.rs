@@ -303,17 +303,7 @@ echo t > /tmp/t && echo 'probe tmp: written'";
         .as_str()
         .unwrap()
         .to_owned();
-    let reason = cluster
-        .wait_until("the queue's reason", Duration::from_secs(30), async |c| {
-            let queue = c.get("/api/v1/queue").await;
-            queue["jobs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|j| j["id"] == waiting.as_str())
-                .and_then(|j| j["reason"].as_str().map(str::to_owned))
-        })
-        .await;
+    let reason = cluster.queue_reason(&waiting).await;
     assert_eq!(reason, "eligible_nodes_busy");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let job = cluster.job(&waiting).await;

@@ -135,17 +135,7 @@ async fn jobs_go_where_their_gpu_types_node_selector_and_tolerations_allow() {
         job("waits", json!({"gpu_types": ["k80"]}), "sleep 1"),
     )
     .await;
-    let reason = cluster
-        .wait_until("the queue's reason", Duration::from_secs(30), async |c| {
-            let queue = c.get("/api/v1/queue").await;
-            queue["jobs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|j| j["id"] == waits.as_str())
-                .and_then(|j| j["reason"].as_str().map(str::to_owned))
-        })
-        .await;
+    let reason = cluster.queue_reason(&waits).await;
     assert_eq!(reason, "eligible_nodes_busy");
     assert!(cluster.tasks(&waits).await.is_empty());
     cluster
