@@ -123,7 +123,7 @@ impl ClusterArgs {
     async fn config(&self, data_dir: &Path) -> anyhow::Result<(SocketAddr, RuntimeConfig)> {
         if drover_scheduler::is_oracle_policy(&self.policy) {
             anyhow::bail!(
-                "--policy {}: an oracle baseline needs true job lengths, which only the simulator has",
+                "--policy {}: an oracle baseline needs jobs' hidden truth (lengths, or speeds on each GPU model), which only the simulator has",
                 self.policy
             );
         }

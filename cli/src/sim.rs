@@ -21,7 +21,8 @@ pub struct SimArgs {
     command: Option<SimCommand>,
     #[command(flatten)]
     workload: WorkloadArgs,
-    /// Cluster as NODESxGPUS, e.g. 48x8.
+    /// Cluster as NODESxGPUS, e.g. 48x8 (V100s); or groups of nodes with a GPU model each, e.g.
+    /// 16x8:v100,16x8:p100,16x8:k80 (jobs' speed per model from --gpu-speeds).
     #[arg(long, default_value = "48x8")]
     cluster: String,
     /// The policy to run.
@@ -90,12 +91,10 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
     if let Some(SimCommand::Sweep(sweep)) = args.command {
         return crate::sweep::run(*sweep, json);
     }
-    let (node_count, gpus_per_node) = parse_cluster(&args.cluster)?;
+    let cluster = parse_cluster(&args.cluster)?;
     let inputs = args.workload.inputs()?;
     let models = &inputs.models;
-    let (workload, config) =
-        args.workload
-            .workload(&inputs, (node_count, gpus_per_node), args.seed)?;
+    let (workload, config) = args.workload.workload(&inputs, &cluster, args.seed)?;
     let policies: Vec<String> = match args.compare.as_deref() {
         None => vec![args.policy.clone()],
         Some("all") => drover_scheduler::policy_names()
@@ -117,8 +116,9 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
             .find(|p| drover_scheduler::is_oracle_policy(p))
         {
             bail!(
-                "{oracle} needs every job's length in advance; a search's trials have none (leave it \
-                 out of --compare when using --experiments)"
+                "{oracle} needs every job's hidden truth in advance (its length, or its speed on each \
+                 GPU model); a search's trials have none (leave it out of --compare when using \
+                 --experiments)"
             );
         }
     }
@@ -132,12 +132,12 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
         }
     }
     eprintln!(
-        "workload: {} jobs ({} skipped: larger than the cluster), {} tenants, {}x{} GPUs, offered load {:.2}, seed {}",
+        "workload: {} jobs ({} skipped: larger than the cluster), {} tenants, {} GPUs ({}), offered load {:.2}, seed {}",
         workload.jobs.len(),
         workload.skipped,
         workload.tenants.len(),
-        node_count,
-        gpus_per_node,
+        cluster.total_gpus(),
+        cluster.label(),
         workload.offered_load(),
         args.seed
     );
@@ -236,7 +236,7 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
         }
         reports.push(report);
     }
-    let gpus = node_count * gpus_per_node;
+    let gpus = cluster.total_gpus();
     std::fs::write(
         args.out.join("report.json"),
         serde_json::to_string_pretty(&reports)?,

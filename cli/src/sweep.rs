@@ -17,7 +17,8 @@ use std::time::Instant;
 pub struct SweepArgs {
     #[command(flatten)]
     workload: WorkloadArgs,
-    /// Cluster sizes, NODESxGPUS, comma-separated: each is one load.
+    /// Cluster sizes, NODESxGPUS, comma-separated: each is one load. A cluster of several GPU models
+    /// joins its groups with `+` (`16x8:v100+16x8:p100+16x8:k80`).
     #[arg(long, default_value = "16x8,24x8,32x8,48x8,64x8,96x8")]
     clusters: String,
     /// Seeds, comma-separated: every cluster size runs with each.
@@ -146,7 +147,7 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
     let inputs = args.workload.inputs()?;
     // Every workload first (cheap), then the simulations on a pool of threads.
     let mut workloads: Vec<(usize, u64, Workload, SimConfig)> = Vec::new();
-    for (c, &size) in sizes.iter().enumerate() {
+    for (c, size) in sizes.iter().enumerate() {
         for &seed in &seeds {
             let (workload, config) = args.workload.workload(&inputs, size, seed)?;
             workloads.push((c, seed, workload, config));
@@ -162,9 +163,8 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
             .map(|w| format!("{:.2}", w.2.offered_load()))
             .collect();
         eprintln!(
-            "cluster {}x{}: {} jobs, offered load {} (by seed)",
-            size.0,
-            size.1,
+            "cluster {}: {} jobs, offered load {} (by seed)",
+            size.label(),
             workloads
                 .iter()
                 .find(|w| w.0 == c)

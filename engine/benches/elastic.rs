@@ -190,6 +190,7 @@ fn main() {
                 shared: false,
                 samples: (s1 - s0) as u32,
                 mean_step_s: step_s,
+                gpu: Default::default(),
             });
         }
     }

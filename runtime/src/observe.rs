@@ -7,6 +7,7 @@
 use chrono::{DateTime, Utc};
 use drover_core::JobId;
 use drover_scheduler::Shape;
+use drover_scheduler::cluster::GpuModelTag;
 use drover_scheduler::snapshot::{Observations, StepStats};
 use drover_store::{MetricFilter, MetricSample, Scope, Store, StoreResult, TaskRole};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -31,7 +32,8 @@ struct Tracked {
     /// The id of the last sample read.
     cursor: Option<i64>,
     /// (sample count, sum of step seconds) per shape.
-    shapes: BTreeMap<Shape, (u32, f64)>,
+    /// Per (shape, GPU model): step times seen and their sum.
+    shapes: BTreeMap<(Shape, GpuModelTag), (u32, f64)>,
     generations: BTreeMap<u64, Span>,
     losses: Vec<(u64, f64)>,
     /// Keep one loss sample in this many.
@@ -144,7 +146,12 @@ impl Tracked {
                         ps: sample.num_ps,
                         workers: sample.num_workers,
                     };
-                    let entry = self.shapes.entry(shape).or_default();
+                    let gpu = if sample.gpu_model.is_empty() {
+                        GpuModelTag::default()
+                    } else {
+                        GpuModelTag::of(&sample.gpu_model)
+                    };
+                    let entry = self.shapes.entry((shape, gpu)).or_default();
                     entry.0 += 1;
                     entry.1 += sample.value / 1000.0;
                 }
@@ -175,11 +182,12 @@ impl Tracked {
             step_stats: self
                 .shapes
                 .iter()
-                .map(|(&shape, &(samples, sum))| StepStats {
+                .map(|(&(shape, gpu), &(samples, sum))| StepStats {
                     shape,
                     shared: false,
                     samples,
                     mean_step_s: sum / f64::from(samples.max(1)),
+                    gpu,
                 })
                 .collect(),
             loss_samples: self.losses.clone(),

@@ -89,33 +89,139 @@ pub fn model_is(model: &str, name: &str) -> bool {
             .any(|word| word.eq_ignore_ascii_case(name))
 }
 
-impl Node {}
+/// A GPU model as the scheduler tells models apart: a hash of its name, case aside, so a step time
+/// or a node can carry it at no cost (`Copy`, compared as a number). `0`: not known.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+pub struct GpuModelTag(pub u64);
 
-/// `count` identical nodes of `gpus_per_node` GPUs each, `cpus_per_node` CPUs and `memory_gb_per_gpu`
-/// GB of host memory per GPU, eight nodes to a rack.
+impl GpuModelTag {
+    /// The tag of the model named `name` (FNV-1a over its lower-cased bytes; never 0).
+    pub fn of(name: &str) -> GpuModelTag {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in name.bytes() {
+            hash ^= u64::from(byte.to_ascii_lowercase());
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        GpuModelTag(hash.max(1))
+    }
+
+    pub fn is_unknown(&self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// The GPU models of a cluster's schedulable nodes, in order of first appearance, and each node's.
+#[derive(Debug, Clone, Default)]
+pub struct GpuModels {
+    pub tags: Vec<GpuModelTag>,
+    /// Each model's name, as the first node of it names it.
+    pub names: Vec<String>,
+    /// GPUs of each model.
+    pub gpus: Vec<u32>,
+    /// Per node, the index of its model (`usize::MAX`: no GPUs, or not schedulable).
+    pub node_model: Vec<usize>,
+}
+
+impl GpuModels {
+    pub fn of(nodes: &[Node]) -> GpuModels {
+        let mut models = GpuModels {
+            node_model: Vec::with_capacity(nodes.len()),
+            ..GpuModels::default()
+        };
+        for node in nodes {
+            let tag = node.gpu_tag();
+            if tag.is_unknown() || !node.schedulable {
+                models.node_model.push(usize::MAX);
+                continue;
+            }
+            let index = match models.tags.iter().position(|&t| t == tag) {
+                Some(index) => index,
+                None => {
+                    models.tags.push(tag);
+                    models.names.push(node.gpus[0].model.clone());
+                    models.gpus.push(0);
+                    models.tags.len() - 1
+                }
+            };
+            models.gpus[index] += node.num_gpus();
+            models.node_model.push(index);
+        }
+        models
+    }
+
+    /// The index of the model of node `node`'s GPUs, if it has any and is schedulable.
+    pub fn of_node(&self, node: u32) -> Option<usize> {
+        self.node_model
+            .get(node as usize)
+            .copied()
+            .filter(|&m| m != usize::MAX)
+    }
+}
+
+impl Node {
+    /// The model of its GPUs, as a tag (its first GPU's: a node's GPUs are one model in practice);
+    /// unknown without GPUs.
+    pub fn gpu_tag(&self) -> GpuModelTag {
+        self.gpus
+            .first()
+            .map_or(GpuModelTag::default(), |g| GpuModelTag::of(&g.model))
+    }
+}
+
+/// `count` identical nodes of `gpus_per_node` V100s each, `cpus_per_node` CPUs and
+/// `memory_gb_per_gpu` GB of host memory per GPU, eight nodes to a rack.
 pub fn uniform_cluster(
     count: u32,
     gpus_per_node: u32,
     cpus_per_node: u32,
     memory_gb_per_gpu: u32,
 ) -> Vec<Node> {
-    (0..count)
-        .map(|i| Node {
-            id: NodeId(i),
-            name: format!("node-{i:04}"),
-            rack: i / 8,
-            gpus: (0..gpus_per_node)
-                .map(|_| Gpu {
-                    model: "V100".to_owned(),
-                    memory_gb: 32.0,
-                })
-                .collect(),
-            cpus: cpus_per_node,
-            memory_gb: memory_gb_per_gpu * gpus_per_node.max(1),
-            schedulable: true,
-            runs_images: false,
-            labels: std::collections::BTreeMap::new(),
-            taints: Vec::new(),
-        })
-        .collect()
+    mixed_cluster(
+        &[(count, gpus_per_node, "V100")],
+        cpus_per_node,
+        memory_gb_per_gpu,
+    )
+}
+
+/// Groups of identical nodes, `(count, GPUs per node, GPU model)` each, numbered in order, with
+/// `cpus_per_node` CPUs and `memory_gb_per_gpu` GB of host memory per GPU, eight nodes to a rack.
+/// A GPU's memory is its model's (K80 12 GB a die, P100 16 GB, others 32 GB).
+pub fn mixed_cluster(
+    groups: &[(u32, u32, &str)],
+    cpus_per_node: u32,
+    memory_gb_per_gpu: u32,
+) -> Vec<Node> {
+    let mut nodes = Vec::new();
+    for &(count, gpus_per_node, model) in groups {
+        let memory_gb = if model_is(model, "k80") {
+            12.0
+        } else if model_is(model, "p100") {
+            16.0
+        } else {
+            32.0
+        };
+        for _ in 0..count {
+            let i = nodes.len() as u32;
+            nodes.push(Node {
+                id: NodeId(i),
+                name: format!("node-{i:04}"),
+                rack: i / 8,
+                gpus: (0..gpus_per_node)
+                    .map(|_| Gpu {
+                        model: model.to_owned(),
+                        memory_gb,
+                    })
+                    .collect(),
+                cpus: cpus_per_node,
+                memory_gb: memory_gb_per_gpu * gpus_per_node.max(1),
+                schedulable: true,
+                runs_images: false,
+                labels: std::collections::BTreeMap::new(),
+                taints: Vec::new(),
+            });
+        }
+    }
+    nodes
 }

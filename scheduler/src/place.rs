@@ -3,7 +3,7 @@
 //! Nodes are kept in buckets by free GPU count, so placing a job costs O(GPUs per node + nodes used)
 //! rather than a scan of the cluster; a job that cannot fit anywhere is refused in O(1) from the totals.
 
-use crate::cluster::NodeId;
+use crate::cluster::{GpuModelTag, NodeId};
 use crate::plan::{Placement, Role, TaskPlacement, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
 use std::collections::BTreeSet;
@@ -37,7 +37,20 @@ struct Traits {
     labels: std::collections::BTreeMap<String, String>,
     /// The distinct models of its GPUs.
     models: Vec<String>,
+    /// Its GPUs' model as a tag ([`crate::cluster::Node::gpu_tag`]).
+    tag: GpuModelTag,
     taints: Vec<crate::cluster::Taint>,
+}
+
+/// Which of a job's GPU models a placement may use.
+#[derive(Debug, Clone, Copy)]
+enum Only<'a> {
+    /// Any the job accepts.
+    Any,
+    /// The model of this name (one of the job's `gpu_types`).
+    Named(&'a str),
+    /// The model of this tag, where the job accepts it.
+    Tag(GpuModelTag),
 }
 
 impl Traits {
@@ -52,12 +65,13 @@ impl Traits {
             runs_images: node.runs_images,
             labels: node.labels.clone(),
             models,
+            tag: node.gpu_tag(),
             taints: node.taints.clone(),
         }
     }
 
     /// As [`JobView::may_run_on`], and with GPUs of model `only` when given.
-    fn admit(&self, job: &JobView, only: Option<&str>) -> bool {
+    fn admit(&self, job: &JobView, only: Only) -> bool {
         let all_are = |name: &str| {
             !self.models.is_empty()
                 && self
@@ -72,8 +86,12 @@ impl Traits {
                 .iter()
                 .all(|(key, value)| self.labels.get(key) == Some(value))
             && match only {
-                Some(name) => all_are(name),
-                None => job.gpu_types.is_empty() || job.gpu_types.iter().any(|t| all_are(t)),
+                Only::Named(name) => all_are(name),
+                Only::Tag(tag) => {
+                    self.tag == tag
+                        && (job.gpu_types.is_empty() || job.gpu_types.iter().any(|t| all_are(t)))
+                }
+                Only::Any => job.gpu_types.is_empty() || job.gpu_types.iter().any(|t| all_are(t)),
             }
     }
 }
@@ -134,8 +152,19 @@ impl FreeResources {
             traits: None,
         };
         let mut tainted = false;
+        // Several GPU models: a gang may be kept to one ([`FreeResources::place_preferring`]).
+        let mut mixed = false;
+        let first_model = snapshot
+            .nodes
+            .first()
+            .and_then(|n| n.gpus.first())
+            .map(|g| g.model.as_str());
         for node in &snapshot.nodes {
             tainted |= !node.taints.is_empty();
+            mixed |= node
+                .gpus
+                .first()
+                .is_some_and(|g| Some(g.model.as_str()) != first_model);
             let gpus = node.num_gpus().min(64);
             let entry = NodeFree {
                 gpu_free: if gpus == 64 {
@@ -155,7 +184,7 @@ impl FreeResources {
             }
             free.nodes.push(entry);
         }
-        if constrained || tainted {
+        if constrained || tainted || mixed {
             free.traits = Some(snapshot.nodes.iter().map(Traits::of).collect());
         }
         free
@@ -304,7 +333,7 @@ impl FreeResources {
 
     /// Whether node `n` may run `job` at all (and, given `only`, has GPUs of that model). Without
     /// traits (no job of the snapshot was constrained) only an unconstrained job may.
-    fn admits(&self, n: usize, job: &JobView, only: Option<&str>) -> bool {
+    fn admits(&self, n: usize, job: &JobView, only: Only) -> bool {
         match &self.traits {
             Some(traits) => traits.get(n).is_some_and(|t| t.admit(job, only)),
             None => !job.is_constrained(),
@@ -322,14 +351,36 @@ impl FreeResources {
         if job.gpu_types.len() > 1 && job.gpus_per_worker > 0 {
             let mut last = WaitReason::EligibleNodesBusy;
             for model in &job.gpu_types {
-                match self.place_only(job, shape, strategy, Some(model)) {
+                match self.place_only(job, shape, strategy, Only::Named(model)) {
                     Ok(placement) => return Ok(placement),
                     Err(reason) => last = reason,
                 }
             }
             return Err(last);
         }
-        self.place_only(job, shape, strategy, None)
+        self.place_only(job, shape, strategy, Only::Any)
+    }
+
+    /// Places a gang of `shape` for `job` all on GPUs of one model, trying `models` in order (those
+    /// the job does not accept are skipped), or says why it cannot.
+    pub fn place_preferring(
+        &mut self,
+        job: &JobView,
+        shape: Shape,
+        strategy: Strategy,
+        models: &[GpuModelTag],
+    ) -> Result<Placement, WaitReason> {
+        if job.gpus_per_worker == 0 || models.is_empty() {
+            return self.place(job, shape, strategy);
+        }
+        let mut last = WaitReason::EligibleNodesBusy;
+        for &model in models {
+            match self.place_only(job, shape, strategy, Only::Tag(model)) {
+                Ok(placement) => return Ok(placement),
+                Err(reason) => last = reason,
+            }
+        }
+        Err(last)
     }
 
     /// [`FreeResources::place`] on the nodes `job` may run on, of GPU model `only` when given.
@@ -338,7 +389,7 @@ impl FreeResources {
         job: &JobView,
         shape: Shape,
         strategy: Strategy,
-        only: Option<&str>,
+        only: Only,
     ) -> Result<Placement, WaitReason> {
         let per_worker_gpus = job.gpus_per_worker;
         let gpus = shape.workers * per_worker_gpus;
@@ -416,7 +467,7 @@ impl FreeResources {
         job: &JobView,
         workers: u32,
         strategy: Strategy,
-        only: Option<&str>,
+        only: Only,
     ) -> Result<Vec<(u32, u32)>, WaitReason> {
         let g = job.gpus_per_worker;
         let c = job.cpus_per_worker;
@@ -539,7 +590,7 @@ impl FreeResources {
             .enumerate()
             .filter(|(n, node)| {
                 node.schedulable
-                    && self.admits(*n, job, None)
+                    && self.admits(*n, job, Only::Any)
                     && !worker_nodes.iter().any(|w| w.0 == *n as u32)
             })
             .map(|(n, node)| {

@@ -24,6 +24,13 @@ pub struct StepStats {
     pub shared: bool,
     pub samples: u32,
     pub mean_step_s: f64,
+    /// The model of the GPUs it was measured on, where known: the same shape runs at another speed
+    /// on another model.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::cluster::GpuModelTag::is_unknown"
+    )]
+    pub gpu: crate::cluster::GpuModelTag,
 }
 
 /// What has been observed of a job; never its true speed or length.
@@ -50,6 +57,45 @@ pub struct Observations {
     /// It stops only at its budget (it declared no target to stop at earlier), whatever its loss
     /// curve says.
     pub runs_to_budget: bool,
+}
+
+impl Observations {
+    /// The GPU model it has the most measured steps on (alone on its GPUs): its speed model is
+    /// fitted to its step times there ([`Observations::home_step_stats`]). Unknown without any.
+    pub fn home_gpu(&self) -> crate::cluster::GpuModelTag {
+        let stats = &self.step_stats;
+        let Some(first) = stats.first() else {
+            return crate::cluster::GpuModelTag::default();
+        };
+        if stats.iter().all(|s| s.gpu == first.gpu) {
+            return first.gpu;
+        }
+        let mut samples: BTreeMap<crate::cluster::GpuModelTag, u64> = BTreeMap::new();
+        for s in stats.iter().filter(|s| !s.shared) {
+            *samples.entry(s.gpu).or_default() += u64::from(s.samples);
+        }
+        samples
+            .into_iter()
+            .max_by_key(|&(tag, n)| (n, std::cmp::Reverse(tag)))
+            .map_or(first.gpu, |(tag, _)| tag)
+    }
+
+    /// Its step times on its [`Observations::home_gpu`] model only: the same shape runs at another
+    /// speed on another model. All of them when they were measured on one model.
+    pub fn home_step_stats(&self) -> std::borrow::Cow<'_, [StepStats]> {
+        let home = self.home_gpu();
+        if self.step_stats.iter().all(|s| s.gpu == home) {
+            std::borrow::Cow::Borrowed(&self.step_stats)
+        } else {
+            std::borrow::Cow::Owned(
+                self.step_stats
+                    .iter()
+                    .filter(|s| s.gpu == home)
+                    .copied()
+                    .collect(),
+            )
+        }
+    }
 }
 
 /// What the hyper-parameter searcher says of a job that is one of its experiment's trials.

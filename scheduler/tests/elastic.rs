@@ -287,12 +287,14 @@ fn gandiva_time_slices_packs_with_introspection_and_grows_onto_idle_gpus() {
             shared: false,
             samples: 5,
             mean_step_s: 1.0,
+            gpu: Default::default(),
         },
         StepStats {
             shape,
             shared: true,
             samples: 5,
             mean_step_s: 3.0,
+            gpu: Default::default(),
         },
     ];
     let undone = gandiva.schedule(&small, &packed);
@@ -402,6 +404,7 @@ fn drover_takes_a_job_back_to_a_shape_it_measured_faster() {
         shared: false,
         samples: 10,
         mean_step_s,
+        gpu: Default::default(),
     };
     snap.jobs[0].observed.step_stats = vec![stats(one, 1.0), stats(grown, 1.5)];
     snap.jobs[0].observed.executed_s = 3600.0;

@@ -1,6 +1,7 @@
 //! Each baseline policy's behaviour on small, hand-made clusters.
 
 mod common;
+mod heterogeneous;
 
 use common::{FixedOracle, apply, id, job, snapshot};
 use drover_scheduler::plan::{JobPlan, RunReason, WaitReason};

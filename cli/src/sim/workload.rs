@@ -1,10 +1,11 @@
 //! The workload `drover sim` and `drover sim sweep` replay ([`WorkloadArgs`]): the trace, the
-//! measured speeds, the cluster's nodes (`--cluster NODESxGPUS`, [`parse_cluster`]) and the rules that
+//! measured speeds, the cluster's nodes (`--cluster NODESxGPUS[:MODEL],...`, [`parse_cluster`]) and the rules that
 //! turn trace jobs into simulated ones, read into a simulator workload; and the settings line both
 //! commands print about it ([`print_settings`]).
 
 use anyhow::{Context, bail};
-use drover_scheduler::cluster::uniform_cluster;
+use drover_scheduler::cluster::mixed_cluster;
+use drover_scheduler::sim::gavel::GavelTable;
 use drover_scheduler::sim::{self, SimConfig, TraceFilter};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -19,6 +20,10 @@ pub struct WorkloadArgs {
     /// Measured PS/worker speeds that give simulated jobs their true speed.
     #[arg(long, default_value = "data/models/ps_worker_speed.txt")]
     models: PathBuf,
+    /// Measured throughput per GPU model (Gavel's table): on a cluster of several models, each job's
+    /// speed on each.
+    #[arg(long, default_value = "data/models/gavel_throughputs.json")]
+    gpu_speeds: PathBuf,
     /// CPUs per node.
     #[arg(long, default_value_t = 64)]
     pub(super) cpus_per_node: u32,
@@ -73,6 +78,31 @@ pub struct Inputs {
     pub trace: Vec<sim::TraceJob>,
     pub models: Vec<sim::MeasuredModel>,
     pub quotas: sim::Quotas,
+    /// The per-model throughput table, read the first time a mixed cluster needs it.
+    gpu_speeds: std::sync::OnceLock<std::sync::Arc<GavelTable>>,
+    gpu_speeds_path: PathBuf,
+}
+
+impl Inputs {
+    fn gpu_speeds(&self) -> anyhow::Result<std::sync::Arc<GavelTable>> {
+        if let Some(table) = self.gpu_speeds.get() {
+            return Ok(table.clone());
+        }
+        let path = &self.gpu_speeds_path;
+        let text = std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "cannot read the per-model GPU speeds {} (the default is \
+                 data/models/gavel_throughputs.json in Drover's repository; run from the repository \
+                 root or pass --gpu-speeds FILE)",
+                path.display()
+            )
+        })?;
+        let table = GavelTable::parse(&text).with_context(|| format!("in {}", path.display()))?;
+        Ok(self
+            .gpu_speeds
+            .get_or_init(|| std::sync::Arc::new(table))
+            .clone())
+    }
 }
 
 impl WorkloadArgs {
@@ -121,30 +151,42 @@ impl WorkloadArgs {
             trace,
             models,
             quotas,
+            gpu_speeds: std::sync::OnceLock::new(),
+            gpu_speeds_path: self.gpu_speeds.clone(),
         })
     }
 
-    /// The workload on `cluster` (`NODESxGPUS`) with `seed`, and the simulator's configuration.
+    /// The workload on `cluster` with `seed`, and the simulator's configuration.
     pub fn workload(
         &self,
         inputs: &Inputs,
-        cluster: (u32, u32),
+        cluster: &ClusterSpec,
         seed: u64,
     ) -> anyhow::Result<(sim::Workload, SimConfig)> {
-        let nodes = uniform_cluster(
-            cluster.0,
-            cluster.1,
-            self.cpus_per_node,
-            self.memory_per_gpu,
-        );
+        let nodes = cluster.nodes(self.cpus_per_node, self.memory_per_gpu);
+        let gpu_speeds = if cluster.is_mixed() {
+            let table = inputs.gpu_speeds()?;
+            for (_, _, model) in &cluster.groups {
+                let model = model.as_deref().unwrap_or("v100");
+                if !table.knows(model) {
+                    bail!(
+                        "--cluster: no measured speeds for GPU model `{model}` in {} (it has: {})",
+                        self.gpu_speeds.display(),
+                        table.models().join(", ")
+                    );
+                }
+            }
+            Some(table)
+        } else {
+            None
+        };
         if let sim::Quotas::Configured(rows) = &inputs.quotas {
             let guaranteed: u64 = rows.iter().map(|(_, g, _)| u64::from(*g)).sum();
-            let gpus = u64::from(cluster.0) * u64::from(cluster.1);
+            let gpus = u64::from(cluster.total_gpus());
             if guaranteed > gpus {
                 bail!(
-                    "the quota file guarantees {guaranteed} GPUs in all, the {}x{} cluster has {gpus}",
-                    cluster.0,
-                    cluster.1
+                    "the quota file guarantees {guaranteed} GPUs in all, the {} cluster has {gpus}",
+                    cluster.label()
                 );
             }
         }
@@ -153,6 +195,7 @@ impl WorkloadArgs {
             recorded_ps: self.recorded_ps,
             quotas: inputs.quotas.clone(),
             memory_gb_per_task: self.memory_per_task,
+            gpu_speeds,
         };
         let workload = sim::build_workload_with(&inputs.trace, &inputs.models, nodes, &options);
         let config = SimConfig {
@@ -165,21 +208,100 @@ impl WorkloadArgs {
     }
 }
 
-/// A cluster given as NODESxGPUS (`48x8`): its node count and GPUs per node.
-pub(crate) fn parse_cluster(spec: &str) -> anyhow::Result<(u32, u32)> {
-    let (nodes, gpus) = spec
-        .split_once('x')
-        .context("--cluster must look like 48x8 (nodes x GPUs per node)")?;
-    let nodes: u32 = nodes
-        .parse()
-        .context("--cluster: the node count is not a number")?;
-    let gpus: u32 = gpus
-        .parse()
-        .context("--cluster: the GPUs per node is not a number")?;
-    if nodes == 0 || gpus == 0 || nodes > 100_000 || gpus > 64 {
+/// A cluster: groups of identical nodes, `NODESxGPUS` (V100s) or `NODESxGPUS:MODEL`, joined by `,` or
+/// `+` (`16x8:v100,16x8:p100,16x8:k80`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ClusterSpec {
+    /// (nodes, GPUs per node, GPU model) per group.
+    pub groups: Vec<(u32, u32, Option<String>)>,
+}
+
+impl ClusterSpec {
+    pub fn total_gpus(&self) -> u32 {
+        self.groups.iter().map(|(n, g, _)| n * g).sum()
+    }
+
+    pub fn node_count(&self) -> u32 {
+        self.groups.iter().map(|(n, _, _)| n).sum()
+    }
+
+    /// Whether its GPUs are of more than one model.
+    pub fn is_mixed(&self) -> bool {
+        let model = |m: &Option<String>| m.as_deref().unwrap_or("v100").to_ascii_lowercase();
+        self.groups
+            .iter()
+            .any(|(_, _, m)| model(m) != model(&self.groups[0].2))
+    }
+
+    /// `48x8`, or `16x8:v100+16x8:p100`.
+    pub fn label(&self) -> String {
+        self.groups
+            .iter()
+            .map(|(n, g, m)| match m {
+                Some(m) => format!("{n}x{g}:{m}"),
+                None => format!("{n}x{g}"),
+            })
+            .collect::<Vec<_>>()
+            .join("+")
+    }
+
+    fn nodes(
+        &self,
+        cpus_per_node: u32,
+        memory_per_gpu: u32,
+    ) -> Vec<drover_scheduler::cluster::Node> {
+        let groups: Vec<(u32, u32, &str)> = self
+            .groups
+            .iter()
+            .map(|(n, g, m)| (*n, *g, m.as_deref().unwrap_or("V100")))
+            .collect();
+        mixed_cluster(&groups, cpus_per_node, memory_per_gpu)
+    }
+}
+
+/// Parses `--cluster`: `48x8` (nodes x GPUs per node), or groups with a GPU model each
+/// (`16x8:v100,16x8:p100`, also joined by `+`).
+pub(crate) fn parse_cluster(spec: &str) -> anyhow::Result<ClusterSpec> {
+    let mut groups = Vec::new();
+    for part in spec.split([',', '+']).map(str::trim) {
+        let (size, model) = match part.split_once(':') {
+            Some((size, model)) => {
+                let model = model.trim();
+                if model.is_empty()
+                    || !model
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                {
+                    bail!(
+                        "--cluster: `{part}`: the GPU model after `:` must be a name such as v100"
+                    );
+                }
+                (size, Some(model.to_owned()))
+            }
+            None => (part, None),
+        };
+        let (nodes, gpus) = size.split_once('x').with_context(|| {
+            format!(
+                "--cluster: `{part}` must look like 48x8 (nodes x GPUs per node), or 16x8:v100 with \
+                 a GPU model"
+            )
+        })?;
+        let nodes: u32 = nodes
+            .parse()
+            .with_context(|| format!("--cluster: `{part}`: the node count is not a number"))?;
+        let gpus: u32 = gpus
+            .parse()
+            .with_context(|| format!("--cluster: `{part}`: the GPUs per node is not a number"))?;
+        if nodes == 0 || gpus == 0 || gpus > 64 {
+            bail!("--cluster: `{part}`: between 1 and 100000 nodes of 1 to 64 GPUs");
+        }
+        groups.push((nodes, gpus, model));
+    }
+    let spec = ClusterSpec { groups };
+    if spec.node_count() > 100_000 {
         bail!("--cluster: between 1 and 100000 nodes of 1 to 64 GPUs");
     }
-    Ok((nodes, gpus))
+    Ok(spec)
 }
 
 fn time_arg(value: &Option<String>, flag: &str) -> anyhow::Result<Option<f64>> {
@@ -218,4 +340,44 @@ pub(crate) fn print_settings(config: &SimConfig, args: &WorkloadArgs) {
             sim::Interference::Fixed(x) => format!("fixed {:.0}%", 100.0 * x),
         }
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clusters_parse_with_and_without_gpu_models() {
+        let plain = parse_cluster("48x8").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(plain.groups, [(48, 8, None)]);
+        assert!(!plain.is_mixed());
+        assert_eq!(plain.label(), "48x8");
+        let mixed = parse_cluster("16x8:v100,16x8:p100+16x4:k80").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(mixed.total_gpus(), 16 * 8 * 2 + 16 * 4);
+        assert!(mixed.is_mixed());
+        assert_eq!(mixed.label(), "16x8:v100+16x8:p100+16x4:k80");
+        // One model named twice is not mixed; V100 is the default model.
+        assert!(
+            !parse_cluster("2x8:V100,2x8")
+                .unwrap_or_else(|e| panic!("{e}"))
+                .is_mixed()
+        );
+        for bad in [
+            "48",
+            "48x",
+            "x8",
+            "0x8",
+            "4x65",
+            "4x8:",
+            "4x8:v 100",
+            "4x8,",
+            "200000x1",
+        ] {
+            let err = parse_cluster(bad).err().map(|e| e.to_string());
+            assert!(
+                err.as_deref().is_some_and(|e| e.starts_with("--cluster")),
+                "{bad}: {err:?}"
+            );
+        }
+    }
 }

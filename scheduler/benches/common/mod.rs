@@ -99,6 +99,7 @@ pub fn build_with(
                         * (0.7 / f64::from(workers)
                             + 0.1
                             + 0.2 * f64::from(workers) / f64::from(ps)),
+                    gpu: Default::default(),
                 }
             })
             .collect();

@@ -98,6 +98,7 @@ mod tests {
                     shared: false,
                     samples: 10,
                     mean_step_s: SpeedModel::dot(&theta, shape),
+                    gpu: Default::default(),
                 }
             })
             .collect()

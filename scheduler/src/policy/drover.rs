@@ -9,7 +9,7 @@
 use super::common::{min_shape, non_preemptible_first};
 use super::defrag::make_room;
 use super::elastic::{
-    ElasticParams, Owed, ResizeRule, allocate, keep_unneeded_victims, place_targets,
+    ElasticParams, Owed, ResizeRule, allocate, keep_unneeded_victims, place_targets_on,
 };
 use super::gandiva::learn_bad_packing;
 use super::interface::{Oracle, Policy, PolicyError};
@@ -17,13 +17,17 @@ use super::optimus::ModelCache;
 use super::packing::pack;
 use super::tiresias::Tiresias;
 use super::trials::prefer_promising;
+use crate::cluster::GpuModelTag;
 use crate::place::FreeResources;
 use crate::plan::{JobPlan, Plan, RunReason, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
 use drover_core::JobId;
 use std::collections::{BTreeMap, BTreeSet};
 
+mod models;
 mod shapes;
+pub(crate) use models::ModelLearner;
+use models::{Models, ToPlace, choose_models, job_speeds, models_of};
 use shapes::{arrival_shape, measured_slower, measured_step_s, requested_shape, resize_horizon};
 
 #[derive(Debug, Clone)]
@@ -46,6 +50,12 @@ pub struct DroverPolicy {
     /// packed again, and its pair is undone.
     pub max_shared_slowdown: f64,
     pub(super) no_pack: BTreeSet<JobId>,
+    /// On a cluster of several GPU models, keep each gang on one model and give each job the model
+    /// it gains most from ([`models`]); off, every GPU counts as the same.
+    pub by_model: bool,
+    pub(super) model_learner: ModelLearner,
+    /// When each job was last moved to another GPU model.
+    pub(super) moved_at: BTreeMap<JobId, f64>,
 }
 
 /// Attained service (GPU-seconds) that moves a job from the first LAS queue to the second: 4
@@ -82,6 +92,9 @@ impl Default for DroverPolicy {
             search: true,
             max_shared_slowdown: 2.0,
             no_pack: BTreeSet::new(),
+            by_model: true,
+            model_learner: ModelLearner::default(),
+            moved_at: BTreeMap::new(),
         }
     }
 }
@@ -302,18 +315,107 @@ impl DroverPolicy {
     }
 }
 
+impl DroverPolicy {
+    /// Per job (by index), the GPU models to try in order when it is placed anew this round, and
+    /// which running jobs move to another model ([`choose_models`]).
+    fn choose(
+        &mut self,
+        snapshot: &ClusterSnapshot,
+        models: &Models,
+        order: &[usize],
+        targets: &[Option<Shape>],
+    ) -> Choice {
+        let model_of = |node: u32| models.of_node(node);
+        let room = models.gpus.clone();
+        let live: BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
+        self.moved_at.retain(|id, _| live.contains(id));
+        let mut jobs = Vec::new();
+        for &i in order {
+            let job = &snapshot.jobs[i];
+            let Some(target) = targets[i] else {
+                continue;
+            };
+            let allowed = models
+                .names
+                .iter()
+                .map(|name| {
+                    job.gpu_types.is_empty()
+                        || job
+                            .gpu_types
+                            .iter()
+                            .any(|t| crate::cluster::model_is(name, t))
+                })
+                .collect();
+            // A running job keeping its shape, on the model of its first worker.
+            let current = job
+                .placement
+                .as_ref()
+                .filter(|p| p.shape() == target)
+                .and_then(|p| p.tasks.iter().find(|t| !t.gpus.is_empty()))
+                .and_then(|t| model_of(t.node.0));
+            let settled_since = job.observed.last_state_change_s.max(
+                self.moved_at
+                    .get(&job.id)
+                    .copied()
+                    .unwrap_or(f64::NEG_INFINITY),
+            );
+            jobs.push(ToPlace {
+                index: i,
+                gpus: job.gpus_at(target),
+                speeds: job_speeds(&self.model_learner, models, job),
+                allowed,
+                current,
+                may_move: snapshot.now_s - settled_since >= MODEL_MOVE_MIN_S,
+                executed_s: job.observed.executed_s,
+                group: (job.priority, self.las.queue_key(job.id).0),
+            });
+        }
+        let mut choice = Choice {
+            models: vec![None; snapshot.jobs.len()],
+            moving: vec![false; snapshot.jobs.len()],
+        };
+        for chosen in choose_models(models, jobs, room) {
+            if chosen.moving {
+                choice.moving[chosen.index] = true;
+                self.moved_at
+                    .insert(snapshot.jobs[chosen.index].id, snapshot.now_s);
+            }
+            choice.models[chosen.index] = chosen.models;
+        }
+        choice
+    }
+}
+
+/// Seconds a job runs where it was put before it is moved to another GPU model: a move costs a
+/// checkpoint and a restart, and jobs bouncing between models would pay it every round.
+const MODEL_MOVE_MIN_S: f64 = 900.0;
+
+/// The models each job tries and the running jobs that move, for one round.
+#[derive(Debug, Default)]
+struct Choice {
+    models: Vec<Option<Vec<GpuModelTag>>>,
+    moving: Vec<bool>,
+}
+
 impl Policy for DroverPolicy {
     fn fork(&self, _oracle: Option<Box<dyn Oracle>>) -> Result<Box<dyn Policy>, PolicyError> {
         Ok(Box::new(self.clone()))
     }
 
     fn name(&self) -> &'static str {
-        match (self.quotas, self.packing, self.params.grow, self.search) {
-            (true, true, true, true) => "drover",
-            (false, _, _, _) => "drover-no-quotas",
-            (_, false, _, _) => "drover-no-packing",
-            (_, _, false, _) => "drover-no-elastic",
-            (_, _, _, false) => "drover-no-search",
+        match (
+            self.quotas,
+            self.packing,
+            self.params.grow,
+            self.search,
+            self.by_model,
+        ) {
+            (true, true, true, true, true) => "drover",
+            (false, _, _, _, _) => "drover-no-quotas",
+            (_, false, _, _, _) => "drover-no-packing",
+            (_, _, false, _, _) => "drover-no-elastic",
+            (_, _, _, false, _) => "drover-no-search",
+            (_, _, _, _, false) => "drover-model-blind",
         }
     }
 
@@ -376,11 +478,35 @@ impl Policy for DroverPolicy {
             &worth,
             self.params,
         );
-        let (mut plan, mut free) = place_targets(snapshot, &order, &targets, Tiresias::strategy);
+        // On several GPU models: the models each job placed anew tries, in order.
+        let models = if self.by_model {
+            models_of(snapshot)
+        } else {
+            None
+        };
+        let mut choice = Choice::default();
+        if let Some(models) = &models {
+            self.model_learner.update(snapshot);
+            choice = self.choose(snapshot, models, &order, &targets);
+        }
+        let place = |choice: &Choice, targets: &[Option<Shape>]| {
+            place_targets_on(
+                snapshot,
+                &order,
+                targets,
+                Tiresias::strategy,
+                |i| choice.models.get(i).and_then(|c| c.as_deref()),
+                |i| choice.moving.get(i).copied().unwrap_or(false),
+            )
+        };
+        let (mut plan, mut free) = place(&choice, &targets);
         // An admitted job that must sit on one node and found none: later jobs grown on the node
         // where the fewest must go give workers back, and placement runs again.
         if make_room(snapshot, &order, &mut targets, &plan, &free) {
-            (plan, free) = place_targets(snapshot, &order, &targets, Tiresias::strategy);
+            if let Some(models) = &models {
+                choice = self.choose(snapshot, models, &order, &targets);
+            }
+            (plan, free) = place(&choice, &targets);
         }
         keep_unneeded_victims(snapshot, &order, &mut plan, &mut free);
         if self.packing {
@@ -455,8 +581,23 @@ impl Policy for DroverPolicy {
             smallest
         };
         let mut shape = arrival_shape(job, start, gpus, cpus, snapshot);
+        // On several GPU models: all on one, its fastest first (as far as is known).
+        let models: Vec<GpuModelTag> = match models_of(snapshot).filter(|_| self.by_model) {
+            Some(models) => {
+                let speeds = job_speeds(&self.model_learner, &models, job);
+                let mut order: Vec<usize> = (0..models.tags.len()).collect();
+                order.sort_by(|&a, &b| speeds.relative[b].total_cmp(&speeds.relative[a]));
+                order.into_iter().map(|m| models.tags[m]).collect()
+            }
+            None => Vec::new(),
+        };
         loop {
-            match free.place(job, shape, Tiresias::strategy(job)) {
+            let placed = if models.is_empty() {
+                free.place(job, shape, Tiresias::strategy(job))
+            } else {
+                free.place_preferring(job, shape, Tiresias::strategy(job), &models)
+            };
+            match placed {
                 Ok(placement) => {
                     return JobPlan::Run {
                         placement,

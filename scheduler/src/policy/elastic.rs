@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 mod place;
-pub use place::{keep_unneeded_victims, place_targets};
+pub use place::{keep_unneeded_victims, place_targets, place_targets_on};
 
 /// When a running job's shape is worth changing, where keeping it is possible.
 #[derive(Debug, Clone, Copy, PartialEq)]

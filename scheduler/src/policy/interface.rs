@@ -25,6 +25,12 @@ pub trait Policy: std::fmt::Debug + Send {
 pub trait Oracle: std::fmt::Debug + Send {
     /// Seconds the job still needs at `shape`, running alone.
     fn remaining_s(&self, job: JobId, shape: Shape) -> f64;
+
+    /// The job's throughput on GPUs of `model` relative to its fastest model (1 where every model
+    /// runs it alike).
+    fn model_speed(&self, _job: JobId, _model: crate::cluster::GpuModelTag) -> f64 {
+        1.0
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -12,6 +12,7 @@ pub fn policy_names() -> Vec<&'static str> {
         "optimus",
         "optimus-oracle",
         "gandiva",
+        "gavel",
         "drover",
     ]
 }
@@ -24,10 +25,11 @@ pub fn ablation_names() -> Vec<&'static str> {
         "drover-no-packing",
         "drover-no-elastic",
         "drover-no-search",
+        "drover-model-blind",
     ]
 }
 
 /// Whether the named policy is an oracle baseline (it needs the true remaining times).
 pub fn is_oracle_policy(name: &str) -> bool {
-    matches!(name, "srtf" | "optimus-oracle")
+    matches!(name, "srtf" | "optimus-oracle" | "gavel")
 }

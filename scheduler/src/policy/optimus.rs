@@ -59,7 +59,7 @@ impl ModelCache {
                     entry.loss_samples = observed.loss_samples.len();
                 }
                 if entry.step_samples != step_samples {
-                    entry.speed = SpeedModel::from_observations(&observed.step_stats);
+                    entry.speed = SpeedModel::from_observations(&observed.home_step_stats());
                     entry.step_samples = step_samples;
                 }
                 let done = observed.steps_done as f64;

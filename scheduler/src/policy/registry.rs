@@ -6,6 +6,7 @@ use super::drover::DroverPolicy;
 use super::elastic::ElasticParams;
 use super::fifo::Fifo;
 use super::gandiva::Gandiva;
+use super::gavel::Gavel;
 use super::interface::{Oracle, Policy, PolicyError};
 use super::limits::TenantLimited;
 use super::optimus::Optimus;
@@ -36,6 +37,7 @@ fn build_unlimited(
             oracle.ok_or(PolicyError::NeedsOracle("optimus-oracle"))?,
         )),
         "gandiva" => Box::new(Gandiva::default()),
+        "gavel" => Box::new(Gavel::new(oracle.ok_or(PolicyError::NeedsOracle("gavel"))?)),
         "drover" => Box::new(DroverPolicy::default()),
         "drover-no-quotas" => Box::new(DroverPolicy {
             quotas: false,
@@ -47,6 +49,10 @@ fn build_unlimited(
         }),
         "drover-no-search" => Box::new(DroverPolicy {
             search: false,
+            ..DroverPolicy::default()
+        }),
+        "drover-model-blind" => Box::new(DroverPolicy {
+            by_model: false,
             ..DroverPolicy::default()
         }),
         "drover-no-elastic" => Box::new(DroverPolicy {

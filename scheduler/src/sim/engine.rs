@@ -71,6 +71,10 @@ struct Engine {
     /// The jobs using each GPU (`node * 64 + gpu`): up to two job indexes, [`NO_JOB`] for none.
     gpu_users: Vec<[u32; 2]>,
     busy: u32,
+    /// Per node, the index of its GPU model in [`Workload::gpu_models`] (empty when those are).
+    node_model: Vec<usize>,
+    /// Per node, its GPU model's tag, for the step times it reports.
+    node_tag: Vec<crate::cluster::GpuModelTag>,
     oracle: Option<Arc<Mutex<OracleState>>>,
     predictor: Option<Predictor>,
 }
@@ -124,7 +128,26 @@ impl Engine {
                 }
             }
         }
-        self.truths[index].steps_per_s(placement.shape()) * self.ckpt_factor() * factor
+        self.truths[index].steps_per_s(placement.shape())
+            * self.model_speed(index, placement)
+            * self.ckpt_factor()
+            * factor
+    }
+
+    /// A job's speed on its placement's GPU models relative to its fastest: a gang is as fast as its
+    /// slowest GPUs.
+    fn model_speed(&self, index: usize, placement: &Placement) -> f64 {
+        if self.node_model.is_empty() {
+            return 1.0;
+        }
+        let truth = &self.truths[index];
+        placement
+            .tasks
+            .iter()
+            .filter(|t| !t.gpus.is_empty())
+            .filter_map(|t| self.node_model.get(t.node.0 as usize))
+            .map(|&model| truth.model_speed(model))
+            .fold(1.0, f64::min)
     }
 
     /// Records job `index` on a placement's GPUs (`add`) or off them.
@@ -304,6 +327,24 @@ pub(crate) fn simulate(
         outcome: Outcome::default(),
         gpu_users: vec![[NO_JOB; 2]; workload.nodes.len() * 64],
         busy: 0,
+        node_model: if workload.gpu_models.is_empty() {
+            Vec::new()
+        } else {
+            workload
+                .nodes
+                .iter()
+                .map(|n| {
+                    n.gpus
+                        .first()
+                        .and_then(|g| {
+                            let model = g.model.to_ascii_lowercase();
+                            workload.gpu_models.iter().position(|m| *m == model)
+                        })
+                        .unwrap_or(usize::MAX)
+                })
+                .collect()
+        },
+        node_tag: workload.nodes.iter().map(|n| n.gpu_tag()).collect(),
         oracle,
         predictor: predict.map(Predictor::new),
     };

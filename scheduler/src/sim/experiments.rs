@@ -147,6 +147,7 @@ fn truth_for(model: &MeasuredModel, steps: f64, loss: (f64, f64, f64, f64)) -> J
         total_steps: steps.max(1.0),
         step_noise: model.residual.clamp(0.02, 0.15),
         loss,
+        model_speeds: Vec::new(),
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod config;
 pub mod engine;
 pub mod experiments;
+pub mod gavel;
 pub mod predict;
 pub mod report;
 pub mod speed;
@@ -46,6 +47,11 @@ pub fn oracle_for(workload: &Workload, config: &SimConfig) -> (SimOracle, Arc<Mu
             config.costs.checkpoint_every_s,
             config.costs.checkpoint_s,
         ),
+        model_tags: workload
+            .gpu_models
+            .iter()
+            .map(|m| crate::cluster::GpuModelTag::of(m))
+            .collect(),
     };
     (oracle, state)
 }

@@ -29,10 +29,18 @@ pub struct JobTruth {
     pub(crate) step_noise: f64,
     /// Loss curve a·(k + k0)^(−α) + c, flat after `total_steps`.
     pub(crate) loss: (f64, f64, f64, f64),
+    /// On a cluster of several GPU models, its speed on each ([`super::Workload::gpu_models`]) as a
+    /// fraction of its speed on its fastest; empty: the same on every GPU.
+    pub(crate) model_speeds: Vec<f64>,
 }
 
 impl JobTruth {
-    /// True throughput in steps/s at `shape`, alone on its GPUs.
+    /// Its speed on GPU model `model` (an index into the workload's models) relative to its fastest.
+    pub(crate) fn model_speed(&self, model: usize) -> f64 {
+        self.model_speeds.get(model).copied().unwrap_or(1.0)
+    }
+
+    /// True throughput in steps/s at `shape`, alone on its GPUs of its fastest model.
     pub(crate) fn steps_per_s(&self, shape: Shape) -> f64 {
         if shape.workers == 0 {
             return 0.0;
@@ -69,9 +77,21 @@ pub struct SimOracle {
     pub(crate) truths: Arc<Vec<JobTruth>>,
     pub(crate) state: Arc<Mutex<OracleState>>,
     pub(crate) checkpoint_factor: f64,
+    /// The tags of the workload's GPU models ([`super::Workload::gpu_models`]), in order.
+    pub(crate) model_tags: Vec<crate::cluster::GpuModelTag>,
 }
 
 impl Oracle for SimOracle {
+    fn model_speed(&self, job: JobId, model: crate::cluster::GpuModelTag) -> f64 {
+        let Some(truth) = self.truths.get(job.0.as_u128() as usize) else {
+            return 1.0;
+        };
+        self.model_tags
+            .iter()
+            .position(|&t| t == model)
+            .map_or(1.0, |m| truth.model_speed(m))
+    }
+
     fn remaining_s(&self, job: JobId, shape: Shape) -> f64 {
         let index = job.0.as_u128() as usize;
         let Some(truth) = self.truths.get(index) else {

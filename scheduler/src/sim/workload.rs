@@ -3,6 +3,7 @@
 //! reproduces its recorded duration (give or take the seed's noise), an elastic range (70% of jobs) and a
 //! loss curve. Tenants' guarantees come from a configuration, never from the replayed jobs.
 
+use super::gavel::{GavelTable, scale_for};
 use super::speed::MeasuredModel;
 use super::trace::TraceJob;
 use super::truth::JobTruth;
@@ -113,6 +114,9 @@ pub struct WorkloadOptions {
     /// Host memory each task (worker or PS shard) needs, GB; 0 counts none (the traces say nothing
     /// of memory).
     pub memory_gb_per_task: u32,
+    /// Measured throughput per GPU model: on a cluster of several models, each job's true speed on
+    /// each ([`super::gavel`]). Without it, or on one model, every GPU runs a job alike.
+    pub gpu_speeds: Option<Arc<GavelTable>>,
 }
 
 /// What the simulator knows of a job beyond what the scheduler sees.
@@ -125,6 +129,8 @@ pub struct SimJob {
     pub recorded: Shape,
     pub model: String,
     pub tenant: String,
+    /// The measured job type that sets its speed per GPU model, on a cluster of several.
+    pub job_type: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -133,6 +139,9 @@ pub struct Workload {
     pub tenants: Vec<Tenant>,
     pub jobs: Vec<SimJob>,
     pub truths: Arc<Vec<JobTruth>>,
+    /// The cluster's GPU models (lower case, in order of first appearance) when it has several and
+    /// jobs' speeds differ by model; empty otherwise.
+    pub gpu_models: Vec<String>,
     /// Trace jobs dropped because they ask for more GPUs than the cluster has, or than their tenant's
     /// maximum.
     pub skipped: usize,
@@ -243,7 +252,30 @@ pub fn build_workload_with(
         .collect();
     let mut made: Vec<(SimJob, JobTruth)> = Vec::new();
     let mut skipped = 0;
+    // Speeds per GPU model come from their own stream, so a one-model cluster's draws are unchanged.
+    let gpu_models = distinct_models(&nodes);
+    let by_model = options.gpu_speeds.as_ref().filter(|_| gpu_models.len() > 1);
+    let gpu_models = if by_model.is_some() {
+        gpu_models
+    } else {
+        Vec::new()
+    };
+    let mut model_rng = ChaCha8Rng::seed_from_u64(options.seed ^ 0x6a7e_1c0d);
     for job in trace {
+        let (job_type, model_speeds) = match by_model {
+            Some(table) => {
+                let scale = scale_for(job.gpus);
+                let types = table.job_types_for(&gpu_models, scale);
+                if types.is_empty() {
+                    (None, Vec::new())
+                } else {
+                    let job_type = types[model_rng.random_range(0..types.len())].clone();
+                    let speeds = table.relative_speeds(&gpu_models, &job_type, scale);
+                    (Some(job_type), speeds)
+                }
+            }
+            None => (None, Vec::new()),
+        };
         // Draw everything for every trace job, kept or not, so one job's draws never shift another's.
         let model = models[rng.random_range(0..models.len())].clone();
         let fixed = rng.random_bool(FIXED_FRACTION);
@@ -269,6 +301,7 @@ pub fn build_workload_with(
             total_steps: 1.0,
             step_noise: 0.0,
             loss: (0.0, 1.0, 1.0, 0.0),
+            model_speeds: Vec::new(),
         };
         let speed_at = |ps: u32| probe.steps_per_s(Shape { ps, workers: w_rec });
         let p_rec = match options.recorded_ps {
@@ -327,6 +360,7 @@ pub fn build_workload_with(
             total_steps,
             step_noise: model.residual.clamp(0.02, 0.15),
             loss: (a, k0, alpha, c),
+            model_speeds,
         };
         let sim_job = SimJob {
             view: JobView {
@@ -357,6 +391,7 @@ pub fn build_workload_with(
             recorded,
             model: model.name.clone(),
             tenant: job.tenant.clone(),
+            job_type,
         };
         made.push((sim_job, truth));
     }
@@ -374,6 +409,21 @@ pub fn build_workload_with(
         tenants,
         jobs,
         truths: Arc::new(truths),
+        gpu_models,
         skipped,
     }
+}
+
+/// The distinct models of the nodes' GPUs (each node's first GPU's), lower case, in order.
+pub(crate) fn distinct_models(nodes: &[Node]) -> Vec<String> {
+    let mut models: Vec<String> = Vec::new();
+    for node in nodes {
+        if let Some(gpu) = node.gpus.first() {
+            let model = gpu.model.to_ascii_lowercase();
+            if !models.contains(&model) {
+                models.push(model);
+            }
+        }
+    }
+    models
 }

@@ -13,6 +13,7 @@ fn estimates_use_the_budget_and_speed_else_the_tenants_history() {
         shared: false,
         samples: 20,
         mean_step_s: 0.5,
+        gpu: Default::default(),
     });
     j.observed.steps_done = 1_000;
     j.observed.step_budget = Some(3_000);
@@ -258,6 +259,7 @@ fn shared_finish(seen_alone: Option<f64>, seen_shared: Option<f64>) -> f64 {
             shared: false,
             samples: 10,
             mean_step_s: seen,
+            gpu: Default::default(),
         });
     }
     if let Some(seen) = seen_shared {
@@ -266,6 +268,7 @@ fn shared_finish(seen_alone: Option<f64>, seen_shared: Option<f64>) -> f64 {
             shared: true,
             samples: 10,
             mean_step_s: seen,
+            gpu: Default::default(),
         });
     }
     for j in &mut jobs {
@@ -319,6 +322,7 @@ fn a_job_only_seen_sharing_counts_its_work_in_seconds() {
         shared: true,
         samples: 20,
         mean_step_s: 2.0,
+        gpu: Default::default(),
     });
     j.observed.steps_done = 1_000;
     j.observed.attained_gpu_s = 2.0 * 2_000.0;
@@ -330,6 +334,7 @@ fn a_job_only_seen_sharing_counts_its_work_in_seconds() {
         shared: false,
         samples: 5,
         mean_step_s: 1.2,
+        gpu: Default::default(),
     });
     assert!((work_done_s(&j) - 1_200.0).abs() < 1e-6);
 }

@@ -60,10 +60,14 @@ fn measurement(job: &JobView, shape: Shape) -> Option<f64> {
 }
 
 fn trusted_measurements(job: &JobView) -> impl Iterator<Item = (Shape, f64)> + '_ {
+    // On its home GPU model only, where its speed model is fitted.
+    let home = job.observed.home_gpu();
     job.observed
         .step_stats
         .iter()
-        .filter(|s| !s.shared && s.samples >= MEASURED_MIN_SAMPLES && s.mean_step_s > 0.0)
+        .filter(move |s| {
+            !s.shared && s.samples >= MEASURED_MIN_SAMPLES && s.mean_step_s > 0.0 && s.gpu == home
+        })
         .map(|s| (s.shape, s.mean_step_s))
 }
 
@@ -94,7 +98,7 @@ pub(super) fn arrival_shape(
     cpus: u32,
     snapshot: &ClusterSnapshot,
 ) -> Shape {
-    let speed = SpeedModel::from_observations(&job.observed.step_stats);
+    let speed = SpeedModel::from_observations(&job.observed.home_step_stats());
     let mut shape = start;
     let max_workers = job
         .preferred

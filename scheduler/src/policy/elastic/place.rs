@@ -2,6 +2,7 @@
 //! are placed in the policy's order, shrinking where fragmentation demands; preempted jobs whose GPUs
 //! no one took keep running.
 
+use crate::cluster::GpuModelTag;
 use crate::place::{FreeResources, Strategy};
 use crate::plan::{JobPlan, Plan, RunReason, WaitReason};
 use crate::policy::common::min_shape;
@@ -15,8 +16,24 @@ pub fn place_targets(
     targets: &[Option<Shape>],
     strategy: impl Fn(&JobView) -> Strategy,
 ) -> (Plan, FreeResources) {
+    place_targets_on(snapshot, order, targets, strategy, |_| None, |_| false)
+}
+
+/// [`place_targets`], each job (by index) placed on GPUs of one model, the first of those
+/// `models` gives that holds its gang, where it gives any; running jobs `moving` selects are placed
+/// anew even where their shape stays (to move them to another model).
+pub fn place_targets_on<'a>(
+    snapshot: &ClusterSnapshot,
+    order: &[usize],
+    targets: &[Option<Shape>],
+    strategy: impl Fn(&JobView) -> Strategy,
+    models: impl Fn(usize) -> Option<&'a [GpuModelTag]>,
+    moving: impl Fn(usize) -> bool,
+) -> (Plan, FreeResources) {
     let keeps = |i: usize, job: &JobView| {
-        targets[i].is_some() && job.placement.as_ref().map(|p| p.shape()) == targets[i]
+        targets[i].is_some()
+            && job.placement.as_ref().map(|p| p.shape()) == targets[i]
+            && !moving(i)
     };
     let mut free = FreeResources::with_running(snapshot, keeps);
     let mut plan = Plan {
@@ -47,7 +64,11 @@ pub fn place_targets(
             Some(target) => {
                 let mut shape = target;
                 loop {
-                    match free.place(job, shape, strategy(job)) {
+                    let placed = match models(i) {
+                        Some(models) => free.place_preferring(job, shape, strategy(job), models),
+                        None => free.place(job, shape, strategy(job)),
+                    };
+                    match placed {
                         Ok(placement) => {
                             break JobPlan::Run {
                                 placement,

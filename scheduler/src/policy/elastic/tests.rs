@@ -93,6 +93,7 @@ fn a_job_given_more_than_its_fastest_shape_takes_the_shape_it_was_measured_faste
         shared: false,
         samples: 10,
         mean_step_s: 0.1,
+        gpu: Default::default(),
     }];
     let remaining = |workers| match workers {
         2 => 100.0,

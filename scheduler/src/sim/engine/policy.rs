@@ -28,6 +28,14 @@ impl Engine {
             }
             let truth = &self.truths[index];
             let shape = placement.shape();
+            // Measured on its first worker's GPU model (a gang that mixes models reports that one).
+            let gpu = placement
+                .tasks
+                .iter()
+                .find(|t| !t.gpus.is_empty())
+                .and_then(|t| self.node_tag.get(t.node.0 as usize))
+                .copied()
+                .unwrap_or_default();
             let step_s = noisy(
                 &mut self.rng,
                 1.0 / (live.rate / ckpt_factor),
@@ -37,7 +45,7 @@ impl Engine {
                 .observed
                 .step_stats
                 .iter_mut()
-                .find(|s| s.shape == shape && s.shared == shared)
+                .find(|s| s.shape == shape && s.shared == shared && s.gpu == gpu)
             {
                 Some(stats) => {
                     stats.samples += 1;
@@ -48,6 +56,7 @@ impl Engine {
                     shared,
                     samples: 1,
                     mean_step_s: step_s,
+                    gpu,
                 }),
             }
             let loss = noisy(&mut self.rng, truth.loss_at(live.steps), 0.05);
