@@ -114,6 +114,10 @@ pub struct FreeResources {
     /// Per node, what tells which jobs may run there; `None` when no job of the snapshot may run
     /// on some nodes only and no node is tainted (then nothing is spent on it).
     traits: Option<std::sync::Arc<[Traits]>>,
+    /// Some node is tainted: the nodes a job may run on may be fewer than all.
+    tainted: bool,
+    /// On a cluster of several GPU models: free GPUs and CPUs of the schedulable nodes of each.
+    model_free: Vec<(GpuModelTag, u32, u32)>,
 }
 
 impl FreeResources {
@@ -150,6 +154,8 @@ impl FreeResources {
             max_node_gpus,
             cpus_per_free_gpu,
             traits: None,
+            tainted: false,
+            model_free: Vec::new(),
         };
         let mut tainted = false;
         // Several GPU models: a gang may be kept to one ([`FreeResources::place_preferring`]).
@@ -184,8 +190,26 @@ impl FreeResources {
             }
             free.nodes.push(entry);
         }
+        free.tainted = tainted;
         if constrained || tainted || mixed {
-            free.traits = Some(snapshot.nodes.iter().map(Traits::of).collect());
+            let traits: std::sync::Arc<[Traits]> = snapshot.nodes.iter().map(Traits::of).collect();
+            if mixed {
+                for (node, t) in free.nodes.iter().zip(traits.iter()) {
+                    if !node.schedulable {
+                        continue;
+                    }
+                    match free.model_free.iter_mut().find(|f| f.0 == t.tag) {
+                        Some(f) => {
+                            f.1 += node.free_gpus;
+                            f.2 += node.free_cpus;
+                        }
+                        None => free
+                            .model_free
+                            .push((t.tag, node.free_gpus, node.free_cpus)),
+                    }
+                }
+            }
+            free.traits = Some(traits);
         }
         free
     }
@@ -278,14 +302,13 @@ impl FreeResources {
         let Some(entry) = self.nodes.get_mut(task.node.0 as usize) else {
             return;
         };
+        let mut gpus = 0;
         for &gpu in &task.gpus {
             let bit = 1u64.checked_shl(u32::from(gpu)).unwrap_or(0);
             if entry.gpu_free & bit != 0 {
                 entry.gpu_free &= !bit;
                 entry.free_gpus -= 1;
-                if entry.schedulable {
-                    self.free_gpus -= 1;
-                }
+                gpus += 1;
             }
         }
         let cpus = task.cpus.min(entry.free_cpus);
@@ -293,8 +316,20 @@ impl FreeResources {
         let memory = task.memory_gb.min(entry.free_memory_gb);
         entry.free_memory_gb -= memory;
         if entry.schedulable {
+            self.free_gpus -= gpus;
             self.free_cpus -= cpus;
             self.free_memory_gb -= u64::from(memory);
+            if !self.model_free.is_empty()
+                && let Some(tag) = self
+                    .traits
+                    .as_ref()
+                    .and_then(|t| t.get(task.node.0 as usize))
+                    .map(|t| t.tag)
+                && let Some(free) = self.model_free.iter_mut().find(|f| f.0 == tag)
+            {
+                free.1 -= gpus;
+                free.2 -= cpus;
+            }
         }
     }
 
@@ -373,8 +408,48 @@ impl FreeResources {
         if job.gpus_per_worker == 0 || models.is_empty() {
             return self.place(job, shape, strategy);
         }
+        // What each model's nodes that may run the job have free, in one pass for all of them.
+        let mut by_model: Vec<(GpuModelTag, u32, u32)> =
+            models.iter().map(|&m| (m, 0, 0)).collect();
+        if !job.is_constrained() && !self.tainted && !self.model_free.is_empty() {
+            // Every node may run it: what each model has free is kept as placements are made.
+            for entry in &mut by_model {
+                if let Some(free) = self.model_free.iter().find(|f| f.0 == entry.0) {
+                    (entry.1, entry.2) = (free.1, free.2);
+                }
+            }
+        } else if let Some(traits) = &self.traits {
+            for (n, node) in self.nodes.iter().enumerate() {
+                let Some(t) = traits.get(n) else {
+                    continue;
+                };
+                if !node.schedulable || !t.admit(job, Only::Any) {
+                    continue;
+                }
+                if let Some(entry) = by_model.iter_mut().find(|(m, _, _)| *m == t.tag) {
+                    entry.1 += node.free_gpus;
+                    entry.2 += node.free_cpus;
+                }
+            }
+        }
+        let gpus = shape.workers * job.gpus_per_worker;
+        let cpus = job.cpus_at(shape);
+        // Short of it in the whole cluster: so on every model.
+        if gpus > self.free_gpus {
+            return Err(WaitReason::InsufficientGpus);
+        }
+        if cpus > self.free_cpus {
+            return Err(WaitReason::InsufficientCpus);
+        }
+        if job.memory_gb_at(shape) > self.free_memory_gb {
+            return Err(WaitReason::InsufficientMemory);
+        }
         let mut last = WaitReason::EligibleNodesBusy;
-        for &model in models {
+        for (model, free_gpus, free_cpus) in by_model {
+            if self.traits.is_some() && (gpus > free_gpus || cpus > free_cpus) {
+                last = WaitReason::EligibleNodesBusy;
+                continue;
+            }
             match self.place_only(job, shape, strategy, Only::Tag(model)) {
                 Ok(placement) => return Ok(placement),
                 Err(reason) => last = reason,
@@ -403,8 +478,10 @@ impl FreeResources {
         if job.memory_gb_at(shape) > self.free_memory_gb {
             return Err(WaitReason::InsufficientMemory);
         }
-        if job.is_constrained() || self.traits.is_some() {
-            // Only the nodes it may run on count (a pass over the cluster, for such jobs only).
+        // Only the nodes it may run on count (a pass over the cluster, for such jobs only; a job
+        // kept to one model of a mixed cluster finds out below, as it looks for nodes).
+        let narrowed = job.is_constrained() || (self.tainted && matches!(only, Only::Any));
+        if narrowed {
             let (free_gpus, free_cpus) = self
                 .nodes
                 .iter()

@@ -327,6 +327,7 @@ impl DroverPolicy {
     ) -> Choice {
         let model_of = |node: u32| models.of_node(node);
         let room = models.gpus.clone();
+        let population = self.model_learner.population(&models.tags);
         let live: BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
         self.moved_at.retain(|id, _| live.contains(id));
         let mut jobs = Vec::new();
@@ -362,7 +363,7 @@ impl DroverPolicy {
             jobs.push(ToPlace {
                 index: i,
                 gpus: job.gpus_at(target),
-                speeds: job_speeds(&self.model_learner, models, job),
+                speeds: job_speeds(&population, models, job),
                 allowed,
                 current,
                 may_move: snapshot.now_s - settled_since >= MODEL_MOVE_MIN_S,
@@ -584,7 +585,8 @@ impl Policy for DroverPolicy {
         // On several GPU models: all on one, its fastest first (as far as is known).
         let models: Vec<GpuModelTag> = match models_of(snapshot).filter(|_| self.by_model) {
             Some(models) => {
-                let speeds = job_speeds(&self.model_learner, &models, job);
+                let population = self.model_learner.population(&models.tags);
+                let speeds = job_speeds(&population, &models, job);
                 let mut order: Vec<usize> = (0..models.tags.len()).collect();
                 order.sort_by(|&a, &b| speeds.relative[b].total_cmp(&speeds.relative[a]));
                 order.into_iter().map(|m| models.tags[m]).collect()

@@ -155,7 +155,7 @@ impl ModelLearner {
 
     /// Log step time on each model relative to the first, from the pairs learned (through a third
     /// model where a pair is unknown), and whether each is known.
-    fn population(&self, tags: &[GpuModelTag]) -> Vec<(f64, bool)> {
+    pub fn population(&self, tags: &[GpuModelTag]) -> Vec<(f64, bool)> {
         let Some(&first) = tags.first() else {
             return Vec::new();
         };
@@ -190,9 +190,9 @@ pub(super) struct JobSpeeds {
     pub measured: Vec<bool>,
 }
 
-/// The round's view of every job's speed per model.
-pub(super) fn job_speeds(learner: &ModelLearner, models: &Models, job: &JobView) -> JobSpeeds {
-    let population = learner.population(&models.tags);
+/// A job's speed per model, from its own step times and `population`
+/// ([`ModelLearner::population`] of the round's models, computed once a round).
+pub(super) fn job_speeds(population: &[(f64, bool)], models: &Models, job: &JobView) -> JobSpeeds {
     let home = job.observed.home_gpu();
     let home_index = models.tags.iter().position(|&t| t == home);
     let own = own_pairs(job);
