@@ -162,15 +162,14 @@ impl FreeResources {
         let mut mixed = false;
         let first_model = snapshot
             .nodes
-            .first()
-            .and_then(|n| n.gpus.first())
+            .iter()
+            .find_map(|n| n.gpus.first())
             .map(|g| g.model.as_str());
         for node in &snapshot.nodes {
             tainted |= !node.taints.is_empty();
-            mixed |= node
-                .gpus
-                .first()
-                .is_some_and(|g| Some(g.model.as_str()) != first_model);
+            mixed |= node.gpus.first().is_some_and(|g| {
+                first_model.is_some_and(|first| !g.model.eq_ignore_ascii_case(first))
+            });
             let gpus = node.num_gpus().min(64);
             let entry = NodeFree {
                 gpu_free: if gpus == 64 {
@@ -434,6 +433,8 @@ impl FreeResources {
         }
         let gpus = shape.workers * job.gpus_per_worker;
         let cpus = job.cpus_at(shape);
+        // Its workers' CPUs must be on the model's nodes; PS shards may go on any node.
+        let worker_cpus = shape.workers * job.cpus_per_worker;
         // Short of it in the whole cluster: so on every model.
         if gpus > self.free_gpus {
             return Err(WaitReason::InsufficientGpus);
@@ -446,7 +447,7 @@ impl FreeResources {
         }
         let mut last = WaitReason::EligibleNodesBusy;
         for (model, free_gpus, free_cpus) in by_model {
-            if self.traits.is_some() && (gpus > free_gpus || cpus > free_cpus) {
+            if self.traits.is_some() && (gpus > free_gpus || worker_cpus > free_cpus) {
                 last = WaitReason::EligibleNodesBusy;
                 continue;
             }

@@ -221,10 +221,6 @@ impl ClusterSpec {
         self.groups.iter().map(|(n, g, _)| n * g).sum()
     }
 
-    pub fn node_count(&self) -> u32 {
-        self.groups.iter().map(|(n, _, _)| n).sum()
-    }
-
     /// Whether its GPUs are of more than one model.
     pub fn is_mixed(&self) -> bool {
         let model = |m: &Option<String>| m.as_deref().unwrap_or("v100").to_ascii_lowercase();
@@ -263,6 +259,7 @@ impl ClusterSpec {
 /// (`16x8:v100,16x8:p100`, also joined by `+`).
 pub(crate) fn parse_cluster(spec: &str) -> anyhow::Result<ClusterSpec> {
     let mut groups = Vec::new();
+    let mut total_nodes: u32 = 0;
     for part in spec.split([',', '+']).map(str::trim) {
         let (size, model) = match part.split_once(':') {
             Some((size, model)) => {
@@ -292,16 +289,16 @@ pub(crate) fn parse_cluster(spec: &str) -> anyhow::Result<ClusterSpec> {
         let gpus: u32 = gpus
             .parse()
             .with_context(|| format!("--cluster: `{part}`: the GPUs per node is not a number"))?;
-        if nodes == 0 || gpus == 0 || gpus > 64 {
+        if nodes == 0 || nodes > 100_000 || gpus == 0 || gpus > 64 {
             bail!("--cluster: `{part}`: between 1 and 100000 nodes of 1 to 64 GPUs");
+        }
+        total_nodes += nodes;
+        if total_nodes > 100_000 {
+            bail!("--cluster: between 1 and 100000 nodes in all, of 1 to 64 GPUs");
         }
         groups.push((nodes, gpus, model));
     }
-    let spec = ClusterSpec { groups };
-    if spec.node_count() > 100_000 {
-        bail!("--cluster: between 1 and 100000 nodes of 1 to 64 GPUs");
-    }
-    Ok(spec)
+    Ok(ClusterSpec { groups })
 }
 
 fn time_arg(value: &Option<String>, flag: &str) -> anyhow::Result<Option<f64>> {

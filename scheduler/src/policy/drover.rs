@@ -330,12 +330,17 @@ impl DroverPolicy {
         let population = self.model_learner.population(&models.tags);
         let live: BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
         self.moved_at.retain(|id, _| live.contains(id));
+        // A gang larger than every model may span models: it is left to placement.
+        let largest = models.gpus.iter().copied().max().unwrap_or(0);
         let mut jobs = Vec::new();
         for &i in order {
             let job = &snapshot.jobs[i];
             let Some(target) = targets[i] else {
                 continue;
             };
+            if job.gpus_at(target) > largest {
+                continue;
+            }
             let allowed = models
                 .names
                 .iter()
@@ -366,7 +371,7 @@ impl DroverPolicy {
                 speeds: job_speeds(&population, models, job),
                 allowed,
                 current,
-                may_move: snapshot.now_s - settled_since >= MODEL_MOVE_MIN_S,
+                may_move: job.preemptible && snapshot.now_s - settled_since >= MODEL_MOVE_MIN_S,
                 executed_s: job.observed.executed_s,
                 group: (job.priority, self.las.queue_key(job.id).0),
             });
@@ -377,6 +382,8 @@ impl DroverPolicy {
         };
         for chosen in choose_models(models, jobs, room) {
             if chosen.moving {
+                // Chosen to move, whether or not placement manages it: the delay before the next
+                // try is the same.
                 choice.moving[chosen.index] = true;
                 self.moved_at
                     .insert(snapshot.jobs[chosen.index].id, snapshot.now_s);
@@ -584,6 +591,10 @@ impl Policy for DroverPolicy {
         let mut shape = arrival_shape(job, start, gpus, cpus, snapshot);
         // On several GPU models: all on one, its fastest first (as far as is known).
         let models: Vec<GpuModelTag> = match models_of(snapshot).filter(|_| self.by_model) {
+            // A gang larger than every model may span models.
+            Some(models) if job.gpus_at(shape) > models.gpus.iter().copied().max().unwrap_or(0) => {
+                Vec::new()
+            }
             Some(models) => {
                 let population = self.model_learner.population(&models.tags);
                 let speeds = job_speeds(&population, &models, job);

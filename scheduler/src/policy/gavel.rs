@@ -133,6 +133,15 @@ impl Gavel {
                     self.speeds(snapshot, job, &self.models),
                 )
             })
+            .map(|(job, need, mut speeds)| {
+                // A gang never spans models: none on a model with fewer GPUs than it needs.
+                for (speed, &capacity) in speeds.iter_mut().zip(gpus) {
+                    if need > capacity {
+                        *speed = 0.0;
+                    }
+                }
+                (job, need, speeds)
+            })
             .filter(|(_, need, speeds)| *need <= total && speeds.iter().any(|&s| s > 0.0))
             .collect();
         self.allocation.clear();
@@ -289,6 +298,19 @@ impl Policy for Gavel {
     fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {
         let (models, gpus, node_model) = Self::models_of(snapshot);
         if models != self.models {
+            // Time received stays with its model, wherever the model now sits in the list.
+            for (_, received) in self.received.values_mut() {
+                *received = models
+                    .iter()
+                    .map(|tag| {
+                        self.models
+                            .iter()
+                            .position(|t| t == tag)
+                            .and_then(|m| received.get(m).copied())
+                            .unwrap_or(0.0)
+                    })
+                    .collect();
+            }
             self.models = models;
             self.round_started_s = f64::NEG_INFINITY;
         }
@@ -335,9 +357,12 @@ impl Policy for Gavel {
                 .collect();
         }
         // Jobs keeping their model and shape keep their GPUs; the others are placed after.
+        let largest = gpus.iter().copied().max().unwrap_or(0);
         let keeps = |job: &JobView| {
             job.placement.as_ref().is_some_and(|p| {
-                p.shape() == job.preferred && self.assigned.get(&job.id) == model_of(job).as_ref()
+                p.shape() == job.preferred
+                    && (self.assigned.get(&job.id) == model_of(job).as_ref()
+                        || job.gpus_at(job.preferred) > largest)
             })
         };
         let mut free = FreeResources::with_running(snapshot, |_, job| keeps(job));
@@ -388,6 +413,22 @@ impl Policy for Gavel {
                         },
                     );
                 }
+            }
+        }
+        // A gang larger than every model has no share in the program: it spans models where GPUs
+        // are left (Gavel's jobs fit on one model), and keeps them.
+        for job in &snapshot.jobs {
+            if plan.jobs.contains_key(&job.id) || job.gpus_at(job.preferred) <= largest {
+                continue;
+            }
+            if let Ok(placement) = free.place(job, job.preferred, Tiresias::strategy(job)) {
+                plan.jobs.insert(
+                    job.id,
+                    JobPlan::Run {
+                        placement,
+                        reason: RunReason::Backfilled,
+                    },
+                );
             }
         }
         let total: u32 = gpus.iter().sum();

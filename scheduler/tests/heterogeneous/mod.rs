@@ -143,29 +143,47 @@ fn models_of(snapshot: &ClusterSnapshot, plan: &Plan, job: JobId) -> Vec<String>
     models
 }
 
+/// Two V100 nodes and one K80 node of 4 GPUs each.
+fn two_to_one(jobs: Vec<drover_scheduler::snapshot::JobView>) -> ClusterSnapshot {
+    ClusterSnapshot {
+        nodes: mixed_cluster(&[(2, 4, "V100"), (1, 4, "K80")], 64, 32),
+        ..mixed(jobs)
+    }
+}
+
 #[test]
 fn drover_never_spreads_a_gang_over_two_models() {
-    // Six GPUs: only across the V100 and the K80 node.
-    let snapshot = mixed(vec![job(1, 6, 0.0)]);
+    // A running 4-GPU job holds one V100 node; six GPUs are then free only across the other V100
+    // node and the K80 node, while the V100s could hold the gang later: it waits.
+    let mut running = job(1, 4, 0.0);
+    running.preemptible = false;
+    let mut snapshot = two_to_one(vec![running, job(2, 6, 1.0)]);
     let mut drover = build_policy("drover", None).unwrap();
     let plan = drover.schedule(&snapshot, &Plan::default());
+    apply(&mut snapshot, &plan);
+    assert_eq!(models_of(&snapshot, &plan, id(1)).len(), 1);
     assert!(
-        matches!(plan.jobs[&id(1)], JobPlan::Wait { .. }),
+        matches!(plan.jobs[&id(2)], JobPlan::Wait { .. }),
         "{:?}",
-        plan.jobs[&id(1)]
+        plan.jobs[&id(2)]
     );
     let mut blind = build_policy("drover-model-blind", None).unwrap();
-    let plan = blind.schedule(&snapshot, &Plan::default());
-    assert_eq!(
-        models_of(&snapshot, &plan, id(1)).len(),
-        2,
-        "blind spreads it"
-    );
-    // Four GPUs fit on either node: on one.
-    let snapshot = mixed(vec![job(2, 4, 0.0)]);
+    let mut fresh = two_to_one(vec![job(1, 4, 0.0), job(2, 6, 1.0)]);
+    fresh.jobs[0].preemptible = false;
+    let plan = blind.schedule(&fresh, &Plan::default());
+    apply(&mut fresh, &plan);
+    let plan = blind.schedule(&fresh, &plan);
+    assert_eq!(models_of(&fresh, &plan, id(2)).len(), 2, "blind spreads it");
+    // A gang larger than every model (10 GPUs; 8 V100s at most) may span models.
+    let snapshot = two_to_one(vec![job(3, 10, 0.0)]);
     let mut drover = build_policy("drover", None).unwrap();
     let plan = drover.schedule(&snapshot, &Plan::default());
-    assert_eq!(models_of(&snapshot, &plan, id(2)).len(), 1);
+    assert_eq!(models_of(&snapshot, &plan, id(3)).len(), 2);
+    // Four GPUs fit on either model: on one.
+    let snapshot = mixed(vec![job(4, 4, 0.0)]);
+    let mut drover = build_policy("drover", None).unwrap();
+    let plan = drover.schedule(&snapshot, &Plan::default());
+    assert_eq!(models_of(&snapshot, &plan, id(4)).len(), 1);
 }
 
 /// Step times of a job measured on one model at one shape.

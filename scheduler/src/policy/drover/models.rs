@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 /// Rounds of steps on a model before a job's own measurement there counts.
 const MIN_SAMPLES: u32 = 2;
 /// Jobs measured on both models of a pair before the pair's ratio is trusted for other jobs; until
-/// then a job placed anew tries a model it has not run on (exploration).
+/// then a job placed anew after running on one of the two tries the other first (exploration).
 const MIN_JOBS_PER_PAIR: u32 = 3;
 
 /// The GPU models of a round's schedulable nodes, when there are several.
@@ -265,7 +265,8 @@ const MOVE_GAIN: f64 = 1.5;
 /// Who gets which model. Jobs come in the policy's order, a group of equal priority and
 /// least-attained-service queue at a time, and within a group those that lose most on their slowest
 /// allowed model first: each takes the fastest model for it that still has room for its GPUs (a job
-/// placed anew tries first a model no ratio is known for yet, to learn one). A running job keeping
+/// placed anew that has run on some model tries first a model no ratio to that one is known for
+/// yet, to learn one). A running job keeping
 /// its shape stays where it is unless, after [`MODEL_MOVE_MIN_S`](super::MODEL_MOVE_MIN_S) there,
 /// a model [`MOVE_GAIN`] times faster has room (it moves up) or jobs ahead of it took its own
 /// model's room (it moves down, making way, rather than holding fast GPUs a job ahead of it
