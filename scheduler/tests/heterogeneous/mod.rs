@@ -201,7 +201,19 @@ fn measured(model: &str, workers: u32, step_s: f64) -> StepStats {
 fn drover_gives_the_fast_model_to_the_job_that_gains_most() {
     // Two running 4-GPU jobs, each measured on both models: job 1 runs 8x slower on K80s, job 2
     // 1.2x. Job 1 is on the K80 node, job 2 on the V100 node. After the move delay, they swap.
+    let (snapshot, plan) = swap_rounds(true);
+    assert_eq!(models_of(&snapshot, &plan, id(1)), ["V100"]);
+    assert_eq!(models_of(&snapshot, &plan, id(2)), ["K80"]);
+    // A job that may not be preempted is never moved, however much it would gain.
+    let (snapshot, plan) = swap_rounds(false);
+    assert_eq!(models_of(&snapshot, &plan, id(1)), ["K80"]);
+    assert_eq!(models_of(&snapshot, &plan, id(2)), ["V100"]);
+}
+
+/// Three rounds of `drover` on the two jobs above, the sensitive one `preemptible` or not.
+fn swap_rounds(preemptible: bool) -> (ClusterSnapshot, Plan) {
     let mut sensitive = job(1, 4, 0.0);
+    sensitive.preemptible = preemptible;
     sensitive.observed.step_stats = vec![measured("V100", 4, 1.0), measured("K80", 4, 8.0)];
     sensitive.observed.step_stats[1].samples = 9;
     let mut insensitive = job(2, 4, 0.0);
@@ -246,8 +258,7 @@ fn drover_gives_the_fast_model_to_the_job_that_gains_most() {
         apply(&mut snapshot, &plan);
         snapshot.now_s += 60.0;
     }
-    assert_eq!(models_of(&snapshot, &plan, id(1)), ["V100"]);
-    assert_eq!(models_of(&snapshot, &plan, id(2)), ["K80"]);
+    (snapshot, plan)
 }
 
 /// True relative speeds per (job, model).
