@@ -431,20 +431,11 @@ impl FreeResources {
                 }
             }
         }
+        // Short of it in the whole cluster: so on every model.
+        self.cluster_holds(job, shape)?;
         let gpus = shape.workers * job.gpus_per_worker;
-        let cpus = job.cpus_at(shape);
         // Its workers' CPUs must be on the model's nodes; PS shards may go on any node.
         let worker_cpus = shape.workers * job.cpus_per_worker;
-        // Short of it in the whole cluster: so on every model.
-        if gpus > self.free_gpus {
-            return Err(WaitReason::InsufficientGpus);
-        }
-        if cpus > self.free_cpus {
-            return Err(WaitReason::InsufficientCpus);
-        }
-        if job.memory_gb_at(shape) > self.free_memory_gb {
-            return Err(WaitReason::InsufficientMemory);
-        }
         let mut last = WaitReason::EligibleNodesBusy;
         for (model, free_gpus, free_cpus) in by_model {
             if self.traits.is_some() && (gpus > free_gpus || worker_cpus > free_cpus) {
@@ -459,6 +450,20 @@ impl FreeResources {
         Err(last)
     }
 
+    /// Whether the cluster as a whole has the GPUs, CPUs and host memory `job` takes at `shape`, or
+    /// which it is short of (O(1), from the totals).
+    fn cluster_holds(&self, job: &JobView, shape: Shape) -> Result<(), WaitReason> {
+        if job.gpus_at(shape) > self.free_gpus {
+            Err(WaitReason::InsufficientGpus)
+        } else if job.cpus_at(shape) > self.free_cpus {
+            Err(WaitReason::InsufficientCpus)
+        } else if job.memory_gb_at(shape) > self.free_memory_gb {
+            Err(WaitReason::InsufficientMemory)
+        } else {
+            Ok(())
+        }
+    }
+
     /// [`FreeResources::place`] on the nodes `job` may run on, of GPU model `only` when given.
     fn place_only(
         &mut self,
@@ -467,18 +472,10 @@ impl FreeResources {
         strategy: Strategy,
         only: Only,
     ) -> Result<Placement, WaitReason> {
+        self.cluster_holds(job, shape)?;
         let per_worker_gpus = job.gpus_per_worker;
         let gpus = shape.workers * per_worker_gpus;
-        let cpus = shape.workers * job.cpus_per_worker + shape.ps * job.cpus_per_ps;
-        if gpus > self.free_gpus {
-            return Err(WaitReason::InsufficientGpus);
-        }
-        if cpus > self.free_cpus {
-            return Err(WaitReason::InsufficientCpus);
-        }
-        if job.memory_gb_at(shape) > self.free_memory_gb {
-            return Err(WaitReason::InsufficientMemory);
-        }
+        let cpus = job.cpus_at(shape);
         // Only the nodes it may run on count (a pass over the cluster, for such jobs only; a job
         // kept to one model of a mixed cluster finds out below, as it looks for nodes).
         let narrowed = job.is_constrained() || (self.tainted && matches!(only, Only::Any));

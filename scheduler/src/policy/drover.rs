@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 mod models;
 mod shapes;
 pub(crate) use models::ModelLearner;
-use models::{Models, ToPlace, choose_models, job_speeds, models_of};
+use models::{Choice, choose, job_speeds, models_of};
 use shapes::{arrival_shape, measured_slower, measured_step_s, requested_shape, resize_horizon};
 
 #[derive(Debug, Clone)]
@@ -315,96 +315,6 @@ impl DroverPolicy {
     }
 }
 
-impl DroverPolicy {
-    /// Per job (by index), the GPU models to try in order when it is placed anew this round, and
-    /// which running jobs move to another model ([`choose_models`]).
-    fn choose(
-        &mut self,
-        snapshot: &ClusterSnapshot,
-        models: &Models,
-        order: &[usize],
-        targets: &[Option<Shape>],
-    ) -> Choice {
-        let model_of = |node: u32| models.of_node(node);
-        let room = models.gpus.clone();
-        let population = self.model_learner.population(&models.tags);
-        let live: BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
-        self.moved_at.retain(|id, _| live.contains(id));
-        // A gang larger than every model may span models: it is left to placement.
-        let largest = models.gpus.iter().copied().max().unwrap_or(0);
-        let mut jobs = Vec::new();
-        for &i in order {
-            let job = &snapshot.jobs[i];
-            let Some(target) = targets[i] else {
-                continue;
-            };
-            if job.gpus_at(target) > largest {
-                continue;
-            }
-            let allowed = models
-                .names
-                .iter()
-                .map(|name| {
-                    job.gpu_types.is_empty()
-                        || job
-                            .gpu_types
-                            .iter()
-                            .any(|t| crate::cluster::model_is(name, t))
-                })
-                .collect();
-            // A running job keeping its shape, on the model of its first worker.
-            let current = job
-                .placement
-                .as_ref()
-                .filter(|p| p.shape() == target)
-                .and_then(|p| p.tasks.iter().find(|t| !t.gpus.is_empty()))
-                .and_then(|t| model_of(t.node.0));
-            let settled_since = job.observed.last_state_change_s.max(
-                self.moved_at
-                    .get(&job.id)
-                    .copied()
-                    .unwrap_or(f64::NEG_INFINITY),
-            );
-            jobs.push(ToPlace {
-                index: i,
-                gpus: job.gpus_at(target),
-                speeds: job_speeds(&population, models, job),
-                allowed,
-                current,
-                may_move: job.preemptible && snapshot.now_s - settled_since >= MODEL_MOVE_MIN_S,
-                executed_s: job.observed.executed_s,
-                group: (job.priority, self.las.queue_key(job.id).0),
-            });
-        }
-        let mut choice = Choice {
-            models: vec![None; snapshot.jobs.len()],
-            moving: vec![false; snapshot.jobs.len()],
-        };
-        for chosen in choose_models(models, jobs, room) {
-            if chosen.moving {
-                // Chosen to move, whether or not placement manages it: the delay before the next
-                // try is the same.
-                choice.moving[chosen.index] = true;
-                self.moved_at
-                    .insert(snapshot.jobs[chosen.index].id, snapshot.now_s);
-            }
-            choice.models[chosen.index] = chosen.models;
-        }
-        choice
-    }
-}
-
-/// Seconds a job runs where it was put before it is moved to another GPU model: a move costs a
-/// checkpoint and a restart, and jobs bouncing between models would pay it every round.
-const MODEL_MOVE_MIN_S: f64 = 900.0;
-
-/// The models each job tries and the running jobs that move, for one round.
-#[derive(Debug, Default)]
-struct Choice {
-    models: Vec<Option<Vec<GpuModelTag>>>,
-    moving: Vec<bool>,
-}
-
 impl Policy for DroverPolicy {
     fn fork(&self, _oracle: Option<Box<dyn Oracle>>) -> Result<Box<dyn Policy>, PolicyError> {
         Ok(Box::new(self.clone()))
@@ -492,11 +402,22 @@ impl Policy for DroverPolicy {
         } else {
             None
         };
-        let mut choice = Choice::default();
-        if let Some(models) = &models {
+        if models.is_some() {
             self.model_learner.update(snapshot);
-            choice = self.choose(snapshot, models, &order, &targets);
         }
+        let (learner, las, moved_at) = (&self.model_learner, &self.las, &mut self.moved_at);
+        let mut choose_for = |targets: &[Option<Shape>]| match &models {
+            Some(models) => choose(
+                learner,
+                |id| las.queue_key(id).0,
+                moved_at,
+                snapshot,
+                models,
+                &order,
+                targets,
+            ),
+            None => Choice::default(),
+        };
         let place = |choice: &Choice, targets: &[Option<Shape>]| {
             place_targets_on(
                 snapshot,
@@ -507,13 +428,12 @@ impl Policy for DroverPolicy {
                 |i| choice.moving.get(i).copied().unwrap_or(false),
             )
         };
+        let mut choice = choose_for(&targets);
         let (mut plan, mut free) = place(&choice, &targets);
         // An admitted job that must sit on one node and found none: later jobs grown on the node
         // where the fewest must go give workers back, and placement runs again.
         if make_room(snapshot, &order, &mut targets, &plan, &free) {
-            if let Some(models) = &models {
-                choice = self.choose(snapshot, models, &order, &targets);
-            }
+            choice = choose_for(&targets);
             (plan, free) = place(&choice, &targets);
         }
         keep_unneeded_victims(snapshot, &order, &mut plan, &mut free);

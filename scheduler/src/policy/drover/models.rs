@@ -8,9 +8,9 @@
 
 use crate::cluster::{GpuModelTag, GpuModels};
 use crate::perf::SpeedModel;
-use crate::snapshot::{ClusterSnapshot, JobView};
+use crate::snapshot::{ClusterSnapshot, JobView, Shape};
 use drover_core::JobId;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Rounds of steps on a model before a job's own measurement there counts.
 const MIN_SAMPLES: u32 = 2;
@@ -101,7 +101,7 @@ fn own_pairs(job: &JobView) -> Vec<(Pair, f64)> {
 impl ModelLearner {
     /// Takes in this round's measurements; jobs gone keep counting.
     pub fn update(&mut self, snapshot: &ClusterSnapshot) {
-        let mut seen = std::collections::BTreeSet::new();
+        let mut seen = BTreeSet::new();
         for job in &snapshot.jobs {
             seen.insert(job.id);
             let many = job
@@ -267,7 +267,7 @@ const MOVE_GAIN: f64 = 1.5;
 /// allowed model first: each takes the fastest model for it that still has room for its GPUs (a job
 /// placed anew that has run on some model tries first a model no ratio to that one is known for
 /// yet, to learn one). A running job keeping
-/// its shape stays where it is unless, after [`MODEL_MOVE_MIN_S`](super::MODEL_MOVE_MIN_S) there,
+/// its shape stays where it is unless, after [`MODEL_MOVE_MIN_S`] there,
 /// a model [`MOVE_GAIN`] times faster has room (it moves up) or jobs ahead of it took its own
 /// model's room (it moves down, making way, rather than holding fast GPUs a job ahead of it
 /// wants). The models a job tries after its choice follow, fastest first.
@@ -379,4 +379,93 @@ pub(super) fn choose_models(
         }
     }
     chosen
+}
+
+/// Per job (by index), the GPU models to try in order when it is placed anew this round, and
+/// which running jobs move to another model ([`choose_models`]), from the ratios `learner` has, each
+/// job's least-attained-service `queue`, and when each job last moved (`moved_at`, brought up to date
+/// here).
+pub(super) fn choose(
+    learner: &ModelLearner,
+    queue: impl Fn(JobId) -> u8,
+    moved_at: &mut BTreeMap<JobId, f64>,
+    snapshot: &ClusterSnapshot,
+    models: &Models,
+    order: &[usize],
+    targets: &[Option<Shape>],
+) -> Choice {
+    let model_of = |node: u32| models.of_node(node);
+    let room = models.gpus.clone();
+    let population = learner.population(&models.tags);
+    let live: BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
+    moved_at.retain(|id, _| live.contains(id));
+    // A gang larger than every model may span models: it is left to placement.
+    let largest = models.gpus.iter().copied().max().unwrap_or(0);
+    let mut jobs = Vec::new();
+    for &i in order {
+        let job = &snapshot.jobs[i];
+        let Some(target) = targets[i] else {
+            continue;
+        };
+        if job.gpus_at(target) > largest {
+            continue;
+        }
+        let allowed = models
+            .names
+            .iter()
+            .map(|name| {
+                job.gpu_types.is_empty()
+                    || job
+                        .gpu_types
+                        .iter()
+                        .any(|t| crate::cluster::model_is(name, t))
+            })
+            .collect();
+        // A running job keeping its shape, on the model of its first worker.
+        let current = job
+            .placement
+            .as_ref()
+            .filter(|p| p.shape() == target)
+            .and_then(|p| p.tasks.iter().find(|t| !t.gpus.is_empty()))
+            .and_then(|t| model_of(t.node.0));
+        let settled_since = job
+            .observed
+            .last_state_change_s
+            .max(moved_at.get(&job.id).copied().unwrap_or(f64::NEG_INFINITY));
+        jobs.push(ToPlace {
+            index: i,
+            gpus: job.gpus_at(target),
+            speeds: job_speeds(&population, models, job),
+            allowed,
+            current,
+            may_move: job.preemptible && snapshot.now_s - settled_since >= MODEL_MOVE_MIN_S,
+            executed_s: job.observed.executed_s,
+            group: (job.priority, queue(job.id)),
+        });
+    }
+    let mut choice = Choice {
+        models: vec![None; snapshot.jobs.len()],
+        moving: vec![false; snapshot.jobs.len()],
+    };
+    for chosen in choose_models(models, jobs, room) {
+        if chosen.moving {
+            // Chosen to move, whether or not placement manages it: the delay before the next
+            // try is the same.
+            choice.moving[chosen.index] = true;
+            moved_at.insert(snapshot.jobs[chosen.index].id, snapshot.now_s);
+        }
+        choice.models[chosen.index] = chosen.models;
+    }
+    choice
+}
+
+/// Seconds a job runs where it was put before it is moved to another GPU model: a move costs a
+/// checkpoint and a restart, and jobs bouncing between models would pay it every round.
+const MODEL_MOVE_MIN_S: f64 = 900.0;
+
+/// The models each job tries and the running jobs that move, for one round.
+#[derive(Debug, Default)]
+pub(super) struct Choice {
+    pub models: Vec<Option<Vec<GpuModelTag>>>,
+    pub moving: Vec<bool>,
 }
