@@ -14,15 +14,82 @@ pub enum TenantCommand {
         guaranteed_gpus: u32,
         #[arg(long)]
         max_gpus: Option<u32>,
+        /// A quota of one GPU model, repeatable:
+        /// `MODEL:guaranteed=N,max=N,lending-limit=N` (each key optional).
+        #[arg(long = "flavour", value_name = "MODEL:KEY=N,...", value_parser = parse_flavour)]
+        flavours: Vec<Value>,
     },
-    /// Set a tenant's quota.
+    /// Set a tenant's quota (the whole of it: GPU models not given lose theirs).
     Quota {
         name: String,
         #[arg(long)]
         guaranteed_gpus: u32,
         #[arg(long)]
         max_gpus: Option<u32>,
+        /// A quota of one GPU model, repeatable:
+        /// `MODEL:guaranteed=N,max=N,lending-limit=N` (each key optional).
+        #[arg(long = "flavour", value_name = "MODEL:KEY=N,...", value_parser = parse_flavour)]
+        flavours: Vec<Value>,
     },
+}
+
+/// `MODEL:guaranteed=N,max=N,lending-limit=N` as the API's flavour.
+fn parse_flavour(text: &str) -> Result<Value, String> {
+    let (model, rest) = text.split_once(':').unwrap_or((text, ""));
+    let model = model.trim();
+    if model.is_empty() {
+        return Err(
+            "expected MODEL:guaranteed=N,max=N,lending-limit=N, e.g. v100:guaranteed=4,max=8"
+                .to_owned(),
+        );
+    }
+    let mut flavour = json!({ "gpu_model": model });
+    for pair in rest.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("`{pair}`: expected KEY=N"))?;
+        let number: u32 = value
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{pair}`: {value:?} is not a whole number of GPUs"))?;
+        let field = match key.trim() {
+            "guaranteed" => "guaranteed_gpus",
+            "max" => "max_gpus",
+            "lending-limit" | "lending_limit" => "lending_limit",
+            other => {
+                return Err(format!(
+                    "unknown key `{other}`: expected guaranteed, max or lending-limit"
+                ));
+            }
+        };
+        flavour[field] = json!(number);
+    }
+    Ok(flavour)
+}
+
+/// A tenant's quotas per GPU model in a cell: `v100 4/8 lends 2, k80 0/-`.
+fn flavours_cell(quota: &Value) -> String {
+    let Some(flavours) = quota["flavours"].as_array().filter(|f| !f.is_empty()) else {
+        return "-".to_owned();
+    };
+    flavours
+        .iter()
+        .map(|f| {
+            let mut cell = format!(
+                "{} {}/{}",
+                output::text(&f["gpu_model"]),
+                f["guaranteed_gpus"].as_u64().unwrap_or(0),
+                f["max_gpus"]
+                    .as_u64()
+                    .map_or_else(|| "-".to_owned(), |m| m.to_string())
+            );
+            if let Some(lends) = f["lending_limit"].as_u64() {
+                cell.push_str(&format!(" lends {lends}"));
+            }
+            cell
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -67,13 +134,23 @@ fn print_tenants(global: &GlobalArgs, tenants: &[Value]) {
                 t["quota"]["max_gpus"]
                     .as_u64()
                     .map_or_else(|| "unlimited".to_owned(), |m| m.to_string()),
+                flavours_cell(&t["quota"]),
                 output::age(&t["created_at"]),
             ]
         })
         .collect();
     match global.output {
         Format::Json => output::json(&json!({ "tenants": tenants })),
-        Format::Table => output::table(&["NAME", "GUARANTEED GPUS", "MAX GPUS", "AGE"], &rows),
+        Format::Table => output::table(
+            &[
+                "NAME",
+                "GUARANTEED GPUS",
+                "MAX GPUS",
+                "PER MODEL (GUARANTEED/MAX)",
+                "AGE",
+            ],
+            &rows,
+        ),
     }
 }
 
@@ -93,16 +170,18 @@ pub async fn tenant(global: &GlobalArgs, command: TenantCommand) -> anyhow::Resu
             name,
             guaranteed_gpus,
             max_gpus,
+            flavours,
         } => {
-            let body = json!({"name": name, "quota": {"guaranteed_gpus": guaranteed_gpus, "max_gpus": max_gpus}});
+            let body = json!({"name": name, "quota": {"guaranteed_gpus": guaranteed_gpus, "max_gpus": max_gpus, "flavours": flavours}});
             client.post_json("/api/v1/tenants", &body).await?
         }
         TenantCommand::Quota {
             name,
             guaranteed_gpus,
             max_gpus,
+            flavours,
         } => {
-            let body = json!({"guaranteed_gpus": guaranteed_gpus, "max_gpus": max_gpus});
+            let body = json!({"guaranteed_gpus": guaranteed_gpus, "max_gpus": max_gpus, "flavours": flavours});
             client
                 .put_json(&format!("/api/v1/tenants/{}/quota", segment(&name)), &body)
                 .await?

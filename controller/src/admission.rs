@@ -109,7 +109,7 @@ pub(super) async fn principal_for(ctx: &Context, tenant: &Tenant) -> Result<Prin
         user,
         // It holds no token: it acts inside the server.
         token_id: TokenId(uuid::Uuid::nil()),
-        tenant_quota: tenant.quota,
+        tenant_quota: tenant.quota.clone(),
         token_expires_at: None,
     })
 }

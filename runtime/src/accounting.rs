@@ -149,12 +149,25 @@ pub struct Totals {
     /// Lost GPU-hours by cause (`startup`, `preemption`, `failure`, `resize`, `migration`, `paused`,
     /// `cancelled`, `idle`, `other`).
     pub lost_by_cause: BTreeMap<String, f64>,
+    /// Allocated GPU-hours by GPU model (of the allocations whose nodes' models are known).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub allocated_gpu_hours_by_model: BTreeMap<String, f64>,
 }
 
 impl Totals {
-    fn add(&mut self, kind: Use, gpu_s: f64) {
+    /// `gpu_s` GPU-seconds of `kind`, held on GPUs of `models` (model, GPUs; empty when not known).
+    fn add(&mut self, kind: Use, gpu_s: f64, models: &BTreeMap<String, u32>) {
         let hours = gpu_s / 3600.0;
         self.allocated_gpu_hours += hours;
+        let of_all: u32 = models.values().sum();
+        if of_all > 0 {
+            for (model, gpus) in models {
+                *self
+                    .allocated_gpu_hours_by_model
+                    .entry(model.clone())
+                    .or_default() += hours * f64::from(*gpus) / f64::from(of_all);
+            }
+        }
         match kind {
             Use::Used => self.used_gpu_hours += hours,
             Use::Lost(cause) => {
@@ -202,11 +215,12 @@ pub fn period_start(
     }
 }
 
-/// Adds `segment`'s GPU time within [`from`, `to`) to `buckets`, split at period boundaries.
+/// Adds `segment`'s GPU time within [`from`, `to`) to `buckets`, split at period boundaries; its
+/// allocation held GPUs of `models` (model, GPUs).
 pub fn accumulate<K: Ord + Clone>(
     buckets: &mut BTreeMap<(K, DateTime<Utc>), Totals>,
     key: &K,
-    segment: &Segment,
+    (segment, models): (&Segment, &BTreeMap<String, u32>),
     period: Period,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
@@ -229,7 +243,7 @@ pub fn accumulate<K: Ord + Clone>(
         buckets
             .entry((key.clone(), bucket))
             .or_default()
-            .add(segment.kind, piece.gpu_s());
+            .add(segment.kind, piece.gpu_s(), models);
         if next <= at {
             break;
         }
@@ -263,13 +277,21 @@ mod tests {
             first_step_at: Some(at(5)),
             kept_until: Some(at(50)),
             idle_gpu_s: 0.0,
+            gpu_models: BTreeMap::from([("V100".to_owned(), 3), ("K80".to_owned(), 1)]),
         }
     }
 
     fn total(segments: &[Segment]) -> Totals {
         let mut buckets = BTreeMap::new();
         for s in segments {
-            accumulate(&mut buckets, &(), s, Period::Total, at(-1000), at(1000));
+            accumulate(
+                &mut buckets,
+                &(),
+                (s, &BTreeMap::new()),
+                Period::Total,
+                at(-1000),
+                at(1000),
+            );
         }
         buckets.into_values().next().unwrap_or_default()
     }
@@ -301,7 +323,14 @@ mod tests {
         let segs = segments(&a, at(120));
         let mut buckets = BTreeMap::new();
         for s in &segs {
-            accumulate(&mut buckets, &"t", s, Period::Day, at(-1000), at(1000));
+            accumulate(
+                &mut buckets,
+                &"t",
+                (s, &a.gpu_models),
+                Period::Day,
+                at(-1000),
+                at(1000),
+            );
         }
         // 23:00 to 01:00: two days, an hour each.
         assert_eq!(buckets.len(), 2);
@@ -312,6 +341,12 @@ mod tests {
         );
         let used: f64 = buckets.values().map(|t| t.used_gpu_hours).sum();
         assert!((used - 4.0 * 115.0 / 60.0).abs() < 1e-9);
+        // Three of its four GPUs were V100s: three quarters of each day's hours.
+        for t in buckets.values() {
+            let by = &t.allocated_gpu_hours_by_model;
+            assert!((by["V100"] - 3.0).abs() < 1e-9, "{by:?}");
+            assert!((by["K80"] - 1.0).abs() < 1e-9, "{by:?}");
+        }
     }
 
     #[test]
@@ -331,8 +366,22 @@ mod tests {
         let mut days = BTreeMap::new();
         let mut whole = BTreeMap::new();
         for s in &segs {
-            accumulate(&mut days, &"t", s, Period::Day, at(-1000), at(1000));
-            accumulate(&mut whole, &"t", s, Period::Total, at(-1000), at(1000));
+            accumulate(
+                &mut days,
+                &"t",
+                (s, &a.gpu_models),
+                Period::Day,
+                at(-1000),
+                at(1000),
+            );
+            accumulate(
+                &mut whole,
+                &"t",
+                (s, &a.gpu_models),
+                Period::Total,
+                at(-1000),
+                at(1000),
+            );
         }
         assert_eq!(days.len(), 2, "the allocation spans midnight");
         let total = whole.values().next().expect("one total bucket");

@@ -117,6 +117,17 @@ pub(super) fn build<'a>(
             name: t.name.clone(),
             guaranteed_gpus: t.quota.guaranteed_gpus,
             max_gpus: t.quota.max_gpus,
+            flavours: t
+                .quota
+                .flavours
+                .iter()
+                .map(|f| drover_scheduler::snapshot::Flavour {
+                    gpu_model: f.gpu_model.clone(),
+                    guaranteed_gpus: f.guaranteed_gpus,
+                    max_gpus: f.max_gpus,
+                    lending_limit: f.lending_limit,
+                })
+                .collect(),
         })
         .collect();
 

@@ -37,6 +37,34 @@ pub fn check(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), Violation> {
     check_placements(snapshot, plan)
 }
 
+/// No tenant holds more GPUs of a model than its quota of that model allows: of a plan as a policy
+/// hands it over (held to the tenants' limits, [`crate::policy::limits`]); a policy at work may
+/// still keep running jobs a lowered quota puts past it.
+pub fn check_flavour_maxima(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), Violation> {
+    let Some(map) = crate::flavours::FlavourMap::of(snapshot) else {
+        return Ok(());
+    };
+    let mut held: BTreeMap<(u32, u16), u64> = BTreeMap::new();
+    for job in &snapshot.jobs {
+        if let Some(JobPlan::Run { placement, .. }) = plan.jobs.get(&job.id) {
+            for (f, gpus) in map.gpus_by_flavour(placement) {
+                *held.entry((job.tenant, f)).or_default() += u64::from(gpus);
+            }
+        }
+    }
+    for ((tenant, f), used) in held {
+        let max = map.max_of(tenant, f);
+        if used > u64::from(max) {
+            return violation(format!(
+                "tenant {} holds {used} GPUs of model {}, its maximum is {max}",
+                snapshot.tenants[tenant as usize].name,
+                map.name(f)
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// What must hold of a plan at every phase of a policy, finished or not: gangs within their ranges, no
 /// CPU or host memory over-committed, no GPU shared without a packing decision or beyond its memory.
 pub fn check_placements(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), Violation> {

@@ -9,6 +9,7 @@
 //! each job's true speed and loss hidden behind the simulator's own types.
 
 pub mod cluster;
+pub mod flavours;
 pub mod forecast;
 pub mod invariants;
 pub mod perf;

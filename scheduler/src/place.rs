@@ -4,6 +4,7 @@
 //! rather than a scan of the cluster; a job that cannot fit anywhere is refused in O(1) from the totals.
 
 use crate::cluster::{GpuModelTag, NodeId};
+use crate::flavours::{FlavourBudgets, FlavourMap};
 use crate::plan::{Placement, Role, TaskPlacement, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
 use std::collections::BTreeSet;
@@ -118,6 +119,9 @@ pub struct FreeResources {
     tainted: bool,
     /// On a cluster of several GPU models: free GPUs and CPUs of the schedulable nodes of each.
     model_free: Vec<(GpuModelTag, u32, u32)>,
+    /// Where some tenant has a quota per GPU model: what each holds of each, so a gang never takes
+    /// its tenant past one, nor GPUs another tenant keeps for itself.
+    flavours: Option<FlavourBudgets>,
 }
 
 impl FreeResources {
@@ -156,6 +160,7 @@ impl FreeResources {
             traits: None,
             tainted: false,
             model_free: Vec::new(),
+            flavours: None,
         };
         let mut tainted = false;
         // Several GPU models: a gang may be kept to one ([`FreeResources::place_preferring`]).
@@ -190,6 +195,16 @@ impl FreeResources {
             free.nodes.push(entry);
         }
         free.tainted = tainted;
+        if let Some(map) = FlavourMap::of(snapshot) {
+            let nodes = &free.nodes;
+            free.flavours = Some(FlavourBudgets::new(map, |n| {
+                if nodes[n].schedulable {
+                    nodes[n].free_gpus
+                } else {
+                    0
+                }
+            }));
+        }
         if constrained || tainted || mixed {
             let traits: std::sync::Arc<[Traits]> = snapshot.nodes.iter().map(Traits::of).collect();
             if mixed {
@@ -235,7 +250,7 @@ impl FreeResources {
                 && keep(i, job)
             {
                 for task in &placement.tasks {
-                    free.take_task(task);
+                    free.take_task(job.tenant, task);
                 }
             }
         }
@@ -285,19 +300,20 @@ impl FreeResources {
         }
     }
 
-    /// Marks a placement's resources used. Packed GPUs already held by another job are not counted twice.
-    pub fn take(&mut self, placement: &Placement) {
+    /// Marks `job`'s placement's resources used. Packed GPUs already held by another job are not
+    /// counted twice.
+    pub fn take(&mut self, job: &JobView, placement: &Placement) {
         for task in &placement.tasks {
             let node = task.node.0 as usize;
             let Some(before) = self.nodes.get(node).map(|n| n.free_gpus) else {
                 continue;
             };
-            self.take_task(task);
+            self.take_task(job.tenant, task);
             self.rebucket(node, before);
         }
     }
 
-    fn take_task(&mut self, task: &TaskPlacement) {
+    fn take_task(&mut self, tenant: u32, task: &TaskPlacement) {
         let Some(entry) = self.nodes.get_mut(task.node.0 as usize) else {
             return;
         };
@@ -314,6 +330,12 @@ impl FreeResources {
         entry.free_cpus -= cpus;
         let memory = task.memory_gb.min(entry.free_memory_gb);
         entry.free_memory_gb -= memory;
+        if let Some(flavours) = &mut self.flavours
+            && !task.gpus.is_empty()
+        {
+            let newly = if entry.schedulable { gpus } else { 0 };
+            flavours.took(tenant, task.node.0 as usize, task.gpus.len() as u32, newly);
+        }
         if entry.schedulable {
             self.free_gpus -= gpus;
             self.free_cpus -= cpus;
@@ -332,8 +354,9 @@ impl FreeResources {
         }
     }
 
-    /// Takes exactly these resources if every one is still free (a running job keeping its place).
-    pub fn try_take_exact(&mut self, placement: &Placement) -> bool {
+    /// Takes exactly these resources for `job` if every one is still free (a running job keeping its
+    /// place).
+    pub fn try_take_exact(&mut self, job: &JobView, placement: &Placement) -> bool {
         // (node, CPUs, memory) the placement takes there.
         let mut by_node: Vec<(u32, u32, u32)> = Vec::new();
         for task in &placement.tasks {
@@ -361,7 +384,7 @@ impl FreeResources {
         }) {
             return false;
         }
-        self.take(placement);
+        self.take(job, placement);
         true
     }
 
@@ -478,19 +501,39 @@ impl FreeResources {
         let cpus = job.cpus_at(shape);
         // Only the nodes it may run on count (a pass over the cluster, for such jobs only; a job
         // kept to one model of a mixed cluster finds out below, as it looks for nodes).
-        let narrowed = job.is_constrained() || (self.tainted && matches!(only, Only::Any));
+        let blocked = self
+            .flavours
+            .as_ref()
+            .map(|f| f.blocked(job.tenant, gpus))
+            .unwrap_or_default();
+        let narrowed = job.is_constrained()
+            || (self.tainted && matches!(only, Only::Any))
+            || !blocked.flavours.is_empty();
         if narrowed {
-            let (free_gpus, free_cpus) = self
+            // (GPUs, CPUs) free on the nodes it may run on, and GPUs there of models its tenant's
+            // quota keeps it from.
+            let (free_gpus, free_cpus, barred_gpus) = self
                 .nodes
                 .iter()
                 .enumerate()
                 .filter(|(i, n)| n.schedulable && self.admits(*i, job, only))
-                .fold((0, 0), |(g, c), (_, n)| (g + n.free_gpus, c + n.free_cpus));
+                .fold((0, 0, 0), |(g, c, b), (i, n)| {
+                    if self.barred(i, &blocked.flavours) {
+                        (g, c, b + n.free_gpus)
+                    } else {
+                        (g + n.free_gpus, c + n.free_cpus, b)
+                    }
+                });
             if gpus > free_gpus || cpus > free_cpus {
-                return Err(WaitReason::EligibleNodesBusy);
+                return Err(if blocked.by_own_max && gpus <= free_gpus + barred_gpus {
+                    WaitReason::TenantLimit
+                } else {
+                    WaitReason::EligibleNodesBusy
+                });
             }
         }
-        let worker_nodes = self.choose_worker_nodes(job, shape.workers, strategy, only)?;
+        let worker_nodes =
+            self.choose_worker_nodes(job, shape.workers, strategy, only, &blocked.flavours)?;
         let ps_nodes = self.choose_ps_nodes(job, shape.ps, &worker_nodes)?;
         let mut tasks = Vec::with_capacity((shape.workers + shape.ps) as usize);
         let mut index = 0;
@@ -532,8 +575,17 @@ impl FreeResources {
             });
         }
         let placement = Placement { tasks };
-        self.take(&placement);
+        self.take(job, &placement);
         Ok(placement)
+    }
+
+    /// Whether node `n` is of a GPU model in `blocked` ([`FlavourBudgets::blocked`]).
+    fn barred(&self, n: usize, blocked: &[u16]) -> bool {
+        !blocked.is_empty()
+            && self
+                .flavours
+                .as_ref()
+                .is_some_and(|f| f.node_blocked(n, blocked))
     }
 
     /// (node, workers) pairs for the gang's workers, without changing anything.
@@ -543,6 +595,7 @@ impl FreeResources {
         workers: u32,
         strategy: Strategy,
         only: Only,
+        blocked: &[u16],
     ) -> Result<Vec<(u32, u32)>, WaitReason> {
         let g = job.gpus_per_worker;
         let c = job.cpus_per_worker;
@@ -557,6 +610,9 @@ impl FreeResources {
             if let Some(traits) = traits
                 && !traits[n as usize].admit(job, only)
             {
+                return 0;
+            }
+            if self.barred(n as usize, blocked) {
                 return 0;
             }
             let node = &self.nodes[n as usize];

@@ -14,6 +14,22 @@ pub struct Tenant {
     pub name: String,
     pub guaranteed_gpus: u32,
     pub max_gpus: Option<u32>,
+    /// Its quota per GPU model ([`crate::flavours`]); empty, its quota is of GPUs of any model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flavours: Vec<Flavour>,
+}
+
+/// A tenant's quota of one GPU model (a flavour, in Kueue's words).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flavour {
+    /// A model's name or a word of it, case aside, as a job's `gpu_types` names one.
+    pub gpu_model: String,
+    /// GPUs of this model guaranteed to the tenant: part of its `guaranteed_gpus`.
+    pub guaranteed_gpus: u32,
+    /// Most GPUs of this model it may hold.
+    pub max_gpus: Option<u32>,
+    /// How many of its unused guarantee of this model others may borrow (`None`: all).
+    pub lending_limit: Option<u32>,
 }
 
 /// Mean observed step time at one shape (the snapshot keeps aggregates, not every sample).

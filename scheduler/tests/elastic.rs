@@ -116,11 +116,13 @@ fn drover_honours_guaranteed_shares_and_priorities() {
             name: "a".into(),
             guaranteed_gpus: 2,
             max_gpus: None,
+            flavours: Vec::new(),
         },
         Tenant {
             name: "b".into(),
             guaranteed_gpus: 2,
             max_gpus: None,
+            flavours: Vec::new(),
         },
     ];
     let plan = build_policy("drover", None)

@@ -1,6 +1,7 @@
 //! Each baseline policy's behaviour on small, hand-made clusters.
 
 mod common;
+mod flavours;
 mod heterogeneous;
 
 use common::{FixedOracle, apply, id, job, snapshot};

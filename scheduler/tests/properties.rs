@@ -126,6 +126,7 @@ proptest! {
                 name: format!("t{i}"),
                 guaranteed_gpus: gpus * share / tenths,
                 max_gpus: max,
+                flavours: Vec::new(),
             }
         }).collect();
         let jobs = contest.jobs.iter().enumerate().map(|(i, &(n, tenant, priority, packs))| {

@@ -150,11 +150,12 @@ fn name_suffix() -> String {
 
 /// A job whose smallest shape exceeds the tenant's GPU ceiling could never run: refuse it now.
 pub(crate) fn check_quota(tenant_name: &str, quota: &Quota, job: &DroverJob) -> ServiceResult<()> {
+    let resources = &job.spec.resources;
+    let min_gpus = u64::from(resources.workers.min) * u64::from(resources.gpus_per_worker);
+    check_flavour_quota(tenant_name, quota, job, min_gpus)?;
     let Some(max_gpus) = quota.max_gpus else {
         return Ok(());
     };
-    let resources = &job.spec.resources;
-    let min_gpus = u64::from(resources.workers.min) * u64::from(resources.gpus_per_worker);
     if min_gpus > u64::from(max_gpus) {
         return Err(ServiceError::invalid(
             "spec.resources.workers.min",
@@ -164,6 +165,39 @@ pub(crate) fn check_quota(tenant_name: &str, quota: &Quota, job: &DroverJob) -> 
         ));
     }
     Ok(())
+}
+
+/// A job that accepts only GPU models of which its tenant may hold fewer GPUs than its smallest gang
+/// could never run: refuse it, naming the models' maxima.
+fn check_flavour_quota(
+    tenant_name: &str,
+    quota: &Quota,
+    job: &DroverJob,
+    min_gpus: u64,
+) -> ServiceResult<()> {
+    let types = &job.spec.resources.gpu_types;
+    if types.is_empty() || quota.flavours.is_empty() || min_gpus == 0 {
+        return Ok(());
+    }
+    let mut caps = Vec::with_capacity(types.len());
+    for gpu_type in types {
+        let cap = quota
+            .flavours
+            .iter()
+            .find(|f| f.gpu_model.trim().eq_ignore_ascii_case(gpu_type.trim()))
+            .and_then(|f| f.max_gpus);
+        match cap {
+            Some(cap) if u64::from(cap) < min_gpus => caps.push(format!("{gpu_type}: {cap}")),
+            _ => return Ok(()),
+        }
+    }
+    Err(ServiceError::invalid(
+        "spec.resources.gpu_types",
+        format!(
+            "the job needs at least {min_gpus} GPUs on one model but tenant `{tenant_name}` may hold at most {}",
+            caps.join(", ")
+        ),
+    ))
 }
 
 /// `train.init_from` (or `command.init_from`) must name a checkpoint of one of the tenant's jobs.

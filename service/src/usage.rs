@@ -150,8 +150,9 @@ pub fn tally(
             ),
         };
         for segment in accounting::segments(&row.allocation, now) {
-            accounting::accumulate(&mut buckets, &key, &segment, period, from, to);
-            accounting::accumulate(&mut total_buckets, &(), &segment, Period::Total, from, to);
+            let held = (&segment, &row.allocation.gpu_models);
+            accounting::accumulate(&mut buckets, &key, held, period, from, to);
+            accounting::accumulate(&mut total_buckets, &(), held, Period::Total, from, to);
         }
     }
     let rows = buckets

@@ -132,17 +132,43 @@ macro_rules! impl_exec_store {
                         .execute(&mut *tx)
                         .await?;
                 }
-                // The accounting ledger's row for this allocation, closed once its tasks have ended.
+                // The accounting ledger's row for this allocation, closed once its tasks have ended,
+                // with the GPUs of each model it holds (from its nodes' reported GPUs, one read of
+                // each node).
                 let gpus: i64 = tasks.iter().map(|t| t.gpus.len() as i64).sum();
+                let mut gpu_models: BTreeMap<String, u32> = BTreeMap::new();
+                let mut nodes: Vec<&str> = tasks
+                    .iter()
+                    .filter(|t| !t.gpus.is_empty())
+                    .map(|t| t.node_name.as_str())
+                    .collect();
+                nodes.sort_unstable();
+                nodes.dedup();
+                for node in nodes {
+                    let reported: Option<Json<Vec<Gpu>>> =
+                        sqlx::query_scalar("SELECT gpus FROM nodes WHERE name = $1")
+                            .bind(node)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                    let Some(Json(reported)) = reported else { continue };
+                    for task in tasks.iter().filter(|t| t.node_name == node) {
+                        for &index in &task.gpus {
+                            if let Some(gpu) = reported.iter().find(|g| g.index == u32::from(index)) {
+                                *gpu_models.entry(gpu.model.clone()).or_default() += 1;
+                            }
+                        }
+                    }
+                }
                 sqlx::query(
-                    "INSERT INTO allocations (job_id, generation, tenant_id, user_id, gpus, started_at, start_cause) \
-                     SELECT id, $2, tenant_id, submitted_by, $3, $4, $5 FROM jobs WHERE id = $1",
+                    "INSERT INTO allocations (job_id, generation, tenant_id, user_id, gpus, started_at, start_cause, gpu_models) \
+                     SELECT id, $2, tenant_id, submitted_by, $3, $4, $5, $6 FROM jobs WHERE id = $1",
                 )
                 .bind(job.0)
                 .bind(generation)
                 .bind(gpus)
                 .bind(now)
                 .bind(start_cause)
+                .bind(Json(&gpu_models))
                 .execute(&mut *tx)
                 .await?;
                 insert_change(&mut tx, job, from, change, now).await?;

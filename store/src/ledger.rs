@@ -65,6 +65,8 @@ pub struct Allocation {
     pub first_step_at: Option<DateTime<Utc>>,
     pub kept_until: Option<DateTime<Utc>>,
     pub idle_gpu_s: f64,
+    /// The GPUs of each model it held (empty where its nodes' models were not known).
+    pub gpu_models: BTreeMap<String, u32>,
 }
 
 /// An allocation with the names it is reported under.

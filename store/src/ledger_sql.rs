@@ -17,14 +17,19 @@ macro_rules! impl_ledger_store {
                 first_step_at: row.try_get("first_step_at")?,
                 kept_until: row.try_get("kept_until")?,
                 idle_gpu_s: row.try_get("idle_gpu_s")?,
+                gpu_models: {
+                    let Json(models): Json<BTreeMap<String, u32>> = row.try_get("gpu_models")?;
+                    models
+                },
             })
         }
 
         const ALLOCATION_COLUMNS: &str = "job_id, generation, tenant_id, user_id, CAST(gpus AS BIGINT) AS gpus, \
-             started_at, start_cause, ended_at, end_cause, first_step_at, kept_until, idle_gpu_s";
+             started_at, start_cause, ended_at, end_cause, first_step_at, kept_until, idle_gpu_s, gpu_models";
 
         const LEDGER_COLUMNS: &str = "a.job_id, a.generation, a.tenant_id, a.user_id, CAST(a.gpus AS BIGINT) AS gpus, \
-             a.started_at, a.start_cause, a.ended_at, a.end_cause, a.first_step_at, a.kept_until, a.idle_gpu_s";
+             a.started_at, a.start_cause, a.ended_at, a.end_cause, a.first_step_at, a.kept_until, a.idle_gpu_s, \
+             a.gpu_models";
 
         #[async_trait]
         impl LedgerStore for $store {

@@ -7,12 +7,36 @@ use drover_core::{JobId, JobState, ReasonCode, Role, TenantId, TokenId, UserId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Quota {
-    /// GPUs the tenant can always get.
+    /// GPUs the tenant can always get, of any model.
     pub guaranteed_gpus: u32,
     /// GPUs the tenant may hold at most, borrowed capacity included; absent means no limit.
     pub max_gpus: Option<u32>,
+    /// Per GPU model (a flavour, in Kueue's words): how many of `guaranteed_gpus` are of that
+    /// model, how many of it the tenant may hold, and how much of its unused guarantee of it others
+    /// may borrow. Empty: the quota is of GPUs of any model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flavours: Vec<FlavourQuota>,
+}
+
+/// A tenant's quota of one GPU model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct FlavourQuota {
+    /// The model, as nodes report it or a word of it, case aside (`v100` matches `Tesla V100-SXM2`).
+    pub gpu_model: String,
+    /// GPUs of this model the tenant is guaranteed (Kueue's nominal quota): part of the tenant's
+    /// `guaranteed_gpus`. Others borrow them while it does not use them, and give them back.
+    #[serde(default)]
+    pub guaranteed_gpus: u32,
+    /// GPUs of this model the tenant may hold at most (nominal quota plus borrowing limit); absent
+    /// means no limit but the tenant's own.
+    #[serde(default)]
+    pub max_gpus: Option<u32>,
+    /// Of this model's guarantee, how many GPUs others may borrow while the tenant does not use them
+    /// (Kueue's lending limit); the rest stay idle for it. Absent: all of them.
+    #[serde(default)]
+    pub lending_limit: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

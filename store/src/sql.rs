@@ -23,13 +23,13 @@ pub const INSERT_AUDIT: &str = "INSERT INTO audit_events (at, actor_id, actor, t
 /// Looks a bearer token up by its hash, with its user and tenant.
 pub const FIND_TOKEN: &str = "SELECT k.id, k.user_id, k.name, k.prefix, k.created_at, k.expires_at, \
      k.revoked_at, u.tenant_id, t.name AS tenant_name, u.name AS user_name, u.role, u.cluster_admin, \
-     u.created_at AS user_created_at, t.guaranteed_gpus, t.max_gpus FROM api_tokens k \
+     u.created_at AS user_created_at, t.guaranteed_gpus, t.max_gpus, t.quota_flavours FROM api_tokens k \
      JOIN users u ON u.id = k.user_id JOIN tenants t ON t.id = u.tenant_id WHERE k.token_hash = $1";
 
 // Column lists as macros, so every statement is one `concat!`ed static string.
 macro_rules! tenant_columns {
     () => {
-        "id, name, guaranteed_gpus, max_gpus, created_at"
+        "id, name, guaranteed_gpus, max_gpus, created_at, quota_flavours"
     };
 }
 macro_rules! user_columns {
@@ -158,9 +158,11 @@ macro_rules! impl_store {
         fn quota_from_row(row: &DbRow) -> StoreResult<Quota> {
             let guaranteed: i32 = row.try_get("guaranteed_gpus")?;
             let max: Option<i32> = row.try_get("max_gpus")?;
+            let Json(flavours): Json<Vec<FlavourQuota>> = row.try_get("quota_flavours")?;
             Ok(Quota {
                 guaranteed_gpus: u32_column(guaranteed.into(), "guaranteed_gpus")?,
                 max_gpus: max.map(|m| u32_column(m.into(), "max_gpus")).transpose()?,
+                flavours,
             })
         }
 
@@ -345,7 +347,7 @@ macro_rules! impl_store {
             }
 
             async fn create_tenant(&self, tenant: &NewTenant) -> StoreResult<Tenant> {
-                let sql = concat!("INSERT INTO tenants (", tenant_columns!(), ") VALUES ($1, $2, $3, $4, $5) RETURNING ", tenant_columns!());
+                let sql = concat!("INSERT INTO tenants (", tenant_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6) RETURNING ", tenant_columns!());
                 let max_gpus = tenant.quota.max_gpus.map(|m| m as i32);
                 let row = sqlx::query(sql)
                     .bind(TenantId::new().0)
@@ -353,6 +355,7 @@ macro_rules! impl_store {
                     .bind(tenant.quota.guaranteed_gpus as i32)
                     .bind(max_gpus)
                     .bind(Utc::now())
+                    .bind(Json(&tenant.quota.flavours))
                     .fetch_one(&self.pool)
                     .await
                     .map_err(|err| {
@@ -380,11 +383,12 @@ macro_rules! impl_store {
             }
 
             async fn set_tenant_quota(&self, id: TenantId, quota: Quota) -> StoreResult<Tenant> {
-                let sql = concat!("UPDATE tenants SET guaranteed_gpus = $2, max_gpus = $3 WHERE id = $1 RETURNING ", tenant_columns!());
+                let sql = concat!("UPDATE tenants SET guaranteed_gpus = $2, max_gpus = $3, quota_flavours = $4 WHERE id = $1 RETURNING ", tenant_columns!());
                 let row = sqlx::query(sql)
                     .bind(id.0)
                     .bind(quota.guaranteed_gpus as i32)
                     .bind(quota.max_gpus.map(|m| m as i32))
+                    .bind(Json(&quota.flavours))
                     .fetch_optional(&self.pool)
                     .await?;
                 tenant_from_row(&row.ok_or(StoreError::NotFound)?)

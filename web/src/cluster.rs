@@ -297,6 +297,8 @@ struct TenantRow {
     name: String,
     guaranteed: u32,
     max: String,
+    /// Its quota per GPU model, in words (`-` when it has none).
+    per_model: String,
     in_use: u32,
     borrowed: u32,
     /// Guaranteed GPUs it does not use while other tenants borrow.
@@ -314,6 +316,48 @@ struct TokenRow {
     created: Time,
     expires: Option<Time>,
     revoked: bool,
+}
+
+/// GPU-hours with their parts of a tenth or more: `12.0 (V100 9.0, K80 3.0)`.
+fn hours_and_parts(total: f64, parts: &BTreeMap<String, f64>) -> String {
+    let parts: Vec<String> = parts
+        .iter()
+        .filter(|(_, v)| **v >= 0.05)
+        .map(|(name, v)| format!("{name} {v:.1}"))
+        .collect();
+    if parts.is_empty() {
+        format!("{total:.1}")
+    } else {
+        format!("{total:.1} ({})", parts.join(", "))
+    }
+}
+
+/// A tenant's quota per GPU model in words: `v100: 2 guaranteed, at most 4, lends 1; k80: at most 8`.
+fn per_model(quota: &drover_store::Quota) -> String {
+    if quota.flavours.is_empty() {
+        return "-".to_owned();
+    }
+    quota
+        .flavours
+        .iter()
+        .map(|f| {
+            let mut parts = Vec::with_capacity(3);
+            if f.guaranteed_gpus > 0 {
+                parts.push(format!("{} guaranteed", f.guaranteed_gpus));
+            }
+            if let Some(max) = f.max_gpus {
+                parts.push(format!("at most {max}"));
+            }
+            if let Some(lends) = f.lending_limit {
+                parts.push(format!("lends {lends}"));
+            }
+            if parts.is_empty() {
+                parts.push("no limit".to_owned());
+            }
+            format!("{}: {}", f.gpu_model, parts.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 pub async fn tenants(State(state): State<AppState>, session: Session) -> Response {
@@ -380,27 +424,18 @@ async fn tenants_page(state: &AppState, session: &Session) -> Result<TenantsPage
                     .quota
                     .max_gpus
                     .map_or_else(|| "no limit".to_owned(), |m| m.to_string()),
+                per_model: per_model(&t.quota),
                 in_use: used,
                 borrowed: used.saturating_sub(t.quota.guaranteed_gpus),
                 lent: format!("{:.1}", lent.get(t.name.as_str()).copied().unwrap_or(0.0)),
                 allocated_week: hours.get(t.name.as_str()).map_or("0.0".to_owned(), |h| {
-                    format!("{:.1}", h.allocated_gpu_hours)
+                    hours_and_parts(h.allocated_gpu_hours, &h.allocated_gpu_hours_by_model)
                 }),
                 used_week: hours
                     .get(t.name.as_str())
                     .map_or("0.0".to_owned(), |h| format!("{:.1}", h.used_gpu_hours)),
                 lost_week: hours.get(t.name.as_str()).map_or("0.0".to_owned(), |h| {
-                    let causes: Vec<String> = h
-                        .lost_by_cause
-                        .iter()
-                        .filter(|(_, v)| **v >= 0.05)
-                        .map(|(c, v)| format!("{c} {v:.1}"))
-                        .collect();
-                    if causes.is_empty() {
-                        format!("{:.1}", h.lost_gpu_hours)
-                    } else {
-                        format!("{:.1} ({})", h.lost_gpu_hours, causes.join(", "))
-                    }
+                    hours_and_parts(h.lost_gpu_hours, &h.lost_by_cause)
                 }),
             }
         })

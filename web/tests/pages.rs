@@ -72,7 +72,19 @@ impl Site {
                 Err(_) => store
                     .create_tenant(&NewTenant {
                         name: tenant.into(),
-                        quota: Quota::default(),
+                        // Alpha may hold 4 V100s at most.
+                        quota: Quota {
+                            flavours: (tenant == "alpha")
+                                .then(|| drover_store::FlavourQuota {
+                                    gpu_model: "v100".into(),
+                                    guaranteed_gpus: 0,
+                                    max_gpus: Some(4),
+                                    lending_limit: None,
+                                })
+                                .into_iter()
+                                .collect(),
+                            ..Quota::default()
+                        },
                     })
                     .await
                     .unwrap(),
@@ -271,7 +283,7 @@ async fn signing_in_and_out((site, [ada, _, _]): (Site, [String; 3])) {
     let tenants = site.get("/tenants", &session).await.body;
     assert!(
         tenants.contains("GPU-hours allocated, 7 days")
-            && tenants.contains("<td>alpha</td><td>0</td><td>no limit</td><td>0</td><td>0</td><td>0.0</td><td>0.0</td><td>0.0</td><td>0.0</td>"),
+            && tenants.contains("<td>alpha</td><td>0</td><td>no limit</td><td>v100: at most 4</td><td>0</td><td>0</td><td>0.0</td><td>0.0</td><td>0.0</td><td>0.0</td>"),
         "{tenants}"
     );
 

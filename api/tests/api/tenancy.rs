@@ -273,3 +273,111 @@ async fn tenants_and_quotas() {
         (StatusCode::BAD_REQUEST, "malformed_body")
     );
 }
+
+#[tokio::test]
+async fn quotas_per_gpu_model() {
+    let app = TestApp::new().await;
+    let quota = json!({"guaranteed_gpus": 4, "max_gpus": 8, "flavours": [
+        {"gpu_model": "v100", "guaranteed_gpus": 2, "max_gpus": 2, "lending_limit": 1},
+        {"gpu_model": "K80", "max_gpus": 6}]});
+    let created = app
+        .post(
+            "/api/v1/tenants",
+            ADMIN_TOKEN,
+            json!({"name": "vision", "quota": quota}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let flavours = &created.body["tenant"]["quota"]["flavours"];
+    assert_eq!(flavours[0]["gpu_model"], "v100");
+    assert_eq!(flavours[0]["lending_limit"], 1);
+    assert_eq!(flavours[1]["guaranteed_gpus"], 0);
+    let read = app.get("/api/v1/tenants/vision", ADMIN_TOKEN).await;
+    assert_eq!(
+        read.body["tenant"]["quota"],
+        created.body["tenant"]["quota"]
+    );
+    let flavoured =
+        |flavours: Value| json!({"guaranteed_gpus": 4, "max_gpus": 8, "flavours": flavours});
+    for (body, field) in [
+        (
+            flavoured(json!([{"gpu_model": "v100"}, {"gpu_model": "V100"}])),
+            "flavours[1].gpu_model",
+        ),
+        (
+            flavoured(json!([{"gpu_model": " "}])),
+            "flavours[0].gpu_model",
+        ),
+        (
+            flavoured(json!([{"gpu_model": "v100", "guaranteed_gpus": 3, "max_gpus": 2}])),
+            "flavours[0].max_gpus",
+        ),
+        (
+            flavoured(json!([{"gpu_model": "v100", "guaranteed_gpus": 1, "lending_limit": 2}])),
+            "flavours[0].lending_limit",
+        ),
+        (
+            flavoured(json!([{"gpu_model": "v100", "guaranteed_gpus": 3},
+                             {"gpu_model": "k80", "guaranteed_gpus": 2}])),
+            "flavours",
+        ),
+        (
+            flavoured(json!([{"gpu_model": "v100", "nominal": 3}])),
+            "flavours[0]",
+        ),
+    ] {
+        let reply = app
+            .call(
+                Method::PUT,
+                "/api/v1/tenants/vision/quota",
+                Some(ADMIN_TOKEN),
+                Some(("application/json", body.to_string().into_bytes())),
+                &[],
+            )
+            .await;
+        assert_eq!(
+            reply.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{}",
+            reply.body
+        );
+        assert!(
+            reply.error_field().starts_with(field),
+            "{field}: {}",
+            reply.body
+        );
+    }
+    // Unchanged by the refusals.
+    let read = app.get("/api/v1/tenants/vision", ADMIN_TOKEN).await;
+    assert_eq!(
+        read.body["tenant"]["quota"],
+        created.body["tenant"]["quota"]
+    );
+    // A job that runs only on V100s and needs more of them than the tenant may hold is refused.
+    let alice = app.user_token("vision", "alice", "member").await;
+    let greedy = app
+        .submit_yaml(
+            &alice,
+            &EXAMPLE
+                .replace("workers: {min: 1, max: 4}", "workers: {min: 4, max: 4}")
+                .replace(
+                    "gpus_per_worker: 1",
+                    "gpus_per_worker: 1\n    gpu_types: [v100]",
+                ),
+        )
+        .await;
+    assert_eq!(
+        (greedy.status, greedy.error_field()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "spec.resources.gpu_types"),
+        "{}",
+        greedy.body
+    );
+    assert!(
+        greedy.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("v100: 2"),
+        "{}",
+        greedy.body
+    );
+}

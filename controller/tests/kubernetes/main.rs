@@ -47,6 +47,7 @@ impl Harness {
                 quota: Quota {
                     guaranteed_gpus: 4,
                     max_gpus: Some(16),
+                    flavours: Vec::new(),
                 },
             })
             .await

@@ -32,7 +32,7 @@ async fn member(h: &Harness, tenant: &drover_store::Tenant, name: &str) -> Princ
     Principal {
         user,
         token_id: TokenId(uuid::Uuid::nil()),
-        tenant_quota: tenant.quota,
+        tenant_quota: tenant.quota.clone(),
         token_expires_at: None,
     }
 }
@@ -123,6 +123,7 @@ async fn mirroring(db: TestDb) {
             quota: Quota {
                 guaranteed_gpus: 1,
                 max_gpus: Some(4),
+                flavours: Vec::new(),
             },
         })
         .await

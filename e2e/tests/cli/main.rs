@@ -257,6 +257,61 @@ async fn server_on_postgres_through_the_cli() {
     assert!(fails(drover(&url, alice, &["job", &id])).contains("no job"));
     assert!(fails(drover(&url, alice, &["tenant", "create", "mine"])).contains("HTTP 403"));
 
+    // Quotas per GPU model: set, listed, and refused with the field when inconsistent.
+    let listed = ok(drover(
+        &url,
+        &admin,
+        &[
+            "tenant",
+            "quota",
+            "vision",
+            "--guaranteed-gpus",
+            "2",
+            "--max-gpus",
+            "8",
+            "--flavour",
+            "v100:guaranteed=2,max=4,lending-limit=1",
+            "--flavour",
+            "k80:max=6",
+        ],
+    ));
+    assert!(listed.contains("v100 2/4 lends 1, k80 0/6"), "{listed}");
+    let message = fails(drover(
+        &url,
+        &admin,
+        &[
+            "tenant",
+            "quota",
+            "vision",
+            "--guaranteed-gpus",
+            "2",
+            "--flavour",
+            "v100:guaranteed=3",
+        ],
+    ));
+    assert!(
+        message.contains("flavours") && message.contains("HTTP 422"),
+        "{message}"
+    );
+    // A flag clap refuses: its own error, naming the value and why.
+    let refused = drover(
+        &url,
+        &admin,
+        &[
+            "tenant",
+            "quota",
+            "vision",
+            "--guaranteed-gpus",
+            "2",
+            "--flavour",
+            "v100:most=3",
+        ],
+    );
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(message.contains("unknown key `most`"), "{message}");
+    assert!(ok(drover(&url, &admin, &["tenants"])).contains("v100 2/4 lends 1"));
+
     // Bad input: one clear line, non-zero exit, nothing stored.
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.yaml");

@@ -240,3 +240,116 @@ async fn jobs_go_where_their_gpu_types_node_selector_and_tolerations_allow() {
         assert!(message.contains(says), "{message}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_keeps_within_its_quota_of_each_gpu_model() {
+    let mut cluster = Cluster::start_with_slots(2).await;
+    // exec-a: two V100s; exec-b: two K80s.
+    for (name, model) in [("exec-a", "Tesla V100-SXM2"), ("exec-b", "Tesla K80")] {
+        cluster.kill_executor(name);
+        let shared = cluster.executor_env.clone();
+        cluster
+            .executor_env
+            .push(("DROVER_GPU_MODEL".to_owned(), model.to_owned()));
+        cluster.start_executor(name);
+        cluster.executor_env = shared;
+    }
+    cluster
+        .wait_until("both nodes described", Duration::from_secs(30), async |c| {
+            let nodes = c.get("/api/v1/nodes").await["nodes"].clone();
+            let nodes = nodes.as_array().unwrap();
+            (nodes.len() == 2
+                && nodes.iter().all(|n| {
+                    n["health"] == "healthy"
+                        && n["gpus"].as_array().is_some_and(|g| g.len() == 2)
+                        && n["gpus"][0]["model"] != "demo"
+                }))
+            .then_some(())
+        })
+        .await;
+    // The admin's tenant may hold one V100 (and any number of other GPUs).
+    let quota = cluster
+        .http
+        .put(format!("{}/api/v1/tenants/default/quota", cluster.url))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"guaranteed_gpus": 0, "flavours": [{"gpu_model": "v100", "max_gpus": 1}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(quota.status(), 200);
+    let body: Value = quota.json().await.unwrap();
+    assert_eq!(
+        body["tenant"]["quota"]["flavours"][0]["max_gpus"], 1,
+        "{body}"
+    );
+
+    // A V100-only job that needs two V100s can never run: refused, naming the quota.
+    let refused = cluster
+        .http
+        .post(format!("{}/api/v1/jobs", cluster.url))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&job(
+            "two-v100s",
+            json!({"gpu_types": ["v100"], "workers": 2}),
+            "true",
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 422);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "spec.resources.gpu_types", "{body}");
+
+    let first = submit(
+        &cluster,
+        job("first", json!({"gpu_types": ["v100"]}), "sleep 600"),
+    )
+    .await;
+    assert_eq!(node_of(&cluster, &first).await, "exec-a");
+    // The second V100 is free, but the tenant holds its one: the next V100-only job waits, saying why.
+    let second = submit(
+        &cluster,
+        job("second", json!({"gpu_types": ["v100"]}), "sleep 1"),
+    )
+    .await;
+    assert_eq!(cluster.queue_reason(&second).await, "tenant_limit");
+    // A job of any model goes to the K80s.
+    let any = submit(&cluster, job("any", json!({}), "sleep 1")).await;
+    assert_eq!(node_of(&cluster, &any).await, "exec-b");
+    assert!(cluster.tasks(&second).await.is_empty());
+    // The V100 given back, the waiting job takes it.
+    cluster
+        .post(&format!("/api/v1/jobs/{first}/cancel"), json!({}))
+        .await;
+    assert_eq!(node_of(&cluster, &second).await, "exec-a");
+    cluster
+        .wait_for_state(&second, "succeeded", Duration::from_secs(60))
+        .await;
+    // The accounting counts each job's GPU-hours by the model it held.
+    let from = (chrono::Utc::now() - chrono::Duration::hours(1))
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let usage = cluster
+        .get(&format!("/api/v1/usage?by=job&from={from}"))
+        .await;
+    let by_model = |name: &str| {
+        usage["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["job"] == name)
+            .map(|r| r["allocated_gpu_hours_by_model"].clone())
+            .unwrap_or_else(|| panic!("no row for {name}: {usage}"))
+    };
+    for (name, model, other) in [
+        ("first", "Tesla V100-SXM2", "Tesla K80"),
+        ("any", "Tesla K80", "Tesla V100-SXM2"),
+    ] {
+        let hours = by_model(name);
+        assert!(
+            hours[model].as_f64().unwrap_or(0.0) > 0.0,
+            "{name}: {hours}"
+        );
+        assert!(hours.get(other).is_none(), "{name}: {hours}");
+    }
+}

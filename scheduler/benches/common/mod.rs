@@ -67,6 +67,7 @@ pub fn build_with(
                 name: format!("t{t}"),
                 guaranteed_gpus: gpus / 10,
                 max_gpus: None,
+                flavours: Vec::new(),
             })
             .collect(),
         jobs: (0..running)

@@ -134,7 +134,7 @@ pub fn ordered_round(
                 },
             }
         } else if let Some(placement) = &job.placement {
-            if free.try_take_exact(placement) {
+            if free.try_take_exact(job, placement) {
                 JobPlan::Run {
                     placement: placement.clone(),
                     reason: RunReason::Continuing,

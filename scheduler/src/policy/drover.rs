@@ -24,6 +24,7 @@ use crate::snapshot::{ClusterSnapshot, JobView, Shape};
 use drover_core::JobId;
 use std::collections::{BTreeMap, BTreeSet};
 
+mod flavours;
 mod models;
 mod shapes;
 pub(crate) use models::ModelLearner;
@@ -418,13 +419,22 @@ impl Policy for DroverPolicy {
             ),
             None => Choice::default(),
         };
+        // Jobs owed a GPU model their tenant is guaranteed try it first.
+        let owed = if self.quotas {
+            flavours::owed_models(snapshot, &order, &within, &targets, requested_shape)
+        } else {
+            None
+        };
         let place = |choice: &Choice, targets: &[Option<Shape>]| {
             place_targets_on(
                 snapshot,
                 &order,
                 targets,
                 Tiresias::strategy,
-                |i| choice.models.get(i).and_then(|c| c.as_deref()),
+                |i| match owed.as_ref().and_then(|o| o[i].as_ref()) {
+                    Some(owed) => Some(owed.try_in_order.as_slice()),
+                    None => choice.models.get(i).and_then(|c| c.as_deref()),
+                },
                 |i| choice.moving.get(i).copied().unwrap_or(false),
             )
         };
@@ -433,6 +443,13 @@ impl Policy for DroverPolicy {
         // An admitted job that must sit on one node and found none: later jobs grown on the node
         // where the fewest must go give workers back, and placement runs again.
         if make_room(snapshot, &order, &mut targets, &plan, &free) {
+            choice = choose_for(&targets);
+            (plan, free) = place(&choice, &targets);
+        }
+        // A job owed a model that waits while borrowers hold it takes it back.
+        if let Some(owed) = &owed
+            && flavours::reclaim(snapshot, &order, &within, owed, &plan, &mut targets)
+        {
             choice = choose_for(&targets);
             (plan, free) = place(&choice, &targets);
         }

@@ -137,9 +137,9 @@ impl Policy for Gandiva {
             }
         }
         let mut free = FreeResources::empty_cluster(snapshot);
-        for decision in plan.jobs.values() {
-            if let JobPlan::Run { placement, .. } = decision {
-                free.take(placement);
+        for job in &snapshot.jobs {
+            if let Some(JobPlan::Run { placement, .. }) = plan.jobs.get(&job.id) {
+                free.take(job, placement);
             }
         }
         self.migrate_and_grow(snapshot, &order, &mut plan, &mut free, someone_waits);

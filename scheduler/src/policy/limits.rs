@@ -1,11 +1,14 @@
-//! What every policy's decisions are held to. Tenants' maximum GPUs: whatever a policy plans, a start
-//! or a shape that takes its tenant past its maximum is turned into a wait (`TenantLimit`); policies
-//! that already plan within the maxima (`drover`, `optimus`) pass through unchanged. And jobs that no
+//! What every policy's decisions are held to. Tenants' maximum GPUs, in all and of each GPU model
+//! their quota names: whatever a policy plans, a start or a shape that takes its tenant past one is
+//! turned into a wait (`TenantLimit`); policies that already plan within the maxima (`drover`,
+//! `optimus`, and every policy for the maxima per model, which placement keeps) pass through
+//! unchanged. And jobs that no
 //! node could ever hold ([`super::unplaceable`]) are kept from the policy altogether: they wait with
 //! `NeverFits` and count in no tenant's share.
 
 use super::interface::{Oracle, Policy, PolicyError};
 use super::unplaceable::{never_fits, unplaceable};
+use crate::flavours::FlavourMap;
 use crate::plan::{JobPlan, Plan, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView};
 use std::collections::BTreeMap;
@@ -15,7 +18,10 @@ use std::collections::BTreeMap;
 pub struct TenantLimited(pub Box<dyn Policy>);
 
 fn has_limits(snapshot: &ClusterSnapshot) -> bool {
-    snapshot.tenants.iter().any(|t| t.max_gpus.is_some())
+    snapshot
+        .tenants
+        .iter()
+        .any(|t| t.max_gpus.is_some() || t.flavours.iter().any(|f| f.max_gpus.is_some()))
 }
 
 fn max_of(snapshot: &ClusterSnapshot, tenant: u32) -> u64 {
@@ -55,16 +61,32 @@ pub fn enforce(snapshot: &ClusterSnapshot, plan: &mut Plan) {
             (Some(JobPlan::Run { placement, .. }), Some(current)) if placement.same_resources(current))
     };
     sequence.sort_by_key(|&i| !keeps(i, plan));
+    let flavours = FlavourMap::of(snapshot);
     let mut used: BTreeMap<u32, u64> = BTreeMap::new();
+    // GPUs each tenant holds of each flavour.
+    let mut used_of: BTreeMap<(u32, u16), u64> = BTreeMap::new();
     for i in sequence {
         let job = &snapshot.jobs[i];
         let Some(JobPlan::Run { placement, .. }) = plan.jobs.get(&job.id) else {
             continue;
         };
         let gpus = u64::from(placement.num_gpus());
+        let by_flavour = flavours
+            .as_ref()
+            .map(|f| f.gpus_by_flavour(placement))
+            .unwrap_or_default();
+        let within_flavours = by_flavour.iter().all(|&(f, g)| {
+            let max = flavours
+                .as_ref()
+                .map_or(u32::MAX, |m| m.max_of(job.tenant, f));
+            used_of.get(&(job.tenant, f)).copied().unwrap_or(0) + u64::from(g) <= u64::from(max)
+        });
         let held = used.entry(job.tenant).or_default();
-        if *held + gpus <= max_of(snapshot, job.tenant) {
+        if *held + gpus <= max_of(snapshot, job.tenant) && within_flavours {
             *held += gpus;
+            for (f, g) in by_flavour {
+                *used_of.entry((job.tenant, f)).or_default() += u64::from(g);
+            }
         } else {
             plan.jobs.insert(
                 job.id,
@@ -117,17 +139,29 @@ impl Policy for TenantLimited {
             return decision;
         };
         let max = max_of(snapshot, job.tenant);
-        if max == u64::MAX {
+        let flavours = FlavourMap::of(snapshot).filter(|_| has_limits(snapshot));
+        if max == u64::MAX && flavours.is_none() {
             return decision;
         }
-        let held: u64 = snapshot
-            .jobs
-            .iter()
-            .filter(|j| j.tenant == job.tenant && j.id != job.id)
-            .filter_map(|j| j.placement.as_ref())
-            .map(|p| u64::from(p.num_gpus()))
-            .sum();
-        if held + u64::from(placement.num_gpus()) <= max {
+        let theirs = || {
+            snapshot
+                .jobs
+                .iter()
+                .filter(|j| j.tenant == job.tenant && j.id != job.id)
+                .filter_map(|j| j.placement.as_ref())
+        };
+        let held: u64 = theirs().map(|p| u64::from(p.num_gpus())).sum();
+        let within_flavours = flavours.as_ref().is_none_or(|map| {
+            map.gpus_by_flavour(placement).into_iter().all(|(f, g)| {
+                let held_of: u64 = theirs()
+                    .flat_map(|p| map.gpus_by_flavour(p))
+                    .filter(|&(of, _)| of == f)
+                    .map(|(_, g)| u64::from(g))
+                    .sum();
+                held_of + u64::from(g) <= u64::from(map.max_of(job.tenant, f))
+            })
+        });
+        if held + u64::from(placement.num_gpus()) <= max && within_flavours {
             decision
         } else {
             JobPlan::Wait {

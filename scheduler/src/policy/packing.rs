@@ -125,7 +125,7 @@ pub(super) fn pack(
             continue;
         }
         let (_, _, host, _) = hosts.swap_remove(slot);
-        free.take(current);
+        free.take(job, current);
         plan.jobs.insert(
             job.id,
             JobPlan::Run {
@@ -187,7 +187,7 @@ pub(super) fn pack(
             packed: false,
         }));
         let placement = Placement { tasks };
-        free.take(&placement);
+        free.take(job, &placement);
         plan.jobs.insert(
             job.id,
             JobPlan::Run {

@@ -475,6 +475,7 @@ pub(crate) fn simulate(
                 .push(stopwatch.now_ns().saturating_sub(started));
             engine.outcome.rounds += 1;
             invariants::check(&engine.snapshot, &plan)?;
+            invariants::check_flavour_maxima(&engine.snapshot, &plan)?;
             // Stops first, so starts find their resources free.
             for pass in [false, true] {
                 for position in 0..engine.snapshot.jobs.len() {

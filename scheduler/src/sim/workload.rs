@@ -209,6 +209,7 @@ fn tenants_of(trace: &[TraceJob], total_gpus: u32, quotas: &Quotas) -> Vec<Tenan
                 name: (*name).to_owned(),
                 guaranteed_gpus,
                 max_gpus,
+                flavours: Vec::new(),
             }
         })
         .collect()

@@ -47,11 +47,13 @@ pub fn snapshot(nodes: u32, gpus_per_node: u32, jobs: Vec<JobView>) -> ClusterSn
                 name: "a".into(),
                 guaranteed_gpus: 0,
                 max_gpus: None,
+                flavours: Vec::new(),
             },
             Tenant {
                 name: "b".into(),
                 guaranteed_gpus: 0,
                 max_gpus: None,
+                flavours: Vec::new(),
             },
         ],
         jobs,

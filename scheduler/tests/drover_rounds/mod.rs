@@ -192,6 +192,7 @@ fn drover_lends_spare_gpus_to_the_tenant_that_borrows_least() {
         name: "c".into(),
         guaranteed_gpus: 4,
         max_gpus: None,
+        flavours: Vec::new(),
     });
     for (tenant, gpus) in snap.tenants.iter_mut().zip([2, 2, 4]) {
         tenant.guaranteed_gpus = gpus;
@@ -243,11 +244,13 @@ fn a_borrowers_priority_does_not_preempt_another_tenants_guarantee() {
             name: "a".into(),
             guaranteed_gpus: 0,
             max_gpus: Some(2),
+            flavours: Vec::new(),
         },
         Tenant {
             name: "b".into(),
             guaranteed_gpus: 4,
             max_gpus: None,
+            flavours: Vec::new(),
         },
     ];
     let mut drover = build_policy("drover", None).unwrap();

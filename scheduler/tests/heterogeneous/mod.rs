@@ -123,6 +123,7 @@ fn mixed(jobs: Vec<drover_scheduler::snapshot::JobView>) -> ClusterSnapshot {
             name: "a".into(),
             guaranteed_gpus: 0,
             max_gpus: None,
+            flavours: Vec::new(),
         }],
         jobs,
     }

@@ -11,6 +11,7 @@ pub async fn tenants_have_unique_names_and_quotas(db: &TestDb) {
             quota: Quota {
                 guaranteed_gpus: 8,
                 max_gpus: Some(16),
+                flavours: Vec::new(),
             },
         })
         .await
@@ -19,7 +20,8 @@ pub async fn tenants_have_unique_names_and_quotas(db: &TestDb) {
         vision.quota,
         Quota {
             guaranteed_gpus: 8,
-            max_gpus: Some(16)
+            max_gpus: Some(16),
+            flavours: Vec::new(),
         }
     );
     let duplicate = store
@@ -47,20 +49,21 @@ pub async fn tenants_have_unique_names_and_quotas(db: &TestDb) {
             Quota {
                 guaranteed_gpus: 4,
                 max_gpus: None,
+                flavours: vec![FlavourQuota {
+                    gpu_model: "v100".into(),
+                    guaranteed_gpus: 2,
+                    max_gpus: Some(6),
+                    lending_limit: Some(1),
+                }],
             },
         )
         .await
         .unwrap();
     assert_eq!(updated.quota.max_gpus, None);
-    assert_eq!(
-        store
-            .get_tenant_by_name("vision")
-            .await
-            .unwrap()
-            .quota
-            .guaranteed_gpus,
-        4
-    );
+    let read = store.get_tenant_by_name("vision").await.unwrap().quota;
+    assert_eq!(read.guaranteed_gpus, 4);
+    assert_eq!(read, updated.quota, "the quota per GPU model round-trips");
+    assert_eq!(read.flavours[0].lending_limit, Some(1));
     assert!(matches!(
         store.get_tenant(TenantId::new()).await,
         Err(StoreError::NotFound)

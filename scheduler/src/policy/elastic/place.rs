@@ -86,7 +86,7 @@ pub fn place_targets_on<'a>(
                             if let Some(old) = &job.placement
                                 && target.workers > old.shape().workers
                                 && shape.workers <= old.shape().workers
-                                && free.try_take_exact(old)
+                                && free.try_take_exact(job, old)
                             {
                                 break JobPlan::Run {
                                     placement: old.clone(),
@@ -97,7 +97,7 @@ pub fn place_targets_on<'a>(
                         Err(reason) => {
                             // A running job that cannot take its new shape keeps its old one if it can.
                             if let Some(old) = &job.placement
-                                && free.try_take_exact(old)
+                                && free.try_take_exact(job, old)
                             {
                                 break JobPlan::Run {
                                     placement: old.clone(),
@@ -151,7 +151,7 @@ pub fn keep_unneeded_victims(
                 reason: WaitReason::Preempted
             })
         );
-        if preempted && free.try_take_exact(old) {
+        if preempted && free.try_take_exact(job, old) {
             plan.jobs.insert(
                 job.id,
                 JobPlan::Run {

@@ -60,6 +60,7 @@ fn allocated(jobs: Vec<JobView>, owed_workers: u32, remaining: fn(u32) -> f64) -
             name: "a".into(),
             guaranteed_gpus: 8,
             max_gpus: None,
+            flavours: Vec::new(),
         }],
         jobs,
     };
@@ -138,6 +139,7 @@ fn a_job_that_cannot_grow_keeps_its_own_gpus_rather_than_moving() {
             name: "a".into(),
             guaranteed_gpus: 0,
             max_gpus: None,
+            flavours: Vec::new(),
         }],
         jobs,
     };
