@@ -156,7 +156,8 @@ impl FlavourBudgets {
 
     /// The flavours on which `tenant` may not place a gang of `gpus` GPUs now: its own maximum of
     /// the flavour would be passed, or the flavour's free GPUs would fall below what other tenants
-    /// keep of their unused guarantees there.
+    /// keep of their unused guarantees there. The whole gang is counted against each model: exact
+    /// for a gang kept to one model, cautious for one that spans models.
     pub fn blocked(&self, tenant: u32, gpus: u32) -> Blocked {
         let mut blocked = Blocked::default();
         if gpus == 0 {
@@ -175,13 +176,29 @@ impl FlavourBudgets {
                     kept_for_others += u64::from(kept.saturating_sub(self.used[i]));
                 }
             }
+            // Only a limit that exists blocks: a model nobody keeps GPUs of, of which the tenant
+            // may hold any number, stays open to a gang that spans it and another model.
             let free = u64::from(self.free[f as usize]);
-            if over || free < u64::from(gpus) + kept_for_others {
+            let kept_from_it = kept_for_others > 0 && free < u64::from(gpus) + kept_for_others;
+            if over || kept_from_it {
                 blocked.flavours.push(f);
                 blocked.by_own_max |= over;
             }
         }
         blocked
+    }
+
+    /// Whether `tenant` may hold `gpus` more GPUs on node `n` by its own maxima (packing onto GPUs
+    /// already in use, which no other tenant's kept guarantee counts).
+    pub fn within_maxima(&self, tenant: u32, n: usize, gpus: u32) -> bool {
+        self.map.of_node(n).iter().all(|&f| {
+            self.map
+                .limits
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.0 == tenant && l.1 == f)
+                .all(|(i, l)| u64::from(self.used[i]) + u64::from(gpus) <= u64::from(l.2))
+        })
     }
 
     /// Whether node `n` is of a flavour in `blocked`.

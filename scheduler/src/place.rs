@@ -511,7 +511,7 @@ impl FreeResources {
             || !blocked.flavours.is_empty();
         if narrowed {
             // (GPUs, CPUs) free on the nodes it may run on, and GPUs there of models its tenant's
-            // quota keeps it from.
+            // quota keeps it from (their CPUs still count: its PS shards may go there).
             let (free_gpus, free_cpus, barred_gpus) = self
                 .nodes
                 .iter()
@@ -519,7 +519,7 @@ impl FreeResources {
                 .filter(|(i, n)| n.schedulable && self.admits(*i, job, only))
                 .fold((0, 0, 0), |(g, c, b), (i, n)| {
                     if self.barred(i, &blocked.flavours) {
-                        (g, c, b + n.free_gpus)
+                        (g, c + n.free_cpus, b + n.free_gpus)
                     } else {
                         (g + n.free_gpus, c + n.free_cpus, b)
                     }
@@ -577,6 +577,14 @@ impl FreeResources {
         let placement = Placement { tasks };
         self.take(job, &placement);
         Ok(placement)
+    }
+
+    /// Whether `job`'s tenant may hold `gpus` more GPUs on node `n` by its maxima per GPU model
+    /// (packing onto a GPU already in use).
+    pub fn within_model_maxima(&self, job: &JobView, node: NodeId, gpus: u32) -> bool {
+        self.flavours
+            .as_ref()
+            .is_none_or(|f| f.within_maxima(job.tenant, node.0 as usize, gpus))
     }
 
     /// Whether node `n` is of a GPU model in `blocked` ([`FlavourBudgets::blocked`]).

@@ -184,7 +184,12 @@ fn check_flavour_quota(
         let cap = quota
             .flavours
             .iter()
-            .find(|f| f.gpu_model.trim().eq_ignore_ascii_case(gpu_type.trim()))
+            .find(|f| {
+                // One names the other or a word of it (`v100`, `Tesla V100-SXM2`), as nodes match.
+                let (flavour, wanted) = (f.gpu_model.trim(), gpu_type.trim());
+                drover_scheduler::cluster::model_is(wanted, flavour)
+                    || drover_scheduler::cluster::model_is(flavour, wanted)
+            })
             .and_then(|f| f.max_gpus);
         match cap {
             Some(cap) if u64::from(cap) < min_gpus => caps.push(format!("{gpu_type}: {cap}")),

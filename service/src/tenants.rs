@@ -66,7 +66,7 @@ fn validate_flavours(quota: &Quota, field_prefix: &str) -> ServiceResult<()> {
     for (i, flavour) in quota.flavours.iter().enumerate() {
         let field = |name: &str| format!("{field_prefix}flavours[{i}].{name}");
         let model = flavour.gpu_model.trim();
-        if model.is_empty() || model.len() > 64 || model.chars().any(char::is_control) {
+        if model.is_empty() || model.chars().count() > 64 || model.chars().any(char::is_control) {
             return Err(ServiceError::invalid(
                 &field("gpu_model"),
                 "must be a GPU model's name or a word of it, 1 to 64 characters",

@@ -153,6 +153,7 @@ pub struct FlavourBody {
     /// them, at most `guaranteed_gpus` (Kueue's lending limit); the rest stay idle for the tenant.
     /// Absent or `null`: all of them.
     #[serde(default)]
+    #[schema(maximum = 1000000)]
     pub lending_limit: Option<u32>,
 }
 

@@ -448,7 +448,14 @@ impl Policy for DroverPolicy {
         }
         // A job owed a model that waits while borrowers hold it takes it back.
         if let Some(owed) = &owed
-            && flavours::reclaim(snapshot, &order, &within, owed, &plan, &mut targets)
+            && flavours::reclaim(
+                snapshot,
+                &order,
+                &within,
+                owed,
+                (&plan, &free),
+                &mut targets,
+            )
         {
             choice = choose_for(&targets);
             (plan, free) = place(&choice, &targets);

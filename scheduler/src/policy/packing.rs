@@ -162,6 +162,7 @@ pub(super) fn pack(
                 .map_or(0.0, |g| g.memory_gb);
             host_memory + memory <= capacity
                 && job.may_run_on(&snapshot.nodes[node.0 as usize])
+                && free.within_model_maxima(job, node, 1)
                 && free.free_cpus_on(node) >= cpus
                 && free.free_memory_on(node) >= (1 + shape.ps) * job.memory_gb_per_task
         }) else {

@@ -112,6 +112,28 @@ fn a_job_only_a_model_at_its_maximum_can_take_waits_for_the_tenant_limit() {
             },
             "{policy}"
         );
+        // Nor is it packed onto a V100 another of its jobs holds.
+        let packed = plan.jobs.values().any(|d| match d {
+            JobPlan::Run { placement, .. } => placement.tasks.iter().any(|t| t.packed),
+            JobPlan::Wait { .. } => false,
+        });
+        assert!(!packed, "{policy}: {plan:?}");
+    }
+}
+
+#[test]
+fn a_gang_of_a_tenant_without_quotas_per_model_may_span_models() {
+    for policy in ["fifo", "tiresias", "drf"] {
+        // Tenant a's quota names K80s; tenant b has none, and its 8-GPU gang needs both nodes.
+        let tenants = vec![
+            tenant("a", 0, vec![flavour("k80", 0, Some(16), None)]),
+            tenant("b", 0, Vec::new()),
+        ];
+        let mut gang = job(1, 8, 0.0);
+        gang.tenant = 1;
+        let mut snapshot = cluster(tenants, vec![gang]);
+        let plan = settle(policy, &mut snapshot);
+        assert_eq!(running(&plan), 1, "{policy}: {plan:?}");
     }
 }
 

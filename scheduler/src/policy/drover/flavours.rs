@@ -6,6 +6,7 @@
 //! ([`crate::flavours`]); a cluster without quotas per model runs none of this.
 
 use crate::cluster::{GpuModelTag, model_is};
+use crate::place::FreeResources;
 use crate::plan::{JobPlan, Plan};
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
 
@@ -92,8 +93,14 @@ pub(super) fn owed_models(
         if gpus == 0 {
             continue;
         }
+        // A running job counts against the guarantee of the model it runs on (and keeps its place
+        // there, or elsewhere, as the round decides); one waiting, against the first that holds it.
+        let on = job.placement.as_ref().and_then(|p| gpu_tag_of(snapshot, p));
         let Some((tags, guarantee)) = flavours.iter_mut().find(|(tags, guarantee)| {
-            !tags.is_empty() && gpus <= *guarantee && accepts(snapshot, job, tags)
+            !tags.is_empty()
+                && gpus <= *guarantee
+                && on.is_none_or(|tag| tags.contains(&tag))
+                && accepts(snapshot, job, tags)
         }) else {
             continue;
         };
@@ -108,9 +115,24 @@ pub(super) fn owed_models(
     Some(owed)
 }
 
+/// The GPU model of a placement's first GPU task's node.
+fn gpu_tag_of(
+    snapshot: &ClusterSnapshot,
+    placement: &crate::placement::Placement,
+) -> Option<GpuModelTag> {
+    placement
+        .tasks
+        .iter()
+        .find(|t| !t.gpus.is_empty())
+        .and_then(|t| snapshot.nodes.get(t.node.0 as usize))
+        .map(|n| n.gpu_tag())
+}
+
 /// Jobs owed a model (`owed`) that the plan left waiting while jobs borrowing beyond their tenant's
 /// guarantee hold GPUs of that model they could run on: those borrowers, the last in `order` first,
-/// lose their targets until the owed jobs' GPUs are freed. Returns whether any did (placement then
+/// lose their targets, as many as the owed job's GPUs need beyond what is free there already, and
+/// only when they hold that many (else preempting them would free nothing it can use). Jobs within
+/// their own tenants' guarantee keep their GPUs, whatever the model. Returns whether any did (placement then
 /// runs again, the owed jobs first to the freed GPUs). An owed job that found room on another model
 /// keeps it, as Kueue's default flavour fungibility tries the next flavour before preempting.
 pub(super) fn reclaim(
@@ -118,7 +140,7 @@ pub(super) fn reclaim(
     order: &[usize],
     within: &[bool],
     owed: &OwedModels,
-    plan: &Plan,
+    (plan, free): (&Plan, &FreeResources),
     targets: &mut [Option<Shape>],
 ) -> bool {
     let mut freed = false;
@@ -137,7 +159,22 @@ pub(super) fn reclaim(
         if matches!(plan.jobs.get(&job.id), Some(JobPlan::Run { .. })) {
             continue;
         }
-        let mut need = job.gpus_at(target);
+        // Nodes of the owed model it may run on.
+        let usable = |node: usize| {
+            snapshot.nodes.get(node).is_some_and(|n| {
+                n.schedulable && owed_tags.contains(&n.gpu_tag()) && job.may_run_on(n)
+            })
+        };
+        // What is free there already counts; borrowers give back only the rest.
+        let free_there: u32 = (0..snapshot.nodes.len())
+            .filter(|&n| usable(n))
+            .map(|n| free.free_gpus_on(crate::NodeId(n as u32)))
+            .sum();
+        let mut need = job.gpus_at(target).saturating_sub(free_there);
+        if need == 0 {
+            continue;
+        }
+        let mut victims = Vec::new();
         for &j in order.iter().rev() {
             if need == 0 {
                 break;
@@ -149,20 +186,26 @@ pub(super) fn reclaim(
             let Some(placement) = &other.placement else {
                 continue;
             };
-            // It holds GPUs of the owed model on nodes the owed job may run on.
-            let helps = placement.tasks.iter().any(|t| {
-                !t.gpus.is_empty()
-                    && snapshot
-                        .nodes
-                        .get(t.node.0 as usize)
-                        .is_some_and(|n| owed_tags.contains(&n.gpu_tag()) && job.may_run_on(n))
-            });
-            if !helps {
+            // Its own GPUs (not shared by packing) of the owed model, where the owed job may run.
+            let gives: u32 = placement
+                .tasks
+                .iter()
+                .filter(|t| !t.packed && usable(t.node.0 as usize))
+                .map(|t| t.gpus.len() as u32)
+                .sum();
+            if gives == 0 {
                 continue;
             }
+            victims.push(j);
+            need = need.saturating_sub(gives);
+        }
+        // Only when the borrowers hold enough of it: else preempting them frees nothing it can use.
+        if need > 0 {
+            continue;
+        }
+        for j in victims {
             evicted[j] = true;
             targets[j] = None;
-            need = need.saturating_sub(placement.num_gpus());
             freed = true;
         }
     }
