@@ -7,7 +7,7 @@
 //! The 10,000-GPU round also runs with the nodes in thirds of V100, P100 and K80 (target p99 <= 20 ms
 //! for `drover`, which then keeps gangs on one model and chooses each job's).
 //!
-//! Run: `cargo bench -p drover-scheduler --bench latency`
+//! Run: `cargo bench -p drover-scheduler --bench latency` (`DROVER_BENCH_POLICIES=drover` for one).
 
 mod common;
 
@@ -44,9 +44,17 @@ fn measure(label: &str, gpus: u32, running: usize, queued: usize, rounds: usize,
         "{:<15} {:>14} {:>14} {:>16} {:>16}",
         "policy", "round p50 ms", "round p99 ms", "arrival p50 us", "arrival p99 us"
     );
+    // `DROVER_BENCH_POLICIES=drover,tiresias` runs only those (for a profile of one).
+    let only: Option<Vec<String>> = std::env::var("DROVER_BENCH_POLICIES")
+        .ok()
+        .map(|list| list.split(',').map(|p| p.trim().to_owned()).collect());
     for name in policy_names()
         .into_iter()
         .chain((models.len() > 1).then_some("drover-model-blind"))
+        .filter(|name| {
+            only.as_ref()
+                .is_none_or(|only| only.iter().any(|p| p == name))
+        })
     {
         if name == "gavel" && gpus > 10_000 {
             // A simulator baseline: its program has jobs x models variables.

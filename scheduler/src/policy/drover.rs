@@ -117,6 +117,7 @@ impl DroverPolicy {
         }
         // Jobs within their tenant's guarantee at the shape they asked for go first, in the same
         // order; the rest borrow after.
+        let capacity = Capacity::of(snapshot);
         let mut used: BTreeMap<u32, u64> = BTreeMap::new();
         let (mut guaranteed, mut borrowing) = (Vec::new(), Vec::new());
         for &i in &order {
@@ -125,7 +126,7 @@ impl DroverPolicy {
                 .tenants
                 .get(job.tenant as usize)
                 .map_or(0, |t| MILLI * u64::from(t.guaranteed_gpus));
-            let need = guarantee_need(snapshot, job);
+            let need = guarantee_need(&capacity, job);
             let tenant_used = used.entry(job.tenant).or_default();
             if *tenant_used + need <= quota {
                 *tenant_used += need;
@@ -139,7 +140,7 @@ impl DroverPolicy {
                 borrowing.push(i);
             }
         }
-        let borrowing = self.fair_borrowing(snapshot, borrowing, used);
+        let borrowing = self.fair_borrowing(snapshot, &capacity, borrowing, used);
         guaranteed.extend(borrowing);
         let order = self.with_hints(snapshot, guaranteed);
         let order = self.cheapest_victims_last(snapshot, order, &within);
@@ -155,6 +156,7 @@ impl DroverPolicy {
     fn fair_borrowing(
         &self,
         snapshot: &ClusterSnapshot,
+        capacity: &Capacity,
         borrowing: Vec<usize>,
         mut used: BTreeMap<u32, u64>,
     ) -> Vec<usize> {
@@ -194,7 +196,7 @@ impl DroverPolicy {
                 let i = group[position];
                 fair.push(i);
                 let job = &snapshot.jobs[i];
-                *used.entry(tenant).or_default() += guarantee_need(snapshot, job);
+                *used.entry(tenant).or_default() += guarantee_need(capacity, job);
                 let queue = queues
                     .get_mut(&tenant)
                     .expect("a tenant in the heap has a queue");
@@ -224,9 +226,10 @@ impl DroverPolicy {
             .filter(|(_, j)| j.tenant == job.tenant)
             .collect();
         theirs.sort_by_key(|&(i, j)| (std::cmp::Reverse(j.priority), self.las.queue_key(j.id), i));
+        let capacity = Capacity::of(snapshot);
         let mut used = 0;
         for (_, other) in theirs {
-            let need = guarantee_need(snapshot, other);
+            let need = guarantee_need(&capacity, other);
             let fits = used + need <= quota;
             if fits {
                 used += need;
@@ -609,10 +612,10 @@ const MILLI: u64 = 1000;
 /// much memory. A job asking for no GPU used to take none of its tenant's guarantee and so ran within
 /// any tenant's, ahead of every borrower and never preempted: one tenant's CPU-only jobs took every
 /// CPU and kept another tenant's guaranteed GPU job waiting beside idle GPUs.
-fn guarantee_need(snapshot: &ClusterSnapshot, job: &JobView) -> u64 {
+fn guarantee_need(capacity: &Capacity, job: &JobView) -> u64 {
     let shape = requested_shape(job);
     let gpus = MILLI * u64::from(job.gpus_at(shape));
-    let cluster_gpus = u64::from(snapshot.total_gpus());
+    let cluster_gpus = capacity.gpus;
     if cluster_gpus == 0 {
         return gpus;
     }
@@ -623,20 +626,38 @@ fn guarantee_need(snapshot: &ClusterSnapshot, job: &JobView) -> u64 {
             (used * MILLI * cluster_gpus).div_ceil(total)
         }
     };
-    let cpus = share_of(
-        u64::from(job.cpus_at(shape)),
-        u64::from(snapshot.total_cpus()),
-    );
-    let memory = share_of(job.memory_gb_at(shape), snapshot.total_memory_gb());
+    let cpus = share_of(u64::from(job.cpus_at(shape)), capacity.cpus);
+    let memory = share_of(job.memory_gb_at(shape), capacity.memory_gb);
     gpus.max(cpus).max(memory)
+}
+
+/// The cluster's schedulable GPUs, CPUs and host memory, counted once for the many
+/// [`guarantee_need`]s of a round (each count is a pass over the nodes: once per job, they were
+/// most of a round's time).
+#[derive(Debug, Clone, Copy)]
+struct Capacity {
+    gpus: u64,
+    cpus: u64,
+    memory_gb: u64,
+}
+
+impl Capacity {
+    fn of(snapshot: &ClusterSnapshot) -> Capacity {
+        Capacity {
+            gpus: u64::from(snapshot.total_gpus()),
+            cpus: u64::from(snapshot.total_cpus()),
+            memory_gb: snapshot.total_memory_gb(),
+        }
+    }
 }
 
 /// Tenants whose active jobs, at the shapes they asked for, need no more than the tenant's guarantee
 /// (counted as [`guarantee_need`] does).
 fn light_tenants(snapshot: &ClusterSnapshot) -> BTreeSet<u32> {
+    let capacity = Capacity::of(snapshot);
     let mut demand: BTreeMap<u32, u64> = BTreeMap::new();
     for job in &snapshot.jobs {
-        *demand.entry(job.tenant).or_default() += guarantee_need(snapshot, job);
+        *demand.entry(job.tenant).or_default() += guarantee_need(&capacity, job);
     }
     demand
         .into_iter()

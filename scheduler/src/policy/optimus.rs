@@ -37,31 +37,59 @@ impl ModelCache {
     pub(crate) fn estimates(&mut self, snapshot: &ClusterSnapshot) -> Vec<Estimate> {
         let live: std::collections::BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
         self.entries.retain(|id, _| live.contains(id));
+        // Which models of which jobs to (re)fit: a curve when its samples have grown by a quarter,
+        // a speed model when its step times changed (fits are the costly part).
+        let mut refits: Vec<Refit> = Vec::new();
+        for (i, job) in snapshot.jobs.iter().enumerate() {
+            let observed = &job.observed;
+            let step_samples: u32 = observed.step_stats.iter().map(|s| s.samples).sum();
+            let entry = self.entries.entry(job.id).or_insert(CachedModels {
+                loss_samples: usize::MAX,
+                step_samples: u32::MAX,
+                convergence: None,
+                speed: SpeedModel::from_observations(&[]),
+            });
+            let samples = observed.loss_samples.len();
+            let curve = entry.loss_samples == usize::MAX
+                || samples >= entry.loss_samples + entry.loss_samples / 4 + 4
+                || samples < entry.loss_samples;
+            let speed = entry.step_samples != step_samples;
+            if curve || speed {
+                refits.push(Refit {
+                    job: i,
+                    curve,
+                    speed,
+                    step_samples,
+                });
+            }
+        }
+        let fitted = fit_all(snapshot, &refits);
+        for (refit, (convergence, speed)) in refits.iter().zip(fitted) {
+            let job = &snapshot.jobs[refit.job];
+            let Some(entry) = self.entries.get_mut(&job.id) else {
+                continue;
+            };
+            if let Some(convergence) = convergence {
+                entry.convergence = convergence;
+                entry.loss_samples = job.observed.loss_samples.len();
+            }
+            if let Some(speed) = speed {
+                entry.speed = speed;
+                entry.step_samples = refit.step_samples;
+            }
+        }
         snapshot
             .jobs
             .iter()
             .map(|job| {
                 let observed = &job.observed;
-                let step_samples: u32 = observed.step_stats.iter().map(|s| s.samples).sum();
-                let entry = self.entries.entry(job.id).or_insert(CachedModels {
-                    loss_samples: usize::MAX,
-                    step_samples: u32::MAX,
+                // Every live job has an entry (made above).
+                let entry = self.entries.get(&job.id).copied().unwrap_or(CachedModels {
+                    loss_samples: 0,
+                    step_samples: 0,
                     convergence: None,
                     speed: SpeedModel::from_observations(&[]),
                 });
-                // Refit the curve when its samples have grown by a quarter (fits are the costly part).
-                let samples = observed.loss_samples.len();
-                if entry.loss_samples == usize::MAX
-                    || samples >= entry.loss_samples + entry.loss_samples / 4 + 4
-                    || samples < entry.loss_samples
-                {
-                    entry.convergence = ConvergenceModel::fit(&observed.loss_samples);
-                    entry.loss_samples = observed.loss_samples.len();
-                }
-                if entry.step_samples != step_samples {
-                    entry.speed = SpeedModel::from_observations(&observed.home_step_stats());
-                    entry.step_samples = step_samples;
-                }
                 let done = observed.steps_done as f64;
                 let mut remaining = entry
                     .convergence
@@ -84,6 +112,64 @@ impl ModelCache {
             })
             .collect()
     }
+}
+
+/// One job's models to fit this round.
+#[derive(Debug, Clone, Copy)]
+struct Refit {
+    /// Its index in the snapshot.
+    job: usize,
+    curve: bool,
+    speed: bool,
+    step_samples: u32,
+}
+
+/// Refits below this many run on the calling thread (a thread costs more than they do).
+const PARALLEL_FITS: usize = 128;
+
+/// The fits `refits` asks for, in its order: (the curve, the speed model), each `None` where not
+/// asked. Many fits (a server's first round, a burst of jobs reporting) are split over the machine's
+/// cores; the results are the same as one after the other.
+fn fit_all(
+    snapshot: &ClusterSnapshot,
+    refits: &[Refit],
+) -> Vec<(Option<Option<ConvergenceModel>>, Option<SpeedModel>)> {
+    let fit = |refit: &Refit| {
+        let observed = &snapshot.jobs[refit.job].observed;
+        (
+            refit
+                .curve
+                .then(|| ConvergenceModel::fit(&observed.loss_samples)),
+            refit
+                .speed
+                .then(|| SpeedModel::from_observations(&observed.home_step_stats())),
+        )
+    };
+    let threads = cores().min(refits.len() / (PARALLEL_FITS / 2)).max(1);
+    if threads == 1 || refits.len() < PARALLEL_FITS {
+        return refits.iter().map(fit).collect();
+    }
+    let chunk = refits.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let fit = &fit;
+        let handles: Vec<_> = refits
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(fit).collect::<Vec<_>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| match h.join() {
+                Ok(part) => part,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    })
+}
+
+/// The cores this process may use, read once.
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
 }
 
 /// What a job's models say of it now.
@@ -212,5 +298,79 @@ impl Policy for Optimus {
 
     fn place_arrival(&mut self, snapshot: &ClusterSnapshot, job: &JobView) -> JobPlan {
         arrival_at_min_shape(snapshot, job, Strategy::Relaxed, RunReason::MarginalGain)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{Observations, Range, StepStats};
+
+    fn job(n: u32) -> JobView {
+        let loss: Vec<(u64, f64)> = (1..=40u64)
+            .map(|k| {
+                (
+                    k * 10,
+                    1.0 / (0.01 * f64::from(n + 1) * k as f64 + 1.0) + 0.1,
+                )
+            })
+            .collect();
+        JobView {
+            id: JobId(uuid::Uuid::from_u128(u128::from(n) + 1)),
+            tenant: 0,
+            priority: 0,
+            submit_s: 0.0,
+            workers: Range { min: 1, max: 4 },
+            ps: Range { min: 1, max: 2 },
+            preferred: Shape { ps: 1, workers: 2 },
+            gpus_per_worker: 1,
+            gpu_memory_gb: None,
+            cpus_per_worker: 1,
+            cpus_per_ps: 1,
+            memory_gb_per_task: 0,
+            preemptible: true,
+            consolidate: false,
+            placement: None,
+            observed: Observations {
+                steps_done: 400,
+                loss_samples: loss,
+                step_stats: (1..=3)
+                    .map(|w| StepStats {
+                        shape: Shape { ps: 1, workers: w },
+                        shared: false,
+                        samples: 4,
+                        mean_step_s: 0.1 + 0.3 / f64::from(w) + 0.001 * f64::from(n),
+                        gpu: Default::default(),
+                    })
+                    .collect(),
+                ..Observations::default()
+            },
+            search: None,
+            image: false,
+            node_selector: Default::default(),
+            gpu_types: Vec::new(),
+            tolerations: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn fits_split_over_cores_equal_fits_one_after_the_other() {
+        let snapshot = ClusterSnapshot {
+            now_s: 0.0,
+            nodes: Vec::new(),
+            tenants: Vec::new(),
+            jobs: (0..3 * PARALLEL_FITS as u32).map(job).collect(),
+        };
+        let together = ModelCache::default().estimates(&snapshot);
+        for (i, estimate) in together.iter().enumerate() {
+            let alone = ClusterSnapshot {
+                jobs: vec![snapshot.jobs[i].clone()],
+                ..snapshot.clone()
+            };
+            let one = ModelCache::default().estimates(&alone)[0];
+            assert_eq!(estimate.steps.to_bits(), one.steps.to_bits(), "job {i}");
+            assert_eq!(estimate.speed, one.speed, "job {i}");
+            assert!(estimate.known_length);
+        }
     }
 }

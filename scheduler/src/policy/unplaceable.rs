@@ -177,13 +177,51 @@ fn why_among<'a>(nodes: impl Iterator<Item = &'a Node> + Clone, job: &JobView) -
 /// The indices of the jobs in `snapshot` that [`never_fits`].
 pub fn unplaceable(snapshot: &ClusterSnapshot) -> Vec<usize> {
     let tainted = any_tainted(&snapshot.nodes);
+    // Jobs that may run on any node and ask for the same (most of a round's jobs share a few
+    // shapes) get the same answer: each answer costs passes over every node, once a round for every
+    // job, so it is worked out once per distinct ask.
+    let mut answers: std::collections::HashMap<Ask, bool> = std::collections::HashMap::new();
     snapshot
         .jobs
         .iter()
         .enumerate()
-        .filter(|(_, job)| why_never_fits_among(&snapshot.nodes, job, tainted).is_some())
+        .filter(|(_, job)| {
+            if job.is_constrained() || tainted {
+                return why_never_fits_among(&snapshot.nodes, job, tainted).is_some();
+            }
+            *answers
+                .entry(Ask::of(job))
+                .or_insert_with(|| why_never_fits_among(&snapshot.nodes, job, tainted).is_some())
+        })
         .map(|(i, _)| i)
         .collect()
+}
+
+/// Everything of a job [`why_never_fits_among`] reads, for a job that may run on any node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Ask {
+    min_workers: u32,
+    min_ps: u32,
+    gpus_per_worker: u32,
+    /// The bits of its GPU memory need, where it has one.
+    gpu_memory_gb: Option<u64>,
+    cpus_per_worker: u32,
+    cpus_per_ps: u32,
+    memory_gb_per_task: u32,
+}
+
+impl Ask {
+    fn of(job: &JobView) -> Ask {
+        Ask {
+            min_workers: job.workers.min,
+            min_ps: job.ps.min,
+            gpus_per_worker: job.gpus_per_worker,
+            gpu_memory_gb: job.gpu_memory_gb.map(f64::to_bits),
+            cpus_per_worker: job.cpus_per_worker,
+            cpus_per_ps: job.cpus_per_ps,
+            memory_gb_per_task: job.memory_gb_per_task,
+        }
+    }
 }
 
 #[cfg(test)]
