@@ -57,8 +57,18 @@ impl Tiresias {
 
     /// Brings every job's queue up to date with what the snapshot shows.
     pub(crate) fn update_queues(&mut self, snapshot: &ClusterSnapshot) {
-        let live: std::collections::BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
-        self.entries.retain(|id, _| live.contains(id));
+        // Jobs gone since the last call leave (only when some have: an arrival placed between rounds,
+        // and a round where no job ended, pay no pass building a set of every job).
+        let fresh = snapshot
+            .jobs
+            .iter()
+            .filter(|j| !self.entries.contains_key(&j.id))
+            .count();
+        if self.entries.len() + fresh > snapshot.jobs.len() {
+            let live: std::collections::HashSet<JobId> =
+                snapshot.jobs.iter().map(|j| j.id).collect();
+            self.entries.retain(|id, _| live.contains(id));
+        }
         for job in &snapshot.jobs {
             let observed = &job.observed;
             let entry = self.entries.entry(job.id).or_insert_with(|| {
