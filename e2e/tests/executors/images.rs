@@ -219,12 +219,13 @@ async fn a_command_job_runs_in_its_image_on_a_node_that_runs_images() {
     let nodes = cluster
         .wait_until("exec-b back", Duration::from_secs(30), async |c| {
             let nodes = c.get("/api/v1/nodes").await["nodes"].clone();
-            nodes
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|n| n["health"] == "healthy")
-                .then_some(nodes)
+            // Back as registered anew (its old registration may still read healthy a moment).
+            let list = nodes.as_array().unwrap();
+            (list.iter().all(|n| n["health"] == "healthy")
+                && list
+                    .iter()
+                    .any(|n| n["name"] == "exec-b" && n["runs_images"] == json!(false)))
+            .then_some(nodes)
         })
         .await;
     let runs_images = |name: &str| {
