@@ -152,13 +152,14 @@ impl Policy for TenantLimited {
         };
         let held: u64 = theirs().map(|p| u64::from(p.num_gpus())).sum();
         let within_flavours = flavours.as_ref().is_none_or(|map| {
+            // What the tenant holds of each model, in one pass over its placements.
+            let mut held_of: BTreeMap<u16, u64> = BTreeMap::new();
+            for (f, g) in theirs().flat_map(|p| map.gpus_by_flavour(p)) {
+                *held_of.entry(f).or_default() += u64::from(g);
+            }
             map.gpus_by_flavour(placement).into_iter().all(|(f, g)| {
-                let held_of: u64 = theirs()
-                    .flat_map(|p| map.gpus_by_flavour(p))
-                    .filter(|&(of, _)| of == f)
-                    .map(|(_, g)| u64::from(g))
-                    .sum();
-                held_of + u64::from(g) <= u64::from(map.max_of(job.tenant, f))
+                held_of.get(&f).copied().unwrap_or(0) + u64::from(g)
+                    <= u64::from(map.max_of(job.tenant, f))
             })
         });
         if held + u64::from(placement.num_gpus()) <= max && within_flavours {
