@@ -184,11 +184,12 @@ fn an_arrival_is_placed_without_a_full_round() {
     ));
 }
 
-/// `drover`'s first LAS queue ends at 4 GPU-hours of attained service (Tiresias's at 16): a job that
-/// has attained them yields its GPUs to a newcomer; an hour short of them it keeps them.
+/// `drover`'s LAS queues end at 30 GPU-minutes and at 4 GPU-hours of attained service (Tiresias's one
+/// split at 16): a job that has attained a split yields its GPUs to a newcomer; short of it it
+/// keeps them. And a job past 30 minutes still goes ahead of one past 4 hours.
 #[test]
-fn drover_demotes_after_4_gpu_hours() {
-    for (attained_h, demoted) in [(3.0, false), (4.0, true)] {
+fn drover_demotes_after_half_an_hour_and_after_4_gpu_hours() {
+    for (attained_h, demoted) in [(0.4, false), (0.5, true), (3.0, true), (4.0, true)] {
         let mut snap = snapshot(1, 4, vec![job(0, 4, 0.0), job(1, 4, 10.0)]);
         let mut drover = build_policy("drover", None).unwrap();
         let plan = drover.schedule(&snap, &Plan::default());
@@ -203,6 +204,21 @@ fn drover_demotes_after_4_gpu_hours() {
         let plan = drover.schedule(&snap, &plan);
         assert_eq!(runs(&plan, 1), demoted, "{attained_h} GPU-hours");
         assert_eq!(runs(&plan, 0), !demoted, "{attained_h} GPU-hours");
+    }
+    // Job 1 has attained 1 GPU-hour (second queue), job 0 5 (third): job 1 runs first.
+    for (first, second, one_runs) in [(5.0, 1.0, true), (1.0, 3.0, false)] {
+        let mut snap = snapshot(1, 4, vec![job(0, 4, 0.0), job(1, 4, 10.0)]);
+        let mut drover = build_policy("drover", None).unwrap();
+        let plan = drover.schedule(&snap, &Plan::default());
+        apply(&mut snap, &plan);
+        snap.jobs[0].observed.attained_gpu_s = first * 3600.0;
+        snap.jobs[0].observed.executed_s = first / 4.0 * 3600.0;
+        snap.jobs[1].observed.attained_gpu_s = second * 3600.0;
+        snap.jobs[1].observed.executed_s = second / 4.0 * 3600.0;
+        snap.now_s += 60.0;
+        let plan = drover.schedule(&snap, &plan);
+        assert_eq!(runs(&plan, 1), one_runs, "{first} vs {second} GPU-hours");
+        assert_eq!(runs(&plan, 0), !one_runs, "{first} vs {second} GPU-hours");
     }
 }
 

@@ -1,8 +1,9 @@
 //! Tiresias, discretised two-dimensional least-attained-service (2D-LAS), after Gu et al. (NSDI'19) and
 //! the two-queue configuration of the Pollux artifact's port: a job starts in Q0 and is demoted to Q1
-//! once it has attained 16 GPU-hours (GPUs × run time) since it entered Q0; Q0 runs before Q1, FIFO
-//! (by queue entry) within a queue; preemptive across queues. Starvation guard: a Q1 job that has
-//! waited `promote_knob` × its run time since it last entered Q0 is promoted back to Q0. Models with
+//! once it has attained 16 GPU-hours (GPUs × run time) since it entered Q0 (more thresholds give more
+//! queues, as `drover` uses); earlier queues run first, FIFO (by queue entry) within a queue;
+//! preemptive across queues. Starvation guard: a demoted job that has waited `promote_knob` × its run
+//! time since it last entered Q0 is promoted back to Q0. Models with
 //! high tensor skew get consolidated placement (fewest nodes, or wait); the rest are placed anywhere.
 
 use super::common::{arrival_if_free, ordered_round};
@@ -26,8 +27,9 @@ struct QueueEntry {
 
 #[derive(Debug, Clone)]
 pub struct Tiresias {
-    /// Attained service (GPU-seconds) that demotes a job from Q0 to Q1.
-    pub threshold_gpu_s: f64,
+    /// Attained service (GPU-seconds since entering Q0) that demotes a job from each queue to the
+    /// next: one value gives two queues, as the Pollux port; ascending.
+    pub thresholds_gpu_s: Vec<f64>,
     /// Promote a waiting Q1 job when its wait reaches this multiple of its run time since entering Q0;
     /// 0 turns the guard off.
     pub promote_knob: f64,
@@ -38,7 +40,7 @@ pub struct Tiresias {
 impl Default for Tiresias {
     fn default() -> Self {
         Tiresias {
-            threshold_gpu_s: 16.0 * 3600.0,
+            thresholds_gpu_s: vec![16.0 * 3600.0],
             promote_knob: 8.0,
             entries: BTreeMap::new(),
             next_seq: 0,
@@ -80,16 +82,24 @@ impl Tiresias {
                     executed_at_entry: observed.executed_s,
                 }
             });
-            if entry.queue == 0
-                && observed.attained_gpu_s - entry.attained_at_entry >= self.threshold_gpu_s
+            let attained = observed.attained_gpu_s - entry.attained_at_entry;
+            if self
+                .thresholds_gpu_s
+                .get(usize::from(entry.queue))
+                .is_some_and(|&limit| attained >= limit)
             {
+                let queue = self
+                    .thresholds_gpu_s
+                    .iter()
+                    .take_while(|&&limit| attained >= limit)
+                    .count() as u8;
                 self.next_seq += 1;
                 *entry = QueueEntry {
-                    queue: 1,
+                    queue,
                     seq: self.next_seq,
                     ..*entry
                 };
-            } else if entry.queue == 1 && job.placement.is_none() && self.promote_knob > 0.0 {
+            } else if entry.queue > 0 && job.placement.is_none() && self.promote_knob > 0.0 {
                 let ran = observed.executed_s - entry.executed_at_entry;
                 let waited = snapshot.now_s - observed.last_state_change_s;
                 if ran > 0.0 && waited >= self.promote_knob * ran {
