@@ -135,3 +135,24 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+/// A page a browser asks for (outside `/api/`, accepting HTML) and no route serves: a page saying so,
+/// with the way back; anything else the API's JSON error.
+const NOT_FOUND_PAGE: &str = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>Not found · Drover</title>\
+<link rel=\"stylesheet\" href=\"/static/app.css\"></head><body><main><h1>Not found</h1>\
+<p>No page is at this address.</p><p><a href=\"/\">Back to the dashboard</a></p></main></body></html>";
+
+pub async fn not_found(uri: axum::http::Uri, headers: axum::http::HeaderMap) -> Response {
+    use axum::response::IntoResponse;
+    let wants_html = !uri.path().starts_with("/api/")
+        && headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|accept| accept.contains("text/html"));
+    if wants_html {
+        (StatusCode::NOT_FOUND, axum::response::Html(NOT_FOUND_PAGE)).into_response()
+    } else {
+        ApiError::not_found("no such route").into_response()
+    }
+}

@@ -221,6 +221,20 @@ impl QueryPairs {
             .transpose()
     }
 
+    /// An `offset` into a list: 0 when absent, at most `max`.
+    pub fn offset(&self, max: u32) -> Result<u32, ApiError> {
+        match self.get("offset") {
+            None => Ok(0),
+            Some(raw) => match raw.parse::<u32>() {
+                Ok(n) if n <= max => Ok(n),
+                _ => Err(ApiError::bad_request(
+                    "offset",
+                    format!("must be an integer between 0 and {max}"),
+                )),
+            },
+        }
+    }
+
     /// A page size: `default` when absent, at most `max`.
     pub fn limit(&self, default: u32, max: u32) -> Result<u32, ApiError> {
         match self.get("limit") {

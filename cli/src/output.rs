@@ -124,7 +124,9 @@ pub fn until(value: &Value) -> String {
 pub fn predicted_start(queue: &Value) -> String {
     let start = until(&queue["predicted_start"]);
     if queue["predicted_start"].is_null() {
-        return if queue["position"].is_null() {
+        return if queue["reason"] == "never_fits" {
+            "never".to_owned()
+        } else if queue["position"].is_null() {
             "not forecast yet".to_owned()
         } else {
             "beyond 30 days".to_owned()
@@ -136,5 +138,10 @@ pub fn predicted_start(queue: &Value) -> String {
     } else {
         until(&queue["p90"])
     };
-    format!("{start} ({p10} – {p90})")
+    let overdue = if queue["overdue"] == true {
+        ", overdue"
+    } else {
+        ""
+    };
+    format!("{start} ({p10} – {p90}{overdue})")
 }

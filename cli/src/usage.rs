@@ -11,6 +11,9 @@ pub struct QueueArgs {
     /// Cluster administrators: only this tenant's jobs.
     #[arg(long)]
     tenant: Option<String>,
+    /// Skip this many jobs of the queue (the next page).
+    #[arg(long, default_value_t = 0)]
+    offset: u32,
     /// At most this many jobs.
     #[arg(long, default_value_t = 500)]
     limit: u32,
@@ -40,7 +43,10 @@ pub struct UsageArgs {
 
 pub async fn queue(global: &GlobalArgs, args: QueueArgs) -> anyhow::Result<()> {
     let client = Client::new(global)?;
-    let mut params = vec![("limit".to_owned(), args.limit.to_string())];
+    let mut params = vec![
+        ("offset".to_owned(), args.offset.to_string()),
+        ("limit".to_owned(), args.limit.to_string()),
+    ];
     if let Some(tenant) = args.tenant {
         params.push(("tenant".to_owned(), tenant));
     }
@@ -64,7 +70,7 @@ pub async fn queue(global: &GlobalArgs, args: QueueArgs) -> anyhow::Result<()> {
                 output::text(&job["name"]),
                 output::text(&job["tenant"]),
                 output::text(&job["max_gpus"]),
-                output::text(&job["reason"]).replace('_', " "),
+                output::text(&job["explanation"]),
                 output::predicted_start(job),
                 output::until(&job["predicted_finish"]),
                 output::age(&job["submitted_at"]),
@@ -85,6 +91,19 @@ pub async fn queue(global: &GlobalArgs, args: QueueArgs) -> anyhow::Result<()> {
         ],
         &rows,
     );
+    let total = response["total"].as_u64().unwrap_or(0);
+    let shown = u64::from(args.offset) + jobs.len() as u64;
+    if u64::from(args.offset) > 0 || shown < total {
+        eprintln!(
+            "(jobs {} to {shown} of {total}{}; --offset {shown} for the next)",
+            args.offset + 1,
+            if response["complete"] == false {
+                ", the oldest 5,000 of a longer queue"
+            } else {
+                ""
+            }
+        );
+    }
     match response["policy"].as_str() {
         Some(policy) => eprintln!(
             "(predicted by replaying the {policy} policy ahead from the cluster as it was {} ago)",

@@ -132,7 +132,12 @@ fn field_error(path: &str, err: &impl std::fmt::Display) -> SpecError {
     } else {
         path
     };
-    SpecError::new(field, in_words(&err.to_string()))
+    // serde_yaml puts the path in front of its own messages: said once, as the field.
+    let message = err.to_string();
+    let message = message
+        .strip_prefix(&format!("{field}: "))
+        .unwrap_or(&message);
+    SpecError::new(field, in_words(message))
 }
 
 /// serde's messages name Rust types (`expected u32`, `expected struct TaskRange`): say what is

@@ -307,6 +307,20 @@ try {
   const after = await page.goto(`${URL}/jobs`);
   assert.match(after.url(), /\/login/, "signed out");
   step("signed out");
+
+  // --- A sign-in link pasted into a tab already on /login changes only the hash: it still signs in.
+  await page.evaluate((token) => { location.hash = `#token=${encodeURIComponent(token)}`; }, ADMIN);
+  await page.waitForURL((url) => !url.pathname.startsWith("/login"));
+  step("a #token= link signs in from the login page");
+
+  // --- An unknown page is a page saying so, with the way back (not the API's JSON); a favicon.
+  const missing = await page.goto(`${URL}/no-such-page`);
+  assert.equal(missing.status(), 404);
+  assert.match(await page.textContent("h1"), /Not found/);
+  assert.ok(await page.$("a[href='/']"), "a link back");
+  const icon = await page.goto(`${URL}/static/favicon.svg`);
+  assert.equal(icon.status(), 200);
+  step("an unknown page says so; the favicon is served");
   console.log("dashboard: all checks passed");
 } finally {
   await browser.close();

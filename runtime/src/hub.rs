@@ -207,6 +207,14 @@ impl Hub {
         }
     }
 
+    /// How long ago the node's executor was last heard from (a heartbeat or any message of its
+    /// session), and whether that session is open; `None` for a node this hub has no session with.
+    pub fn last_seen(&self, node: &str) -> Option<(Duration, bool)> {
+        self.executors()
+            .get(node)
+            .map(|e| (e.last_seen.elapsed(), e.commands.is_some()))
+    }
+
     /// Records what the executor's last heartbeat said about its GPUs.
     pub fn set_usage(&self, node: &str, session: u64, usage: Vec<drover_proto::GpuUsage>) {
         if let Some(executor) = self.executors().get_mut(node)

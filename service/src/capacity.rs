@@ -28,8 +28,11 @@ impl Capacity {
         &self,
         store: &dyn drover_store::Store,
     ) -> ServiceResult<std::sync::Arc<Vec<Node>>> {
+        // An empty reading is not kept: a cluster whose first node just registered is seen at once
+        // (and reading no node costs little).
         if let Some((at, nodes)) = self.read.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
             && at.elapsed() < FRESH_FOR
+            && !nodes.is_empty()
         {
             return Ok(nodes.clone());
         }
@@ -69,6 +72,19 @@ impl Capacity {
         *self.read.lock().unwrap_or_else(|e| e.into_inner()) =
             Some((Instant::now(), nodes.clone()));
         Ok(nodes)
+    }
+
+    /// Why no node of the cluster could ever hold `job`; `None` when one could (or none is known).
+    pub async fn why_never_fits(
+        &self,
+        store: &dyn drover_store::Store,
+        job: &DroverJob,
+    ) -> ServiceResult<Option<String>> {
+        let nodes = self.nodes(store).await?;
+        Ok(drover_scheduler::policy::why_never_fits(
+            &nodes,
+            &requirements(job),
+        ))
     }
 
     /// Refuses `job` when no node of the cluster could ever hold it, saying why.

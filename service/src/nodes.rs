@@ -108,11 +108,24 @@ async fn visible_tasks(service: &Service, principal: &Principal) -> ServiceResul
     Ok(shown)
 }
 
-fn live(service: &Service, node: Node, tasks: &[Task]) -> LiveNode {
-    // Only the leader holds sessions; a follower shows the health the leader recorded.
-    let disconnected = service.runtime.as_ref().is_some_and(|runtime| {
-        runtime.is_leader() && !runtime.hub.connected().contains_key(&node.name)
-    });
+fn live(service: &Service, mut node: Node, tasks: &[Task]) -> LiveNode {
+    // Only the leader holds sessions; a follower shows the health and the heartbeat the leader
+    // recorded. Heartbeats are kept in the leader's memory (not written each time), so its view of
+    // the last one is the live one.
+    let leading = service
+        .runtime
+        .as_ref()
+        .filter(|runtime| runtime.is_leader());
+    let seen = leading.and_then(|runtime| runtime.hub.last_seen(&node.name));
+    let disconnected = leading.is_some() && !seen.is_some_and(|(_, open)| open);
+    if let Some((ago, _)) = seen
+        && let Ok(ago) = chrono::Duration::from_std(ago)
+    {
+        let heard = chrono::Utc::now() - ago;
+        if node.last_heartbeat_at.is_none_or(|stored| stored < heard) {
+            node.last_heartbeat_at = Some(heard);
+        }
+    }
     let gpu_usage = service
         .runtime
         .as_ref()

@@ -1,49 +1,313 @@
-//! A waiting job's place in the queue: its position in the order the policy would start jobs, its
-//! reason, and its predicted start and finish with a band (the leader's forecast, refreshed beside its
-//! rounds and kept in the store).
+//! The queue, for every entrance (REST, the dashboard, the CLI through REST): each waiting job's place
+//! in the order the policy would start jobs, its reason in words, and its predicted start and finish
+//! with a band (the leader's forecast, refreshed beside its rounds and kept in the store). What a
+//! caller sees is made consistent here: no predicted start in the past (a start the forecast put
+//! before now is shown as now and marked overdue), none earlier than that of a job of the same size
+//! ahead of it (a forecast of the head can be newer than that of the rest), and a job the scheduler
+//! can never place says why, with the numbers.
 
 use crate::Service;
 use crate::error::ServiceResult;
 use chrono::{DateTime, Utc};
-use drover_core::JobState;
-use drover_store::{Job, QueueEntry};
+use drover_core::{JobId, JobState};
+use drover_store::{Job, JobFilter, QueueEntry, Scope};
 use serde::Serialize;
+use std::collections::HashMap;
+
+/// Waiting jobs ranked at most, oldest first: past it the view says it is not complete.
+pub const MAX_QUEUE: u32 = 5_000;
+/// Jobs of one page whose stored spec is read to say why they can never run, at most.
+const NEVER_FITS_LOOKUPS: usize = 50;
 
 /// A waiting job's place in the queue and when it should start.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct QueuePosition {
-    /// 1 for the job the policy would start first, counting every tenant's jobs; `null` until the
-    /// forecast has seen the job (it runs beside every scheduling round).
+    /// 1 for the job the policy would start first, counting every tenant's jobs: the forecast's,
+    /// else the last round's (for a job the forecast has not seen yet); `null` until either has.
     pub position: Option<u32>,
-    /// The policy's reason it waits (`insufficient_resources`, `fair_share`, `lower_priority`, …).
+    /// The policy's reason it waits (`insufficient_gpus`, `fair_share`, `lower_priority`, …).
     pub reason: Option<String>,
-    /// When it should start if running jobs take as long as estimated; `null` beyond the forecast's
-    /// 30-day horizon or before the first forecast.
+    /// The reason in words, with what is known of it (how many jobs are ahead; for a job no node
+    /// can ever hold, what it needs and what the largest node has).
+    pub explanation: String,
+    /// When it should start if running jobs take as long as estimated: never before now, nor
+    /// before a job of the same size ahead of it; `null` beyond the forecast's 30-day horizon or
+    /// before the first forecast.
     pub predicted_start: Option<DateTime<Utc>>,
     pub predicted_finish: Option<DateTime<Utc>>,
     /// The start if every job takes as little (`p10`) or as long (`p90`) as its estimate's 10th and
     /// 90th percentiles.
     pub p10: Option<DateTime<Utc>>,
     pub p90: Option<DateTime<Utc>>,
+    /// The forecast put its start before now and it still waits (running jobs took longer than
+    /// estimated, or the cluster changed): the start shown is now until the next forecast.
+    pub overdue: bool,
     /// When the forecast was made.
     pub forecast_at: Option<DateTime<Utc>>,
 }
 
 impl QueuePosition {
-    pub fn of(entry: Option<&QueueEntry>, forecast_at: Option<DateTime<Utc>>) -> Self {
-        QueuePosition {
-            position: entry.map(|e| e.position),
-            reason: entry.map(|e| e.reason.clone()),
+    /// `entry` as of `now`; its place and reason given by the forecast, else by the last round
+    /// (`round`: its index in the round's order, and its reason).
+    fn of(
+        entry: Option<&QueueEntry>,
+        round: Option<(usize, &str)>,
+        forecast_at: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Self {
+        let reason = entry
+            .map(|e| e.reason.clone())
+            .or_else(|| round.map(|(_, r)| r.to_owned()));
+        let place = entry
+            .map(|e| e.position)
+            .or_else(|| round.map(|(i, _)| i as u32 + 1));
+        let mut position = QueuePosition {
+            position: place,
+            explanation: explain(reason.as_deref(), place),
+            reason,
             predicted_start: entry.and_then(|e| e.start),
             predicted_finish: entry.and_then(|e| e.finish),
             p10: entry.and_then(|e| e.p10),
             p90: entry.and_then(|e| e.p90),
+            overdue: false,
             forecast_at: entry.and(forecast_at),
+        };
+        position.not_before(now, true);
+        position
+    }
+
+    /// Moves the prediction to start no earlier than `at` (the band and the finish with it);
+    /// `overdue`: `at` is now, so a start moved is one the forecast put in the past.
+    fn not_before(&mut self, at: DateTime<Utc>, overdue: bool) {
+        let Some(start) = self.predicted_start else {
+            return;
+        };
+        if start < at {
+            self.predicted_start = Some(at);
+            self.predicted_finish = self.predicted_finish.map(|f| f + (at - start));
+            self.overdue |= overdue;
         }
+        self.p10 = self.p10.map(|p| p.max(if overdue { at } else { p }));
+        self.p90 = self.p90.map(|p| p.max(at));
     }
 }
 
-/// A queued job's place and prediction, for `GET /api/v1/jobs/{id}`.
+/// A reason code in words; `position` counts every tenant's jobs.
+fn explain(reason: Option<&str>, position: Option<u32>) -> String {
+    let ahead = position.map_or(0, |p| p.saturating_sub(1));
+    let jobs_ahead = match ahead {
+        0 => "no job".to_owned(),
+        1 => "1 job".to_owned(),
+        n => format!("{n} jobs"),
+    };
+    match reason {
+        None => "not yet considered by the scheduler (it runs a round every few seconds)".to_owned(),
+        Some("behind_head_of_line") => {
+            format!("first come, first served: {jobs_ahead} ahead, and the first of them does not fit yet")
+        }
+        Some("insufficient_resources") => {
+            "not enough free GPUs, CPUs or memory for its smallest shape".to_owned()
+        }
+        Some("insufficient_gpus") => "not enough free GPUs for its smallest shape".to_owned(),
+        Some("insufficient_cpus") => {
+            "not enough free CPUs for its workers or parameter-server shards".to_owned()
+        }
+        Some("insufficient_memory") => "not enough free host memory for its tasks".to_owned(),
+        Some("fragmented") => {
+            "enough is free in total, but not on few enough nodes for its shape".to_owned()
+        }
+        Some("lower_priority") => format!(
+            "{jobs_ahead} ahead of it in the policy's order (priority, then guarantees and the policy's own order) took what it needs"
+        ),
+        Some("preempted") => {
+            "preempted for a job ahead of it in the policy's order; it resumes from its last checkpoint"
+                .to_owned()
+        }
+        Some("preempted_without_checkpoint") => {
+            "preempted without a checkpoint; it restarts from its last one".to_owned()
+        }
+        Some("never_fits") => "no node of this cluster could ever hold one of its tasks".to_owned(),
+        Some("fair_share") => "its tenant has its fair share while others wait".to_owned(),
+        Some("suspended") => "its time slice ended; it resumes at its next turn".to_owned(),
+        Some("tenant_limit") => {
+            "starting it would take its tenant past its maximum GPUs (of a GPU model, or in all)"
+                .to_owned()
+        }
+        Some("eligible_nodes_busy") => {
+            "the nodes it may run on (its image, node selector or GPU types) have too little free"
+                .to_owned()
+        }
+        Some(other) => other.replace('_', " "),
+    }
+}
+
+/// A waiting job as the queue lists it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct QueuedJob {
+    pub id: uuid::Uuid,
+    pub name: String,
+    pub tenant: String,
+    pub priority: i32,
+    pub submitted_at: DateTime<Utc>,
+    /// GPUs at its largest shape.
+    pub max_gpus: i64,
+    #[serde(flatten)]
+    pub queue: QueuePosition,
+}
+
+/// One page of the queue.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct QueueView {
+    /// The policy the forecast replayed (else the last round's); `null` before either.
+    pub policy: Option<String>,
+    pub forecast_at: Option<DateTime<Utc>>,
+    /// When the last scheduling round finished.
+    pub round_at: Option<DateTime<Utc>>,
+    /// Waiting jobs the caller may see, in all pages.
+    pub total: u32,
+    /// `false` when more than 5,000 such jobs wait: the oldest 5,000 are ranked and paged.
+    pub complete: bool,
+    /// How many jobs of the queue come before this page.
+    pub offset: u32,
+    /// In queue order; jobs the scheduler has not seen yet last, oldest first.
+    pub jobs: Vec<QueuedJob>,
+}
+
+/// The page of `limit` waiting jobs from `offset` that `scope` may see, in the policy's order.
+pub async fn list(
+    service: &Service,
+    scope: Scope,
+    offset: u32,
+    limit: u32,
+) -> ServiceResult<QueueView> {
+    let filter = JobFilter {
+        states: vec![JobState::Queued],
+        oldest_first: true,
+        limit: MAX_QUEUE + 1,
+        ..JobFilter::default()
+    };
+    let mut queued = service.store.list_jobs(scope, &filter).await?;
+    let complete = queued.len() <= MAX_QUEUE as usize;
+    queued.truncate(MAX_QUEUE as usize);
+    let forecast = service.store.queue_forecast().await?;
+    let round = service.store.last_round().await?;
+    let entries: HashMap<JobId, &QueueEntry> = forecast
+        .iter()
+        .flat_map(|f| f.entries.iter())
+        .map(|e| (e.job, e))
+        .collect();
+    let reasons: HashMap<JobId, (usize, &str)> = round
+        .iter()
+        .flat_map(|r| r.waiting.iter().enumerate())
+        .map(|(i, (job, reason))| (*job, (i, reason.as_str())))
+        .collect();
+    let forecast_at = forecast.as_ref().map(|f| f.computed_at);
+    let now = Utc::now();
+    let mut ranked: Vec<(Option<u32>, Option<usize>, Job)> = queued
+        .into_iter()
+        .map(|job| {
+            let position = entries.get(&job.id).map(|e| e.position);
+            let in_round = reasons.get(&job.id).map(|(i, _)| *i);
+            (position, in_round, job)
+        })
+        .collect();
+    // The forecast's order; then the last round's, for jobs it has not forecast; then the oldest.
+    ranked.sort_by_key(|(position, in_round, job)| {
+        (
+            position.unwrap_or(u32::MAX),
+            in_round.unwrap_or(usize::MAX),
+            job.created_at,
+            job.id,
+        )
+    });
+    let total = ranked.len() as u32;
+    let mut jobs: Vec<QueuedJob> = ranked
+        .into_iter()
+        .map(|(_, _, job)| QueuedJob {
+            queue: QueuePosition::of(
+                entries.get(&job.id).copied(),
+                reasons.get(&job.id).copied(),
+                forecast_at,
+                now,
+            ),
+            id: job.id.0,
+            name: job.name,
+            tenant: job.tenant_name,
+            priority: job.priority,
+            submitted_at: job.created_at,
+            max_gpus: job.max_gpus,
+        })
+        .collect();
+    monotone(&mut jobs);
+    let mut page: Vec<QueuedJob> = jobs
+        .into_iter()
+        .skip(offset as usize)
+        .take(limit as usize)
+        .collect();
+    explain_never_fits(service, scope, &mut page).await?;
+    Ok(QueueView {
+        policy: forecast
+            .map(|f| f.policy)
+            .or_else(|| round.as_ref().map(|r| r.policy.clone())),
+        forecast_at,
+        round_at: round.map(|r| r.finished_at),
+        total,
+        complete,
+        offset,
+        jobs: page,
+    })
+}
+
+/// In queue order, no job starts before a job of the same size ahead of it: the policy starts the
+/// one ahead first, and a forecast of the head (after every round) can be newer than the rest's.
+fn monotone(jobs: &mut [QueuedJob]) {
+    let mut latest: HashMap<i64, DateTime<Utc>> = HashMap::new();
+    for job in jobs {
+        let Some(start) = job.queue.predicted_start else {
+            continue;
+        };
+        let floor = latest.entry(job.max_gpus).or_insert(start);
+        job.queue.not_before(*floor, false);
+        *floor = (*floor).max(job.queue.predicted_start.unwrap_or(start));
+    }
+}
+
+/// For the page's jobs that never fit (or that neither the forecast nor the last round placed in
+/// the queue), why, from their stored specs and the nodes.
+async fn explain_never_fits(
+    service: &Service,
+    scope: Scope,
+    page: &mut [QueuedJob],
+) -> ServiceResult<()> {
+    let candidates = page
+        .iter_mut()
+        .filter(|j| matches!(j.queue.reason.as_deref(), Some("never_fits") | None))
+        .take(NEVER_FITS_LOOKUPS);
+    for job in candidates {
+        let stored = match service.store.get_job(scope, JobId(job.id)).await {
+            Ok(stored) => stored,
+            // Gone since the list was read.
+            Err(drover_store::StoreError::NotFound) => continue,
+            Err(err) => return Err(err.into()),
+        };
+        let Some(spec) = stored.spec() else { continue };
+        if let Some(why) = service
+            .capacity
+            .why_never_fits(service.store.as_ref(), &spec)
+            .await?
+        {
+            job.queue.reason = Some("never_fits".to_owned());
+            job.queue.explanation = format!("it can never run on this cluster: {why}");
+            job.queue.predicted_start = None;
+            job.queue.predicted_finish = None;
+            job.queue.p10 = None;
+            job.queue.p90 = None;
+        }
+    }
+    Ok(())
+}
+
+/// A queued job's place and prediction, for `GET /api/v1/jobs/{id}` and its page.
 pub async fn position_of(service: &Service, job: &Job) -> ServiceResult<Option<QueuePosition>> {
     if job.state != JobState::Queued {
         return Ok(None);
@@ -52,8 +316,127 @@ pub async fn position_of(service: &Service, job: &Job) -> ServiceResult<Option<Q
     let entry = forecast
         .as_ref()
         .and_then(|f| f.entries.iter().find(|e| e.job == job.id));
-    Ok(Some(QueuePosition::of(
+    let round = if entry.is_none() {
+        service.store.last_round().await?.and_then(|r| {
+            r.waiting
+                .into_iter()
+                .enumerate()
+                .find(|(_, (id, _))| *id == job.id)
+                .map(|(i, (_, reason))| (i, reason))
+        })
+    } else {
+        None
+    };
+    let mut position = QueuePosition::of(
         entry,
+        round.as_ref().map(|(i, reason)| (*i, reason.as_str())),
         forecast.as_ref().map(|f| f.computed_at),
-    )))
+        Utc::now(),
+    );
+    if matches!(position.reason.as_deref(), Some("never_fits") | None)
+        && let Some(spec) = job.spec()
+        && let Some(why) = service
+            .capacity
+            .why_never_fits(service.store.as_ref(), &spec)
+            .await?
+    {
+        position.reason = Some("never_fits".to_owned());
+        position.explanation = format!("it can never run on this cluster: {why}");
+        position.predicted_start = None;
+        position.predicted_finish = None;
+        position.p10 = None;
+        position.p90 = None;
+    }
+    Ok(Some(position))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Duration;
+
+    fn entry(position: u32, start_min: i64, now: DateTime<Utc>) -> QueueEntry {
+        QueueEntry {
+            job: JobId(uuid::Uuid::now_v7()),
+            position,
+            reason: "lower_priority".to_owned(),
+            start: Some(now + Duration::minutes(start_min)),
+            finish: Some(now + Duration::minutes(start_min + 30)),
+            p10: Some(now + Duration::minutes(start_min - 5)),
+            p90: Some(now + Duration::minutes(start_min + 5)),
+        }
+    }
+
+    fn queued(position: QueuePosition, max_gpus: i64) -> QueuedJob {
+        QueuedJob {
+            id: uuid::Uuid::now_v7(),
+            name: "j".to_owned(),
+            tenant: "t".to_owned(),
+            priority: 0,
+            submitted_at: Utc::now(),
+            max_gpus,
+            queue: position,
+        }
+    }
+
+    #[test]
+    fn a_start_the_forecast_put_in_the_past_is_now_and_overdue() {
+        let now = Utc::now();
+        let past = QueuePosition::of(Some(&entry(1, -16, now)), None, Some(now), now);
+        assert_eq!(past.predicted_start, Some(now));
+        assert!(past.overdue);
+        // The finish moves with the start; the band never ends before it begins.
+        assert_eq!(past.predicted_finish, Some(now + Duration::minutes(30)));
+        assert!(past.p10.unwrap() >= now && past.p90.unwrap() >= now);
+        let ahead = QueuePosition::of(Some(&entry(1, 10, now)), None, Some(now), now);
+        assert_eq!(ahead.predicted_start, Some(now + Duration::minutes(10)));
+        assert!(!ahead.overdue);
+    }
+
+    #[test]
+    fn a_job_never_starts_before_one_of_its_size_ahead_of_it() {
+        let now = Utc::now();
+        let at = |position, minutes| {
+            QueuePosition::of(Some(&entry(position, minutes, now)), None, Some(now), now)
+        };
+        let mut jobs = vec![
+            queued(at(1, 40), 2),
+            // Smaller: may start before the first (backfill).
+            queued(at(2, 10), 1),
+            queued(at(3, 20), 2),
+            queued(at(4, 60), 2),
+        ];
+        monotone(&mut jobs);
+        let starts: Vec<i64> = jobs
+            .iter()
+            .map(|j| (j.queue.predicted_start.unwrap() - now).num_minutes())
+            .collect();
+        assert_eq!(starts, [40, 10, 40, 60]);
+        assert!(jobs.iter().all(|j| !j.queue.overdue));
+    }
+
+    #[test]
+    fn every_reason_reads_as_words_and_lower_priority_counts_the_jobs_ahead() {
+        let text = explain(Some("lower_priority"), Some(29));
+        assert!(text.starts_with("28 jobs ahead"), "{text}");
+        assert!(!text.contains("lower priority"), "{text}");
+        for code in [
+            "behind_head_of_line",
+            "insufficient_resources",
+            "insufficient_gpus",
+            "insufficient_cpus",
+            "insufficient_memory",
+            "fragmented",
+            "preempted",
+            "never_fits",
+            "fair_share",
+            "suspended",
+            "preempted_without_checkpoint",
+            "tenant_limit",
+            "eligible_nodes_busy",
+        ] {
+            let text = explain(Some(code), Some(1));
+            assert!(!text.contains('_') && text.len() > 20, "{code}: {text}");
+        }
+    }
 }

@@ -648,7 +648,9 @@ macro_rules! impl_store {
                 if let Some(before) = filter.before {
                     query.push(" AND j.id < ").push_bind(before.0);
                 }
-                query.push(" ORDER BY j.id DESC LIMIT ").push_bind(i64::from(filter.limit));
+                query
+                    .push(if filter.oldest_first { " ORDER BY j.id ASC LIMIT " } else { " ORDER BY j.id DESC LIMIT " })
+                    .push_bind(i64::from(filter.limit));
                 let rows = query.build().fetch_all(&self.pool).await?;
                 rows.iter().map(|row| job_from_row(row, false)).collect()
             }

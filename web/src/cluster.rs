@@ -14,8 +14,8 @@ use drover_core::{JobId, JobState};
 use drover_store::JobFilter;
 use std::collections::{BTreeMap, HashMap};
 
-/// Waiting jobs the queue page lists at most.
-const QUEUE_LIMIT: u32 = 500;
+/// Waiting jobs on one page of the queue.
+const QUEUE_PAGE: u32 = 200;
 
 #[derive(askama::Template)]
 #[template(path = "queue.html")]
@@ -24,7 +24,20 @@ struct QueuePage {
     policy: Option<String>,
     round_at: Option<Time>,
     waiting: Vec<Waiting>,
+    /// `Jobs 1–200 of 1,400`, and what is not ranked.
+    shown: String,
+    tenant: String,
+    error: Option<String>,
+    newer: Option<String>,
+    older: Option<String>,
     paused: Vec<Waiting>,
+}
+
+/// The queue's rows: the page renders them, and its live stream sends them again when they change.
+#[derive(askama::Template)]
+#[template(path = "queue_rows.html")]
+pub(crate) struct QueueRows {
+    waiting: Vec<Waiting>,
 }
 
 #[derive(Debug)]
@@ -54,88 +67,143 @@ fn from_now(at: Option<chrono::DateTime<Utc>>, now: chrono::DateTime<Utc>) -> St
     }
 }
 
-pub async fn queue(State(state): State<AppState>, session: Session) -> Response {
-    match queue_page(&state, &session).await {
+/// The query a queue page takes: `tenant` and `offset`.
+#[derive(Debug, Default, Clone, serde::Deserialize)]
+pub(crate) struct QueueQuery {
+    #[serde(default)]
+    tenant: String,
+    #[serde(default)]
+    offset: Option<String>,
+}
+
+impl QueueQuery {
+    fn offset(&self) -> Result<u32, ApiError> {
+        match self.offset.as_deref().filter(|o| !o.is_empty()) {
+            None => Ok(0),
+            Some(raw) => raw
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n <= drover_service::queue::MAX_QUEUE)
+                .ok_or_else(|| {
+                    ApiError::bad_request("offset", "must be a whole number of jobs to skip")
+                }),
+        }
+    }
+
+    fn link(&self, offset: u32) -> String {
+        let mut pairs = Vec::new();
+        if !self.tenant.is_empty() {
+            pairs.push(("tenant", self.tenant.clone()));
+        }
+        if offset > 0 {
+            pairs.push(("offset", offset.to_string()));
+        }
+        let query = serde_urlencoded::to_string(&pairs).unwrap_or_default();
+        if query.is_empty() {
+            "/queue".to_owned()
+        } else {
+            format!("/queue?{query}")
+        }
+    }
+}
+
+pub async fn queue(
+    State(state): State<AppState>,
+    session: Session,
+    axum::extract::Query(query): axum::extract::Query<QueueQuery>,
+) -> Response {
+    match queue_page(&state, &session, &query).await {
         Ok(page) => render(&page),
         Err(err) => error_page(err),
     }
 }
 
-async fn queue_page(state: &AppState, session: &Session) -> Result<QueuePage, ApiError> {
-    let scope = session.principal.scope();
-    let list = async |state_filter: JobState| {
-        let filter = JobFilter {
-            states: vec![state_filter],
-            limit: QUEUE_LIMIT,
-            ..JobFilter::default()
-        };
-        state.store.list_jobs(scope, &filter).await
-    };
-    let queued = list(JobState::Queued).await?;
-    let paused = list(JobState::Paused).await?;
-    let round = state.store.last_round().await?;
-    let forecast = state.store.queue_forecast().await?;
-    // The policy's order at its last round; jobs it has not seen yet follow, oldest first.
-    let order: HashMap<JobId, (usize, &str)> = round
-        .as_ref()
-        .map(|r| {
-            r.waiting
-                .iter()
-                .enumerate()
-                .map(|(i, (job, reason))| (*job, (i, reason.as_str())))
-                .collect()
-        })
-        .unwrap_or_default();
-    let predicted: HashMap<JobId, &drover_store::QueueEntry> = forecast
-        .iter()
-        .flat_map(|f| f.entries.iter())
-        .map(|e| (e.job, e))
-        .collect();
+/// One page of the queue for `session` (the service's view, shared with `GET /api/v1/queue`).
+pub(crate) async fn queue_view(
+    state: &AppState,
+    session: &Session,
+    query: &QueueQuery,
+) -> Result<drover_service::queue::QueueView, ApiError> {
+    let offset = query.offset()?;
+    let tenant = Some(query.tenant.as_str()).filter(|t| !t.is_empty());
+    let scope =
+        drover_service::auth::tenant_scope(state, &session.principal, tenant, "queue").await?;
+    Ok(drover_service::queue::list(state, scope, offset, QUEUE_PAGE).await?)
+}
+
+/// The rows of a queue page, as of now.
+pub(crate) fn queue_rows(view: &drover_service::queue::QueueView) -> QueueRows {
     let now = Utc::now();
-    let mut queued: Vec<_> = queued
-        .into_iter()
+    let waiting = view
+        .jobs
+        .iter()
         .map(|job| {
-            let known = order.get(&job.id).copied();
-            (known, job)
-        })
-        .collect();
-    queued.sort_by_key(|(known, job)| (known.map_or(usize::MAX, |(i, _)| i), job.created_at));
-    let waiting = queued
-        .into_iter()
-        .enumerate()
-        .map(|(i, (known, job))| {
-            let entry = predicted.get(&job.id);
-            let (start, band, start_at) = match entry {
-                None => ("not forecast yet".to_owned(), String::new(), None),
-                Some(e) if e.start.is_none() => ("beyond 30 days".to_owned(), String::new(), None),
-                Some(e) => (
-                    from_now(e.start, now),
+            let q = &job.queue;
+            let (start, band, start_at) = match (&q.reason, q.position, q.predicted_start) {
+                (Some(reason), _, _) if reason == "never_fits" => {
+                    ("never".to_owned(), String::new(), None)
+                }
+                (_, None, _) => ("not forecast yet".to_owned(), String::new(), None),
+                (_, Some(_), None) => ("beyond 30 days".to_owned(), String::new(), None),
+                (_, Some(_), Some(at)) => (
+                    if q.overdue {
+                        "now (overdue)".to_owned()
+                    } else {
+                        from_now(Some(at), now)
+                    },
                     format!(
                         "{} – {}",
-                        from_now(e.p10, now),
-                        e.p90.map_or("later".to_owned(), |p| from_now(Some(p), now))
+                        from_now(q.p10, now),
+                        q.p90.map_or("later".to_owned(), |p| from_now(Some(p), now))
                     ),
-                    e.start.map(timestamp),
+                    Some(timestamp(at)),
                 ),
             };
             Waiting {
                 start,
                 band,
                 start_at,
-                position: (i + 1).to_string(),
-                id: job.id.0.to_string(),
-                name: job.name,
-                tenant: job.tenant_name,
+                position: q.position.map_or_else(|| "—".to_owned(), |p| p.to_string()),
+                id: job.id.to_string(),
+                name: job.name.clone(),
+                tenant: job.tenant.clone(),
                 priority: job.priority,
-                reason: known.map_or_else(
-                    || "not yet considered by the scheduler".to_owned(),
-                    |(_, reason)| reason.replace('_', " "),
-                ),
-                since: timestamp(job.updated_at),
+                reason: q.explanation.clone(),
+                since: timestamp(job.submitted_at),
             }
         })
         .collect();
-    let paused = paused
+    QueueRows { waiting }
+}
+
+async fn queue_page(
+    state: &AppState,
+    session: &Session,
+    query: &QueueQuery,
+) -> Result<QueuePage, ApiError> {
+    let (view, error) = match queue_view(state, session, query).await {
+        Ok(view) => (view, None),
+        // A filter the caller may not use, or a malformed offset: said on the page, the caller's
+        // own queue shown.
+        Err(err) if err.status.is_client_error() => (
+            queue_view(state, session, &QueueQuery::default()).await?,
+            Some(match &err.field {
+                Some(field) => format!("{field}: {}", err.message),
+                None => err.message.clone(),
+            }),
+        ),
+        Err(err) => return Err(err),
+    };
+    let scope = session.principal.scope();
+    let filter = JobFilter {
+        states: vec![JobState::Paused],
+        limit: QUEUE_PAGE,
+        ..JobFilter::default()
+    };
+    let paused = state
+        .store
+        .list_jobs(scope, &filter)
+        .await?
         .into_iter()
         .map(|job| Waiting {
             position: "—".to_owned(),
@@ -150,11 +218,38 @@ async fn queue_page(state: &AppState, session: &Session) -> Result<QueuePage, Ap
             start_at: None,
         })
         .collect();
+    let first = view.offset + 1;
+    let last = view.offset + view.jobs.len() as u32;
+    let shown = if view.total == 0 {
+        String::new()
+    } else if view.jobs.is_empty() {
+        format!("No jobs past {} of {}.", view.offset, view.total)
+    } else {
+        format!(
+            "Jobs {first}–{last} of {}{}.",
+            view.total,
+            if view.complete {
+                ""
+            } else {
+                " (the oldest 5,000 of a longer queue are ranked)"
+            }
+        )
+    };
+    let query = if error.is_some() {
+        QueueQuery::default()
+    } else {
+        query.clone()
+    };
     Ok(QueuePage {
         layout: session.layout("queue"),
-        policy: round.as_ref().map(|r| r.policy.clone()),
-        round_at: round.as_ref().map(|r| timestamp(r.finished_at)),
-        waiting,
+        policy: view.policy.clone(),
+        round_at: view.round_at.map(timestamp),
+        shown,
+        tenant: query.tenant.clone(),
+        error,
+        newer: (view.offset > 0).then(|| query.link(view.offset.saturating_sub(QUEUE_PAGE))),
+        older: (last < view.total).then(|| query.link(last)),
+        waiting: queue_rows(&view).waiting,
         paused,
     })
 }

@@ -57,6 +57,54 @@ pub(crate) struct Summary {
     pub created: Time,
     pub updated: Time,
     pub labels: String,
+    /// A queued job's place in the queue.
+    pub queue: Option<QueueFacts>,
+}
+
+/// A waiting job's place, reason and predicted start, as its page shows them.
+pub(crate) struct QueueFacts {
+    pub position: String,
+    pub reason: String,
+    pub start: String,
+}
+
+impl QueueFacts {
+    fn of(queue: &drover_service::queue::QueuePosition) -> Self {
+        let now = chrono::Utc::now();
+        let when = |at: Option<chrono::DateTime<chrono::Utc>>| match at {
+            None => "—".to_owned(),
+            Some(at) if at <= now + chrono::Duration::seconds(30) => "now".to_owned(),
+            Some(at) => format!(
+                "in {}",
+                duration((at - now).num_milliseconds() as f64 / 1000.0)
+            ),
+        };
+        let start = match (
+            queue.reason.as_deref(),
+            queue.position,
+            queue.predicted_start,
+        ) {
+            (Some("never_fits"), _, _) => "never".to_owned(),
+            (_, None, _) => "not forecast yet".to_owned(),
+            (_, Some(_), None) => "beyond 30 days".to_owned(),
+            (_, Some(_), Some(_)) if queue.overdue => {
+                "now (overdue: the forecast's start has passed)".to_owned()
+            }
+            (_, Some(_), Some(at)) => format!(
+                "{} (p10 – p90: {} – {})",
+                when(Some(at)),
+                when(queue.p10),
+                queue.p90.map_or("later".to_owned(), |p| when(Some(p)))
+            ),
+        };
+        QueueFacts {
+            position: queue
+                .position
+                .map_or_else(|| "not ranked yet".to_owned(), |p| format!("#{p}")),
+            reason: queue.explanation.clone(),
+            start,
+        }
+    }
 }
 
 /// The state timeline (redrawn by the live stream).
@@ -195,15 +243,7 @@ async fn job_page(state: &AppState, session: &Session, id: String) -> Result<Job
                 generation: t.key.generation,
                 name: format!("{}-{}", t.key.role.as_str(), t.key.index),
                 node: t.node_name.clone(),
-                gpus: if t.gpus.is_empty() {
-                    "—".to_owned()
-                } else {
-                    t.gpus
-                        .iter()
-                        .map(u16::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                },
+                gpus: gpu_count(&t.gpus),
                 state: t.state.as_str().to_owned(),
                 exit: match (t.exit_code, t.exit_signal) {
                     (Some(code), _) => format!("exit {code}"),
@@ -229,6 +269,20 @@ async fn job_page(state: &AppState, session: &Session, id: String) -> Result<Job
     })
 }
 
+/// A task's GPUs: how many, then which (`2 (GPUs 0, 1)`); `—` for none.
+fn gpu_count(gpus: &[u16]) -> String {
+    let which = gpus
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    match gpus.len() {
+        0 => "—".to_owned(),
+        1 => format!("1 (GPU {which})"),
+        n => format!("{n} (GPUs {which})"),
+    }
+}
+
 pub(crate) fn summary(view: &drover_api::views::JobView) -> Summary {
     Summary {
         id: view.id.to_string(),
@@ -252,6 +306,7 @@ pub(crate) fn summary(view: &drover_api::views::JobView) -> Summary {
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join(" "),
+        queue: view.queue.as_ref().map(QueueFacts::of),
     }
 }
 
@@ -348,7 +403,8 @@ fn model_view(model: &JobModels) -> ModelView {
             let b = c.beta;
             let converged = c
                 .converged_step
-                .map(|s| format!("; converges near step {s:.0}"))
+                .filter(|s| *s >= 1.0)
+                .map(|s| format!("; the loss levels off near step {s:.0}"))
                 .unwrap_or_default();
             format!(
                 "loss ≈ 1/({:.4}·k + {:.4}) + {:.4}, fitted to {} samples{converged}",
@@ -485,4 +541,17 @@ async fn chart_svg(
         series,
     }
     .svg())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task on GPU 0 reads as one GPU, not as zero.
+    #[test]
+    fn a_tasks_gpus_are_counted_then_named() {
+        assert_eq!(gpu_count(&[0]), "1 (GPU 0)");
+        assert_eq!(gpu_count(&[2, 3]), "2 (GPUs 2, 3)");
+        assert_eq!(gpu_count(&[]), "—");
+    }
 }

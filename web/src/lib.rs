@@ -46,18 +46,26 @@ pub fn router() -> Router<AppState> {
         .route("/experiments", get(experiments::list))
         .route("/experiments/{id}", get(experiments::page))
         .route("/queue", get(cluster::queue))
+        .route("/queue/live", get(live::queue))
         .route("/nodes", get(cluster::nodes))
         .route("/tenants", get(cluster::tenants))
         .route("/submit", get(submit::page).post(submit::submit))
         .route("/static/app.css", get(stylesheet))
         .route("/static/app.js", get(script))
+        .route("/static/favicon.svg", get(favicon))
+        .route("/favicon.ico", get(favicon))
 }
 
 const CSS: &str = include_str!("../static/app.css");
 const JS: &str = include_str!("../static/app.js");
+const FAVICON: &str = include_str!("../static/favicon.svg");
 
 async fn stylesheet() -> Response {
     asset(CSS, "text/css; charset=utf-8")
+}
+
+async fn favicon() -> Response {
+    asset(FAVICON, "image/svg+xml")
 }
 
 async fn script() -> Response {

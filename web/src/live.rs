@@ -192,7 +192,11 @@ impl JobStream {
                 .list_job_events(self.scope, self.job, None, 1000)
                 .await?;
             next.event = events.last().map_or(0, |e| e.id);
-            let view = drover_api::views::JobView::from(job.clone());
+            let mut view = drover_api::views::JobView::from(job.clone());
+            view.queue = drover_service::queue::position_of(&self.state, &job)
+                .await
+                .ok()
+                .flatten();
             if let Ok(html) = summary(&view).render() {
                 self.pending
                     .push_back(Event::default().event("summary").data(html));
@@ -270,36 +274,75 @@ pub async fn jobs(
                 && !v.is_empty()
         })
         .collect();
-    // The first read is sent too: the page was rendered before this stream connected, and a job that
-    // arrived in between is in the first read but not on the page (a baseline taken here would hide it
-    // until the next change).
-    let start = (state, session, pairs, None::<String>, permit);
-    let events = stream::unfold(start, |(state, session, pairs, last, permit)| async move {
+    let (reader, session) = (state.clone(), std::sync::Arc::new(session));
+    rows_stream(state, permit, POLL * 2, move || {
+        let (state, session, pairs) = (reader.clone(), session.clone(), pairs.clone());
+        async move {
+            let listed = api::list_page(&state, &session.principal, &QueryPairs(pairs))
+                .await
+                .ok()?;
+            let rows = crate::jobs::rows(&state, listed.jobs).await.ok()?;
+            crate::jobs::RowsFragment { rows }.render().ok()
+        }
+    })
+}
+
+/// `GET /queue/live?tenant=…&offset=…`: the queue page's stream. Every few seconds it reads the
+/// same page of the queue (the service's view) and sends its rows when they changed: the order,
+/// reasons and predictions follow the scheduler's rounds and forecasts without a reload.
+pub async fn queue(
+    State(state): State<AppState>,
+    session: Session,
+    axum::extract::Query(query): axum::extract::Query<crate::cluster::QueueQuery>,
+) -> Response {
+    // A page that would be refused is refused here too, before a stream is opened.
+    if let Err(err) = crate::cluster::queue_view(&state, &session, &query).await {
+        return error_page(err);
+    }
+    let Some(permit) = permit(&state, &session) else {
+        return too_many_streams();
+    };
+    let (reader, session) = (state.clone(), std::sync::Arc::new(session));
+    rows_stream(state, permit, POLL * 5, move || {
+        let (state, session, query) = (reader.clone(), session.clone(), query.clone());
+        async move {
+            let view = crate::cluster::queue_view(&state, &session, &query)
+                .await
+                .ok()?;
+            crate::cluster::queue_rows(&view).render().ok()
+        }
+    })
+}
+
+/// A table's stream: `read` renders its rows every `every`, and they are sent (as a `rows` event)
+/// when they differ from the last sent. The first read is sent too: the page was rendered before the
+/// stream connected, and a row that changed in between is in the first read but not on the page (a
+/// baseline taken here would hide it until the next change). A failed read ends the stream.
+fn rows_stream<F, Fut>(state: AppState, permit: Permit, every: Duration, read: F) -> Response
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = Option<String>> + Send,
+{
+    let start = (state, None::<String>, permit, read);
+    let events = stream::unfold(start, move |(state, last, permit, read)| async move {
         loop {
             if last.is_some() {
                 let mut stopping = state.stopping.clone();
                 tokio::select! {
-                    () = tokio::time::sleep(POLL * 2) => {}
+                    () = tokio::time::sleep(every) => {}
                     _ = stopping.changed() => return None,
                 }
             }
             if *state.stopping.borrow() || permit.expired() {
                 return None;
             }
-            let listed = api::list_page(&state, &session.principal, &QueryPairs(pairs.clone()))
-                .await
-                .ok()?;
-            let rows = crate::jobs::rows(&state, listed.jobs).await.ok()?;
-            let html = crate::jobs::RowsFragment { rows }.render().ok()?;
-            match &last {
-                Some(previous) if *previous == html => {}
-                _ => {
-                    let event = Event::default().event("rows").data(html.clone());
-                    return Some((
-                        Ok::<_, Infallible>(event),
-                        (state, session, pairs, Some(html), permit),
-                    ));
-                }
+            let html = read().await?;
+            if last.as_ref() != Some(&html) {
+                let event = Event::default().event("rows").data(html.clone());
+                return Some((
+                    Ok::<_, Infallible>(event),
+                    (state, Some(html), permit, read),
+                ));
             }
         }
     });

@@ -38,7 +38,7 @@ pub async fn page(
     Query(query): Query<SubmitQuery>,
 ) -> Response {
     let document = match query.from {
-        None => EXAMPLE.to_owned(),
+        None => example(),
         Some(id) => match drover_service::jobs::get(&state, &session.principal, &id).await {
             Ok(detail) => clone_spec(api::job_view(detail).spec),
             Err(err) => return error_page(err.into()),
@@ -52,17 +52,43 @@ pub async fn page(
     })
 }
 
-/// A job's spec as YAML to submit again: its status dropped, its name marked as a copy.
+/// The example the form starts with, named by the server (`generateName`): submitted as it is
+/// twice, it makes two jobs rather than failing on a name already taken.
+fn example() -> String {
+    EXAMPLE.replacen("  name: digits-mlp\n", "  generateName: digits-mlp-\n", 1)
+}
+
+/// A job's spec as YAML to submit again: its status dropped, its name a `generateName` from it (the
+/// server adds five characters), so each submission of the copy gets a name of its own.
 fn clone_spec(spec: Option<serde_json::Value>) -> String {
     let Some(mut spec) = spec else {
-        return EXAMPLE.to_owned();
+        return example();
     };
     if let Some(object) = spec.as_object_mut() {
         object.remove("status");
     }
-    if let Some(name) = spec.pointer_mut("/metadata/name") {
-        let copy = format!("{}-copy", name.as_str().unwrap_or("job"));
-        *name = serde_json::Value::String(copy.chars().take(63).collect());
+    if let Some(metadata) = spec
+        .pointer_mut("/metadata")
+        .and_then(|m| m.as_object_mut())
+    {
+        let base = metadata
+            .remove("name")
+            .and_then(|n| n.as_str().map(str::to_owned))
+            .or_else(|| {
+                metadata
+                    .get("generateName")
+                    .and_then(|n| n.as_str())
+                    .map(|n| n.trim_end_matches('-').to_owned())
+            })
+            .unwrap_or_else(|| "job".to_owned());
+        let prefix: String = base
+            .chars()
+            .take(drover_core::validate::MAX_NAME_PREFIX - 1)
+            .collect();
+        metadata.insert(
+            "generateName".to_owned(),
+            serde_json::Value::String(format!("{}-", prefix.trim_end_matches('-'))),
+        );
     }
     serde_yaml::to_string(&spec).unwrap_or_default()
 }

@@ -67,12 +67,17 @@ async function confirmed(button, action) {
 function login() {
   const form = document.getElementById("login-form");
   if (!form) return;
-  const match = location.hash.match(/^#token=(.+)$/);
-  if (match) {
-    history.replaceState(null, "", location.pathname + location.search);
-    form.elements.token.value = decodeURIComponent(match[1]);
-    form.submit();
-  }
+  const signIn = () => {
+    const match = location.hash.match(/^#token=(.+)$/);
+    if (match) {
+      history.replaceState(null, "", location.pathname + location.search);
+      form.elements.token.value = decodeURIComponent(match[1]);
+      form.submit();
+    }
+  };
+  signIn();
+  // The link pasted into a tab already on /login changes only the hash: no new page load.
+  window.addEventListener("hashchange", signIn);
 }
 
 // ---- Tables whose headers sort the rows.
@@ -103,15 +108,17 @@ function sortable() {
   }
 }
 
-// ---- The jobs table follows its stream.
+// ---- The jobs table and the queue follow their streams.
 function jobsList() {
-  const body = document.getElementById("jobs-rows");
-  if (!body || !window.EventSource) return;
-  const source = new EventSource(body.dataset.live + location.search);
-  source.addEventListener("rows", (event) => {
-    body.innerHTML = event.data;
-    localTimes(body);
-  });
+  for (const id of ["jobs-rows", "queue-rows"]) {
+    const body = document.getElementById(id);
+    if (!body || !window.EventSource) continue;
+    const source = new EventSource(body.dataset.live + location.search);
+    source.addEventListener("rows", (event) => {
+      body.innerHTML = event.data;
+      localTimes(body);
+    });
+  }
 }
 
 // ---- A job's page: live state, timeline, logs and chart; its buttons.

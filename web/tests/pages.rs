@@ -145,15 +145,37 @@ impl Site {
         }
     }
 
-    async fn get(&self, path: &str, session: &str) -> Answer {
-        let request = Request::get(path)
+    /// A GET of `path` in `session`.
+    fn request(path: &str, session: &str) -> Request<Body> {
+        Request::get(path)
             .header(
                 header::COOKIE,
                 format!("{}={session}", auth::SESSION_COOKIE),
             )
             .body(Body::empty())
+            .unwrap()
+    }
+
+    async fn get(&self, path: &str, session: &str) -> Answer {
+        self.send(Self::request(path, session)).await
+    }
+
+    /// The first event of the stream at `path` (a live page's), as text.
+    async fn first_event(&self, path: &str, session: &str) -> String {
+        let response = self
+            .app
+            .clone()
+            .oneshot(Self::request(path, session))
+            .await
             .unwrap();
-        self.send(request).await
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        let mut body = response.into_body();
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(10), body.frame())
+            .await
+            .expect("the stream sent nothing")
+            .unwrap()
+            .unwrap();
+        String::from_utf8_lossy(frame.data_ref().unwrap()).into_owned()
     }
 
     async fn form(&self, path: &str, session: Option<&str>, form: &[(&str, &str)]) -> Answer {
@@ -342,6 +364,176 @@ async fn signing_in_and_out((site, [ada, _, _]): (Site, [String; 3])) {
     assert!(after.location.starts_with("/login"), "{}", after.location);
 }
 
+/// The queue (issue #53): a job no node can ever hold says so with the numbers (not "lower
+/// priority" and "beyond 30 days"); a job behind others says how many are ahead, not "lower
+/// priority" when nobody's priority differs; no start is shown in the past or before a job of the
+/// same size ahead; the page says how many jobs it shows, and a waiting job's own page shows its
+/// place. Each check fails on the dashboard before this change.
+#[tokio::test]
+async fn the_queue_says_why_where_and_when() {
+    let (site, [_, _, bob]) = Site::new().await;
+    let bob = site.sign_in(&bob).await;
+    // Submitted before any node registered (nothing is refused then); then a 2-GPU node comes.
+    let huge = JOB
+        .replace("NAME", "huge")
+        .replace("gpus_per_worker: 1", "gpus_per_worker: 3");
+    let id = |answer: Answer| {
+        drover_core::JobId(
+            answer
+                .location
+                .trim_start_matches("/jobs/")
+                .parse()
+                .unwrap(),
+        )
+    };
+    let huge = id(site.submit(&bob, &huge).await);
+    let first = id(site.submit(&bob, &JOB.replace("NAME", "first")).await);
+    let second = id(site.submit(&bob, &JOB.replace("NAME", "second")).await);
+    let now = chrono::Utc::now();
+    site.store
+        .upsert_node(&drover_store::Node {
+            id: uuid::Uuid::now_v7(),
+            name: "gpu-a".into(),
+            labels: Default::default(),
+            gpus: (0..2)
+                .map(|index| drover_store::Gpu {
+                    index,
+                    model: "demo".into(),
+                    memory_gb: 16.0,
+                })
+                .collect(),
+            cpus: 8,
+            memory_gb: 64,
+            health: "healthy".into(),
+            cordoned: false,
+            draining: false,
+            gpu_source: "demo".into(),
+            isolation: "none".into(),
+            runs_images: false,
+            taints: Vec::new(),
+            last_heartbeat_at: Some(now),
+            created_at: now,
+        })
+        .await
+        .unwrap();
+    // The leader's round and forecast: the huge job is in neither (it never fits); the second
+    // job, of the first's size, was forecast before the first (a head forecast newer than the
+    // rest's), and the first's start has passed.
+    site.store
+        .record_round(&RoundRecord {
+            policy: "drover".into(),
+            finished_at: now,
+            duration_us: 900,
+            waiting: vec![
+                (first, "lower_priority".into()),
+                (second, "lower_priority".into()),
+            ],
+        })
+        .await
+        .unwrap();
+    let entry = |job, position, minutes: i64| drover_store::QueueEntry {
+        job,
+        position,
+        reason: "lower_priority".into(),
+        start: Some(now + chrono::Duration::minutes(minutes)),
+        finish: Some(now + chrono::Duration::minutes(minutes + 30)),
+        p10: Some(now + chrono::Duration::minutes(minutes - 5)),
+        p90: Some(now + chrono::Duration::minutes(minutes + 5)),
+    };
+    site.store
+        .record_forecast(&drover_store::QueueForecast {
+            policy: "drover".into(),
+            computed_at: now,
+            entries: vec![entry(first, 1, -16), entry(second, 2, -30)],
+            finishing: Default::default(),
+        })
+        .await
+        .unwrap();
+
+    let queue = site.get("/queue", &bob).await.body;
+    assert!(
+        queue.contains(
+            "it can never run on this cluster: a worker needs 3 GPUs on one node, and no node has more than 2"
+        ),
+        "{queue}"
+    );
+    assert!(!queue.contains("lower priority"), "{queue}");
+    assert!(queue.contains("1 job ahead of it"), "{queue}");
+    assert!(queue.contains("now (overdue)"), "{queue}");
+    assert!(queue.contains("Jobs 1–3 of 3."), "{queue}");
+    let rows = queue.split("<tr>").filter(|r| r.contains("/jobs/")).count();
+    assert_eq!(rows, 3, "{queue}");
+    // Over REST the same: starts never in the past, and never before the same-size job ahead.
+    let answer = site.get("/api/v1/queue?limit=2", &bob).await;
+    let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(body["total"], 3, "{body}");
+    let jobs = body["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2);
+    let start = |j: &serde_json::Value| {
+        chrono::DateTime::parse_from_rfc3339(j["predicted_start"].as_str().unwrap()).unwrap()
+    };
+    assert!(
+        start(&jobs[0]) >= now && start(&jobs[1]) >= start(&jobs[0]),
+        "{body}"
+    );
+    assert_eq!(
+        (jobs[0]["overdue"].clone(), jobs[1]["overdue"].clone()),
+        (true.into(), true.into())
+    );
+    // The huge job's own page says why it waits, and the second's where it stands.
+    let page = site.get(&format!("/jobs/{}", huge.0), &bob).await.body;
+    assert!(
+        page.contains("In the queue") && page.contains("can never run"),
+        "{page}"
+    );
+    let page = site.get(&format!("/jobs/{}", second.0), &bob).await.body;
+    assert!(page.contains("#2: 1 job ahead of it"), "{page}");
+    // The queue's stream starts with its rows.
+    let text = site.first_event("/queue/live", &bob).await;
+    assert!(
+        text.starts_with("event: rows") && text.contains("huge"),
+        "{text}"
+    );
+    // A malformed offset is said on the page, which still shows the queue.
+    let page = site.get("/queue?offset=minus", &bob).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body.contains("offset: must be") && page.body.contains("second"),
+        "{}",
+        page.body
+    );
+}
+
+/// An address no route serves is, for a browser, a page saying so with the way back (it was the
+/// API's raw JSON); for the API it stays JSON. The favicon is served.
+#[tokio::test]
+async fn an_unknown_page_says_so_and_the_favicon_is_served() {
+    let (site, _) = Site::new().await;
+    let request = |path: &str, accept: &str| {
+        Request::get(path)
+            .header(header::ACCEPT, accept)
+            .body(Body::empty())
+            .unwrap()
+    };
+    let page = site
+        .send(request("/no-such-page", "text/html,application/xhtml+xml"))
+        .await;
+    assert_eq!(page.status, StatusCode::NOT_FOUND);
+    assert!(
+        page.body.contains("<h1>Not found</h1>") && page.body.contains("href=\"/\""),
+        "{}",
+        page.body
+    );
+    let api = site
+        .send(request("/api/v1/no-such-thing", "text/html"))
+        .await;
+    assert_eq!(api.status, StatusCode::NOT_FOUND);
+    assert!(api.body.starts_with('{'), "{}", api.body);
+    let icon = site.send(request("/static/favicon.svg", "*/*")).await;
+    assert_eq!(icon.status, StatusCode::OK);
+    assert!(icon.body.starts_with("<svg"), "{}", icon.body);
+}
+
 /// A job that arrives between the jobs page's render and its stream's connection is on the stream's
 /// first event: the stream starts with the rows as they are, not with a silent baseline.
 #[tokio::test]
@@ -350,19 +542,7 @@ async fn the_jobs_stream_starts_with_the_rows_as_they_are_now() {
     let bob = site.sign_in(&bob).await;
     assert!(!site.get("/jobs", &bob).await.body.contains("late-job"));
     site.submit(&bob, &JOB.replace("NAME", "late-job")).await;
-    let request = Request::get("/jobs/live")
-        .header(header::COOKIE, format!("{}={bob}", auth::SESSION_COOKIE))
-        .body(Body::empty())
-        .unwrap();
-    let response = site.app.clone().oneshot(request).await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let mut body = response.into_body();
-    let frame = tokio::time::timeout(std::time::Duration::from_secs(10), body.frame())
-        .await
-        .expect("the stream sent nothing")
-        .unwrap()
-        .unwrap();
-    let text = String::from_utf8_lossy(frame.data_ref().unwrap()).into_owned();
+    let text = site.first_event("/jobs/live", &bob).await;
     assert!(
         text.starts_with("event: rows") && text.contains("late-job"),
         "{text}"
@@ -410,7 +590,10 @@ async fn pages_are_scoped_to_the_tenant_and_buttons_to_the_role() {
         .await
         .unwrap();
     let queue = site.get("/queue", &bob).await.body;
-    assert!(queue.contains("insufficient resources"), "{queue}");
+    assert!(
+        queue.contains("not enough free GPUs, CPUs or memory"),
+        "{queue}"
+    );
 
     // A viewer sees alpha's jobs but no button that would change one; a member sees them.
     let created = site.submit(&ada, &JOB.replace("NAME", "adas-job")).await;
@@ -463,7 +646,53 @@ async fn the_submit_form_shows_the_field_error_and_keeps_the_text() {
         .await;
     let id = created.location.trim_start_matches("/jobs/");
     let clone = site.get(&format!("/submit?from={id}"), &session).await;
-    assert!(clone.body.contains("name: original-copy"), "{}", clone.body);
+    assert!(
+        clone.body.contains("generateName: original-"),
+        "{}",
+        clone.body
+    );
+    // The form's text as it stands (the default example, a clone) submits, and again: the server
+    // names each job (a fixed name failed the second time, and the default one always, as the demo
+    // took it).
+    let form_text = |body: &str| {
+        let start = body.find("<textarea").unwrap();
+        let start = start + body[start..].find('>').unwrap() + 1;
+        let end = body.find("</textarea>").unwrap();
+        body[start..end]
+            .replace("&quot;", "\"")
+            .replace("&#x27;", "'")
+            .replace("&#39;", "'")
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&amp;", "&")
+    };
+    let default = form_text(&site.get("/submit", &session).await.body);
+    for document in [form_text(&clone.body), default] {
+        for _ in 0..2 {
+            let answer = site.submit(&session, &document).await;
+            assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
+        }
+    }
+    // A field's path is said once, not twice ("spec.type: spec.type: …").
+    let wrong = site
+        .submit(
+            &session,
+            &JOB.replace("NAME", "typo")
+                .replace("type: command", "type: nonsense"),
+        )
+        .await;
+    assert_eq!(
+        wrong.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        wrong.body
+    );
+    assert!(wrong.body.contains("spec.type"), "{}", wrong.body);
+    assert!(
+        !wrong.body.contains("spec.type: spec.type"),
+        "{}",
+        wrong.body
+    );
 }
 
 /// A long series is gathered into step ranges by the database (SQLite and Postgres alike) and drawn

@@ -240,7 +240,7 @@ pub fn app_with(state: AppState, pages: Router<AppState>) -> Router {
         )
         .merge(api)
         .merge(pages)
-        .fallback(|| async { ApiError::not_found("no such route") })
+        .fallback(crate::error::not_found)
         .method_not_allowed_fallback(|| async {
             ApiError::new(
                 StatusCode::METHOD_NOT_ALLOWED,

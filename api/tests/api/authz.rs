@@ -267,8 +267,10 @@ async fn fixture(app: &TestApp) -> Fixture {
                     model: "cpu".to_owned(),
                     memory_gb: 0.0,
                 }],
-                cpus: 2,
-                memory_gb: 4,
+                // Enough for the jobs the matrix submits: a node too small would have them
+                // refused (no node could ever hold them).
+                cpus: 16,
+                memory_gb: 64,
                 gpu_source: "slots".to_owned(),
                 isolation: String::new(),
                 runs_images: false,

@@ -69,6 +69,24 @@ async fn the_queue_lists_each_tenants_waiting_jobs_in_forecast_order() {
         .get("/api/v1/queue?tenant=speech&limit=1", ADMIN_TOKEN)
         .await;
     assert_eq!(only.body["jobs"][0]["name"], "second");
+    // Paged: the whole queue counted, a page of it listed.
+    let page = app.get("/api/v1/queue?offset=1&limit=1", ADMIN_TOKEN).await;
+    assert_eq!(
+        (page.body["total"].clone(), page.body["offset"].clone()),
+        (3.into(), 1.into()),
+        "{}",
+        page.body
+    );
+    assert_eq!(page.body["jobs"][0]["name"], "second");
+    assert_eq!(page.body["complete"], true);
+    assert!(
+        page.body["jobs"][0]["explanation"]
+            .as_str()
+            .unwrap()
+            .starts_with("not enough free GPUs"),
+        "{}",
+        page.body
+    );
 
     // A queued job's own view carries its place; a job that is not queued has none.
     let job = app.get(&format!("/api/v1/jobs/{first}"), &vision).await;
@@ -94,6 +112,11 @@ async fn the_queue_lists_each_tenants_waiting_jobs_in_forecast_order() {
     assert_eq!(
         (bad.status, bad.error_field()),
         (StatusCode::BAD_REQUEST, "limit")
+    );
+    let bad = app.get("/api/v1/queue?offset=-1", &vision).await;
+    assert_eq!(
+        (bad.status, bad.error_field()),
+        (StatusCode::BAD_REQUEST, "offset")
     );
     let unknown = app.get("/api/v1/queue?sort=x", &vision).await;
     assert_eq!(unknown.status, StatusCode::BAD_REQUEST);

@@ -147,6 +147,20 @@ async fn queue_predictions_and_gpu_accounting_add_up_through_a_preemption_and_a_
             .wait_for_state(job, "succeeded", Duration::from_secs(240))
             .await;
     }
+    // Minutes after they registered, the nodes' last heartbeat is the live one (it showed the
+    // registration time, so healthy nodes looked dead).
+    let nodes = cluster.get("/api/v1/nodes").await;
+    for node in nodes["nodes"].as_array().unwrap() {
+        let at = |field: &str| -> chrono::DateTime<chrono::Utc> {
+            node[field].as_str().unwrap().parse().unwrap()
+        };
+        let heard = chrono::Utc::now() - at("last_heartbeat_at");
+        assert!(heard < chrono::Duration::seconds(30), "{node}");
+        assert!(
+            at("last_heartbeat_at") - at("created_at") > chrono::Duration::seconds(30),
+            "{node}"
+        );
+    }
     let elapsed_h = started.elapsed().as_secs_f64() / 3600.0;
     // The loop closes each allocation once its tasks have ended: give it a round.
     let from = since.format("%Y-%m-%dT%H:%M:%SZ").to_string();
