@@ -125,6 +125,8 @@ struct DetailPage {
     trials: Vec<TrialRow>,
     best_curve: String,
     curves: String,
+    /// Said when only the best trials' curves are drawn.
+    curves_note: String,
     scatters: Vec<String>,
     actions: Actions,
 }
@@ -232,6 +234,14 @@ async fn detail(
     // The best trials' curves, overlaid.
     let mut ranked: Vec<&TrialView> = views.iter().filter(|v| v.last_value.is_some()).collect();
     ranked.sort_by(|a, b| loss(a.best_value).total_cmp(&loss(b.best_value)));
+    let curves_note = if ranked.len() > CURVES {
+        format!(
+            "The curves of the {CURVES} best of {} trials are drawn.",
+            ranked.len()
+        )
+    } else {
+        String::new()
+    };
     let curves_svg = Chart {
         label: "each trial's metric by step (the best trials)",
         x: XAxis::Steps,
@@ -368,6 +378,7 @@ async fn detail(
         trials,
         best_curve,
         curves: curves_svg,
+        curves_note,
         scatters,
         actions,
     })

@@ -534,6 +534,60 @@ async fn an_unknown_page_says_so_and_the_favicon_is_served() {
     assert!(icon.body.starts_with("<svg"), "{}", icon.body);
 }
 
+/// "Checkpoint now" on a running command job warns that it sends SIGUSR1, which kills a program
+/// that does not handle it (the confirmation said only "write a checkpoint now?").
+#[tokio::test]
+async fn checkpoint_now_on_a_command_job_says_what_it_sends() {
+    use drover_core::{JobId, JobState, ReasonCode};
+    use drover_store::{NewTask, StateChange, TaskRole};
+    let (site, [ada, _, _]) = Site::new().await;
+    let session = site.sign_in(&ada).await;
+    let created = site.submit(&session, &JOB.replace("NAME", "cmd")).await;
+    let job = JobId(
+        created
+            .location
+            .trim_start_matches("/jobs/")
+            .parse()
+            .unwrap(),
+    );
+    let change = |to, reason| StateChange {
+        to,
+        reason,
+        message: "test".into(),
+        actor: None,
+    };
+    let task = NewTask {
+        role: TaskRole::Worker,
+        index: 0,
+        node_name: "n1".into(),
+        gpus: vec![0],
+        cpus: 1,
+    };
+    site.store
+        .start_generation(
+            job,
+            &[task],
+            &change(JobState::Starting, ReasonCode::Allocated),
+        )
+        .await
+        .unwrap();
+    site.store
+        .transition_job_in_generation(
+            job,
+            1,
+            &change(JobState::Running, ReasonCode::RendezvousComplete),
+            false,
+        )
+        .await
+        .unwrap();
+    let page = site.get(&created.location, &session).await.body;
+    assert!(page.contains("data-action=\"checkpoint\""), "{page}");
+    assert!(
+        page.contains("SIGUSR1") && page.contains("terminated"),
+        "{page}"
+    );
+}
+
 /// A job that arrives between the jobs page's render and its stream's connection is on the stream's
 /// first event: the stream starts with the rows as they are, not with a silent baseline.
 #[tokio::test]
