@@ -274,9 +274,12 @@ try {
   await page.setViewportSize({ width: 1280, height: 800 });
   await page.goto(`${URL}/tenants`);
   await page.fill("#token-form input[name=name]", "from-the-browser");
+  await page.fill("#token-form input[name=days]", "7");
   await page.click("#token-form button");
   await page.waitForFunction(() => !document.querySelector("#new-token").hidden);
   assert.match(await page.textContent("#new-token-secret"), /^drv_/);
+  // Seven days were asked; the session caps it, and the page says so (it used to say nothing).
+  assert.match(await page.textContent("#new-token-expiry"), /earlier than asked/);
   step("created a token");
 
   // --- Another tenant's user: refused the admin tenant's job page, logs and checkpoints by URL.

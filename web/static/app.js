@@ -243,6 +243,13 @@ function tokens() {
       if (form.elements.days.value) body.expires_in = `${form.elements.days.value}d`;
       const created = await api("POST", "/api/v1/tokens", body);
       document.getElementById("new-token-secret").textContent = created.secret;
+      const expires = created.token.expires_at ? new Date(created.token.expires_at) : null;
+      const asked = body.expires_in ? new Date(Date.now() + Number(form.elements.days.value) * 86400000) : null;
+      let expiry = expires ? `It expires ${expires.toLocaleString()}.` : "It does not expire.";
+      if (expires && (!asked || expires < asked - 60000)) {
+        expiry += " That is earlier than asked: a token never outlives the session or token that made it.";
+      }
+      document.getElementById("new-token-expiry").textContent = expiry;
       document.getElementById("new-token").hidden = false;
       form.reset();
     });
