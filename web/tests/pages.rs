@@ -23,6 +23,17 @@ struct Site {
     app: Router,
 }
 
+/// The job a submission's redirect (`/jobs/{id}`) names.
+fn job_of(answer: &Answer) -> drover_core::JobId {
+    drover_core::JobId(
+        answer
+            .location
+            .trim_start_matches("/jobs/")
+            .parse()
+            .unwrap(),
+    )
+}
+
 struct Answer {
     status: StatusCode,
     location: String,
@@ -158,6 +169,28 @@ impl Site {
 
     async fn get(&self, path: &str, session: &str) -> Answer {
         self.send(Self::request(path, session)).await
+    }
+
+    /// Starts generation 1 of `job` on one GPU of `node-0` (what the scheduler would record).
+    async fn start(&self, job: drover_core::JobId) -> u64 {
+        let change = drover_store::StateChange {
+            to: drover_core::JobState::Starting,
+            reason: drover_core::ReasonCode::Allocated,
+            message: "test".into(),
+            actor: None,
+        };
+        let task = drover_store::NewTask {
+            role: drover_store::TaskRole::Worker,
+            index: 0,
+            node_name: "node-0".into(),
+            gpus: vec![0],
+            cpus: 1,
+        };
+        self.store
+            .start_generation(job, &[task], &change)
+            .await
+            .unwrap()
+            .unwrap()
     }
 
     /// The first event of the stream at `path` (a live page's), as text.
@@ -377,18 +410,9 @@ async fn the_queue_says_why_where_and_when() {
     let huge = JOB
         .replace("NAME", "huge")
         .replace("gpus_per_worker: 1", "gpus_per_worker: 3");
-    let id = |answer: Answer| {
-        drover_core::JobId(
-            answer
-                .location
-                .trim_start_matches("/jobs/")
-                .parse()
-                .unwrap(),
-        )
-    };
-    let huge = id(site.submit(&bob, &huge).await);
-    let first = id(site.submit(&bob, &JOB.replace("NAME", "first")).await);
-    let second = id(site.submit(&bob, &JOB.replace("NAME", "second")).await);
+    let huge = job_of(&site.submit(&bob, &huge).await);
+    let first = job_of(&site.submit(&bob, &JOB.replace("NAME", "first")).await);
+    let second = job_of(&site.submit(&bob, &JOB.replace("NAME", "second")).await);
     let now = chrono::Utc::now();
     site.store
         .upsert_node(&drover_store::Node {
@@ -538,46 +562,20 @@ async fn an_unknown_page_says_so_and_the_favicon_is_served() {
 /// that does not handle it (the confirmation said only "write a checkpoint now?").
 #[tokio::test]
 async fn checkpoint_now_on_a_command_job_says_what_it_sends() {
-    use drover_core::{JobId, JobState, ReasonCode};
-    use drover_store::{NewTask, StateChange, TaskRole};
+    use drover_core::{JobState, ReasonCode};
     let (site, [ada, _, _]) = Site::new().await;
     let session = site.sign_in(&ada).await;
     let created = site.submit(&session, &JOB.replace("NAME", "cmd")).await;
-    let job = JobId(
-        created
-            .location
-            .trim_start_matches("/jobs/")
-            .parse()
-            .unwrap(),
-    );
-    let change = |to, reason| StateChange {
-        to,
-        reason,
+    let job = job_of(&created);
+    let generation = site.start(job).await;
+    let running = drover_store::StateChange {
+        to: JobState::Running,
+        reason: ReasonCode::RendezvousComplete,
         message: "test".into(),
         actor: None,
     };
-    let task = NewTask {
-        role: TaskRole::Worker,
-        index: 0,
-        node_name: "n1".into(),
-        gpus: vec![0],
-        cpus: 1,
-    };
     site.store
-        .start_generation(
-            job,
-            &[task],
-            &change(JobState::Starting, ReasonCode::Allocated),
-        )
-        .await
-        .unwrap();
-    site.store
-        .transition_job_in_generation(
-            job,
-            1,
-            &change(JobState::Running, ReasonCode::RendezvousComplete),
-            false,
-        )
+        .transition_job_in_generation(job, generation, &running, false)
         .await
         .unwrap();
     let page = site.get(&created.location, &session).await.body;
@@ -752,37 +750,13 @@ async fn the_submit_form_shows_the_field_error_and_keeps_the_text() {
 /// A long series is gathered into step ranges by the database (SQLite and Postgres alike) and drawn
 /// with its spike.
 async fn a_long_series_is_drawn_whole(db: TestDb) {
-    use drover_core::{JobId, JobState, ReasonCode};
-    use drover_store::{NewMetrics, NewTask, Scope, StateChange, TaskKey, TaskRole};
+    use drover_store::{NewMetrics, Scope, TaskKey, TaskRole};
     let store = db.store.clone();
     let (site, [ada, _, _]) = Site::on(db).await;
     let session = site.sign_in(&ada).await;
     let created = site.submit(&session, &JOB.replace("NAME", "long")).await;
-    let job = JobId(
-        created
-            .location
-            .trim_start_matches("/jobs/")
-            .parse()
-            .unwrap(),
-    );
-    let change = StateChange {
-        to: JobState::Starting,
-        reason: ReasonCode::Allocated,
-        message: "test".into(),
-        actor: None,
-    };
-    let task = NewTask {
-        role: TaskRole::Worker,
-        index: 0,
-        node_name: "node-0".into(),
-        gpus: vec![0],
-        cpus: 1,
-    };
-    let generation = store
-        .start_generation(job, &[task], &change)
-        .await
-        .unwrap()
-        .unwrap();
+    let job = job_of(&created);
+    let generation = site.start(job).await;
     let key = TaskKey {
         job_id: job,
         generation,
