@@ -165,7 +165,20 @@ impl From<LogLine> for LogLineView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct LogList {
     pub logs: Vec<LogLineView>,
-    pub meta: ListMeta,
+    pub meta: LogMeta,
+}
+
+/// Where a page of log lines lies in the whole.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LogMeta {
+    /// Pass as `cursor` for the lines after this page (a running job's new lines too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// Pass as `before` for the page before this one; absent when no line lies before it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prev_cursor: Option<String>,
+    /// Lines passing the filter lie after this page now.
+    pub more: bool,
 }
 
 /// How many running tasks were asked to checkpoint.

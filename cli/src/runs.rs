@@ -20,6 +20,48 @@ pub struct LogsArgs {
     /// Keep streaming new lines until the job ends.
     #[arg(short, long)]
     pub follow: bool,
+    /// Only the last N lines (then, with --follow, the new ones).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=5000))]
+    pub tail: Option<u32>,
+    /// Only this task's lines (`worker-0`, `ps-1`, …).
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Only this generation's lines.
+    #[arg(long)]
+    pub generation: Option<u64>,
+    /// Only lines containing this text (ASCII case ignored).
+    #[arg(long, value_name = "TEXT")]
+    pub grep: Option<String>,
+    /// Include contract lines (`{"drover": "metrics"|"checkpoint", …}`), left out by default.
+    #[arg(long)]
+    pub metrics: bool,
+}
+
+impl LogsArgs {
+    /// The filter's query parameters, URL-encoded, each after a `&`.
+    fn filter_query(&self) -> String {
+        let mut pairs: Vec<(&str, String)> = Vec::new();
+        if let Some(task) = &self.task {
+            pairs.push(("task", task.clone()));
+        }
+        if let Some(generation) = self.generation {
+            pairs.push(("generation", generation.to_string()));
+        }
+        if let Some(text) = &self.grep {
+            pairs.push(("q", text.clone()));
+        }
+        if self.metrics {
+            pairs.push(("metrics", "true".to_owned()));
+        }
+        if pairs.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "&{}",
+                serde_urlencoded::to_string(&pairs).unwrap_or_default()
+            )
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -61,23 +103,49 @@ fn print_line(line: &Value) {
 pub async fn logs(global: &GlobalArgs, args: LogsArgs) -> anyhow::Result<()> {
     let client = Client::new(global)?;
     let id = job_segment(&client, &args.id).await?;
-    if !args.follow {
+    let filter = args.filter_query();
+    let print = |line: &Value| match global.output {
+        Format::Json => out!("{line}"),
+        Format::Table => print_line(line),
+    };
+    // The last lines first, with --tail; where following goes on from.
+    let mut last: Option<i64> = None;
+    if let Some(n) = args.tail {
+        // The newest line, shown or not: the last lines end at it and following goes on after it,
+        // so no line falls between them and what the filter leaves out is not read again.
+        let newest = client
+            .get(&format!(
+                "/api/v1/jobs/{id}/logs?tail=true&limit=1&metrics=true"
+            ))
+            .await?;
+        let newest = newest["logs"][0]["id"].as_i64().unwrap_or(0);
+        let page = client
+            .get(&format!(
+                "/api/v1/jobs/{id}/logs?before={}&limit={n}{filter}",
+                newest + 1
+            ))
+            .await?;
+        let lines = page["logs"].as_array().map_or(&[][..], Vec::as_slice);
+        lines.iter().for_each(print);
+        if !args.follow {
+            return Ok(());
+        }
+        last = Some(newest);
+    } else if !args.follow {
         let mut cursor: Option<String> = None;
         loop {
             let path = match &cursor {
-                Some(c) => format!("/api/v1/jobs/{id}/logs?limit=5000&cursor={}", segment(c)),
-                None => format!("/api/v1/jobs/{id}/logs?limit=5000"),
+                Some(c) => format!(
+                    "/api/v1/jobs/{id}/logs?limit=5000&cursor={}{filter}",
+                    segment(c)
+                ),
+                None => format!("/api/v1/jobs/{id}/logs?limit=5000{filter}"),
             };
             let page = client.get(&path).await?;
             let lines = page["logs"].as_array().map_or(&[][..], Vec::as_slice);
-            for line in lines {
-                match global.output {
-                    Format::Json => out!("{line}"),
-                    Format::Table => print_line(line),
-                }
-            }
+            lines.iter().for_each(print);
             let next = page["meta"]["next_cursor"].as_str().map(str::to_owned);
-            if lines.len() < 5000 || next.is_none() || next == cursor {
+            if page["meta"]["more"] != true || next.is_none() || next == cursor {
                 return Ok(());
             }
             cursor = next;
@@ -85,11 +153,12 @@ pub async fn logs(global: &GlobalArgs, args: LogsArgs) -> anyhow::Result<()> {
     }
     // The server ends a followed stream now and then (its lifetime, a restart): follow on from the
     // last line's id until the job has ended.
-    let mut last: Option<i64> = None;
     loop {
         let path = match last {
-            Some(id_seen) => format!("/api/v1/jobs/{id}/logs?follow=true&cursor={id_seen}"),
-            None => format!("/api/v1/jobs/{id}/logs?follow=true"),
+            Some(id_seen) => {
+                format!("/api/v1/jobs/{id}/logs?follow=true&cursor={id_seen}{filter}")
+            }
+            None => format!("/api/v1/jobs/{id}/logs?follow=true{filter}"),
         };
         let response = client.get_streaming(&path).await?;
         let mut body = response.bytes_stream();
@@ -103,10 +172,7 @@ pub async fn logs(global: &GlobalArgs, args: LogsArgs) -> anyhow::Result<()> {
                     continue;
                 };
                 last = value["id"].as_i64().or(last);
-                match global.output {
-                    Format::Json => out!("{value}"),
-                    Format::Table => print_line(&value),
-                }
+                print(&value);
             }
         }
         let job = client.get(&format!("/api/v1/jobs/{id}")).await?;

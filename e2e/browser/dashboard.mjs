@@ -62,6 +62,17 @@ spec:
   checkpoint: {every_steps: 1000, keep_last: 2}
 `;
 
+// Prints a line and a metrics line four times a second, forty times.
+const tickerJob = `apiVersion: drover.dev/v1
+kind: DroverJob
+metadata: {name: browser-ticker}
+spec:
+  type: command
+  command:
+    argv: [python3, -u, -c, "import json, time; [(print('tick', i), print(json.dumps({'drover': 'metrics', 'step': i, 'values': {'loss': 1.0 / i}})), time.sleep(0.25)) for i in range(1, 41)]"]
+  resources: {workers: {min: 1, max: 1}, ps: {min: 0, max: 0}, gpus_per_worker: 0, cpus_per_worker: 1}
+`;
+
 // A random search of command trials: each reports (x - 0.3)^2 + y for its point.
 const searchDoc = `apiVersion: drover.dev/v1
 kind: DroverExperiment
@@ -241,6 +252,47 @@ try {
   assert.equal((await page.textContent("#trials tbody tr:first-child td:first-child")).trim().split(" ")[0], "0");
   step("an experiment's page shows its trials, sorted, and its charts");
 
+  // --- A job's whole log: new lines appear without a reload, metric lines hidden unless asked, a
+  // search marks its matches, and the filtered text downloads.
+  const ticker = await rest(ADMIN, "POST", "/api/v1/jobs", tickerJob, "application/yaml");
+  await page.goto(`${URL}/jobs/${ticker.job.id}/logs`);
+  let logNavigations = 0;
+  const countLogNavigations = (frame) => { if (frame === page.mainFrame()) logNavigations += 1; };
+  page.on("framenavigated", countLogNavigations);
+  await page.waitForFunction(() => /tick 40\b/.test(document.querySelector("#log-lines").textContent), null, { timeout: 120_000 });
+  await page.waitForFunction(() => document.querySelector("#log-follow").textContent.includes("end of its log"));
+  page.off("framenavigated", countLogNavigations);
+  assert.equal(logNavigations, 0, "the log page followed the job without a reload");
+  assert.ok(!(await page.textContent("#log-lines")).includes('"drover"'), "metric lines hidden");
+  await page.reload();
+  await accessible(page, "log");
+  await shoot(page, "log");
+  await page.fill("input[name=q]", "TICK 3");
+  await Promise.all([page.waitForEvent("load"), page.click("form[role=search] button[type=submit]")]);
+  assert.equal(await page.locator("#log-lines mark").count(), 11, "tick 3 and tick 30-39 marked");
+  await page.fill("input[name=q]", "");
+  await page.check("input[name=metrics]");
+  await Promise.all([page.waitForEvent("load"), page.click("form[role=search] button[type=submit]")]);
+  assert.ok((await page.textContent("#log-lines")).includes('"drover": "metrics"'), "metric lines on request");
+  const [logFile] = await Promise.all([
+    page.waitForEvent("download"),
+    page.click("form[role=search] a[download]"),
+  ]);
+  const logPath = path.join(SHOTS, "ticker.log");
+  await logFile.saveAs(logPath);
+  const { readFileSync } = await import("node:fs");
+  const text = readFileSync(logPath, "utf8").trim().split("\n");
+  // Every line with the metric lines, as the page was filtered: 40 ticks, 40 metrics lines.
+  assert.equal(text.length, 80, text.join("\n"));
+  assert.equal(text.filter((l) => / \[g1 worker-0\] tick \d+$/.test(l)).length, 40, text.join("\n"));
+  assert.equal(text.filter((l) => l.includes('"drover": "metrics"')).length, 40, text.join("\n"));
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.goto(`${URL}/jobs/${ticker.job.id}/logs`);
+  await accessible(page, "log (phone)");
+  await shoot(page, "log-phone");
+  await page.setViewportSize({ width: 1280, height: 800 });
+  step("a job's whole log followed, searched, filtered and downloaded");
+
   // --- Every page: accessible, screenshot, light and dark, desktop and phone width.
   for (const [name, route] of [["overview", "/"], ["jobs", "/jobs"], ["experiments", "/experiments"], ["queue", "/queue"], ["nodes", "/nodes"], ["tenants", "/tenants"]]) {
     const response = await page.goto(URL + route);
@@ -248,12 +300,18 @@ try {
     await accessible(page, name);
     await shoot(page, name);
   }
-  // The jobs table redraws itself when a job arrives.
+  // The jobs table redraws itself when a job arrives, keeping the sort the user chose.
   await page.goto(`${URL}/jobs`);
+  await page.click("#jobs-table th:first-child button.sort");
   const live = await rest(ADMIN, "POST", "/api/v1/jobs", sleepJob("browser-live", 1), "application/yaml");
   await page.waitForFunction(() => document.querySelector("#jobs-rows").textContent.includes("browser-live"));
+  const sorted = await page.evaluate(() => {
+    const names = [...document.querySelectorAll("#jobs-rows tr td:first-child")].map((c) => c.textContent.trim());
+    return names.length > 3 && names.every((n, i) => i === 0 || names[i - 1].localeCompare(n) <= 0);
+  });
+  assert.ok(sorted, "the rows stay sorted by name through the live redraw");
   await rest(ADMIN, "POST", `/api/v1/jobs/${live.job.id}/cancel`, {});
-  step("the jobs table showed a new job without a reload");
+  step("the jobs table showed a new job without a reload, still sorted");
   await page.goto(`${URL}/jobs?state=succeeded&name=browser`);
   assert.ok((await page.textContent("#jobs-rows")).includes("browser-train"), "filters find the job");
   assert.ok(!(await page.textContent("#jobs-rows")).includes("browser-resize"), "and only it");

@@ -339,7 +339,7 @@ async fn resume_point(runtime: &Runtime, job: &Job) -> StoreResult<Option<Checkp
         .recent_checkpoints(job.id, RESUME_CANDIDATES)
         .await?;
     for record in &recent {
-        match checkpoint_exists(runtime, record).await {
+        match runtime.checkpoint_exists(record).await {
             Some(false) => {
                 tracing::warn!(job.id = %job.id, step = record.step, path = record.path, "a recorded checkpoint is gone; trying the one before it");
             }
@@ -395,26 +395,6 @@ async fn newest_on_disk(runtime: &Runtime, job: &Job) -> Option<CheckpointRecord
     .await
     .ok()
     .flatten()
-}
-
-/// Whether a recorded checkpoint is still in the storage; `None` when this server cannot tell.
-async fn checkpoint_exists(runtime: &Runtime, record: &CheckpointRecord) -> Option<bool> {
-    match &runtime.config.checkpoint_store {
-        Some(store) => match store.entries(&record.path, record.job_id).await {
-            Ok(found) => Some(found.is_some()),
-            Err(err) => {
-                tracing::warn!(path = record.path, error = %err, "cannot look for a checkpoint in the object store");
-                None
-            }
-        },
-        None => {
-            let root = tokio::fs::try_exists(&runtime.config.checkpoint_root).await;
-            if !matches!(root, Ok(true)) {
-                return None;
-            }
-            tokio::fs::try_exists(&record.path).await.ok()
-        }
-    }
 }
 
 /// Room left in a message for gRPC's framing and the rest of the stream.

@@ -197,4 +197,25 @@ impl Runtime {
             .join(job.0.to_string())
             .join(format!("g{generation}"))
     }
+
+    /// Whether a recorded checkpoint is still in the storage; `None` when this server cannot tell
+    /// (an object store that does not answer; a checkpoint directory it does not see).
+    pub async fn checkpoint_exists(&self, record: &drover_store::CheckpointRecord) -> Option<bool> {
+        match &self.config.checkpoint_store {
+            Some(store) => match store.entries(&record.path, record.job_id).await {
+                Ok(found) => Some(found.is_some()),
+                Err(err) => {
+                    tracing::warn!(path = record.path, error = %err, "cannot look for a checkpoint in the object store");
+                    None
+                }
+            },
+            None => {
+                let root = tokio::fs::try_exists(&self.config.checkpoint_root).await;
+                if !matches!(root, Ok(true)) {
+                    return None;
+                }
+                tokio::fs::try_exists(&record.path).await.ok()
+            }
+        }
+    }
 }

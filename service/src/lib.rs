@@ -1,7 +1,7 @@
 //! The operations every entrance shares — the REST API, the dashboard, the Kubernetes controller and
 //! the experiment driver — below HTTP, returning typed errors ([`error::ServiceError`]): submitting
-//! jobs ([`jobs`]), their state changes and resizes, creating and steering experiments
-//! ([`experiments`]), and the checks they make on the way — who the caller is and what they may do
+//! jobs ([`jobs`]), their state changes and resizes, reading their logs ([`logs`]) and checkpoints
+//! ([`checkpoints`]), creating and steering experiments ([`experiments`]), and the checks they make on the way — who the caller is and what they may do
 //! ([`auth`]), quotas, waiting-job ceilings, secret references, whether any node could ever hold the
 //! job ([`capacity`]) — with an audit record of every
 //! privileged action ([`audit`]). Job submissions are stored in shared transactions ([`submissions`],
@@ -15,11 +15,13 @@ pub mod audit;
 pub mod auth;
 pub mod bootstrap;
 pub mod capacity;
+pub mod checkpoints;
 pub mod enrollment;
 pub mod error;
 pub mod experiments;
 pub mod job_changes;
 pub mod jobs;
+pub mod logs;
 pub mod metrics;
 pub mod models;
 pub mod nodes;

@@ -260,6 +260,58 @@ pub struct LogLine {
     pub stream: String,
     pub line: String,
     pub logged_at: DateTime<Utc>,
+    /// A contract line ([`is_contract_line`]).
+    pub contract: bool,
+}
+
+/// Whether a task's output line is a contract line: a JSON object whose `drover` member is
+/// `metrics` or `checkpoint` (what the executor turns into metric samples and checkpoint records).
+/// Log views leave them out unless asked.
+pub fn is_contract_line(line: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Tag<'a> {
+        #[serde(borrow)]
+        drover: std::borrow::Cow<'a, str>,
+    }
+    line.trim_start().starts_with('{')
+        && serde_json::from_str::<Tag>(line)
+            .is_ok_and(|tag| matches!(tag.drover.as_ref(), "metrics" | "checkpoint"))
+}
+
+/// Which of a job's log lines a read wants; every line by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogFilter {
+    /// One task's lines: its role and index (of every generation unless `generation` is set).
+    pub task: Option<(TaskRole, u32)>,
+    pub generation: Option<u64>,
+    /// Lines that contain this text, ignoring ASCII case.
+    pub contains: Option<String>,
+    /// Leave contract lines out.
+    pub hide_contract: bool,
+}
+
+impl LogFilter {
+    /// Whether `line` passes, as the store's query decides it.
+    pub fn matches(&self, line: &LogLine) -> bool {
+        self.task
+            .is_none_or(|(role, index)| line.role == role && line.index == index)
+            && self.generation.is_none_or(|g| line.generation == g)
+            && !(self.hide_contract && line.contract)
+            && self.contains.as_deref().is_none_or(|needle| {
+                line.line
+                    .to_ascii_lowercase()
+                    .contains(&needle.to_ascii_lowercase())
+            })
+    }
+}
+
+/// Where a page of log lines lies: after a line id (0: from the first line), just before one, or
+/// the last lines. Every page comes in id order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogWindow {
+    After(i64),
+    Before(i64),
+    Last,
 }
 
 /// The store's side of running jobs. Implemented by both stores; part of [`super::Store`].
@@ -398,8 +450,9 @@ pub trait ExecStore: Send + Sync {
     ) -> StoreResult<Vec<(u64, f64)>>;
     /// The names of the metrics a job reported, sorted.
     async fn metric_names(&self, scope: Scope, job: JobId) -> StoreResult<Vec<String>>;
-    /// The job's last `limit` log lines, in order.
-    async fn tail_logs(&self, scope: Scope, job: JobId, limit: u32) -> StoreResult<Vec<LogLine>>;
+    /// Forgets the records `ids` of `job`'s checkpoints (ones no longer in storage); returns how
+    /// many there were.
+    async fn forget_checkpoints(&self, job: JobId, ids: &[uuid::Uuid]) -> StoreResult<u64>;
     async fn latest_checkpoint(&self, job: JobId) -> StoreResult<Option<CheckpointRecord>>;
     /// The job's newest `limit` checkpoint records, newest (highest step) first.
     async fn recent_checkpoints(
@@ -407,12 +460,32 @@ pub trait ExecStore: Send + Sync {
         job: JobId,
         limit: u32,
     ) -> StoreResult<Vec<CheckpointRecord>>;
-    /// Lines after the id `after`, in order.
+    /// At most `limit` of the job's log lines that pass `filter`, from `window`, in id order.
     async fn list_logs(
         &self,
         scope: Scope,
         job: JobId,
-        after: Option<i64>,
+        filter: &LogFilter,
+        window: LogWindow,
         limit: u32,
     ) -> StoreResult<Vec<LogLine>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_contract_line;
+
+    #[test]
+    fn contract_lines_are_the_metrics_and_checkpoint_objects() {
+        assert!(is_contract_line(
+            r#"{"drover": "metrics", "step": 3, "values": {"loss": 1.5}}"#
+        ));
+        assert!(is_contract_line(
+            r#"  {"step":3,"drover":"checkpoint","path":"step-3"}"#
+        ));
+        assert!(!is_contract_line(r#"{"drover": "hello"}"#));
+        assert!(!is_contract_line(r#"{"loss": 1.5}"#));
+        assert!(!is_contract_line(r#"{"drover": "metrics", "step": "#));
+        assert!(!is_contract_line("epoch 1 drover metrics"));
+    }
 }

@@ -564,7 +564,7 @@ macro_rules! impl_exec_store {
                 }
                 let mut tx = self.begin_fenced(key).await?;
                 let mut query = sqlx::QueryBuilder::<$db>::new(
-                    "INSERT INTO task_logs (job_id, generation, role, idx, stream, line, logged_at) ",
+                    "INSERT INTO task_logs (job_id, generation, role, idx, stream, line, logged_at, contract) ",
                 );
                 let generation = i64_of(key.generation, "generation")?;
                 query.push_values(lines, |mut row, line| {
@@ -572,9 +572,10 @@ macro_rules! impl_exec_store {
                         .push_bind(generation)
                         .push_bind(key.role.as_str())
                         .push_bind(key.index as i32)
-                        .push_bind(line.stream.clone())
-                        .push_bind(line.line.clone())
-                        .push_bind(line.logged_at);
+                        .push_bind(line.stream.as_str())
+                        .push_bind(line.line.as_str())
+                        .push_bind(line.logged_at)
+                        .push_bind(is_contract_line(&line.line));
                 });
                 query.build().execute(&mut *tx).await?;
                 tx.commit().await?;
@@ -648,6 +649,21 @@ macro_rules! impl_exec_store {
                 .fetch_all(&self.pool)
                 .await?;
                 rows.iter().map(checkpoint_from_row).collect()
+            }
+
+            async fn forget_checkpoints(&self, job: JobId, ids: &[uuid::Uuid]) -> StoreResult<u64> {
+                if ids.is_empty() {
+                    return Ok(0);
+                }
+                let mut query =
+                    sqlx::QueryBuilder::<$db>::new("DELETE FROM checkpoints WHERE job_id = ");
+                query.push_bind(job.0).push(" AND id IN (");
+                let mut list = query.separated(", ");
+                for id in ids {
+                    list.push_bind(*id);
+                }
+                query.push(")");
+                Ok(query.build().execute(&self.pool).await?.rows_affected())
             }
 
             async fn latest_checkpoint(&self, job: JobId) -> StoreResult<Option<CheckpointRecord>> {
@@ -756,36 +772,70 @@ macro_rules! impl_exec_store {
                 Ok(names)
             }
 
-            async fn tail_logs(&self, scope: Scope, job: JobId, limit: u32) -> StoreResult<Vec<LogLine>> {
-                self.check_job_visible(scope, job).await?;
-                let first: Option<i64> = sqlx::query_scalar(
-                    "SELECT id FROM task_logs WHERE job_id = $1 ORDER BY id DESC LIMIT 1 OFFSET $2",
-                )
-                .bind(job.0)
-                .bind(i64::from(limit.max(1) - 1))
-                .fetch_optional(&self.pool)
-                .await?;
-                self.list_logs(scope, job, first.map(|id| id - 1), limit).await
-            }
-
             async fn list_logs(
                 &self,
                 scope: Scope,
                 job: JobId,
-                after: Option<i64>,
+                filter: &LogFilter,
+                window: LogWindow,
                 limit: u32,
             ) -> StoreResult<Vec<LogLine>> {
                 self.check_job_visible(scope, job).await?;
-                let rows = sqlx::query(
-                    "SELECT id, generation, role, idx, stream, line, logged_at FROM task_logs \
-                     WHERE job_id = $1 AND id > $2 ORDER BY id LIMIT $3",
-                )
-                .bind(job.0)
-                .bind(after.unwrap_or(0))
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await?;
-                rows.iter()
+                let mut query = sqlx::QueryBuilder::<$db>::new(
+                    "SELECT id, generation, role, idx, stream, line, logged_at, contract FROM task_logs WHERE job_id = ",
+                );
+                query.push_bind(job.0);
+                match window {
+                    LogWindow::After(id) => {
+                        query.push(" AND id > ").push_bind(id);
+                    }
+                    LogWindow::Before(id) => {
+                        query.push(" AND id < ").push_bind(id);
+                    }
+                    LogWindow::Last => {}
+                }
+                if let Some((role, index)) = filter.task {
+                    query
+                        .push(" AND role = ")
+                        .push_bind(role.as_str())
+                        .push(" AND idx = ")
+                        .push_bind(index as i32);
+                }
+                if let Some(generation) = filter.generation {
+                    query
+                        .push(" AND generation = ")
+                        .push_bind(i64_of(generation, "generation")?);
+                }
+                if filter.hide_contract {
+                    query.push(" AND NOT contract");
+                }
+                if let Some(needle) = filter.contains.as_deref() {
+                    // ASCII case folded on both sides (SQLite's lower() folds ASCII only), the
+                    // needle's LIKE wildcards escaped.
+                    let mut pattern = String::with_capacity(needle.len() + 2);
+                    pattern.push('%');
+                    for c in needle.chars() {
+                        if matches!(c, '%' | '_' | '\\') {
+                            pattern.push('\\');
+                        }
+                        pattern.push(c.to_ascii_lowercase());
+                    }
+                    pattern.push('%');
+                    query
+                        .push(" AND lower(line) LIKE ")
+                        .push_bind(pattern)
+                        .push(" ESCAPE '\\'");
+                }
+                let newest_first = !matches!(window, LogWindow::After(_));
+                query.push(if newest_first {
+                    " ORDER BY id DESC LIMIT "
+                } else {
+                    " ORDER BY id LIMIT "
+                });
+                query.push_bind(i64::from(limit));
+                let rows = query.build().fetch_all(&self.pool).await?;
+                let mut lines = rows
+                    .iter()
                     .map(|row| {
                         Ok(LogLine {
                             id: row.try_get("id")?,
@@ -795,9 +845,14 @@ macro_rules! impl_exec_store {
                             stream: row.try_get("stream")?,
                             line: row.try_get("line")?,
                             logged_at: row.try_get("logged_at")?,
+                            contract: row.try_get("contract")?,
                         })
                     })
-                    .collect()
+                    .collect::<StoreResult<Vec<LogLine>>>()?;
+                if newest_first {
+                    lines.reverse();
+                }
+                Ok(lines)
             }
         }
     };

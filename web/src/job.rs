@@ -14,10 +14,10 @@ use drover_api::state::AppState;
 use drover_core::{JobId, JobState, ReasonCode};
 use drover_plot::{Chart, Series, XAxis, smooth};
 use drover_service::models::{JobModels, RemainingBasis};
-use drover_store::{JobEvent, LogLine, Scope};
+use drover_store::{JobEvent, LogFilter, LogLine, LogWindow, Scope};
 use serde::Deserialize;
 
-/// Log lines the page shows; the live stream appends the ones that follow.
+/// Log lines the page shows (contract lines left out); the live stream appends the ones that follow.
 pub(crate) const LOG_TAIL: u32 = 200;
 
 #[derive(askama::Template)]
@@ -192,8 +192,20 @@ async fn job_page(state: &AppState, session: &Session, id: String) -> Result<Job
         .list_job_events(scope, job_id, None, 1000)
         .await?;
     let tasks = state.store.job_tasks(scope, job_id).await?;
-    let checkpoints = state.store.list_checkpoints(scope, job_id).await?;
-    let logs = state.store.tail_logs(scope, job_id, LOG_TAIL).await?;
+    let checkpoints = drover_service::checkpoints::list(state, &session.principal, job_id).await?;
+    let logs = state
+        .store
+        .list_logs(
+            scope,
+            job_id,
+            &LogFilter {
+                hide_contract: true,
+                ..LogFilter::default()
+            },
+            LogWindow::Last,
+            LOG_TAIL,
+        )
+        .await?;
     let metric_names = state.store.metric_names(scope, job_id).await?;
     let selected: Vec<String> = ["loss", "accuracy"]
         .iter()

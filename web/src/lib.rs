@@ -14,6 +14,7 @@ mod experiments;
 mod job;
 mod jobs;
 mod live;
+mod logs;
 mod overview;
 mod page;
 mod series;
@@ -43,6 +44,7 @@ pub fn router() -> Router<AppState> {
         .route("/jobs/{id}", get(job::page))
         .route("/jobs/{id}/chart", get(job::chart))
         .route("/jobs/{id}/live", get(live::job))
+        .route("/jobs/{id}/logs", get(logs::page))
         .route("/experiments", get(experiments::list))
         .route("/experiments/{id}", get(experiments::page))
         .route("/queue", get(cluster::queue))

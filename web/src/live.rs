@@ -18,7 +18,7 @@ use drover_api::extract::QueryPairs;
 use drover_api::routes::jobs as api;
 use drover_api::state::AppState;
 use drover_core::JobId;
-use drover_store::Scope;
+use drover_store::{LogFilter, LogWindow, Scope};
 use futures::stream::{self, Stream};
 use std::convert::Infallible;
 use std::time::Duration;
@@ -209,17 +209,27 @@ impl JobStream {
                     .push_back(Event::default().event("events").data(html));
             }
         }
+        // Every line after the cursor is read once; contract lines are not shown (the page's tail
+        // leaves them out too).
         let logs = store
-            .list_logs(self.scope, self.job, Some(self.cursor.log), LOG_BATCH)
+            .list_logs(
+                self.scope,
+                self.job,
+                &LogFilter::default(),
+                LogWindow::After(self.cursor.log),
+                LOG_BATCH,
+            )
             .await?;
         if let Some(last) = logs.last() {
             next.log = last.id;
-            let lines: Vec<String> = logs.iter().map(log_text).collect();
-            self.pending.push_back(
-                Event::default()
-                    .event("log")
-                    .data(serde_json::to_string(&lines).unwrap_or_default()),
-            );
+            let lines: Vec<String> = logs.iter().filter(|l| !l.contract).map(log_text).collect();
+            if !lines.is_empty() {
+                self.pending.push_back(
+                    Event::default()
+                        .event("log")
+                        .data(serde_json::to_string(&lines).unwrap_or_default()),
+                );
+            }
         }
         let was_final = std::mem::replace(&mut self.final_seen, job.state.is_final());
         let step = store

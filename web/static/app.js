@@ -81,6 +81,29 @@ function login() {
 }
 
 // ---- Tables whose headers sort the rows.
+function sortRows(table, column, ascending) {
+  const body = table.tBodies[0];
+  const key = (row) => {
+    const cell = row.children[column];
+    return cell ? (cell.dataset.sort ?? cell.textContent.trim()) : "";
+  };
+  const rows = [...body.rows];
+  rows.sort((a, b) => {
+    const [x, y] = [key(a), key(b)];
+    const numeric = x !== "" && y !== "" && !isNaN(x) && !isNaN(y);
+    const order = numeric ? Number(x) - Number(y) : x.localeCompare(y);
+    return ascending ? order : -order;
+  });
+  rows.forEach((row) => body.appendChild(row));
+}
+
+// The sort a table's header shows, applied again (after a live redraw of its rows).
+function resort(table) {
+  const th = table && table.querySelector("th[aria-sort]");
+  if (!th) return;
+  sortRows(table, [...th.parentNode.children].indexOf(th), th.getAttribute("aria-sort") === "ascending");
+}
+
 function sortable() {
   for (const table of document.querySelectorAll("table.sortable")) {
     table.querySelectorAll("th button.sort").forEach((button) => {
@@ -90,19 +113,7 @@ function sortable() {
         const ascending = th.getAttribute("aria-sort") !== "ascending";
         table.querySelectorAll("th").forEach((h) => h.removeAttribute("aria-sort"));
         th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
-        const body = table.tBodies[0];
-        const key = (row) => {
-          const cell = row.children[column];
-          return cell ? (cell.dataset.sort ?? cell.textContent.trim()) : "";
-        };
-        const rows = [...body.rows];
-        rows.sort((a, b) => {
-          const [x, y] = [key(a), key(b)];
-          const numeric = x !== "" && y !== "" && !isNaN(x) && !isNaN(y);
-          const order = numeric ? Number(x) - Number(y) : x.localeCompare(y);
-          return ascending ? order : -order;
-        });
-        rows.forEach((row) => body.appendChild(row));
+        sortRows(table, column, ascending);
       });
     });
   }
@@ -117,6 +128,8 @@ function jobsList() {
     source.addEventListener("rows", (event) => {
       body.innerHTML = event.data;
       localTimes(body);
+      // A sort the user chose stays through the redraw.
+      resort(body.closest("table.sortable"));
     });
   }
 }
@@ -275,6 +288,75 @@ function experimentPage() {
   });
 }
 
+// ---- A job's whole log: the newest page follows the job's new lines (the API's followed log,
+// filtered as the page is), keeping the page to its last 5,000 lines.
+function logPage() {
+  const pre = document.getElementById("log-lines");
+  if (!pre || !pre.dataset.follow || !window.ReadableStream) return;
+  const search = (new URLSearchParams(location.search).get("q") || "").toLowerCase();
+  const pad = (n, w) => String(n).padStart(w || 2, "0");
+  const append = (line) => {
+    const t = new Date(line.time);
+    const span = document.createElement("span");
+    span.id = `L${line.id}`;
+    if (line.stream === "stderr") span.className = "log-stderr";
+    const meta = document.createElement("span");
+    meta.className = "log-meta";
+    meta.textContent = `${pad(t.getUTCHours())}:${pad(t.getUTCMinutes())}:${pad(t.getUTCSeconds())}.${pad(t.getUTCMilliseconds(), 3)} g${line.generation} ${line.task}`;
+    span.append(meta, " ");
+    // The search's matches marked, as the server marks them.
+    let rest = line.line;
+    while (search && rest.toLowerCase().includes(search)) {
+      const at = rest.toLowerCase().indexOf(search);
+      const mark = document.createElement("mark");
+      mark.textContent = rest.slice(at, at + search.length);
+      span.append(rest.slice(0, at), mark);
+      rest = rest.slice(at + search.length);
+    }
+    span.append(rest + "\n");
+    pre.append(span);
+  };
+  const follow = async () => {
+    const atBottom = () => pre.scrollHeight - pre.scrollTop - pre.clientHeight < 40;
+    pre.scrollTop = pre.scrollHeight;
+    let url = pre.dataset.follow;
+    for (;;) {
+      let response;
+      try { response = await fetch(url, { credentials: "same-origin" }); } catch (_) { return; }
+      if (!response.ok || !response.body) return;
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        const lines = buffer.split("\n");
+        buffer = lines.pop();
+        const bottom = atBottom();
+        for (const text of lines) {
+          if (!text) continue;
+          const line = JSON.parse(text);
+          append(line);
+          url = url.replace(/cursor=\d+/, `cursor=${line.id}`);
+        }
+        while (pre.childElementCount > 5000) pre.firstElementChild.remove();
+        if (bottom) pre.scrollTop = pre.scrollHeight;
+      }
+      // The stream ended: the job finished, or the server ended a long stream; ask whether to go on.
+      const job = await fetch(`/api/v1/jobs/${url.split("/")[4]}`, { credentials: "same-origin" });
+      if (!job.ok) return;
+      const state = (await job.json()).job.state;
+      if (["succeeded", "failed", "cancelled"].includes(state)) {
+        const note = document.getElementById("log-follow");
+        if (note) note.textContent = `The job has ${state}; this is the end of its log.`;
+        return;
+      }
+    }
+  };
+  follow();
+}
+
 // ---- Submit: a file loads into the editor.
 function submitPage() {
   const file = document.getElementById("document-file");
@@ -291,6 +373,7 @@ document.addEventListener("DOMContentLoaded", () => {
   sortable();
   jobsList();
   jobPage();
+  logPage();
   experimentPage();
   nodes();
   tokens();

@@ -825,3 +825,129 @@ async fn a_long_series_is_drawn_whole_on_sqlite() {
 async fn a_long_series_is_drawn_whole_on_postgres() {
     a_long_series_is_drawn_whole(TestDb::postgres().await).await;
 }
+
+/// A job's whole log: the newest page first, earlier pages and the first lines by link, a task
+/// filter, a search with its matches marked, contract lines hidden unless asked (on the job page's
+/// tail too), a download of the filtered text, and another tenant's job not found. (The page showed
+/// the last 200 lines, metric lines and all, with no way further back.)
+#[tokio::test]
+async fn the_whole_log_pages_back_searches_and_hides_metric_lines() {
+    use drover_store::{NewLogLine, TaskKey, TaskRole};
+    let (site, [ada, _, bob]) = Site::new().await;
+    let session = site.sign_in(&ada).await;
+    let created = site.submit(&session, &JOB.replace("NAME", "chatty")).await;
+    let job = job_of(&created);
+    let generation = site.start(job).await;
+    let key = TaskKey {
+        job_id: job,
+        generation,
+        role: TaskRole::Worker,
+        index: 0,
+    };
+    // 1,200 lines, every tenth a metrics line, every hundredth on standard error.
+    let lines: Vec<NewLogLine> = (0..1200)
+        .map(|n| NewLogLine {
+            stream: if n % 100 == 55 { "stderr" } else { "stdout" }.into(),
+            line: if n % 10 == 3 {
+                format!(r#"{{"drover": "metrics", "step": {n}, "values": {{"loss": 1.0}}}}"#)
+            } else {
+                format!("line {n:04} of the job")
+            },
+            logged_at: chrono::Utc::now(),
+        })
+        .collect();
+    for chunk in lines.chunks(128) {
+        site.store.append_logs(&key, chunk).await.unwrap();
+    }
+    // As the page escapes it.
+    let contract = "&#34;drover&#34;: &#34;metrics&#34;";
+
+    let page = site.get(&created.location, &session).await.body;
+    assert!(page.contains("line 1199 of the job"), "{page}");
+    assert!(!page.contains(contract), "the tail hides metric lines");
+    let logs = format!("/jobs/{}/logs", job.0);
+    assert!(page.contains(&format!("href=\"{logs}\"")), "{page}");
+
+    // The newest 500 lines shown (contract lines left out), and a way back.
+    let newest = site.get(&logs, &session).await;
+    assert_eq!(newest.status, StatusCode::OK);
+    let body = &newest.body;
+    assert!(body.contains("line 1199 of the job") && !body.contains(contract));
+    assert!(
+        !body.contains("line 0000 of the job"),
+        "only the newest page"
+    );
+    assert!(body.contains("The newest 500 lines."), "{body}");
+    assert!(body.contains("class=\"log-stderr\""), "stderr marked");
+    let link = |body: &str, text: &str| -> String {
+        let end = body
+            .find(text)
+            .unwrap_or_else(|| panic!("no `{text}`: {body}"));
+        let start = body[..end].rfind("href=\"").unwrap() + 6;
+        body[start..end]
+            .split('"')
+            .next()
+            .unwrap()
+            .replace("&amp;", "&")
+    };
+    let earlier = site.get(&link(body, "← Earlier"), &session).await.body;
+    assert!(earlier.contains("line 0644 of the job"), "{earlier}");
+    assert!(!earlier.contains("line 1199 of the job"));
+    assert!(earlier.contains("Later →"), "{earlier}");
+    let first = site.get(&link(body, "⇤ First lines"), &session).await.body;
+    assert!(first.contains("line 0000 of the job") && first.contains("The first 500 lines."));
+
+    // A search (ASCII case ignored), its matches marked; metric lines on request.
+    let found = site.get(&format!("{logs}?q=LINE+077"), &session).await.body;
+    assert!(
+        found.contains("<mark>line 077</mark>0 of the job"),
+        "{found}"
+    );
+    assert_eq!(found.matches("<mark>").count(), 9, "0770-0779 but 0773");
+    let with_metrics = site
+        .get(&format!("{logs}?metrics=true"), &session)
+        .await
+        .body;
+    assert!(with_metrics.contains(contract), "{with_metrics}");
+    // Another task's lines: none. A task that cannot be: said, the newest lines shown.
+    let other = site
+        .get(&format!("{logs}?task=worker-1"), &session)
+        .await
+        .body;
+    assert!(other.contains("No line matches this filter."), "{other}");
+    let bad = site.get(&format!("{logs}?task=gpu-1"), &session).await.body;
+    assert!(bad.contains("task: `gpu-1` is not a task"), "{bad}");
+    assert!(bad.contains("line 1199 of the job"));
+
+    // The download: every shown line as text, filtered like the page.
+    let text = site
+        .get(
+            &format!("/api/v1/jobs/{}/logs?format=text", job.0),
+            &session,
+        )
+        .await;
+    assert_eq!(text.status, StatusCode::OK);
+    assert_eq!(
+        text.body.lines().count(),
+        1080,
+        "1,200 less 120 metric lines"
+    );
+    assert!(
+        text.body
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with("[g1 worker-0] line 0000 of the job")
+    );
+    let searched = site
+        .get(
+            &format!("/api/v1/jobs/{}/logs?format=text&q=line+11", job.0),
+            &session,
+        )
+        .await;
+    assert_eq!(searched.body.lines().count(), 90, "{}", searched.body);
+
+    // Another tenant's member: no such job.
+    let bob = site.sign_in(&bob).await;
+    assert_eq!(site.get(&logs, &bob).await.status, StatusCode::NOT_FOUND);
+}

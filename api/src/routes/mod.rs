@@ -7,6 +7,7 @@ pub mod experiments;
 pub mod health;
 pub mod job_actions;
 pub mod jobs;
+pub mod logs;
 pub mod nodes;
 pub mod queue;
 pub mod resize;
@@ -38,7 +39,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         jobs::submit, jobs::list, jobs::get, job_actions::cancel, job_actions::pause, job_actions::resume, jobs::events, resize::resize, queue::list,
         experiments::submit, experiments::list, experiments::get, experiments::trials, experiments::events,
         experiments::pause, experiments::resume, experiments::cancel,
-        runs::tasks, runs::request_checkpoint, runs::metrics, runs::checkpoints, download::download, runs::logs,
+        runs::tasks, runs::request_checkpoint, runs::metrics, runs::checkpoints, download::download, logs::logs,
         tenants::create, tenants::list, tenants::get, tenants::set_quota, usage::usage, usage_metrics::metrics,
         users::create, users::list, users::get, users::me,
         tokens::create, tokens::list, tokens::revoke,
@@ -188,7 +189,7 @@ pub fn app_with(state: AppState, pages: Router<AppState>) -> Router {
             "/api/v1/jobs/{id}/checkpoints/{checkpoint}/download",
             get(download::download),
         )
-        .route("/api/v1/jobs/{id}/logs", get(runs::logs))
+        .route("/api/v1/jobs/{id}/logs", get(logs::logs))
         .route("/api/v1/queue", get(queue::list))
         .route(
             "/api/v1/experiments",

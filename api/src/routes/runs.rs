@@ -1,29 +1,20 @@
-//! What a running job produces: `/api/v1/jobs/{id}/tasks`, `/metrics`, `/checkpoints` (list and
-//! download) and `/logs` (pages, or a stream with `follow=true`). All tenant-scoped like the job.
+//! What a running job produces: `/api/v1/jobs/{id}/tasks`, `/metrics` and `/checkpoints` (the list;
+//! the download is [`super::download`], the log [`super::logs`]). All tenant-scoped like the job.
 
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{PathParam, QueryPairs};
 use crate::paging::ListMeta;
 use crate::routes::jobs::parse_job_id;
 use crate::run_views::{
-    CheckpointList, CheckpointRequested, CheckpointView, LogLineView, LogList, MetricList,
-    MetricView, TaskList, TaskView,
+    CheckpointList, CheckpointRequested, CheckpointView, MetricList, MetricView, TaskList, TaskView,
 };
 use crate::state::AppState;
 use axum::Json;
-use axum::body::Body as ResponseBody;
 use axum::extract::State;
-use axum::http::{HeaderValue, header};
-use axum::response::{IntoResponse, Response};
-use drover_core::JobId;
 use drover_service::auth::Principal;
-use drover_service::streams::Refusal;
-use drover_store::{MetricFilter, Scope};
-use std::time::Duration;
+use drover_store::MetricFilter;
 
 const MAX_PAGE: u32 = 5000;
-/// How often a followed log polls the store for new lines.
-const FOLLOW_POLL: Duration = Duration::from_millis(300);
 
 fn parse_step(query: &QueryPairs, field: &'static str) -> ApiResult<Option<u64>> {
     query
@@ -205,7 +196,8 @@ pub async fn metrics(
     }))
 }
 
-/// The job's recorded checkpoints, oldest first. Only recorded checkpoints are ever resumed from.
+/// The job's recorded checkpoints still in storage, oldest first (those its retention deleted are
+/// not listed). Only recorded checkpoints are ever resumed from.
 #[utoipa::path(
     get, path = "/api/v1/jobs/{id}/checkpoints", tag = "jobs",
     params(("id" = String, Path, format = Uuid, description = "Job id")),
@@ -218,11 +210,7 @@ pub async fn checkpoints(
     PathParam(id): PathParam,
 ) -> ApiResult<Json<CheckpointList>> {
     let job_id = parse_job_id(&id)?;
-    let records = state
-        .store
-        .list_checkpoints(principal.scope(), job_id)
-        .await
-        .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
+    let records = drover_service::checkpoints::list(&state, &principal, job_id).await?;
     let root = state
         .runtime
         .as_ref()
@@ -234,177 +222,4 @@ pub async fn checkpoints(
             .collect(),
         meta: ListMeta { next_cursor: None },
     }))
-}
-
-/// The job's log lines (every task, every generation) in order. With `follow=true` the response is a
-/// stream of JSON lines that stays open until the job ends.
-#[utoipa::path(
-    get, path = "/api/v1/jobs/{id}/logs", tag = "jobs",
-    params(
-        ("id" = String, Path, format = Uuid, description = "Job id"),
-        ("follow" = Option<bool>, Query, description = "Stream new lines (application/x-ndjson) until the job ends"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 5000, description = "Page size, 1 to 5000 (default 1000); ignored when following"),
-        ("cursor" = Option<i64>, Query, description = "Start after this line id (`meta.next_cursor`)"),
-    ),
-    responses(
-        (status = 200, description = "A page of lines; with `follow=true`, a stream of lines (`LogLineView`) as newline-delimited JSON",
-         content((LogList = "application/json"), (LogLineView = "application/x-ndjson"))),
-        (status = 404, body = ErrorBody),
-    ),
-    security(("bearer" = []))
-)]
-pub async fn logs(
-    State(state): State<AppState>,
-    principal: Principal,
-    PathParam(id): PathParam,
-    query: QueryPairs,
-) -> ApiResult<Response> {
-    query.only(&["follow", "limit", "cursor"])?;
-    let job_id = parse_job_id(&id)?;
-    let after = query.id_cursor()?;
-    let follow = match query.get("follow") {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(_) => return Err(ApiError::bad_request("follow", "expected true or false")),
-    };
-    let limit = query.limit(1000, MAX_PAGE)?;
-    let scope = principal.scope();
-    let slot = if follow {
-        Some(
-            state
-                .streams
-                .open(principal.user.id, principal.user.tenant_id)
-                .map_err(|refusal| {
-                    let status = match refusal {
-                        Refusal::User | Refusal::Tenant => {
-                            axum::http::StatusCode::TOO_MANY_REQUESTS
-                        }
-                        Refusal::Server => axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                    };
-                    ApiError::new(status, "too_many_streams", refusal.message())
-                })?,
-        )
-    } else {
-        None
-    };
-    let mut lines = state
-        .store
-        .list_logs(
-            scope,
-            job_id,
-            after,
-            if follow { MAX_PAGE } else { limit + 1 },
-        )
-        .await
-        .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
-    if !follow {
-        let next_cursor = if lines.len() > limit as usize {
-            lines.truncate(limit as usize);
-            lines.last().map(|l| l.id.to_string())
-        } else {
-            lines
-                .last()
-                .map(|l| l.id.to_string())
-                .or_else(|| after.map(|a| a.to_string()))
-        };
-        return Ok(Json(LogList {
-            logs: lines.into_iter().map(LogLineView::from).collect(),
-            meta: ListMeta { next_cursor },
-        })
-        .into_response());
-    }
-    let first: Vec<LogLineView> = lines.drain(..).map(LogLineView::from).collect();
-    let stream = follow_stream(state, scope, job_id, after, first, slot);
-    let mut response = ResponseBody::from_stream(stream).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/x-ndjson"),
-    );
-    Ok(response)
-}
-
-struct Follow {
-    state: AppState,
-    scope: Scope,
-    job: JobId,
-    cursor: Option<i64>,
-    pending: Vec<LogLineView>,
-    done: bool,
-    /// The end of its lifetime: the client reconnects from its last line's id.
-    until: tokio::time::Instant,
-    _slot: Option<drover_service::streams::StreamSlot>,
-}
-
-fn encode(lines: &[LogLineView]) -> bytes::Bytes {
-    let mut out = Vec::with_capacity(lines.len() * 96);
-    for line in lines {
-        if serde_json::to_writer(&mut out, line).is_ok() {
-            out.push(b'\n');
-        }
-    }
-    out.into()
-}
-
-fn follow_stream(
-    state: AppState,
-    scope: Scope,
-    job: JobId,
-    after: Option<i64>,
-    first: Vec<LogLineView>,
-    slot: Option<drover_service::streams::StreamSlot>,
-) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send {
-    let cursor = first.last().map(|l| l.id).or(after);
-    let start = Follow {
-        state,
-        scope,
-        job,
-        cursor,
-        pending: first,
-        done: false,
-        until: tokio::time::Instant::now() + drover_service::streams::Streams::LIFETIME,
-        _slot: slot,
-    };
-    futures::stream::unfold(start, |mut follow| async move {
-        loop {
-            if !follow.pending.is_empty() {
-                let chunk = encode(&follow.pending);
-                follow.pending.clear();
-                return Some((Ok(chunk), follow));
-            }
-            if follow.done {
-                return None;
-            }
-            // Read the job's state before the lines, so lines written just before it ended are not missed.
-            let finished = match follow.state.store.get_job(follow.scope, follow.job).await {
-                Ok(job) => job.state.is_final(),
-                Err(_) => true,
-            };
-            match follow
-                .state
-                .store
-                .list_logs(follow.scope, follow.job, follow.cursor, MAX_PAGE)
-                .await
-            {
-                Ok(lines) if !lines.is_empty() => {
-                    follow.cursor = lines.last().map(|l| l.id);
-                    follow.pending = lines.into_iter().map(LogLineView::from).collect();
-                }
-                Ok(_) if finished => follow.done = true,
-                // A stopping server ends the stream; the client follows on from its last line's id.
-                Ok(_) if *follow.state.stopping.borrow() => follow.done = true,
-                // Its lifetime is over: the client reconnects (and is authenticated again).
-                Ok(_) if tokio::time::Instant::now() >= follow.until => follow.done = true,
-                Ok(_) => tokio::time::sleep(FOLLOW_POLL).await,
-                Err(err) => {
-                    return Some((
-                        Err(std::io::Error::other(err.to_string())),
-                        Follow {
-                            done: true,
-                            ..follow
-                        },
-                    ));
-                }
-            }
-        }
-    })
 }

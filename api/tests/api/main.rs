@@ -551,6 +551,7 @@ async fn job_outputs_are_scoped_and_their_parameters_checked() {
             "{uri}"
         );
     }
+    let long_search = format!("logs?q={}", "x".repeat(201));
     let bad = [
         ("metrics?from_step=ten", "from_step"),
         ("metrics?to_step=18446744073709551615", "to_step"),
@@ -558,6 +559,17 @@ async fn job_outputs_are_scoped_and_their_parameters_checked() {
         ("metrics?limit=0", "limit"),
         ("logs?follow=maybe", "follow"),
         ("logs?cursor=-x", "cursor"),
+        ("logs?before=x", "before"),
+        ("logs?cursor=1&before=2", "before"),
+        ("logs?tail=true&before=2", "before"),
+        ("logs?tail=maybe", "tail"),
+        ("logs?task=gpu", "task"),
+        ("logs?task=worker-x", "task"),
+        ("logs?generation=0", "generation"),
+        ("logs?metrics=maybe", "metrics"),
+        ("logs?format=xml", "format"),
+        ("logs?follow=true&format=text", "format"),
+        (long_search.as_str(), "q"),
     ];
     for (query, field) in bad {
         let reply = app.get(&format!("/api/v1/jobs/{id}/{query}"), &alice).await;

@@ -51,6 +51,23 @@ fn dev_mode_keeps_its_token_and_data() {
     }
     let logs = ok(drover(&first.url, &token, &["logs", &id]));
     assert!(logs.contains("[worker-0 g1] step 3"), "{logs}");
+    // The last lines, one task's, a search (ASCII case ignored); a task that cannot be is refused.
+    let tail = ok(drover(&first.url, &token, &["logs", &id, "--tail", "2"]));
+    assert_eq!(
+        tail.lines().collect::<Vec<_>>(),
+        ["[worker-0 g1] step 2", "[worker-0 g1] step 3"],
+        "{tail}"
+    );
+    let found = ok(drover(
+        &first.url,
+        &token,
+        &["logs", &id, "--grep", "STEP 2", "--task", "worker-0"],
+    ));
+    assert_eq!(found.trim(), "[worker-0 g1] step 2", "{found}");
+    let none = ok(drover(&first.url, &token, &["logs", &id, "--task", "ps-0"]));
+    assert!(none.is_empty(), "{none}");
+    let refused = fails(drover(&first.url, &token, &["logs", &id, "--task", "gpu"]));
+    assert!(refused.contains("task"), "{refused}");
     let nodes = ok(drover(&first.url, &token, &["nodes"]));
     assert!(
         nodes.contains("local-0") && nodes.contains("local-1"),

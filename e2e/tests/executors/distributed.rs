@@ -264,12 +264,6 @@ async fn a_resized_job_survives_losing_a_worker() {
         first_step.contains("first step at the new shape (2 workers, 1 PS)"),
         "{first_step}"
     );
-    for e in &events {
-        eprintln!(
-            "DEBUG {} {} {} {}",
-            e["created_at"], e["from"], e["to"], e["message"]
-        );
-    }
     eprintln!("resize of the example MLP (2 PS, 3 workers -> 1 PS, 2 workers): {first_step}");
     // Killing worker 1 fails the gang: its own exit or worker 0's (whose peer vanished mid-step) is
     // the one the executor reports first.
@@ -324,4 +318,27 @@ async fn a_resized_job_survives_losing_a_worker() {
         (manifest["ps"].as_u64(), manifest["workers"].as_u64()),
         (Some(1), Some(2))
     );
+    // Retention (`keep_last: 2, keep_best: 1`, per generation's folder) deleted most of the 32
+    // checkpoints it wrote: those are no longer listed, and every listed one downloads (all 32 were
+    // listed, most with dead links).
+    let listed = cluster.checkpoints(&id).await;
+    assert!(
+        (1..=9).contains(&listed.len()),
+        "{} listed: {listed:#?}",
+        listed.len()
+    );
+    for checkpoint in &listed {
+        let download = cluster
+            .http
+            .get(format!(
+                "{}/api/v1/jobs/{id}/checkpoints/{}/download",
+                cluster.url,
+                checkpoint["id"].as_str().unwrap()
+            ))
+            .bearer_auth(super::harness::ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(download.status(), 200, "{checkpoint}");
+    }
 }

@@ -277,7 +277,13 @@ pub(crate) async fn executors_register_and_lose_tasks(db: &TestDb) {
     ));
     assert!(matches!(
         store
-            .list_logs(Scope::Tenant(other.id), job.id, None, 10)
+            .list_logs(
+                Scope::Tenant(other.id),
+                job.id,
+                &LogFilter::default(),
+                LogWindow::After(0),
+                10
+            )
             .await,
         Err(StoreError::NotFound)
     ));
@@ -442,4 +448,150 @@ pub(crate) async fn checkpoints_over_the_rate_replace_each_other(db: &TestDb) {
         steps(store.recent_checkpoints(job.id, 10).await.unwrap()),
         [40, 35, 30, 10]
     );
+}
+
+pub(crate) async fn log_reads_filter_and_page_from_either_end(db: &TestDb) {
+    let store = db.store.as_ref();
+    let (tenant, alice) = fixture(store, "vision").await;
+    let job = store
+        .create_job(&new_job(&tenant, alice.id, "logs", &[]))
+        .await
+        .unwrap()
+        .value;
+    let second = NewTask {
+        index: 1,
+        ..worker("a")
+    };
+    store
+        .start_generation(
+            job.id,
+            &[worker("a"), second],
+            &change(JobState::Starting, ReasonCode::Allocated),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let key = |index| TaskKey {
+        job_id: job.id,
+        generation: 1,
+        role: TaskRole::Worker,
+        index,
+    };
+    let lines = |texts: &[&str]| -> Vec<NewLogLine> {
+        texts
+            .iter()
+            .map(|text| NewLogLine {
+                stream: "stdout".into(),
+                line: (*text).to_owned(),
+                logged_at: Utc::now(),
+            })
+            .collect()
+    };
+    store
+        .append_logs(
+            &key(0),
+            &lines(&[
+                "epoch 1 LOSS 0.9",
+                r#"{"drover": "metrics", "step": 1, "values": {"loss": 0.9}}"#,
+                "50%_done",
+                "500 done",
+            ]),
+        )
+        .await
+        .unwrap();
+    store
+        .append_logs(&key(1), &lines(&["worker one: loss 0.8"]))
+        .await
+        .unwrap();
+    let read = |filter: LogFilter, window: LogWindow, limit: u32| async move {
+        store
+            .list_logs(Scope::Cluster, job.id, &filter, window, limit)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|l| l.line)
+            .collect::<Vec<String>>()
+    };
+    let all = store
+        .list_logs(
+            Scope::Cluster,
+            job.id,
+            &LogFilter::default(),
+            LogWindow::After(0),
+            100,
+        )
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 5);
+    assert_eq!(
+        all.iter().map(|l| l.contract).collect::<Vec<_>>(),
+        [false, true, false, false, false]
+    );
+    let plain = LogFilter {
+        hide_contract: true,
+        ..LogFilter::default()
+    };
+    assert_eq!(
+        read(plain.clone(), LogWindow::After(0), 100).await,
+        [
+            "epoch 1 LOSS 0.9",
+            "50%_done",
+            "500 done",
+            "worker one: loss 0.8"
+        ]
+    );
+    // The last lines, in order; the page before the first of them.
+    assert_eq!(
+        read(plain.clone(), LogWindow::Last, 2).await,
+        ["500 done", "worker one: loss 0.8"]
+    );
+    assert_eq!(
+        read(plain.clone(), LogWindow::Before(all[3].id), 2).await,
+        ["epoch 1 LOSS 0.9", "50%_done"]
+    );
+    assert_eq!(
+        read(LogFilter::default(), LogWindow::After(all[2].id), 1).await,
+        ["500 done"]
+    );
+    // One task; a search ignoring case; LIKE's wildcards are plain text.
+    let task_one = LogFilter {
+        task: Some((TaskRole::Worker, 1)),
+        ..LogFilter::default()
+    };
+    assert_eq!(
+        read(task_one, LogWindow::Last, 10).await,
+        ["worker one: loss 0.8"]
+    );
+    let search = |text: &str| LogFilter {
+        contains: Some(text.to_owned()),
+        hide_contract: true,
+        ..LogFilter::default()
+    };
+    assert_eq!(
+        read(search("loss"), LogWindow::After(0), 10).await,
+        ["epoch 1 LOSS 0.9", "worker one: loss 0.8"]
+    );
+    assert_eq!(
+        read(search("%_"), LogWindow::After(0), 10).await,
+        ["50%_done"]
+    );
+    let other_generation = LogFilter {
+        generation: Some(2),
+        ..LogFilter::default()
+    };
+    assert!(
+        read(other_generation, LogWindow::After(0), 10)
+            .await
+            .is_empty()
+    );
+    // What the store's query passes, the filter's own test passes too (live views filter in memory).
+    for filter in [plain, search("LOSS"), search("%_")] {
+        let expected = read(filter.clone(), LogWindow::After(0), 100).await;
+        let in_memory: Vec<String> = all
+            .iter()
+            .filter(|l| filter.matches(l))
+            .map(|l| l.line.clone())
+            .collect();
+        assert_eq!(in_memory, expected, "{filter:?}");
+    }
 }

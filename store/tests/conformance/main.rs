@@ -65,6 +65,7 @@ conformance!(
     concurrent_cancels_succeed_once,
     nodes_are_upserted_by_name,
     reports_from_an_old_generation_are_fenced,
+    log_reads_filter_and_page_from_either_end,
     checkpoints_over_the_rate_replace_each_other,
     executors_register_and_lose_tasks,
     jobs_with_ended_tasks_are_finishing,

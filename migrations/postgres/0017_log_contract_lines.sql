@@ -1,0 +1,7 @@
+-- Which log lines are contract lines (issue #53): a task's `{"drover": "metrics", …}` and
+-- `{"drover": "checkpoint", …}` announcements, which log views hide by default. Set by the store as
+-- lines arrive; lines from before are marked by their prefix (the form Drover's Python library and
+-- engine write).
+ALTER TABLE task_logs ADD COLUMN contract boolean NOT NULL DEFAULT false;
+UPDATE task_logs SET contract = true
+ WHERE line LIKE '{"drover": "metrics"%' OR line LIKE '{"drover": "checkpoint"%';

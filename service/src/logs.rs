@@ -1,0 +1,163 @@
+//! A job's log, for every entrance (REST pages, its followed stream and its text download; the
+//! dashboard's log page and the job page's tail): the reader's filter (one task, one generation, a
+//! search, contract lines shown or not) read from its query text once, with the field at fault in
+//! any error, and a page of lines from the start, the end, or either side of a line, with whether
+//! more lie beyond it each way.
+
+use crate::Service;
+use crate::auth::Principal;
+use crate::error::{ServiceError, ServiceResult};
+use drover_core::JobId;
+use drover_store::{LogFilter, LogLine, LogWindow, Scope, TaskRole};
+
+/// The longest search text accepted, in bytes.
+pub const MAX_SEARCH_BYTES: usize = 200;
+
+/// A reader's filter as its query gave it: each value the raw text of a parameter, if present.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogQuery<'a> {
+    /// `worker-0`, `ps-1`, …
+    pub task: Option<&'a str>,
+    pub generation: Option<&'a str>,
+    /// Text the lines must contain (ASCII case ignored).
+    pub search: Option<&'a str>,
+    /// `true` shows contract lines (metrics and checkpoint announcements); hidden by default.
+    pub metrics: Option<&'a str>,
+}
+
+/// A task's name as logs show it (`worker-0`), split into role and index.
+pub fn parse_task(text: &str) -> Option<(TaskRole, u32)> {
+    let (role, index) = text.rsplit_once('-')?;
+    let role: TaskRole = role.parse().ok()?;
+    let index: u32 = index.parse().ok()?;
+    Some((role, index))
+}
+
+/// The filter `query` asks for; a value that cannot be read is an error naming its parameter
+/// (`task`, `generation`, `q`, `metrics`).
+pub fn filter(query: LogQuery<'_>) -> ServiceResult<LogFilter> {
+    let task = match query.task.filter(|t| !t.is_empty()) {
+        None => None,
+        Some(text) => Some(parse_task(text).ok_or_else(|| {
+            ServiceError::bad_request(
+                "task",
+                format!(
+                    "`{text}` is not a task: expected a role and an index, like worker-0 or ps-1"
+                ),
+            )
+        })?),
+    };
+    let generation = match query.generation.filter(|g| !g.is_empty()) {
+        None => None,
+        Some(text) => match text.parse::<u64>() {
+            Ok(g) if g >= 1 => Some(g),
+            _ => {
+                return Err(ServiceError::bad_request(
+                    "generation",
+                    format!("`{text}` is not a generation: expected a whole number from 1"),
+                ));
+            }
+        },
+    };
+    let contains = match query.search.filter(|s| !s.is_empty()) {
+        None => None,
+        Some(text) if text.len() > MAX_SEARCH_BYTES => {
+            return Err(ServiceError::bad_request(
+                "q",
+                format!(
+                    "the search text is {} bytes; at most {MAX_SEARCH_BYTES}",
+                    text.len()
+                ),
+            ));
+        }
+        Some(text) => Some(text.to_owned()),
+    };
+    let hide_contract = match query.metrics {
+        None | Some("" | "false" | "0") => true,
+        Some("true" | "1" | "on") => false,
+        Some(other) => {
+            return Err(ServiceError::bad_request(
+                "metrics",
+                format!("`{other}`: expected true or false"),
+            ));
+        }
+    };
+    Ok(LogFilter {
+        task,
+        generation,
+        contains,
+        hide_contract,
+    })
+}
+
+/// A page of a job's log, in line order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogPage {
+    pub lines: Vec<LogLine>,
+    /// Lines passing the filter lie before the first of `lines`.
+    pub earlier: bool,
+    /// Lines passing the filter lie after the last of `lines` (for now: a running job adds more).
+    pub later: bool,
+}
+
+/// At most `limit` lines of the job that pass `filter`, from `window`, and whether more lie either
+/// side. Scoped like the job: another tenant's job is not found.
+pub async fn page(
+    service: &Service,
+    principal: &Principal,
+    job: JobId,
+    filter: &LogFilter,
+    window: LogWindow,
+    limit: u32,
+) -> ServiceResult<LogPage> {
+    let scope = principal.scope();
+    let not_found = |err| ServiceError::from_store(err, || format!("no job `{job}`"));
+    // One line more than asked, in the window's direction, says whether more lie that way.
+    let mut lines = service
+        .store
+        .list_logs(scope, job, filter, window, limit + 1)
+        .await
+        .map_err(not_found)?;
+    let overflow = lines.len() > limit as usize;
+    match window {
+        LogWindow::After(_) => lines.truncate(limit as usize),
+        LogWindow::Before(_) | LogWindow::Last => {
+            if overflow {
+                lines.remove(0);
+            }
+        }
+    }
+    let (earlier, later) = match (window, lines.first(), lines.last()) {
+        (_, None, _) | (_, _, None) => (false, false),
+        (LogWindow::After(_), Some(first), _) => (
+            probe(service, scope, job, filter, LogWindow::Before(first.id)).await?,
+            overflow,
+        ),
+        (LogWindow::Before(_), _, Some(last)) => (
+            overflow,
+            probe(service, scope, job, filter, LogWindow::After(last.id)).await?,
+        ),
+        (LogWindow::Last, _, _) => (overflow, false),
+    };
+    Ok(LogPage {
+        lines,
+        earlier,
+        later,
+    })
+}
+
+/// Whether any line passing `filter` lies in `window`.
+async fn probe(
+    service: &Service,
+    scope: Scope,
+    job: JobId,
+    filter: &LogFilter,
+    window: LogWindow,
+) -> ServiceResult<bool> {
+    let found = service
+        .store
+        .list_logs(scope, job, filter, window, 1)
+        .await
+        .map_err(|err| ServiceError::from_store(err, || format!("no job `{job}`")))?;
+    Ok(!found.is_empty())
+}

@@ -1,0 +1,319 @@
+//! A job's whole log, a page at a time (`/jobs/{id}/logs`): the newest lines first or from the first
+//! line on, back and forth by page, filtered by task and generation, searched (matches marked), its
+//! contract lines (metrics, checkpoint announcements) hidden unless asked, and downloaded as text
+//! with the same filter (the API's `format=text`). Reads go through [`drover_service::logs`]. Works
+//! without script; with it, the newest page follows the job's new lines (the API's followed log).
+
+use crate::page::{Layout, error_page, render};
+use crate::session::Session;
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use drover_api::error::ApiError;
+use drover_api::state::AppState;
+use drover_service::logs::LogQuery;
+use drover_store::{LogFilter, LogLine, LogWindow};
+use serde::Deserialize;
+
+/// Lines on one page.
+const PAGE: u32 = 500;
+
+/// What a log page asks for: the filter (as the API takes it) and where the page lies.
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct LogsQuery {
+    #[serde(default)]
+    task: String,
+    #[serde(default)]
+    generation: String,
+    #[serde(default)]
+    q: String,
+    #[serde(default)]
+    metrics: String,
+    /// The lines just before this line id.
+    #[serde(default)]
+    before: String,
+    /// The lines after this line id (`0`: from the first line).
+    #[serde(default)]
+    after: String,
+}
+
+impl LogsQuery {
+    fn filter(&self) -> Result<LogFilter, ApiError> {
+        Ok(drover_service::logs::filter(LogQuery {
+            task: Some(&self.task),
+            generation: Some(&self.generation),
+            search: Some(&self.q),
+            metrics: Some(&self.metrics),
+        })?)
+    }
+
+    fn window(&self) -> Result<LogWindow, ApiError> {
+        let id = |raw: &str, field: &str| {
+            raw.parse::<i64>()
+                .ok()
+                .filter(|id| *id >= 0)
+                .ok_or_else(|| ApiError::bad_request(field, "not a line id"))
+        };
+        match (self.before.as_str(), self.after.as_str()) {
+            ("", "") => Ok(LogWindow::Last),
+            (before, "") => Ok(LogWindow::Before(id(before, "before")?)),
+            ("", after) => Ok(LogWindow::After(id(after, "after")?)),
+            _ => Err(ApiError::bad_request(
+                "before",
+                "give before or after, not both",
+            )),
+        }
+    }
+
+    /// The filter's part of a link: the parameters that are set.
+    fn filter_pairs(&self) -> Vec<(&'static str, &str)> {
+        [
+            ("task", self.task.as_str()),
+            ("generation", self.generation.as_str()),
+            ("q", self.q.as_str()),
+            ("metrics", self.metrics.as_str()),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .collect()
+    }
+
+    /// This page's filter with a window (`before`/`after` and an id; none for the newest lines).
+    fn link(&self, base: &str, window: Option<(&'static str, i64)>) -> String {
+        let mut pairs: Vec<(&str, String)> = self
+            .filter_pairs()
+            .into_iter()
+            .map(|(k, v)| (k, v.to_owned()))
+            .collect();
+        if let Some((key, id)) = window {
+            pairs.push((key, id.to_string()));
+        }
+        let query = serde_urlencoded::to_string(&pairs).unwrap_or_default();
+        if query.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{query}")
+        }
+    }
+}
+
+/// One line as the page shows it: its task and time, its text in parts, the search's matches
+/// marked.
+struct LineRow {
+    id: i64,
+    meta: String,
+    time: String,
+    stderr: bool,
+    contract: bool,
+    parts: Vec<(String, bool)>,
+}
+
+#[derive(askama::Template)]
+#[template(path = "logs.html")]
+struct LogsPage {
+    layout: Layout,
+    id: String,
+    name: String,
+    /// The task names the job has had, for the filter's choice.
+    tasks: Vec<String>,
+    generations: Vec<u64>,
+    task: String,
+    generation: String,
+    q: String,
+    metrics: bool,
+    error: Option<String>,
+    lines: Vec<LineRow>,
+    /// What the page holds, in words.
+    shown: String,
+    oldest: Option<String>,
+    older: Option<String>,
+    newer: Option<String>,
+    newest: Option<String>,
+    download: String,
+    /// The followed log the script reads new lines from: the newest page of a job still running.
+    follow: Option<String>,
+}
+
+pub async fn page(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    Query(query): Query<LogsQuery>,
+) -> Response {
+    match logs_page(&state, &session, &id, query).await {
+        Ok(page) => render(&page),
+        Err(err) => error_page(err),
+    }
+}
+
+/// `text` cut into parts, those that match `needle` (ASCII case ignored) marked.
+fn marked(text: &str, needle: Option<&str>) -> Vec<(String, bool)> {
+    let Some(needle) = needle.filter(|n| !n.is_empty()) else {
+        return vec![(text.to_owned(), false)];
+    };
+    // ASCII lowercasing keeps every byte offset, so offsets in the folded text cut the original.
+    let folded = text.to_ascii_lowercase();
+    let needle = needle.to_ascii_lowercase();
+    let mut parts = Vec::new();
+    let mut at = 0;
+    while let Some(found) = folded[at..].find(&needle) {
+        let start = at + found;
+        let end = start + needle.len();
+        if start > at {
+            parts.push((text[at..start].to_owned(), false));
+        }
+        parts.push((text[start..end].to_owned(), true));
+        at = end;
+    }
+    if at < text.len() || parts.is_empty() {
+        parts.push((text[at..].to_owned(), false));
+    }
+    parts
+}
+
+fn row(line: &LogLine, needle: Option<&str>) -> LineRow {
+    LineRow {
+        id: line.id,
+        meta: format!("g{} {}-{}", line.generation, line.role.as_str(), line.index),
+        time: line.logged_at.format("%H:%M:%S%.3f").to_string(),
+        stderr: line.stream == "stderr",
+        contract: line.contract,
+        parts: marked(&line.line, needle),
+    }
+}
+
+async fn logs_page(
+    state: &AppState,
+    session: &Session,
+    id: &str,
+    query: LogsQuery,
+) -> Result<LogsPage, ApiError> {
+    let detail = drover_service::jobs::get(state, &session.principal, id).await?;
+    let job = detail.job;
+    let base = format!("/jobs/{}/logs", job.id);
+    let tasks = state
+        .store
+        .job_tasks(session.principal.scope(), job.id)
+        .await?;
+    let mut task_names: Vec<String> = tasks
+        .iter()
+        .map(|t| format!("{}-{}", t.key.role.as_str(), t.key.index))
+        .collect();
+    task_names.sort_by(|a, b| {
+        b.starts_with("worker")
+            .cmp(&a.starts_with("worker"))
+            .then(a.cmp(b))
+    });
+    task_names.dedup();
+    let mut generations: Vec<u64> = tasks.iter().map(|t| t.key.generation).collect();
+    generations.sort_unstable();
+    generations.dedup();
+    // A filter or window that cannot be read is said on the page; the newest lines are shown.
+    let (query, filter, window, error) = match query.filter().and_then(|f| Ok((f, query.window()?)))
+    {
+        Ok((filter, window)) => (query, filter, window, None),
+        Err(err) => (
+            LogsQuery::default(),
+            LogFilter {
+                hide_contract: true,
+                ..LogFilter::default()
+            },
+            LogWindow::Last,
+            Some(match &err.field {
+                Some(field) => format!("{field}: {}", err.message),
+                None => err.message.clone(),
+            }),
+        ),
+    };
+    let page = drover_service::logs::page(state, &session.principal, job.id, &filter, window, PAGE)
+        .await?;
+    let needle = filter.contains.as_deref();
+    let lines: Vec<LineRow> = page.lines.iter().map(|l| row(l, needle)).collect();
+    let first = page.lines.first().map(|l| l.id);
+    let last = page.lines.last().map(|l| l.id);
+    let at_end = !page.later;
+    let filtered = filter
+        != LogFilter {
+            hide_contract: true,
+            ..LogFilter::default()
+        };
+    let what = if filtered { "matching lines" } else { "lines" };
+    let shown = match (lines.len(), window) {
+        (0, _) if filtered => "No line matches this filter.".to_owned(),
+        (0, _) => "No lines yet.".to_owned(),
+        (n, LogWindow::Last) => format!("The newest {n} {what}."),
+        (n, LogWindow::After(0)) => format!("The first {n} {what}."),
+        (n, _) => format!("{n} {what}."),
+    };
+    let follow = (at_end && !job.state.is_final()).then(|| {
+        // From the newest line read, shown or not: the followed log passes on what the filter lets through.
+        let mut pairs: Vec<(&str, String)> = query
+            .filter_pairs()
+            .into_iter()
+            .map(|(k, v)| (k, v.to_owned()))
+            .collect();
+        pairs.push(("follow", "true".to_owned()));
+        pairs.push(("cursor", last.unwrap_or(0).to_string()));
+        format!(
+            "/api/v1/jobs/{}/logs?{}",
+            job.id,
+            serde_urlencoded::to_string(&pairs).unwrap_or_default()
+        )
+    });
+    let mut download_pairs: Vec<(&str, String)> = query
+        .filter_pairs()
+        .into_iter()
+        .map(|(k, v)| (k, v.to_owned()))
+        .collect();
+    download_pairs.push(("format", "text".to_owned()));
+    Ok(LogsPage {
+        layout: session.layout("jobs"),
+        id: job.id.to_string(),
+        name: job.name,
+        tasks: task_names,
+        generations,
+        task: query.task.clone(),
+        generation: query.generation.clone(),
+        q: query.q.clone(),
+        metrics: !filter.hide_contract,
+        error,
+        shown,
+        oldest: page.earlier.then(|| query.link(&base, Some(("after", 0)))),
+        older: page
+            .earlier
+            .then(|| first.map(|id| query.link(&base, Some(("before", id)))))
+            .flatten(),
+        newer: page
+            .later
+            .then(|| last.map(|id| query.link(&base, Some(("after", id)))))
+            .flatten(),
+        newest: (!at_end || !matches!(window, LogWindow::Last)).then(|| query.link(&base, None)),
+        download: format!(
+            "/api/v1/jobs/{}/logs?{}",
+            job.id,
+            serde_urlencoded::to_string(&download_pairs).unwrap_or_default()
+        ),
+        follow,
+        lines,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::marked;
+
+    #[test]
+    fn search_matches_are_marked_ignoring_ascii_case() {
+        assert_eq!(
+            marked("Loss 0.5, val loss 0.7", Some("LOSS")),
+            [
+                ("Loss".to_owned(), true),
+                (" 0.5, val ".to_owned(), false),
+                ("loss".to_owned(), true),
+                (" 0.7".to_owned(), false),
+            ]
+        );
+        assert_eq!(marked("é loss", Some("loss"))[1], ("loss".to_owned(), true));
+        assert_eq!(marked("abc", None), [("abc".to_owned(), false)]);
+        assert_eq!(marked("", Some("x")), [(String::new(), false)]);
+    }
+}
