@@ -79,7 +79,22 @@ pub struct JobEnvelope {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct JobList {
     pub jobs: Vec<JobView>,
-    pub meta: ListMeta,
+    pub meta: JobListMeta,
+}
+
+/// Where a page of jobs lies in the list, and how long the list is.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobListMeta {
+    /// Pass as `cursor` for the next page (older jobs); absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// Pass as `cursor` for the page before (newer jobs); absent on the first page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prev_cursor: Option<String>,
+    /// Jobs that match the filters in all, counted up to 10,000.
+    pub total: u64,
+    /// `false` when `total` is the counting's ceiling: at least that many match.
+    pub total_exact: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

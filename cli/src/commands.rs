@@ -154,7 +154,16 @@ pub async fn jobs(global: &GlobalArgs, args: JobsArgs) -> anyhow::Result<()> {
         cursor = page["meta"]["next_cursor"].as_str().map(str::to_owned);
         if !args.all || cursor.is_none() {
             if global.output == Format::Table && cursor.is_some() {
-                eprintln!("(more jobs: use --all or --limit)");
+                let total = &page["meta"]["total"];
+                let or_more = if page["meta"]["total_exact"] == false {
+                    " or more"
+                } else {
+                    ""
+                };
+                eprintln!(
+                    "({} of {total}{or_more} jobs shown: use --all or --limit)",
+                    jobs.len()
+                );
             }
             break;
         }

@@ -214,6 +214,10 @@ try {
   const resize = await rest(ADMIN, "POST", "/api/v1/jobs", sleepJob("browser-resize", 1), "application/yaml");
   await page.goto(`${URL}/jobs/${resize.job.id}`);
   await page.waitForFunction(() => document.querySelector("#job-state").textContent.trim() === "running", null, { timeout: 60_000 });
+  // The form starts from the job's ranges, and says them.
+  assert.equal(await page.inputValue("input[name=workers_min]"), "1");
+  assert.equal(await page.inputValue("input[name=ps_max]"), "0");
+  assert.match(await page.textContent("#resize-hint"), /Now workers 1, PS 0\./);
   await page.fill("input[name=workers_min]", "3");
   await page.fill("input[name=workers_max]", "2");
   // A range upside down: the API names the field, and the page shows it.
@@ -223,6 +227,10 @@ try {
   await page.fill("input[name=ps_min]", "1");
   await page.fill("input[name=ps_max]", "1");
   await Promise.all([page.waitForEvent("load"), page.click("#resize-form button[type=submit]")]);
+  // After the reload, the outcome is said, and the form shows the new ranges.
+  await page.waitForFunction(() => document.querySelector("#toast").textContent.includes("Resized to workers 1–2, PS 1."));
+  assert.match(await page.textContent("#toast"), /rescales it at its next round/);
+  assert.match(await page.textContent("#resize-hint"), /Now workers 1–2, PS 1\./);
   const spec = await page.textContent(".spec");
   assert.match(spec, /ps:\s*\n\s*max: 1\s*\n\s*min: 1/, spec);
   assert.match(spec, /workers:\s*\n\s*max: 2\s*\n\s*min: 1/, spec);

@@ -37,21 +37,48 @@ pub async fn get(service: &Service, principal: &Principal, id: &str) -> ServiceR
     Ok(JobDetail { job, model, queue })
 }
 
-/// One page of the jobs `scope` holds that match `filter`, newest first: the page (at most
-/// `filter.limit`) and whether more follow.
-pub async fn list(
-    service: &Service,
-    scope: Scope,
-    filter: &JobFilter,
-) -> ServiceResult<(Vec<Job>, bool)> {
+/// Jobs a list counts at most (past it, "10,000 or more").
+pub const MAX_COUNTED: u32 = 10_000;
+
+/// One page of a list of jobs, newest first.
+#[derive(Debug, Clone)]
+pub struct JobPage {
+    pub jobs: Vec<Job>,
+    /// Older jobs match too (the next page).
+    pub older: bool,
+    /// Newer jobs match too (the page before).
+    pub newer: bool,
+    /// How many jobs match in all, counted up to [`MAX_COUNTED`].
+    pub total: u64,
+}
+
+/// One page of the jobs `scope` holds that match `filter`, newest first: at most `filter.limit`,
+/// older than `filter.before` or the nearest newer than `filter.after`, whether more lie either
+/// way, and how many match in all.
+pub async fn list(service: &Service, scope: Scope, filter: &JobFilter) -> ServiceResult<JobPage> {
     let page = filter.limit as usize;
-    // One row more than asked tells whether another page exists.
-    let mut filter = filter.clone();
-    filter.limit += 1;
-    let mut jobs = service.store.list_jobs(scope, &filter).await?;
-    let more = jobs.len() > page;
-    jobs.truncate(page);
-    Ok((jobs, more))
+    // One row more than asked tells whether another page exists that way.
+    let mut wider = filter.clone();
+    wider.limit += 1;
+    let mut jobs = service.store.list_jobs(scope, &wider).await?;
+    let beyond = jobs.len() > page;
+    let (older, newer) = if filter.after.is_some() {
+        // Newer than a job: the extra row is the newest; the job itself is older.
+        if beyond {
+            jobs.drain(..jobs.len() - page);
+        }
+        (true, beyond)
+    } else {
+        jobs.truncate(page);
+        (beyond, filter.before.is_some())
+    };
+    let total = service.store.count_jobs(scope, filter, MAX_COUNTED).await?;
+    Ok(JobPage {
+        jobs,
+        older,
+        newer,
+        total,
+    })
 }
 
 /// Stores a parsed, validated job for `principal` after the quota, queue-length and secret checks a

@@ -196,6 +196,9 @@ pub struct JobFilter {
     pub name_contains: Option<String>,
     /// Only jobs older than this one (the cursor).
     pub before: Option<JobId>,
+    /// Only jobs newer than this one (a cursor back towards the newest); still newest first, the
+    /// `limit` nearest it.
+    pub after: Option<JobId>,
     /// Oldest first (the queue's order before the policy's); newest first otherwise.
     pub oldest_first: bool,
     pub limit: u32,

@@ -111,6 +111,38 @@ pub(super) fn u32_column(value: i64, column: &str) -> StoreResult<u32> {
         .map_err(|_| StoreError::Corrupt(format!("{column} = {value} is out of range")))
 }
 
+/// The conditions of a [`super::JobFilter`] but its window (`before`, `after`, order and limit),
+/// pushed onto a query over `jobs j` that ends in a `WHERE` clause.
+macro_rules! push_job_filter {
+    ($query:ident, $scope:expr, $filter:expr) => {
+        if let Some(tenant) = $scope.tenant() {
+            $query.push(" AND j.tenant_id = ").push_bind(tenant.0);
+        }
+        if !$filter.states.is_empty() {
+            $query.push(" AND j.state IN (");
+            let mut states = $query.separated(", ");
+            for state in &$filter.states {
+                states.push_bind(state.as_str());
+            }
+            $query.push(")");
+        }
+        if !$filter.labels.is_empty() {
+            Self::push_label_filter(&mut $query, &$filter.labels);
+        }
+        if let Some(text) = &$filter.name_contains {
+            let escaped = text
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_");
+            $query
+                .push(" AND j.name LIKE ")
+                .push_bind(format!("%{escaped}%"))
+                .push(" ESCAPE '\\'");
+        }
+    };
+}
+pub(super) use push_job_filter;
+
 /// Implements [`super::Store`] for a store type with a `pool` field of the given database.
 macro_rules! impl_store {
     ($store:ty, $db:ty, $backend:expr) => {
@@ -627,32 +659,34 @@ macro_rules! impl_store {
 
             async fn list_jobs(&self, scope: Scope, filter: &JobFilter) -> StoreResult<Vec<Job>> {
                 let mut query = sqlx::QueryBuilder::<$db>::new(concat!("SELECT ", job_columns!(), " FROM jobs j JOIN tenants t ON t.id = j.tenant_id WHERE 1 = 1"));
-                if let Some(tenant) = scope.tenant() {
-                    query.push(" AND j.tenant_id = ").push_bind(tenant.0);
-                }
-                if !filter.states.is_empty() {
-                    query.push(" AND j.state IN (");
-                    let mut states = query.separated(", ");
-                    for state in &filter.states {
-                        states.push_bind(state.as_str());
-                    }
-                    query.push(")");
-                }
-                if !filter.labels.is_empty() {
-                    Self::push_label_filter(&mut query, &filter.labels);
-                }
-                if let Some(text) = &filter.name_contains {
-                    let escaped = text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
-                    query.push(" AND j.name LIKE ").push_bind(format!("%{escaped}%")).push(" ESCAPE '\\'");
-                }
+                push_job_filter!(query, scope, filter);
                 if let Some(before) = filter.before {
                     query.push(" AND j.id < ").push_bind(before.0);
                 }
+                if let Some(after) = filter.after {
+                    query.push(" AND j.id > ").push_bind(after.0);
+                }
+                // Newer than a job, newest first: the ones nearest it, read upwards and turned round.
+                let ascending = filter.oldest_first || filter.after.is_some();
                 query
-                    .push(if filter.oldest_first { " ORDER BY j.id ASC LIMIT " } else { " ORDER BY j.id DESC LIMIT " })
+                    .push(if ascending { " ORDER BY j.id ASC LIMIT " } else { " ORDER BY j.id DESC LIMIT " })
                     .push_bind(i64::from(filter.limit));
                 let rows = query.build().fetch_all(&self.pool).await?;
-                rows.iter().map(|row| job_from_row(row, false)).collect()
+                let mut jobs = rows.iter().map(|row| job_from_row(row, false)).collect::<StoreResult<Vec<Job>>>()?;
+                if ascending && !filter.oldest_first {
+                    jobs.reverse();
+                }
+                Ok(jobs)
+            }
+
+            async fn count_jobs(&self, scope: Scope, filter: &JobFilter, at_most: u32) -> StoreResult<u64> {
+                let mut query = sqlx::QueryBuilder::<$db>::new(
+                    "SELECT count(*) FROM (SELECT 1 FROM jobs j WHERE 1 = 1",
+                );
+                push_job_filter!(query, scope, filter);
+                query.push(" LIMIT ").push_bind(i64::from(at_most)).push(") counted");
+                let count: i64 = query.build_query_scalar().fetch_one(&self.pool).await?;
+                u64_column(count, "count")
             }
 
             async fn transition_job(&self, scope: Scope, id: JobId, change: &StateChange) -> StoreResult<Job> {

@@ -79,6 +79,9 @@ pub trait Store:
     async fn get_job(&self, scope: Scope, id: JobId) -> StoreResult<Job>;
     /// Newest first, without documents; `filter.limit` rows at most.
     async fn list_jobs(&self, scope: Scope, filter: &JobFilter) -> StoreResult<Vec<Job>>;
+    /// How many jobs match `filter` (its window left aside: `before`, `after`, `limit`), counted up
+    /// to `at_most`.
+    async fn count_jobs(&self, scope: Scope, filter: &JobFilter, at_most: u32) -> StoreResult<u64>;
     /// Moves a job to `to` if the state machine allows it, recording the event in the same transaction.
     async fn transition_job(
         &self,

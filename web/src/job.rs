@@ -36,6 +36,8 @@ struct JobPage {
     logs: Vec<String>,
     checkpoints: Vec<CheckpointRow>,
     actions: Actions,
+    /// Where the resize form starts.
+    ranges: Option<Ranges>,
     /// The page's live stream, from what the page shows.
     live: String,
 }
@@ -172,6 +174,37 @@ struct Actions {
     clone: bool,
 }
 
+/// The job's current worker and PS ranges, which the resize form starts from.
+struct Ranges {
+    workers: (u64, u64),
+    ps: (u64, u64),
+}
+
+impl Ranges {
+    /// From a job's stored document (`spec.resources.workers` and `.ps`, each `{min, max}`).
+    fn of(spec: &serde_json::Value) -> Option<Ranges> {
+        let range = |role: &str| -> Option<(u64, u64)> {
+            let r = spec.pointer(&format!("/spec/resources/{role}"))?;
+            Some((r.get("min")?.as_u64()?, r.get("max")?.as_u64()?))
+        };
+        Some(Ranges {
+            workers: range("workers")?,
+            ps: range("ps").unwrap_or((0, 0)),
+        })
+    }
+
+    fn text(&self) -> String {
+        let span = |(min, max): (u64, u64)| {
+            if min == max {
+                min.to_string()
+            } else {
+                format!("{min}–{max}")
+            }
+        };
+        format!("workers {}, PS {}", span(self.workers), span(self.ps))
+    }
+}
+
 pub async fn page(
     State(state): State<AppState>,
     session: Session,
@@ -240,6 +273,7 @@ async fn job_page(state: &AppState, session: &Session, id: String) -> Result<Job
         clone: writer,
     };
     Ok(JobPage {
+        ranges: view.spec.as_ref().and_then(Ranges::of),
         layout: session.layout("jobs"),
         model: view.model.as_ref().map(model_view),
         job: summary(&view),

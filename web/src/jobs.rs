@@ -25,6 +25,13 @@ struct JobsPage {
     filters: Filters,
     states: Vec<&'static str>,
     next: Option<String>,
+    /// The page before (newer jobs), and the first page.
+    newer: Option<String>,
+    newest: Option<String>,
+    /// How many jobs match, in words ("1,204 jobs", "10,000 or more jobs").
+    total: String,
+    /// The filters in use, in words (empty without any).
+    filtered: String,
     error: Option<String>,
 }
 
@@ -86,36 +93,83 @@ pub async fn page(
         .cloned()
         .collect();
     let listed = api::list_page(&state, &session.principal, &QueryPairs(forwarded.clone())).await;
-    let (views, next, error) = match listed {
-        Ok(list) => (list.jobs, list.meta.next_cursor, None),
+    // A parameter the page does not know is said, not silently dropped.
+    let unknown = pairs
+        .iter()
+        .find(|(k, _)| !FILTERS.contains(&k.as_str()))
+        .map(|(k, _)| {
+            format!("unknown filter `{k}` (the filters are state, tenant, label and name)")
+        });
+    let (views, next, prev, total, error) = match listed {
+        Ok(list) => {
+            let total = match (list.meta.total, list.meta.total_exact) {
+                (1, true) => "1 job".to_owned(),
+                (n, true) => format!("{} jobs", thousands(n)),
+                (n, false) => format!("{} or more jobs", thousands(n)),
+            };
+            (
+                list.jobs,
+                list.meta.next_cursor,
+                list.meta.prev_cursor,
+                total,
+                unknown,
+            )
+        }
         // A filter the API refuses is shown beside the form, with its field.
         Err(err) if err.status.is_client_error() => {
             let field = err.field.map(|f| format!("{f}: ")).unwrap_or_default();
-            (Vec::new(), None, Some(format!("{field}{}", err.message)))
+            (
+                Vec::new(),
+                None,
+                None,
+                String::new(),
+                Some(format!("{field}{}", err.message)),
+            )
         }
         Err(err) => return error_page(err),
     };
+    let filtered = [
+        ("state", &filters.state),
+        ("tenant", &filters.tenant),
+        ("label", &filters.label),
+        ("name containing", &filters.name),
+    ]
+    .iter()
+    .filter(|(_, v)| !v.is_empty())
+    .map(|(k, v)| format!("{k} {v}"))
+    .collect::<Vec<_>>()
+    .join(", ");
     let rows = match rows(&state, views).await {
         Ok(rows) => rows,
         Err(err) => return error_page(err),
     };
-    let next = next.map(|cursor| {
+    let link = |cursor: Option<String>| {
         let mut query: Vec<(String, String)> = forwarded
-            .into_iter()
+            .iter()
             .filter(|(k, _)| k != "cursor")
+            .cloned()
             .collect();
-        query.push(("cursor".to_owned(), cursor));
-        format!(
-            "/jobs?{}",
-            serde_urlencoded::to_string(query).unwrap_or_default()
-        )
-    });
+        query.extend(cursor.map(|c| ("cursor".to_owned(), c)));
+        if query.is_empty() {
+            "/jobs".to_owned()
+        } else {
+            format!(
+                "/jobs?{}",
+                serde_urlencoded::to_string(query).unwrap_or_default()
+            )
+        }
+    };
+    let newest = prev.is_some().then(|| link(None));
     render(&JobsPage {
         layout: session.layout("jobs"),
         rows,
         filters,
         states: JobState::ALL.iter().map(|s| s.as_str()).collect(),
-        next,
+        next: next.map(|c| link(Some(c))),
+        newer: prev.map(|c| link(Some(c))),
+        newest,
+        total,
+        filtered,
         error,
     })
 }
@@ -196,4 +250,28 @@ pub(crate) async fn rows(
             }
         })
         .collect())
+}
+
+/// `12345` as `12,345`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn thousands_are_grouped() {
+        assert_eq!(super::thousands(0), "0");
+        assert_eq!(super::thousands(999), "999");
+        assert_eq!(super::thousands(1000), "1,000");
+        assert_eq!(super::thousands(1234567), "1,234,567");
+    }
 }

@@ -42,6 +42,24 @@ async function api(method, path, body) {
   return json;
 }
 
+// A message for the next page load (an action's outcome, said after the reload that shows it).
+function flash(message) {
+  try { sessionStorage.setItem("drover-flash", message); } catch (_) { /* storage refused */ }
+}
+
+function showFlash() {
+  let message = null;
+  try {
+    message = sessionStorage.getItem("drover-flash");
+    sessionStorage.removeItem("drover-flash");
+  } catch (_) { return; }
+  const toast = document.getElementById("toast");
+  if (!message || !toast) return;
+  toast.textContent = message;
+  toast.classList.add("shown");
+  setTimeout(() => toast.classList.remove("shown"), 10000);
+}
+
 function showError(message) {
   const el = document.getElementById("action-error");
   if (el) el.textContent = message;
@@ -209,9 +227,18 @@ function jobPage() {
     resume: `/api/v1/jobs/${id}/resume`,
     checkpoint: `/api/v1/jobs/${id}/checkpoint`,
   };
+  // What each action did, said after the page reloads.
+  const done = {
+    cancel: () => "Cancelled.",
+    pause: () => "Pausing: its tasks checkpoint and stop, and its GPUs go back to the cluster.",
+    resume: () => "Resumed: the job is queued again and carries on from its last checkpoint.",
+    checkpoint: (reply) => `Asked ${reply.tasks} running task${reply.tasks === 1 ? "" : "s"} to write a checkpoint now; it is listed under Checkpoints once written.`,
+  };
   document.querySelectorAll("button[data-action]").forEach((button) => {
     button.addEventListener("click", () => confirmed(button, async () => {
-      await api("POST", paths[button.dataset.action], {});
+      const action = button.dataset.action;
+      const reply = await api("POST", paths[action], {});
+      flash(done[action](reply));
       location.reload();
     }));
   });
@@ -226,7 +253,13 @@ function jobPage() {
         body.ps = { min: Number(value("ps_min") || 0), max: Number(value("ps_max") || value("ps_min") || 0) };
       }
       confirmed(button, async () => {
-        await api("POST", `/api/v1/jobs/${id}/resize`, body);
+        const reply = await api("POST", `/api/v1/jobs/${id}/resize`, body);
+        const span = (r) => (r.min === r.max ? `${r.min}` : `${r.min}–${r.max}`);
+        const ps = body.ps ? `, PS ${span(body.ps)}` : "";
+        const when = reply.job && reply.job.state === "running"
+          ? "The scheduler rescales it at its next round, through a checkpoint."
+          : "The scheduler uses the new ranges when it places the job.";
+        flash(`Resized to workers ${span(body.workers)}${ps}. ${when}`);
         location.reload();
       });
     });
@@ -369,6 +402,7 @@ function submitPage() {
 document.addEventListener("DOMContentLoaded", () => {
   localTimes();
   setInterval(() => localTimes(), 30000);
+  showFlash();
   login();
   sortable();
   jobsList();

@@ -584,6 +584,12 @@ async fn checkpoint_now_on_a_command_job_says_what_it_sends() {
         page.contains("SIGUSR1") && page.contains("terminated"),
         "{page}"
     );
+    // The resize form starts from the job's ranges and says them (it started empty).
+    assert!(page.contains("Now workers 1, PS 0."), "{page}");
+    assert!(
+        page.contains(r#"name="workers_max" min="1" max="1024" required size="4" value="1""#),
+        "{page}"
+    );
 }
 
 /// A job that arrives between the jobs page's render and its stream's connection is on the stream's
@@ -888,7 +894,7 @@ async fn the_whole_log_pages_back_searches_and_hides_metric_lines() {
             .split('"')
             .next()
             .unwrap()
-            .replace("&amp;", "&")
+            .replace("&#38;", "&")
     };
     let earlier = site.get(&link(body, "← Earlier"), &session).await.body;
     assert!(earlier.contains("line 0644 of the job"), "{earlier}");
@@ -950,4 +956,57 @@ async fn the_whole_log_pages_back_searches_and_hides_metric_lines() {
     // Another tenant's member: no such job.
     let bob = site.sign_in(&bob).await;
     assert_eq!(site.get(&logs, &bob).await.status, StatusCode::NOT_FOUND);
+}
+
+/// The jobs list says how many jobs match, pages back to newer jobs as well as on to older ones,
+/// and names a filter it does not know (it listed every job under "No jobs match." or silently).
+#[tokio::test]
+async fn the_jobs_list_counts_pages_both_ways_and_names_unknown_filters() {
+    let (site, [ada, _, _]) = Site::new().await;
+    let session = site.sign_in(&ada).await;
+    for name in ["first-job", "second-job", "third-job"] {
+        site.submit(&session, &JOB.replace("NAME", name)).await;
+    }
+    let link = |body: &str, text: &str| -> String {
+        let end = body
+            .find(text)
+            .unwrap_or_else(|| panic!("no `{text}`: {body}"));
+        let start = body[..end].rfind("href=\"").unwrap() + 6;
+        body[start..end]
+            .split('"')
+            .next()
+            .unwrap()
+            .replace("&#38;", "&")
+    };
+    let newest = site.get("/jobs?limit=2", &session).await.body;
+    assert!(newest.contains("3 jobs; newest first."), "{newest}");
+    assert!(newest.contains("third-job") && newest.contains("second-job"));
+    assert!(!newest.contains("first-job") && !newest.contains("Newer jobs"));
+    let older = site
+        .get(&link(&newest, "Older jobs →"), &session)
+        .await
+        .body;
+    assert!(
+        older.contains("first-job") && !older.contains("third-job"),
+        "{older}"
+    );
+    assert!(!older.contains("Older jobs →"), "the last page");
+    let newer = site.get(&link(&older, "← Newer jobs"), &session).await.body;
+    assert!(
+        newer.contains("third-job") && newer.contains("second-job"),
+        "{newer}"
+    );
+    assert!(!newer.contains("first-job"), "{newer}");
+    assert!(older.contains("⇤ Newest jobs"), "{older}");
+
+    let named = site.get("/jobs?name=second", &session).await.body;
+    assert!(
+        named.contains("1 job with name containing second"),
+        "{named}"
+    );
+    let unknown = site.get("/jobs?status=running", &session).await.body;
+    assert!(
+        unknown.contains("unknown filter `status` (the filters are state, tenant, label and name)"),
+        "{unknown}"
+    );
 }

@@ -4,7 +4,7 @@ use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::extract::{Body, PathParam, QueryPairs};
 use crate::paging::ListMeta;
 use crate::state::AppState;
-use crate::views::{EventList, EventView, JobEnvelope, JobList, JobView};
+use crate::views::{EventList, EventView, JobEnvelope, JobList, JobListMeta, JobView};
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -194,7 +194,7 @@ pub fn job_view(detail: drover_service::jobs::JobDetail) -> JobView {
         ("tenant" = Option<String>, Query, description = "Only this tenant's jobs: cluster administrators any tenant's, others only their own",
          max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1 to 500 (default 50)"),
-        ("cursor" = Option<String>, Query, pattern = "^[-A-Za-z0-9_]{21}[AQgw]$", description = "`meta.next_cursor` of the previous page"),
+        ("cursor" = Option<String>, Query, pattern = "^([-A-Za-z0-9_]{21}[AQgw]|[-A-Za-z0-9_]{22}[AEIMQUYcgkosw048])$", description = "`meta.next_cursor` for the next (older) page, `meta.prev_cursor` for the page before (newer)"),
         ("name" = Option<String>, Query, max_length = 253, description = "Only jobs whose name contains this text (at most 253 characters)"),
     ),
     responses(
@@ -247,24 +247,36 @@ pub async fn list_page(
         }
     }
     if let Some(cursor) = query.get("cursor") {
-        filter.before = Some(decode_cursor(cursor).ok_or_else(|| {
-            ApiError::bad_request(
-                "cursor",
-                "not a cursor this server issued; pass meta.next_cursor unchanged",
-            )
-        })?);
+        match decode_cursor(cursor) {
+            Some(Cursor::Older(id)) => filter.before = Some(id),
+            Some(Cursor::Newer(id)) => filter.after = Some(id),
+            None => {
+                return Err(ApiError::bad_request(
+                    "cursor",
+                    "not a cursor this server issued; pass meta.next_cursor or meta.prev_cursor unchanged",
+                ));
+            }
+        }
     }
     let scope =
         drover_service::auth::tenant_scope(state, principal, query.get("tenant"), "jobs").await?;
-    let (jobs, more) = drover_service::jobs::list(state, scope, &filter).await?;
-    let next_cursor = if more {
-        jobs.last().map(|job| encode_cursor(job.id))
-    } else {
-        None
-    };
+    let page = drover_service::jobs::list(state, scope, &filter).await?;
+    let next_cursor = page
+        .older
+        .then(|| page.jobs.last().map(|job| encode_cursor(job.id)))
+        .flatten();
+    let prev_cursor = page
+        .newer
+        .then(|| page.jobs.first().map(|job| encode_newer_cursor(job.id)))
+        .flatten();
     Ok(JobList {
-        jobs: jobs.into_iter().map(JobView::from).collect(),
-        meta: ListMeta { next_cursor },
+        jobs: page.jobs.into_iter().map(JobView::from).collect(),
+        meta: JobListMeta {
+            next_cursor,
+            prev_cursor,
+            total: page.total,
+            total_exact: page.total < u64::from(drover_service::jobs::MAX_COUNTED),
+        },
     })
 }
 
@@ -298,13 +310,36 @@ fn parse_label_selector<'a>(
     Ok(labels)
 }
 
+/// A list cursor: the jobs older than a job (the next page), or the nearest newer (the page before).
+enum Cursor {
+    Older(JobId),
+    Newer(JobId),
+}
+
+/// A marker byte before the job's id says a cursor goes towards newer jobs.
+const NEWER: u8 = 1;
+
 pub fn encode_cursor(id: JobId) -> String {
     URL_SAFE_NO_PAD.encode(id.0.as_bytes())
 }
 
-fn decode_cursor(cursor: &str) -> Option<JobId> {
+fn encode_newer_cursor(id: JobId) -> String {
+    let mut bytes = Vec::with_capacity(17);
+    bytes.push(NEWER);
+    bytes.extend_from_slice(id.0.as_bytes());
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn decode_cursor(cursor: &str) -> Option<Cursor> {
     let bytes = URL_SAFE_NO_PAD.decode(cursor).ok()?;
-    uuid::Uuid::from_slice(&bytes).ok().map(JobId)
+    match bytes.as_slice() {
+        [NEWER, id @ ..] if id.len() == 16 => uuid::Uuid::from_slice(id)
+            .ok()
+            .map(|u| Cursor::Newer(JobId(u))),
+        id => uuid::Uuid::from_slice(id)
+            .ok()
+            .map(|u| Cursor::Older(JobId(u))),
+    }
 }
 
 /// Every state change of a job, oldest first, with its reason.

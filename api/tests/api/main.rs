@@ -524,6 +524,29 @@ async fn pages_follow_the_cursor() {
     }
     assert_eq!(pages, 3);
     assert_eq!(names, ["job-4", "job-3", "job-2", "job-1", "job-0"]);
+    // Every page counts the whole list; the last page leads back to the newer jobs.
+    let last = app.get(&uri, ADMIN_TOKEN).await;
+    assert_eq!(last.body["meta"]["total"], 5, "{}", last.body);
+    assert_eq!(last.body["meta"]["total_exact"], true);
+    let prev = last.body["meta"]["prev_cursor"].as_str().unwrap();
+    let back = app
+        .get(&format!("/api/v1/jobs?limit=2&cursor={prev}"), ADMIN_TOKEN)
+        .await;
+    let back_names: Vec<&str> = back.body["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(back_names, ["job-2", "job-1"], "{}", back.body);
+    assert!(back.body["meta"]["prev_cursor"].is_string());
+    assert!(back.body["meta"]["next_cursor"].is_string());
+    let first = app.get("/api/v1/jobs?limit=2", ADMIN_TOKEN).await;
+    assert!(
+        first.body["meta"]["prev_cursor"].is_null(),
+        "{}",
+        first.body
+    );
 }
 
 #[tokio::test]

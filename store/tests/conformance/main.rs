@@ -375,6 +375,43 @@ async fn listing_filters_and_paginates(db: &TestDb) {
     let mut newest_first = ids.clone();
     newest_first.reverse();
     assert_eq!(seen, newest_first);
+    // Back towards the newest: the 3 nearest newer than a job, still newest first.
+    let newer = store
+        .list_jobs(
+            Scope::Tenant(vision.id),
+            &JobFilter {
+                after: Some(ids[1]),
+                limit: 3,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        newer.iter().map(|job| job.id).collect::<Vec<_>>(),
+        [ids[4], ids[3], ids[2]]
+    );
+    // Counted whole (the window left aside), and up to a ceiling.
+    let counted = |filter: JobFilter, at_most: u32| async move {
+        store
+            .count_jobs(Scope::Tenant(vision.id), &filter, at_most)
+            .await
+            .unwrap()
+    };
+    let odd_only = JobFilter {
+        labels: BTreeMap::from([("team".to_owned(), "odd".to_owned())]),
+        before: Some(ids[2]),
+        limit: 1,
+        ..Default::default()
+    };
+    assert_eq!(counted(JobFilter::default(), 100).await, 7);
+    assert_eq!(counted(JobFilter::default(), 5).await, 5);
+    assert_eq!(counted(odd_only, 100).await, 3);
+    let named = JobFilter {
+        name_contains: Some("job-1".into()),
+        ..Default::default()
+    };
+    assert_eq!(counted(named, 100).await, 1);
     let odd = BTreeMap::from([("team".to_owned(), "odd".to_owned())]);
     let jobs = store
         .list_jobs(
