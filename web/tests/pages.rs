@@ -23,6 +23,19 @@ struct Site {
     app: Router,
 }
 
+/// Where the link whose text starts at `text` in `body` leads (the `href` before it, unescaped).
+fn link_to(body: &str, text: &str) -> String {
+    let end = body
+        .find(text)
+        .unwrap_or_else(|| panic!("no `{text}`: {body}"));
+    let start = body[..end].rfind("href=\"").unwrap() + 6;
+    body[start..end]
+        .split('"')
+        .next()
+        .unwrap()
+        .replace("&#38;", "&")
+}
+
 /// The job a submission's redirect (`/jobs/{id}`) names.
 fn job_of(answer: &Answer) -> drover_core::JobId {
     drover_core::JobId(
@@ -885,22 +898,14 @@ async fn the_whole_log_pages_back_searches_and_hides_metric_lines() {
     );
     assert!(body.contains("The newest 500 lines."), "{body}");
     assert!(body.contains("class=\"log-stderr\""), "stderr marked");
-    let link = |body: &str, text: &str| -> String {
-        let end = body
-            .find(text)
-            .unwrap_or_else(|| panic!("no `{text}`: {body}"));
-        let start = body[..end].rfind("href=\"").unwrap() + 6;
-        body[start..end]
-            .split('"')
-            .next()
-            .unwrap()
-            .replace("&#38;", "&")
-    };
-    let earlier = site.get(&link(body, "← Earlier"), &session).await.body;
+    let earlier = site.get(&link_to(body, "← Earlier"), &session).await.body;
     assert!(earlier.contains("line 0644 of the job"), "{earlier}");
     assert!(!earlier.contains("line 1199 of the job"));
     assert!(earlier.contains("Later →"), "{earlier}");
-    let first = site.get(&link(body, "⇤ First lines"), &session).await.body;
+    let first = site
+        .get(&link_to(body, "⇤ First lines"), &session)
+        .await
+        .body;
     assert!(first.contains("line 0000 of the job") && first.contains("The first 500 lines."));
 
     // A search (ASCII case ignored), its matches marked; metric lines on request.
@@ -967,23 +972,12 @@ async fn the_jobs_list_counts_pages_both_ways_and_names_unknown_filters() {
     for name in ["first-job", "second-job", "third-job"] {
         site.submit(&session, &JOB.replace("NAME", name)).await;
     }
-    let link = |body: &str, text: &str| -> String {
-        let end = body
-            .find(text)
-            .unwrap_or_else(|| panic!("no `{text}`: {body}"));
-        let start = body[..end].rfind("href=\"").unwrap() + 6;
-        body[start..end]
-            .split('"')
-            .next()
-            .unwrap()
-            .replace("&#38;", "&")
-    };
     let newest = site.get("/jobs?limit=2", &session).await.body;
     assert!(newest.contains("3 jobs; newest first."), "{newest}");
     assert!(newest.contains("third-job") && newest.contains("second-job"));
     assert!(!newest.contains("first-job") && !newest.contains("Newer jobs"));
     let older = site
-        .get(&link(&newest, "Older jobs →"), &session)
+        .get(&link_to(&newest, "Older jobs →"), &session)
         .await
         .body;
     assert!(
@@ -991,7 +985,10 @@ async fn the_jobs_list_counts_pages_both_ways_and_names_unknown_filters() {
         "{older}"
     );
     assert!(!older.contains("Older jobs →"), "the last page");
-    let newer = site.get(&link(&older, "← Newer jobs"), &session).await.body;
+    let newer = site
+        .get(&link_to(&older, "← Newer jobs"), &session)
+        .await
+        .body;
     assert!(
         newer.contains("third-job") && newer.contains("second-job"),
         "{newer}"
