@@ -82,6 +82,7 @@ impl Site {
                 finished_at: now,
                 duration_us: 1234,
                 waiting: Vec::new(),
+                free: None,
             })
             .await
             .unwrap();
@@ -461,10 +462,25 @@ async fn the_queue_says_why_where_and_when() {
             policy: "drover".into(),
             finished_at: now,
             duration_us: 900,
-            waiting: vec![
-                (first, "lower_priority".into()),
-                (second, "lower_priority".into()),
-            ],
+            waiting: [first, second]
+                .into_iter()
+                .map(|job| drover_store::WaitingJob {
+                    needs: Some(drover_store::Needs {
+                        gpus: 2,
+                        cpus: 2,
+                        memory_gb: 4,
+                    }),
+                    ..drover_store::WaitingJob::new(job, "lower_priority")
+                })
+                .collect(),
+            // One of the node's two GPUs free once the round's plan was carried out.
+            free: Some(drover_store::RoundFree {
+                gpus: 1,
+                total_gpus: 2,
+                cpus: 6,
+                total_cpus: 8,
+                memory_gb: 60,
+            }),
         })
         .await
         .unwrap();
@@ -496,6 +512,11 @@ async fn the_queue_says_why_where_and_when() {
     );
     assert!(!queue.contains("lower priority"), "{queue}");
     assert!(queue.contains("1 job ahead of it"), "{queue}");
+    // With the numbers: what its smallest shape needs, and what the round left free.
+    assert!(
+        queue.contains("; it needs 2 GPUs, 1 of 2 GPUs are free"),
+        "{queue}"
+    );
     assert!(queue.contains("now (overdue)"), "{queue}");
     assert!(queue.contains("Jobs 1–3 of 3."), "{queue}");
     let rows = queue.split("<tr>").filter(|r| r.contains("/jobs/")).count();
@@ -656,7 +677,8 @@ async fn pages_are_scoped_to_the_tenant_and_buttons_to_the_role() {
             policy: "drover".into(),
             finished_at: chrono::Utc::now(),
             duration_us: 900,
-            waiting: vec![(job, "insufficient_resources".into())],
+            waiting: vec![drover_store::WaitingJob::new(job, "insufficient_resources")],
+            free: None,
         })
         .await
         .unwrap();
