@@ -348,7 +348,19 @@ async fn signing_in_and_out((site, [ada, _, _]): (Site, [String; 3])) {
     }
     // The leader's records, read back: the round; the tenants' GPU-hours come from the accounting
     // ledger (no allocation yet: none), lent GPUs from the last sample (alpha has no guarantee).
-    assert!(site.get("/", &session).await.body.contains("1.2 ms"));
+    let overview = site.get("/", &session).await.body;
+    assert!(overview.contains("1.2 ms"));
+    // CPUs as well as GPUs; on a cluster three minutes old the chart spans the last hour, not a day
+    // (in which its samples were a sliver).
+    assert!(
+        overview.contains("CPUs in use") && overview.contains(r#"id="cpus-in-use">0 / 0<"#),
+        "{overview}"
+    );
+    assert!(
+        overview.contains("GPUs over the last hour")
+            && overview.contains("GPUs in use and in total over the last hour"),
+        "{overview}"
+    );
     let tenants = site.get("/tenants", &session).await.body;
     assert!(
         tenants.contains("GPU-hours allocated, 7 days")
