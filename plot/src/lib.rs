@@ -194,25 +194,52 @@ fn whole_ticks(lo: f64, hi: f64, count: usize) -> Vec<f64> {
 }
 
 /// Powers of ten within `[lo, hi]` (both already log10).
-fn decades(lo: f64, hi: f64) -> Vec<f64> {
-    (lo.floor() as i64..=hi.ceil() as i64)
+/// Ticks of a log axis, in log10 units between `lo` and `hi`: the powers of ten; where fewer than
+/// two fall inside, also 2× and 5× them; within a factor of a few, round values between the ends.
+/// Each is labelled with its value, never its exponent.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let within = |t: &f64| (lo..=hi).contains(t);
+    let decades: Vec<f64> = (lo.floor() as i64..=hi.ceil() as i64)
         .map(|e| e as f64)
-        .filter(|e| (lo..=hi).contains(e))
+        .filter(within)
+        .collect();
+    if decades.len() >= 2 {
+        return decades;
+    }
+    let steps: Vec<f64> = (lo.floor() as i64..=hi.ceil() as i64)
+        .flat_map(|e| [1.0f64, 2.0, 5.0].map(|m| e as f64 + m.log10()))
+        .filter(within)
+        .collect();
+    if steps.len() >= 2 {
+        return steps;
+    }
+    ticks(10f64.powf(lo), 10f64.powf(hi), 4)
+        .into_iter()
+        .filter(|v| *v > 0.0)
+        .map(f64::log10)
+        .filter(within)
         .collect()
 }
 
+/// A tick's label: round numbers without trailing zeros (`0.5`, `0.001`, `12.25`), far ones in
+/// scientific notation.
 fn number(value: f64) -> String {
     let magnitude = value.abs();
-    if value == 0.0 {
-        "0".to_owned()
+    let text = if value == 0.0 {
+        return "0".to_owned();
     } else if !(1e-3..1e6).contains(&magnitude) {
-        format!("{value:.1e}")
+        return format!("{value:.1e}");
     } else if magnitude >= 100.0 || value.fract() == 0.0 {
         format!("{value:.0}")
     } else if magnitude >= 1.0 {
         format!("{value:.2}")
     } else {
         format!("{value:.3}")
+    };
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        text
     }
 }
 
@@ -423,7 +450,7 @@ impl Chart<'_> {
                 .iter()
                 .map(|(v, label)| (scaled(self.log_y, *v), label.clone()))
                 .collect(),
-            None if self.log_y => decades(y_lo, y_hi)
+            None if self.log_y => log_ticks(y_lo, y_hi)
                 .into_iter()
                 .map(|t| (t, number(10f64.powf(t))))
                 .collect(),
@@ -451,7 +478,7 @@ impl Chart<'_> {
                 .iter()
                 .map(|(v, label)| (scaled(self.log_x, *v), label.clone()))
                 .collect(),
-            (None, _) if self.log_x => decades(x_lo, x_hi)
+            (None, _) if self.log_x => log_ticks(x_lo, x_hi)
                 .into_iter()
                 .map(|t| (t, number(10f64.powf(t))))
                 .collect(),
@@ -514,6 +541,21 @@ impl Chart<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_axis_is_labelled_in_values_at_any_span() {
+        let values = |lo: f64, hi: f64| -> Vec<String> {
+            log_ticks(lo.log10(), hi.log10())
+                .into_iter()
+                .map(|t| number(10f64.powf(t)))
+                .collect()
+        };
+        assert_eq!(values(0.0002, 0.1), ["0.001", "0.01", "0.1"]);
+        // Within one decade: 2× and 5× as well.
+        assert_eq!(values(0.0015, 0.03), ["0.002", "0.005", "0.01", "0.02"]);
+        // Within a factor of three: round values between the ends.
+        assert!(values(0.0021, 0.0058).len() >= 2, "{:?}", values(0.0021, 0.0058));
+    }
 
     #[test]
     fn a_count_axis_has_whole_ticks_only() {
