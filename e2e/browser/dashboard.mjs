@@ -86,6 +86,7 @@ spec:
   parameters:
     x: {type: double, min: 0, max: 1}
     y: {type: log_uniform, min: 0.001, max: 1}
+    optimizer: {type: categorical, values: [sgd, adamw]}
   metric: {name: score, goal: minimize}
   searcher: {type: random}
   budget: {max_trials: 4, max_concurrent_trials: 2}
@@ -251,8 +252,17 @@ try {
   assert.equal(values.length, 4, "every trial is listed");
   assert.deepEqual(values, [...values].sort((a, b) => a - b), "sorted by the metric, lowest (best) first");
   assert.ok((await page.textContent("#trials tbody tr:first-child")).includes("(best)"), "the best trial leads");
-  assert.equal(await page.locator("figure.chart-box svg").count(), 4, "best so far, curves, a scatter per parameter");
-  assert.equal(await page.locator("section[aria-labelledby=scatter-title] circle").count(), 8, "each trial a dot on each scatter");
+  assert.equal(await page.locator("figure.chart-box svg").count(), 5, "best so far, curves, a scatter per parameter");
+  assert.equal(await page.locator("section[aria-labelledby=scatter-title] circle").count(), 12, "each trial a dot on each scatter");
+  // The categorical parameter's scatter names its choices on the axis; the log-uniform one its values.
+  const scatterText = await page.textContent("section[aria-labelledby=scatter-title]");
+  assert.ok(scatterText.includes("sgd") && scatterText.includes("adamw"), scatterText);
+  assert.ok(!scatterText.includes("log10"), "log axes in the parameter's values");
+  // A column per parameter, each sorting the trials by it.
+  assert.deepEqual(await page.$$eval("#trials th.param", (th) => th.map((h) => h.textContent.trim())), ["optimizer", "x", "y"]);
+  await page.click("#trials th.param:nth-of-type(6) button.sort");
+  const xs = await page.$$eval("#trials tbody tr td:nth-child(6)", (cells) => cells.map((c) => Number(c.dataset.sort)));
+  assert.deepEqual(xs, [...xs].sort((a, b) => a - b), "sorted by x");
   assert.equal(await page.locator("section[aria-labelledby=curves-title] circle").count(), 4, "a one-step curve shows as a dot");
   await accessible(page, "experiment");
   await shoot(page, "experiment");
