@@ -221,6 +221,27 @@ fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
         .collect()
 }
 
+/// Points of a line a page chart gives a hover target, at most.
+const HOVER_POINTS: usize = 200;
+
+/// A value as a tooltip says it: 4 significant digits, scientific far from 1.
+fn precise(value: f64) -> String {
+    let magnitude = value.abs();
+    if value == 0.0 {
+        "0".to_owned()
+    } else if !(1e-4..1e7).contains(&magnitude) {
+        format!("{value:.3e}")
+    } else {
+        let decimals = (3 - magnitude.log10().floor() as i32).clamp(0, 8) as usize;
+        let text = format!("{value:.decimals$}");
+        if text.contains('.') {
+            text.trim_end_matches('0').trim_end_matches('.').to_owned()
+        } else {
+            text
+        }
+    }
+}
+
 /// A tick's label: round numbers without trailing zeros (`0.5`, `0.001`, `12.25`), far ones in
 /// scientific notation.
 fn number(value: f64) -> String {
@@ -413,9 +434,14 @@ impl Chart<'_> {
                     r#"<g fill="{colour}" data-series="{}">"#,
                     escape(&s.name)
                 );
+                // Each dot says its values on hover.
                 for p in &s.points {
                     let (x, y) = point(p);
-                    let _ = write!(out, r#"<circle cx="{x:.1}" cy="{y:.1}" r="3.5"/>"#);
+                    let _ = write!(
+                        out,
+                        r#"<circle cx="{x:.1}" cy="{y:.1}" r="3.5"><title>{}</title></circle>"#,
+                        escape(&self.hover_text(&s.name, *p))
+                    );
                 }
                 out.push_str("</g>");
                 continue;
@@ -439,9 +465,39 @@ impl Chart<'_> {
                 );
             }
         }
+        // On a page, a line's points say their values on hover (the browser's own tooltip): an
+        // invisible target at up to HOVER_POINTS of each line's points.
+        if inline_style.is_none() && !self.markers {
+            out.push_str(r#"<g class="hit">"#);
+            for s in &series {
+                let every = s.points.len().div_ceil(HOVER_POINTS).max(1);
+                for p in s.points.iter().step_by(every) {
+                    let (x, y) = point(p);
+                    let _ = write!(
+                        out,
+                        r#"<rect x="{:.1}" y="{:.1}" width="8" height="8"><title>{}</title></rect>"#,
+                        x - 4.0,
+                        y - 4.0,
+                        escape(&self.hover_text(&s.name, *p))
+                    );
+                }
+            }
+            out.push_str("</g>");
+        }
         self.legend(&mut out, &series, top);
         out.push_str("</svg>");
         out
+    }
+
+    /// What a point says on hover: where it is on the x axis, its series and its value.
+    fn hover_text(&self, series: &str, (x, y): (f64, f64)) -> String {
+        let at = match self.x {
+            XAxis::Steps => format!("step {}", x.round()),
+            XAxis::Trials => format!("trial {}", x.round()),
+            XAxis::HoursAgo => format!("{} h ago", precise(-x / 3600.0)),
+            XAxis::Named(name) => format!("{name} {}", precise(x)),
+        };
+        format!("{at}: {series} {}", precise(y))
     }
 
     fn y_grid(&self, out: &mut String, y_lo: f64, y_hi: f64, sy: &impl Fn(f64) -> f64) {
@@ -541,6 +597,28 @@ impl Chart<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_page_chart_says_its_points_values_on_hover() {
+        let chart = Chart::new(
+            "loss",
+            XAxis::Steps,
+            "loss",
+            vec![Series {
+                name: "loss".into(),
+                points: (0..1000).map(|i| (i as f64, 1.0 / (i as f64 + 1.0))).collect(),
+            }],
+        );
+        let svg = chart.svg();
+        assert!(svg.contains("<title>step 0: loss 1</title>"), "{svg}");
+        let targets = svg.matches("<rect").count();
+        assert!((100..=HOVER_POINTS).contains(&targets), "{targets}");
+        assert_eq!(svg.matches("<title>step ").count(), targets);
+        // A file has no hover targets.
+        assert!(!chart.standalone_svg().contains("<title>step"));
+        assert_eq!(precise(0.000_123_456), "0.0001235");
+        assert_eq!(precise(1234.5678), "1235");
+    }
 
     #[test]
     fn a_log_axis_is_labelled_in_values_at_any_span() {
