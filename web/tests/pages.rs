@@ -867,6 +867,21 @@ async fn a_long_series_is_drawn_whole(db: TestDb) {
         .get(&format!("/jobs/{}/chart?metrics=loss", job.0), &session)
         .await;
     assert!(chart.body.contains(">80</text>"), "{}", chart.body);
+    // A second metric gets a chart and an axis of its own (a tiny learning rate was flat under the
+    // loss on a shared axis), and each line says its values on hover.
+    let lr = NewMetrics {
+        values: vec![("lr".into(), 0.0003)],
+        step: 3001,
+        ..metrics
+    };
+    store.record_metrics(&lr).await.unwrap();
+    let both = site
+        .get(&format!("/jobs/{}/chart?metrics=loss,lr", job.0), &session)
+        .await
+        .body;
+    assert_eq!(both.matches("<svg").count(), 2, "{both}");
+    assert!(both.contains("the job&#39;s lr by step") || both.contains("the job's lr by step"), "{both}");
+    assert!(both.contains(": lr 0.0003</title>"), "{both}");
 }
 
 #[tokio::test]
