@@ -358,6 +358,34 @@ try {
   assert.match(await page.textContent("#new-token-expiry"), /earlier than asked/);
   step("created a token");
 
+  // --- Administration: a tenant added, its quota changed (the form fills in the current one), a
+  // user added with a first token that signs in.
+  await page.fill("#tenant-form input[name=name]", "gamma");
+  await page.fill("#tenant-form input[name=guaranteed]", "2");
+  await page.fill("#tenant-form input[name=max]", "4");
+  await Promise.all([page.waitForEvent("load"), page.click("#tenant-form button")]);
+  assert.match(await page.textContent("#toast"), /Added tenant gamma: 2 GPUs guaranteed, at most 4\./);
+  assert.ok(await page.locator('tr[data-tenant="gamma"]').count() === 1, "the new tenant is listed");
+  await page.fill("#tenant-form input[name=name]", "gamma");
+  assert.equal(await page.inputValue("#tenant-form input[name=guaranteed]"), "2", "the current quota filled in");
+  await page.fill("#tenant-form input[name=guaranteed]", "1");
+  await Promise.all([page.waitForEvent("load"), page.click("#tenant-form button")]);
+  assert.match(await page.textContent("#toast"), /The quota of gamma: 1 GPUs guaranteed, at most 4\./);
+  assert.equal(((await rest(ADMIN, "GET", "/api/v1/tenants/gamma")).tenant.quota.guaranteed_gpus), 1);
+  await page.fill("#user-form input[name=name]", "grace");
+  await page.selectOption("#user-form select[name=tenant]", "gamma");
+  await page.selectOption("#user-form select[name=role]", "viewer");
+  await page.click("#user-form button");
+  await page.waitForFunction(() => !document.querySelector("#new-user").hidden);
+  assert.match(await page.textContent("#new-user-said"), /Added grace to gamma as viewer/);
+  const graceToken = (await page.textContent("#new-user-secret")).trim();
+  const me = await rest(graceToken, "GET", "/api/v1/me");
+  assert.equal(me.user.name, "grace");
+  assert.equal(me.user.tenant, "gamma");
+  await accessible(page, "tenants (administration)");
+  await shoot(page, "tenants-admin");
+  step("added a tenant, changed its quota and added a user who can sign in");
+
   // --- Another tenant's user: refused the admin tenant's job page, logs and checkpoints by URL.
   const other = await browser.newContext({ viewport: { width: 1280, height: 800 }, bypassCSP: true });
   const otherPage = await other.newPage();

@@ -385,11 +385,26 @@ struct TenantsPage {
     layout: Layout,
     tenants: Vec<TenantRow>,
     tokens: Vec<TokenRow>,
+    /// May create tenants and set quotas.
+    cluster_admin: bool,
+    /// May add users (a tenant's admin, to the tenant; a cluster administrator, anywhere).
+    manages_users: bool,
+    users: Vec<UserRow>,
+}
+
+#[derive(Debug)]
+struct UserRow {
+    name: String,
+    tenant: String,
+    role: String,
+    created: Time,
 }
 
 #[derive(Debug)]
 struct TenantRow {
     name: String,
+    /// Its quota as the REST API takes it, for the quota form (which keeps its quotas per model).
+    quota_json: String,
     guaranteed: u32,
     max: String,
     /// Its quota per GPU model, in words (`-` when it has none).
@@ -514,6 +529,7 @@ async fn tenants_page(state: &AppState, session: &Session) -> Result<TenantsPage
             let used = in_use.get(t.name.as_str()).copied().unwrap_or(0);
             TenantRow {
                 name: t.name.clone(),
+                quota_json: serde_json::to_string(&t.quota).unwrap_or_default(),
                 guaranteed: t.quota.guaranteed_gpus,
                 max: t
                     .quota
@@ -547,9 +563,32 @@ async fn tenants_page(state: &AppState, session: &Session) -> Result<TenantsPage
             revoked: t.revoked_at.is_some(),
         })
         .collect();
+    let user = &session.principal.user;
+    let manages_users = user.cluster_admin || user.role == drover_core::Role::Admin;
+    let users = if manages_users {
+        drover_service::users::list(state, &session.principal)
+            .await?
+            .into_iter()
+            .map(|u| UserRow {
+                role: if u.cluster_admin {
+                    format!("{} (cluster administrator)", u.role.as_str())
+                } else {
+                    u.role.as_str().to_owned()
+                },
+                name: u.name,
+                tenant: u.tenant_name,
+                created: timestamp(u.created_at),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     Ok(TenantsPage {
         layout: session.layout("tenants"),
         tenants,
         tokens,
+        cluster_admin: user.cluster_admin,
+        manages_users,
+        users,
     })
 }

@@ -798,6 +798,18 @@ async fn the_submit_form_shows_the_field_error_and_keeps_the_text() {
         "{}",
         wrong.body
     );
+    // An experiment submits from the same form and leads to its page (it was refused as "not a
+    // DroverJob"); one with a mistake keeps its text and names the field.
+    let experiment = include_str!("../../examples/experiments/digits-asha.yaml");
+    let answer = site.submit(&session, experiment).await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
+    assert!(answer.location.starts_with("/experiments/"), "{}", answer.location);
+    let page = site.get(&answer.location, &session).await;
+    assert!(page.body.contains("digits-asha"), "{}", page.body);
+    let bad_search = experiment.replacen("digits-asha", "digits-asha-2", 1).replacen("searcher:", "searcher_typo:", 1);
+    let refused = site.submit(&session, &bad_search).await;
+    assert!(refused.status.is_client_error(), "{}", refused.body);
+    assert!(refused.body.contains("searcher_typo"), "{}", refused.body);
 }
 
 /// A long series is gathered into step ranges by the database (SQLite and Postgres alike) and drawn
