@@ -362,6 +362,11 @@ async fn signing_in_and_out((site, [ada, _, _]): (Site, [String; 3])) {
         "{overview}"
     );
     let tenants = site.get("/tenants", &session).await.body;
+    // A member sees neither the tenant form (cluster administrators) nor the users (tenant admins).
+    assert!(
+        !tenants.contains("id=\"tenant-form\"") && !tenants.contains("id=\"user-form\""),
+        "{tenants}"
+    );
     assert!(
         tenants.contains("GPU-hours allocated, 7 days")
             && tenants.contains("<td>alpha</td><td>0</td><td>no limit</td><td>v100: at most 4</td><td>0</td><td>0</td><td>0.0</td><td>0.0</td><td>0.0</td><td>0.0</td>"),
