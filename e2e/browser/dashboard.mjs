@@ -312,6 +312,10 @@ try {
   step("a job's whole log followed, searched, filtered and downloaded");
 
   // --- Every page: accessible, screenshot, light and dark, desktop and phone width.
+  // Each node's CPU and memory use now, and a line of its CPU use over the last minutes.
+  await page.goto(`${URL}/nodes`);
+  assert.match(await page.textContent("section.node .use-now"), /CPU \d+% · memory [\d.]+ of [\d.]+ GB/);
+  assert.ok(await page.locator("section.node svg.spark").count() >= 1, "a CPU sparkline");
   for (const [name, route] of [["overview", "/"], ["jobs", "/jobs"], ["experiments", "/experiments"], ["queue", "/queue"], ["nodes", "/nodes"], ["tenants", "/tenants"]]) {
     const response = await page.goto(URL + route);
     assert.equal(response.status(), 200, `${route} answers`);

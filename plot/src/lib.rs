@@ -594,9 +594,58 @@ impl Chart<'_> {
     }
 }
 
+/// A small line of recent values between 0 and `max`, for a table or a summary line: no axes; what
+/// it shows is said by `label` (its accessible name and tooltip). Unknown values (`None`) leave gaps.
+pub fn sparkline(label: &str, values: &[Option<f64>], max: f64) -> String {
+    const W: f64 = 120.0;
+    const H: f64 = 24.0;
+    let mut out = format!(
+        r#"<svg class="spark" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{0}"><title>{0}</title><line class="grid" x1="0" x2="{W}" y1="{H}" y2="{H}"/>"#,
+        escape(label)
+    );
+    let step = if values.len() > 1 {
+        W / (values.len() - 1) as f64
+    } else {
+        0.0
+    };
+    let mut run = String::new();
+    let mut flush = |run: &mut String, out: &mut String| {
+        if run.matches(',').count() >= 2 {
+            let _ = write!(out, r#"<polyline fill="none" stroke="{}" stroke-width="1.5" points="{}"/>"#, COLOURS[0], run.trim_end());
+        } else if let Some((x, y)) = run.trim().split_once(',') {
+            let _ = write!(out, r#"<circle cx="{x}" cy="{y}" r="1.5" fill="{}"/>"#, COLOURS[0]);
+        }
+        run.clear();
+    };
+    for (i, value) in values.iter().enumerate() {
+        match value {
+            Some(v) if v.is_finite() && max > 0.0 => {
+                let y = H - (v / max).clamp(0.0, 1.0) * (H - 2.0) - 1.0;
+                let _ = write!(run, "{:.1},{y:.1} ", i as f64 * step);
+            }
+            _ => flush(&mut run, &mut out),
+        }
+    }
+    flush(&mut run, &mut out);
+    out.push_str("</svg>");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sparkline_draws_known_values_and_leaves_gaps() {
+        let svg = sparkline("CPU, last 15 min", &[Some(0.0), Some(0.5), None, Some(1.0), Some(1.0)], 1.0);
+        assert!(svg.contains(r#"aria-label="CPU, last 15 min""#), "{svg}");
+        // Two runs: a line of two points, then another of two.
+        assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
+        assert!(svg.contains("0.0,23.0 30.0,12.0"), "{svg}");
+        assert!(svg.contains("90.0,1.0 120.0,1.0"), "{svg}");
+        let lone = sparkline("x", &[None, Some(0.5), None], 1.0);
+        assert!(lone.contains("<circle"), "{lone}");
+    }
 
     #[test]
     fn a_page_chart_says_its_points_values_on_hover() {
