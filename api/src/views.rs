@@ -282,6 +282,38 @@ pub struct NodeView {
     pub tasks: Vec<crate::run_views::TaskView>,
     /// Per GPU, from the executor's last heartbeat (NVML); empty when unknown (CPU slots, demo GPUs).
     pub gpu_usage: Vec<GpuUsageView>,
+    /// The host's CPU and memory use from the executor's last heartbeat (the OS's); absent when
+    /// unknown (an older executor, or a replica that does not lead).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_usage: Option<HostUsageView>,
+    /// Recent use, oldest first: a point every 10 s at most, the last 15 minutes, from the leader's
+    /// memory (empty on a follower and after a restart).
+    pub history: Vec<UsagePointView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HostUsageView {
+    /// Busy share of all CPUs since the previous heartbeat, 0 to 1; absent when unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_utilization: Option<f64>,
+    pub memory_used_gb: f64,
+    pub memory_total_gb: f64,
+}
+
+/// A node's use at one moment; each value absent when unknown.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UsagePointView {
+    pub at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_utilization: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_used_gb: Option<f64>,
+    /// Mean of its GPUs' utilisation, 0 to 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_utilization: Option<f64>,
+    /// Summed over its GPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_used_gb: Option<f64>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -313,6 +345,8 @@ impl From<Node> for NodeView {
             created_at: node.created_at,
             tasks: Vec::new(),
             gpu_usage: Vec::new(),
+            host_usage: None,
+            history: Vec::new(),
         }
     }
 }

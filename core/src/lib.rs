@@ -31,6 +31,7 @@ pub mod validate;
 pub mod yaml_budget;
 
 pub use ids::{ExperimentId, JobId, TenantId, TokenId, UserId};
+pub use parse::declares_kind;
 pub use spec::{DroverJob, JobSpec, SpecError};
 pub use state::{IllegalTransition, JobState, ReasonCode};
 pub use tenancy::Role;

@@ -43,11 +43,13 @@ fn within_size(document: &impl serde::Serialize, what: &str) -> Result<(), SpecE
     Ok(())
 }
 
-/// When a document that does not parse says it is of kind `found` (not `expected`), the error says
-/// so, rather than naming the first field the other kind does not have.
-fn wrong_kind(bytes: &[u8], found: &str, expected: &str) -> Option<SpecError> {
-    let text = std::str::from_utf8(bytes).ok()?;
-    let says = text.lines().any(|line| {
+/// Whether a document's text says it is of `kind` (a `kind:` line in YAML, a `"kind"` member in
+/// JSON), without parsing it: which parser to give it to, or why it did not parse.
+pub fn declares_kind(bytes: &[u8], kind: &str) -> bool {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return false;
+    };
+    text.lines().any(|line| {
         let line = line.trim().trim_start_matches('{').trim();
         let rest = line
             .strip_prefix("kind:")
@@ -57,11 +59,16 @@ fn wrong_kind(bytes: &[u8], found: &str, expected: &str) -> Option<SpecError> {
             v.trim()
                 .trim_matches(|c| c == '"' || c == '\'' || c == ',')
                 .trim()
-                == found
+                == kind
         })
-    }) || text.contains(&format!("\"kind\":\"{found}\""))
-        || text.contains(&format!("\"kind\": \"{found}\""));
-    says.then(|| {
+    }) || text.contains(&format!("\"kind\":\"{kind}\""))
+        || text.contains(&format!("\"kind\": \"{kind}\""))
+}
+
+/// When a document that does not parse says it is of kind `found` (not `expected`), the error says
+/// so, rather than naming the first field the other kind does not have.
+fn wrong_kind(bytes: &[u8], found: &str, expected: &str) -> Option<SpecError> {
+    declares_kind(bytes, found).then(|| {
         let how = if found == EXPERIMENT_KIND {
             "submit it with `drover experiment submit` (POST /api/v1/experiments)"
         } else {

@@ -86,6 +86,7 @@ spec:
   parameters:
     x: {type: double, min: 0, max: 1}
     y: {type: log_uniform, min: 0.001, max: 1}
+    optimizer: {type: categorical, values: [sgd, adamw]}
   metric: {name: score, goal: minimize}
   searcher: {type: random}
   budget: {max_trials: 4, max_concurrent_trials: 2}
@@ -251,8 +252,17 @@ try {
   assert.equal(values.length, 4, "every trial is listed");
   assert.deepEqual(values, [...values].sort((a, b) => a - b), "sorted by the metric, lowest (best) first");
   assert.ok((await page.textContent("#trials tbody tr:first-child")).includes("(best)"), "the best trial leads");
-  assert.equal(await page.locator("figure.chart-box svg").count(), 4, "best so far, curves, a scatter per parameter");
-  assert.equal(await page.locator("section[aria-labelledby=scatter-title] circle").count(), 8, "each trial a dot on each scatter");
+  assert.equal(await page.locator("figure.chart-box svg").count(), 5, "best so far, curves, a scatter per parameter");
+  assert.equal(await page.locator("section[aria-labelledby=scatter-title] circle").count(), 12, "each trial a dot on each scatter");
+  // The categorical parameter's scatter names its choices on the axis; the log-uniform one its values.
+  const scatterText = await page.textContent("section[aria-labelledby=scatter-title]");
+  assert.ok(scatterText.includes("sgd") && scatterText.includes("adamw"), scatterText);
+  assert.ok(!scatterText.includes("log10"), "log axes in the parameter's values");
+  // A column per parameter, each sorting the trials by it.
+  assert.deepEqual(await page.$$eval("#trials th.param", (th) => th.map((h) => h.textContent.trim())), ["optimizer", "x", "y"]);
+  await page.click("#trials th.param:nth-of-type(6) button.sort");
+  const xs = await page.$$eval("#trials tbody tr td:nth-child(6)", (cells) => cells.map((c) => Number(c.dataset.sort)));
+  assert.deepEqual(xs, [...xs].sort((a, b) => a - b), "sorted by x");
   assert.equal(await page.locator("section[aria-labelledby=curves-title] circle").count(), 4, "a one-step curve shows as a dot");
   await accessible(page, "experiment");
   await shoot(page, "experiment");
@@ -302,6 +312,10 @@ try {
   step("a job's whole log followed, searched, filtered and downloaded");
 
   // --- Every page: accessible, screenshot, light and dark, desktop and phone width.
+  // Each node's CPU and memory use now, and a line of its CPU use over the last minutes.
+  await page.goto(`${URL}/nodes`);
+  assert.match(await page.textContent("section.node .use-now"), /CPU \d+% · memory [\d.]+ of [\d.]+ GB/);
+  assert.ok(await page.locator("section.node svg.spark").count() >= 1, "a CPU sparkline");
   for (const [name, route] of [["overview", "/"], ["jobs", "/jobs"], ["experiments", "/experiments"], ["queue", "/queue"], ["nodes", "/nodes"], ["tenants", "/tenants"]]) {
     const response = await page.goto(URL + route);
     assert.equal(response.status(), 200, `${route} answers`);
@@ -347,6 +361,34 @@ try {
   // Seven days were asked; the session caps it, and the page says so (it used to say nothing).
   assert.match(await page.textContent("#new-token-expiry"), /earlier than asked/);
   step("created a token");
+
+  // --- Administration: a tenant added, its quota changed (the form fills in the current one), a
+  // user added with a first token that signs in.
+  await page.fill("#tenant-form input[name=name]", "gamma");
+  await page.fill("#tenant-form input[name=guaranteed]", "2");
+  await page.fill("#tenant-form input[name=max]", "4");
+  await Promise.all([page.waitForEvent("load"), page.click("#tenant-form button")]);
+  assert.match(await page.textContent("#toast"), /Added tenant gamma: 2 GPUs guaranteed, at most 4\./);
+  assert.ok(await page.locator('tr[data-tenant="gamma"]').count() === 1, "the new tenant is listed");
+  await page.fill("#tenant-form input[name=name]", "gamma");
+  assert.equal(await page.inputValue("#tenant-form input[name=guaranteed]"), "2", "the current quota filled in");
+  await page.fill("#tenant-form input[name=guaranteed]", "1");
+  await Promise.all([page.waitForEvent("load"), page.click("#tenant-form button")]);
+  assert.match(await page.textContent("#toast"), /The quota of gamma: 1 GPUs guaranteed, at most 4\./);
+  assert.equal(((await rest(ADMIN, "GET", "/api/v1/tenants/gamma")).tenant.quota.guaranteed_gpus), 1);
+  await page.fill("#user-form input[name=name]", "grace");
+  await page.selectOption("#user-form select[name=tenant]", "gamma");
+  await page.selectOption("#user-form select[name=role]", "viewer");
+  await page.click("#user-form button");
+  await page.waitForFunction(() => !document.querySelector("#new-user").hidden);
+  assert.match(await page.textContent("#new-user-said"), /Added grace to gamma as viewer/);
+  const graceToken = (await page.textContent("#new-user-secret")).trim();
+  const me = await rest(graceToken, "GET", "/api/v1/me");
+  assert.equal(me.user.name, "grace");
+  assert.equal(me.user.tenant, "gamma");
+  await accessible(page, "tenants (administration)");
+  await shoot(page, "tenants-admin");
+  step("added a tenant, changed its quota and added a user who can sign in");
 
   // --- Another tenant's user: refused the admin tenant's job page, logs and checkpoints by URL.
   const other = await browser.newContext({ viewport: { width: 1280, height: 800 }, bypassCSP: true });

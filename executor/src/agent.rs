@@ -331,6 +331,7 @@ impl Agent {
                     let beat = pb::Heartbeat {
                         gpus: self.usage.sample(&self.config.gpus),
                         tasks: self.tasks.values().map(LocalTask::status).collect(),
+                        host: Some(self.host.sample()),
                     };
                     outbound.send(msg(Body::Heartbeat(beat))).await?;
                 }

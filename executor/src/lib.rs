@@ -8,6 +8,7 @@ pub mod agent;
 mod config;
 pub mod credential;
 pub mod gpu;
+mod host;
 pub mod images;
 pub mod launcher;
 pub mod pods;

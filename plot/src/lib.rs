@@ -194,25 +194,73 @@ fn whole_ticks(lo: f64, hi: f64, count: usize) -> Vec<f64> {
 }
 
 /// Powers of ten within `[lo, hi]` (both already log10).
-fn decades(lo: f64, hi: f64) -> Vec<f64> {
-    (lo.floor() as i64..=hi.ceil() as i64)
+/// Ticks of a log axis, in log10 units between `lo` and `hi`: the powers of ten; where fewer than
+/// two fall inside, also 2× and 5× them; within a factor of a few, round values between the ends.
+/// Each is labelled with its value, never its exponent.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let within = |t: &f64| (lo..=hi).contains(t);
+    let decades: Vec<f64> = (lo.floor() as i64..=hi.ceil() as i64)
         .map(|e| e as f64)
-        .filter(|e| (lo..=hi).contains(e))
+        .filter(within)
+        .collect();
+    if decades.len() >= 2 {
+        return decades;
+    }
+    let steps: Vec<f64> = (lo.floor() as i64..=hi.ceil() as i64)
+        .flat_map(|e| [1.0f64, 2.0, 5.0].map(|m| e as f64 + m.log10()))
+        .filter(within)
+        .collect();
+    if steps.len() >= 2 {
+        return steps;
+    }
+    ticks(10f64.powf(lo), 10f64.powf(hi), 4)
+        .into_iter()
+        .filter(|v| *v > 0.0)
+        .map(f64::log10)
+        .filter(within)
         .collect()
 }
 
-fn number(value: f64) -> String {
+/// Points of a line a page chart gives a hover target, at most.
+const HOVER_POINTS: usize = 200;
+
+/// A value as a tooltip says it: 4 significant digits, scientific far from 1.
+fn precise(value: f64) -> String {
     let magnitude = value.abs();
     if value == 0.0 {
         "0".to_owned()
+    } else if !(1e-4..1e7).contains(&magnitude) {
+        format!("{value:.3e}")
+    } else {
+        let decimals = (3 - magnitude.log10().floor() as i32).clamp(0, 8) as usize;
+        let text = format!("{value:.decimals$}");
+        if text.contains('.') {
+            text.trim_end_matches('0').trim_end_matches('.').to_owned()
+        } else {
+            text
+        }
+    }
+}
+
+/// A tick's label: round numbers without trailing zeros (`0.5`, `0.001`, `12.25`), far ones in
+/// scientific notation.
+fn number(value: f64) -> String {
+    let magnitude = value.abs();
+    let text = if value == 0.0 {
+        return "0".to_owned();
     } else if !(1e-3..1e6).contains(&magnitude) {
-        format!("{value:.1e}")
+        return format!("{value:.1e}");
     } else if magnitude >= 100.0 || value.fract() == 0.0 {
         format!("{value:.0}")
     } else if magnitude >= 1.0 {
         format!("{value:.2}")
     } else {
         format!("{value:.3}")
+    };
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        text
     }
 }
 
@@ -386,9 +434,14 @@ impl Chart<'_> {
                     r#"<g fill="{colour}" data-series="{}">"#,
                     escape(&s.name)
                 );
+                // Each dot says its values on hover.
                 for p in &s.points {
                     let (x, y) = point(p);
-                    let _ = write!(out, r#"<circle cx="{x:.1}" cy="{y:.1}" r="3.5"/>"#);
+                    let _ = write!(
+                        out,
+                        r#"<circle cx="{x:.1}" cy="{y:.1}" r="3.5"><title>{}</title></circle>"#,
+                        escape(&self.hover_text(&s.name, *p))
+                    );
                 }
                 out.push_str("</g>");
                 continue;
@@ -412,9 +465,39 @@ impl Chart<'_> {
                 );
             }
         }
+        // On a page, a line's points say their values on hover (the browser's own tooltip): an
+        // invisible target at up to HOVER_POINTS of each line's points.
+        if inline_style.is_none() && !self.markers {
+            out.push_str(r#"<g class="hit">"#);
+            for s in &series {
+                let every = s.points.len().div_ceil(HOVER_POINTS).max(1);
+                for p in s.points.iter().step_by(every) {
+                    let (x, y) = point(p);
+                    let _ = write!(
+                        out,
+                        r#"<rect x="{:.1}" y="{:.1}" width="8" height="8"><title>{}</title></rect>"#,
+                        x - 4.0,
+                        y - 4.0,
+                        escape(&self.hover_text(&s.name, *p))
+                    );
+                }
+            }
+            out.push_str("</g>");
+        }
         self.legend(&mut out, &series, top);
         out.push_str("</svg>");
         out
+    }
+
+    /// What a point says on hover: where it is on the x axis, its series and its value.
+    fn hover_text(&self, series: &str, (x, y): (f64, f64)) -> String {
+        let at = match self.x {
+            XAxis::Steps => format!("step {}", x.round()),
+            XAxis::Trials => format!("trial {}", x.round()),
+            XAxis::HoursAgo => format!("{} h ago", precise(-x / 3600.0)),
+            XAxis::Named(name) => format!("{name} {}", precise(x)),
+        };
+        format!("{at}: {series} {}", precise(y))
     }
 
     fn y_grid(&self, out: &mut String, y_lo: f64, y_hi: f64, sy: &impl Fn(f64) -> f64) {
@@ -423,7 +506,7 @@ impl Chart<'_> {
                 .iter()
                 .map(|(v, label)| (scaled(self.log_y, *v), label.clone()))
                 .collect(),
-            None if self.log_y => decades(y_lo, y_hi)
+            None if self.log_y => log_ticks(y_lo, y_hi)
                 .into_iter()
                 .map(|t| (t, number(10f64.powf(t))))
                 .collect(),
@@ -451,7 +534,7 @@ impl Chart<'_> {
                 .iter()
                 .map(|(v, label)| (scaled(self.log_x, *v), label.clone()))
                 .collect(),
-            (None, _) if self.log_x => decades(x_lo, x_hi)
+            (None, _) if self.log_x => log_ticks(x_lo, x_hi)
                 .into_iter()
                 .map(|t| (t, number(10f64.powf(t))))
                 .collect(),
@@ -511,9 +594,95 @@ impl Chart<'_> {
     }
 }
 
+/// A small line of recent values between 0 and `max`, for a table or a summary line: no axes; what
+/// it shows is said by `label` (its accessible name and tooltip). Unknown values (`None`) leave gaps.
+pub fn sparkline(label: &str, values: &[Option<f64>], max: f64) -> String {
+    const W: f64 = 120.0;
+    const H: f64 = 24.0;
+    let mut out = format!(
+        r#"<svg class="spark" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{0}"><title>{0}</title><line class="grid" x1="0" x2="{W}" y1="{H}" y2="{H}"/>"#,
+        escape(label)
+    );
+    let step = if values.len() > 1 {
+        W / (values.len() - 1) as f64
+    } else {
+        0.0
+    };
+    let mut run = String::new();
+    let mut flush = |run: &mut String, out: &mut String| {
+        if run.matches(',').count() >= 2 {
+            let _ = write!(out, r#"<polyline fill="none" stroke="{}" stroke-width="1.5" points="{}"/>"#, COLOURS[0], run.trim_end());
+        } else if let Some((x, y)) = run.trim().split_once(',') {
+            let _ = write!(out, r#"<circle cx="{x}" cy="{y}" r="1.5" fill="{}"/>"#, COLOURS[0]);
+        }
+        run.clear();
+    };
+    for (i, value) in values.iter().enumerate() {
+        match value {
+            Some(v) if v.is_finite() && max > 0.0 => {
+                let y = H - (v / max).clamp(0.0, 1.0) * (H - 2.0) - 1.0;
+                let _ = write!(run, "{:.1},{y:.1} ", i as f64 * step);
+            }
+            _ => flush(&mut run, &mut out),
+        }
+    }
+    flush(&mut run, &mut out);
+    out.push_str("</svg>");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sparkline_draws_known_values_and_leaves_gaps() {
+        let svg = sparkline("CPU, last 15 min", &[Some(0.0), Some(0.5), None, Some(1.0), Some(1.0)], 1.0);
+        assert!(svg.contains(r#"aria-label="CPU, last 15 min""#), "{svg}");
+        // Two runs: a line of two points, then another of two.
+        assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
+        assert!(svg.contains("0.0,23.0 30.0,12.0"), "{svg}");
+        assert!(svg.contains("90.0,1.0 120.0,1.0"), "{svg}");
+        let lone = sparkline("x", &[None, Some(0.5), None], 1.0);
+        assert!(lone.contains("<circle"), "{lone}");
+    }
+
+    #[test]
+    fn a_page_chart_says_its_points_values_on_hover() {
+        let chart = Chart::new(
+            "loss",
+            XAxis::Steps,
+            "loss",
+            vec![Series {
+                name: "loss".into(),
+                points: (0..1000).map(|i| (i as f64, 1.0 / (i as f64 + 1.0))).collect(),
+            }],
+        );
+        let svg = chart.svg();
+        assert!(svg.contains("<title>step 0: loss 1</title>"), "{svg}");
+        let targets = svg.matches("<rect").count();
+        assert!((100..=HOVER_POINTS).contains(&targets), "{targets}");
+        assert_eq!(svg.matches("<title>step ").count(), targets);
+        // A file has no hover targets.
+        assert!(!chart.standalone_svg().contains("<title>step"));
+        assert_eq!(precise(0.000_123_456), "0.0001235");
+        assert_eq!(precise(1234.5678), "1235");
+    }
+
+    #[test]
+    fn a_log_axis_is_labelled_in_values_at_any_span() {
+        let values = |lo: f64, hi: f64| -> Vec<String> {
+            log_ticks(lo.log10(), hi.log10())
+                .into_iter()
+                .map(|t| number(10f64.powf(t)))
+                .collect()
+        };
+        assert_eq!(values(0.0002, 0.1), ["0.001", "0.01", "0.1"]);
+        // Within one decade: 2× and 5× as well.
+        assert_eq!(values(0.0015, 0.03), ["0.002", "0.005", "0.01", "0.02"]);
+        // Within a factor of three: round values between the ends.
+        assert!(values(0.0021, 0.0058).len() >= 2, "{:?}", values(0.0021, 0.0058));
+    }
 
     #[test]
     fn a_count_axis_has_whole_ticks_only() {

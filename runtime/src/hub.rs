@@ -34,6 +34,10 @@ struct Executor {
     sent: HashSet<(TaskKey, Command)>,
     /// GPU utilisation and memory from the last heartbeat.
     usage: Vec<drover_proto::GpuUsage>,
+    /// The host's CPU and memory use from the last heartbeat.
+    host: Option<drover_proto::HostUsage>,
+    /// Recent use, a point every [`HISTORY_EVERY`] at most, the last [`HISTORY_POINTS`].
+    history: std::collections::VecDeque<UsagePoint>,
     /// The executor process of the session (random at each start of it) and where it connects from.
     incarnation: String,
     peer: String,
@@ -46,6 +50,48 @@ pub struct Occupied {
     pub peer: String,
     /// How long ago it was last heard from.
     pub heard: Duration,
+}
+
+/// How often a node's recent use gains a point, and how many are kept (15 minutes).
+pub const HISTORY_EVERY: Duration = Duration::from_secs(10);
+pub const HISTORY_POINTS: usize = 90;
+
+/// A node's use at one moment: what its heartbeat said, GPUs averaged.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UsagePoint {
+    pub at: chrono::DateTime<chrono::Utc>,
+    /// Busy share of its CPUs, 0 to 1; `None` when unknown.
+    pub cpu: Option<f64>,
+    pub memory_used_gb: Option<f64>,
+    /// Mean utilisation of its GPUs, 0 to 1; `None` when unknown (no NVML).
+    pub gpu: Option<f64>,
+    pub gpu_memory_used_gb: Option<f64>,
+}
+
+impl UsagePoint {
+    fn of(
+        at: chrono::DateTime<chrono::Utc>,
+        gpus: &[drover_proto::GpuUsage],
+        host: Option<&drover_proto::HostUsage>,
+    ) -> Self {
+        let known: Vec<f64> = gpus
+            .iter()
+            .map(|g| g.utilization)
+            .filter(|u| *u >= 0.0)
+            .collect();
+        UsagePoint {
+            at,
+            cpu: host
+                .map(|h| h.cpu_utilization)
+                .filter(|c| *c >= 0.0),
+            memory_used_gb: host
+                .filter(|h| h.memory_total_gb > 0.0)
+                .map(|h| h.memory_used_gb),
+            gpu: (!known.is_empty()).then(|| known.iter().sum::<f64>() / known.len() as f64),
+            gpu_memory_used_gb: (!gpus.is_empty())
+                .then(|| gpus.iter().map(|g| g.memory_used_gb).sum()),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -121,6 +167,8 @@ impl Hub {
                 gpu_model,
                 sent: HashSet::new(),
                 usage: Vec::new(),
+                host: None,
+                history: std::collections::VecDeque::new(),
                 incarnation: incarnation.to_owned(),
                 peer,
             },
@@ -194,6 +242,8 @@ impl Hub {
                 gpu_model: String::new(),
                 sent: HashSet::new(),
                 usage: Vec::new(),
+                host: None,
+                history: std::collections::VecDeque::new(),
                 incarnation: String::new(),
                 peer: String::new(),
             });
@@ -215,12 +265,33 @@ impl Hub {
             .map(|e| (e.last_seen.elapsed(), e.commands.is_some()))
     }
 
-    /// Records what the executor's last heartbeat said about its GPUs.
-    pub fn set_usage(&self, node: &str, session: u64, usage: Vec<drover_proto::GpuUsage>) {
+    /// Records what the executor's last heartbeat said about its GPUs and its host, and adds a
+    /// point to its recent history when the last is [`HISTORY_EVERY`] old.
+    pub fn set_usage(
+        &self,
+        node: &str,
+        session: u64,
+        usage: &[drover_proto::GpuUsage],
+        host: Option<drover_proto::HostUsage>,
+    ) {
         if let Some(executor) = self.executors().get_mut(node)
             && executor.session == session
         {
-            executor.usage = usage;
+            executor.usage.clear();
+            executor.usage.extend_from_slice(usage);
+            executor.host = host;
+            let now = chrono::Utc::now();
+            let due = executor.history.back().is_none_or(|last| {
+                (now - last.at).to_std().is_ok_and(|age| age >= HISTORY_EVERY)
+            });
+            if due {
+                if executor.history.len() == HISTORY_POINTS {
+                    executor.history.pop_front();
+                }
+                executor
+                    .history
+                    .push_back(UsagePoint::of(now, usage, host.as_ref()));
+            }
         }
     }
 
@@ -230,6 +301,13 @@ impl Hub {
             .get(node)
             .map(|e| e.usage.clone())
             .unwrap_or_default()
+    }
+
+    /// The node's CPU and memory use as last reported, and its recent history (oldest first).
+    pub fn host_usage(&self, node: &str) -> (Option<drover_proto::HostUsage>, Vec<UsagePoint>) {
+        self.executors().get(node).map_or((None, Vec::new()), |e| {
+            (e.host, e.history.iter().copied().collect())
+        })
     }
 
     pub fn is_current(&self, node: &str, session: u64) -> bool {

@@ -40,7 +40,7 @@ pub use enrol::validate_node_name;
 pub use forecast::{FULL_EVERY as FORECAST_FULL_EVERY, HEAD as FORECAST_HEAD};
 pub use gateway::GatewayService;
 pub use hints::SearchHints;
-pub use hub::Hub;
+pub use hub::{Hub, UsagePoint};
 pub use observe::{Budget, Observed, Observer};
 pub use runtime::{Runtime, RuntimeConfig};
 pub use scheduling::SchedulingLoop;

@@ -1,5 +1,6 @@
 //! GPU nodes as users see them — what their executors last reported, whether the leader holds their
-//! session, their GPUs' use and the live tasks the caller may see — and what cluster administrators do
+//! session, their GPUs', CPUs' and memory's use now and over the last minutes, and the live tasks the
+//! caller may see — and what cluster administrators do
 //! to them: cordon (no new tasks), uncordon, and drain (move every task away through a checkpoint).
 
 use crate::Service;
@@ -16,6 +17,10 @@ pub struct LiveNode {
     pub disconnected: bool,
     /// Its GPUs' last reported use.
     pub gpu_usage: Vec<drover_proto::GpuUsage>,
+    /// Its CPU and memory use as last reported (the OS's), and its recent use, oldest first: what
+    /// the leader's memory holds (a follower, or a leader just elected, has none).
+    pub host_usage: Option<drover_proto::HostUsage>,
+    pub history: Vec<drover_runtime::UsagePoint>,
     /// The live tasks on it that the caller may see.
     pub tasks: Vec<Task>,
 }
@@ -131,6 +136,11 @@ fn live(service: &Service, mut node: Node, tasks: &[Task]) -> LiveNode {
         .as_ref()
         .map(|runtime| runtime.hub.usage(&node.name))
         .unwrap_or_default();
+    let (host_usage, history) = service
+        .runtime
+        .as_ref()
+        .map(|runtime| runtime.hub.host_usage(&node.name))
+        .unwrap_or_default();
     let tasks = tasks
         .iter()
         .filter(|t| t.node_name == node.name)
@@ -140,6 +150,8 @@ fn live(service: &Service, mut node: Node, tasks: &[Task]) -> LiveNode {
         node,
         disconnected,
         gpu_usage,
+        host_usage,
+        history,
         tasks,
     }
 }

@@ -10,7 +10,7 @@ use crate::Service;
 use crate::error::ServiceResult;
 use chrono::{DateTime, Utc};
 use drover_core::{JobId, JobState};
-use drover_store::{Job, JobFilter, QueueEntry, Scope};
+use drover_store::{Job, JobFilter, Needs, QueueEntry, RoundFree, Scope, WaitingJob};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -48,22 +48,28 @@ pub struct QueuePosition {
 
 impl QueuePosition {
     /// `entry` as of `now`; its place and reason given by the forecast, else by the last round
-    /// (`round`: its index in the round's order, and its reason).
+    /// (`round`: its index in the round's order, and how it waited there), what it needs against
+    /// what the round left free in the numbers of its reason.
     fn of(
         entry: Option<&QueueEntry>,
-        round: Option<(usize, &str)>,
+        round: Option<(usize, &WaitingJob)>,
+        free: Option<&RoundFree>,
         forecast_at: Option<DateTime<Utc>>,
         now: DateTime<Utc>,
     ) -> Self {
         let reason = entry
             .map(|e| e.reason.clone())
-            .or_else(|| round.map(|(_, r)| r.to_owned()));
+            .or_else(|| round.map(|(_, w)| w.reason.clone()));
         let place = entry
             .map(|e| e.position)
             .or_else(|| round.map(|(i, _)| i as u32 + 1));
+        let mut explanation = explain(reason.as_deref(), place);
+        if let (Some(needs), Some(free)) = (round.and_then(|(_, w)| w.needs), free) {
+            explanation.push_str(&numbers(reason.as_deref(), needs, free));
+        }
         let mut position = QueuePosition {
             position: place,
-            explanation: explain(reason.as_deref(), place),
+            explanation,
             reason,
             predicted_start: entry.and_then(|e| e.start),
             predicted_finish: entry.and_then(|e| e.finish),
@@ -141,6 +147,43 @@ fn explain(reason: Option<&str>, position: Option<u32>) -> String {
     }
 }
 
+/// The numbers behind a reason: what the job's smallest shape needs against what the last round
+/// left free (`; needs 4 GPUs, 2 of 16 free`); empty for reasons numbers do not explain.
+fn numbers(reason: Option<&str>, needs: Needs, free: &RoundFree) -> String {
+    let gpus = format!("{} of {} GPUs", free.gpus, free.total_gpus);
+    let cpus = format!("{} of {} CPUs", free.cpus, free.total_cpus);
+    let memory = format!("{} GB of memory", free.memory_gb);
+    let plural = |n: u32, one: &str, many: &str| {
+        if n == 1 {
+            format!("{n} {one}")
+        } else {
+            format!("{n} {many}")
+        }
+    };
+    let need_gpus = plural(needs.gpus, "GPU", "GPUs");
+    let need_cpus = plural(needs.cpus, "CPU", "CPUs");
+    match reason {
+        Some("insufficient_gpus") => format!("; it needs {need_gpus}, {gpus} are free"),
+        // Jobs ahead took the GPUs: said where the numbers show it (else what held it back is not
+        // a count of free GPUs).
+        Some("lower_priority" | "fair_share" | "behind_head_of_line") if free.gpus < needs.gpus => {
+            format!("; it needs {need_gpus}, {gpus} are free")
+        }
+        Some("fragmented") => format!(
+            "; it needs {need_gpus}, {gpus} are free, spread over nodes that each hold too few"
+        ),
+        Some("insufficient_cpus") => format!("; it needs {need_cpus}, {cpus} are free"),
+        Some("insufficient_memory") => {
+            format!("; it needs {} GB, {memory} is free", needs.memory_gb)
+        }
+        Some("insufficient_resources") => format!(
+            "; it needs {need_gpus}, {need_cpus} and {} GB; {gpus}, {cpus} and {memory} are free",
+            needs.memory_gb
+        ),
+        _ => String::new(),
+    }
+}
+
 /// A waiting job as the queue lists it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct QueuedJob {
@@ -196,11 +239,12 @@ pub async fn list(
         .flat_map(|f| f.entries.iter())
         .map(|e| (e.job, e))
         .collect();
-    let reasons: HashMap<JobId, (usize, &str)> = round
+    let reasons: HashMap<JobId, (usize, &WaitingJob)> = round
         .iter()
         .flat_map(|r| r.waiting.iter().enumerate())
-        .map(|(i, (job, reason))| (*job, (i, reason.as_str())))
+        .map(|(i, waiting)| (waiting.job, (i, waiting)))
         .collect();
+    let free = round.as_ref().and_then(|r| r.free.as_ref());
     let forecast_at = forecast.as_ref().map(|f| f.computed_at);
     let now = Utc::now();
     let mut ranked: Vec<(Option<u32>, Option<usize>, Job)> = queued
@@ -227,6 +271,7 @@ pub async fn list(
             queue: QueuePosition::of(
                 entries.get(&job.id).copied(),
                 reasons.get(&job.id).copied(),
+                free,
                 forecast_at,
                 now,
             ),
@@ -316,20 +361,17 @@ pub async fn position_of(service: &Service, job: &Job) -> ServiceResult<Option<Q
     let entry = forecast
         .as_ref()
         .and_then(|f| f.entries.iter().find(|e| e.job == job.id));
-    let round = if entry.is_none() {
-        service.store.last_round().await?.and_then(|r| {
-            r.waiting
-                .into_iter()
-                .enumerate()
-                .find(|(_, (id, _))| *id == job.id)
-                .map(|(i, (_, reason))| (i, reason))
-        })
-    } else {
-        None
-    };
+    let round = service.store.last_round().await?;
+    let waiting = round.as_ref().and_then(|r| {
+        r.waiting
+            .iter()
+            .enumerate()
+            .find(|(_, w)| w.job == job.id)
+    });
     let mut position = QueuePosition::of(
         entry,
-        round.as_ref().map(|(i, reason)| (*i, reason.as_str())),
+        waiting,
+        round.as_ref().and_then(|r| r.free.as_ref()),
         forecast.as_ref().map(|f| f.computed_at),
         Utc::now(),
     );
@@ -382,13 +424,13 @@ mod tests {
     #[test]
     fn a_start_the_forecast_put_in_the_past_is_now_and_overdue() {
         let now = Utc::now();
-        let past = QueuePosition::of(Some(&entry(1, -16, now)), None, Some(now), now);
+        let past = QueuePosition::of(Some(&entry(1, -16, now)), None, None, Some(now), now);
         assert_eq!(past.predicted_start, Some(now));
         assert!(past.overdue);
         // The finish moves with the start; the band never ends before it begins.
         assert_eq!(past.predicted_finish, Some(now + Duration::minutes(30)));
         assert!(past.p10.unwrap() >= now && past.p90.unwrap() >= now);
-        let ahead = QueuePosition::of(Some(&entry(1, 10, now)), None, Some(now), now);
+        let ahead = QueuePosition::of(Some(&entry(1, 10, now)), None, None, Some(now), now);
         assert_eq!(ahead.predicted_start, Some(now + Duration::minutes(10)));
         assert!(!ahead.overdue);
     }
@@ -397,7 +439,7 @@ mod tests {
     fn a_job_never_starts_before_one_of_its_size_ahead_of_it() {
         let now = Utc::now();
         let at = |position, minutes| {
-            QueuePosition::of(Some(&entry(position, minutes, now)), None, Some(now), now)
+            QueuePosition::of(Some(&entry(position, minutes, now)), None, None, Some(now), now)
         };
         let mut jobs = vec![
             queued(at(1, 40), 2),
@@ -438,5 +480,51 @@ mod tests {
             let text = explain(Some(code), Some(1));
             assert!(!text.contains('_') && text.len() > 20, "{code}: {text}");
         }
+    }
+
+    #[test]
+    fn reasons_say_what_the_job_needs_against_what_is_free() {
+        use drover_store::{Needs, RoundFree, WaitingJob};
+        let free = RoundFree {
+            gpus: 2,
+            total_gpus: 16,
+            cpus: 3,
+            total_cpus: 64,
+            memory_gb: 100,
+        };
+        let waiting = |reason: &str| WaitingJob {
+            job: JobId(uuid::Uuid::now_v7()),
+            reason: reason.to_owned(),
+            needs: Some(Needs {
+                gpus: 4,
+                cpus: 8,
+                memory_gb: 32,
+            }),
+        };
+        let said = |reason: &str| {
+            let w = waiting(reason);
+            QueuePosition::of(None, Some((2, &w)), Some(&free), None, Utc::now()).explanation
+        };
+        assert!(
+            said("insufficient_gpus").ends_with("; it needs 4 GPUs, 2 of 16 GPUs are free"),
+            "{}",
+            said("insufficient_gpus")
+        );
+        assert!(said("insufficient_cpus").ends_with("; it needs 8 CPUs, 3 of 64 CPUs are free"));
+        assert!(said("lower_priority").starts_with("2 jobs ahead of it"));
+        assert!(said("lower_priority").ends_with("2 of 16 GPUs are free"));
+        assert!(
+            said("insufficient_resources")
+                .ends_with("it needs 4 GPUs, 8 CPUs and 32 GB; 2 of 16 GPUs, 3 of 64 CPUs and 100 GB of memory are free")
+        );
+        // Enough GPUs free: the count does not explain a lower priority.
+        let plenty = RoundFree { gpus: 8, ..free };
+        let w = waiting("lower_priority");
+        let shown = QueuePosition::of(None, Some((0, &w)), Some(&plenty), None, Utc::now());
+        assert!(!shown.explanation.contains("GPUs are free"), "{}", shown.explanation);
+        // A record from before rounds said their needs: the reason alone.
+        let old = WaitingJob::new(w.job, "insufficient_gpus");
+        let shown = QueuePosition::of(None, Some((0, &old)), Some(&free), None, Utc::now());
+        assert_eq!(shown.explanation, "not enough free GPUs for its smallest shape");
     }
 }

@@ -23,7 +23,47 @@ pub struct RoundRecord {
     pub finished_at: DateTime<Utc>,
     pub duration_us: i64,
     /// The jobs the policy left waiting, in its order, with its reason (`insufficient_resources`, …).
-    pub waiting: Vec<(JobId, String)>,
+    pub waiting: Vec<WaitingJob>,
+    /// What the round left free once its plan was carried out; `None` in records from before.
+    pub free: Option<RoundFree>,
+}
+
+/// A job a round left waiting: the policy's reason, and what its smallest shape needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitingJob {
+    pub job: JobId,
+    pub reason: String,
+    /// `None` in records from before rounds said it.
+    pub needs: Option<Needs>,
+}
+
+impl WaitingJob {
+    /// A waiting job with no needs recorded.
+    pub fn new(job: JobId, reason: impl Into<String>) -> Self {
+        WaitingJob {
+            job,
+            reason: reason.into(),
+            needs: None,
+        }
+    }
+}
+
+/// What a job's smallest shape takes: GPUs, CPUs and host memory of all its tasks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Needs {
+    pub gpus: u32,
+    pub cpus: u32,
+    pub memory_gb: u32,
+}
+
+/// The schedulable cluster's resources a round left free, and its totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RoundFree {
+    pub gpus: u32,
+    pub total_gpus: u32,
+    pub cpus: u32,
+    pub total_cpus: u32,
+    pub memory_gb: u64,
 }
 
 /// The cluster's GPUs at one moment.

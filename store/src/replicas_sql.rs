@@ -67,42 +67,64 @@ macro_rules! impl_replica_store {
                 let waiting: Vec<serde_json::Value> = round
                     .waiting
                     .iter()
-                    .map(|(job, reason)| serde_json::json!({"job": job.0, "reason": reason}))
+                    .map(|w| match w.needs {
+                        Some(needs) => serde_json::json!({
+                            "job": w.job.0, "reason": w.reason,
+                            "gpus": needs.gpus, "cpus": needs.cpus, "memory_gb": needs.memory_gb,
+                        }),
+                        None => serde_json::json!({"job": w.job.0, "reason": w.reason}),
+                    })
                     .collect();
+                let free = match &round.free {
+                    Some(free) => serde_json::to_string(free)
+                        .map_err(|err| StoreError::Corrupt(format!("scheduler_rounds.free: {err}")))?,
+                    None => "{}".to_owned(),
+                };
                 sqlx::query(
-                    "INSERT INTO scheduler_rounds (id, policy, finished_at, duration_us, waiting) \
-                     VALUES (1, $1, $2, $3, $4) ON CONFLICT (id) DO UPDATE SET policy = excluded.policy, \
+                    "INSERT INTO scheduler_rounds (id, policy, finished_at, duration_us, waiting, free) \
+                     VALUES (1, $1, $2, $3, $4, $5) ON CONFLICT (id) DO UPDATE SET policy = excluded.policy, \
                      finished_at = excluded.finished_at, duration_us = excluded.duration_us, \
-                     waiting = excluded.waiting",
+                     waiting = excluded.waiting, free = excluded.free",
                 )
                 .bind(&round.policy)
                 .bind(round.finished_at)
                 .bind(round.duration_us)
                 .bind(serde_json::Value::Array(waiting).to_string())
+                .bind(free)
                 .execute(&self.pool)
                 .await?;
                 Ok(())
             }
 
             async fn last_round(&self) -> StoreResult<Option<RoundRecord>> {
-                let row: Option<(String, DateTime<Utc>, i64, String)> = sqlx::query_as(
-                    "SELECT policy, finished_at, duration_us, waiting FROM scheduler_rounds WHERE id = 1",
+                let row: Option<(String, DateTime<Utc>, i64, String, String)> = sqlx::query_as(
+                    "SELECT policy, finished_at, duration_us, waiting, free FROM scheduler_rounds WHERE id = 1",
                 )
                 .fetch_optional(&self.pool)
                 .await?;
-                let Some((policy, finished_at, duration_us, waiting)) = row else {
+                let Some((policy, finished_at, duration_us, waiting, free)) = row else {
                     return Ok(None);
                 };
                 let entries: Vec<serde_json::Value> = serde_json::from_str(&waiting)
                     .map_err(|err| StoreError::Corrupt(format!("scheduler_rounds.waiting: {err}")))?;
+                let count = |entry: &serde_json::Value, key: &str| -> Option<u32> {
+                    entry.get(key)?.as_u64().and_then(|n| u32::try_from(n).ok())
+                };
                 let waiting = entries
                     .iter()
                     .filter_map(|entry| {
                         let job = entry["job"].as_str()?.parse::<Uuid>().ok()?;
-                        Some((JobId(job), entry["reason"].as_str()?.to_owned()))
+                        let needs = count(entry, "gpus").map(|gpus| Needs {
+                            gpus,
+                            cpus: count(entry, "cpus").unwrap_or(0),
+                            memory_gb: count(entry, "memory_gb").unwrap_or(0),
+                        });
+                        Some(WaitingJob { job: JobId(job), reason: entry["reason"].as_str()?.to_owned(), needs })
                     })
                     .collect();
-                Ok(Some(RoundRecord { policy, finished_at, duration_us, waiting }))
+                // `{}` in records from before rounds said what they left free.
+                let free = serde_json::from_str::<RoundFree>(&free).ok();
+                Ok(Some(RoundRecord { policy, finished_at, duration_us, waiting, free }))
             }
 
             async fn record_gpu_usage(

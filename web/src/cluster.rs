@@ -278,6 +278,10 @@ struct NodeRow {
     /// `key=value` (for a job's `node_selector`) and its taints.
     labels: Vec<String>,
     gpus: Vec<GpuRow>,
+    /// Its use now, in words, and over the last minutes: sparklines of CPU and GPU utilisation.
+    use_now: String,
+    cpu_spark: Option<String>,
+    gpu_spark: Option<String>,
 }
 
 #[derive(Debug)]
@@ -343,7 +347,51 @@ pub async fn nodes(State(state): State<AppState>, session: Session) -> Response 
                     }
                 })
                 .collect();
+            let history = &node.history;
+            let spark = |label: &str, pick: fn(&drover_api::views::UsagePointView) -> Option<f64>| {
+                let values: Vec<Option<f64>> = history.iter().map(pick).collect();
+                values
+                    .iter()
+                    .any(Option::is_some)
+                    .then(|| drover_plot::sparkline(label, &values, 1.0))
+            };
+            let cpu_spark = spark(
+                "CPU utilisation over the last 15 minutes (0 to 100%)",
+                |p| p.cpu_utilization,
+            );
+            let gpu_spark = spark(
+                "mean GPU utilisation over the last 15 minutes (0 to 100%)",
+                |p| p.gpu_utilization,
+            );
+            let mut now = Vec::new();
+            if let Some(host) = &node.host_usage {
+                if let Some(cpu) = host.cpu_utilization {
+                    now.push(format!("CPU {:.0}%", cpu * 100.0));
+                }
+                if host.memory_total_gb > 0.0 {
+                    now.push(format!(
+                        "memory {:.1} of {:.1} GB",
+                        host.memory_used_gb, host.memory_total_gb
+                    ));
+                }
+            }
+            let gpu_known: Vec<f64> = node.gpu_usage.iter().filter_map(|u| u.utilization).collect();
+            if !gpu_known.is_empty() {
+                now.push(format!(
+                    "GPUs {:.0}%",
+                    100.0 * gpu_known.iter().sum::<f64>() / gpu_known.len() as f64
+                ));
+            }
+            if !node.gpu_usage.is_empty() {
+                now.push(format!(
+                    "GPU memory {:.1} GB",
+                    node.gpu_usage.iter().map(|u| u.memory_used_gb).sum::<f64>()
+                ));
+            }
             NodeRow {
+                use_now: now.join(" · "),
+                cpu_spark,
+                gpu_spark,
                 name: node.name,
                 health: node.health,
                 cordoned: node.cordoned,
@@ -385,11 +433,26 @@ struct TenantsPage {
     layout: Layout,
     tenants: Vec<TenantRow>,
     tokens: Vec<TokenRow>,
+    /// May create tenants and set quotas.
+    cluster_admin: bool,
+    /// May add users (a tenant's admin, to the tenant; a cluster administrator, anywhere).
+    manages_users: bool,
+    users: Vec<UserRow>,
+}
+
+#[derive(Debug)]
+struct UserRow {
+    name: String,
+    tenant: String,
+    role: String,
+    created: Time,
 }
 
 #[derive(Debug)]
 struct TenantRow {
     name: String,
+    /// Its quota as the REST API takes it, for the quota form (which keeps its quotas per model).
+    quota_json: String,
     guaranteed: u32,
     max: String,
     /// Its quota per GPU model, in words (`-` when it has none).
@@ -514,6 +577,7 @@ async fn tenants_page(state: &AppState, session: &Session) -> Result<TenantsPage
             let used = in_use.get(t.name.as_str()).copied().unwrap_or(0);
             TenantRow {
                 name: t.name.clone(),
+                quota_json: serde_json::to_string(&t.quota).unwrap_or_default(),
                 guaranteed: t.quota.guaranteed_gpus,
                 max: t
                     .quota
@@ -547,9 +611,32 @@ async fn tenants_page(state: &AppState, session: &Session) -> Result<TenantsPage
             revoked: t.revoked_at.is_some(),
         })
         .collect();
+    let user = &session.principal.user;
+    let manages_users = user.cluster_admin || user.role == drover_core::Role::Admin;
+    let users = if manages_users {
+        drover_service::users::list(state, &session.principal)
+            .await?
+            .into_iter()
+            .map(|u| UserRow {
+                role: if u.cluster_admin {
+                    format!("{} (cluster administrator)", u.role.as_str())
+                } else {
+                    u.role.as_str().to_owned()
+                },
+                name: u.name,
+                tenant: u.tenant_name,
+                created: timestamp(u.created_at),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     Ok(TenantsPage {
         layout: session.layout("tenants"),
         tenants,
         tokens,
+        cluster_admin: user.cluster_admin,
+        manages_users,
+        users,
     })
 }

@@ -58,6 +58,30 @@ fn row(experiment: &Experiment, document: Option<&DroverExperiment>) -> Row {
     }
 }
 
+/// A parameter's value as a table or an axis shows it: whole numbers as they are, others to 4
+/// significant digits (scientific notation far from 1), strings as they are, anything else as JSON.
+fn choice_text(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(text) => text.clone(),
+        serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
+        serde_json::Value::Number(n) => match n.as_f64() {
+            Some(x) if x == 0.0 => "0".to_owned(),
+            Some(x) if (1e-4..1e6).contains(&x.abs()) => {
+                let decimals = (3 - x.abs().log10().floor() as i32).clamp(0, 8) as usize;
+                let text = format!("{x:.decimals$}");
+                if text.contains('.') {
+                    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+                } else {
+                    text
+                }
+            }
+            Some(x) => format!("{x:.3e}"),
+            None => n.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
 fn value_text(value: f64) -> String {
     if value.abs() >= 1000.0 || value == 0.0 {
         format!("{value:.1}")
@@ -102,7 +126,8 @@ struct TrialRow {
     state: String,
     value: String,
     step: String,
-    params: String,
+    /// Each parameter's value as shown, and as it sorts (a number's full value).
+    params: Vec<(String, String)>,
     jobs: Vec<(String, String)>,
     note: String,
     best: bool,
@@ -123,6 +148,8 @@ struct DetailPage {
     message: String,
     sort: &'static str,
     trials: Vec<TrialRow>,
+    /// The trials table's parameter columns.
+    param_names: Vec<String>,
     best_curve: String,
     curves: String,
     /// Said when only the best trials' curves are drawn.
@@ -265,40 +292,49 @@ async fn detail(
             .collect(),
     }
     .svg();
-    // Each numeric hyper-parameter against the metric, one scatter per parameter.
+    // Each hyper-parameter against the metric, one scatter per parameter: numbers on their own
+    // axis (logarithmic, labelled in the parameter's values, where the space is), a categorical
+    // parameter's choices each at its place, labelled with the choice.
     let mut scatters = Vec::new();
     if let Some(d) = &parsed {
         for (name, param) in &d.spec.parameters {
-            let log = match param {
-                Param::Int { log, .. } | Param::Double { log, .. } => *log,
-                Param::LogUniform { .. } => true,
-                _ => continue,
+            let (log, choices) = match param {
+                Param::Int { log, .. } | Param::Double { log, .. } => (*log, None),
+                Param::LogUniform { .. } => (true, None),
+                Param::Categorical { values, .. } => (false, Some(values)),
+                Param::Const { .. } => continue,
             };
             let points: Vec<(f64, f64)> = views
                 .iter()
                 .filter_map(|v| {
-                    let x = v.params.get(name)?.as_f64()?;
-                    let x = if log { x.log10() } else { x };
+                    let value = v.params.get(name)?;
+                    let x = match choices {
+                        Some(choices) => choices.iter().position(|c| c == value)? as f64,
+                        None => value.as_f64()?,
+                    };
                     Some((x, v.last_value?))
                 })
                 .collect();
             let label = format!("{name} against {metric}");
-            let x_label = if log {
-                format!("{name} (log10)")
-            } else {
-                name.clone()
-            };
+            let x_ticks = choices.map(|choices| {
+                choices
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (i as f64, choice_text(c)))
+                    .collect()
+            });
+            let x_range = choices.map(|choices| (-0.5, choices.len() as f64 - 0.5));
             scatters.push(
                 Chart {
                     label: &label,
-                    x: XAxis::Named(&x_label),
+                    x: XAxis::Named(name),
                     y_label: &metric,
                     log_y: false,
-                    x_range: None,
+                    x_range,
                     title: None,
-                    log_x: false,
+                    log_x: log,
                     y_range: None,
-                    x_ticks: None,
+                    x_ticks,
                     y_ticks: None,
                     guides: Vec::new(),
                     markers: true,
@@ -311,6 +347,20 @@ async fn detail(
             );
         }
     }
+    // The table's parameter columns: the document's parameters in order, else the trials' own.
+    let param_names: Vec<String> = match &parsed {
+        Some(d) => d.spec.parameters.keys().cloned().collect(),
+        None => {
+            let mut names: Vec<String> = views
+                .iter()
+                .filter_map(|v| v.params.as_object())
+                .flat_map(|m| m.keys().cloned())
+                .collect();
+            names.sort();
+            names.dedup();
+            names
+        }
+    };
     let best_trial = experiment.best_trial;
     let mut trials: Vec<TrialRow> = views
         .iter()
@@ -319,16 +369,17 @@ async fn detail(
             state: v.state.clone(),
             value: v.last_value.map_or("—".to_owned(), value_text),
             step: v.last_step.map_or("—".to_owned(), |s| s.to_string()),
-            params: v
-                .params
-                .as_object()
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| format!("{k}={v}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+            params: param_names
+                .iter()
+                .map(|name| match v.params.get(name) {
+                    // A conditional parameter the trial did not take.
+                    None => ("—".to_owned(), String::new()),
+                    Some(value) => (
+                        choice_text(value),
+                        value.as_f64().map_or_else(|| choice_text(value), |n| n.to_string()),
+                    ),
                 })
-                .unwrap_or_default(),
+                .collect(),
             jobs: v
                 .jobs
                 .iter()
@@ -376,6 +427,7 @@ async fn detail(
         e: row(&experiment, parsed.as_ref()),
         sort,
         trials,
+        param_names,
         best_curve,
         curves: curves_svg,
         curves_note,
@@ -407,5 +459,18 @@ mod tests {
         ]);
         assert_eq!(curves[&0], vec![(1.0, 4.0), (2.0, 3.0)]);
         assert_eq!(curves[&1], vec![(1.0, 9.0)]);
+    }
+
+    #[test]
+    fn parameter_values_read_as_their_units() {
+        use serde_json::json;
+        let text = |v| super::choice_text(&v);
+        assert_eq!(text(json!(0.001234567)), "0.001235");
+        assert_eq!(text(json!(12.3456)), "12.35");
+        assert_eq!(text(json!(1500.0)), "1500");
+        assert_eq!(text(json!(3e-7)), "3.000e-7");
+        assert_eq!(text(json!(64)), "64");
+        assert_eq!(text(json!("adamw")), "adamw");
+        assert_eq!(text(json!([1, 2])), "[1,2]");
     }
 }

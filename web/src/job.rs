@@ -549,7 +549,9 @@ async fn chart_svg(
     log_y: bool,
     smoothing: f64,
 ) -> Result<String, ApiError> {
-    let mut series = Vec::with_capacity(names.len());
+    // One chart per metric, each on its own y axis: on a shared one a small metric (the learning
+    // rate) was a flat line under a large one (the loss).
+    let mut charts = String::new();
     for name in names {
         let buckets = crate::series::buckets(state, scope, job, name)
             .await
@@ -566,27 +568,34 @@ async fn chart_svg(
                 points.push((mid, b.max));
             }
         }
-        series.push(Series {
-            name: name.clone(),
-            points: smooth(&points, smoothing),
-        });
+        let label = format!("the job's {name} by step");
+        charts.push_str(
+            &Chart {
+                label: &label,
+                x: XAxis::Steps,
+                y_label: name,
+                log_y,
+                x_range: None,
+                title: None,
+                log_x: false,
+                y_range: None,
+                x_ticks: None,
+                y_ticks: None,
+                guides: Vec::new(),
+                markers: false,
+                series: vec![Series {
+                    name: name.clone(),
+                    points: smooth(&points, smoothing),
+                }],
+            }
+            .svg(),
+        );
     }
-    Ok(Chart {
-        label: "the job's metrics by step",
-        x: XAxis::Steps,
-        y_label: "value",
-        log_y,
-        x_range: None,
-        title: None,
-        log_x: false,
-        y_range: None,
-        x_ticks: None,
-        y_ticks: None,
-        guides: Vec::new(),
-        markers: false,
-        series,
+    if names.is_empty() {
+        // No metric chosen (or none reported yet): the empty chart says so.
+        charts = Chart::new("the job's metrics by step", XAxis::Steps, "value", Vec::new()).svg();
     }
-    .svg())
+    Ok(charts)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! The overview: GPUs in use over the last day, the queue, running jobs by tenant, goodput, and the
-//! scheduler's policy with its last round.
+//! The overview: GPUs and CPUs in use, GPUs over the last day (or since the first sample, on a new
+//! cluster), the queue, running jobs by tenant, goodput, and the scheduler's policy with its last
+//! round.
 
 use crate::page::{Layout, error_page, render};
 use crate::session::Session;
@@ -14,8 +15,10 @@ use drover_plot::{Chart, Series, XAxis};
 use drover_store::JobFilter;
 use std::collections::BTreeMap;
 
-/// Jobs counted per state on the overview; more shows as "500+".
-const COUNT_LIMIT: u32 = 500;
+/// Jobs counted per state on the overview; more shows as "10,000+".
+const COUNT_LIMIT: u32 = 10_000;
+/// Running jobs listed for the by-tenant table at most.
+const RUNNING_LISTED: u32 = 2_000;
 
 #[derive(askama::Template)]
 #[template(path = "overview.html")]
@@ -23,6 +26,10 @@ struct OverviewPage {
     layout: Layout,
     gpus_total: u32,
     gpus_allocated: u32,
+    cpus_total: u32,
+    cpus_allocated: u32,
+    /// What the chart spans, in words ("the last day", "the last hour").
+    chart_span: String,
     queued: String,
     running: Vec<(String, usize)>,
     goodput: Option<String>,
@@ -41,21 +48,20 @@ pub async fn page(State(state): State<AppState>, session: Session) -> Response {
 
 async fn overview(state: &AppState, session: &Session) -> Result<OverviewPage, ApiError> {
     let scope = session.principal.scope();
-    let count = async |states: Vec<JobState>| {
-        let filter = JobFilter {
-            states,
-            limit: COUNT_LIMIT,
-            ..JobFilter::default()
-        };
-        state.store.list_jobs(scope, &filter).await
+    let queued_filter = JobFilter {
+        states: vec![JobState::Queued],
+        ..JobFilter::default()
     };
-    let queued = count(vec![JobState::Queued]).await?;
-    let active = count(vec![
-        JobState::Starting,
-        JobState::Running,
-        JobState::Rescaling,
-    ])
-    .await?;
+    let queued = state
+        .store
+        .count_jobs(scope, &queued_filter, COUNT_LIMIT)
+        .await?;
+    let active_filter = JobFilter {
+        states: vec![JobState::Starting, JobState::Running, JobState::Rescaling],
+        limit: RUNNING_LISTED,
+        ..JobFilter::default()
+    };
+    let active = state.store.list_jobs(scope, &active_filter).await?;
     let mut running: BTreeMap<String, usize> = BTreeMap::new();
     for job in &active {
         *running.entry(job.tenant_name.clone()).or_default() += 1;
@@ -89,8 +95,20 @@ async fn overview(state: &AppState, session: &Session) -> Result<OverviewPage, A
             points,
         }
     };
+    // A day, or on a newer cluster the time since its first sample (at least an hour): a day's
+    // axis made a new cluster's few minutes a sliver.
+    let span_s = samples
+        .first()
+        .map_or(3_600.0, |first| (-seconds_ago(first.at)).clamp(3_600.0, 86_400.0));
+    let hours = (span_s / 3_600.0).ceil();
+    let chart_span = match hours as u32 {
+        24.. => "the last day".to_owned(),
+        1 => "the last hour".to_owned(),
+        n => format!("the last {n} hours"),
+    };
+    let label = format!("GPUs in use and in total over {chart_span}");
     let mut chart = Chart::new(
-        "GPUs in use and in total over the last day",
+        &label,
         XAxis::HoursAgo,
         "GPUs",
         vec![
@@ -99,30 +117,27 @@ async fn overview(state: &AppState, session: &Session) -> Result<OverviewPage, A
             series("running jobs", |s| s.running),
         ],
     );
-    chart.x_range = Some((-86_400.0, 0.0));
+    chart.x_range = Some((-hours.min(24.0) * 3_600.0, 0.0));
     let chart = chart.svg();
     let nodes = state.store.list_nodes().await?;
-    let gpus_total = nodes
-        .iter()
-        .filter(|n| n.health == "healthy")
-        .map(|n| n.gpus.len() as u32)
-        .sum();
-    let gpus_allocated = state
-        .store
-        .live_tasks()
-        .await?
-        .iter()
-        .map(|t| t.gpus.len() as u32)
-        .sum();
+    let healthy = || nodes.iter().filter(|n| n.health == "healthy");
+    let gpus_total = healthy().map(|n| n.gpus.len() as u32).sum();
+    let cpus_total = healthy().map(|n| n.cpus).sum();
+    let live = state.store.live_tasks().await?;
+    let gpus_allocated = live.iter().map(|t| t.gpus.len() as u32).sum();
+    let cpus_allocated = live.iter().map(|t| t.cpus).sum();
     let round = state.store.last_round().await?;
     Ok(OverviewPage {
         layout: session.layout("overview"),
         gpus_total,
         gpus_allocated,
-        queued: if queued.len() >= COUNT_LIMIT as usize {
-            format!("{COUNT_LIMIT}+")
+        cpus_total,
+        cpus_allocated,
+        chart_span,
+        queued: if queued >= u64::from(COUNT_LIMIT) {
+            "10,000+".to_owned()
         } else {
-            queued.len().to_string()
+            queued.to_string()
         },
         running: running.into_iter().collect(),
         goodput,

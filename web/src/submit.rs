@@ -1,6 +1,6 @@
-//! Submitting a job: a DroverJob pasted or uploaded, sent through the API's own submit handler, so it
-//! is validated by the same code and refused with the same field-level error, shown beside the
-//! editor. "Clone" on a job page opens this page with that job's spec under a new name.
+//! Submitting a job or an experiment: a DroverJob or DroverExperiment pasted or uploaded, sent through
+//! the service's own submissions, so it is validated by the same code and refused with the same
+//! field-level error, shown beside the editor. "Clone" on a job page opens this page with that job's spec under a new name.
 
 use crate::page::{Layout, cross_site, error_page, render, see_other};
 use crate::session::Session;
@@ -13,6 +13,7 @@ use drover_api::error::ApiError;
 use drover_api::routes::jobs as api;
 use drover_api::state::AppState;
 use drover_core::DroverJob;
+use drover_core::experiment::{DroverExperiment, EXPERIMENT_KIND};
 use drover_core::spec::Format;
 use serde::Deserialize;
 
@@ -118,14 +119,29 @@ pub async fn submit(
         )
             .into_response();
     }
-    let submitted = async {
-        let mut job = DroverJob::parse(form.document.as_bytes(), Format::Yaml)?;
-        job.status = None;
-        drover_service::jobs::submit(&state, &session.principal, job, None, None).await
-    }
-    .await;
+    // A DroverExperiment goes to the experiments' own submission, a DroverJob to the jobs'.
+    let bytes = form.document.as_bytes();
+    let submitted = if drover_core::declares_kind(bytes, EXPERIMENT_KIND) {
+        async {
+            let experiment = DroverExperiment::parse(bytes, Format::Yaml)?;
+            let created =
+                drover_service::experiments::steer::create(&state, &session.principal, experiment)
+                    .await?;
+            Ok::<_, drover_service::ServiceError>(format!("/experiments/{}", created.id))
+        }
+        .await
+    } else {
+        async {
+            let mut job = DroverJob::parse(bytes, Format::Yaml)?;
+            job.status = None;
+            let created =
+                drover_service::jobs::submit(&state, &session.principal, job, None, None).await?;
+            Ok::<_, drover_service::ServiceError>(format!("/jobs/{}", created.value.id))
+        }
+        .await
+    };
     match submitted {
-        Ok(created) => see_other(&format!("/jobs/{}", created.value.id)),
+        Ok(location) => see_other(&location),
         Err(err) if err.is_client_error() => {
             let status = ApiError::from(err.clone()).status;
             let page = SubmitPage {

@@ -308,6 +308,70 @@ function tokens() {
   });
 }
 
+// ---- Tenants (cluster administrators): add a tenant or change its quota, keeping its quotas per
+// GPU model. Users (a tenant's admins): add one, with a first token shown once.
+function administration() {
+  const tenantForm = document.getElementById("tenant-form");
+  if (tenantForm) {
+    const quotaOf = (name) => {
+      const row = document.querySelector(`tr[data-tenant="${CSS.escape(name)}"]`);
+      return row ? JSON.parse(row.dataset.quota) : null;
+    };
+    // Naming an existing tenant fills in its quota.
+    tenantForm.elements.name.addEventListener("input", () => {
+      const quota = quotaOf(tenantForm.elements.name.value);
+      if (!quota) return;
+      tenantForm.elements.guaranteed.value = quota.guaranteed_gpus;
+      tenantForm.elements.max.value = quota.max_gpus ?? "";
+    });
+    tenantForm.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const button = tenantForm.querySelector("button");
+      confirmed(button, async () => {
+        const name = tenantForm.elements.name.value;
+        const max = tenantForm.elements.max.value;
+        const quota = {
+          guaranteed_gpus: Number(tenantForm.elements.guaranteed.value || 0),
+          max_gpus: max === "" ? null : Number(max),
+        };
+        const existing = quotaOf(name);
+        const limit = quota.max_gpus === null ? "no limit" : `at most ${quota.max_gpus}`;
+        if (existing) {
+          await api("PUT", `/api/v1/tenants/${encodeURIComponent(name)}/quota`, { ...quota, flavours: existing.flavours || [] });
+          flash(`The quota of ${name}: ${quota.guaranteed_gpus} GPUs guaranteed, ${limit}.`);
+        } else {
+          await api("POST", "/api/v1/tenants", { name, quota });
+          flash(`Added tenant ${name}: ${quota.guaranteed_gpus} GPUs guaranteed, ${limit}.`);
+        }
+        location.reload();
+      });
+    });
+  }
+  const userForm = document.getElementById("user-form");
+  if (userForm) {
+    userForm.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const button = userForm.querySelector("button");
+      confirmed(button, async () => {
+        const body = { name: userForm.elements.name.value, role: userForm.elements.role.value };
+        if (userForm.elements.tenant) body.tenant = userForm.elements.tenant.value;
+        const created = await api("POST", "/api/v1/users", body);
+        const token = await api("POST", "/api/v1/tokens", { name: "first sign-in", user_id: created.user.id });
+        const expires = token.token.expires_at ? ` It expires ${new Date(token.token.expires_at).toLocaleString()}.` : "";
+        document.getElementById("new-user-said").textContent =
+          `Added ${created.user.name} to ${created.user.tenant} as ${created.user.role}. Give them this token to sign in with; it is shown once.${expires}`;
+        document.getElementById("new-user-secret").textContent = token.secret;
+        document.getElementById("new-user").hidden = false;
+        const row = document.querySelector("#users tbody").insertRow();
+        for (const text of [created.user.name, created.user.tenant, created.user.role, "just now"]) {
+          row.insertCell().textContent = text;
+        }
+        userForm.reset();
+      });
+    });
+  }
+}
+
 // ---- An experiment's page: its pause, resume and cancel buttons.
 function experimentPage() {
   const root = document.getElementById("experiment");
@@ -411,5 +475,6 @@ document.addEventListener("DOMContentLoaded", () => {
   experimentPage();
   nodes();
   tokens();
+  administration();
   submitPage();
 });

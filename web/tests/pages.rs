@@ -82,6 +82,7 @@ impl Site {
                 finished_at: now,
                 duration_us: 1234,
                 waiting: Vec::new(),
+                free: None,
             })
             .await
             .unwrap();
@@ -347,8 +348,25 @@ async fn signing_in_and_out((site, [ada, _, _]): (Site, [String; 3])) {
     }
     // The leader's records, read back: the round; the tenants' GPU-hours come from the accounting
     // ledger (no allocation yet: none), lent GPUs from the last sample (alpha has no guarantee).
-    assert!(site.get("/", &session).await.body.contains("1.2 ms"));
+    let overview = site.get("/", &session).await.body;
+    assert!(overview.contains("1.2 ms"));
+    // CPUs as well as GPUs; on a cluster three minutes old the chart spans the last hour, not a day
+    // (in which its samples were a sliver).
+    assert!(
+        overview.contains("CPUs in use") && overview.contains(r#"id="cpus-in-use">0 / 0<"#),
+        "{overview}"
+    );
+    assert!(
+        overview.contains("GPUs over the last hour")
+            && overview.contains("GPUs in use and in total over the last hour"),
+        "{overview}"
+    );
     let tenants = site.get("/tenants", &session).await.body;
+    // A member sees neither the tenant form (cluster administrators) nor the users (tenant admins).
+    assert!(
+        !tenants.contains("id=\"tenant-form\"") && !tenants.contains("id=\"user-form\""),
+        "{tenants}"
+    );
     assert!(
         tenants.contains("GPU-hours allocated, 7 days")
             && tenants.contains("<td>alpha</td><td>0</td><td>no limit</td><td>v100: at most 4</td><td>0</td><td>0</td><td>0.0</td><td>0.0</td><td>0.0</td><td>0.0</td>"),
@@ -461,10 +479,25 @@ async fn the_queue_says_why_where_and_when() {
             policy: "drover".into(),
             finished_at: now,
             duration_us: 900,
-            waiting: vec![
-                (first, "lower_priority".into()),
-                (second, "lower_priority".into()),
-            ],
+            waiting: [first, second]
+                .into_iter()
+                .map(|job| drover_store::WaitingJob {
+                    needs: Some(drover_store::Needs {
+                        gpus: 2,
+                        cpus: 2,
+                        memory_gb: 4,
+                    }),
+                    ..drover_store::WaitingJob::new(job, "lower_priority")
+                })
+                .collect(),
+            // One of the node's two GPUs free once the round's plan was carried out.
+            free: Some(drover_store::RoundFree {
+                gpus: 1,
+                total_gpus: 2,
+                cpus: 6,
+                total_cpus: 8,
+                memory_gb: 60,
+            }),
         })
         .await
         .unwrap();
@@ -496,6 +529,11 @@ async fn the_queue_says_why_where_and_when() {
     );
     assert!(!queue.contains("lower priority"), "{queue}");
     assert!(queue.contains("1 job ahead of it"), "{queue}");
+    // With the numbers: what its smallest shape needs, and what the round left free.
+    assert!(
+        queue.contains("; it needs 2 GPUs, 1 of 2 GPUs are free"),
+        "{queue}"
+    );
     assert!(queue.contains("now (overdue)"), "{queue}");
     assert!(queue.contains("Jobs 1–3 of 3."), "{queue}");
     let rows = queue.split("<tr>").filter(|r| r.contains("/jobs/")).count();
@@ -656,7 +694,8 @@ async fn pages_are_scoped_to_the_tenant_and_buttons_to_the_role() {
             policy: "drover".into(),
             finished_at: chrono::Utc::now(),
             duration_us: 900,
-            waiting: vec![(job, "insufficient_resources".into())],
+            waiting: vec![drover_store::WaitingJob::new(job, "insufficient_resources")],
+            free: None,
         })
         .await
         .unwrap();
@@ -764,6 +803,18 @@ async fn the_submit_form_shows_the_field_error_and_keeps_the_text() {
         "{}",
         wrong.body
     );
+    // An experiment submits from the same form and leads to its page (it was refused as "not a
+    // DroverJob"); one with a mistake keeps its text and names the field.
+    let experiment = include_str!("../../examples/experiments/digits-asha.yaml");
+    let answer = site.submit(&session, experiment).await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
+    assert!(answer.location.starts_with("/experiments/"), "{}", answer.location);
+    let page = site.get(&answer.location, &session).await;
+    assert!(page.body.contains("digits-asha"), "{}", page.body);
+    let bad_search = experiment.replacen("digits-asha", "digits-asha-2", 1).replacen("searcher:", "searcher_typo:", 1);
+    let refused = site.submit(&session, &bad_search).await;
+    assert!(refused.status.is_client_error(), "{}", refused.body);
+    assert!(refused.body.contains("searcher_typo"), "{}", refused.body);
 }
 
 /// A long series is gathered into step ranges by the database (SQLite and Postgres alike) and drawn
@@ -833,6 +884,21 @@ async fn a_long_series_is_drawn_whole(db: TestDb) {
         .get(&format!("/jobs/{}/chart?metrics=loss", job.0), &session)
         .await;
     assert!(chart.body.contains(">80</text>"), "{}", chart.body);
+    // A second metric gets a chart and an axis of its own (a tiny learning rate was flat under the
+    // loss on a shared axis), and each line says its values on hover.
+    let lr = NewMetrics {
+        values: vec![("lr".into(), 0.0003)],
+        step: 3001,
+        ..metrics
+    };
+    store.record_metrics(&lr).await.unwrap();
+    let both = site
+        .get(&format!("/jobs/{}/chart?metrics=loss,lr", job.0), &session)
+        .await
+        .body;
+    assert_eq!(both.matches("<svg").count(), 2, "{both}");
+    assert!(both.contains("the job&#39;s lr by step") || both.contains("the job's lr by step"), "{both}");
+    assert!(both.contains(": lr 0.0003</title>"), "{both}");
 }
 
 #[tokio::test]

@@ -6,7 +6,9 @@ use crate::extract::PathParam;
 use crate::paging::ListMeta;
 use crate::run_views::TaskView;
 use crate::state::AppState;
-use crate::views::{GpuUsageView, NodeEnvelope, NodeList, NodeView};
+use crate::views::{
+    GpuUsageView, HostUsageView, NodeEnvelope, NodeList, NodeView, UsagePointView,
+};
 use axum::Json;
 use axum::extract::State;
 use drover_service::auth::Principal;
@@ -42,6 +44,22 @@ pub fn node_view(live: LiveNode) -> NodeView {
             index: u.index,
             utilization: (u.utilization >= 0.0).then_some(u.utilization),
             memory_used_gb: u.memory_used_gb,
+        })
+        .collect();
+    view.host_usage = live.host_usage.map(|h| HostUsageView {
+        cpu_utilization: (h.cpu_utilization >= 0.0).then_some(h.cpu_utilization),
+        memory_used_gb: h.memory_used_gb,
+        memory_total_gb: h.memory_total_gb,
+    });
+    view.history = live
+        .history
+        .iter()
+        .map(|p| UsagePointView {
+            at: p.at,
+            cpu_utilization: p.cpu,
+            memory_used_gb: p.memory_used_gb,
+            gpu_utilization: p.gpu,
+            gpu_memory_used_gb: p.gpu_memory_used_gb,
         })
         .collect();
     view.tasks = live.tasks.into_iter().map(TaskView::from).collect();

@@ -163,6 +163,16 @@ async fn queue_predictions_and_gpu_accounting_add_up_through_a_preemption_and_a_
             registered > chrono::Duration::seconds(10),
             "{node} after {ran:?}"
         );
+        // The host's CPU and memory use from the OS, now and over the last minutes.
+        let host = &node["host_usage"];
+        assert!(host["memory_total_gb"].as_f64().unwrap() > 0.0, "{node}");
+        let cpu = host["cpu_utilization"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&cpu), "{node}");
+        let history = node["history"].as_array().unwrap();
+        assert!(
+            history.len() >= 2 && history.iter().all(|p| p["memory_used_gb"].as_f64().unwrap() > 0.0),
+            "{node}"
+        );
     }
     let elapsed_h = started.elapsed().as_secs_f64() / 3600.0;
     // The loop closes each allocation once its tasks have ended: give it a round.

@@ -46,6 +46,8 @@ pub struct Agent {
     pub(super) incarnation: String,
     pub(super) dropped: u64,
     pub(super) usage: UsageProbe,
+    /// The host's CPU and memory use, between heartbeats.
+    pub(super) host: crate::host::HostProbe,
     /// The node's credential, once enrolled.
     pub(super) credential: Option<String>,
     /// Where the server's replicas are (`--gateway`, comma-separated); tried in turn.
@@ -84,6 +86,7 @@ impl Agent {
             incarnation: uuid::Uuid::new_v4().to_string(),
             dropped: 0,
             usage,
+            host: crate::host::HostProbe::default(),
             credential,
             remote: Storage::default(),
             fetched_tx,

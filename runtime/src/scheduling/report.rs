@@ -7,7 +7,9 @@ use crate::wording::serde_name;
 use chrono::Utc;
 use drover_core::{JobId, JobState};
 use drover_scheduler::{JobPlan, Plan};
-use drover_store::{Job, Task};
+use drover_scheduler::place::FreeResources;
+use drover_scheduler::{ClusterSnapshot, JobView, Shape};
+use drover_store::{Job, Needs, RoundFree, Task, WaitingJob};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// How often the leader samples the cluster's GPU use, and for how long samples are kept.
@@ -58,10 +60,11 @@ pub(super) async fn record_round(
     let waiting = order
         .into_iter()
         .filter_map(|view| match plan.jobs.get(&view.id) {
-            Some(JobPlan::Wait { reason }) => built
-                .jobs
-                .get(&view.id)
-                .map(|job| (job.id, serde_name(reason))),
+            Some(JobPlan::Wait { reason }) => built.jobs.get(&view.id).map(|job| WaitingJob {
+                job: job.id,
+                reason: serde_name(reason),
+                needs: Some(smallest_needs(view)),
+            }),
             _ => None,
         })
         .collect();
@@ -70,6 +73,7 @@ pub(super) async fn record_round(
         finished_at: Utc::now(),
         duration_us: i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX),
         waiting,
+        free: Some(left_free(&built.snapshot, plan)),
     };
     if let Err(err) = store.record_round(&round).await {
         tracing::warn!(error = %err, "cannot record the scheduling round");
@@ -106,5 +110,36 @@ pub(super) async fn record_round(
     let keep_after = round.finished_at - chrono::Duration::days(USAGE_KEPT_DAYS);
     if let Err(err) = store.record_gpu_usage(&usage, keep_after).await {
         tracing::warn!(error = %err, "cannot record GPU use");
+    }
+}
+
+/// What a job's smallest shape takes (its minimum workers and PS shards).
+fn smallest_needs(view: &JobView) -> Needs {
+    let shape = Shape {
+        ps: view.ps.min,
+        workers: view.workers.min,
+    };
+    Needs {
+        gpus: view.gpus_at(shape),
+        cpus: view.cpus_at(shape),
+        memory_gb: u32::try_from(view.memory_gb_at(shape)).unwrap_or(u32::MAX),
+    }
+}
+
+/// What the schedulable cluster has free once `plan` is carried out (every job it runs, at the
+/// placement it gives), and its totals: what the jobs left waiting could have had.
+fn left_free(snapshot: &ClusterSnapshot, plan: &Plan) -> RoundFree {
+    let mut free = FreeResources::empty_cluster(snapshot);
+    for view in &snapshot.jobs {
+        if let Some(JobPlan::Run { placement, .. }) = plan.jobs.get(&view.id) {
+            free.take(view, placement);
+        }
+    }
+    RoundFree {
+        gpus: free.free_gpus(),
+        total_gpus: snapshot.total_gpus(),
+        cpus: free.free_cpus(),
+        total_cpus: snapshot.total_cpus(),
+        memory_gb: free.free_memory_gb(),
     }
 }

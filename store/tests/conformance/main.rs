@@ -66,6 +66,7 @@ conformance!(
     nodes_are_upserted_by_name,
     reports_from_an_old_generation_are_fenced,
     log_reads_filter_and_page_from_either_end,
+    rounds_keep_what_waiting_jobs_need_and_what_was_free,
     checkpoints_over_the_rate_replace_each_other,
     executors_register_and_lose_tasks,
     jobs_with_ended_tasks_are_finishing,
@@ -530,4 +531,46 @@ async fn nodes_are_upserted_by_name(db: &TestDb) {
         store.get_node("nope").await,
         Err(StoreError::NotFound)
     ));
+}
+
+async fn rounds_keep_what_waiting_jobs_need_and_what_was_free(db: &TestDb) {
+    let store = db.store.as_ref();
+    assert_eq!(store.last_round().await.unwrap(), None);
+    let needs = Needs {
+        gpus: 4,
+        cpus: 9,
+        memory_gb: 32,
+    };
+    let round = RoundRecord {
+        policy: "drover".into(),
+        finished_at: Utc::now(),
+        duration_us: 1500,
+        waiting: vec![
+            WaitingJob {
+                needs: Some(needs),
+                ..WaitingJob::new(JobId::new(), "insufficient_gpus")
+            },
+            WaitingJob::new(JobId::new(), "lower_priority"),
+        ],
+        free: Some(RoundFree {
+            gpus: 2,
+            total_gpus: 16,
+            cpus: 30,
+            total_cpus: 64,
+            memory_gb: 200,
+        }),
+    };
+    store.record_round(&round).await.unwrap();
+    let read = store.last_round().await.unwrap().unwrap();
+    assert_eq!(read.waiting, round.waiting);
+    assert_eq!(read.free, round.free);
+    // The next round replaces it; one that knows nothing free is read back so.
+    let bare = RoundRecord {
+        free: None,
+        waiting: Vec::new(),
+        ..round
+    };
+    store.record_round(&bare).await.unwrap();
+    let read = store.last_round().await.unwrap().unwrap();
+    assert_eq!((read.free, read.waiting.len()), (None, 0));
 }
