@@ -229,8 +229,8 @@ async fn report(
             round
                 .waiting
                 .into_iter()
-                .find(|(id, _)| *id == job.id)
-                .map(|(_, reason)| reason)
+                .find(|w| w.job == job.id)
+                .map(|w| w.reason)
         })
     } else {
         None

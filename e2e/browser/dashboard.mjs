@@ -163,7 +163,7 @@ try {
   for (;;) {
     const state = (await page.textContent("#job-state")).trim();
     states.add(state);
-    const legend = await page.$eval("#chart svg", (svg) => svg.textContent);
+    const legend = await page.$eval("#chart", (charts) => charts.textContent);
     const match = legend.match(/loss \((\d+) pts\)/);
     if (match && (points.length === 0 || points[points.length - 1] !== Number(match[1]))) {
       points.push(Number(match[1]));
@@ -374,7 +374,7 @@ try {
   assert.equal(await page.inputValue("#tenant-form input[name=guaranteed]"), "2", "the current quota filled in");
   await page.fill("#tenant-form input[name=guaranteed]", "1");
   await Promise.all([page.waitForEvent("load"), page.click("#tenant-form button")]);
-  assert.match(await page.textContent("#toast"), /The quota of gamma: 1 GPUs guaranteed, at most 4\./);
+  assert.match(await page.textContent("#toast"), /The quota of gamma: 1 GPU guaranteed, at most 4\./);
   assert.equal(((await rest(ADMIN, "GET", "/api/v1/tenants/gamma")).tenant.quota.guaranteed_gpus), 1);
   await page.fill("#user-form input[name=name]", "grace");
   await page.selectOption("#user-form select[name=tenant]", "gamma");

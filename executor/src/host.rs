@@ -89,15 +89,22 @@ mod tests {
     fn cpu_use_is_the_busy_share_between_two_samples_and_memory_what_is_not_available() {
         let first = "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\n";
         let second = "cpu  400 0 150 1300 150 0 0 0 0 0\n";
-        let meminfo = "MemTotal:       16777216 kB\nMemFree:  1000 kB\nMemAvailable:    4194304 kB\n";
+        let meminfo =
+            "MemTotal:       16777216 kB\nMemFree:  1000 kB\nMemAvailable:    4194304 kB\n";
         let mut probe = HostProbe::default();
         let at_first = probe.measure(cpu_times(first), memory_gb(meminfo));
-        assert!(at_first.cpu_utilization < 0.0, "nothing to compare with yet");
+        assert!(
+            at_first.cpu_utilization < 0.0,
+            "nothing to compare with yet"
+        );
         assert_eq!(at_first.memory_total_gb, 16.0);
         assert_eq!(at_first.memory_used_gb, 12.0);
         // 400 busy ticks (300 user, 100 system) of 1,000 (500 idle, 100 iowait among them).
         let at_second = probe.measure(cpu_times(second), memory_gb(meminfo));
-        assert!((at_second.cpu_utilization - 0.4).abs() < 1e-9, "{at_second:?}");
+        assert!(
+            (at_second.cpu_utilization - 0.4).abs() < 1e-9,
+            "{at_second:?}"
+        );
         // Unreadable: unknown, not zero.
         let unknown = HostProbe::default().measure(None, None);
         assert!(unknown.cpu_utilization < 0.0);

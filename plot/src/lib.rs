@@ -609,11 +609,20 @@ pub fn sparkline(label: &str, values: &[Option<f64>], max: f64) -> String {
         0.0
     };
     let mut run = String::new();
-    let mut flush = |run: &mut String, out: &mut String| {
+    let flush = |run: &mut String, out: &mut String| {
         if run.matches(',').count() >= 2 {
-            let _ = write!(out, r#"<polyline fill="none" stroke="{}" stroke-width="1.5" points="{}"/>"#, COLOURS[0], run.trim_end());
+            let _ = write!(
+                out,
+                r#"<polyline fill="none" stroke="{}" stroke-width="1.5" points="{}"/>"#,
+                COLOURS[0],
+                run.trim_end()
+            );
         } else if let Some((x, y)) = run.trim().split_once(',') {
-            let _ = write!(out, r#"<circle cx="{x}" cy="{y}" r="1.5" fill="{}"/>"#, COLOURS[0]);
+            let _ = write!(
+                out,
+                r#"<circle cx="{x}" cy="{y}" r="1.5" fill="{}"/>"#,
+                COLOURS[0]
+            );
         }
         run.clear();
     };
@@ -637,7 +646,11 @@ mod tests {
 
     #[test]
     fn a_sparkline_draws_known_values_and_leaves_gaps() {
-        let svg = sparkline("CPU, last 15 min", &[Some(0.0), Some(0.5), None, Some(1.0), Some(1.0)], 1.0);
+        let svg = sparkline(
+            "CPU, last 15 min",
+            &[Some(0.0), Some(0.5), None, Some(1.0), Some(1.0)],
+            1.0,
+        );
         assert!(svg.contains(r#"aria-label="CPU, last 15 min""#), "{svg}");
         // Two runs: a line of two points, then another of two.
         assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
@@ -655,7 +668,9 @@ mod tests {
             "loss",
             vec![Series {
                 name: "loss".into(),
-                points: (0..1000).map(|i| (i as f64, 1.0 / (i as f64 + 1.0))).collect(),
+                points: (0..1000)
+                    .map(|i| (i as f64, 1.0 / (i as f64 + 1.0)))
+                    .collect(),
             }],
         );
         let svg = chart.svg();
@@ -681,7 +696,11 @@ mod tests {
         // Within one decade: 2× and 5× as well.
         assert_eq!(values(0.0015, 0.03), ["0.002", "0.005", "0.01", "0.02"]);
         // Within a factor of three: round values between the ends.
-        assert!(values(0.0021, 0.0058).len() >= 2, "{:?}", values(0.0021, 0.0058));
+        assert!(
+            values(0.0021, 0.0058).len() >= 2,
+            "{:?}",
+            values(0.0021, 0.0058)
+        );
     }
 
     #[test]

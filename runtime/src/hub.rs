@@ -81,9 +81,7 @@ impl UsagePoint {
             .collect();
         UsagePoint {
             at,
-            cpu: host
-                .map(|h| h.cpu_utilization)
-                .filter(|c| *c >= 0.0),
+            cpu: host.map(|h| h.cpu_utilization).filter(|c| *c >= 0.0),
             memory_used_gb: host
                 .filter(|h| h.memory_total_gb > 0.0)
                 .map(|h| h.memory_used_gb),
@@ -282,7 +280,9 @@ impl Hub {
             executor.host = host;
             let now = chrono::Utc::now();
             let due = executor.history.back().is_none_or(|last| {
-                (now - last.at).to_std().is_ok_and(|age| age >= HISTORY_EVERY)
+                (now - last.at)
+                    .to_std()
+                    .is_ok_and(|age| age >= HISTORY_EVERY)
             });
             if due {
                 if executor.history.len() == HISTORY_POINTS {

@@ -362,12 +362,9 @@ pub async fn position_of(service: &Service, job: &Job) -> ServiceResult<Option<Q
         .as_ref()
         .and_then(|f| f.entries.iter().find(|e| e.job == job.id));
     let round = service.store.last_round().await?;
-    let waiting = round.as_ref().and_then(|r| {
-        r.waiting
-            .iter()
-            .enumerate()
-            .find(|(_, w)| w.job == job.id)
-    });
+    let waiting = round
+        .as_ref()
+        .and_then(|r| r.waiting.iter().enumerate().find(|(_, w)| w.job == job.id));
     let mut position = QueuePosition::of(
         entry,
         waiting,
@@ -439,7 +436,13 @@ mod tests {
     fn a_job_never_starts_before_one_of_its_size_ahead_of_it() {
         let now = Utc::now();
         let at = |position, minutes| {
-            QueuePosition::of(Some(&entry(position, minutes, now)), None, None, Some(now), now)
+            QueuePosition::of(
+                Some(&entry(position, minutes, now)),
+                None,
+                None,
+                Some(now),
+                now,
+            )
         };
         let mut jobs = vec![
             queued(at(1, 40), 2),
@@ -521,10 +524,17 @@ mod tests {
         let plenty = RoundFree { gpus: 8, ..free };
         let w = waiting("lower_priority");
         let shown = QueuePosition::of(None, Some((0, &w)), Some(&plenty), None, Utc::now());
-        assert!(!shown.explanation.contains("GPUs are free"), "{}", shown.explanation);
+        assert!(
+            !shown.explanation.contains("GPUs are free"),
+            "{}",
+            shown.explanation
+        );
         // A record from before rounds said their needs: the reason alone.
         let old = WaitingJob::new(w.job, "insufficient_gpus");
         let shown = QueuePosition::of(None, Some((0, &old)), Some(&free), None, Utc::now());
-        assert_eq!(shown.explanation, "not enough free GPUs for its smallest shape");
+        assert_eq!(
+            shown.explanation,
+            "not enough free GPUs for its smallest shape"
+        );
     }
 }

@@ -280,6 +280,7 @@ struct NodeRow {
     gpus: Vec<GpuRow>,
     /// Its use now, in words, and over the last minutes: sparklines of CPU and GPU utilisation.
     use_now: String,
+    history_minutes: u32,
     cpu_spark: Option<String>,
     gpu_spark: Option<String>,
 }
@@ -348,19 +349,27 @@ pub async fn nodes(State(state): State<AppState>, session: Session) -> Response 
                 })
                 .collect();
             let history = &node.history;
-            let spark = |label: &str, pick: fn(&drover_api::views::UsagePointView) -> Option<f64>| {
-                let values: Vec<Option<f64>> = history.iter().map(pick).collect();
-                values
-                    .iter()
-                    .any(Option::is_some)
-                    .then(|| drover_plot::sparkline(label, &values, 1.0))
+            let spark =
+                |label: &str, pick: fn(&drover_api::views::UsagePointView) -> Option<f64>| {
+                    let values: Vec<Option<f64>> = history.iter().map(pick).collect();
+                    values
+                        .iter()
+                        .any(Option::is_some)
+                        .then(|| drover_plot::sparkline(label, &values, 1.0))
+                };
+            // What the history spans: up to 15 minutes, less on a node (or a leader) just started.
+            let minutes = match (history.first(), history.last()) {
+                (Some(first), Some(last)) => ((last.at - first.at).num_seconds() as f64 / 60.0)
+                    .ceil()
+                    .max(1.0) as u32,
+                _ => 0,
             };
             let cpu_spark = spark(
-                "CPU utilisation over the last 15 minutes (0 to 100%)",
+                &format!("CPU utilisation over the last {minutes} min (0 to 100%)"),
                 |p| p.cpu_utilization,
             );
             let gpu_spark = spark(
-                "mean GPU utilisation over the last 15 minutes (0 to 100%)",
+                &format!("mean GPU utilisation over the last {minutes} min (0 to 100%)"),
                 |p| p.gpu_utilization,
             );
             let mut now = Vec::new();
@@ -375,7 +384,11 @@ pub async fn nodes(State(state): State<AppState>, session: Session) -> Response 
                     ));
                 }
             }
-            let gpu_known: Vec<f64> = node.gpu_usage.iter().filter_map(|u| u.utilization).collect();
+            let gpu_known: Vec<f64> = node
+                .gpu_usage
+                .iter()
+                .filter_map(|u| u.utilization)
+                .collect();
             if !gpu_known.is_empty() {
                 now.push(format!(
                     "GPUs {:.0}%",
@@ -389,6 +402,7 @@ pub async fn nodes(State(state): State<AppState>, session: Session) -> Response 
                 ));
             }
             NodeRow {
+                history_minutes: minutes,
                 use_now: now.join(" · "),
                 cpu_spark,
                 gpu_spark,

@@ -65,7 +65,7 @@ fn choice_text(value: &serde_json::Value) -> String {
         serde_json::Value::String(text) => text.clone(),
         serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
         serde_json::Value::Number(n) => match n.as_f64() {
-            Some(x) if x == 0.0 => "0".to_owned(),
+            Some(0.0) => "0".to_owned(),
             Some(x) if (1e-4..1e6).contains(&x.abs()) => {
                 let decimals = (3 - x.abs().log10().floor() as i32).clamp(0, 8) as usize;
                 let text = format!("{x:.decimals$}");
@@ -376,7 +376,9 @@ async fn detail(
                     None => ("—".to_owned(), String::new()),
                     Some(value) => (
                         choice_text(value),
-                        value.as_f64().map_or_else(|| choice_text(value), |n| n.to_string()),
+                        value
+                            .as_f64()
+                            .map_or_else(|| choice_text(value), |n| n.to_string()),
                     ),
                 })
                 .collect(),
@@ -464,7 +466,7 @@ mod tests {
     #[test]
     fn parameter_values_read_as_their_units() {
         use serde_json::json;
-        let text = |v| super::choice_text(&v);
+        let text = |v| choice_text(&v);
         assert_eq!(text(json!(0.001234567)), "0.001235");
         assert_eq!(text(json!(12.3456)), "12.35");
         assert_eq!(text(json!(1500.0)), "1500");

@@ -593,7 +593,13 @@ async fn chart_svg(
     }
     if names.is_empty() {
         // No metric chosen (or none reported yet): the empty chart says so.
-        charts = Chart::new("the job's metrics by step", XAxis::Steps, "value", Vec::new()).svg();
+        charts = Chart::new(
+            "the job's metrics by step",
+            XAxis::Steps,
+            "value",
+            Vec::new(),
+        )
+        .svg();
     }
     Ok(charts)
 }

@@ -97,9 +97,9 @@ async fn overview(state: &AppState, session: &Session) -> Result<OverviewPage, A
     };
     // A day, or on a newer cluster the time since its first sample (at least an hour): a day's
     // axis made a new cluster's few minutes a sliver.
-    let span_s = samples
-        .first()
-        .map_or(3_600.0, |first| (-seconds_ago(first.at)).clamp(3_600.0, 86_400.0));
+    let span_s = samples.first().map_or(3_600.0, |first| {
+        (-seconds_ago(first.at)).clamp(3_600.0, 86_400.0)
+    });
     let hours = (span_s / 3_600.0).ceil();
     let chart_span = match hours as u32 {
         24.. => "the last day".to_owned(),

@@ -336,12 +336,13 @@ function administration() {
         };
         const existing = quotaOf(name);
         const limit = quota.max_gpus === null ? "no limit" : `at most ${quota.max_gpus}`;
+        const gpus = `${quota.guaranteed_gpus} GPU${quota.guaranteed_gpus === 1 ? "" : "s"}`;
         if (existing) {
           await api("PUT", `/api/v1/tenants/${encodeURIComponent(name)}/quota`, { ...quota, flavours: existing.flavours || [] });
-          flash(`The quota of ${name}: ${quota.guaranteed_gpus} GPUs guaranteed, ${limit}.`);
+          flash(`The quota of ${name}: ${gpus} guaranteed, ${limit}.`);
         } else {
           await api("POST", "/api/v1/tenants", { name, quota });
-          flash(`Added tenant ${name}: ${quota.guaranteed_gpus} GPUs guaranteed, ${limit}.`);
+          flash(`Added tenant ${name}: ${gpus} guaranteed, ${limit}.`);
         }
         location.reload();
       });

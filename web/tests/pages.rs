@@ -808,10 +808,16 @@ async fn the_submit_form_shows_the_field_error_and_keeps_the_text() {
     let experiment = include_str!("../../examples/experiments/digits-asha.yaml");
     let answer = site.submit(&session, experiment).await;
     assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
-    assert!(answer.location.starts_with("/experiments/"), "{}", answer.location);
+    assert!(
+        answer.location.starts_with("/experiments/"),
+        "{}",
+        answer.location
+    );
     let page = site.get(&answer.location, &session).await;
     assert!(page.body.contains("digits-asha"), "{}", page.body);
-    let bad_search = experiment.replacen("digits-asha", "digits-asha-2", 1).replacen("searcher:", "searcher_typo:", 1);
+    let bad_search = experiment
+        .replacen("digits-asha", "digits-asha-2", 1)
+        .replacen("searcher:", "searcher_typo:", 1);
     let refused = site.submit(&session, &bad_search).await;
     assert!(refused.status.is_client_error(), "{}", refused.body);
     assert!(refused.body.contains("searcher_typo"), "{}", refused.body);
@@ -897,7 +903,10 @@ async fn a_long_series_is_drawn_whole(db: TestDb) {
         .await
         .body;
     assert_eq!(both.matches("<svg").count(), 2, "{both}");
-    assert!(both.contains("the job&#39;s lr by step") || both.contains("the job's lr by step"), "{both}");
+    assert!(
+        both.contains("the job&#39;s lr by step") || both.contains("the job's lr by step"),
+        "{both}"
+    );
     assert!(both.contains(": lr 0.0003</title>"), "{both}");
 }
 

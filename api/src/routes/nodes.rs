@@ -6,9 +6,7 @@ use crate::extract::PathParam;
 use crate::paging::ListMeta;
 use crate::run_views::TaskView;
 use crate::state::AppState;
-use crate::views::{
-    GpuUsageView, HostUsageView, NodeEnvelope, NodeList, NodeView, UsagePointView,
-};
+use crate::views::{GpuUsageView, HostUsageView, NodeEnvelope, NodeList, NodeView, UsagePointView};
 use axum::Json;
 use axum::extract::State;
 use drover_service::auth::Principal;

@@ -170,7 +170,10 @@ async fn queue_predictions_and_gpu_accounting_add_up_through_a_preemption_and_a_
         assert!((0.0..=1.0).contains(&cpu), "{node}");
         let history = node["history"].as_array().unwrap();
         assert!(
-            history.len() >= 2 && history.iter().all(|p| p["memory_used_gb"].as_f64().unwrap() > 0.0),
+            history.len() >= 2
+                && history
+                    .iter()
+                    .all(|p| p["memory_used_gb"].as_f64().unwrap() > 0.0),
             "{node}"
         );
     }

@@ -6,9 +6,9 @@ use crate::snapshot::Built;
 use crate::wording::serde_name;
 use chrono::Utc;
 use drover_core::{JobId, JobState};
-use drover_scheduler::{JobPlan, Plan};
 use drover_scheduler::place::FreeResources;
 use drover_scheduler::{ClusterSnapshot, JobView, Shape};
+use drover_scheduler::{JobPlan, Plan};
 use drover_store::{Job, Needs, RoundFree, Task, WaitingJob};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -43,13 +43,13 @@ pub(super) async fn record_round(
     } = round;
     let store = &runtime.store;
     // The policy's order where it has one, else submission order (the snapshot's).
-    let by_id: HashMap<JobId, &drover_scheduler::JobView> = built
+    let by_id: HashMap<JobId, &JobView> = built
         .snapshot
         .jobs
         .iter()
         .map(|view| (view.id, view))
         .collect();
-    let order: Vec<&drover_scheduler::JobView> = if plan.order.is_empty() {
+    let order: Vec<&JobView> = if plan.order.is_empty() {
         built.snapshot.jobs.iter().collect()
     } else {
         plan.order
