@@ -10,8 +10,8 @@ use crate::error::{ServiceError, ServiceResult};
 use drover_core::JobId;
 use drover_store::{LogFilter, LogLine, LogWindow, Scope, TaskRole};
 
-/// The longest search text accepted, in bytes.
-pub const MAX_SEARCH_BYTES: usize = 200;
+/// The longest search text accepted, in characters.
+pub const MAX_SEARCH_CHARS: usize = 200;
 
 /// A reader's filter as its query gave it: each value the raw text of a parameter, if present.
 #[derive(Debug, Clone, Copy, Default)]
@@ -21,7 +21,8 @@ pub struct LogQuery<'a> {
     pub generation: Option<&'a str>,
     /// Text the lines must contain (ASCII case ignored).
     pub search: Option<&'a str>,
-    /// `true` shows contract lines (metrics and checkpoint announcements); hidden by default.
+    /// `true` shows contract lines (metrics and checkpoint announcements), `false` (the default)
+    /// hides them.
     pub metrics: Option<&'a str>,
 }
 
@@ -47,10 +48,10 @@ pub fn filter(query: LogQuery<'_>) -> ServiceResult<LogFilter> {
             )
         })?),
     };
-    let generation = match query.generation.filter(|g| !g.is_empty()) {
+    let generation = match query.generation {
         None => None,
         Some(text) => match text.parse::<u64>() {
-            Ok(g) if g >= 1 => Some(g),
+            Ok(g) if (1..=i64::MAX as u64).contains(&g) => Some(g),
             _ => {
                 return Err(ServiceError::bad_request(
                     "generation",
@@ -61,20 +62,20 @@ pub fn filter(query: LogQuery<'_>) -> ServiceResult<LogFilter> {
     };
     let contains = match query.search.filter(|s| !s.is_empty()) {
         None => None,
-        Some(text) if text.len() > MAX_SEARCH_BYTES => {
+        Some(text) if text.chars().count() > MAX_SEARCH_CHARS => {
             return Err(ServiceError::bad_request(
                 "q",
                 format!(
-                    "the search text is {} bytes; at most {MAX_SEARCH_BYTES}",
-                    text.len()
+                    "the search text is {} characters; at most {MAX_SEARCH_CHARS}",
+                    text.chars().count()
                 ),
             ));
         }
         Some(text) => Some(text.to_owned()),
     };
     let hide_contract = match query.metrics {
-        None | Some("" | "false" | "0") => true,
-        Some("true" | "1" | "on") => false,
+        None | Some("false") => true,
+        Some("true") => false,
         Some(other) => {
             return Err(ServiceError::bad_request(
                 "metrics",
@@ -119,25 +120,24 @@ pub async fn page(
         .await
         .map_err(not_found)?;
     let overflow = lines.len() > limit as usize;
-    match window {
-        LogWindow::After(_) => lines.truncate(limit as usize),
-        LogWindow::Before(_) | LogWindow::Last => {
-            if overflow {
-                lines.remove(0);
-            }
-        }
+    if !window.last {
+        lines.truncate(limit as usize);
+    } else if overflow {
+        lines.remove(0);
     }
-    let (earlier, later) = match (window, lines.first(), lines.last()) {
-        (_, None, _) | (_, _, None) => (false, false),
-        (LogWindow::After(_), Some(first), _) => (
-            probe(service, scope, job, filter, LogWindow::Before(first.id)).await?,
+    // Beyond the page on its own side, the extra row told; on the other, a probe (none past the
+    // end of a range read from the end with nothing after it).
+    let (earlier, later) = match (lines.first(), lines.last()) {
+        (Some(_), Some(last)) if window.last => {
+            let later = window.before.is_some()
+                && probe(service, scope, job, filter, LogWindow::after(last.id)).await?;
+            (overflow, later)
+        }
+        (Some(first), Some(_)) => (
+            probe(service, scope, job, filter, LogWindow::before(first.id)).await?,
             overflow,
         ),
-        (LogWindow::Before(_), _, Some(last)) => (
-            overflow,
-            probe(service, scope, job, filter, LogWindow::After(last.id)).await?,
-        ),
-        (LogWindow::Last, _, _) => (overflow, false),
+        _ => (false, false),
     };
     Ok(LogPage {
         lines,

@@ -305,13 +305,47 @@ impl LogFilter {
     }
 }
 
-/// Where a page of log lines lies: after a line id (0: from the first line), just before one, or
-/// the last lines. Every page comes in id order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogWindow {
-    After(i64),
-    Before(i64),
-    Last,
+/// Where a page of log lines lies: the lines between two ids (either end open), the first of them
+/// or the last. Every page comes in id order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogWindow {
+    /// Only lines after this id.
+    pub after: Option<i64>,
+    /// Only lines before this id.
+    pub before: Option<i64>,
+    /// The last lines of the range, not the first.
+    pub last: bool,
+}
+
+impl LogWindow {
+    /// The first lines.
+    pub const START: LogWindow = LogWindow {
+        after: None,
+        before: None,
+        last: false,
+    };
+    /// The last lines.
+    pub const LAST: LogWindow = LogWindow {
+        after: None,
+        before: None,
+        last: true,
+    };
+
+    /// The first lines after line `id`.
+    pub fn after(id: i64) -> Self {
+        LogWindow {
+            after: Some(id),
+            ..Self::START
+        }
+    }
+
+    /// The lines just before line `id`.
+    pub fn before(id: i64) -> Self {
+        LogWindow {
+            before: Some(id),
+            ..Self::LAST
+        }
+    }
 }
 
 /// The store's side of running jobs. Implemented by both stores; part of [`super::Store`].

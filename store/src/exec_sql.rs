@@ -785,14 +785,11 @@ macro_rules! impl_exec_store {
                     "SELECT id, generation, role, idx, stream, line, logged_at, contract FROM task_logs WHERE job_id = ",
                 );
                 query.push_bind(job.0);
-                match window {
-                    LogWindow::After(id) => {
-                        query.push(" AND id > ").push_bind(id);
-                    }
-                    LogWindow::Before(id) => {
-                        query.push(" AND id < ").push_bind(id);
-                    }
-                    LogWindow::Last => {}
+                if let Some(id) = window.after {
+                    query.push(" AND id > ").push_bind(id);
+                }
+                if let Some(id) = window.before {
+                    query.push(" AND id < ").push_bind(id);
                 }
                 if let Some((role, index)) = filter.task {
                     query
@@ -826,7 +823,7 @@ macro_rules! impl_exec_store {
                         .push_bind(pattern)
                         .push(" ESCAPE '\\'");
                 }
-                let newest_first = !matches!(window, LogWindow::After(_));
+                let newest_first = window.last;
                 query.push(if newest_first {
                     " ORDER BY id DESC LIMIT "
                 } else {

@@ -1,6 +1,7 @@
 //! Server-side render time and size of the dashboard's heaviest pages, on a store holding 10,000 jobs
-//! and one job with 100,000 metric points (50,000 steps of `loss` and `accuracy`), through the whole
-//! HTTP application in-process (routing, session lookup, store queries, templates).
+//! and one job with 100,000 metric points (50,000 steps of `loss` and `accuracy`) and 100,000 log
+//! lines, through the whole HTTP application in-process (routing, session lookup, store queries,
+//! templates).
 //!
 //! ```sh
 //! cargo bench -p drover-web --bench pages                 # SQLite
@@ -23,8 +24,8 @@ use drover_runtime::{Runtime, RuntimeConfig};
 use drover_store::testing::TestDb;
 use drover_store::tokens;
 use drover_store::{
-    NewJob, NewMetrics, NewTask, NewTenant, NewToken, NewUser, Quota, StateChange, TaskKey,
-    TaskRole,
+    NewJob, NewLogLine, NewMetrics, NewTask, NewTenant, NewToken, NewUser, Quota, StateChange,
+    TaskKey, TaskRole,
 };
 use http_body_util::BodyExt;
 use std::time::Instant;
@@ -33,6 +34,7 @@ use tower::ServiceExt;
 const JOBS: usize = 10_000;
 const STEPS: u64 = 50_000;
 const RUNS: usize = 100;
+const LOG_LINES: usize = 100_000;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -146,8 +148,23 @@ async fn main() {
             .await
             .unwrap();
     }
+    // And 100,000 lines of output, every fifth a metrics line.
+    for chunk in 0..LOG_LINES / 1000 {
+        let lines: Vec<NewLogLine> = (chunk * 1000..(chunk + 1) * 1000)
+            .map(|n| NewLogLine {
+                stream: "stdout".into(),
+                line: if n % 5 == 4 {
+                    format!(r#"{{"drover": "metrics", "step": {n}, "values": {{"loss": 0.5}}}}"#)
+                } else {
+                    format!("step {n}: loss 0.5, {} samples/s", 1000 + n % 97)
+                },
+                logged_at: Utc::now(),
+            })
+            .collect();
+        store.append_logs(&key, &lines).await.unwrap();
+    }
     println!(
-        "seeded {} ({JOBS} jobs, {} metric points) in {:.1} s",
+        "seeded {} ({JOBS} jobs, {} metric points, {LOG_LINES} log lines) in {:.1} s",
         if postgres { "Postgres" } else { "SQLite" },
         STEPS * 2,
         seeding.elapsed().as_secs_f64()
@@ -207,6 +224,20 @@ async fn main() {
         ),
         ("overview", "/".to_owned()),
         ("queue (10,000 queued)", "/queue".to_owned()),
+        (
+            "log, newest 500 of 100,000 lines",
+            format!("/jobs/{}/logs", big.0),
+        ),
+        (
+            "log, first 500 lines",
+            format!("/jobs/{}/logs?after=0", big.0),
+        ),
+        (
+            "log searched (8 matches in 100,000 lines)",
+            format!("/jobs/{}/logs?q=step+4999", big.0),
+        ),
+        ("tenants and users", "/tenants".to_owned()),
+        ("nodes", "/nodes".to_owned()),
     ];
     for (name, path) in pages {
         let mut times = Vec::with_capacity(RUNS);

@@ -235,7 +235,7 @@ async fn job_page(state: &AppState, session: &Session, id: String) -> Result<Job
                 hide_contract: true,
                 ..LogFilter::default()
             },
-            LogWindow::Last,
+            LogWindow::LAST,
             LOG_TAIL,
         )
         .await?;

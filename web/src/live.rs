@@ -216,7 +216,7 @@ impl JobStream {
                 self.scope,
                 self.job,
                 &LogFilter::default(),
-                LogWindow::After(self.cursor.log),
+                LogWindow::after(self.cursor.log),
                 LOG_BATCH,
             )
             .await?;

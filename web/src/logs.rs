@@ -38,11 +38,15 @@ pub struct LogsQuery {
 
 impl LogsQuery {
     fn filter(&self) -> Result<LogFilter, ApiError> {
+        // A form's empty field is no filter.
+        fn given(value: &str) -> Option<&str> {
+            Some(value).filter(|v| !v.is_empty())
+        }
         Ok(drover_service::logs::filter(LogQuery {
-            task: Some(&self.task),
-            generation: Some(&self.generation),
-            search: Some(&self.q),
-            metrics: Some(&self.metrics),
+            task: given(&self.task),
+            generation: given(&self.generation),
+            search: given(&self.q),
+            metrics: given(&self.metrics),
         })?)
     }
 
@@ -54,9 +58,9 @@ impl LogsQuery {
                 .ok_or_else(|| ApiError::bad_request(field, "not a line id"))
         };
         match (self.before.as_str(), self.after.as_str()) {
-            ("", "") => Ok(LogWindow::Last),
-            (before, "") => Ok(LogWindow::Before(id(before, "before")?)),
-            ("", after) => Ok(LogWindow::After(id(after, "after")?)),
+            ("", "") => Ok(LogWindow::LAST),
+            (before, "") => Ok(LogWindow::before(id(before, "before")?)),
+            ("", after) => Ok(LogWindow::after(id(after, "after")?)),
             _ => Err(ApiError::bad_request(
                 "before",
                 "give before or after, not both",
@@ -217,7 +221,7 @@ async fn logs_page(
                 hide_contract: true,
                 ..LogFilter::default()
             },
-            LogWindow::Last,
+            LogWindow::LAST,
             Some(match &err.field {
                 Some(field) => format!("{field}: {}", err.message),
                 None => err.message.clone(),
@@ -237,12 +241,12 @@ async fn logs_page(
             ..LogFilter::default()
         };
     let what = if filtered { "matching lines" } else { "lines" };
-    let shown = match (lines.len(), window) {
-        (0, _) if filtered => "No line matches this filter.".to_owned(),
-        (0, _) => "No lines yet.".to_owned(),
-        (n, LogWindow::Last) => format!("The newest {n} {what}."),
-        (n, LogWindow::After(0)) => format!("The first {n} {what}."),
-        (n, _) => format!("{n} {what}."),
+    let shown = match lines.len() {
+        0 if filtered => "No line matches this filter.".to_owned(),
+        0 => "No lines yet.".to_owned(),
+        n if window == LogWindow::LAST => format!("The newest {n} {what}."),
+        n if window == LogWindow::after(0) => format!("The first {n} {what}."),
+        n => format!("{n} {what}."),
     };
     let follow = (at_end && !job.state.is_final()).then(|| {
         // From the newest line read, shown or not: the followed log passes on what the filter lets through.
@@ -286,7 +290,7 @@ async fn logs_page(
             .later
             .then(|| last.map(|id| query.link(&base, Some(("after", id)))))
             .flatten(),
-        newest: (!at_end || !matches!(window, LogWindow::Last)).then(|| query.link(&base, None)),
+        newest: (!at_end || window != LogWindow::LAST).then(|| query.link(&base, None)),
         download: format!(
             "/api/v1/jobs/{}/logs?{}",
             job.id,

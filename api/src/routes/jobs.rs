@@ -194,7 +194,7 @@ pub fn job_view(detail: drover_service::jobs::JobDetail) -> JobView {
         ("tenant" = Option<String>, Query, description = "Only this tenant's jobs: cluster administrators any tenant's, others only their own",
          max_length = 63, pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1 to 500 (default 50)"),
-        ("cursor" = Option<String>, Query, pattern = "^([-A-Za-z0-9_]{21}[AQgw]|[-A-Za-z0-9_]{22}[AEIMQUYcgkosw048])$", description = "`meta.next_cursor` for the next (older) page, `meta.prev_cursor` for the page before (newer)"),
+        ("cursor" = Option<String>, Query, pattern = "^([-A-Za-z0-9_]{21}[AQgw]|A[Q-Za-f][-A-Za-z0-9_]{20}[AEIMQUYcgkosw048])$", description = "`meta.next_cursor` for the next (older) page, `meta.prev_cursor` for the page before (newer)"),
         ("name" = Option<String>, Query, max_length = 253, description = "Only jobs whose name contains this text (at most 253 characters)"),
     ),
     responses(

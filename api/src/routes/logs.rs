@@ -23,8 +23,8 @@ const MAX_PAGE: u32 = 5000;
 /// How often a followed log polls the store for new lines.
 const FOLLOW_POLL: Duration = Duration::from_millis(300);
 
-/// Where the page lies: `cursor` (after a line), `before` (just before one) or `tail=true` (the
-/// last lines), at most one of them; from the first line otherwise.
+/// Where the page lies: the lines after `cursor` and before `before` (either end open), the first of
+/// them, or the last with `tail=true` or with `before` alone (the lines just before it).
 fn window(query: &QueryPairs) -> ApiResult<LogWindow> {
     let before = query
         .get("before")
@@ -43,18 +43,11 @@ fn window(query: &QueryPairs) -> ApiResult<LogWindow> {
         Some(_) => return Err(ApiError::bad_request("tail", "expected true or false")),
     };
     let after = query.id_cursor()?;
-    match (after, before, tail) {
-        (Some(_), Some(_), _) | (Some(_), _, true) | (_, Some(_), true) => {
-            Err(ApiError::bad_request(
-                "before",
-                "give at most one of cursor (lines after it), before (lines before it) and tail=true (the last lines)",
-            ))
-        }
-        (Some(id), None, false) => Ok(LogWindow::After(id)),
-        (None, Some(id), false) => Ok(LogWindow::Before(id)),
-        (None, None, true) => Ok(LogWindow::Last),
-        (None, None, false) => Ok(LogWindow::After(0)),
-    }
+    Ok(LogWindow {
+        after,
+        before,
+        last: tail || (before.is_some() && after.is_none()),
+    })
 }
 
 /// The job's log lines (every task and generation unless filtered) in order. With `follow=true` the
@@ -65,14 +58,14 @@ fn window(query: &QueryPairs) -> ApiResult<LogWindow> {
     params(
         ("id" = String, Path, format = Uuid, description = "Job id"),
         ("follow" = Option<bool>, Query, description = "Stream new lines (application/x-ndjson) until the job ends"),
-        ("format" = Option<String>, Query, description = "`json` (default), or `text`: every matching line as a text file (`time [gN task] line`), for download"),
+        ("format" = Option<String>, Query, pattern = "^(json|text)$", description = "`json` (default), or `text`: every matching line as a text file (`time [gN task] line`), for download"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 5000, description = "Page size, 1 to 5000 (default 1000); ignored when following or downloading"),
         ("cursor" = Option<i64>, Query, description = "Lines after this line id (`meta.next_cursor`)"),
-        ("before" = Option<i64>, Query, description = "The lines just before this line id (`meta.prev_cursor`)"),
-        ("tail" = Option<bool>, Query, description = "The last lines"),
-        ("task" = Option<String>, Query, description = "One task's lines: `worker-0`, `ps-1`, …"),
-        ("generation" = Option<u64>, Query, minimum = 1, description = "One generation's lines"),
-        ("q" = Option<String>, Query, description = "Lines containing this text, ASCII case ignored (at most 200 bytes)"),
+        ("before" = Option<i64>, Query, description = "Lines before this line id (`meta.prev_cursor`): alone, the lines just before it; with `cursor`, the lines between the two"),
+        ("tail" = Option<bool>, Query, description = "The last lines (of the range `cursor` and `before` give) rather than the first"),
+        ("task" = Option<String>, Query, pattern = "^((worker|ps)-[0-9]{1,9})?$", description = "One task's lines: `worker-0`, `ps-1`, …"),
+        ("generation" = Option<u64>, Query, minimum = 1, maximum = 9223372036854775807_u64, description = "One generation's lines"),
+        ("q" = Option<String>, Query, max_length = 200, description = "Lines containing this text, ASCII case ignored (at most 200 characters)"),
         ("metrics" = Option<bool>, Query, description = "Include contract lines (`{\"drover\": \"metrics\"|\"checkpoint\", …}`); left out by default"),
     ),
     responses(
@@ -136,10 +129,7 @@ pub async fn logs(
             .lines
             .last()
             .map(|l| l.id.to_string())
-            .or_else(|| match window {
-                LogWindow::After(id) if id > 0 => Some(id.to_string()),
-                _ => None,
-            });
+            .or_else(|| window.after.map(|id| id.to_string()));
         let prev_cursor = page
             .earlier
             .then(|| page.lines.first().map(|l| l.id.to_string()))
@@ -168,25 +158,19 @@ pub async fn logs(
     // after the last it read and passes on those the filter lets through: lines it leaves out are
     // read once, not again at every poll.
     let scope = principal.scope();
-    let first = match window {
-        LogWindow::Last => {
-            drover_service::logs::page(&state, &principal, job_id, &filter, window, limit)
-                .await?
-                .lines
-        }
-        _ => Vec::new(),
-    };
-    let cursor = match window {
-        LogWindow::After(id) => id,
-        // Lines before a line are history: follow from the newest.
-        LogWindow::Before(_) | LogWindow::Last => {
-            let newest = state
-                .store
-                .list_logs(scope, job_id, &LogFilter::default(), LogWindow::Last, 1)
-                .await
-                .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
-            newest.last().map_or(0, |l| l.id)
-        }
+    let (first, cursor) = if window.last {
+        // The last lines first (of the range asked), then every line after the newest now.
+        let first = drover_service::logs::page(&state, &principal, job_id, &filter, window, limit)
+            .await?
+            .lines;
+        let newest = state
+            .store
+            .list_logs(scope, job_id, &LogFilter::default(), LogWindow::LAST, 1)
+            .await
+            .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
+        (first, newest.last().map_or(0, |l| l.id))
+    } else {
+        (Vec::new(), window.after.unwrap_or(0))
     };
     let start = Follow {
         state,
@@ -256,7 +240,7 @@ fn follow_stream(
                     follow.scope,
                     follow.job,
                     &LogFilter::default(),
-                    LogWindow::After(follow.cursor),
+                    LogWindow::after(follow.cursor),
                     MAX_PAGE,
                 )
                 .await
@@ -327,7 +311,7 @@ async fn download(
             let after = cursor?;
             match state
                 .store
-                .list_logs(scope, job, &filter, LogWindow::After(after), MAX_PAGE)
+                .list_logs(scope, job, &filter, LogWindow::after(after), MAX_PAGE)
                 .await
             {
                 Ok(lines) if lines.is_empty() => None,

@@ -281,7 +281,7 @@ pub(crate) async fn executors_register_and_lose_tasks(db: &TestDb) {
                 Scope::Tenant(other.id),
                 job.id,
                 &LogFilter::default(),
-                LogWindow::After(0),
+                LogWindow::after(0),
                 10
             )
             .await,
@@ -517,7 +517,7 @@ pub(crate) async fn log_reads_filter_and_page_from_either_end(db: &TestDb) {
             Scope::Cluster,
             job.id,
             &LogFilter::default(),
-            LogWindow::After(0),
+            LogWindow::after(0),
             100,
         )
         .await
@@ -532,7 +532,7 @@ pub(crate) async fn log_reads_filter_and_page_from_either_end(db: &TestDb) {
         ..LogFilter::default()
     };
     assert_eq!(
-        read(plain.clone(), LogWindow::After(0), 100).await,
+        read(plain.clone(), LogWindow::after(0), 100).await,
         [
             "epoch 1 LOSS 0.9",
             "50%_done",
@@ -542,15 +542,34 @@ pub(crate) async fn log_reads_filter_and_page_from_either_end(db: &TestDb) {
     );
     // The last lines, in order; the page before the first of them.
     assert_eq!(
-        read(plain.clone(), LogWindow::Last, 2).await,
+        read(plain.clone(), LogWindow::LAST, 2).await,
         ["500 done", "worker one: loss 0.8"]
     );
     assert_eq!(
-        read(plain.clone(), LogWindow::Before(all[3].id), 2).await,
+        read(plain.clone(), LogWindow::before(all[3].id), 2).await,
         ["epoch 1 LOSS 0.9", "50%_done"]
     );
     assert_eq!(
-        read(LogFilter::default(), LogWindow::After(all[2].id), 1).await,
+        read(LogFilter::default(), LogWindow::after(all[2].id), 1).await,
+        ["500 done"]
+    );
+    // Between two lines: the first of the range, or the last.
+    let between = LogWindow {
+        after: Some(all[0].id),
+        before: Some(all[4].id),
+        last: false,
+    };
+    assert_eq!(read(plain.clone(), between, 1).await, ["50%_done"]);
+    assert_eq!(
+        read(
+            plain.clone(),
+            LogWindow {
+                last: true,
+                ..between
+            },
+            1
+        )
+        .await,
         ["500 done"]
     );
     // One task; a search ignoring case; LIKE's wildcards are plain text.
@@ -559,7 +578,7 @@ pub(crate) async fn log_reads_filter_and_page_from_either_end(db: &TestDb) {
         ..LogFilter::default()
     };
     assert_eq!(
-        read(task_one, LogWindow::Last, 10).await,
+        read(task_one, LogWindow::LAST, 10).await,
         ["worker one: loss 0.8"]
     );
     let search = |text: &str| LogFilter {
@@ -568,11 +587,11 @@ pub(crate) async fn log_reads_filter_and_page_from_either_end(db: &TestDb) {
         ..LogFilter::default()
     };
     assert_eq!(
-        read(search("loss"), LogWindow::After(0), 10).await,
+        read(search("loss"), LogWindow::after(0), 10).await,
         ["epoch 1 LOSS 0.9", "worker one: loss 0.8"]
     );
     assert_eq!(
-        read(search("%_"), LogWindow::After(0), 10).await,
+        read(search("%_"), LogWindow::after(0), 10).await,
         ["50%_done"]
     );
     let other_generation = LogFilter {
@@ -580,13 +599,13 @@ pub(crate) async fn log_reads_filter_and_page_from_either_end(db: &TestDb) {
         ..LogFilter::default()
     };
     assert!(
-        read(other_generation, LogWindow::After(0), 10)
+        read(other_generation, LogWindow::after(0), 10)
             .await
             .is_empty()
     );
     // What the store's query passes, the filter's own test passes too (live views filter in memory).
     for filter in [plain, search("LOSS"), search("%_")] {
-        let expected = read(filter.clone(), LogWindow::After(0), 100).await;
+        let expected = read(filter.clone(), LogWindow::after(0), 100).await;
         let in_memory: Vec<String> = all
             .iter()
             .filter(|l| filter.matches(l))
