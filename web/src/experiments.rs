@@ -324,27 +324,20 @@ async fn detail(
                     .collect()
             });
             let x_range = choices.map(|choices| (-0.5, choices.len() as f64 - 0.5));
-            scatters.push(
-                Chart {
-                    label: &label,
-                    x: XAxis::Named(name),
-                    y_label: &metric,
-                    log_y: false,
-                    x_range,
-                    title: None,
-                    log_x: log,
-                    y_range: None,
-                    x_ticks,
-                    y_ticks: None,
-                    guides: Vec::new(),
-                    markers: true,
-                    series: vec![Series {
-                        name: format!("{} trials", points.len()),
-                        points,
-                    }],
-                }
-                .svg(),
+            let mut scatter = Chart::new(
+                &label,
+                XAxis::Named(name),
+                &metric,
+                vec![Series {
+                    name: format!("{} trials", points.len()),
+                    points,
+                }],
             );
+            scatter.markers = true;
+            scatter.log_x = log;
+            scatter.x_range = x_range;
+            scatter.x_ticks = x_ticks;
+            scatters.push(scatter.svg());
         }
     }
     // The table's parameter columns: the document's parameters in order, else the trials' own.

@@ -569,27 +569,17 @@ async fn chart_svg(
             }
         }
         let label = format!("the job's {name} by step");
-        charts.push_str(
-            &Chart {
-                label: &label,
-                x: XAxis::Steps,
-                y_label: name,
-                log_y,
-                x_range: None,
-                title: None,
-                log_x: false,
-                y_range: None,
-                x_ticks: None,
-                y_ticks: None,
-                guides: Vec::new(),
-                markers: false,
-                series: vec![Series {
-                    name: name.clone(),
-                    points: smooth(&points, smoothing),
-                }],
-            }
-            .svg(),
+        let mut chart = Chart::new(
+            &label,
+            XAxis::Steps,
+            name,
+            vec![Series {
+                name: name.clone(),
+                points: smooth(&points, smoothing),
+            }],
         );
+        chart.log_y = log_y;
+        charts.push_str(&chart.svg());
     }
     if names.is_empty() {
         // No metric chosen (or none reported yet): the empty chart says so.

@@ -81,16 +81,11 @@ impl LogsQuery {
         .collect()
     }
 
-    /// This page's filter with a window (`before`/`after` and an id; none for the newest lines).
-    fn link(&self, base: &str, window: Option<(&'static str, i64)>) -> String {
-        let mut pairs: Vec<(&str, String)> = self
-            .filter_pairs()
-            .into_iter()
-            .map(|(k, v)| (k, v.to_owned()))
-            .collect();
-        if let Some((key, id)) = window {
-            pairs.push((key, id.to_string()));
-        }
+    /// `base` with this page's filter and `more` parameters (a window: `before` or `after` and an
+    /// id; none for the newest lines).
+    fn link(&self, base: &str, more: &[(&str, String)]) -> String {
+        let mut pairs: Vec<(&str, &str)> = self.filter_pairs();
+        pairs.extend(more.iter().map(|(k, v)| (*k, v.as_str())));
         let query = serde_urlencoded::to_string(&pairs).unwrap_or_default();
         if query.is_empty() {
             base.to_owned()
@@ -248,27 +243,17 @@ async fn logs_page(
         n if window == LogWindow::after(0) => format!("The first {n} {what}."),
         n => format!("{n} {what}."),
     };
+    let api = format!("/api/v1/jobs/{}/logs", job.id);
+    // From the newest line shown: the followed log passes on what the filter lets through.
     let follow = (at_end && !job.state.is_final()).then(|| {
-        // From the newest line read, shown or not: the followed log passes on what the filter lets through.
-        let mut pairs: Vec<(&str, String)> = query
-            .filter_pairs()
-            .into_iter()
-            .map(|(k, v)| (k, v.to_owned()))
-            .collect();
-        pairs.push(("follow", "true".to_owned()));
-        pairs.push(("cursor", last.unwrap_or(0).to_string()));
-        format!(
-            "/api/v1/jobs/{}/logs?{}",
-            job.id,
-            serde_urlencoded::to_string(&pairs).unwrap_or_default()
+        query.link(
+            &api,
+            &[
+                ("follow", "true".to_owned()),
+                ("cursor", last.unwrap_or(0).to_string()),
+            ],
         )
     });
-    let mut download_pairs: Vec<(&str, String)> = query
-        .filter_pairs()
-        .into_iter()
-        .map(|(k, v)| (k, v.to_owned()))
-        .collect();
-    download_pairs.push(("format", "text".to_owned()));
     Ok(LogsPage {
         layout: session.layout("jobs"),
         id: job.id.to_string(),
@@ -281,21 +266,19 @@ async fn logs_page(
         metrics: !filter.hide_contract,
         error,
         shown,
-        oldest: page.earlier.then(|| query.link(&base, Some(("after", 0)))),
+        oldest: page
+            .earlier
+            .then(|| query.link(&base, &[("after", "0".to_owned())])),
         older: page
             .earlier
-            .then(|| first.map(|id| query.link(&base, Some(("before", id)))))
+            .then(|| first.map(|id| query.link(&base, &[("before", id.to_string())])))
             .flatten(),
         newer: page
             .later
-            .then(|| last.map(|id| query.link(&base, Some(("after", id)))))
+            .then(|| last.map(|id| query.link(&base, &[("after", id.to_string())])))
             .flatten(),
-        newest: (!at_end || window != LogWindow::LAST).then(|| query.link(&base, None)),
-        download: format!(
-            "/api/v1/jobs/{}/logs?{}",
-            job.id,
-            serde_urlencoded::to_string(&download_pairs).unwrap_or_default()
-        ),
+        newest: (!at_end || window != LogWindow::LAST).then(|| query.link(&base, &[])),
+        download: query.link(&api, &[("format", "text".to_owned())]),
         follow,
         lines,
     })
