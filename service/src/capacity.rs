@@ -74,6 +74,11 @@ impl Capacity {
         Ok(nodes)
     }
 
+    /// Whether the server knows any node (with none, no job is refused).
+    pub async fn knows_nodes(&self, store: &dyn drover_store::Store) -> ServiceResult<bool> {
+        Ok(!self.nodes(store).await?.is_empty())
+    }
+
     /// Why no node of the cluster could ever hold `job`; `None` when one could (or none is known).
     pub async fn why_never_fits(
         &self,

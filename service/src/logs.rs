@@ -91,18 +91,27 @@ pub fn filter(query: LogQuery<'_>) -> ServiceResult<LogFilter> {
     })
 }
 
+/// Lines a search reads for one page, at most, from where the page starts: a search of a long log
+/// goes on from where the last page stopped rather than reading the whole log at once.
+pub const SEARCH_SPAN: u32 = 25_000;
+
 /// A page of a job's log, in line order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogPage {
     pub lines: Vec<LogLine>,
-    /// Lines passing the filter lie before the first of `lines`.
-    pub earlier: bool,
-    /// Lines passing the filter lie after the last of `lines` (for now: a running job adds more).
-    pub later: bool,
+    /// Lines passing the filter lie (or, past where a search stopped, may lie) before the page:
+    /// the `before` cursor that reads them.
+    pub earlier: Option<i64>,
+    /// Likewise after the page (for now: a running job adds more): the `after` cursor.
+    pub later: Option<i64>,
+    /// A search stopped after reading [`SEARCH_SPAN`] lines, short of the end of the log in the
+    /// page's direction.
+    pub search_stopped: bool,
 }
 
 /// At most `limit` lines of the job that pass `filter`, from `window`, and whether more lie either
-/// side. Scoped like the job: another tenant's job is not found.
+/// side. Scoped like the job: another tenant's job is not found. A search reads at most
+/// [`SEARCH_SPAN`] lines each way.
 pub async fn page(
     service: &Service,
     principal: &Principal,
@@ -113,10 +122,11 @@ pub async fn page(
 ) -> ServiceResult<LogPage> {
     let scope = principal.scope();
     let not_found = |err| ServiceError::from_store(err, || format!("no job `{job}`"));
+    let (read, edge) = bounded(service, scope, job, filter, window).await?;
     // One line more than asked, in the window's direction, says whether more lie that way.
     let mut lines = service
         .store
-        .list_logs(scope, job, filter, window, limit + 1)
+        .list_logs(scope, job, filter, read, limit + 1)
         .await
         .map_err(not_found)?;
     let overflow = lines.len() > limit as usize;
@@ -125,28 +135,87 @@ pub async fn page(
     } else if overflow {
         lines.remove(0);
     }
-    // Beyond the page on its own side, the extra row told; on the other, a probe (none past the
-    // end of a range read from the end with nothing after it).
-    let (earlier, later) = match (lines.first(), lines.last()) {
-        (Some(_), Some(last)) if window.last => {
-            let later = window.before.is_some()
-                && probe(service, scope, job, filter, LogWindow::after(last.id)).await?;
-            (overflow, later)
-        }
-        (Some(first), Some(_)) => (
-            probe(service, scope, job, filter, LogWindow::before(first.id)).await?,
-            overflow,
-        ),
-        _ => (false, false),
+    // Beyond the page on its own side, the extra row told, or where the search stopped; on the
+    // other, a probe (none past the end of a range read from the end with nothing after it).
+    let onward = match (overflow, edge) {
+        (true, _) => None,
+        (false, Some(edge)) => Some(edge),
+        (false, None) => None,
+    };
+    let (earlier, later) = if window.last {
+        let earlier = if overflow {
+            lines.first().map(|l| l.id)
+        } else {
+            onward
+        };
+        let later = match lines.last() {
+            Some(last) if window.before.is_some() => {
+                probe(service, scope, job, filter, LogWindow::after(last.id))
+                    .await?
+                    .then_some(last.id)
+            }
+            _ => None,
+        };
+        (earlier, later)
+    } else {
+        let later = if overflow {
+            lines.last().map(|l| l.id)
+        } else {
+            onward
+        };
+        let earlier = match lines.first() {
+            Some(first) => probe(service, scope, job, filter, LogWindow::before(first.id))
+                .await?
+                .then_some(first.id),
+            None => None,
+        };
+        (earlier, later)
     };
     Ok(LogPage {
         lines,
         earlier,
         later,
+        search_stopped: edge.is_some() && !overflow,
     })
 }
 
-/// Whether any line passing `filter` lies in `window`.
+/// `window` cut to the [`SEARCH_SPAN`] lines from its start when `filter` searches, and the id of
+/// the last line it then reads when lines lie beyond it (where the next page goes on from).
+async fn bounded(
+    service: &Service,
+    scope: Scope,
+    job: JobId,
+    filter: &LogFilter,
+    window: LogWindow,
+) -> ServiceResult<(LogWindow, Option<i64>)> {
+    if filter.contains.is_none() {
+        return Ok((window, None));
+    }
+    let edge = service
+        .store
+        .log_edge(scope, job, window, SEARCH_SPAN)
+        .await
+        .map_err(|err| ServiceError::from_store(err, || format!("no job `{job}`")))?;
+    let Some(edge) = edge else {
+        return Ok((window, None));
+    };
+    let mut read = window;
+    if window.last {
+        read.after = Some(read.after.map_or(edge - 1, |a| a.max(edge - 1)));
+    } else {
+        read.before = Some(read.before.map_or(edge + 1, |b| b.min(edge + 1)));
+    }
+    // Lines beyond the edge exist only if the window goes on past it.
+    let beyond = if window.last {
+        window.after.is_none_or(|a| a < edge - 1)
+    } else {
+        window.before.is_none_or(|b| b > edge + 1)
+    };
+    Ok((read, beyond.then_some(edge)))
+}
+
+/// Whether any line passing `filter` lies in `window` (a search reads at most [`SEARCH_SPAN`]
+/// lines of it, and says yes when lines lie past those).
 async fn probe(
     service: &Service,
     scope: Scope,
@@ -154,9 +223,13 @@ async fn probe(
     filter: &LogFilter,
     window: LogWindow,
 ) -> ServiceResult<bool> {
+    let (read, edge) = bounded(service, scope, job, filter, window).await?;
+    if edge.is_some() {
+        return Ok(true);
+    }
     let found = service
         .store
-        .list_logs(scope, job, filter, window, 1)
+        .list_logs(scope, job, filter, read, 1)
         .await
         .map_err(|err| ServiceError::from_store(err, || format!("no job `{job}`")))?;
     Ok(!found.is_empty())

@@ -82,6 +82,16 @@ impl QueuePosition {
         position
     }
 
+    /// The job can never run here, for `why`: no prediction.
+    fn never_fits(&mut self, why: &str) {
+        self.reason = Some("never_fits".to_owned());
+        self.explanation = format!("it can never run on this cluster: {why}");
+        self.predicted_start = None;
+        self.predicted_finish = None;
+        self.p10 = None;
+        self.p90 = None;
+    }
+
     /// Moves the prediction to start no earlier than `at` (the band and the finish with it);
     /// `overdue`: `at` is now, so a start moved is one the forecast put in the past.
     fn not_before(&mut self, at: DateTime<Utc>, overdue: bool) {
@@ -289,7 +299,7 @@ pub async fn list(
         .skip(offset as usize)
         .take(limit as usize)
         .collect();
-    explain_never_fits(service, scope, &mut page).await?;
+    explain_never_fits(service, &mut page).await?;
     Ok(QueueView {
         policy: forecast
             .map(|f| f.policy)
@@ -318,35 +328,37 @@ fn monotone(jobs: &mut [QueuedJob]) {
 }
 
 /// For the page's jobs that never fit (or that neither the forecast nor the last round placed in
-/// the queue), why, from their stored specs and the nodes.
-async fn explain_never_fits(
-    service: &Service,
-    scope: Scope,
-    page: &mut [QueuedJob],
+/// the queue), why, from their stored specs (read in one query) and the nodes (none known: none
+/// is refused).
+async fn explain_never_fits(service: &Service, page: &mut [QueuedJob]
 ) -> ServiceResult<()> {
-    let candidates = page
-        .iter_mut()
+    let candidates: Vec<JobId> = page
+        .iter()
         .filter(|j| matches!(j.queue.reason.as_deref(), Some("never_fits") | None))
-        .take(NEVER_FITS_LOOKUPS);
-    for job in candidates {
-        let stored = match service.store.get_job(scope, JobId(job.id)).await {
-            Ok(stored) => stored,
-            // Gone since the list was read.
-            Err(drover_store::StoreError::NotFound) => continue,
-            Err(err) => return Err(err.into()),
+        .take(NEVER_FITS_LOOKUPS)
+        .map(|j| JobId(j.id))
+        .collect();
+    if candidates.is_empty() || !service.capacity.knows_nodes(service.store.as_ref()).await? {
+        return Ok(());
+    }
+    // Ids from the scoped list; a job deleted since is simply absent.
+    let documents = service.store.job_documents(&candidates).await?;
+    let mut why: HashMap<uuid::Uuid, String> = HashMap::with_capacity(documents.len());
+    for (id, _, document) in &documents {
+        let Some(spec) = drover_store::spec_of(document) else {
+            continue;
         };
-        let Some(spec) = stored.spec() else { continue };
-        if let Some(why) = service
+        if let Some(reason) = service
             .capacity
             .why_never_fits(service.store.as_ref(), &spec)
             .await?
         {
-            job.queue.reason = Some("never_fits".to_owned());
-            job.queue.explanation = format!("it can never run on this cluster: {why}");
-            job.queue.predicted_start = None;
-            job.queue.predicted_finish = None;
-            job.queue.p10 = None;
-            job.queue.p90 = None;
+            why.insert(id.0, reason);
+        }
+    }
+    for job in page.iter_mut() {
+        if let Some(reason) = why.remove(&job.id) {
+            job.queue.never_fits(&reason);
         }
     }
     Ok(())
@@ -379,12 +391,7 @@ pub async fn position_of(service: &Service, job: &Job) -> ServiceResult<Option<Q
             .why_never_fits(service.store.as_ref(), &spec)
             .await?
     {
-        position.reason = Some("never_fits".to_owned());
-        position.explanation = format!("it can never run on this cluster: {why}");
-        position.predicted_start = None;
-        position.predicted_finish = None;
-        position.p10 = None;
-        position.p90 = None;
+        position.never_fits(&why);
     }
     Ok(Some(position))
 }

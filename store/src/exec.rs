@@ -503,6 +503,16 @@ pub trait ExecStore: Send + Sync {
         window: LogWindow,
         limit: u32,
     ) -> StoreResult<Vec<LogLine>>;
+    /// The id of the `span`-th of the job's lines (any line, no filter) counted from `window`'s
+    /// start in its direction (from its end when it reads the last lines); `None` when it holds
+    /// fewer. What bounds a search's scan.
+    async fn log_edge(
+        &self,
+        scope: Scope,
+        job: JobId,
+        window: LogWindow,
+        span: u32,
+    ) -> StoreResult<Option<i64>>;
 }
 
 #[cfg(test)]

@@ -851,6 +851,33 @@ macro_rules! impl_exec_store {
                 }
                 Ok(lines)
             }
+
+            async fn log_edge(
+                &self,
+                scope: Scope,
+                job: JobId,
+                window: LogWindow,
+                span: u32,
+            ) -> StoreResult<Option<i64>> {
+                self.check_job_visible(scope, job).await?;
+                if span == 0 {
+                    return Ok(None);
+                }
+                // Read from the (job_id, id) index alone.
+                let mut query = sqlx::QueryBuilder::<$db>::new("SELECT id FROM task_logs WHERE job_id = ");
+                query.push_bind(job.0);
+                if let Some(id) = window.after {
+                    query.push(" AND id > ").push_bind(id);
+                }
+                if let Some(id) = window.before {
+                    query.push(" AND id < ").push_bind(id);
+                }
+                query
+                    .push(if window.last { " ORDER BY id DESC" } else { " ORDER BY id" })
+                    .push(" LIMIT 1 OFFSET ")
+                    .push_bind(i64::from(span - 1));
+                Ok(query.build_query_scalar().fetch_optional(&self.pool).await?)
+            }
         }
     };
 }

@@ -253,7 +253,7 @@ pub(crate) async fn rows(
 }
 
 /// `12345` as `12,345`.
-fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {

@@ -227,9 +227,8 @@ async fn logs_page(
         .await?;
     let needle = filter.contains.as_deref();
     let lines: Vec<LineRow> = page.lines.iter().map(|l| row(l, needle)).collect();
-    let first = page.lines.first().map(|l| l.id);
     let last = page.lines.last().map(|l| l.id);
-    let at_end = !page.later;
+    let at_end = page.later.is_none();
     let filtered = filter
         != LogFilter {
             hide_contract: true,
@@ -242,6 +241,17 @@ async fn logs_page(
         n if window == LogWindow::LAST => format!("The newest {n} {what}."),
         n if window == LogWindow::after(0) => format!("The first {n} {what}."),
         n => format!("{n} {what}."),
+    };
+    // A search reads a span of lines a page; it says so, and the links go on from where it stopped.
+    let shown = if page.search_stopped {
+        let span = drover_service::logs::SEARCH_SPAN;
+        let side = if window.last { "earlier" } else { "later" };
+        format!(
+            "{shown} A search reads {} lines a page: {side} lines are not searched yet (the {side} link goes on).",
+            crate::jobs::thousands(u64::from(span))
+        )
+    } else {
+        shown
     };
     let api = format!("/api/v1/jobs/{}/logs", job.id);
     // From the newest line shown: the followed log passes on what the filter lets through.
@@ -268,15 +278,14 @@ async fn logs_page(
         shown,
         oldest: page
             .earlier
+            .is_some()
             .then(|| query.link(&base, &[("after", "0".to_owned())])),
         older: page
             .earlier
-            .then(|| first.map(|id| query.link(&base, &[("before", id.to_string())])))
-            .flatten(),
+            .map(|id| query.link(&base, &[("before", id.to_string())])),
         newer: page
             .later
-            .then(|| last.map(|id| query.link(&base, &[("after", id.to_string())])))
-            .flatten(),
+            .map(|id| query.link(&base, &[("after", id.to_string())])),
         newest: (!at_end || window != LogWindow::LAST).then(|| query.link(&base, &[])),
         download: query.link(&api, &[("format", "text".to_owned())]),
         follow,

@@ -125,21 +125,23 @@ pub async fn logs(
     if !follow {
         let page =
             drover_service::logs::page(&state, &principal, job_id, &filter, window, limit).await?;
-        let next_cursor = page
-            .lines
-            .last()
-            .map(|l| l.id.to_string())
-            .or_else(|| window.after.map(|id| id.to_string()));
-        let prev_cursor = page
-            .earlier
-            .then(|| page.lines.first().map(|l| l.id.to_string()))
-            .flatten();
+        // Read forwards, the next page starts where this one stopped (its last line, or where a
+        // search stopped reading); read from the end, after its newest line.
+        let next_cursor = match (page.later, window.last) {
+            (Some(id), false) => Some(id.to_string()),
+            _ => page
+                .lines
+                .last()
+                .map(|l| l.id.to_string())
+                .or_else(|| window.after.map(|id| id.to_string())),
+        };
+        let prev_cursor = page.earlier.map(|id| id.to_string());
         return Ok(Json(LogList {
             logs: page.lines.into_iter().map(LogLineView::from).collect(),
             meta: LogMeta {
                 next_cursor,
                 prev_cursor,
-                more: page.later,
+                more: page.later.is_some(),
             },
         })
         .into_response());

@@ -603,6 +603,21 @@ pub(crate) async fn log_reads_filter_and_page_from_either_end(db: &TestDb) {
             .await
             .is_empty()
     );
+    // The edge that bounds a search: the span-th line from the window's start, in its direction,
+    // counting every line; none when fewer lie there.
+    let edge = |window, span| async move {
+        store
+            .log_edge(Scope::Cluster, job.id, window, span)
+            .await
+            .unwrap()
+    };
+    assert_eq!(edge(LogWindow::LAST, 2).await, Some(all[3].id));
+    assert_eq!(edge(LogWindow::after(0), 2).await, Some(all[1].id));
+    assert_eq!(edge(LogWindow::after(all[0].id), 4).await, Some(all[4].id));
+    assert_eq!(edge(LogWindow::after(all[0].id), 5).await, None);
+    assert_eq!(edge(LogWindow::before(all[4].id), 1).await, Some(all[3].id));
+    assert_eq!(edge(between, 3).await, Some(all[3].id));
+    assert_eq!(edge(LogWindow::LAST, 0).await, None);
     // What the store's query passes, the filter's own test passes too (live views filter in memory).
     for filter in [plain, search("LOSS"), search("%_")] {
         let expected = read(filter.clone(), LogWindow::after(0), 100).await;
