@@ -115,10 +115,10 @@ pub async fn describe_job(
             .metric_points_after(scope, job.id, "loss", step.checked_sub(1), 1)
             .await?
             .first()
-            .map(|&(step, value)| LastMetric {
+            .map(|point| LastMetric {
                 name: "loss".to_owned(),
-                step,
-                value: format!("{value:.4}"),
+                step: point.step,
+                value: format!("{:.4}", point.value),
             }),
         None => None,
     };

@@ -5,6 +5,7 @@ import { chromium } from "playwright-core";
 import { createRequire } from "node:module";
 import { strict as assert } from "node:assert";
 import path from "node:path";
+import { readFileSync } from "node:fs";
 
 const require = createRequire(import.meta.url);
 const AXE = require.resolve("axe-core/axe.min.js");
@@ -197,6 +198,34 @@ try {
   // --- The chart's controls: log scale and another metric, redrawn without a reload.
   await page.check("#chart-controls input[name=log]");
   await page.waitForFunction(() => document.querySelector("#chart svg").textContent.includes("(log)"));
+  // Dragging across a chart zooms to the steps dragged over; the address and the CSV link follow.
+  await page.uncheck("#chart-controls input[name=log]");
+  await page.waitForFunction(() => !document.querySelector("#chart svg").textContent.includes("(log)"));
+  const box = await page.locator("#chart svg[data-x]").first().boundingBox();
+  await page.mouse.move(box.x + box.width * 0.3, box.y + box.height * 0.5);
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.width * 0.45, box.y + box.height * 0.5, { steps: 5 });
+  await page.mouse.up();
+  await page.waitForFunction(() => document.querySelector("#chart-controls input[name=from]").value !== "");
+  const from = Number(await page.inputValue("#chart-controls input[name=from]"));
+  const to = Number(await page.inputValue("#chart-controls input[name=to]"));
+  assert.ok(from > 0 && to > from && to < 6000, `zoomed to steps ${from}–${to}`);
+  await page.waitForFunction((f) => document.querySelector("#chart svg[data-x]").dataset.x.split(" ")[2] === String(f), from);
+  assert.ok(page.url().includes(`from=${from}`), page.url());
+  const [csvFile] = await Promise.all([page.waitForEvent("download"), page.click("#chart-csv")]);
+  const csvPath = path.join(SHOTS, "metrics.csv");
+  await csvFile.saveAs(csvPath);
+  const csvRows = readFileSync(csvPath, "utf8").trim().split("\n");
+  assert.equal(csvRows[0], "step,name,value,recorded_at,generation,task,workers,ps,gpu_model");
+  const csvSteps = csvRows.slice(1).map((r) => Number(r.split(",")[0]));
+  assert.ok(csvSteps.length > 0 && csvSteps.every((n) => n >= from && n <= to), `the CSV holds the zoomed steps: ${csvSteps.slice(0, 5)}`);
+  // By time since submission, then the whole run again.
+  await page.selectOption("#chart-controls select[name=x]", "time");
+  await page.waitForFunction(() => document.querySelector("#chart svg").textContent.includes("time since submission"));
+  await page.click("#chart-reset");
+  await page.waitForFunction(() => document.querySelector("#chart-controls input[name=from]").value === "");
+  await shoot(page, "job-zoomed");
+  step(`zoomed the charts to steps ${from}–${to} by dragging, downloaded ${csvSteps.length} samples as CSV, drew them by time`);
 
   // --- Cancel another job from its page; a refused action shows the API's text.
   const cancel = await rest(ADMIN, "POST", "/api/v1/jobs", sleepJob("browser-cancel", 1), "application/yaml");
@@ -248,11 +277,15 @@ try {
   }
   await page.goto(`${URL}/experiments`);
   await Promise.all([page.waitForEvent("load"), page.click(`a[href="/experiments/${searchId}"]`)]);
-  const values = await page.$$eval("#trials tbody tr td:nth-child(3)", (cells) => cells.map((c) => Number(c.textContent)));
+  const values = await page.$$eval("#trials tbody tr td:nth-child(4)", (cells) => cells.map((c) => Number(c.textContent)));
   assert.equal(values.length, 4, "every trial is listed");
   assert.deepEqual(values, [...values].sort((a, b) => a - b), "sorted by the metric, lowest (best) first");
   assert.ok((await page.textContent("#trials tbody tr:first-child")).includes("(best)"), "the best trial leads");
-  assert.equal(await page.locator("figure.chart-box svg").count(), 5, "best so far, curves, a scatter per parameter");
+  assert.equal(await page.locator("figure.chart-box svg").count(), 6, "best so far, curves, parallel coordinates, a scatter per parameter");
+  // Every trial a line through its parameters and score, the choices and log values on their axes.
+  assert.equal(await page.locator("#parallel g.trial-line").count(), 4, "a line per trial");
+  const parallelText = await page.textContent("#parallel");
+  assert.ok(parallelText.includes("adamw") && parallelText.includes("y (log)") && parallelText.includes("(best)"), parallelText);
   assert.equal(await page.locator("section[aria-labelledby=scatter-title] circle").count(), 12, "each trial a dot on each scatter");
   // The categorical parameter's scatter names its choices on the axis; the log-uniform one its values.
   const scatterText = await page.textContent("section[aria-labelledby=scatter-title]");
@@ -260,15 +293,27 @@ try {
   assert.ok(!scatterText.includes("log10"), "log axes in the parameter's values");
   // A column per parameter, each sorting the trials by it.
   assert.deepEqual(await page.$$eval("#trials th.param", (th) => th.map((h) => h.textContent.trim())), ["optimizer", "x", "y"]);
-  await page.click("#trials th.param:nth-of-type(6) button.sort");
-  const xs = await page.$$eval("#trials tbody tr td:nth-child(6)", (cells) => cells.map((c) => Number(c.dataset.sort)));
+  await page.click("#trials th.param:nth-of-type(7) button.sort");
+  const xs = await page.$$eval("#trials tbody tr td:nth-child(7)", (cells) => cells.map((c) => Number(c.dataset.sort)));
   assert.deepEqual(xs, [...xs].sort((a, b) => a - b), "sorted by x");
   assert.equal(await page.locator("section[aria-labelledby=curves-title] circle").count(), 4, "a one-step curve shows as a dot");
   await accessible(page, "experiment");
   await shoot(page, "experiment");
   await Promise.all([page.waitForEvent("load"), page.click('a[href="?sort=trial"]')]);
-  assert.equal((await page.textContent("#trials tbody tr:first-child td:first-child")).trim().split(" ")[0], "0");
+  assert.equal((await page.textContent("#trials tbody tr:first-child td:nth-child(2)")).trim().split(" ")[0], "0");
   step("an experiment's page shows its trials, sorted, and its charts");
+  // Two trials side by side: a column each, their hyper-parameters among the fields that differ.
+  await page.check("#trials tbody tr:nth-child(1) input[name=job]");
+  await page.check("#trials tbody tr:nth-child(2) input[name=job]");
+  await Promise.all([page.waitForURL(/\/compare\?/), page.click("#trials-chosen button[type=submit]")]);
+  assert.equal(await page.locator("#compare-jobs thead th").count(), 3, "a column per trial");
+  const differ = await page.textContent("#compare-differ");
+  assert.ok(differ.includes("hyper-parameter x") && differ.includes("hyper-parameter optimizer"), differ);
+  assert.ok((await page.textContent("#compare-jobs")).includes("Last score"), "each trial's last score");
+  assert.equal(await page.locator("#compare-charts svg").count(), 1, "the score, a line (here a dot) per trial");
+  await accessible(page, "compare");
+  await shoot(page, "compare");
+  step("compared two trials side by side");
 
   // --- A job's whole log: new lines appear without a reload, metric lines hidden unless asked, a
   // search marks its matches, and the filtered text downloads.
@@ -298,7 +343,6 @@ try {
   ]);
   const logPath = path.join(SHOTS, "ticker.log");
   await logFile.saveAs(logPath);
-  const { readFileSync } = await import("node:fs");
   const text = readFileSync(logPath, "utf8").trim().split("\n");
   // Every line with the metric lines, as the page was filtered: 40 ticks, 40 metrics lines.
   assert.equal(text.length, 80, text.join("\n"));
@@ -324,16 +368,27 @@ try {
   }
   // The jobs table redraws itself when a job arrives, keeping the sort the user chose.
   await page.goto(`${URL}/jobs`);
-  await page.click("#jobs-table th:first-child button.sort");
+  await page.click("#jobs-table th:nth-child(2) button.sort");
   const live = await rest(ADMIN, "POST", "/api/v1/jobs", sleepJob("browser-live", 1), "application/yaml");
   await page.waitForFunction(() => document.querySelector("#jobs-rows").textContent.includes("browser-live"));
   const sorted = await page.evaluate(() => {
-    const names = [...document.querySelectorAll("#jobs-rows tr td:first-child")].map((c) => c.textContent.trim());
+    const names = [...document.querySelectorAll("#jobs-rows tr td:nth-child(2)")].map((c) => c.textContent.trim());
     return names.length > 3 && names.every((n, i) => i === 0 || names[i - 1].localeCompare(n) <= 0);
   });
   assert.ok(sorted, "the rows stay sorted by name through the live redraw");
-  await rest(ADMIN, "POST", `/api/v1/jobs/${live.job.id}/cancel`, {});
   step("the jobs table showed a new job without a reload, still sorted");
+  // Ticked jobs stay ticked through a redraw; a bulk action acts on them and says what it did.
+  await page.check(`input[name=job][value="${live.job.id}"]`);
+  const another = await rest(ADMIN, "POST", "/api/v1/jobs", sleepJob("browser-bulk", 1), "application/yaml");
+  await page.waitForFunction(() => document.querySelector("#jobs-rows").textContent.includes("browser-bulk"));
+  assert.ok(await page.isChecked(`input[name=job][value="${live.job.id}"]`), "still ticked after the redraw");
+  await page.check(`input[name=job][value="${another.job.id}"]`);
+  await Promise.all([page.waitForEvent("load"), page.click("button[data-bulk=cancel]")]);
+  await page.waitForFunction(() => document.querySelector("#toast").textContent.includes("2 of 2 jobs cancelled."));
+  for (const id of [live.job.id, another.job.id]) {
+    assert.equal((await rest(ADMIN, "GET", `/api/v1/jobs/${id}`)).job.state, "cancelled");
+  }
+  step("cancelled two ticked jobs at once from the jobs list");
   await page.goto(`${URL}/jobs?state=succeeded&name=browser`);
   assert.ok((await page.textContent("#jobs-rows")).includes("browser-train"), "filters find the job");
   assert.ok(!(await page.textContent("#jobs-rows")).includes("browser-resize"), "and only it");

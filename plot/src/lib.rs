@@ -5,9 +5,17 @@
 //! beside the plot, where it covers no data. Long series are downsampled with LTTB (largest triangle
 //! three buckets), so a curve of 100,000 points is drawn as at most [`MAX_POINTS`] points.
 //!
+//! Parallel coordinates, the one chart of another shape (an axis per quantity), are drawn by
+//! [`Parallel`] in `parallel.rs` with the same ticks, number formats and colours.
+//!
 //! Pure: no IO, no clock.
 
+mod parallel;
+mod ticks;
+
+pub use parallel::{Axis, Line, Parallel, Scale};
 use std::fmt::Write;
+use ticks::{escape, log_ticks, number, precise, ticks};
 
 /// Points per series after downsampling: more than a chart's width in pixels shows nothing more.
 pub const MAX_POINTS: usize = 800;
@@ -51,6 +59,9 @@ pub enum XAxis<'a> {
     HoursAgo,
     /// An experiment's trials, by index.
     Trials,
+    /// Seconds since a start, named by the label (`time since submission`), ticks in the unit that
+    /// suits the span.
+    Elapsed(&'a str),
     /// Any quantity, labelled so.
     Named(&'a str),
 }
@@ -166,22 +177,14 @@ pub fn human_seconds(s: f64) -> String {
     }
 }
 
-/// Round tick values covering `[lo, hi]`, about `count` of them.
-fn ticks(lo: f64, hi: f64, count: usize) -> Vec<f64> {
-    let span = hi - lo;
-    if !(span.is_finite() && span > 0.0) {
-        return vec![lo];
+/// A duration as a tooltip says it: `45 s`, `12 min 30 s`, `3 h 05 min`.
+fn clock(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    match s {
+        s if s < 60 => format!("{s} s"),
+        s if s < 3_600 => format!("{} min {:02} s", s / 60, s % 60),
+        s => format!("{} h {:02} min", s / 3_600, s % 3_600 / 60),
     }
-    let raw = span / count as f64;
-    let magnitude = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
-        .iter()
-        .map(|m| m * magnitude)
-        .find(|s| span / s <= count as f64)
-        .unwrap_or(10.0 * magnitude);
-    let first = (lo / step).ceil() as i64;
-    let last = (hi / step).floor() as i64;
-    (first..=last).map(|i| i as f64 * step).collect()
 }
 
 /// [`ticks`] for a count (steps, trials): no tick between two whole numbers.
@@ -193,83 +196,8 @@ fn whole_ticks(lo: f64, hi: f64, count: usize) -> Vec<f64> {
     if whole.is_empty() { vec![lo] } else { whole }
 }
 
-/// Powers of ten within `[lo, hi]` (both already log10).
-/// Ticks of a log axis, in log10 units between `lo` and `hi`: the powers of ten; where fewer than
-/// two fall inside, also 2× and 5× them; within a factor of a few, round values between the ends.
-/// Each is labelled with its value, never its exponent.
-fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
-    let within = |t: &f64| (lo..=hi).contains(t);
-    let decades: Vec<f64> = (lo.floor() as i64..=hi.ceil() as i64)
-        .map(|e| e as f64)
-        .filter(within)
-        .collect();
-    if decades.len() >= 2 {
-        return decades;
-    }
-    let steps: Vec<f64> = (lo.floor() as i64..=hi.ceil() as i64)
-        .flat_map(|e| [1.0f64, 2.0, 5.0].map(|m| e as f64 + m.log10()))
-        .filter(within)
-        .collect();
-    if steps.len() >= 2 {
-        return steps;
-    }
-    ticks(10f64.powf(lo), 10f64.powf(hi), 4)
-        .into_iter()
-        .filter(|v| *v > 0.0)
-        .map(f64::log10)
-        .filter(within)
-        .collect()
-}
-
 /// Points of a line a page chart gives a hover target, at most.
 const HOVER_POINTS: usize = 200;
-
-/// A value as a tooltip says it: 4 significant digits, scientific far from 1.
-fn precise(value: f64) -> String {
-    let magnitude = value.abs();
-    if value == 0.0 {
-        "0".to_owned()
-    } else if !(1e-4..1e7).contains(&magnitude) {
-        format!("{value:.3e}")
-    } else {
-        let decimals = (3 - magnitude.log10().floor() as i32).clamp(0, 8) as usize;
-        let text = format!("{value:.decimals$}");
-        if text.contains('.') {
-            text.trim_end_matches('0').trim_end_matches('.').to_owned()
-        } else {
-            text
-        }
-    }
-}
-
-/// A tick's label: round numbers without trailing zeros (`0.5`, `0.001`, `12.25`), far ones in
-/// scientific notation.
-fn number(value: f64) -> String {
-    let magnitude = value.abs();
-    let text = if value == 0.0 {
-        return "0".to_owned();
-    } else if !(1e-3..1e6).contains(&magnitude) {
-        return format!("{value:.1e}");
-    } else if magnitude >= 100.0 || value.fract() == 0.0 {
-        format!("{value:.0}")
-    } else if magnitude >= 1.0 {
-        format!("{value:.2}")
-    } else {
-        format!("{value:.3}")
-    };
-    if text.contains('.') {
-        text.trim_end_matches('0').trim_end_matches('.').to_owned()
-    } else {
-        text
-    }
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 /// Where a value lands on an axis: log10 on a log axis.
 fn scaled(log: bool, v: f64) -> f64 {
@@ -332,12 +260,29 @@ impl Chart<'_> {
             y_hi = y_hi.max(scaled(self.log_y, y));
         }
         let top = self.top();
+        if let Some((lo, hi)) = self.x_range {
+            x_lo = scaled(self.log_x, lo);
+            x_hi = scaled(self.log_x, hi);
+        }
+        if x_lo.is_finite() && x_hi <= x_lo {
+            x_hi = x_lo + 1.0;
+        }
         let mut out = String::with_capacity(4096 + 24 * MAX_POINTS * series.len());
         let _ = write!(
             out,
-            r#"<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{}" xmlns="http://www.w3.org/2000/svg">"#,
+            r#"<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{}" xmlns="http://www.w3.org/2000/svg""#,
             escape(self.label)
         );
+        // A page's linear x axis says where its plot lies and what it spans, so a script can read a
+        // place on it as a value (to zoom to a dragged range).
+        if inline_style.is_none() && !self.log_x && x_lo.is_finite() {
+            let _ = write!(
+                out,
+                r#" data-x="{LEFT} {} {x_lo} {x_hi}""#,
+                WIDTH - RIGHT
+            );
+        }
+        out.push('>');
         if let Some(style) = inline_style {
             let _ = write!(
                 out,
@@ -352,10 +297,6 @@ impl Chart<'_> {
                 escape(title)
             );
         }
-        if let Some((lo, hi)) = self.x_range {
-            x_lo = scaled(self.log_x, lo);
-            x_hi = scaled(self.log_x, hi);
-        }
         if !y_lo.is_finite() {
             let _ = write!(
                 out,
@@ -364,9 +305,6 @@ impl Chart<'_> {
                 HEIGHT / 2.0
             );
             return out;
-        }
-        if x_hi <= x_lo {
-            x_hi = x_lo + 1.0;
         }
         match self.y_range {
             Some((lo, hi)) => {
@@ -404,6 +342,7 @@ impl Chart<'_> {
             XAxis::Steps => "step",
             XAxis::Trials => "trial",
             XAxis::HoursAgo => "hours ago",
+            XAxis::Elapsed(name) => name,
             XAxis::Named(name) => name,
         };
         let _ = write!(
@@ -495,6 +434,7 @@ impl Chart<'_> {
             XAxis::Steps => format!("step {}", x.round()),
             XAxis::Trials => format!("trial {}", x.round()),
             XAxis::HoursAgo => format!("{} h ago", precise(-x / 3600.0)),
+            XAxis::Elapsed(_) => format!("at {}", clock(x)),
             XAxis::Named(name) => format!("{name} {}", precise(x)),
         };
         format!("{at}: {series} {}", precise(y))
@@ -546,6 +486,19 @@ impl Chart<'_> {
                 .into_iter()
                 .map(|t| (t, number(t)))
                 .collect(),
+            (None, XAxis::Elapsed(_)) => {
+                // The unit that suits the span: ticks at round numbers of it.
+                let (unit, name) = match x_hi - x_lo {
+                    span if span < 120.0 => (1.0, "s"),
+                    span if span < 7_200.0 => (60.0, "min"),
+                    span if span < 172_800.0 => (3_600.0, "h"),
+                    _ => (86_400.0, "d"),
+                };
+                ticks(x_lo / unit, x_hi / unit, 6)
+                    .into_iter()
+                    .map(|v| (v * unit, format!("{} {name}", number(v))))
+                    .collect()
+            }
             (None, XAxis::HoursAgo) => ticks(x_lo / 3600.0, x_hi / 3600.0, 6)
                 .into_iter()
                 .map(|h| (h * 3600.0, number(-h)))
@@ -875,5 +828,35 @@ mod tests {
         assert_eq!(human_seconds(600.0), "10m");
         assert_eq!(human_seconds(7200.0), "2h");
         assert_eq!(human_seconds(172_800.0), "2d");
+    }
+
+    /// A chart of time since a start labels its ticks in the span's unit and its tooltips as a
+    /// clock; a page's linear chart says where its plot lies and what it spans (for zooming).
+    #[test]
+    fn elapsed_time_reads_in_its_unit_and_pages_carry_the_x_span() {
+        let series = vec![Series {
+            name: "loss".into(),
+            points: (0..=20).map(|i| (i as f64 * 90.0, 1.0 / (1.0 + i as f64))).collect(),
+        }];
+        let chart = Chart::new(
+            "loss by time",
+            XAxis::Elapsed("time since the first sample"),
+            "loss",
+            series,
+        );
+        let svg = chart.svg();
+        assert!(svg.contains(">10 min</text>"), "{svg}");
+        assert!(svg.contains("time since the first sample"));
+        assert!(svg.contains("<title>at 1 min 30 s: loss 0.5</title>"), "{svg}");
+        assert!(
+            svg.contains(&format!(r#"data-x="{LEFT} {} 0 1800""#, WIDTH - RIGHT)),
+            "{svg}"
+        );
+        // Files carry no script hooks; log axes none either.
+        assert!(!chart.standalone_svg().contains("data-x"));
+        let mut log = chart.clone();
+        log.log_x = true;
+        assert!(!log.svg().contains("data-x"));
+        assert_eq!(clock(3_725.0), "1 h 02 min");
     }
 }

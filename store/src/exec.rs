@@ -220,6 +220,31 @@ pub struct MetricBucket {
     pub max: f64,
     pub mean: f64,
     pub samples: u64,
+    /// When the range's latest sample was recorded (what a chart of time places the range at).
+    pub last_at: DateTime<Utc>,
+}
+
+/// Steps from `from` to `to`, both included; either end open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepRange {
+    pub from: Option<u64>,
+    pub to: Option<u64>,
+}
+
+impl StepRange {
+    /// Every step.
+    pub const ALL: StepRange = StepRange {
+        from: None,
+        to: None,
+    };
+}
+
+/// A sample as a chart folds it in: its step, value and when it was recorded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MetricPoint {
+    pub step: u64,
+    pub value: f64,
+    pub recorded_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -463,14 +488,15 @@ pub trait ExecStore: Send + Sync {
         scope: Scope,
         job: JobId,
     ) -> StoreResult<Vec<CheckpointRecord>>;
-    /// One metric of a job in step order, as a chart draws it: every sample when there are at most
-    /// `2 × buckets`, else the samples gathered into about `buckets` equal step ranges (the
-    /// database does the work: a long series never crosses the wire whole).
+    /// One metric of a job in step order over `steps`, as a chart draws it: every sample when
+    /// there are at most `2 × buckets`, else the samples gathered into about `buckets` equal step
+    /// ranges (the database does the work: a long series never crosses the wire whole).
     async fn metric_series(
         &self,
         scope: Scope,
         job: JobId,
         name: &str,
+        steps: StepRange,
         buckets: u32,
     ) -> StoreResult<MetricSeries>;
     /// One metric's samples after step `after` (all when `None`), in step order, `limit` at most.
@@ -481,7 +507,7 @@ pub trait ExecStore: Send + Sync {
         name: &str,
         after: Option<u64>,
         limit: u32,
-    ) -> StoreResult<Vec<(u64, f64)>>;
+    ) -> StoreResult<Vec<MetricPoint>>;
     /// The names of the metrics a job reported, sorted.
     async fn metric_names(&self, scope: Scope, job: JobId) -> StoreResult<Vec<String>>;
     /// Forgets the records `ids` of `job`'s checkpoints (ones no longer in storage); returns how

@@ -682,14 +682,26 @@ macro_rules! impl_exec_store {
                 scope: Scope,
                 job: JobId,
                 name: &str,
+                steps: StepRange,
                 buckets: u32,
             ) -> StoreResult<MetricSeries> {
                 self.check_job_visible(scope, job).await?;
+                let from = match steps.from {
+                    Some(step) => i64_of(step, "from_step")?,
+                    None => 0,
+                };
+                let to = match steps.to {
+                    Some(step) => i64_of(step, "to_step")?,
+                    None => i64::MAX,
+                };
                 let (lo, hi, count): (Option<i64>, Option<i64>, i64) = sqlx::query_as(
-                    "SELECT min(step), max(step), count(*) FROM metric_samples WHERE job_id = $1 AND name = $2",
+                    "SELECT min(step), max(step), count(*) FROM metric_samples \
+                     WHERE job_id = $1 AND name = $2 AND step >= $3 AND step <= $4",
                 )
                 .bind(job.0)
                 .bind(name)
+                .bind(from)
+                .bind(to)
                 .fetch_one(&self.pool)
                 .await?;
                 let (Some(lo), Some(hi)) = (lo, hi) else {
@@ -697,13 +709,16 @@ macro_rules! impl_exec_store {
                 };
                 let buckets = i64::from(buckets.max(1));
                 let width = if count <= 2 * buckets { 1 } else { (hi - lo) / buckets + 1 };
-                let rows: Vec<(i64, i64, f64, f64, f64, i64)> = sqlx::query_as(
-                    "SELECT min(step), max(step), min(value), max(value), avg(value), count(*) \
-                     FROM metric_samples WHERE job_id = $1 AND name = $2 \
-                     GROUP BY (step - $3) / $4 ORDER BY 1",
+                let rows = sqlx::query(
+                    "SELECT min(step) AS first_step, max(step) AS last_step, min(value) AS lowest, \
+                     max(value) AS highest, avg(value) AS mean, count(*) AS samples, max(recorded_at) AS last_at \
+                     FROM metric_samples WHERE job_id = $1 AND name = $2 AND step >= $3 AND step <= $4 \
+                     GROUP BY (step - $5) / $6 ORDER BY 1",
                 )
                 .bind(job.0)
                 .bind(name)
+                .bind(lo)
+                .bind(hi)
                 .bind(lo)
                 .bind(width)
                 .fetch_all(&self.pool)
@@ -713,16 +728,19 @@ macro_rules! impl_exec_store {
                     origin: step(lo),
                     width: step(width),
                     buckets: rows
-                        .into_iter()
-                        .map(|(first, last, min, max, mean, samples)| MetricBucket {
-                            first_step: step(first),
-                            last_step: step(last),
-                            min,
-                            max,
-                            mean,
-                            samples: step(samples),
+                        .iter()
+                        .map(|row| {
+                            Ok(MetricBucket {
+                                first_step: step(row.try_get("first_step")?),
+                                last_step: step(row.try_get("last_step")?),
+                                min: row.try_get("lowest")?,
+                                max: row.try_get("highest")?,
+                                mean: row.try_get("mean")?,
+                                samples: step(row.try_get("samples")?),
+                                last_at: row.try_get("last_at")?,
+                            })
                         })
-                        .collect(),
+                        .collect::<StoreResult<Vec<_>>>()?,
                 })
             }
 
@@ -733,14 +751,14 @@ macro_rules! impl_exec_store {
                 name: &str,
                 after: Option<u64>,
                 limit: u32,
-            ) -> StoreResult<Vec<(u64, f64)>> {
+            ) -> StoreResult<Vec<MetricPoint>> {
                 self.check_job_visible(scope, job).await?;
                 let after = match after {
                     Some(step) => i64_of(step, "step")?,
                     None => -1,
                 };
-                let rows: Vec<(i64, f64)> = sqlx::query_as(
-                    "SELECT step, value FROM metric_samples WHERE job_id = $1 AND name = $2 AND step > $3 \
+                let rows: Vec<(i64, f64, DateTime<Utc>)> = sqlx::query_as(
+                    "SELECT step, value, recorded_at FROM metric_samples WHERE job_id = $1 AND name = $2 AND step > $3 \
                      ORDER BY step LIMIT $4",
                 )
                 .bind(job.0)
@@ -751,7 +769,11 @@ macro_rules! impl_exec_store {
                 .await?;
                 Ok(rows
                     .into_iter()
-                    .map(|(step, value)| (u64::try_from(step).unwrap_or(0), value))
+                    .map(|(step, value, recorded_at)| MetricPoint {
+                        step: u64::try_from(step).unwrap_or(0),
+                        value,
+                        recorded_at,
+                    })
                     .collect())
             }
 

@@ -13,7 +13,7 @@ use drover_api::extract::{PathParam, QueryPairs};
 use drover_api::state::AppState;
 use drover_core::ExperimentId;
 use drover_core::experiment::{DroverExperiment, Goal, Param};
-use drover_plot::{Chart, Series, XAxis};
+use drover_plot::{Axis, Chart, Line, Parallel, Scale, Series, XAxis};
 use drover_service::experiments::{TrialView, trials as trial_views};
 use drover_store::{Experiment, ExperimentState, TrialSample};
 use std::collections::BTreeMap;
@@ -155,6 +155,9 @@ struct DetailPage {
     /// Said when only the best trials' curves are drawn.
     curves_note: String,
     scatters: Vec<String>,
+    /// Every trial's parameters and metric in one parallel-coordinates chart (empty without a
+    /// readable document).
+    parallel: String,
     actions: Actions,
 }
 
@@ -340,6 +343,62 @@ async fn detail(
             scatters.push(scatter.svg());
         }
     }
+    // Every searched parameter together, then the metric: an axis each, a line per trial.
+    let parallel = parsed.as_ref().map_or_else(String::new, |d| {
+        let searched: Vec<(&String, &Param)> = d
+            .spec
+            .parameters
+            .iter()
+            .filter(|(_, p)| !matches!(p, Param::Const { .. }))
+            .collect();
+        let mut axes: Vec<Axis> = searched
+            .iter()
+            .map(|(name, param)| Axis {
+                name: (*name).clone(),
+                scale: match param {
+                    Param::Int { log: true, .. }
+                    | Param::Double { log: true, .. }
+                    | Param::LogUniform { .. } => Scale::Log,
+                    Param::Categorical { values, .. } => {
+                        Scale::Categories(values.iter().map(choice_text).collect())
+                    }
+                    _ => Scale::Linear,
+                },
+            })
+            .collect();
+        axes.push(Axis {
+            name: metric.clone(),
+            scale: Scale::Linear,
+        });
+        let lines = views
+            .iter()
+            .filter(|v| v.last_value.is_some())
+            .map(|v| Line {
+                name: format!("trial {}", v.trial),
+                values: searched
+                    .iter()
+                    .map(|(name, param)| {
+                        let value = v.params.get(name.as_str())?;
+                        match param {
+                            Param::Categorical { values, .. } => {
+                                values.iter().position(|c| c == value).map(|i| i as f64)
+                            }
+                            _ => value.as_f64(),
+                        }
+                    })
+                    .chain(std::iter::once(v.last_value))
+                    .collect(),
+            })
+            .collect();
+        let label = format!("every trial's parameters and {metric}");
+        Parallel {
+            label: &label,
+            axes,
+            lines,
+            lower_is_better: d.spec.metric.goal == Goal::Minimize,
+        }
+        .svg()
+    });
     // The table's parameter columns: the document's parameters in order, else the trials' own.
     let param_names: Vec<String> = match &parsed {
         Some(d) => d.spec.parameters.keys().cloned().collect(),
@@ -427,6 +486,7 @@ async fn detail(
         curves: curves_svg,
         curves_note,
         scatters,
+        parallel,
         actions,
     })
 }

@@ -5,17 +5,16 @@
 use crate::page::{Layout, error_page, render};
 use crate::session::Session;
 use crate::time::{Time, duration, timestamp};
-use axum::extract::{Path, Query, State};
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
+use crate::charts::{ChartOptions, charts_svg};
+use axum::extract::{Path, State};
+use axum::response::Response;
+use drover_api::extract::QueryPairs;
 use drover_api::error::ApiError;
 use drover_api::routes::jobs as api;
 use drover_api::state::AppState;
 use drover_core::{JobId, JobState, ReasonCode};
-use drover_plot::{Chart, Series, XAxis, smooth};
 use drover_service::models::{JobModels, RemainingBasis};
 use drover_store::{JobEvent, LogFilter, LogLine, LogWindow, Scope};
-use serde::Deserialize;
 
 /// Log lines the page shows (contract lines left out); the live stream appends the ones that follow.
 pub(crate) const LOG_TAIL: u32 = 200;
@@ -29,7 +28,13 @@ struct JobPage {
     events: Vec<EventRow>,
     shapes: Vec<ShapeRow>,
     metric_names: Vec<String>,
-    selected: Vec<String>,
+    chart_options: ChartOptions,
+    /// An option of the page's URL that could not be read.
+    chart_error: Option<String>,
+    /// The CSV of what the charts draw.
+    csv: String,
+    /// The page with the same charts over every step.
+    whole_run: String,
     chart: String,
     model: Option<ModelView>,
     tasks: Vec<TaskRow>,
@@ -209,14 +214,20 @@ pub async fn page(
     State(state): State<AppState>,
     session: Session,
     Path(id): Path<String>,
+    query: QueryPairs,
 ) -> Response {
-    match job_page(&state, &session, id).await {
+    match job_page(&state, &session, id, &query).await {
         Ok(page) => render(&page),
         Err(err) => error_page(err),
     }
 }
 
-async fn job_page(state: &AppState, session: &Session, id: String) -> Result<JobPage, ApiError> {
+async fn job_page(
+    state: &AppState,
+    session: &Session,
+    id: String,
+    query: &QueryPairs,
+) -> Result<JobPage, ApiError> {
     let scope = session.principal.scope();
     let view = api::job_view(drover_service::jobs::get(state, &session.principal, &id).await?);
     let job_id = JobId(view.id);
@@ -240,12 +251,23 @@ async fn job_page(state: &AppState, session: &Session, id: String) -> Result<Job
         )
         .await?;
     let metric_names = state.store.metric_names(scope, job_id).await?;
-    let selected: Vec<String> = ["loss", "accuracy"]
+    let defaults: Vec<String> = ["loss", "accuracy"]
         .iter()
         .filter(|name| metric_names.iter().any(|n| n == *name))
         .map(|name| (*name).to_owned())
         .collect();
-    let chart = chart_svg(state, scope, job_id, &selected, false, 0.0).await?;
+    // Options the page cannot read are said above the charts, which draw the defaults.
+    let (chart_options, chart_error) = match ChartOptions::parse(query, &defaults) {
+        Ok(options) => (options, None),
+        Err(err) => (
+            ChartOptions::parse(&QueryPairs(Vec::new()), &defaults)?,
+            Some(match &err.field {
+                Some(field) => format!("{field}: {}", err.message),
+                None => err.message.clone(),
+            }),
+        ),
+    };
+    let chart = charts_svg(state, scope, job_id, view.created_at, &chart_options).await?;
     let step = state
         .store
         .last_steps(&[job_id])
@@ -281,7 +303,14 @@ async fn job_page(state: &AppState, session: &Session, id: String) -> Result<Job
         shapes: shape_history(&events),
         events: event_rows(&events),
         metric_names,
-        selected,
+        csv: chart_options.csv_link(job_id),
+        whole_run: ChartOptions {
+            steps: drover_store::StepRange::ALL,
+            ..chart_options.clone()
+        }
+        .page_link(job_id),
+        chart_options,
+        chart_error,
         chart,
         tasks: tasks
             .iter()
@@ -480,118 +509,6 @@ fn bytes(n: u64) -> String {
         1024..1_048_576 => format!("{:.1} KiB", n as f64 / 1024.0),
         _ => format!("{:.1} MiB", n as f64 / 1_048_576.0),
     }
-}
-
-/// The chart's options, as the page's controls send them.
-#[derive(Debug, Deserialize)]
-pub struct ChartQuery {
-    /// Comma-separated metric names.
-    #[serde(default)]
-    metrics: String,
-    #[serde(default)]
-    log: bool,
-    /// 0 (raw) to 0.99.
-    #[serde(default)]
-    smooth: f64,
-}
-
-/// Metrics drawn at once, at most.
-const MAX_SERIES: usize = 8;
-
-/// `GET /jobs/{id}/chart`: the metric chart alone, as SVG, for the page's controls and live updates.
-pub async fn chart(
-    State(state): State<AppState>,
-    session: Session,
-    Path(id): Path<String>,
-    Query(query): Query<ChartQuery>,
-) -> Response {
-    let Ok(job_id) = api::parse_job_id(&id) else {
-        return error_page(ApiError::not_found(format!("no job `{id}`")));
-    };
-    let names: Vec<String> = query
-        .metrics
-        .split(',')
-        .map(str::trim)
-        .filter(|n| !n.is_empty() && n.len() <= 100)
-        .take(MAX_SERIES)
-        .map(str::to_owned)
-        .collect();
-    let smoothing = if query.smooth.is_finite() {
-        query.smooth.clamp(0.0, 0.99)
-    } else {
-        0.0
-    };
-    match chart_svg(
-        &state,
-        session.principal.scope(),
-        job_id,
-        &names,
-        query.log,
-        smoothing,
-    )
-    .await
-    {
-        Ok(svg) => (
-            crate::page::PAGE_HEADERS,
-            [(header::CONTENT_TYPE, "image/svg+xml; charset=utf-8")],
-            svg,
-        )
-            .into_response(),
-        Err(err) => error_page(err),
-    }
-}
-
-async fn chart_svg(
-    state: &AppState,
-    scope: Scope,
-    job: JobId,
-    names: &[String],
-    log_y: bool,
-    smoothing: f64,
-) -> Result<String, ApiError> {
-    // One chart per metric, each on its own y axis: on a shared one a small metric (the learning
-    // rate) was a flat line under a large one (the loss).
-    let mut charts = String::new();
-    for name in names {
-        let buckets = crate::series::buckets(state, scope, job, name)
-            .await
-            .map_err(|err| ApiError::from_store(err, || format!("no job `{}`", job.0)))?;
-        // Smoothing runs over each range's mean; unsmoothed, a range shows its lowest and highest
-        // value, so no spike is averaged away.
-        let mut points = Vec::with_capacity(2 * buckets.len());
-        for b in &buckets {
-            let mid = (b.first_step + b.last_step) as f64 / 2.0;
-            if smoothing > 0.0 || b.samples == 1 {
-                points.push((mid, if smoothing > 0.0 { b.mean } else { b.min }));
-            } else {
-                points.push((mid, b.min));
-                points.push((mid, b.max));
-            }
-        }
-        let label = format!("the job's {name} by step");
-        let mut chart = Chart::new(
-            &label,
-            XAxis::Steps,
-            name,
-            vec![Series {
-                name: name.clone(),
-                points: smooth(&points, smoothing),
-            }],
-        );
-        chart.log_y = log_y;
-        charts.push_str(&chart.svg());
-    }
-    if names.is_empty() {
-        // No metric chosen (or none reported yet): the empty chart says so.
-        charts = Chart::new(
-            "the job's metrics by step",
-            XAxis::Steps,
-            "value",
-            Vec::new(),
-        )
-        .svg();
-    }
-    Ok(charts)
 }
 
 #[cfg(test)]

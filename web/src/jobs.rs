@@ -33,6 +33,8 @@ struct JobsPage {
     /// The filters in use, in words (empty without any).
     filtered: String,
     error: Option<String>,
+    /// The caller may cancel, pause and resume jobs (the bulk actions).
+    writer: bool,
 }
 
 /// The table's rows alone, as the live stream sends them.
@@ -161,6 +163,7 @@ pub async fn page(
     };
     let newest = prev.is_some().then(|| link(None));
     render(&JobsPage {
+        writer: session.can_write_jobs(),
         layout: session.layout("jobs"),
         rows,
         filters,

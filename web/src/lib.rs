@@ -9,7 +9,9 @@
 //! pages follow one server-sent-event stream each. What every page shares (its frame, rendering,
 //! error pages) is in `page.rs`; this root only wires the routes and serves the static files.
 
+mod charts;
 mod cluster;
+mod compare;
 mod experiments;
 mod job;
 mod jobs;
@@ -42,9 +44,10 @@ pub fn router() -> Router<AppState> {
         .route("/jobs", get(jobs::page))
         .route("/jobs/live", get(live::jobs))
         .route("/jobs/{id}", get(job::page))
-        .route("/jobs/{id}/chart", get(job::chart))
+        .route("/jobs/{id}/chart", get(charts::chart))
         .route("/jobs/{id}/live", get(live::job))
         .route("/jobs/{id}/logs", get(logs::page))
+        .route("/compare", get(compare::page))
         .route("/experiments", get(experiments::list))
         .route("/experiments/{id}", get(experiments::page))
         .route("/queue", get(cluster::queue))

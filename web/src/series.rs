@@ -8,7 +8,7 @@
 
 use drover_api::state::AppState;
 use drover_core::JobId;
-use drover_store::{MetricBucket, MetricSeries, Scope, StoreResult};
+use drover_store::{MetricBucket, MetricPoint, MetricSeries, Scope, StepRange, StoreResult};
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
@@ -44,7 +44,12 @@ impl Cached {
         (step.saturating_sub(self.origin)) / self.width
     }
 
-    fn add(&mut self, step: u64, value: f64) {
+    fn add(&mut self, point: MetricPoint) {
+        let MetricPoint {
+            step,
+            value,
+            recorded_at,
+        } = point;
         let index = self.index(step);
         let same = self
             .buckets
@@ -57,6 +62,7 @@ impl Cached {
                 last.min = last.min.min(value);
                 last.max = last.max.max(value);
                 last.last_step = last.last_step.max(step);
+                last.last_at = last.last_at.max(recorded_at);
             }
             _ => self.buckets.push(MetricBucket {
                 first_step: step,
@@ -65,6 +71,7 @@ impl Cached {
                 max: value,
                 mean: value,
                 samples: 1,
+                last_at: recorded_at,
             }),
         }
         self.last_step = Some(self.last_step.map_or(step, |s| s.max(step)));
@@ -91,6 +98,7 @@ impl Cached {
                     last.min = last.min.min(bucket.min);
                     last.max = last.max.max(bucket.max);
                     last.last_step = bucket.last_step;
+                    last.last_at = last.last_at.max(bucket.last_at);
                 }
                 _ => merged.push(bucket),
             }
@@ -145,7 +153,10 @@ pub async fn buckets(
     let series = match cached.as_mut() {
         Some(series) => series,
         None => {
-            let gathered = state.store.metric_series(scope, job, name, BUCKETS).await?;
+            let gathered = state
+                .store
+                .metric_series(scope, job, name, StepRange::ALL, BUCKETS)
+                .await?;
             cached.insert(Cached::from_series(gathered))
         }
     };
@@ -154,14 +165,30 @@ pub async fn buckets(
             .store
             .metric_points_after(scope, job, name, series.last_step, PAGE)
             .await?;
-        for &(step, value) in &points {
-            series.add(step, value);
+        for &point in &points {
+            series.add(point);
         }
         if points.len() < PAGE as usize {
             break;
         }
     }
     Ok(series.buckets.clone())
+}
+
+/// The series `name` of `job` over `steps` alone (a zoomed chart), gathered afresh into
+/// [`BUCKETS`] ranges of that span: not kept, as each view asks for a span of its own.
+pub async fn between(
+    state: &AppState,
+    scope: Scope,
+    job: JobId,
+    name: &str,
+    steps: StepRange,
+) -> StoreResult<Vec<MetricBucket>> {
+    Ok(state
+        .store
+        .metric_series(scope, job, name, steps, BUCKETS)
+        .await?
+        .buckets)
 }
 
 #[cfg(test)]
@@ -173,7 +200,11 @@ mod tests {
         let mut series = Cached::from_series(MetricSeries::default());
         for step in 0..100_000u64 {
             let value = if step == 77_777 { 9.0 } else { 1.0 };
-            series.add(step, value);
+            series.add(MetricPoint {
+                step,
+                value,
+                recorded_at: chrono::DateTime::from_timestamp(step as i64, 0).unwrap_or_default(),
+            });
         }
         assert!(series.buckets.len() <= MAX_BUCKETS);
         assert_eq!(
@@ -198,5 +229,7 @@ mod tests {
                 .all(|w| w[0].last_step < w[1].first_step)
         );
         assert_eq!(series.last_step, Some(99_999));
+        // Each range is placed at its latest sample's time.
+        assert!(series.buckets.iter().all(|b| b.last_at.timestamp() == b.last_step as i64));
     }
 }

@@ -144,10 +144,45 @@ function jobsList() {
     if (!body || !window.EventSource) continue;
     const source = new EventSource(body.dataset.live + location.search);
     source.addEventListener("rows", (event) => {
+      // Jobs ticked stay ticked through the redraw.
+      const chosen = new Set([...body.querySelectorAll("input[name=job]:checked")].map((i) => i.value));
       body.innerHTML = event.data;
+      for (const input of body.querySelectorAll("input[name=job]")) input.checked = chosen.has(input.value);
       localTimes(body);
       // A sort the user chose stays through the redraw.
       resort(body.closest("table.sortable"));
+    });
+  }
+}
+
+// ---- The jobs list's bulk actions: pause, resume or cancel every ticked job, then say what happened.
+function bulkActions() {
+  const form = document.getElementById("jobs-chosen");
+  if (!form) return;
+  const words = { pause: ["Pause", "paused"], resume: ["Resume", "resumed"], cancel: ["Cancel", "cancelled"] };
+  for (const button of form.querySelectorAll("button[data-bulk]")) {
+    button.addEventListener("click", async () => {
+      const action = button.dataset.bulk;
+      const [verb, done] = words[action];
+      const chosen = [...document.querySelectorAll("input[name=job][form=jobs-chosen]:checked")];
+      if (chosen.length === 0) {
+        showError("Tick the jobs to act on in the first column first.");
+        return;
+      }
+      const names = chosen.map((input) => input.getAttribute("aria-label").replace(/^choose /, ""));
+      if (!window.confirm(`${verb} ${chosen.length} job${chosen.length === 1 ? "" : "s"} (${names.join(", ")})?`)) return;
+      button.disabled = true;
+      const refused = [];
+      for (const [i, input] of chosen.entries()) {
+        try {
+          await api("POST", `/api/v1/jobs/${input.value}/${action}`, {});
+        } catch (err) {
+          refused.push(`${names[i]}: ${err.message}`);
+        }
+      }
+      const ok = chosen.length - refused.length;
+      flash(`${ok} of ${chosen.length} jobs ${done}.${refused.length ? ` Refused: ${refused.join("; ")}` : ""}`);
+      location.reload();
     });
   }
 }
@@ -160,20 +195,74 @@ function jobPage() {
   const chart = document.getElementById("chart");
   const controls = document.getElementById("chart-controls");
   let chartTimer = null;
+  const csv = document.getElementById("chart-csv");
   const redrawChart = async () => {
-    const data = new FormData(controls);
-    const query = new URLSearchParams({
-      metrics: data.getAll("metric").join(","),
-      log: data.get("log") ? "true" : "false",
-      smooth: data.get("smooth") || "0",
-    });
+    const query = new URLSearchParams(new FormData(controls));
     const response = await fetch(`/jobs/${id}/chart?${query}`, { credentials: "same-origin" });
-    if (response.ok) chart.innerHTML = await response.text();
+    const chartError = document.getElementById("chart-error");
+    if (!response.ok) {
+      chartError.textContent = await response.text();
+      return;
+    }
+    chartError.textContent = "";
+    chart.innerHTML = await response.text();
+    // The address and the CSV link follow the options: a reload or a shared link shows these charts.
+    history.replaceState(null, "", `/jobs/${id}?${query}#metrics-title`);
+    const download = new URLSearchParams({ format: "csv" });
+    for (const name of query.getAll("metric")) download.append("name", name);
+    if (query.get("from")) download.set("from_step", query.get("from"));
+    if (query.get("to")) download.set("to_step", query.get("to"));
+    csv.href = `/api/v1/jobs/${id}/metrics?${download}`;
   };
   const scheduleChart = () => {
     if (chartTimer) return;
     chartTimer = setTimeout(() => { chartTimer = null; redrawChart(); }, 1000);
   };
+  controls.addEventListener("submit", (event) => { event.preventDefault(); redrawChart(); });
+  document.getElementById("chart-reset").addEventListener("click", (event) => {
+    event.preventDefault();
+    controls.elements.from.value = "";
+    controls.elements.to.value = "";
+    redrawChart();
+  });
+  // Dragging across a chart by step (with a mouse) zooms to the steps dragged over.
+  let drag = null;
+  chart.addEventListener("pointerdown", (event) => {
+    const svg = event.target.closest("svg[data-x]");
+    if (!svg || event.pointerType !== "mouse" || controls.elements.x.value !== "step") return;
+    const [left, right, lo, hi] = svg.dataset.x.split(" ").map(Number);
+    const box = svg.getBoundingClientRect();
+    const scale = svg.viewBox.baseVal.width / box.width;
+    const toPlot = (clientX) => Math.min(right, Math.max(left, (clientX - box.left) * scale));
+    const band = document.createElementNS("http://www.w3.org/2000/svg", "rect");
+    band.setAttribute("class", "zoom-band");
+    band.setAttribute("y", "0");
+    band.setAttribute("height", String(svg.viewBox.baseVal.height));
+    band.setAttribute("width", "0");
+    svg.append(band);
+    drag = { band, start: toPlot(event.clientX), toPlot, left, right, lo, hi };
+    svg.setPointerCapture(event.pointerId);
+    event.preventDefault();
+  });
+  chart.addEventListener("pointermove", (event) => {
+    if (!drag) return;
+    const x = drag.toPlot(event.clientX);
+    drag.band.setAttribute("x", String(Math.min(drag.start, x)));
+    drag.band.setAttribute("width", String(Math.abs(x - drag.start)));
+  });
+  chart.addEventListener("pointerup", (event) => {
+    if (!drag) return;
+    const d = drag;
+    drag = null;
+    d.band.remove();
+    const end = d.toPlot(event.clientX);
+    // A click, not a drag.
+    if (Math.abs(end - d.start) < 4) return;
+    const step = (x) => d.lo + ((x - d.left) / (d.right - d.left)) * (d.hi - d.lo);
+    controls.elements.from.value = String(Math.max(0, Math.floor(step(Math.min(d.start, end)))));
+    controls.elements.to.value = String(Math.ceil(step(Math.max(d.start, end))));
+    redrawChart();
+  });
   controls.addEventListener("change", redrawChart);
   controls.addEventListener("input", scheduleChart);
 
@@ -471,6 +560,7 @@ document.addEventListener("DOMContentLoaded", () => {
   login();
   sortable();
   jobsList();
+  bulkActions();
   jobPage();
   logPage();
   experimentPage();

@@ -857,7 +857,7 @@ async fn a_long_series_is_drawn_whole(db: TestDb) {
         store.record_metrics(&metrics).await.unwrap();
     }
     let buckets = store
-        .metric_series(Scope::Cluster, job, "loss", 100)
+        .metric_series(Scope::Cluster, job, "loss", drover_store::StepRange::ALL, 100)
         .await
         .unwrap()
         .buckets;
@@ -908,6 +908,73 @@ async fn a_long_series_is_drawn_whole(db: TestDb) {
         "{both}"
     );
     assert!(both.contains(": lr 0.0003</title>"), "{both}");
+
+    // Zoomed to a range of steps, gathered afresh: the spike at 1,234 sets the axis, the later 80
+    // is outside; the axis spans the range asked.
+    let chart = format!("/jobs/{}/chart", job.0);
+    let zoomed = site
+        .get(&format!("{chart}?metric=loss&x=step&from=1200&to=1300"), &session)
+        .await
+        .body;
+    assert!(zoomed.contains(">50</text>") && !zoomed.contains(">80</text>"), "{zoomed}");
+    assert!(zoomed.contains(r#" 1200 1300""#), "the x axis spans the zoom: {zoomed}");
+    let calm = site
+        .get(&format!("{chart}?metric=loss&from=0&to=1000"), &session)
+        .await
+        .body;
+    assert!(!calm.contains(">50</text>"), "{calm}");
+    // By time since submission.
+    let timed = site
+        .get(&format!("{chart}?metric=loss&x=time"), &session)
+        .await
+        .body;
+    assert!(timed.contains("time since submission"), "{timed}");
+    // An option that cannot be read: the chart says which, as text for the page's script.
+    let bad = site.get(&format!("{chart}?metric=loss&x=hours"), &session).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert_eq!(bad.body, "x: `hours`: expected step or time");
+    let backwards = site
+        .get(&format!("{chart}?metric=loss&from=9&to=3"), &session)
+        .await;
+    assert_eq!(backwards.status, StatusCode::BAD_REQUEST);
+    assert!(backwards.body.starts_with("to: "), "{}", backwards.body);
+    // The page takes the same options in its address (its form works without a script), offers
+    // the CSV of what it draws, and says an option it cannot read above the default charts.
+    let page = site
+        .get(
+            &format!("/jobs/{}?metric=loss&x=step&from=1200&to=1300", job.0),
+            &session,
+        )
+        .await
+        .body;
+    assert!(page.contains(r#"name="from" min="0" inputmode="numeric" size="8" value="1200""#), "{page}");
+    let csv_link = format!(
+        "/api/v1/jobs/{}/metrics?format=csv&amp;name=loss&amp;from_step=1200&amp;to_step=1300",
+        job.0
+    );
+    let csv_link = csv_link.replace("&amp;", "&#38;");
+    assert!(page.contains(&csv_link), "{page}");
+    let wrong = site
+        .get(&format!("/jobs/{}?x=hours", job.0), &session)
+        .await
+        .body;
+    assert!(wrong.contains("x: `hours`: expected step or time"), "{wrong}");
+    // The CSV: a header, then every sample asked for, in order.
+    let csv = site
+        .get(
+            &format!(
+                "/api/v1/jobs/{}/metrics?format=csv&name=loss&from_step=1233&to_step=1235",
+                job.0
+            ),
+            &session,
+        )
+        .await;
+    assert_eq!(csv.status, StatusCode::OK);
+    let rows: Vec<&str> = csv.body.lines().collect();
+    assert_eq!(rows[0], "step,name,value,recorded_at,generation,task,workers,ps,gpu_model");
+    assert_eq!(rows.len(), 4, "{}", csv.body);
+    assert!(rows[2].starts_with("1234,loss,50,"), "{}", rows[2]);
+    assert!(rows[2].ends_with(",1,worker-0,1,0,test"), "{}", rows[2]);
 }
 
 #[tokio::test]
@@ -1036,6 +1103,77 @@ async fn the_whole_log_pages_back_searches_and_hides_metric_lines() {
     // Another tenant's member: no such job.
     let bob = site.sign_in(&bob).await;
     assert_eq!(site.get(&logs, &bob).await.status, StatusCode::NOT_FOUND);
+}
+
+/// Jobs side by side: a column each, their metrics on one chart each, their last values, and the
+/// spec fields that differ apart from those they share; a job another tenant owns is not found,
+/// and a job id that cannot be one is named. The jobs list offers the ticks that lead here.
+#[tokio::test]
+async fn jobs_compare_side_by_side() {
+    use drover_store::{NewMetrics, TaskKey, TaskRole};
+    let (site, [ada, _, bob]) = Site::new().await;
+    let session = site.sign_in(&ada).await;
+    let mut jobs = Vec::new();
+    for (name, seconds, rate) in [("fast-lr", "60", 0.5), ("slow-lr", "90", 0.9)] {
+        let created = site
+            .submit(
+                &session,
+                &JOB.replace("NAME", name).replace("'60'", &format!("'{seconds}'")),
+            )
+            .await;
+        let job = job_of(&created);
+        let generation = site.start(job).await;
+        let key = TaskKey {
+            job_id: job,
+            generation,
+            role: TaskRole::Worker,
+            index: 0,
+        };
+        for step in 1..=20u64 {
+            let metrics = NewMetrics {
+                key,
+                num_ps: 0,
+                num_workers: 1,
+                gpu_model: "test".into(),
+                step,
+                values: vec![("loss".into(), rate.powi(step as i32))],
+                recorded_at: chrono::Utc::now(),
+            };
+            site.store.record_metrics(&metrics).await.unwrap();
+        }
+        jobs.push(job);
+    }
+    let list = site.get("/jobs", &session).await.body;
+    assert!(list.contains(&format!(r#"name="job" value="{}" form="jobs-chosen""#, jobs[0].0)), "{list}");
+    assert!(list.contains("Compare chosen") && list.contains(r#"data-bulk="cancel""#), "{list}");
+
+    let compare = format!("/compare?job={}&job={}", jobs[0].0, jobs[1].0);
+    let page = site.get(&compare, &session).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let body = &page.body;
+    assert!(body.contains(">fast-lr</a>") && body.contains(">slow-lr</a>"), "{body}");
+    assert!(body.contains("Last loss"), "{body}");
+    assert!(body.contains(&format!("{:.4} at step 20", 0.5f64.powi(20))), "{body}");
+    // One chart of the loss, a line per job, each named in the legend.
+    assert_eq!(body.matches("<svg").count(), 1, "{body}");
+    assert_eq!(body.matches("<polyline").count(), 2, "{body}");
+    // The argv differs; the resources are shared.
+    let differ = &body[body.find("compare-differ").unwrap()..];
+    assert!(differ.contains("spec.command.argv"), "{differ}");
+    assert!(!differ[..differ.find("</table>").unwrap()].contains("gpus_per_worker"));
+    assert!(body.contains("fields the same in every job"), "{body}");
+
+    // Another tenant's member: not found, said on the page. A malformed id: named.
+    let bob = site.sign_in(&bob).await;
+    let theirs = site.get(&compare, &bob).await.body;
+    assert!(theirs.contains(&format!("job: no job `{}`", jobs[0].0)), "{theirs}");
+    let malformed = site.get("/compare?job=nonsense", &session).await.body;
+    assert!(malformed.contains("job: `nonsense` is not a job id"), "{malformed}");
+    let alone = site
+        .get(&format!("/compare?job={}", jobs[0].0), &session)
+        .await
+        .body;
+    assert!(alone.contains("Choose two jobs or more"), "{alone}");
 }
 
 /// A search of a long log reads a span of lines a page, says so, and goes on from where it stopped

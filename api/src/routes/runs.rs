@@ -10,9 +10,14 @@ use crate::run_views::{
 };
 use crate::state::AppState;
 use axum::Json;
+use axum::body::Body as ResponseBody;
 use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use drover_core::JobId;
 use drover_service::auth::Principal;
-use drover_store::MetricFilter;
+use drover_store::{MetricFilter, MetricSample};
+use futures::StreamExt;
 
 const MAX_PAGE: u32 = 5000;
 
@@ -142,6 +147,7 @@ pub async fn tasks(
 }
 
 /// Metric samples in the order they arrived, each tagged with the job's shape when it was measured.
+/// With `format=csv`, every matching sample as a CSV file (`limit` and `cursor` do not apply).
 #[utoipa::path(
     get, path = "/api/v1/jobs/{id}/metrics", tag = "jobs",
     params(
@@ -151,8 +157,14 @@ pub async fn tasks(
         ("to_step" = Option<u64>, Query, maximum = 9223372036854775807_u64, description = "Only steps ≤ this (0 to 2^63 - 1); below `from_step`, an empty page"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 5000, description = "Page size, 1 to 5000 (default 1000)"),
         ("cursor" = Option<i64>, Query, description = "`meta.next_cursor` of the previous page (a sample's id)"),
+        ("format" = Option<String>, Query, pattern = "^(json|csv)$", description = "`json` (default), or `csv`: every matching sample as a CSV file (`step,name,value,recorded_at,generation,task,workers,ps,gpu_model`), for download"),
     ),
-    responses((status = 200, body = MetricList), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
+    responses(
+        (status = 200, description = "A page of samples; with `format=csv`, every matching sample as CSV",
+         content((MetricList = "application/json"), (String = "text/csv"))),
+        (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+    ),
     security(("bearer" = []))
 )]
 pub async fn metrics(
@@ -160,9 +172,14 @@ pub async fn metrics(
     principal: Principal,
     PathParam(id): PathParam,
     query: QueryPairs,
-) -> ApiResult<Json<MetricList>> {
-    query.only(&["name", "from_step", "to_step", "limit", "cursor"])?;
+) -> ApiResult<Response> {
+    query.only(&["name", "from_step", "to_step", "limit", "cursor", "format"])?;
     let job_id = parse_job_id(&id)?;
+    let csv = match query.get("format") {
+        None | Some("json") => false,
+        Some("csv") => true,
+        Some(_) => return Err(ApiError::bad_request("format", "expected json or csv")),
+    };
     let limit = query.limit(1000, MAX_PAGE)?;
     let names: Vec<String> = query.all("name").map(str::to_owned).collect();
     if names.len() > MAX_NAMES {
@@ -179,6 +196,9 @@ pub async fn metrics(
         after: query.id_cursor()?,
         limit: limit + 1,
     };
+    if csv {
+        return download_csv(state, principal, job_id, filter).await;
+    }
     let mut samples = state
         .store
         .list_metrics(principal.scope(), job_id, &filter)
@@ -193,7 +213,113 @@ pub async fn metrics(
     Ok(Json(MetricList {
         metrics: samples.into_iter().map(MetricView::from).collect(),
         meta: ListMeta { next_cursor },
-    }))
+    })
+    .into_response())
+}
+
+/// The CSV header of a metrics download.
+const CSV_HEADER: &str = "step,name,value,recorded_at,generation,task,workers,ps,gpu_model\n";
+
+/// A CSV field: quoted (quotes doubled) when it holds a comma, a quote or a line break.
+fn csv_field(out: &mut Vec<u8>, text: &str) {
+    if text.contains([',', '"', '\n', '\r']) {
+        out.push(b'"');
+        out.extend_from_slice(text.replace('"', "\"\"").as_bytes());
+        out.push(b'"');
+    } else {
+        out.extend_from_slice(text.as_bytes());
+    }
+}
+
+fn csv_row(out: &mut Vec<u8>, sample: &MetricSample) {
+    use std::io::Write;
+    let _ = write!(out, "{},", sample.step);
+    csv_field(out, &sample.name);
+    let _ = write!(
+        out,
+        ",{},{},{},{}-{},{},{},",
+        sample.value,
+        sample
+            .recorded_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        sample.generation,
+        sample.role.as_str(),
+        sample.index,
+        sample.num_workers,
+        sample.num_ps,
+    );
+    csv_field(out, &sample.gpu_model);
+    out.push(b'\n');
+}
+
+/// Every sample passing `filter` (from its cursor on) as a CSV file, read from the store a page at
+/// a time as the client takes it (a series of millions of samples is never held whole).
+async fn download_csv(
+    state: AppState,
+    principal: Principal,
+    job: JobId,
+    filter: MetricFilter,
+) -> ApiResult<Response> {
+    let scope = principal.scope();
+    // The job's name for the file, and a 404 before any byte for a job the caller cannot see.
+    let name = state
+        .store
+        .get_job(scope, job)
+        .await
+        .map_err(|err| ApiError::from_store(err, || format!("no job `{job}`")))?
+        .name;
+    let header = futures::stream::once(async {
+        Ok::<_, std::io::Error>(bytes::Bytes::from_static(CSV_HEADER.as_bytes()))
+    });
+    let pages = futures::stream::unfold(Some(filter.after), move |cursor| {
+        let state = state.clone();
+        let mut filter = filter.clone();
+        async move {
+            filter.after = cursor?;
+            filter.limit = MAX_PAGE;
+            match state.store.list_metrics(scope, job, &filter).await {
+                Ok(samples) if samples.is_empty() => None,
+                Ok(samples) => {
+                    let mut out = Vec::with_capacity(samples.len() * 80);
+                    for sample in &samples {
+                        csv_row(&mut out, sample);
+                    }
+                    let next = (samples.len() == MAX_PAGE as usize)
+                        .then(|| samples.last().map(|s| Some(s.id)))
+                        .flatten();
+                    Some((Ok(bytes::Bytes::from(out)), next))
+                }
+                Err(err) => Some((Err(std::io::Error::other(err.to_string())), None)),
+            }
+        }
+    });
+    let mut response = ResponseBody::from_stream(header.chain(pages)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/csv; charset=utf-8"),
+    );
+    // Job names are DNS labels: safe in a header as they are.
+    if let Ok(value) =
+        HeaderValue::from_str(&format!("attachment; filename=\"{name}-metrics.csv\""))
+    {
+        headers.insert(header::CONTENT_DISPOSITION, value);
+    }
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_quotes_only_what_needs_it() {
+        let mut out = Vec::new();
+        csv_field(&mut out, "loss");
+        out.push(b',');
+        csv_field(&mut out, "a,\"b\"");
+        assert_eq!(String::from_utf8(out).unwrap(), r#"loss,"a,""b""""#);
+    }
 }
 
 /// The job's recorded checkpoints still in storage, oldest first (those its retention deleted are
