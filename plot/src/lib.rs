@@ -276,11 +276,7 @@ impl Chart<'_> {
         // A page's linear x axis says where its plot lies and what it spans, so a script can read a
         // place on it as a value (to zoom to a dragged range).
         if inline_style.is_none() && !self.log_x && x_lo.is_finite() {
-            let _ = write!(
-                out,
-                r#" data-x="{LEFT} {} {x_lo} {x_hi}""#,
-                WIDTH - RIGHT
-            );
+            let _ = write!(out, r#" data-x="{LEFT} {} {x_lo} {x_hi}""#, WIDTH - RIGHT);
         }
         out.push('>');
         if let Some(style) = inline_style {
@@ -836,7 +832,9 @@ mod tests {
     fn elapsed_time_reads_in_its_unit_and_pages_carry_the_x_span() {
         let series = vec![Series {
             name: "loss".into(),
-            points: (0..=20).map(|i| (i as f64 * 90.0, 1.0 / (1.0 + i as f64))).collect(),
+            points: (0..=20)
+                .map(|i| (i as f64 * 90.0, 1.0 / (1.0 + i as f64)))
+                .collect(),
         }];
         let chart = Chart::new(
             "loss by time",
@@ -847,7 +845,10 @@ mod tests {
         let svg = chart.svg();
         assert!(svg.contains(">10 min</text>"), "{svg}");
         assert!(svg.contains("time since the first sample"));
-        assert!(svg.contains("<title>at 1 min 30 s: loss 0.5</title>"), "{svg}");
+        assert!(
+            svg.contains("<title>at 1 min 30 s: loss 0.5</title>"),
+            "{svg}"
+        );
         assert!(
             svg.contains(&format!(r#"data-x="{LEFT} {} 0 1800""#, WIDTH - RIGHT)),
             "{svg}"

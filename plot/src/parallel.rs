@@ -86,7 +86,11 @@ impl Parallel<'_> {
                 scale => {
                     let log = *scale == Scale::Log;
                     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-                    for v in self.lines.iter().filter_map(|l| l.values.get(i).copied().flatten()) {
+                    for v in self
+                        .lines
+                        .iter()
+                        .filter_map(|l| l.values.get(i).copied().flatten())
+                    {
                         if v.is_finite() && (!log || v > 0.0) {
                             let v = if log { v.log10() } else { v };
                             lo = lo.min(v);
@@ -121,7 +125,11 @@ impl Parallel<'_> {
                 r#"<line class="axis" x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{bottom}"/><text class="axis-label" x="{x:.1}" y="{}" text-anchor="middle">{}{}</text>"#,
                 TOP - 14.0,
                 escape(&axis.name),
-                if axis.scale == Scale::Log { " (log)" } else { "" }
+                if axis.scale == Scale::Log {
+                    " (log)"
+                } else {
+                    ""
+                }
             );
             let (lo, hi) = ranges[i];
             let marks: Vec<(f64, String)> = match &axis.scale {
@@ -141,9 +149,7 @@ impl Parallel<'_> {
             };
             for (value, label) in marks {
                 let y = match &axis.scale {
-                    Scale::Categories(_) => {
-                        bottom - (value - lo) / (hi - lo) * (bottom - TOP)
-                    }
+                    Scale::Categories(_) => bottom - (value - lo) / (hi - lo) * (bottom - TOP),
                     _ => match place(i, value) {
                         Some(y) => y,
                         None => continue,
@@ -164,7 +170,13 @@ impl Parallel<'_> {
         let scores: Vec<Option<f64>> = self
             .lines
             .iter()
-            .map(|l| l.values.get(last).copied().flatten().filter(|v| v.is_finite()))
+            .map(|l| {
+                l.values
+                    .get(last)
+                    .copied()
+                    .flatten()
+                    .filter(|v| v.is_finite())
+            })
             .collect();
         let (lo, hi) = scores
             .iter()
@@ -246,7 +258,11 @@ impl Parallel<'_> {
         }
         // The colour key, under the plot: best to worst, with the last axis's values.
         let key_y = HEIGHT - 18.0;
-        let (best, worst) = if self.lower_is_better { (lo, hi) } else { (hi, lo) };
+        let (best, worst) = if self.lower_is_better {
+            (lo, hi)
+        } else {
+            (hi, lo)
+        };
         let _ = write!(
             out,
             r##"<defs><linearGradient id="parallel-key"><stop offset="0" stop-color="#0072b2"/><stop offset="1" stop-color="#e69f00"/></linearGradient></defs><rect x="{SIDE}" y="{}" width="160" height="8" fill="url(#parallel-key)"/><text class="tick" x="{}" y="{}">colour: {} from {} (best) to {} (worst)</text>"##,
@@ -254,8 +270,16 @@ impl Parallel<'_> {
             SIDE + 168.0,
             key_y,
             escape(&self.axes[last].name),
-            if best.is_finite() { precise(best) } else { "—".to_owned() },
-            if worst.is_finite() { precise(worst) } else { "—".to_owned() },
+            if best.is_finite() {
+                precise(best)
+            } else {
+                "—".to_owned()
+            },
+            if worst.is_finite() {
+                precise(worst)
+            } else {
+                "—".to_owned()
+            },
         );
         out.push_str("</svg>");
         out
@@ -301,7 +325,10 @@ mod tests {
             lower_is_better: true,
         };
         let svg = chart.svg();
-        assert!(svg.contains(">0.01</text>") && svg.contains(">0.1</text>"), "{svg}");
+        assert!(
+            svg.contains(">0.01</text>") && svg.contains(">0.1</text>"),
+            "{svg}"
+        );
         assert!(svg.contains(">adamw</text>") && svg.contains("lr (log)"));
         assert!(svg.contains("<title>trial 2: lr 0.1, optimizer adamw, loss 0.2</title>"));
         assert!(svg.contains("<title>trial 3: lr 0.01, optimizer —, loss 0.5</title>"));

@@ -330,8 +330,7 @@ fn monotone(jobs: &mut [QueuedJob]) {
 /// For the page's jobs that never fit (or that neither the forecast nor the last round placed in
 /// the queue), why, from their stored specs (read in one query) and the nodes (none known: none
 /// is refused).
-async fn explain_never_fits(service: &Service, page: &mut [QueuedJob]
-) -> ServiceResult<()> {
+async fn explain_never_fits(service: &Service, page: &mut [QueuedJob]) -> ServiceResult<()> {
     let candidates: Vec<JobId> = page
         .iter()
         .filter(|j| matches!(j.queue.reason.as_deref(), Some("never_fits") | None))

@@ -306,8 +306,11 @@ mod tests {
                 to: None
             }
         );
-        let link = ChartOptions::parse(&pairs("metrics=loss,lr&log=true&smooth=0.5&x=time&from=10"), &[])
-            .unwrap();
+        let link = ChartOptions::parse(
+            &pairs("metrics=loss,lr&log=true&smooth=0.5&x=time&from=10"),
+            &[],
+        )
+        .unwrap();
         assert_eq!(link, form);
         // Nothing asked: the defaults; the form with every metric unticked: none.
         assert_eq!(

@@ -56,11 +56,7 @@ struct Column {
 }
 
 /// `GET /compare`: the jobs `job` names (repeated), side by side.
-pub async fn page(
-    State(state): State<AppState>,
-    session: Session,
-    query: QueryPairs,
-) -> Response {
+pub async fn page(State(state): State<AppState>, session: Session, query: QueryPairs) -> Response {
     match compare_page(&state, &session, &query).await {
         Ok(page) => render(&page),
         Err(err) => crate::page::error_page(err),
@@ -161,7 +157,10 @@ async fn compare_page(
                     .metric_points_after(scope, job.id, name, bucket.last_step.checked_sub(1), 1)
                     .await?
                     .first()
-                    .map_or_else(|| "—".to_owned(), |p| format!("{:.4} at step {}", p.value, p.step)),
+                    .map_or_else(
+                        || "—".to_owned(),
+                        |p| format!("{:.4} at step {}", p.value, p.step),
+                    ),
                 None => "—".to_owned(),
             };
             last.push(value);
@@ -198,7 +197,11 @@ async fn compare_page(
                 tenant: job.tenant_name.clone(),
                 submitted: timestamp(job.created_at),
                 ran: duration(
-                    ((if job.state.is_final() { job.updated_at } else { now }) - job.created_at)
+                    ((if job.state.is_final() {
+                        job.updated_at
+                    } else {
+                        now
+                    }) - job.created_at)
                         .num_milliseconds() as f64
                         / 1000.0,
                 ),
@@ -298,7 +301,8 @@ fn flatten(path: &str, value: &serde_json::Value, out: &mut BTreeMap<String, Str
             if path
                 .rsplit('.')
                 .next()
-                .is_some_and(|key| key.starts_with(drover_core::experiment::HPARAM_ENV_PREFIX)) => {}
+                .is_some_and(|key| key.starts_with(drover_core::experiment::HPARAM_ENV_PREFIX)) => {
+        }
         serde_json::Value::String(text) => {
             out.insert(path.to_owned(), text.clone());
         }

@@ -2,19 +2,19 @@
 //! and checkpoints, with the actions the caller's role allows. Reads go through the API's handler
 //! for the job (`GET /api/v1/jobs/{id}`: scoping, models) and the store's scoped queries.
 
+use crate::charts::{ChartOptions, charts_svg};
 use crate::page::{Layout, error_page, render};
 use crate::session::Session;
 use crate::time::{Time, duration, timestamp};
-use crate::charts::{ChartOptions, charts_svg};
 use axum::extract::{Path, State};
 use axum::response::Response;
-use drover_api::extract::QueryPairs;
 use drover_api::error::ApiError;
+use drover_api::extract::QueryPairs;
 use drover_api::routes::jobs as api;
 use drover_api::state::AppState;
 use drover_core::{JobId, JobState, ReasonCode};
 use drover_service::models::{JobModels, RemainingBasis};
-use drover_store::{JobEvent, LogFilter, LogLine, LogWindow, Scope};
+use drover_store::{JobEvent, LogFilter, LogLine, LogWindow};
 
 /// Log lines the page shows (contract lines left out); the live stream appends the ones that follow.
 pub(crate) const LOG_TAIL: u32 = 200;

@@ -230,6 +230,11 @@ mod tests {
         );
         assert_eq!(series.last_step, Some(99_999));
         // Each range is placed at its latest sample's time.
-        assert!(series.buckets.iter().all(|b| b.last_at.timestamp() == b.last_step as i64));
+        assert!(
+            series
+                .buckets
+                .iter()
+                .all(|b| b.last_at.timestamp() == b.last_step as i64)
+        );
     }
 }

@@ -857,7 +857,13 @@ async fn a_long_series_is_drawn_whole(db: TestDb) {
         store.record_metrics(&metrics).await.unwrap();
     }
     let buckets = store
-        .metric_series(Scope::Cluster, job, "loss", drover_store::StepRange::ALL, 100)
+        .metric_series(
+            Scope::Cluster,
+            job,
+            "loss",
+            drover_store::StepRange::ALL,
+            100,
+        )
         .await
         .unwrap()
         .buckets;
@@ -913,11 +919,20 @@ async fn a_long_series_is_drawn_whole(db: TestDb) {
     // is outside; the axis spans the range asked.
     let chart = format!("/jobs/{}/chart", job.0);
     let zoomed = site
-        .get(&format!("{chart}?metric=loss&x=step&from=1200&to=1300"), &session)
+        .get(
+            &format!("{chart}?metric=loss&x=step&from=1200&to=1300"),
+            &session,
+        )
         .await
         .body;
-    assert!(zoomed.contains(">50</text>") && !zoomed.contains(">80</text>"), "{zoomed}");
-    assert!(zoomed.contains(r#" 1200 1300""#), "the x axis spans the zoom: {zoomed}");
+    assert!(
+        zoomed.contains(">50</text>") && !zoomed.contains(">80</text>"),
+        "{zoomed}"
+    );
+    assert!(
+        zoomed.contains(r#" 1200 1300""#),
+        "the x axis spans the zoom: {zoomed}"
+    );
     let calm = site
         .get(&format!("{chart}?metric=loss&from=0&to=1000"), &session)
         .await
@@ -930,7 +945,9 @@ async fn a_long_series_is_drawn_whole(db: TestDb) {
         .body;
     assert!(timed.contains("time since submission"), "{timed}");
     // An option that cannot be read: the chart says which, as text for the page's script.
-    let bad = site.get(&format!("{chart}?metric=loss&x=hours"), &session).await;
+    let bad = site
+        .get(&format!("{chart}?metric=loss&x=hours"), &session)
+        .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert_eq!(bad.body, "x: `hours`: expected step or time");
     let backwards = site
@@ -947,7 +964,10 @@ async fn a_long_series_is_drawn_whole(db: TestDb) {
         )
         .await
         .body;
-    assert!(page.contains(r#"name="from" min="0" inputmode="numeric" size="8" value="1200""#), "{page}");
+    assert!(
+        page.contains(r#"name="from" min="0" inputmode="numeric" size="8" value="1200""#),
+        "{page}"
+    );
     let csv_link = format!(
         "/api/v1/jobs/{}/metrics?format=csv&amp;name=loss&amp;from_step=1200&amp;to_step=1300",
         job.0
@@ -958,7 +978,10 @@ async fn a_long_series_is_drawn_whole(db: TestDb) {
         .get(&format!("/jobs/{}?x=hours", job.0), &session)
         .await
         .body;
-    assert!(wrong.contains("x: `hours`: expected step or time"), "{wrong}");
+    assert!(
+        wrong.contains("x: `hours`: expected step or time"),
+        "{wrong}"
+    );
     // The CSV: a header, then every sample asked for, in order.
     let csv = site
         .get(
@@ -971,7 +994,10 @@ async fn a_long_series_is_drawn_whole(db: TestDb) {
         .await;
     assert_eq!(csv.status, StatusCode::OK);
     let rows: Vec<&str> = csv.body.lines().collect();
-    assert_eq!(rows[0], "step,name,value,recorded_at,generation,task,workers,ps,gpu_model");
+    assert_eq!(
+        rows[0],
+        "step,name,value,recorded_at,generation,task,workers,ps,gpu_model"
+    );
     assert_eq!(rows.len(), 4, "{}", csv.body);
     assert!(rows[2].starts_with("1234,loss,50,"), "{}", rows[2]);
     assert!(rows[2].ends_with(",1,worker-0,1,0,test"), "{}", rows[2]);
@@ -1114,11 +1140,12 @@ async fn jobs_compare_side_by_side() {
     let (site, [ada, _, bob]) = Site::new().await;
     let session = site.sign_in(&ada).await;
     let mut jobs = Vec::new();
-    for (name, seconds, rate) in [("fast-lr", "60", 0.5), ("slow-lr", "90", 0.9)] {
+    for (name, seconds, rate) in [("fast-lr", "60", 0.5f64), ("slow-lr", "90", 0.9)] {
         let created = site
             .submit(
                 &session,
-                &JOB.replace("NAME", name).replace("'60'", &format!("'{seconds}'")),
+                &JOB.replace("NAME", name)
+                    .replace("'60'", &format!("'{seconds}'")),
             )
             .await;
         let job = job_of(&created);
@@ -1144,16 +1171,31 @@ async fn jobs_compare_side_by_side() {
         jobs.push(job);
     }
     let list = site.get("/jobs", &session).await.body;
-    assert!(list.contains(&format!(r#"name="job" value="{}" form="jobs-chosen""#, jobs[0].0)), "{list}");
-    assert!(list.contains("Compare chosen") && list.contains(r#"data-bulk="cancel""#), "{list}");
+    assert!(
+        list.contains(&format!(
+            r#"name="job" value="{}" form="jobs-chosen""#,
+            jobs[0].0
+        )),
+        "{list}"
+    );
+    assert!(
+        list.contains("Compare chosen") && list.contains(r#"data-bulk="cancel""#),
+        "{list}"
+    );
 
     let compare = format!("/compare?job={}&job={}", jobs[0].0, jobs[1].0);
     let page = site.get(&compare, &session).await;
     assert_eq!(page.status, StatusCode::OK);
     let body = &page.body;
-    assert!(body.contains(">fast-lr</a>") && body.contains(">slow-lr</a>"), "{body}");
+    assert!(
+        body.contains(">fast-lr</a>") && body.contains(">slow-lr</a>"),
+        "{body}"
+    );
     assert!(body.contains("Last loss"), "{body}");
-    assert!(body.contains(&format!("{:.4} at step 20", 0.5f64.powi(20))), "{body}");
+    assert!(
+        body.contains(&format!("{:.4} at step 20", 0.5f64.powi(20))),
+        "{body}"
+    );
     // One chart of the loss, a line per job, each named in the legend.
     assert_eq!(body.matches("<svg").count(), 1, "{body}");
     assert_eq!(body.matches("<polyline").count(), 2, "{body}");
@@ -1166,9 +1208,15 @@ async fn jobs_compare_side_by_side() {
     // Another tenant's member: not found, said on the page. A malformed id: named.
     let bob = site.sign_in(&bob).await;
     let theirs = site.get(&compare, &bob).await.body;
-    assert!(theirs.contains(&format!("job: no job `{}`", jobs[0].0)), "{theirs}");
+    assert!(
+        theirs.contains(&format!("job: no job `{}`", jobs[0].0)),
+        "{theirs}"
+    );
     let malformed = site.get("/compare?job=nonsense", &session).await.body;
-    assert!(malformed.contains("job: `nonsense` is not a job id"), "{malformed}");
+    assert!(
+        malformed.contains("job: `nonsense` is not a job id"),
+        "{malformed}"
+    );
     let alone = site
         .get(&format!("/compare?job={}", jobs[0].0), &session)
         .await
@@ -1184,7 +1232,9 @@ async fn a_search_of_a_long_log_reads_a_span_a_page_and_goes_on() {
     use drover_store::{NewLogLine, TaskKey, TaskRole};
     let (site, [ada, _, _]) = Site::new().await;
     let session = site.sign_in(&ada).await;
-    let created = site.submit(&session, &JOB.replace("NAME", "long-log")).await;
+    let created = site
+        .submit(&session, &JOB.replace("NAME", "long-log"))
+        .await;
     let job = job_of(&created);
     let generation = site.start(job).await;
     let key = TaskKey {
@@ -1221,7 +1271,10 @@ async fn a_search_of_a_long_log_reads_a_span_a_page_and_goes_on() {
         .await
         .body;
     assert!(earlier.contains("a rare <mark>needle</mark>"), "{earlier}");
-    assert!(!earlier.contains("not searched yet"), "the rest is read to the first line");
+    assert!(
+        !earlier.contains("not searched yet"),
+        "the rest is read to the first line"
+    );
     assert!(earlier.contains("Later →"), "{earlier}");
 
     // Through the API, the same from the first line forwards: the cursor goes on past the span.
@@ -1240,8 +1293,15 @@ async fn a_search_of_a_long_log_reads_a_span_a_page_and_goes_on() {
     )
     .unwrap();
     assert!(none["logs"].as_array().unwrap().is_empty(), "{none}");
-    assert_eq!(none["meta"]["more"], true, "lines past the span are not searched yet");
-    let next: i64 = none["meta"]["next_cursor"].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        none["meta"]["more"], true,
+        "lines past the span are not searched yet"
+    );
+    let next: i64 = none["meta"]["next_cursor"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(next > 100 + i64::from(SEARCH_SPAN) - 10, "{none}");
     let rest: serde_json::Value = serde_json::from_str(
         &site
