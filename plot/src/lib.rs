@@ -25,6 +25,8 @@ const HEIGHT: f64 = 300.0;
 const LEFT: f64 = 64.0;
 /// Room for the legend, right of the plot.
 const RIGHT: f64 = 190.0;
+/// Characters of a legend's label that fit in that room.
+const LEGEND_CHARS: usize = 22;
 const BOTTOM: f64 = 40.0;
 
 /// Colours that stay apart for colour-blind readers (Okabe–Ito).
@@ -531,13 +533,22 @@ impl Chart<'_> {
                     x + 24.0
                 )
             };
+            // A label longer than the legend's room is cut, whole in its tooltip.
+            let label = format!("{} ({} pts)", s.name, s.points.len());
+            let shown = if label.chars().count() > LEGEND_CHARS {
+                let mut cut: String = label.chars().take(LEGEND_CHARS - 1).collect();
+                cut.push('…');
+                cut
+            } else {
+                label.clone()
+            };
             let _ = write!(
                 out,
-                r#"{swatch}<text class="legend" x="{}" y="{}">{} ({} pts)</text>"#,
+                r#"{swatch}<text class="legend" x="{}" y="{}"><title>{}</title>{}</text>"#,
                 x + 30.0,
                 y + 4.0,
-                escape(&s.name),
-                s.points.len()
+                escape(&label),
+                escape(&shown)
             );
         }
     }

@@ -146,11 +146,16 @@ async fn compare_page(
     let log = matches!(query.get("log"), Some("true" | "on"));
     let mut charts = String::new();
     let mut last_values = Vec::with_capacity(drawn.len());
+    // Each job's last step of any metric drawn.
+    let mut last_steps: Vec<Option<u64>> = vec![None; jobs.len()];
     for name in &drawn {
         let mut series = Vec::with_capacity(jobs.len());
         let mut last = Vec::with_capacity(jobs.len());
-        for job in &jobs {
+        for (i, job) in jobs.iter().enumerate() {
             let buckets = crate::series::buckets(state, scope, job.id, name).await?;
+            if let Some(bucket) = buckets.last() {
+                last_steps[i] = last_steps[i].max(Some(bucket.last_step));
+            }
             let value = match buckets.last() {
                 Some(bucket) => state
                     .store
@@ -181,16 +186,13 @@ async fn compare_page(
     }
     let (differ, same) = spec_rows(&jobs);
     let now = chrono::Utc::now();
-    let steps = state
-        .store
-        .last_steps(&jobs.iter().map(|j| j.id).collect::<Vec<_>>())
-        .await?;
     Ok(ComparePage {
         layout: session.layout("jobs"),
         error,
         jobs: jobs
             .iter()
-            .map(|job| Column {
+            .zip(&last_steps)
+            .map(|(job, step)| Column {
                 id: job.id.to_string(),
                 name: job.name.clone(),
                 state: job.state.to_string(),
@@ -205,10 +207,7 @@ async fn compare_page(
                         .num_milliseconds() as f64
                         / 1000.0,
                 ),
-                step: steps
-                    .iter()
-                    .find(|(id, _)| *id == job.id)
-                    .map_or_else(|| "—".to_owned(), |(_, step)| step.to_string()),
+                step: step.map_or_else(|| "—".to_owned(), |s| s.to_string()),
             })
             .collect(),
         metrics: reported

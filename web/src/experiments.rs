@@ -158,6 +158,8 @@ struct DetailPage {
     /// Every trial's parameters and metric in one parallel-coordinates chart (empty without a
     /// readable document).
     parallel: String,
+    /// The experiment still runs: the page refreshes its charts and trials.
+    live: bool,
     actions: Actions,
 }
 
@@ -487,6 +489,7 @@ async fn detail(
         curves_note,
         scatters,
         parallel,
+        live: !experiment.state.is_terminal(),
         actions,
     })
 }

@@ -196,7 +196,8 @@ function jobPage() {
   const controls = document.getElementById("chart-controls");
   let chartTimer = null;
   const csv = document.getElementById("chart-csv");
-  const redrawChart = async () => {
+  // `remember`: a change the user made, which the address then keeps (live redraws change nothing).
+  const redrawChart = async (remember) => {
     const query = new URLSearchParams(new FormData(controls));
     const response = await fetch(`/jobs/${id}/chart?${query}`, { credentials: "same-origin" });
     const chartError = document.getElementById("chart-error");
@@ -207,7 +208,9 @@ function jobPage() {
     chartError.textContent = "";
     chart.innerHTML = await response.text();
     // The address and the CSV link follow the options: a reload or a shared link shows these charts.
-    history.replaceState(null, "", `/jobs/${id}?${query}#metrics-title`);
+    if (remember && location.search !== `?${query}`) {
+      history.replaceState(null, "", `/jobs/${id}?${query}#metrics-title`);
+    }
     const download = new URLSearchParams({ format: "csv" });
     for (const name of query.getAll("metric")) download.append("name", name);
     if (query.get("from")) download.set("from_step", query.get("from"));
@@ -216,14 +219,14 @@ function jobPage() {
   };
   const scheduleChart = () => {
     if (chartTimer) return;
-    chartTimer = setTimeout(() => { chartTimer = null; redrawChart(); }, 1000);
+    chartTimer = setTimeout(() => { chartTimer = null; redrawChart(false); }, 1000);
   };
-  controls.addEventListener("submit", (event) => { event.preventDefault(); redrawChart(); });
+  controls.addEventListener("submit", (event) => { event.preventDefault(); redrawChart(true); });
   document.getElementById("chart-reset").addEventListener("click", (event) => {
     event.preventDefault();
     controls.elements.from.value = "";
     controls.elements.to.value = "";
-    redrawChart();
+    redrawChart(true);
   });
   // Dragging across a chart by step (with a mouse) zooms to the steps dragged over.
   let drag = null;
@@ -261,9 +264,9 @@ function jobPage() {
     const step = (x) => d.lo + ((x - d.left) / (d.right - d.left)) * (d.hi - d.lo);
     controls.elements.from.value = String(Math.max(0, Math.floor(step(Math.min(d.start, end)))));
     controls.elements.to.value = String(Math.ceil(step(Math.max(d.start, end))));
-    redrawChart();
+    redrawChart(true);
   });
-  controls.addEventListener("change", redrawChart);
+  controls.addEventListener("change", () => redrawChart(true));
   controls.addEventListener("input", scheduleChart);
 
   const logs = document.getElementById("logs");
@@ -473,6 +476,29 @@ function experimentPage() {
       location.reload();
     }));
   });
+  // While it runs, its facts, charts and trials are read again every 3 s (ticked trials and the
+  // chosen sort kept); once it ends, the page reloads once for its final state and buttons.
+  if (root.dataset.live !== "true") return;
+  const timer = setInterval(async () => {
+    if (document.hidden) return;
+    const response = await fetch(location.href, { credentials: "same-origin" });
+    if (!response.ok) return;
+    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    const freshRoot = fresh.getElementById("experiment");
+    if (!freshRoot || freshRoot.dataset.live !== "true") {
+      clearInterval(timer);
+      location.reload();
+      return;
+    }
+    const chosen = new Set([...root.querySelectorAll("input[name=job]:checked")].map((i) => i.value));
+    for (const part of fresh.querySelectorAll("[data-refresh]")) {
+      const here = document.getElementById(part.id);
+      if (here) here.innerHTML = part.innerHTML;
+    }
+    for (const input of root.querySelectorAll("input[name=job]")) input.checked = chosen.has(input.value);
+    localTimes(root);
+    resort(document.getElementById("trials"));
+  }, 3000);
 }
 
 // ---- A job's whole log: the newest page follows the job's new lines (the API's followed log,
