@@ -30,6 +30,29 @@ pub struct TaskView {
     pub message: String,
     pub stop_requested: bool,
     pub updated_at: DateTime<Utc>,
+    /// What a running task's processes use, as its executor last measured them (every few
+    /// seconds); absent for other tasks, and on a server that does not hold the node's session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TaskUsageView>,
+}
+
+/// A task's use of its node, from the OS: its whole process tree's.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct TaskUsageView {
+    /// CPU time per second (1.0: one core busy); `null` until a second measurement.
+    pub cpu_cores: Option<f64>,
+    /// Resident memory, in GB.
+    pub memory_gb: f64,
+}
+
+impl TaskUsageView {
+    /// From an executor's measurement (`cpu_cores` negative: not yet known).
+    pub fn of(cpu_cores: f64, memory_gb: f64) -> Self {
+        TaskUsageView {
+            cpu_cores: (cpu_cores >= 0.0).then_some(cpu_cores),
+            memory_gb,
+        }
+    }
 }
 
 impl From<Task> for TaskView {
@@ -49,6 +72,7 @@ impl From<Task> for TaskView {
             message: task.message,
             stop_requested: task.stop_requested,
             updated_at: task.updated_at,
+            usage: None,
         }
     }
 }

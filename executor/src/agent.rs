@@ -6,7 +6,7 @@
 use crate::credential;
 use drover_proto as pb;
 use drover_proto::executor_gateway_client::ExecutorGatewayClient;
-use local::{LocalTask, Phase, exit_key, key_of, msg};
+use local::{Phase, exit_key, key_of, msg};
 use pb::executor_message::Body;
 use pb::server_message::Body as Command;
 use std::time::Duration;
@@ -212,7 +212,7 @@ impl Agent {
                 })
                 .collect(),
             gpu_source: self.config.source.as_str().to_owned(),
-            tasks: self.tasks.values().map(LocalTask::status).collect(),
+            tasks: self.tasks.values().map(|t| t.status(None)).collect(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             incarnation: self.incarnation.clone(),
             runs_images: self.config.pods.is_some()
@@ -328,9 +328,20 @@ impl Agent {
                 Some(event) = self.events_rx.recv() => self.on_event(event, Some(&outbound)).await?,
                 Some(fetched) = self.fetched_rx.recv() => self.on_fetched(fetched, Some(&outbound)).await?,
                 _ = heartbeat.tick() => {
+                    let running: Vec<u32> = self
+                        .tasks
+                        .values()
+                        .filter(|t| matches!(t.phase, Phase::Running(_)) && t.pid != 0)
+                        .map(|t| t.pid)
+                        .collect();
+                    let task_use = self.task_use.sample(&running);
                     let beat = pb::Heartbeat {
                         gpus: self.usage.sample(&self.config.gpus),
-                        tasks: self.tasks.values().map(LocalTask::status).collect(),
+                        tasks: self
+                            .tasks
+                            .values()
+                            .map(|t| t.status(task_use.get(&t.pid).copied()))
+                            .collect(),
                         host: Some(self.host.sample()),
                     };
                     outbound.send(msg(Body::Heartbeat(beat))).await?;

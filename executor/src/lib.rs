@@ -16,6 +16,7 @@ pub mod sandbox;
 pub mod shim;
 pub mod storage;
 pub mod task;
+mod task_use;
 
 pub use agent::Agent;
 pub use config::ExecutorConfig;

@@ -255,9 +255,7 @@ impl ExecutorGateway for GatewayService {
                         runtime.hub.touch(&name, session);
                         let Some(body) = message.body else { continue };
                         if let Body::Heartbeat(heartbeat) = &body {
-                            runtime
-                                .hub
-                                .set_usage(&name, session, &heartbeat.gpus, heartbeat.host);
+                            runtime.hub.set_usage(&name, session, heartbeat);
                         }
                         if reports.send((message.seq, body)).await.is_err() {
                             break;

@@ -38,6 +38,8 @@ struct Executor {
     host: Option<drover_proto::HostUsage>,
     /// Recent use, a point every [`HISTORY_EVERY`] at most, the last [`HISTORY_POINTS`].
     history: std::collections::VecDeque<UsagePoint>,
+    /// Each running task's CPU and memory use from the last heartbeat.
+    tasks: HashMap<TaskUseKey, drover_proto::TaskUsage>,
     /// The executor process of the session (random at each start of it) and where it connects from.
     incarnation: String,
     peer: String,
@@ -50,6 +52,18 @@ pub struct Occupied {
     pub peer: String,
     /// How long ago it was last heard from.
     pub heard: Duration,
+}
+
+/// A task as its executor's heartbeat names it: job id, generation, role, index.
+type TaskUseKey = (String, u64, String, u32);
+
+fn task_use_key(key: &drover_proto::TaskKey) -> TaskUseKey {
+    (
+        key.job_id.clone(),
+        key.generation,
+        key.role.clone(),
+        key.index,
+    )
 }
 
 /// How often a node's recent use gains a point, and how many are kept (15 minutes).
@@ -167,6 +181,7 @@ impl Hub {
                 usage: Vec::new(),
                 host: None,
                 history: std::collections::VecDeque::new(),
+                tasks: HashMap::new(),
                 incarnation: incarnation.to_owned(),
                 peer,
             },
@@ -242,6 +257,7 @@ impl Hub {
                 usage: Vec::new(),
                 host: None,
                 history: std::collections::VecDeque::new(),
+                tasks: HashMap::new(),
                 incarnation: String::new(),
                 peer: String::new(),
             });
@@ -265,19 +281,21 @@ impl Hub {
 
     /// Records what the executor's last heartbeat said about its GPUs and its host, and adds a
     /// point to its recent history when the last is [`HISTORY_EVERY`] old.
-    pub fn set_usage(
-        &self,
-        node: &str,
-        session: u64,
-        usage: &[drover_proto::GpuUsage],
-        host: Option<drover_proto::HostUsage>,
-    ) {
+    pub fn set_usage(&self, node: &str, session: u64, heartbeat: &drover_proto::Heartbeat) {
+        let (usage, host) = (&heartbeat.gpus, heartbeat.host);
         if let Some(executor) = self.executors().get_mut(node)
             && executor.session == session
         {
             executor.usage.clear();
             executor.usage.extend_from_slice(usage);
             executor.host = host;
+            executor.tasks.clear();
+            executor
+                .tasks
+                .extend(heartbeat.tasks.iter().filter_map(|status| {
+                    let key = status.task.as_ref()?;
+                    Some((task_use_key(key), status.usage?))
+                }));
             let now = chrono::Utc::now();
             let due = executor.history.back().is_none_or(|last| {
                 (now - last.at)
@@ -301,6 +319,19 @@ impl Hub {
             .get(node)
             .map(|e| e.usage.clone())
             .unwrap_or_default()
+    }
+
+    /// What a task on `node` uses, as its executor last reported (a running task's).
+    pub fn task_usage(&self, node: &str, task: &TaskKey) -> Option<drover_proto::TaskUsage> {
+        let key = (
+            task.job_id.0.to_string(),
+            task.generation,
+            task.role.as_str().to_owned(),
+            task.index,
+        );
+        self.executors()
+            .get(node)
+            .and_then(|e| e.tasks.get(&key).copied())
     }
 
     /// The node's CPU and memory use as last reported, and its recent history (oldest first).

@@ -232,9 +232,15 @@ async fn main() {
             "log, first 500 lines",
             format!("/jobs/{}/logs?after=0", big.0),
         ),
+        // A search reads 25,000 lines a page: the newest span (no match there), then the span
+        // from the first line (where one match is), as the page's links go.
         (
-            "log searched (8 matches in 100,000 lines)",
-            format!("/jobs/{}/logs?q=step+4999", big.0),
+            "log searched, newest 25,000 lines",
+            format!("/jobs/{}/logs?q=step+4998", big.0),
+        ),
+        (
+            "log searched, first 25,000 lines",
+            format!("/jobs/{}/logs?q=step+4998&after=0", big.0),
         ),
         ("tenants and users", "/tenants".to_owned()),
         ("nodes", "/nodes".to_owned()),

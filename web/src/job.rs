@@ -157,6 +157,9 @@ struct TaskRow {
     gpus: String,
     state: String,
     exit: String,
+    /// What a running task uses, as its executor last measured (empty otherwise).
+    cpu: String,
+    memory: String,
 }
 
 #[derive(Debug)]
@@ -314,7 +317,15 @@ async fn job_page(
         chart,
         tasks: tasks
             .iter()
-            .map(|t| TaskRow {
+            .map(|t| {
+                let usage = drover_api::routes::runs::with_usage(state, t.clone()).usage;
+                (t, usage)
+            })
+            .map(|(t, usage)| TaskRow {
+                cpu: usage
+                    .and_then(|u| u.cpu_cores)
+                    .map_or_else(String::new, |c| format!("{c:.2} cores")),
+                memory: usage.map_or_else(String::new, |u| format!("{:.2} GB", u.memory_gb)),
                 generation: t.key.generation,
                 name: format!("{}-{}", t.key.role.as_str(), t.key.index),
                 node: t.node_name.clone(),

@@ -6,7 +6,8 @@ use crate::extract::{PathParam, QueryPairs};
 use crate::paging::ListMeta;
 use crate::routes::jobs::parse_job_id;
 use crate::run_views::{
-    CheckpointList, CheckpointRequested, CheckpointView, MetricList, MetricView, TaskList, TaskView,
+    CheckpointList, CheckpointRequested, CheckpointView, MetricList, MetricView, TaskList,
+    TaskUsageView, TaskView,
 };
 use crate::state::AppState;
 use axum::Json;
@@ -141,9 +142,28 @@ pub async fn tasks(
         .await
         .map_err(|err| ApiError::from_store(err, || format!("no job `{id}`")))?;
     Ok(Json(TaskList {
-        tasks: tasks.into_iter().map(TaskView::from).collect(),
+        tasks: tasks
+            .into_iter()
+            .map(|task| with_usage(&state, task))
+            .collect(),
         meta: ListMeta { next_cursor: None },
     }))
+}
+
+/// A task as the API shows it, with what a running one uses as its executor last reported to this
+/// server (the leader holds the executors' sessions).
+pub fn with_usage(state: &AppState, task: drover_store::Task) -> TaskView {
+    let usage = match (&state.runtime, task.state) {
+        (Some(runtime), drover_store::TaskState::Running) => runtime
+            .hub
+            .task_usage(&task.node_name, &task.key)
+            .map(|u| TaskUsageView::of(u.cpu_cores, u.memory_gb)),
+        _ => None,
+    };
+    TaskView {
+        usage,
+        ..TaskView::from(task)
+    }
 }
 
 /// Metric samples in the order they arrived, each tagged with the job's shape when it was measured.

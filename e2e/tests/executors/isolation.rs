@@ -154,6 +154,20 @@ print(\"alpha done\", flush=True)' alpha-marker";
                 .then_some(())
         })
         .await;
+    // Its use as its executor measures it (the process tree under runc, through the host's /proc):
+    // memory held, CPU counted between two measurements.
+    cluster
+        .wait_until(
+            "alpha's task use to be reported",
+            Duration::from_secs(30),
+            async |c| {
+                let tasks = c.get(&format!("/api/v1/jobs/{alpha_job}/tasks")).await;
+                let usage = &tasks["tasks"][0]["usage"];
+                (usage["memory_gb"].as_f64()? > 0.001 && usage["cpu_cores"].as_f64()? >= 0.0)
+                    .then_some(())
+            },
+        )
+        .await;
     let alpha_pid = host_pid_with("API_KEY=alpha-s3cret-value").expect("alpha's task on this host");
     let alpha_uid = status_field(alpha_pid, "Uid").unwrap();
     let exec_dir = cluster.executor_dir("exec-a");

@@ -206,6 +206,7 @@ async fn stale_generation_is_refused(cluster: &Cluster, node: &str, job: &str) {
                     task: Some(stale.clone()),
                     phase: pb::TaskPhase::Running as i32,
                     address: String::new(),
+                    usage: None,
                 }],
                 ..pb::Register::default()
             },

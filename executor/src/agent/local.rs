@@ -54,7 +54,8 @@ pub(super) struct LocalTask {
 }
 
 impl LocalTask {
-    pub(super) fn status(&self) -> pb::TaskStatus {
+    /// Its status, with what its processes use when measured (`usage`).
+    pub(super) fn status(&self, usage: Option<pb::TaskUsage>) -> pb::TaskStatus {
         let phase = match self.phase {
             Phase::Fetching | Phase::Prepared => pb::TaskPhase::Prepared,
             Phase::Running(_) => pb::TaskPhase::Running,
@@ -65,6 +66,7 @@ impl LocalTask {
             task: Some(self.key.clone()),
             phase: phase as i32,
             address: self.address.clone(),
+            usage: usage.filter(|_| matches!(self.phase, Phase::Running(_))),
         }
     }
 }

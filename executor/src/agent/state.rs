@@ -48,6 +48,8 @@ pub struct Agent {
     pub(super) usage: UsageProbe,
     /// The host's CPU and memory use, between heartbeats.
     pub(super) host: crate::host::HostProbe,
+    /// Each running task's CPU and memory, for the heartbeat.
+    pub(super) task_use: crate::task_use::TaskProbe,
     /// The node's credential, once enrolled.
     pub(super) credential: Option<String>,
     /// Where the server's replicas are (`--gateway`, comma-separated); tried in turn.
@@ -87,6 +89,7 @@ impl Agent {
             dropped: 0,
             usage,
             host: crate::host::HostProbe::default(),
+            task_use: crate::task_use::TaskProbe::default(),
             credential,
             remote: Storage::default(),
             fetched_tx,
