@@ -36,13 +36,21 @@ pub struct TaskView {
     pub usage: Option<TaskUsageView>,
 }
 
-/// A task's use of its node, from the OS: its whole process tree's.
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+/// A task's use of its node: its whole process tree's CPU and memory (from the OS), and its GPUs'
+/// (from the driver, as the node last reported them).
+#[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
 pub struct TaskUsageView {
     /// CPU time per second (1.0: one core busy); `null` until a second measurement.
     pub cpu_cores: Option<f64>,
     /// Resident memory, in GB.
     pub memory_gb: f64,
+    /// Its GPUs' mean utilisation, 0 to 1; `null` where the driver does not report it (demo GPUs,
+    /// CPU slots).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_utilization: Option<f64>,
+    /// Memory in use on its GPUs, in GB; `null` where not reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_gb: Option<f64>,
 }
 
 impl TaskUsageView {
@@ -51,6 +59,7 @@ impl TaskUsageView {
         TaskUsageView {
             cpu_cores: (cpu_cores >= 0.0).then_some(cpu_cores),
             memory_gb,
+            ..TaskUsageView::default()
         }
     }
 }

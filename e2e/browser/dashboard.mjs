@@ -314,6 +314,13 @@ try {
   await Promise.all([page.waitForEvent("load"), page.click('a[href="?sort=trial"]')]);
   assert.equal((await page.textContent("#trials tbody tr:first-child td:nth-child(2)")).trim().split(" ")[0], "0");
   step("an experiment's page shows its trials, sorted, and its charts");
+  // The trials filtered by what a row says: the optimizer's choice.
+  const adamw = await page.$$eval("#trials-rows tr", (rows) => rows.filter((r) => r.textContent.includes("adamw")).length);
+  await page.fill("#trials-filter", "ADAMW");
+  assert.equal(await page.locator("#trials-rows tr:visible").count(), adamw, "only the adamw trials shown");
+  assert.equal(await page.textContent("#trials-shown"), `${adamw} of 4 trials shown.`);
+  await page.fill("#trials-filter", "");
+  assert.equal(await page.locator("#trials-rows tr:visible").count(), 4);
   // Two trials side by side: a column each, their hyper-parameters among the fields that differ.
   await page.check("#trials tbody tr:nth-child(1) input[name=job]");
   await page.check("#trials tbody tr:nth-child(2) input[name=job]");

@@ -160,6 +160,8 @@ struct TaskRow {
     /// What a running task uses, as its executor last measured (empty otherwise).
     cpu: String,
     memory: String,
+    /// Its GPUs' utilisation and memory, where the driver reports them.
+    gpu_use: String,
 }
 
 #[derive(Debug)]
@@ -326,6 +328,11 @@ async fn job_page(
                     .and_then(|u| u.cpu_cores)
                     .map_or_else(String::new, |c| format!("{c:.2} cores")),
                 memory: usage.map_or_else(String::new, |u| format!("{:.2} GB", u.memory_gb)),
+                gpu_use: usage
+                    .and_then(|u| Some((u.gpu_utilization?, u.gpu_memory_gb?)))
+                    .map_or_else(String::new, |(util, mem)| {
+                        format!("{:.0}% · {mem:.1} GB", 100.0 * util)
+                    }),
                 generation: t.key.generation,
                 name: format!("{}-{}", t.key.role.as_str(), t.key.index),
                 node: t.node_name.clone(),

@@ -476,6 +476,22 @@ function experimentPage() {
       location.reload();
     }));
   });
+  // The trials table filtered by what a row says (a state, a choice, a value), as typed.
+  const filter = document.getElementById("trials-filter");
+  const applyFilter = () => {
+    const text = filter.value.trim().toLowerCase();
+    const rows = [...document.querySelectorAll("#trials-rows tr")];
+    let shown = 0;
+    for (const row of rows) {
+      row.hidden = text !== "" && !row.textContent.toLowerCase().includes(text);
+      if (!row.hidden) shown += 1;
+    }
+    document.getElementById("trials-shown").textContent = text ? `${shown} of ${rows.length} trials shown.` : "";
+  };
+  if (filter) {
+    document.getElementById("trials-filter-label").hidden = false;
+    filter.addEventListener("input", applyFilter);
+  }
   // While it runs, its facts, charts and trials are read again every 3 s (ticked trials and the
   // chosen sort kept); once it ends, the page reloads once for its final state and buttons.
   if (root.dataset.live !== "true") return;
@@ -498,6 +514,7 @@ function experimentPage() {
     for (const input of root.querySelectorAll("input[name=job]")) input.checked = chosen.has(input.value);
     localTimes(root);
     resort(document.getElementById("trials"));
+    if (filter) applyFilter();
   }, 3000);
 }
 
