@@ -5,6 +5,7 @@
 //! composition root (the `drover` binary's `serve::server`) builds the [`state::AppState`] and serves
 //! [`routes::app_with`] together with the dashboard's pages.
 
+pub mod attachment;
 pub mod auth;
 pub mod error;
 pub mod experiment_views;

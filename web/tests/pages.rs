@@ -207,6 +207,16 @@ impl Site {
             .unwrap()
     }
 
+    /// [`Site::start`], and the key of the one task it started (worker 0).
+    async fn start_worker(&self, job: drover_core::JobId) -> drover_store::TaskKey {
+        drover_store::TaskKey {
+            job_id: job,
+            generation: self.start(job).await,
+            role: drover_store::TaskRole::Worker,
+            index: 0,
+        }
+    }
+
     /// The first event of the stream at `path` (a live page's), as text.
     async fn first_event(&self, path: &str, session: &str) -> String {
         let response = self
@@ -826,19 +836,13 @@ async fn the_submit_form_shows_the_field_error_and_keeps_the_text() {
 /// A long series is gathered into step ranges by the database (SQLite and Postgres alike) and drawn
 /// with its spike.
 async fn a_long_series_is_drawn_whole(db: TestDb) {
-    use drover_store::{NewMetrics, Scope, TaskKey, TaskRole};
+    use drover_store::{NewMetrics, Scope};
     let store = db.store.clone();
     let (site, [ada, _, _]) = Site::on(db).await;
     let session = site.sign_in(&ada).await;
     let created = site.submit(&session, &JOB.replace("NAME", "long")).await;
     let job = job_of(&created);
-    let generation = site.start(job).await;
-    let key = TaskKey {
-        job_id: job,
-        generation,
-        role: TaskRole::Worker,
-        index: 0,
-    };
+    let key = site.start_worker(job).await;
     for step in 0..3000u64 {
         let loss = if step == 1234 {
             50.0
@@ -1019,18 +1023,12 @@ async fn a_long_series_is_drawn_whole_on_postgres() {
 /// the last 200 lines, metric lines and all, with no way further back.)
 #[tokio::test]
 async fn the_whole_log_pages_back_searches_and_hides_metric_lines() {
-    use drover_store::{NewLogLine, TaskKey, TaskRole};
+    use drover_store::NewLogLine;
     let (site, [ada, _, bob]) = Site::new().await;
     let session = site.sign_in(&ada).await;
     let created = site.submit(&session, &JOB.replace("NAME", "chatty")).await;
     let job = job_of(&created);
-    let generation = site.start(job).await;
-    let key = TaskKey {
-        job_id: job,
-        generation,
-        role: TaskRole::Worker,
-        index: 0,
-    };
+    let key = site.start_worker(job).await;
     // 1,200 lines, every tenth a metrics line, every hundredth on standard error.
     let lines: Vec<NewLogLine> = (0..1200)
         .map(|n| NewLogLine {
@@ -1136,7 +1134,7 @@ async fn the_whole_log_pages_back_searches_and_hides_metric_lines() {
 /// and a job id that cannot be one is named. The jobs list offers the ticks that lead here.
 #[tokio::test]
 async fn jobs_compare_side_by_side() {
-    use drover_store::{NewMetrics, TaskKey, TaskRole};
+    use drover_store::NewMetrics;
     let (site, [ada, _, bob]) = Site::new().await;
     let session = site.sign_in(&ada).await;
     let mut jobs = Vec::new();
@@ -1149,13 +1147,7 @@ async fn jobs_compare_side_by_side() {
             )
             .await;
         let job = job_of(&created);
-        let generation = site.start(job).await;
-        let key = TaskKey {
-            job_id: job,
-            generation,
-            role: TaskRole::Worker,
-            index: 0,
-        };
+        let key = site.start_worker(job).await;
         for step in 1..=20u64 {
             let metrics = NewMetrics {
                 key,
@@ -1229,20 +1221,14 @@ async fn jobs_compare_side_by_side() {
 #[tokio::test]
 async fn a_search_of_a_long_log_reads_a_span_a_page_and_goes_on() {
     use drover_service::logs::SEARCH_SPAN;
-    use drover_store::{NewLogLine, TaskKey, TaskRole};
+    use drover_store::NewLogLine;
     let (site, [ada, _, _]) = Site::new().await;
     let session = site.sign_in(&ada).await;
     let created = site
         .submit(&session, &JOB.replace("NAME", "long-log"))
         .await;
     let job = job_of(&created);
-    let generation = site.start(job).await;
-    let key = TaskKey {
-        job_id: job,
-        generation,
-        role: TaskRole::Worker,
-        index: 0,
-    };
+    let key = site.start_worker(job).await;
     // The needle is among the first lines only, more than a span from the end.
     let total = SEARCH_SPAN as usize + 1_000;
     let lines: Vec<NewLogLine> = (0..total)

@@ -299,13 +299,7 @@ async fn download(
     filter: LogFilter,
 ) -> ApiResult<Response> {
     let scope = principal.scope();
-    // The job's name for the file, and a 404 before any byte for a job the caller cannot see.
-    let name = state
-        .store
-        .get_job(scope, job)
-        .await
-        .map_err(|err| ApiError::from_store(err, || format!("no job `{job}`")))?
-        .name;
+    let name = crate::attachment::job_name(&state, scope, job).await?;
     let pages = futures::stream::unfold(Some(0_i64), move |cursor| {
         let state = state.clone();
         let filter = filter.clone();
@@ -331,15 +325,9 @@ async fn download(
             }
         }
     });
-    let mut response = ResponseBody::from_stream(pages).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    // Job names are DNS labels: safe in a header as they are.
-    if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{name}.log\"")) {
-        headers.insert(header::CONTENT_DISPOSITION, value);
-    }
-    Ok(response)
+    Ok(crate::attachment::streamed(
+        pages,
+        "text/plain; charset=utf-8",
+        &format!("{name}.log"),
+    ))
 }

@@ -11,9 +11,7 @@ use crate::run_views::{
 };
 use crate::state::AppState;
 use axum::Json;
-use axum::body::Body as ResponseBody;
 use axum::extract::State;
-use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use drover_core::JobId;
 use drover_service::auth::Principal;
@@ -312,13 +310,7 @@ async fn download_csv(
     filter: MetricFilter,
 ) -> ApiResult<Response> {
     let scope = principal.scope();
-    // The job's name for the file, and a 404 before any byte for a job the caller cannot see.
-    let name = state
-        .store
-        .get_job(scope, job)
-        .await
-        .map_err(|err| ApiError::from_store(err, || format!("no job `{job}`")))?
-        .name;
+    let name = crate::attachment::job_name(&state, scope, job).await?;
     let header = futures::stream::once(async {
         Ok::<_, std::io::Error>(bytes::Bytes::from_static(CSV_HEADER.as_bytes()))
     });
@@ -344,19 +336,11 @@ async fn download_csv(
             }
         }
     });
-    let mut response = ResponseBody::from_stream(header.chain(pages)).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/csv; charset=utf-8"),
-    );
-    // Job names are DNS labels: safe in a header as they are.
-    if let Ok(value) =
-        HeaderValue::from_str(&format!("attachment; filename=\"{name}-metrics.csv\""))
-    {
-        headers.insert(header::CONTENT_DISPOSITION, value);
-    }
-    Ok(response)
+    Ok(crate::attachment::streamed(
+        header.chain(pages),
+        "text/csv; charset=utf-8",
+        &format!("{name}-metrics.csv"),
+    ))
 }
 
 #[cfg(test)]
