@@ -12,7 +12,6 @@ mod queue;
 mod session;
 mod submit;
 
-
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
