@@ -37,29 +37,61 @@ pub struct TaskView {
 }
 
 /// A task's use of its node: its whole process tree's CPU and memory (from the OS), and its GPUs'
-/// (from the driver, as the node last reported them).
-#[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
+/// (from the driver), as its executor measured them.
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
 pub struct TaskUsageView {
     /// CPU time per second (1.0: one core busy); `null` until a second measurement.
     pub cpu_cores: Option<f64>,
     /// Resident memory, in GB.
     pub memory_gb: f64,
-    /// Its GPUs' mean utilisation, 0 to 1; `null` where the driver does not report it (demo GPUs,
+    /// Its GPUs' mean utilisation, 0 to 1; absent where the driver does not report it (demo GPUs,
     /// CPU slots).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_utilization: Option<f64>,
-    /// Memory in use on its GPUs, in GB; `null` where not reported.
+    /// Memory in use on its GPUs, in GB; absent where not reported.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_memory_gb: Option<f64>,
+    /// The same measurements over the last minutes (up to 15), oldest first: one every 10 s or so.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<TaskUsagePoint>,
 }
 
 impl TaskUsageView {
     /// From an executor's measurement (`cpu_cores` negative: not yet known).
-    pub fn of(cpu_cores: f64, memory_gb: f64) -> Self {
+    pub fn of(usage: &drover_proto::TaskUsage) -> Self {
+        let point = TaskUsagePoint::of(DateTime::<Utc>::MIN_UTC, usage);
         TaskUsageView {
-            cpu_cores: (cpu_cores >= 0.0).then_some(cpu_cores),
-            memory_gb,
-            ..TaskUsageView::default()
+            cpu_cores: point.cpu_cores,
+            memory_gb: point.memory_gb,
+            gpu_utilization: point.gpu_utilization,
+            gpu_memory_gb: point.gpu_memory_gb,
+            history: Vec::new(),
+        }
+    }
+}
+
+/// A task's use at one moment.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct TaskUsagePoint {
+    pub at: DateTime<Utc>,
+    /// CPU time per second; `null` where not yet known.
+    pub cpu_cores: Option<f64>,
+    /// Resident memory, in GB.
+    pub memory_gb: f64,
+    /// Its GPUs' mean utilisation, 0 to 1; `null` where not reported.
+    pub gpu_utilization: Option<f64>,
+    /// Memory in use on its GPUs, in GB; `null` where not reported.
+    pub gpu_memory_gb: Option<f64>,
+}
+
+impl TaskUsagePoint {
+    pub fn of(at: DateTime<Utc>, usage: &drover_proto::TaskUsage) -> Self {
+        TaskUsagePoint {
+            at,
+            cpu_cores: (usage.cpu_cores >= 0.0).then_some(usage.cpu_cores),
+            memory_gb: usage.memory_gb,
+            gpu_utilization: usage.gpu_utilization,
+            gpu_memory_gb: usage.gpu_memory_gb,
         }
     }
 }

@@ -335,13 +335,18 @@ impl Agent {
                         .map(|t| t.pid)
                         .collect();
                     let task_use = self.task_use.sample(&running);
+                    let gpus = self.usage.sample(&self.config.gpus);
                     let beat = pb::Heartbeat {
-                        gpus: self.usage.sample(&self.config.gpus),
                         tasks: self
                             .tasks
                             .values()
-                            .map(|t| t.status(task_use.get(&t.pid).copied()))
+                            .map(|t| {
+                                t.status(task_use.get(&t.pid).map(|&u| {
+                                    crate::task_use::with_gpus(u, &t.spec.gpus, &gpus)
+                                }))
+                            })
                             .collect(),
+                        gpus,
                         host: Some(self.host.sample()),
                     };
                     outbound.send(msg(Body::Heartbeat(beat))).await?;

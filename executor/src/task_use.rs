@@ -151,12 +151,30 @@ impl TaskProbe {
                 pb::TaskUsage {
                     cpu_cores,
                     memory_gb: pages as f64 * self.page_bytes / 1e9,
+                    ..pb::TaskUsage::default()
                 },
             );
         }
         self.previous = previous;
         measured
     }
+}
+
+/// `usage` with the utilisation and memory of a task's GPUs (`gpus`, its indices) from the node's
+/// GPUs as the driver reported them (`node`, utilisation negative where unknown); unchanged where
+/// none of its GPUs reports.
+pub fn with_gpus(mut usage: pb::TaskUsage, gpus: &[u32], node: &[pb::GpuUsage]) -> pb::TaskUsage {
+    let mine: Vec<&pb::GpuUsage> = node.iter().filter(|g| gpus.contains(&g.index)).collect();
+    let known: Vec<f64> = mine
+        .iter()
+        .map(|g| g.utilization)
+        .filter(|u| *u >= 0.0)
+        .collect();
+    if !known.is_empty() {
+        usage.gpu_utilization = Some(known.iter().sum::<f64>() / known.len() as f64);
+        usage.gpu_memory_gb = Some(mine.iter().map(|g| g.memory_used_gb).sum());
+    }
+    usage
 }
 
 #[cfg(test)]
@@ -221,6 +239,33 @@ mod tests {
             "{at_second:?}"
         );
         assert_eq!(at_second[&20].cpu_cores, 0.0);
+    }
+
+    #[test]
+    fn a_task_gets_its_own_gpus_use_only() {
+        let gpu = |index, utilization, memory_used_gb| pb::GpuUsage {
+            index,
+            utilization,
+            memory_used_gb,
+        };
+        let node = [gpu(0, 0.2, 1.0), gpu(1, 0.6, 3.0), gpu(2, 0.9, 7.0)];
+        let base = pb::TaskUsage {
+            cpu_cores: 1.0,
+            memory_gb: 2.0,
+            ..pb::TaskUsage::default()
+        };
+        let two = with_gpus(base, &[0, 1], &node);
+        assert!(
+            (two.gpu_utilization.unwrap() - 0.4).abs() < 1e-12,
+            "{two:?}"
+        );
+        assert_eq!(two.gpu_memory_gb, Some(4.0));
+        assert_eq!(two.memory_gb, 2.0);
+        // Demo GPUs report no utilisation; a task on CPU slots holds none.
+        let demo = with_gpus(base, &[0], &[gpu(0, -1.0, 0.0)]);
+        assert_eq!((demo.gpu_utilization, demo.gpu_memory_gb), (None, None));
+        let none = with_gpus(base, &[], &node);
+        assert_eq!((none.gpu_utilization, none.gpu_memory_gb), (None, None));
     }
 
     /// On this machine: a real child that holds memory and spins shows both.

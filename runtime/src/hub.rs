@@ -38,8 +38,8 @@ struct Executor {
     host: Option<drover_proto::HostUsage>,
     /// Recent use, a point every [`HISTORY_EVERY`] at most, the last [`HISTORY_POINTS`].
     history: std::collections::VecDeque<UsagePoint>,
-    /// Each running task's CPU and memory use from the last heartbeat.
-    tasks: HashMap<TaskUseKey, drover_proto::TaskUsage>,
+    /// Each running task's use from the last heartbeat, and its recent history.
+    tasks: HashMap<TaskUseKey, TaskUse>,
     /// The executor process of the session (random at each start of it) and where it connects from.
     incarnation: String,
     peer: String,
@@ -104,6 +104,21 @@ impl UsagePoint {
                 .then(|| gpus.iter().map(|g| g.memory_used_gb).sum()),
         }
     }
+}
+
+/// A task's use at one moment, as its executor measured it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TaskPoint {
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub usage: drover_proto::TaskUsage,
+}
+
+/// A running task's use: the last heartbeat's, and a point every [`HISTORY_EVERY`] (the node's
+/// moments), the last [`HISTORY_POINTS`].
+#[derive(Debug)]
+struct TaskUse {
+    latest: drover_proto::TaskUsage,
+    history: std::collections::VecDeque<TaskPoint>,
 }
 
 #[derive(Debug, Default)]
@@ -289,19 +304,36 @@ impl Hub {
             executor.usage.clear();
             executor.usage.extend_from_slice(usage);
             executor.host = host;
-            executor.tasks.clear();
-            executor
-                .tasks
-                .extend(heartbeat.tasks.iter().filter_map(|status| {
-                    let key = status.task.as_ref()?;
-                    Some((task_use_key(key), status.usage?))
-                }));
             let now = chrono::Utc::now();
             let due = executor.history.back().is_none_or(|last| {
                 (now - last.at)
                     .to_std()
                     .is_ok_and(|age| age >= HISTORY_EVERY)
             });
+            // A task the heartbeat no longer measures (ended, or not running) is forgotten.
+            let measured: HashMap<TaskUseKey, drover_proto::TaskUsage> = heartbeat
+                .tasks
+                .iter()
+                .filter_map(|status| Some((task_use_key(status.task.as_ref()?), status.usage?)))
+                .collect();
+            executor.tasks.retain(|key, _| measured.contains_key(key));
+            for (key, latest) in measured {
+                let task = executor.tasks.entry(key).or_insert_with(|| TaskUse {
+                    latest,
+                    history: std::collections::VecDeque::new(),
+                });
+                task.latest = latest;
+                // A task's first measurement starts its history at once; then at the node's moments.
+                if due || task.history.is_empty() {
+                    if task.history.len() == HISTORY_POINTS {
+                        task.history.pop_front();
+                    }
+                    task.history.push_back(TaskPoint {
+                        at: now,
+                        usage: latest,
+                    });
+                }
+            }
             if due {
                 if executor.history.len() == HISTORY_POINTS {
                     executor.history.pop_front();
@@ -321,8 +353,13 @@ impl Hub {
             .unwrap_or_default()
     }
 
-    /// What a task on `node` uses, as its executor last reported (a running task's).
-    pub fn task_usage(&self, node: &str, task: &TaskKey) -> Option<drover_proto::TaskUsage> {
+    /// What a task on `node` uses, as its executor last reported (a running task's), and its recent
+    /// history (oldest first).
+    pub fn task_usage(
+        &self,
+        node: &str,
+        task: &TaskKey,
+    ) -> Option<(drover_proto::TaskUsage, Vec<TaskPoint>)> {
         let key = (
             task.job_id.0.to_string(),
             task.generation,
@@ -331,7 +368,8 @@ impl Hub {
         );
         self.executors()
             .get(node)
-            .and_then(|e| e.tasks.get(&key).copied())
+            .and_then(|e| e.tasks.get(&key))
+            .map(|t| (t.latest, t.history.iter().copied().collect()))
     }
 
     /// The node's CPU and memory use as last reported, and its recent history (oldest first).
@@ -449,5 +487,105 @@ impl Hub {
         if let Some(executor) = self.executors().get_mut(node) {
             executor.sent.retain(|(key, _)| key != task);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drover_proto as pb;
+
+    fn beat(tasks: &[(&str, f64)]) -> pb::Heartbeat {
+        pb::Heartbeat {
+            gpus: Vec::new(),
+            tasks: tasks
+                .iter()
+                .map(|(job, memory_gb)| pb::TaskStatus {
+                    task: Some(pb::TaskKey {
+                        job_id: (*job).to_owned(),
+                        generation: 1,
+                        role: "worker".to_owned(),
+                        index: 0,
+                    }),
+                    phase: pb::TaskPhase::Running as i32,
+                    address: String::new(),
+                    usage: Some(pb::TaskUsage {
+                        cpu_cores: 1.0,
+                        memory_gb: *memory_gb,
+                        ..pb::TaskUsage::default()
+                    }),
+                })
+                .collect(),
+            host: None,
+        }
+    }
+
+    fn key(job: uuid::Uuid) -> TaskKey {
+        TaskKey {
+            job_id: drover_core::JobId(job),
+            generation: 1,
+            role: drover_store::TaskRole::Worker,
+            index: 0,
+        }
+    }
+
+    /// Moves the node's moments back, as if `by` had passed since its last point.
+    fn age(hub: &Hub, node: &str, by: chrono::Duration) {
+        let mut executors = hub.executors();
+        let executor = executors.get_mut(node).unwrap();
+        for point in &mut executor.history {
+            point.at -= by;
+        }
+        for task in executor.tasks.values_mut() {
+            for point in &mut task.history {
+                point.at -= by;
+            }
+        }
+    }
+
+    #[test]
+    fn a_tasks_use_gains_a_point_at_the_nodes_moments_and_goes_with_the_task() {
+        let hub = Hub::new();
+        let (tx, _rx) = mpsc::channel(4);
+        let session = hub
+            .connect(
+                "n",
+                tx,
+                String::new(),
+                "i",
+                String::new(),
+                Duration::from_secs(30),
+            )
+            .unwrap();
+        let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        let (a_text, b_text) = (a.to_string(), b.to_string());
+        hub.set_usage("n", session, &beat(&[(&a_text, 1.0)]));
+        // Heartbeats within the moment update the latest use only.
+        hub.set_usage("n", session, &beat(&[(&a_text, 1.5)]));
+        let (latest, history) = hub.task_usage("n", &key(a)).unwrap();
+        assert_eq!(latest.memory_gb, 1.5);
+        assert_eq!(history.len(), 1);
+        assert_eq!(history[0].usage.memory_gb, 1.0);
+        // A task that starts between moments has its first point at once.
+        hub.set_usage("n", session, &beat(&[(&a_text, 1.5), (&b_text, 4.0)]));
+        assert_eq!(hub.task_usage("n", &key(b)).unwrap().1.len(), 1);
+        age(&hub, "n", chrono::Duration::seconds(11));
+        hub.set_usage("n", session, &beat(&[(&a_text, 2.0), (&b_text, 4.0)]));
+        let (_, history) = hub.task_usage("n", &key(a)).unwrap();
+        let memory: Vec<f64> = history.iter().map(|p| p.usage.memory_gb).collect();
+        assert_eq!(memory, [1.0, 2.0]);
+        assert_eq!(hub.task_usage("n", &key(b)).unwrap().1.len(), 2);
+        // A task the heartbeat no longer lists is forgotten with its history.
+        hub.set_usage("n", session, &beat(&[(&b_text, 4.0)]));
+        assert!(hub.task_usage("n", &key(a)).is_none());
+        // The history keeps its last points only.
+        for _ in 0..HISTORY_POINTS + 5 {
+            age(&hub, "n", chrono::Duration::seconds(11));
+            hub.set_usage("n", session, &beat(&[(&b_text, 4.0)]));
+        }
+        assert_eq!(
+            hub.task_usage("n", &key(b)).unwrap().1.len(),
+            HISTORY_POINTS
+        );
     }
 }

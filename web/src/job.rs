@@ -162,6 +162,10 @@ struct TaskRow {
     memory: String,
     /// Its GPUs' utilisation and memory, where the driver reports them.
     gpu_use: String,
+    /// The same over the last minutes, as sparklines (where there are two points or more).
+    cpu_spark: Option<String>,
+    memory_spark: Option<String>,
+    gpu_spark: Option<String>,
 }
 
 #[derive(Debug)]
@@ -323,26 +327,38 @@ async fn job_page(
                 let usage = drover_api::routes::runs::with_usage(state, t.clone()).usage;
                 (t, usage)
             })
-            .map(|(t, usage)| TaskRow {
-                cpu: usage
-                    .and_then(|u| u.cpu_cores)
-                    .map_or_else(String::new, |c| format!("{c:.2} cores")),
-                memory: usage.map_or_else(String::new, |u| format!("{:.2} GB", u.memory_gb)),
-                gpu_use: usage
-                    .and_then(|u| Some((u.gpu_utilization?, u.gpu_memory_gb?)))
-                    .map_or_else(String::new, |(util, mem)| {
-                        format!("{:.0}% · {mem:.1} GB", 100.0 * util)
+            .map(|(t, usage)| {
+                let history = usage.as_ref().map_or(&[][..], |u| &u.history[..]);
+                TaskRow {
+                    cpu: usage
+                        .as_ref()
+                        .and_then(|u| u.cpu_cores)
+                        .map_or_else(String::new, |c| format!("{c:.2} cores")),
+                    memory: usage
+                        .as_ref()
+                        .map_or_else(String::new, |u| format!("{:.2} GB", u.memory_gb)),
+                    gpu_use: usage
+                        .as_ref()
+                        .and_then(|u| Some((u.gpu_utilization?, u.gpu_memory_gb?)))
+                        .map_or_else(String::new, |(util, mem)| {
+                            format!("{:.0}% · {mem:.1} GB", 100.0 * util)
+                        }),
+                    cpu_spark: task_spark(history, "CPU cores", 1.0, |p| p.cpu_cores),
+                    memory_spark: task_spark(history, "memory, GB", 0.1, |p| Some(p.memory_gb)),
+                    gpu_spark: task_spark(history, "GPU utilisation (0 to 1)", 1.0, |p| {
+                        p.gpu_utilization
                     }),
-                generation: t.key.generation,
-                name: format!("{}-{}", t.key.role.as_str(), t.key.index),
-                node: t.node_name.clone(),
-                gpus: gpu_count(&t.gpus),
-                state: t.state.as_str().to_owned(),
-                exit: match (t.exit_code, t.exit_signal) {
-                    (Some(code), _) => format!("exit {code}"),
-                    (None, Some(signal)) => format!("signal {signal}"),
-                    (None, None) => String::new(),
-                },
+                    generation: t.key.generation,
+                    name: format!("{}-{}", t.key.role.as_str(), t.key.index),
+                    node: t.node_name.clone(),
+                    gpus: gpu_count(&t.gpus),
+                    state: t.state.as_str().to_owned(),
+                    exit: match (t.exit_code, t.exit_signal) {
+                        (Some(code), _) => format!("exit {code}"),
+                        (None, Some(signal)) => format!("signal {signal}"),
+                        (None, None) => String::new(),
+                    },
+                }
             })
             .collect(),
         logs: logs.iter().map(log_text).collect(),
@@ -429,6 +445,41 @@ pub(crate) fn log_text(line: &LogLine) -> String {
 }
 
 /// The events that changed where the job runs, each rescale with how long it took to run again.
+/// A sparkline of one of a task's measurements over its recent history, scaled from 0 to the larger
+/// of `floor` and the highest value; `None` with fewer than two known points.
+fn task_spark(
+    history: &[drover_api::run_views::TaskUsagePoint],
+    what: &str,
+    floor: f64,
+    pick: fn(&drover_api::run_views::TaskUsagePoint) -> Option<f64>,
+) -> Option<String> {
+    let values: Vec<Option<f64>> = history.iter().map(pick).collect();
+    if values.iter().flatten().count() < 2 {
+        return None;
+    }
+    let top = values.iter().flatten().fold(floor, |top, v| top.max(*v));
+    let minutes = match (history.first(), history.last()) {
+        (Some(first), Some(last)) => ((last.at - first.at).num_seconds() as f64 / 60.0)
+            .ceil()
+            .max(1.0),
+        _ => 1.0,
+    };
+    Some(drover_plot::sparkline(
+        &format!("{what} over the last {minutes} min (0 to {})", short(top)),
+        &values,
+        top,
+    ))
+}
+
+/// A number in few digits (a sparkline's top).
+fn short(value: f64) -> String {
+    if value >= 10.0 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
 fn shape_history(events: &[JobEvent]) -> Vec<ShapeRow> {
     events
         .iter()
@@ -539,5 +590,41 @@ mod tests {
         assert_eq!(gpu_count(&[0]), "1 (GPU 0)");
         assert_eq!(gpu_count(&[2, 3]), "2 (GPUs 2, 3)");
         assert_eq!(gpu_count(&[]), "—");
+    }
+
+    /// A task's recent use is drawn once it has two measurements, scaled to its highest (or the
+    /// floor), over the minutes it spans; a measurement never made (GPU use of demo GPUs) is not.
+    #[test]
+    fn a_tasks_recent_use_is_a_sparkline_of_what_was_measured() {
+        use drover_api::run_views::TaskUsagePoint;
+        let at = |s: i64| chrono::DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap();
+        let point = |s, cpu, memory| TaskUsagePoint {
+            at: at(s),
+            cpu_cores: cpu,
+            memory_gb: memory,
+            gpu_utilization: None,
+            gpu_memory_gb: None,
+        };
+        let history = [
+            point(0, None, 0.5),
+            point(10, Some(1.5), 1.0),
+            point(150, Some(3.0), 2.5),
+        ];
+        let cpu = task_spark(&history, "CPU cores", 1.0, |p| p.cpu_cores).unwrap();
+        assert!(
+            cpu.contains("CPU cores over the last 3 min (0 to 3.00)"),
+            "{cpu}"
+        );
+        assert!(cpu.contains("<polyline"), "{cpu}");
+        let memory = task_spark(&history, "memory, GB", 0.1, |p| Some(p.memory_gb)).unwrap();
+        assert!(memory.contains("(0 to 2.50)"), "{memory}");
+        assert_eq!(
+            task_spark(&history, "GPU", 1.0, |p| p.gpu_utilization),
+            None
+        );
+        assert_eq!(
+            task_spark(&history[..1], "CPU", 1.0, |p| Some(p.memory_gb)),
+            None
+        );
     }
 }

@@ -7,7 +7,7 @@ use crate::paging::ListMeta;
 use crate::routes::jobs::parse_job_id;
 use crate::run_views::{
     CheckpointList, CheckpointRequested, CheckpointView, MetricList, MetricView, TaskList,
-    TaskUsageView, TaskView,
+    TaskUsagePoint, TaskUsageView, TaskView,
 };
 use crate::state::AppState;
 use axum::Json;
@@ -149,50 +149,25 @@ pub async fn tasks(
 }
 
 /// A task as the API shows it, with what a running one uses as its executor last reported to this
-/// server (the leader holds the executors' sessions).
+/// server (the leader holds the executors' sessions) and over the last minutes.
 pub fn with_usage(state: &AppState, task: drover_store::Task) -> TaskView {
     let usage = match (&state.runtime, task.state) {
-        (Some(runtime), drover_store::TaskState::Running) => {
-            runtime.hub.task_usage(&task.node_name, &task.key).map(|u| {
-                let node = runtime.hub.usage(&task.node_name);
-                let (gpu_utilization, gpu_memory_gb) = gpus_of(
-                    &task.gpus,
-                    node.iter()
-                        .map(|g| (g.index, g.utilization, g.memory_used_gb)),
-                );
-                TaskUsageView {
-                    gpu_utilization,
-                    gpu_memory_gb,
-                    ..TaskUsageView::of(u.cpu_cores, u.memory_gb)
-                }
-            })
-        }
+        (Some(runtime), drover_store::TaskState::Running) => runtime
+            .hub
+            .task_usage(&task.node_name, &task.key)
+            .map(|(latest, history)| TaskUsageView {
+                history: history
+                    .iter()
+                    .map(|p| TaskUsagePoint::of(p.at, &p.usage))
+                    .collect(),
+                ..TaskUsageView::of(&latest)
+            }),
         _ => None,
     };
     TaskView {
         usage,
         ..TaskView::from(task)
     }
-}
-
-/// A task's GPUs' mean utilisation and memory in use, from the node's GPUs as its last heartbeat
-/// reported them (`(index, utilisation, memory GB)`, utilisation negative where unknown): `None`
-/// where none of its GPUs reports.
-fn gpus_of(
-    task_gpus: &[u16],
-    node: impl Iterator<Item = (u32, f64, f64)>,
-) -> (Option<f64>, Option<f64>) {
-    let known: Vec<(f64, f64)> = node
-        .filter(|(index, utilization, _)| {
-            *utilization >= 0.0 && task_gpus.iter().any(|&i| u32::from(i) == *index)
-        })
-        .map(|(_, utilization, memory)| (utilization, memory))
-        .collect();
-    if known.is_empty() {
-        return (None, None);
-    }
-    let mean = known.iter().map(|(u, _)| u).sum::<f64>() / known.len() as f64;
-    (Some(mean), Some(known.iter().map(|(_, m)| m).sum()))
 }
 
 /// Metric samples in the order they arrived, each tagged with the job's shape when it was measured.
@@ -346,25 +321,6 @@ async fn download_csv(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_tasks_gpus_are_its_own_of_the_nodes() {
-        let node = [
-            (0, 0.9, 10.0),
-            (1, 0.5, 20.0),
-            (2, 0.1, 5.0),
-            (3, -1.0, 0.0),
-        ];
-        let (util, memory) = gpus_of(&[1, 2], node.into_iter());
-        assert!((util.unwrap() - 0.3).abs() < 1e-12);
-        assert_eq!(memory, Some(25.0));
-        assert_eq!(
-            gpus_of(&[3], node.into_iter()),
-            (None, None),
-            "unknown, not zero"
-        );
-        assert_eq!(gpus_of(&[], node.into_iter()), (None, None));
-    }
 
     #[test]
     fn csv_quotes_only_what_needs_it() {

@@ -320,6 +320,23 @@ while True:
         .post(&format!("/api/v1/jobs/{bomb}/cancel"), json!({}))
         .await;
 
+    // By now alpha's task has a short history of its use (a point every 10 s).
+    cluster
+        .wait_until(
+            "alpha's task use history",
+            Duration::from_secs(30),
+            async |c| {
+                let tasks = c.get(&format!("/api/v1/jobs/{alpha_job}/tasks")).await;
+                let history = tasks["tasks"][0]["usage"]["history"].as_array()?.clone();
+                let memory: Vec<f64> = history
+                    .iter()
+                    .filter_map(|p| p["memory_gb"].as_f64())
+                    .collect();
+                (history.len() >= 2 && memory.iter().all(|m| *m > 0.001)).then_some(())
+            },
+        )
+        .await;
+
     // Alpha's task ran through all of it, and its node never left.
     let done = cluster
         .wait_for_state(&alpha_job, "succeeded", Duration::from_secs(90))
