@@ -1,5 +1,6 @@
 //! Each baseline policy's behaviour on small, hand-made clusters.
 
+mod claims;
 mod common;
 mod flavours;
 mod heterogeneous;

@@ -1,7 +1,7 @@
-//! The simulator's ground truth kept fair and its blind spots closed (issue #19): the recorded shape's
-//! PS count, seeds that reach every policy, tenants' maxima and fixed shapes held at every arrival and
-//! round, disruptions counted, Gandiva's shrink, DRF's preemption, and `drover` on a light cluster of
-//! short jobs.
+//! The simulator's ground truth kept fair and its blind spots closed (issues #19, #54): the recorded
+//! shape's PS count (the user's rule), seeds that reach every policy, tenants' maxima and fixed shapes
+//! held at every arrival and round, disruptions counted, Gandiva's shrink, DRF's preemption, and
+//! `drover` on a light cluster of short jobs.
 
 #![expect(clippy::unwrap_used, reason = "tests")]
 
@@ -14,7 +14,7 @@ use drover_scheduler::sim::{
     self, Interference, Quotas, RecordedPs, SimConfig, Stopwatch, TraceFilter, Workload,
     WorkloadOptions,
 };
-use drover_scheduler::snapshot::{Range, Shape};
+use drover_scheduler::snapshot::Range;
 use drover_scheduler::{Plan, build_policy, invariants, policy_names};
 
 fn models() -> Vec<sim::MeasuredModel> {
@@ -62,32 +62,36 @@ fn options(seed: u64) -> WorkloadOptions {
 }
 
 #[test]
-fn the_recorded_shape_has_the_fastest_ps_count_elastic_jobs_may_use() {
-    let best = build(&busy_trace(), 2, &options(5));
-    let user = build(
-        &busy_trace(),
-        2,
-        &WorkloadOptions {
-            recorded_ps: RecordedPs::User,
-            ..options(5)
-        },
-    );
-    let mut differ = 0;
-    for (i, job) in best.jobs.iter().enumerate() {
-        let w = job.recorded.workers;
-        let at = |ps| best.true_steps_per_s(i, Shape { ps, workers: w });
-        let fastest = (1..=2 * w).map(at).fold(0.0, f64::max);
-        assert!(
-            at(job.recorded.ps) >= fastest * (1.0 - 1e-9),
-            "job {i}: recorded {:?} is not the fastest PS count",
-            job.recorded
+fn the_recorded_shape_follows_the_users_rule_not_the_hidden_speed() {
+    for (rule, ps_for) in [
+        (RecordedPs::Workers, (|w| w) as fn(u32) -> u32),
+        (RecordedPs::Half, |w: u32| w.div_ceil(2)),
+        (RecordedPs::One, |_| 1),
+    ] {
+        let built = build(
+            &busy_trace(),
+            2,
+            &WorkloadOptions {
+                recorded_ps: rule,
+                ..options(5)
+            },
         );
-        // Ties go to fewer PS.
-        assert!((1..job.recorded.ps).all(|p| at(p) < at(job.recorded.ps)));
-        assert!(user.jobs[i].recorded.ps <= w);
-        differ += usize::from(user.jobs[i].recorded.ps != job.recorded.ps);
+        for job in &built.jobs {
+            assert_eq!(job.recorded.ps, ps_for(job.recorded.workers), "{rule:?}");
+            assert_eq!(job.view.preferred, job.recorded);
+            assert!(
+                !job.view.consolidate,
+                "the trace says nothing of consolidation"
+            );
+        }
     }
-    assert!(differ > 0, "the user rule under-provisions some jobs");
+    assert!(
+        "best"
+            .parse::<RecordedPs>()
+            .unwrap_err()
+            .contains("hidden speed")
+    );
+    assert_eq!("half".parse::<RecordedPs>(), Ok(RecordedPs::Half));
 }
 
 #[test]

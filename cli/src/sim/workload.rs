@@ -43,10 +43,9 @@ pub struct WorkloadArgs {
     /// Only this virtual cluster (tenant) of the trace.
     #[arg(long)]
     vc: Option<String>,
-    /// The PS count of a job's recorded (fixed) shape: `best` (the fastest count in the range elastic
-    /// jobs may use, 1..=2x workers) or `user` (the fewest within 95% of the best in 1..=workers, as
-    /// users who under-provision PS choose).
-    #[arg(long, default_value = "best")]
+    /// The PS count of a job's recorded (fixed) shape, a rule of its GPU count as a user picks it
+    /// before any run: `workers` (one shard per worker), `half` (one per two workers) or `one`.
+    #[arg(long, default_value = "workers")]
     recorded_ps: sim::RecordedPs,
     /// Tenants' guaranteed (and maximum) GPUs: a file of `tenant,guaranteed_gpus[,max_gpus]` lines.
     /// Without it every tenant of the trace is guaranteed an equal share.
@@ -324,10 +323,11 @@ pub(crate) fn print_settings(config: &SimConfig, args: &WorkloadArgs) {
         config.round_s
     );
     eprintln!(
-        "recorded shape: {} PS count; guarantees: {}; packing interference: {}",
+        "recorded shape: {}; guarantees: {}; packing interference: {}",
         match args.recorded_ps {
-            sim::RecordedPs::Best => "best",
-            sim::RecordedPs::User => "user",
+            sim::RecordedPs::Workers => "one PS per worker",
+            sim::RecordedPs::Half => "one PS per two workers",
+            sim::RecordedPs::One => "one PS",
         },
         args.quotas
             .as_ref()

@@ -166,6 +166,72 @@ pub fn ordered_round(
     plan
 }
 
+/// `order` (a policy's own preference) stably re-ranked by priority, highest first: a policy's order
+/// decides only among jobs of equal priority. Unchanged where every job has the same priority.
+pub fn by_priority(snapshot: &ClusterSnapshot, order: &[usize]) -> Vec<usize> {
+    let mut ranked = order.to_vec();
+    if mixed_priorities(snapshot) {
+        ranked.sort_by_key(|&i| std::cmp::Reverse(snapshot.jobs[i].priority));
+    }
+    ranked
+}
+
+fn mixed_priorities(snapshot: &ClusterSnapshot) -> bool {
+    let first = snapshot.jobs.first().map(|j| j.priority);
+    snapshot.jobs.iter().any(|j| Some(j.priority) != first)
+}
+
+/// What a job may claim, lowest first: within its tenant's guarantee before borrowing, then the
+/// higher priority.
+pub type Claim = (bool, std::cmp::Reverse<i32>);
+
+/// Each job's [`Claim`] (by index), counting guarantees in `order`'s order within each priority; `None`
+/// where priorities are equal and no tenant has a guarantee (every claim alike). A job is within its
+/// tenant's guarantee when its GPUs (its placement's running, its preferred shape's waiting), with those
+/// of the tenant's jobs before it, fit the guarantee.
+pub fn claims(snapshot: &ClusterSnapshot, order: &[usize]) -> Option<Vec<Claim>> {
+    let guarantees = snapshot.tenants.iter().any(|t| t.guaranteed_gpus > 0);
+    if !guarantees && !mixed_priorities(snapshot) {
+        return None;
+    }
+    let mut used = vec![0u32; snapshot.tenants.len()];
+    let mut claims: Vec<Claim> = snapshot
+        .jobs
+        .iter()
+        .map(|j| (true, std::cmp::Reverse(j.priority)))
+        .collect();
+    for i in by_priority(snapshot, order) {
+        let job = &snapshot.jobs[i];
+        let need = job
+            .placement
+            .as_ref()
+            .map_or_else(|| job.gpus_at(job.preferred), |p| p.num_gpus());
+        let guaranteed = snapshot
+            .tenants
+            .get(job.tenant as usize)
+            .map_or(0, |t| t.guaranteed_gpus);
+        if let Some(used) = used.get_mut(job.tenant as usize)
+            && *used + need <= guaranteed
+        {
+            *used += need;
+            claims[i].0 = false;
+        }
+    }
+    Some(claims)
+}
+
+/// `order` stably re-ranked by [`claims`]: jobs within their tenant's guarantee first, then those that
+/// borrow; each group by priority; the policy's order decides within. A policy that runs the first jobs
+/// of this order starts a higher claim before a lower one, and where it preempts, stops the lower claim
+/// for it: a guarantee lent out is taken back.
+pub fn claim_order(snapshot: &ClusterSnapshot, order: &[usize]) -> Vec<usize> {
+    let mut ranked = order.to_vec();
+    if let Some(claims) = claims(snapshot, order) {
+        ranked.sort_by_key(|&i| claims[i]);
+    }
+    ranked
+}
+
 /// `order` with running jobs that may not be preempted moved to the front: whatever a policy prefers,
 /// they keep their resources.
 pub fn non_preemptible_first(snapshot: &ClusterSnapshot, order: &[usize]) -> Vec<usize> {

@@ -6,7 +6,7 @@
 //! goes to the rest (work-conserving). Weights are the tenants' guaranteed GPUs when any tenant has one
 //! (weighted DRF), else equal.
 
-use super::common::{arrival_if_free, ordered_round};
+use super::common::{arrival_if_free, by_priority, ordered_round};
 use super::interface::{Oracle, Policy, PolicyError};
 use crate::place::Strategy;
 use crate::plan::{JobPlan, Plan, RunReason, WaitReason};
@@ -118,7 +118,8 @@ impl Policy for Drf {
     }
 
     fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {
-        let order = fair_order(snapshot);
+        // Guarantees weigh in the fair order itself; priority comes first.
+        let order = by_priority(snapshot, &fair_order(snapshot));
         let mut plan = ordered_round(snapshot, &order, |_| Strategy::Relaxed);
         for decision in plan.jobs.values_mut() {
             match decision {

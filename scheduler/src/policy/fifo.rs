@@ -1,6 +1,6 @@
 //! FIFO and FIFO with backfill: non-preemptive, in submission order, at the requested shape.
 
-use super::common::arrival_if_free;
+use super::common::{arrival_if_free, claim_order};
 use super::interface::{Oracle, Policy, PolicyError};
 use crate::place::{FreeResources, Strategy};
 use crate::plan::{JobPlan, Plan, RunReason, WaitReason};
@@ -41,8 +41,11 @@ impl Policy for Fifo {
         let mut free = FreeResources::with_running(snapshot, |_, _| true);
         let mut plan = Plan::default();
         let mut blocked = false;
-        // Jobs are in submission order in the snapshot.
-        for job in &snapshot.jobs {
+        // Jobs are in submission order in the snapshot; higher claims (guarantees, then priority) go
+        // first. What runs keeps running: FIFO never preempts, so a claim waits for running jobs to end.
+        let all: Vec<usize> = (0..snapshot.jobs.len()).collect();
+        for i in claim_order(snapshot, &all) {
+            let job = &snapshot.jobs[i];
             let decision = if let Some(placement) = &job.placement {
                 JobPlan::Run {
                     placement: placement.clone(),

@@ -13,7 +13,7 @@
 //! - Migration: a running job spread over more nodes than its GPUs need is moved onto fewer nodes when
 //!   they have room (consolidation, which also de-fragments).
 
-use super::common::{arrival_if_free, ordered_round};
+use super::common::{arrival_if_free, claim_order, ordered_round};
 use super::interface::{Oracle, Policy, PolicyError};
 use super::packing::pack;
 use crate::place::{FreeResources, Strategy};
@@ -127,6 +127,8 @@ impl Policy for Gandiva {
         };
         let mut order: Vec<usize> = (0..snapshot.jobs.len()).collect();
         order.sort_by_key(|&i| key(i));
+        // Time slices turn within a claim: a higher one is never suspended for a lower one.
+        let order = claim_order(snapshot, &order);
         let mut plan = ordered_round(snapshot, &order, |_| Strategy::Relaxed);
         for (i, job) in snapshot.jobs.iter().enumerate() {
             if let Some(JobPlan::Wait { reason }) = plan.jobs.get_mut(&job.id)

@@ -20,6 +20,7 @@
 //! them. Solved with `microlp` (a pure-Rust simplex solver: the program has jobs x models + 1
 //! variables, a few hundred to a few thousand).
 
+use super::common::claims;
 use super::interface::{Oracle, Policy, PolicyError};
 use super::tiresias::Tiresias;
 use crate::cluster::{GpuModelTag, GpuModels};
@@ -320,7 +321,12 @@ impl Policy for Gavel {
             self.round_started_s = snapshot.now_s;
             self.solve(snapshot, &gpus);
         }
-        let priorities = self.priorities(snapshot);
+        let mut priorities = self.priorities(snapshot);
+        // Higher claims (guarantees, then priority) take models first; Gavel's order within.
+        let all: Vec<usize> = (0..snapshot.jobs.len()).collect();
+        if let Some(claims) = claims(snapshot, &all) {
+            priorities.sort_by_key(|&(_, i, _)| claims[i]);
+        }
         let mut plan = Plan::default();
         let model_of = |job: &JobView| {
             job.placement

@@ -5,7 +5,7 @@
 //! Placement uses the fewest nodes with PS shards spread over the workers' nodes. `optimus-oracle` is the
 //! ablation that takes the true remaining steps and speed instead (through the oracle).
 
-use super::common::{min_shape, non_preemptible_first};
+use super::common::{claim_order, min_shape, non_preemptible_first};
 use super::elastic::{ElasticParams, Owed, allocate, keep_unneeded_victims, place_targets};
 use super::interface::{Oracle, Policy, PolicyError};
 use crate::perf::{ConvergenceModel, SpeedModel};
@@ -262,7 +262,7 @@ impl Policy for Optimus {
 
     fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {
         let all: Vec<usize> = (0..snapshot.jobs.len()).collect();
-        let order = non_preemptible_first(snapshot, &all);
+        let order = non_preemptible_first(snapshot, &claim_order(snapshot, &all));
         let ElasticParams { resize, .. } = self.params;
         let smallest = |i: usize| min_shape(&snapshot.jobs[i]);
         let estimates;

@@ -1,7 +1,7 @@
 //! SRTF: preemptive shortest-remaining-time-first, an oracle baseline. It alone is given the true
 //! remaining time of every job (through [`super::Oracle`]); it runs jobs at their requested shape.
 
-use super::common::{arrival_if_free, ordered_round};
+use super::common::{arrival_if_free, claim_order, ordered_round};
 use super::interface::{Oracle, Policy, PolicyError};
 use crate::place::Strategy;
 use crate::plan::{JobPlan, Plan, RunReason};
@@ -38,7 +38,9 @@ impl Policy for Srtf {
         let mut order: Vec<usize> = (0..snapshot.jobs.len()).collect();
         // Shortest remaining first; ties by submission order, so the result is deterministic.
         order.sort_by(|&a, &b| remaining[a].total_cmp(&remaining[b]).then(a.cmp(&b)));
-        ordered_round(snapshot, &order, |_| Strategy::Relaxed)
+        ordered_round(snapshot, &claim_order(snapshot, &order), |_| {
+            Strategy::Relaxed
+        })
     }
 
     fn place_arrival(&mut self, snapshot: &ClusterSnapshot, job: &JobView) -> JobPlan {

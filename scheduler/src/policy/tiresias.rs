@@ -6,7 +6,7 @@
 //! time since it last entered Q0 is promoted back to Q0. Models with
 //! high tensor skew get consolidated placement (fewest nodes, or wait); the rest are placed anywhere.
 
-use super::common::{arrival_if_free, ordered_round};
+use super::common::{arrival_if_free, claim_order, ordered_round};
 use super::interface::{Oracle, Policy, PolicyError};
 use crate::place::Strategy;
 use crate::plan::{JobPlan, Plan, RunReason};
@@ -142,7 +142,7 @@ impl Policy for Tiresias {
             (entry.queue, entry.seq)
         };
         order.sort_by_key(|&i| key(i));
-        ordered_round(snapshot, &order, Self::strategy)
+        ordered_round(snapshot, &claim_order(snapshot, &order), Self::strategy)
     }
 
     fn place_arrival(&mut self, snapshot: &ClusterSnapshot, job: &JobView) -> JobPlan {

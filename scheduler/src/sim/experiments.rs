@@ -346,7 +346,7 @@ impl Experiments {
             end.saturating_sub(start) as f64,
             (a, k0 + start as f64, alpha, c),
         );
-        let cpus = |per: f64| (per.ceil() as u32).clamp(1, self.max_node_cpus.max(1));
+        let (cpus_per_worker, cpus_per_ps) = super::workload::default_cpus(self.max_node_cpus);
         let id = JobId(uuid::Uuid::from_u128(index));
         let view = JobView {
             id,
@@ -358,8 +358,8 @@ impl Experiments {
             preferred: one_gpu(),
             gpus_per_worker: 1,
             gpu_memory_gb: None,
-            cpus_per_worker: cpus(e.model.worker_cpu),
-            cpus_per_ps: cpus(e.model.ps_cpu),
+            cpus_per_worker,
+            cpus_per_ps,
             memory_gb_per_task: 0,
             preemptible: true,
             consolidate: false,

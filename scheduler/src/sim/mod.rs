@@ -1,6 +1,8 @@
 //! The trace-replay simulator: a virtual cluster and clock, jobs with a hidden ground truth (speed
 //! surface from measurements, loss curve, length), and the very policies the server runs.
 
+#[cfg(test)]
+mod blindness;
 pub mod config;
 pub mod engine;
 pub mod experiments;

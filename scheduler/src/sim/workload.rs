@@ -15,8 +15,6 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Models whose few very large tensors make them sensitive to spreading (Tiresias's "high skew").
-pub const HIGH_SKEW_MODELS: [&str; 3] = ["vgg-16", "wlm", "seq2seq"];
 /// Share of jobs that are fixed-size.
 pub const FIXED_FRACTION: f64 = 0.3;
 const GPU_MEMORY_CHOICES_GB: [f64; 4] = [4.0, 8.0, 16.0, 24.0];
@@ -25,27 +23,45 @@ pub const LENGTH_NOISE: f64 = 0.1;
 /// A job arrives up to this many seconds after its recorded submission (uniform).
 pub const SUBMIT_JITTER_S: f64 = 60.0;
 
-/// How many parameter servers a job's recorded (fixed) shape has.
+/// How many parameter servers a job's recorded (fixed) shape has: a rule of the trace's GPU count
+/// alone, as a user picks it before any run. The rules that picked the count fastest under the hidden
+/// speed surface (`best`, `user`) are gone: they handed every policy the truth through the shape a job
+/// prefers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RecordedPs {
-    /// The fastest count within the range elastic jobs may use (1..=2·workers), ties to fewer: the
-    /// recorded shape is as good as a fixed shape can be, so elastic policies win only by elasticity.
+    /// One shard per worker, TensorFlow's advice of the trace's time (and Optimus's baseline).
     #[default]
-    Best,
-    /// The fewest PS within 95% of the best among 1..=workers: users who under-provision PS, as they do
-    /// in practice; elastic policies then also win by adding PS.
-    User,
+    Workers,
+    /// One shard per two workers, rounded up.
+    Half,
+    /// A single shard, however many workers.
+    One,
+}
+
+impl RecordedPs {
+    /// The PS count of a recorded shape of `workers` workers.
+    pub fn ps_for(self, workers: u32) -> u32 {
+        match self {
+            RecordedPs::Workers => workers.max(1),
+            RecordedPs::Half => workers.div_ceil(2).max(1),
+            RecordedPs::One => 1,
+        }
+    }
 }
 
 impl std::str::FromStr for RecordedPs {
     type Err = String;
     fn from_str(text: &str) -> Result<Self, String> {
         match text {
-            "best" => Ok(RecordedPs::Best),
-            "user" => Ok(RecordedPs::User),
+            "workers" => Ok(RecordedPs::Workers),
+            "half" => Ok(RecordedPs::Half),
+            "one" => Ok(RecordedPs::One),
+            "best" | "user" => Err(format!(
+                "`{text}` is no longer a recorded-PS rule: it read the hidden speed surface (expected workers, half or one)"
+            )),
             other => Err(format!(
-                "`{other}` is not a recorded-PS rule (expected best or user)"
+                "`{other}` is not a recorded-PS rule (expected workers, half or one)"
             )),
         }
     }
@@ -304,34 +320,17 @@ pub fn build_workload_with(
             loss: (0.0, 1.0, 1.0, 0.0),
             model_speeds: Vec::new(),
         };
-        let speed_at = |ps: u32| probe.steps_per_s(Shape { ps, workers: w_rec });
-        let p_rec = match options.recorded_ps {
-            RecordedPs::Best => {
-                // The first count at the maximum: ties go to fewer PS.
-                let mut best = (1, speed_at(1));
-                for p in 2..=2 * w_rec {
-                    let speed = speed_at(p);
-                    if speed > best.1 * (1.0 + 1e-9) {
-                        best = (p, speed);
-                    }
-                }
-                best.0
-            }
-            RecordedPs::User => {
-                let best = (1..=w_rec).map(speed_at).fold(0.0, f64::max);
-                (1..=w_rec)
-                    .find(|&p| speed_at(p) >= 0.95 * best)
-                    .unwrap_or(1)
-            }
-        };
+        // What the user asks for is the trace's and the rule's alone: no hidden quantity reaches it.
+        let p_rec = options.recorded_ps.ps_for(w_rec);
         let recorded = Shape {
             ps: p_rec,
             workers: w_rec,
         };
         let total_steps = (job.duration_s * length * probe.steps_per_s(recorded)).max(1.0);
         let a = (start_loss - c) * k0.powf(alpha);
-        let cpus_per_ps = (model.ps_cpu.ceil() as u32).clamp(1, max_node_cpus.max(1));
-        let cpus_per_worker = (model.worker_cpu.ceil() as u32).clamp(1, max_node_cpus.max(1));
+        // The spec's default requests: the trace says nothing of CPUs, and the model's measured use is
+        // hidden.
+        let (cpus_per_worker, cpus_per_ps) = default_cpus(max_node_cpus);
         let (workers, ps) = if fixed {
             (
                 Range {
@@ -379,7 +378,8 @@ pub fn build_workload_with(
                 cpus_per_ps,
                 memory_gb_per_task: options.memory_gb_per_task,
                 preemptible: true,
-                consolidate: HIGH_SKEW_MODELS.contains(&model.name.as_str()),
+                // The trace says nothing of it, and the model (hence its skew) is hidden.
+                consolidate: false,
                 placement: None,
                 observed: Observations::default(),
                 search: None,
@@ -413,6 +413,14 @@ pub fn build_workload_with(
         gpu_models,
         skipped,
     }
+}
+
+/// The CPUs a worker and a PS shard request when the job does not say (the spec's defaults), at most a
+/// node's.
+pub(crate) fn default_cpus(max_node_cpus: u32) -> (u32, u32) {
+    let cap = |cpus: u32| cpus.clamp(1, max_node_cpus.max(1));
+    let asked = drover_core::spec::Resources::default();
+    (cap(asked.cpus_per_worker), cap(asked.cpus_per_ps))
 }
 
 /// The distinct models of the nodes' GPUs (each node's first GPU's), lower case, in order.
