@@ -20,7 +20,6 @@
 //! them. Solved with `microlp` (a pure-Rust simplex solver: the program has jobs x models + 1
 //! variables, a few hundred to a few thousand).
 
-use super::common::claims;
 use super::interface::{Oracle, Policy, PolicyError};
 use super::tiresias::Tiresias;
 use crate::cluster::{GpuModelTag, GpuModels};
@@ -322,11 +321,11 @@ impl Policy for Gavel {
             self.solve(snapshot, &gpus);
         }
         let mut priorities = self.priorities(snapshot);
-        // Higher claims (guarantees, then priority) take models first; Gavel's order within.
-        let all: Vec<usize> = (0..snapshot.jobs.len()).collect();
-        if let Some(claims) = claims(snapshot, &all) {
-            priorities.sort_by_key(|&(_, i, _)| claims[i]);
-        }
+        // Higher priorities take models first; Gavel's order within (a stable sort). Guarantees are
+        // left to its own max-min fairness, as DRF's are: ranked by guarantee as well, it preempted
+        // 4.7 times as often and ran 36% slower (week 40, 48×8, seed 1: 91,835 preemptions and an
+        // average JCT of 17,806 s, against 19,709 and 13,117 s).
+        priorities.sort_by_key(|&(_, i, _)| std::cmp::Reverse(snapshot.jobs[i].priority));
         let mut plan = Plan::default();
         let model_of = |job: &JobView| {
             job.placement
