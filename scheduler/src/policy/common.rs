@@ -183,13 +183,13 @@ fn mixed_priorities(snapshot: &ClusterSnapshot) -> bool {
 
 /// What a job may claim, lowest first: within its tenant's guarantee before borrowing, then the
 /// higher priority.
-pub type Claim = (bool, std::cmp::Reverse<i32>);
+type Claim = (bool, std::cmp::Reverse<i32>);
 
 /// Each job's [`Claim`] (by index), counting guarantees in `order`'s order within each priority; `None`
 /// where priorities are equal and no tenant has a guarantee (every claim alike). A job is within its
 /// tenant's guarantee when its GPUs (its placement's running, its preferred shape's waiting), with those
 /// of the tenant's jobs before it, fit the guarantee.
-pub fn claims(snapshot: &ClusterSnapshot, order: &[usize]) -> Option<Vec<Claim>> {
+fn claims(snapshot: &ClusterSnapshot, order: &[usize]) -> Option<Vec<Claim>> {
     let guarantees = snapshot.tenants.iter().any(|t| t.guaranteed_gpus > 0);
     if !guarantees && !mixed_priorities(snapshot) {
         return None;
@@ -220,10 +220,10 @@ pub fn claims(snapshot: &ClusterSnapshot, order: &[usize]) -> Option<Vec<Claim>>
     Some(claims)
 }
 
-/// `order` stably re-ranked by [`claims`]: jobs within their tenant's guarantee first, then those that
-/// borrow; each group by priority; the policy's order decides within. A policy that runs the first jobs
-/// of this order starts a higher claim before a lower one, and where it preempts, stops the lower claim
-/// for it: a guarantee lent out is taken back.
+/// `order` stably re-ranked by what its jobs may claim: jobs within their tenant's guarantee first,
+/// then those that borrow; each group by priority; the policy's order decides within. A policy that
+/// runs the first jobs of this order starts a higher claim before a lower one, and where it preempts,
+/// stops the lower claim for it: a guarantee lent out is taken back.
 pub fn claim_order(snapshot: &ClusterSnapshot, order: &[usize]) -> Vec<usize> {
     let mut ranked = order.to_vec();
     if let Some(claims) = claims(snapshot, order) {
