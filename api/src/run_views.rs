@@ -59,12 +59,11 @@ pub struct TaskUsageView {
 impl TaskUsageView {
     /// From an executor's measurement (`cpu_cores` negative: not yet known).
     pub fn of(usage: &drover_proto::TaskUsage) -> Self {
-        let point = TaskUsagePoint::of(DateTime::<Utc>::MIN_UTC, usage);
         TaskUsageView {
-            cpu_cores: point.cpu_cores,
-            memory_gb: point.memory_gb,
-            gpu_utilization: point.gpu_utilization,
-            gpu_memory_gb: point.gpu_memory_gb,
+            cpu_cores: (usage.cpu_cores >= 0.0).then_some(usage.cpu_cores),
+            memory_gb: usage.memory_gb,
+            gpu_utilization: usage.gpu_utilization,
+            gpu_memory_gb: usage.gpu_memory_gb,
             history: Vec::new(),
         }
     }

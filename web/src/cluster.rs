@@ -359,9 +359,7 @@ pub async fn nodes(State(state): State<AppState>, session: Session) -> Response 
                 };
             // What the history spans: up to 15 minutes, less on a node (or a leader) just started.
             let minutes = match (history.first(), history.last()) {
-                (Some(first), Some(last)) => ((last.at - first.at).num_seconds() as f64 / 60.0)
-                    .ceil()
-                    .max(1.0) as u32,
+                (Some(first), Some(last)) => crate::time::span_minutes(first.at, last.at),
                 _ => 0,
             };
             let cpu_spark = spark(

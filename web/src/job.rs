@@ -459,10 +459,8 @@ fn task_spark(
     }
     let top = values.iter().flatten().fold(floor, |top, v| top.max(*v));
     let minutes = match (history.first(), history.last()) {
-        (Some(first), Some(last)) => ((last.at - first.at).num_seconds() as f64 / 60.0)
-            .ceil()
-            .max(1.0),
-        _ => 1.0,
+        (Some(first), Some(last)) => crate::time::span_minutes(first.at, last.at),
+        _ => 1,
     };
     Some(drover_plot::sparkline(
         &format!("{what} over the last {minutes} min (0 to {})", short(top)),

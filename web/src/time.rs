@@ -17,6 +17,14 @@ pub struct Time {
 }
 
 /// A duration in the largest sensible unit (`3 h 12 min`, `45 s`).
+/// Whole minutes from `first` to `last` (a recent-use history's span), at least 1.
+pub fn span_minutes(
+    first: chrono::DateTime<chrono::Utc>,
+    last: chrono::DateTime<chrono::Utc>,
+) -> u32 {
+    ((last - first).num_seconds() as f64 / 60.0).ceil().max(1.0) as u32
+}
+
 pub fn duration(seconds: f64) -> String {
     if !seconds.is_finite() || seconds < 0.0 {
         return "—".to_owned();
