@@ -1,6 +1,13 @@
-//! `drover sim sweep`: the policy comparison across cluster sizes (light to overloaded) and seeds, with
-//! one table, a CSV of every run and a chart of each policy's average JCT over the best non-oracle
-//! baseline's against offered load.
+//! `drover sim sweep`: the policy comparison across cluster sizes (light to overloaded), seeds and
+//! (`--weeks`) weeks of the trace, with one table, a CSV of every run, a chart of each policy's
+//! average JCT over the best non-oracle baseline's against offered load, and `drover`'s targets per
+//! cell ([`targets`]).
+
+mod row;
+mod targets;
+mod weeks;
+
+pub use row::SweepRow;
 
 use crate::output::out;
 use crate::sim::workload::{WorkloadArgs, parse_cluster, print_settings};
@@ -24,6 +31,11 @@ pub struct SweepArgs {
     /// Seeds, comma-separated: every cluster size runs with each.
     #[arg(long, default_value = "1,2,3")]
     seeds: String,
+    /// ISO weeks of the trace, each replayed on its own at every cluster size and seed (Monday
+    /// 00:00 UTC to the next Monday): `2017-W36..2017-W44`, `2017-W36..W44` or a comma-separated
+    /// list. Not with --from/--to, which replay one window.
+    #[arg(long)]
+    weeks: Option<String>,
     /// Policies to compare (comma-separated). Oracle baselines (srtf, optimus-oracle) and drover's
     /// ablations may be listed; the "best baseline" is the best of the others.
     #[arg(
@@ -49,18 +61,21 @@ pub struct SweepArgs {
 struct Recorded {
     /// The workload settings and Drover's version: a run is reused only under the same.
     settings: String,
+    /// The ISO week replayed (`--weeks`), if one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    week: Option<String>,
     cluster: String,
     seed: u64,
     policy: String,
     report: Report,
 }
 
-/// The runs recorded in `path` under `settings`, by (cluster, seed, policy); a line that does not parse
-/// (a run cut off while being written) is skipped.
-fn recorded_runs(
-    path: &Path,
-    settings: &str,
-) -> anyhow::Result<BTreeMap<(String, u64, String), Report>> {
+/// What a recorded run is found by: its week, cluster, seed and policy.
+type RunKey = (Option<String>, String, u64, String);
+
+/// The runs recorded in `path` under `settings`, by (week, cluster, seed, policy); a line that does
+/// not parse (a run cut off while being written) is skipped.
+fn recorded_runs(path: &Path, settings: &str) -> anyhow::Result<BTreeMap<RunKey, Report>> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
@@ -70,24 +85,17 @@ fn recorded_runs(
         .lines()
         .filter_map(|line| serde_json::from_str::<Recorded>(line).ok())
         .filter(|run| run.settings == settings)
-        .map(|run| ((run.cluster, run.seed, run.policy), run.report))
+        .map(|run| ((run.week, run.cluster, run.seed, run.policy), run.report))
         .collect())
 }
 
-/// One simulation of the sweep.
-#[derive(Debug, Clone, Serialize)]
-pub struct SweepRow {
-    pub cluster: String,
-    pub gpus: u32,
-    pub seed: u64,
-    pub offered_load: f64,
-    pub policy: String,
-    pub avg_jct_s: f64,
-    /// Average JCT over the best non-oracle baseline's on the same cluster and seed.
-    pub vs_best_baseline: f64,
-    pub best_baseline: String,
-    pub vs_fifo: Option<f64>,
-    pub report: Report,
+/// One workload of the sweep: a week (or the whole window), a cluster size and a seed.
+struct Unit {
+    week: Option<usize>,
+    cluster: usize,
+    seed: u64,
+    workload: Workload,
+    config: SimConfig,
 }
 
 struct WallClock(Instant);
@@ -144,35 +152,62 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
             "--compare: list at least one non-oracle baseline (fifo, drf, tiresias, ...) to compare with"
         );
     }
-    let inputs = args.workload.inputs()?;
+    let weeks = match &args.weeks {
+        None => Vec::new(),
+        Some(_) if args.workload.has_window() => {
+            bail!("--weeks replays each week on its own: give it without --from/--to")
+        }
+        Some(text) => weeks::parse_weeks(text)?,
+    };
     // Every workload first (cheap), then the simulations on a pool of threads.
-    let mut workloads: Vec<(usize, u64, Workload, SimConfig)> = Vec::new();
-    for (c, size) in sizes.iter().enumerate() {
-        for &seed in &seeds {
-            let (workload, config) = args.workload.workload(&inputs, size, seed)?;
-            workloads.push((c, seed, workload, config));
+    let mut units: Vec<Unit> = Vec::new();
+    let windows: Vec<Option<usize>> = if weeks.is_empty() {
+        vec![None]
+    } else {
+        (0..weeks.len()).map(Some).collect()
+    };
+    for &week in &windows {
+        let inputs = match week.map(|w| &weeks[w]) {
+            None => args.workload.inputs()?,
+            Some(w) => args
+                .workload
+                .inputs_in(Some((&w.from, &w.to)))
+                .with_context(|| format!("--weeks: week {}", w.label))?,
+        };
+        for (c, size) in sizes.iter().enumerate() {
+            for &seed in &seeds {
+                let (workload, config) = args.workload.workload(&inputs, size, seed)?;
+                units.push(Unit {
+                    week,
+                    cluster: c,
+                    seed,
+                    workload,
+                    config,
+                });
+            }
         }
     }
-    if let Some((_, _, _, config)) = workloads.first() {
-        print_settings(config, &args.workload);
+    let week_label = |week: Option<usize>| week.map(|w| weeks[w].label.clone());
+    let cell_label = |unit: &Unit| match unit.week {
+        Some(w) => format!("{} {}", weeks[w].label, clusters[unit.cluster]),
+        None => clusters[unit.cluster].clone(),
+    };
+    if let Some(unit) = units.first() {
+        print_settings(&unit.config, &args.workload);
     }
-    for (c, size) in sizes.iter().enumerate() {
-        let loads: Vec<String> = workloads
+    for group in units.chunk_by(|a, b| a.week == b.week && a.cluster == b.cluster) {
+        let loads: Vec<String> = group
             .iter()
-            .filter(|w| w.0 == c)
-            .map(|w| format!("{:.2}", w.2.offered_load()))
+            .map(|u| format!("{:.2}", u.workload.offered_load()))
             .collect();
         eprintln!(
-            "cluster {}: {} jobs, offered load {} (by seed)",
-            size.label(),
-            workloads
-                .iter()
-                .find(|w| w.0 == c)
-                .map_or(0, |w| w.2.jobs.len()),
+            "{}: {} jobs, offered load {} (by seed)",
+            cell_label(&group[0]),
+            group[0].workload.jobs.len(),
             loads.join(" / ")
         );
     }
-    let tasks: Vec<(usize, &str)> = (0..workloads.len())
+    let tasks: Vec<(usize, &str)> = (0..units.len())
         .flat_map(|w| policies.iter().map(move |p| (w, p.as_str())))
         .collect();
     std::fs::create_dir_all(&args.out)
@@ -187,8 +222,13 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
     let mut results: Vec<Option<Report>> = tasks
         .iter()
         .map(|&(w, policy)| {
-            let (c, seed, _, _) = &workloads[w];
-            reused.remove(&(clusters[*c].clone(), *seed, policy.to_owned()))
+            let unit = &units[w];
+            reused.remove(&(
+                week_label(unit.week),
+                clusters[unit.cluster].clone(),
+                unit.seed,
+                policy.to_owned(),
+            ))
         })
         .collect();
     let todo: Vec<usize> = (0..tasks.len()).filter(|&t| results[t].is_none()).collect();
@@ -212,8 +252,13 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .clamp(1, todo.len().max(1));
     eprintln!(
-        "{} simulations to run ({} cluster sizes x {} seeds x {} policies) on {threads} threads",
+        "{} simulations to run ({}{} cluster sizes x {} seeds x {} policies) on {threads} threads",
         todo.len(),
+        if weeks.is_empty() {
+            String::new()
+        } else {
+            format!("{} weeks x ", weeks.len())
+        },
         sizes.len(),
         seeds.len(),
         policies.len()
@@ -238,10 +283,11 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
                         return;
                     }
                     let (w, policy) = tasks[task];
-                    let (c, seed, workload, config) = &workloads[w];
+                    let unit = &units[w];
+                    let seed = unit.seed;
                     let clock = WallClock(Instant::now());
                     let run_started = Instant::now();
-                    match sim::run_policy(policy, workload, *config, &clock) {
+                    match sim::run_policy(policy, &unit.workload, unit.config, &clock) {
                         Ok((report, _)) => {
                             let count = done.lock().map(|mut d| {
                                 *d += 1;
@@ -251,14 +297,15 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
                                 "[{}/{}] {} seed {seed} {policy}: avg JCT {:.0} s ({:.1} s)",
                                 count.unwrap_or(0),
                                 todo.len(),
-                                clusters[*c],
+                                cell_label(unit),
                                 report.avg_jct_s,
                                 run_started.elapsed().as_secs_f64()
                             );
                             let line = serde_json::to_string(&Recorded {
                                 settings: settings.clone(),
-                                cluster: clusters[*c].clone(),
-                                seed: *seed,
+                                week: week_label(unit.week),
+                                cluster: clusters[unit.cluster].clone(),
+                                seed,
                                 policy: policy.to_owned(),
                                 report: report.clone(),
                             });
@@ -274,7 +321,7 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
                             if let Ok(mut failure) = failure.lock() {
                                 failure.get_or_insert(anyhow::Error::new(err).context(format!(
                                     "policy {policy} on {} seed {seed}",
-                                    clusters[*c]
+                                    cell_label(unit)
                                 )));
                             }
                             return;
@@ -294,7 +341,7 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
         results[task] = Some(report);
     }
     let mut rows = Vec::new();
-    for (w, (c, seed, workload, _)) in workloads.iter().enumerate() {
+    for (w, unit) in units.iter().enumerate() {
         let reports: Vec<&Report> = results[w * policies.len()..(w + 1) * policies.len()]
             .iter()
             .map(|r| r.as_ref().context("a simulation did not finish"))
@@ -305,12 +352,19 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
             .min_by(|a, b| a.avg_jct_s.total_cmp(&b.avg_jct_s))
             .context("no baseline ran")?;
         let fifo = reports.iter().find(|r| r.policy == "fifo");
+        let drf = reports.iter().find(|r| r.policy == "drf");
         for report in &reports {
+            let worst = drf
+                .filter(|drf| drf.policy != report.policy)
+                .and_then(|drf| sim::tenant_rho_ratios(report, drf).into_iter().next());
             rows.push(SweepRow {
-                cluster: clusters[*c].clone(),
+                week: week_label(unit.week),
+                worst_tenant_vs_drf: worst.as_ref().map(|w| w.1),
+                worst_tenant: worst.map(|w| w.0),
+                cluster: clusters[unit.cluster].clone(),
                 gpus: report.cluster_gpus,
-                seed: *seed,
-                offered_load: workload.offered_load(),
+                seed: unit.seed,
+                offered_load: unit.workload.offered_load(),
                 policy: report.policy.clone(),
                 avg_jct_s: report.avg_jct_s,
                 vs_best_baseline: report.avg_jct_s / best.avg_jct_s.max(1e-9),
@@ -329,15 +383,30 @@ pub fn run(args: SweepArgs, json: bool) -> anyhow::Result<()> {
         args.out.join("sweep.svg"),
         sim::svg::sweep(&chart_series(&rows, &policies)),
     )?;
+    let cells = targets::cells(&rows, policies.len());
+    if !cells.is_empty() {
+        std::fs::write(args.out.join("targets.md"), targets::markdown(&cells))?;
+    }
     if json {
         out!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         print_table(&rows, &policies);
+        if !cells.is_empty() {
+            out!("drover's targets, per week, cluster and seed (table in targets.md):");
+            for line in targets::summary(&cells) {
+                out!("  {line}");
+            }
+        }
     }
     eprintln!(
-        "{} simulations in {:.0} s; wrote sweep.csv, sweep.json and sweep.svg to {}",
+        "{} simulations in {:.0} s; wrote sweep.csv, sweep.json, sweep.svg{} to {}",
         todo.len(),
         started.elapsed().as_secs_f64(),
+        if cells.is_empty() {
+            ""
+        } else {
+            " and targets.md"
+        },
         args.out.display()
     );
     Ok(())
@@ -376,7 +445,11 @@ fn chart_series(rows: &[SweepRow], policies: &[String]) -> Vec<(String, Vec<(f64
 }
 
 fn print_table(rows: &[SweepRow], policies: &[String]) {
+    let weeks = rows.iter().any(|r| r.week.is_some());
     let mut header: Vec<String> = vec!["CLUSTER".into(), "SEED".into(), "LOAD".into()];
+    if weeks {
+        header.insert(0, "WEEK".into());
+    }
     header.extend(policies.iter().map(|p| p.to_uppercase()));
     header.push("BEST BASELINE".into());
     header.push("DROVER AVG JCT (s)".into());
@@ -391,6 +464,13 @@ fn print_table(rows: &[SweepRow], policies: &[String]) {
             first.seed.to_string(),
             format!("{:.2}", first.offered_load),
         ];
+        let cell = match &first.week {
+            Some(week) => {
+                line.insert(0, week.clone());
+                format!("{week} {}", first.cluster)
+            }
+            None => first.cluster.clone(),
+        };
         line.extend(group.iter().map(|r| format!("{:.2}", r.vs_best_baseline)));
         line.push(first.best_baseline.clone());
         let drover = group.iter().find(|r| r.policy == "drover");
@@ -399,14 +479,13 @@ fn print_table(rows: &[SweepRow], policies: &[String]) {
         if let Some(drover) = drover {
             if drover.vs_best_baseline > 1.05 {
                 misses.push(format!(
-                    "{} seed {}: drover {:.2}x the best baseline ({})",
-                    drover.cluster, drover.seed, drover.vs_best_baseline, drover.best_baseline
+                    "{cell} seed {}: drover {:.2}x the best baseline ({})",
+                    drover.seed, drover.vs_best_baseline, drover.best_baseline
                 ));
             }
             if drover.vs_fifo.is_some_and(|v| v > 1.0) {
                 misses.push(format!(
-                    "{} seed {}: drover {:.2}x FIFO",
-                    drover.cluster,
+                    "{cell} seed {}: drover {:.2}x FIFO",
                     drover.seed,
                     drover.vs_fifo.unwrap_or(0.0)
                 ));
@@ -429,12 +508,13 @@ fn print_table(rows: &[SweepRow], policies: &[String]) {
 
 fn sweep_csv(rows: &[SweepRow]) -> String {
     let mut text = String::from(
-        "cluster,gpus,seed,offered_load,policy,avg_jct_s,vs_best_baseline,best_baseline,vs_fifo,median_jct_s,p99_jct_s,makespan_s,max_rho,jain_index,preemptions,suspensions,resizes,migrations\n",
+        "week,cluster,gpus,seed,offered_load,policy,avg_jct_s,vs_best_baseline,best_baseline,vs_fifo,median_jct_s,p99_jct_s,makespan_s,max_rho,jain_index,preemptions,suspensions,resizes,migrations,worst_tenant_vs_drf,avg_queueing_s\n",
     );
     for r in rows {
         let d = r.report.disruptions;
         text.push_str(&format!(
-            "{},{},{},{:.3},{},{:.0},{:.4},{},{},{:.0},{:.0},{:.0},{:.2},{:.4},{},{},{},{}\n",
+            "{},{},{},{},{:.3},{},{:.0},{:.4},{},{},{:.0},{:.0},{:.0},{:.2},{:.4},{},{},{},{},{},{:.0}\n",
+            r.week.as_deref().unwrap_or(""),
             r.cluster,
             r.gpus,
             r.seed,
@@ -452,7 +532,10 @@ fn sweep_csv(rows: &[SweepRow]) -> String {
             d.preemptions,
             d.suspensions,
             d.resizes,
-            d.migrations
+            d.migrations,
+            r.worst_tenant_vs_drf
+                .map_or_else(String::new, |v| format!("{v:.4}")),
+            r.report.avg_queueing_s
         ));
     }
     text

@@ -105,11 +105,26 @@ impl Inputs {
 }
 
 impl WorkloadArgs {
-    /// Reads and parses the trace, the measurements and the quota file.
+    /// Reads and parses the trace (in `--from`/`--to`), the measurements and the quota file.
     pub fn inputs(&self) -> anyhow::Result<Inputs> {
+        self.inputs_in(None)
+    }
+
+    /// Whether `--from` or `--to` was given.
+    pub fn has_window(&self) -> bool {
+        self.from.is_some() || self.to.is_some()
+    }
+
+    /// [`WorkloadArgs::inputs`] with the trace's jobs submitted in `window` (from, to: `YYYY-MM-DD
+    /// HH:MM`) rather than `--from`/`--to`.
+    pub fn inputs_in(&self, window: Option<(&str, &str)>) -> anyhow::Result<Inputs> {
+        let (from, to) = match window {
+            Some((from, to)) => (Some(from.to_owned()), Some(to.to_owned())),
+            None => (self.from.clone(), self.to.clone()),
+        };
         let filter = TraceFilter {
-            from_s: time_arg(&self.from, "--from")?,
-            to_s: time_arg(&self.to, "--to")?,
+            from_s: time_arg(&from, "--from")?,
+            to_s: time_arg(&to, "--to")?,
             tenant: self.vc.clone(),
         };
         let trace_text = std::fs::read_to_string(&self.trace).with_context(|| {
