@@ -120,7 +120,8 @@ pub fn until(value: &Value) -> String {
     }
 }
 
-/// `in 12m (in 5m–in 40m)`: the predicted start and its band, for tables.
+/// `in 12m (in 5m–in 40m)`: the predicted start and its band, for tables; `, a rough guess` when it
+/// rests on guessed lengths.
 pub fn predicted_start(queue: &Value) -> String {
     let start = until(&queue["predicted_start"]);
     if queue["predicted_start"].is_null() {
@@ -143,5 +144,11 @@ pub fn predicted_start(queue: &Value) -> String {
     } else {
         ""
     };
-    format!("{start} ({p10} – {p90}{overdue})")
+    // Resting on lengths guessed for jobs like none that has finished or been measured.
+    let guess = if queue["guesses"].as_u64().is_some_and(|n| n > 0) {
+        ", a rough guess"
+    } else {
+        ""
+    };
+    format!("{start} ({p10} – {p90}{overdue}{guess})")
 }

@@ -287,6 +287,7 @@ impl Forecaster {
                 finish: time_of(p.finish_s),
                 p10: time_of(p.start_p10_s),
                 p90: time_of(p.start_p90_s),
+                guesses: p.guesses,
             };
             // Beyond the head, a head forecast keeps the last full forecast's times.
             let entry = match self.known.get(&p.job) {

@@ -88,6 +88,8 @@ impl Observed {
             restarts,
             step_budget: budget.steps,
             runs_to_budget: budget.only_stop,
+            // Of the document, not of the samples: the snapshot sets it (`program_of`).
+            program: None,
         }
     }
 }
@@ -121,6 +123,49 @@ impl Budget {
             (None, None) => None,
         }
     }
+}
+
+/// Which program a job runs, as a key ([`Observations::program`]): jobs with the same key run at
+/// about the same speed. A `train` job's is its model, data, batch, optimizer kind, evaluation
+/// cadence and GPUs per worker (not its learning rate, seed, budget or target, which leave a step's
+/// time alone); a `command` trial's is its tenant's experiment (its trials differ in their
+/// hyper-parameters' values, seldom in speed); another `command` job's is its image, directory,
+/// arguments and GPUs per worker. `None` for a document without either.
+pub fn program_of(
+    spec: &drover_core::spec::DroverJob,
+    tenant: drover_core::TenantId,
+) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    // Fixed keys: the same program gets the same key on every replica and after a restart.
+    let mut hasher = std::hash::DefaultHasher::new();
+    spec.spec.resources.gpus_per_worker.hash(&mut hasher);
+    if let Some(train) = &spec.spec.train {
+        let optimizer = serde_json::to_value(&train.optimizer).ok();
+        let kind = optimizer.as_ref().and_then(|o| o.get("type"));
+        serde_json::to_string(&(
+            "train",
+            &train.model,
+            &train.dataset,
+            kind,
+            train.batch_size,
+            train.eval_every,
+            train.grad_clip_norm.is_some(),
+        ))
+        .ok()?
+        .hash(&mut hasher);
+    } else if let Some(command) = &spec.spec.command {
+        match spec
+            .metadata
+            .labels
+            .get(drover_core::experiment::EXPERIMENT_LABEL)
+        {
+            Some(experiment) => ("trial", tenant.0, experiment).hash(&mut hasher),
+            None => ("command", &command.image, &command.workdir, &command.argv).hash(&mut hasher),
+        }
+    } else {
+        return None;
+    }
+    Some(hasher.finish())
 }
 
 impl Tracked {
@@ -338,6 +383,58 @@ mod tests {
             }
         );
         assert_eq!(Budget::of(&parse(document(""))), Budget::default());
+    }
+
+    /// Jobs differing only in what leaves a step's time alone (name, learning rate, seed, budget)
+    /// share a program; a batch, a model or a GPU count makes another; a command's trials share
+    /// their tenant's experiment whatever their arguments.
+    #[test]
+    fn a_program_is_what_decides_a_steps_time() {
+        let parse = |text: String| {
+            drover_core::spec::DroverJob::parse(text.as_bytes(), drover_core::spec::Format::Yaml)
+                .expect("valid")
+        };
+        let train = |name: &str, lr: &str, batch: u32, steps: u32, gpus: u32| {
+            parse(format!(
+                "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {{name: {name}}}\nspec:\n  \
+                 type: train\n  resources: {{gpus_per_worker: {gpus}}}\n  train:\n    \
+                 model: {{type: mlp}}\n    dataset: {{type: digits}}\n    \
+                 optimizer: {{type: sgd, lr: {lr}}}\n    batch_size: {batch}\n    \
+                 max_steps: {steps}\n"
+            ))
+        };
+        let tenant = drover_core::TenantId(uuid::Uuid::from_u128(1));
+        let key = |spec| program_of(&spec, tenant).expect("a program");
+        let base = key(train("a", "0.1", 64, 1000, 1));
+        assert_eq!(key(train("b", "0.01", 64, 5000, 1)), base);
+        assert_ne!(key(train("a", "0.1", 128, 1000, 1)), base);
+        assert_ne!(key(train("a", "0.1", 64, 1000, 2)), base);
+        let command = |argv: &str, experiment: Option<&str>| {
+            let labels = experiment.map_or(String::new(), |e| {
+                format!(", labels: {{drover.dev/experiment: {e}}}")
+            });
+            parse(format!(
+                "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {{name: c{labels}}}\n\
+                 spec:\n  type: command\n  command: {{argv: [{argv}]}}\n"
+            ))
+        };
+        let trial = key(command("python3, t.py, --lr, '0.1'", Some("sweep")));
+        assert_eq!(
+            key(command("python3, t.py, --lr, '0.3'", Some("sweep"))),
+            trial
+        );
+        assert_ne!(
+            key(command("python3, t.py, --lr, '0.1'", Some("other"))),
+            trial
+        );
+        let other_tenant = drover_core::TenantId(uuid::Uuid::from_u128(2));
+        assert_ne!(
+            program_of(&command("python3, t.py", Some("sweep")), other_tenant),
+            Some(trial)
+        );
+        let plain = key(command("python3, t.py, --lr, '0.1'", None));
+        assert_ne!(key(command("python3, t.py, --lr, '0.3'", None)), plain);
+        assert_eq!(key(command("python3, t.py, --lr, '0.1'", None)), plain);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //!   and a cordon or a blip in the connection must not preempt what runs.
 
 use super::Observed;
-use super::observe::Budget;
+use super::observe::{Budget, program_of};
 use drover_core::{JobId, JobState};
 use drover_scheduler::snapshot::{Observations, Range, Tenant as SchedTenant};
 use drover_scheduler::{
@@ -190,19 +190,25 @@ pub(super) fn build<'a>(
             priority: spec.spec.scheduling.priority,
             submit_s: seconds(job.created_at),
             preemptible: spec.spec.scheduling.preemptible,
-            observed: match seen.get(&job.id) {
-                Some(seen) => seen.observed.observations(
-                    resources.gpus_per_worker,
-                    Budget::of(spec),
-                    seconds(job.updated_at),
-                    seen.last_checkpoint.map(seconds),
-                    job.restarts,
-                ),
-                None => Observations {
-                    last_state_change_s: seconds(job.updated_at),
-                    restarts: job.restarts,
-                    ..Observations::default()
-                },
+            observed: Observations {
+                program: program_of(spec, job.tenant_id),
+                // A job not measured yet still has its budget (its speed may be borrowed).
+                ..match seen.get(&job.id) {
+                    Some(seen) => seen.observed.observations(
+                        resources.gpus_per_worker,
+                        Budget::of(spec),
+                        seconds(job.updated_at),
+                        seen.last_checkpoint.map(seconds),
+                        job.restarts,
+                    ),
+                    None => Observed::default().observations(
+                        resources.gpus_per_worker,
+                        Budget::of(spec),
+                        seconds(job.updated_at),
+                        None,
+                        job.restarts,
+                    ),
+                }
             },
             ..JobView::of_document(job.id, spec)
         };

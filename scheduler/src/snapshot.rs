@@ -49,7 +49,8 @@ pub struct StepStats {
     pub gpu: crate::cluster::GpuModelTag,
 }
 
-/// What has been observed of a job; never its true speed or length.
+/// What has been observed of a job (and what it declared that the observations are read with: its
+/// step budget, its program); never its true speed or length.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Observations {
     /// GPUs × seconds the job has held (Tiresias's 2D attained service).
@@ -73,6 +74,12 @@ pub struct Observations {
     /// It stops only at its budget (it declared no target to stop at earlier), whatever its loss
     /// curve says.
     pub runs_to_budget: bool,
+    /// Which program it runs, as a key: jobs with the same key (the same model, data and batch, or
+    /// the same command, or trials of one experiment) run at about the same speed, so one not yet
+    /// measured is taken to run at theirs. Declared, like the budget; `None` where unknown (the
+    /// simulator's traces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<u64>,
 }
 
 impl Observations {

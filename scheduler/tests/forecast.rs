@@ -9,8 +9,8 @@ mod estimates;
 use common::{FixedOracle, apply, id, job, snapshot};
 use drover_scheduler::cluster::uniform_cluster;
 use drover_scheduler::forecast::{
-    Finished, ForecastConfig, NO_HISTORY, Priors, Remaining, estimate, forecast, predict_start,
-    recent_arrivals,
+    Basis, Finished, ForecastConfig, NO_HISTORY, Priors, Remaining, estimate, forecast,
+    predict_start, recent_arrivals,
 };
 use drover_scheduler::sim::predict::{PredictOptions, accuracy};
 use drover_scheduler::sim::{self, SimConfig, Stopwatch, TraceFilter};
@@ -24,6 +24,7 @@ fn fixed(seconds: f64) -> Remaining {
         p50: seconds,
         p90: seconds * 2.0,
         alone: false,
+        basis: Basis::History,
     }
 }
 
@@ -85,6 +86,28 @@ fn fifo_queue_starts_each_job_when_the_one_before_it_finishes() {
     assert!((first.start_p90_s.unwrap() - now - 7_200.0).abs() < 1.0);
     assert!((second.start_p90_s.unwrap() - now - 10_800.0).abs() < 1.0);
     assert!((forecast.finishing[&id(0)] - now - 3_600.0).abs() < 1.0);
+    assert_eq!((first.guesses, second.guesses), (0, 0));
+}
+
+#[test]
+fn a_prediction_counts_the_guessed_estimates_it_rests_on() {
+    let (snap, plan, mut remaining) = full_node();
+    let policy = build_policy("fifo", None).unwrap();
+    let config = ForecastConfig::default();
+    let guesses = |remaining: &HashMap<drover_core::JobId, Remaining>| {
+        let f = forecast(&snap, &plan, &*policy, remaining, &config, &[]).unwrap();
+        f.waiting.iter().map(|p| p.guesses).collect::<Vec<_>>()
+    };
+    // The running job's length guessed: both waiting jobs rest on it.
+    remaining.get_mut(&id(0)).unwrap().basis = Basis::Guess;
+    assert_eq!(guesses(&remaining), [1, 1]);
+    // The first waiting job's too: the second rests on both, the first not on its own.
+    remaining.get_mut(&id(1)).unwrap().basis = Basis::Guess;
+    assert_eq!(guesses(&remaining), [1, 2]);
+    // A job with no estimate at all is a guess.
+    remaining.remove(&id(0));
+    remaining.get_mut(&id(1)).unwrap().basis = Basis::Measured;
+    assert_eq!(guesses(&remaining), [1, 1]);
 }
 
 #[test]

@@ -44,6 +44,10 @@ pub struct QueuePosition {
     pub overdue: bool,
     /// When the forecast was made.
     pub forecast_at: Option<DateTime<Utc>>,
+    /// How many of the estimates the prediction rests on (the running jobs' and those of the jobs
+    /// ahead) are guesses: no job like them has finished or been measured yet, so each is taken to
+    /// run about an hour (between ten minutes and eight hours). Above 0 the prediction is rough.
+    pub guesses: u32,
 }
 
 impl QueuePosition {
@@ -77,6 +81,7 @@ impl QueuePosition {
             p90: entry.and_then(|e| e.p90),
             overdue: false,
             forecast_at: entry.and(forecast_at),
+            guesses: entry.map_or(0, |e| e.guesses),
         };
         position.not_before(now, true);
         position
@@ -90,6 +95,7 @@ impl QueuePosition {
         self.predicted_finish = None;
         self.p10 = None;
         self.p90 = None;
+        self.guesses = 0;
     }
 
     /// Moves the prediction to start no earlier than `at` (the band and the finish with it);
@@ -409,6 +415,7 @@ mod tests {
             finish: Some(now + Duration::minutes(start_min + 30)),
             p10: Some(now + Duration::minutes(start_min - 5)),
             p90: Some(now + Duration::minutes(start_min + 5)),
+            guesses: 0,
         }
     }
 

@@ -34,6 +34,10 @@ pub struct QueueEntry {
     pub finish: Option<DateTime<Utc>>,
     pub p10: Option<DateTime<Utc>>,
     pub p90: Option<DateTime<Utc>>,
+    /// How many of the estimates the start rests on are guesses (nothing like those jobs has
+    /// finished or been measured). Absent in forecasts recorded before it existed: none counted.
+    #[serde(default)]
+    pub guesses: u32,
 }
 
 /// Why an allocation ended.

@@ -53,6 +53,22 @@ struct Waiting {
     start: String,
     band: String,
     start_at: Option<Time>,
+    /// Said when the prediction rests on guessed lengths ([`guess_note`]); empty otherwise.
+    guess: String,
+}
+
+/// What a prediction resting on `guesses` guessed lengths says of itself; empty for none.
+pub(crate) fn guess_note(guesses: u32) -> String {
+    match guesses {
+        0 => String::new(),
+        1 => "a rough guess: 1 job it waits on is like no job that has finished or been measured, \
+              and is taken to run about an hour"
+            .to_owned(),
+        n => format!(
+            "a rough guess: {n} jobs it waits on are like no job that has finished or been \
+             measured, and are taken to run about an hour each"
+        ),
+    }
 }
 
 /// `in 12 min` from now, or `now`.
@@ -160,6 +176,11 @@ pub(crate) fn queue_rows(view: &drover_service::queue::QueueView) -> QueueRows {
                 ),
             };
             Waiting {
+                guess: if start_at.is_some() {
+                    guess_note(q.guesses)
+                } else {
+                    String::new()
+                },
                 start,
                 band,
                 start_at,
@@ -216,6 +237,7 @@ async fn queue_page(
             start: String::new(),
             band: String::new(),
             start_at: None,
+            guess: String::new(),
         })
         .collect();
     let first = view.offset + 1;

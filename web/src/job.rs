@@ -86,6 +86,11 @@ impl QueueFacts {
                 duration((at - now).num_milliseconds() as f64 / 1000.0)
             ),
         };
+        // A prediction resting on guessed lengths says so.
+        let guess = match crate::cluster::guess_note(queue.guesses) {
+            note if note.is_empty() => note,
+            note => format!(" — {note}"),
+        };
         let start = match (
             queue.reason.as_deref(),
             queue.position,
@@ -95,10 +100,10 @@ impl QueueFacts {
             (_, None, _) => "not forecast yet".to_owned(),
             (_, Some(_), None) => "beyond 30 days".to_owned(),
             (_, Some(_), Some(_)) if queue.overdue => {
-                "now (overdue: the forecast's start has passed)".to_owned()
+                format!("now (overdue: the forecast's start has passed){guess}")
             }
             (_, Some(_), Some(at)) => format!(
-                "{} (p10 – p90: {} – {})",
+                "{} (p10 – p90: {} – {}){guess}",
                 when(Some(at)),
                 when(queue.p10),
                 queue.p90.map_or("later".to_owned(), |p| when(Some(p)))

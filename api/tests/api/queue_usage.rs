@@ -39,6 +39,7 @@ async fn the_queue_lists_each_tenants_waiting_jobs_in_forecast_order() {
         finish: Some(now + Duration::minutes(minutes + 30)),
         p10: Some(now + Duration::minutes(minutes / 2)),
         p90: Some(now + Duration::minutes(minutes * 2)),
+        guesses: 0,
     };
     app.db
         .store

@@ -1,5 +1,6 @@
-//! Remaining work: what has been measured of a job (its step budget and speed, a fitted loss curve),
-//! or how long jobs of its tenant and size ran (finished ones, and running ones as lengths of at
+//! Remaining work: what has been measured of a job (its step budget and speed, a fitted loss curve;
+//! before it has been measured, the speed of jobs running its program), or how long jobs of its
+//! tenant and size ran (finished ones, and running ones as lengths of at
 //! least their age), given how long it (or its sweep) has run, each as a 10th, 50th and 90th
 //! percentile.
 
@@ -7,7 +8,7 @@ use super::cohort::Cohorts;
 use super::config::PACKING_SLOWDOWN;
 use super::history::{Finished, TENANT_HISTORY_MIN};
 use super::lengths::{Lengths, Quantiles};
-use super::remaining::Remaining;
+use super::remaining::{Basis, Remaining};
 use crate::perf::{ConvergenceModel, SpeedModel};
 use crate::snapshot::{JobView, Shape, StepStats};
 use serde::Serialize;
@@ -45,6 +46,10 @@ pub struct Priors {
     /// How long the jobs of each active sweep ran, from its members that ended and those still
     /// running, once [`TENANT_HISTORY_MIN`] of them have ended: the narrowest history there is.
     pub by_cohort: BTreeMap<u64, Lengths>,
+    /// The speed of each program ([`Observations::program`](crate::snapshot::Observations)) among
+    /// the active jobs, from the one of its jobs measured most: a job not yet measured runs at it.
+    #[serde(skip)]
+    pub programs: BTreeMap<u64, SpeedModel>,
 }
 
 /// A cohort says how old its members are once this many of them have run (a sweep, not a
@@ -156,6 +161,7 @@ impl Priors {
             }
         }
         Priors {
+            programs: Priors::programs_of(active),
             overall: Lengths::estimate(overall.finished, overall.running),
             by_tenant: per_tenant
                 .into_iter()
@@ -170,6 +176,39 @@ impl Priors {
             cohort_ages,
             by_cohort,
         }
+    }
+
+    /// Each program's speed, from the active job of it with the most step times measured alone
+    /// (else shared) on its GPUs.
+    fn programs_of(active: &[JobView]) -> BTreeMap<u64, SpeedModel> {
+        let mut best: BTreeMap<u64, (bool, u64, &JobView)> = BTreeMap::new();
+        for job in active {
+            let Some(program) = job.observed.program else {
+                continue;
+            };
+            let stats = &job.observed.step_stats;
+            let alone = stats.iter().any(|s| !s.shared && s.samples > 0);
+            let samples: u64 = stats.iter().map(|s| u64::from(s.samples)).sum();
+            if samples == 0 {
+                continue;
+            }
+            let rank = (alone, samples, job);
+            match best.get(&program) {
+                Some(&(a, n, _)) if (a, n) >= (alone, samples) => {}
+                _ => {
+                    best.insert(program, rank);
+                }
+            }
+        }
+        best.into_iter()
+            .filter_map(|(program, (_, _, job))| Some((program, speed_model(job)?)))
+            .collect()
+    }
+
+    /// Seconds per step at `shape` of the jobs running `job`'s program, when one was measured.
+    fn borrowed_step_s(&self, job: &JobView, shape: Shape) -> Option<f64> {
+        let s = self.programs.get(&job.observed.program?)?.step_s(shape);
+        (s.is_finite() && s > 0.0).then_some(s)
     }
 
     /// The jobs that have run, as censored lengths.
@@ -256,9 +295,24 @@ pub fn estimate(job: &JobView, priors: &Priors) -> Remaining {
         // It stops at its budget, or at its target when it has one and the loss curve says it is
         // near: the speed (and the fit) are the only uncertainty.
         return match fitted_left {
-            None => Remaining::scaled(Remaining::point(left * step_s), 0.9, 1.2),
-            Some(fit) => Remaining::scaled(Remaining::point(left.min(fit) * step_s), 0.6, 1.3),
+            None => Remaining::scaled(Remaining::point(left * step_s, Basis::Measured), 0.9, 1.2),
+            Some(fit) => Remaining::scaled(
+                Remaining::point(left.min(fit) * step_s, Basis::Measured),
+                0.6,
+                1.3,
+            ),
         };
+    }
+    // Not measured yet, but jobs of its program were: its budget at their speed. Wider than its
+    // own: its GPUs, its neighbours and its target may differ from theirs.
+    if let (Some(step_s), Some(left)) = (priors.borrowed_step_s(job, job.preferred), budget_left) {
+        let left = fitted_left.map_or(left, |fit| left.min(fit));
+        let low = if job.observed.runs_to_budget {
+            0.8
+        } else {
+            0.5
+        };
+        return Remaining::scaled(Remaining::point(left * step_s, Basis::Borrowed), low, 1.5);
     }
     // Without a budget a fitted loss curve says when training could stop, not when the job will:
     // how long jobs of its tenant and size ran is the better guide, given how long it has run.
@@ -270,6 +324,7 @@ pub fn estimate(job: &JobView, priors: &Priors) -> Remaining {
     if let Some(lengths) = priors.by_cohort.get(&priors.cohorts.get(job.id)) {
         return Remaining {
             alone: true,
+            basis: Basis::Sweep,
             ..lengths.remaining_after(ran)
         };
     }
@@ -279,9 +334,12 @@ pub fn estimate(job: &JobView, priors: &Priors) -> Remaining {
         .cohort_ages
         .get(&priors.cohorts.get(job.id))
         .map_or(ran, |&oldest| oldest.max(ran));
-    let left = match priors.for_job(job.tenant, gpus) {
-        Some(lengths) => lengths.remaining_after(cohort_ran),
-        None => Lengths::from_quantiles(NO_HISTORY).remaining_after(cohort_ran),
+    let (left, basis) = match priors.for_job(job.tenant, gpus) {
+        Some(lengths) => (lengths.remaining_after(cohort_ran), Basis::History),
+        None => (
+            Lengths::from_quantiles(NO_HISTORY).remaining_after(cohort_ran),
+            Basis::Guess,
+        ),
     };
     let lag = cohort_ran - ran;
     Remaining {
@@ -289,5 +347,6 @@ pub fn estimate(job: &JobView, priors: &Priors) -> Remaining {
         p50: left.p50 + lag,
         p90: left.p90 + lag,
         alone: false,
+        basis,
     }
 }

@@ -3,7 +3,7 @@
 //! a given age.
 
 use super::history::TENANT_HISTORY_MIN;
-use super::remaining::Remaining;
+use super::remaining::{Basis, Remaining};
 use serde::Serialize;
 
 /// Quantiles of how long jobs take (seconds at their preferred shape).
@@ -122,6 +122,7 @@ impl Lengths {
             p50: q.p50,
             p90: q.p90,
             alone: false,
+            basis: Basis::History,
         };
         let knots = (0..LEVELS)
             .map(|k| {
@@ -199,6 +200,7 @@ impl Lengths {
                 p50: self.quantile(0.5),
                 p90: self.quantile(0.9),
                 alone: false,
+                basis: Basis::History,
             };
         }
         let below = self.cdf(ran);
@@ -210,6 +212,7 @@ impl Lengths {
                 p50: ran,
                 p90: ran * 9.0,
                 alone: false,
+                basis: Basis::History,
             };
         }
         let left = |u: f64| (self.quantile(below + u * (1.0 - below)) - ran).max(0.0);
@@ -218,6 +221,7 @@ impl Lengths {
             p50: left(0.5),
             p90: left(0.9),
             alone: false,
+            basis: Basis::History,
         }
     }
 }

@@ -30,5 +30,5 @@ pub use config::{ForecastConfig, PACKING_SLOWDOWN};
 pub use estimate::{NO_HISTORY, Priors, estimate, size_class, work_done_s};
 pub use history::{Finished, TENANT_HISTORY_MIN};
 pub use lengths::{Lengths, Quantiles};
-pub use remaining::Remaining;
+pub use remaining::{Basis, Remaining};
 pub use starts::{Forecast, Prediction, forecast, predict_start, queue_order};

@@ -15,6 +15,26 @@ pub struct Remaining {
     /// sweep of hundreds drawn together at one level would have its first members end no sooner
     /// than its median).
     pub alone: bool,
+    /// What the estimate rests on.
+    pub basis: Basis,
+}
+
+/// What a job's remaining-work estimate rests on, from the most to the least it knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Basis {
+    /// Its step budget at its own measured speed.
+    Measured,
+    /// Its step budget at the speed measured of other jobs running the same program (it has not run
+    /// long enough to be measured itself).
+    Borrowed,
+    /// How long the jobs of its own sweep ran.
+    Sweep,
+    /// How long finished (and running) jobs of its tenant or size ran.
+    History,
+    /// Nothing: no job like it has finished or been measured, and it is taken to run
+    /// [`NO_HISTORY`](super::NO_HISTORY) (an hour, between ten minutes and eight hours).
+    Guess,
 }
 
 /// The standard normal's 90th percentile.
@@ -47,16 +67,18 @@ impl Remaining {
             p50: self.p50,
             p90: self.p50 * high,
             alone: self.alone,
+            basis: self.basis,
         }
     }
 
     /// Exactly `seconds`, at every percentile.
-    pub(super) fn point(seconds: f64) -> Remaining {
+    pub(super) fn point(seconds: f64, basis: Basis) -> Remaining {
         Remaining {
             p10: seconds,
             p50: seconds,
             p90: seconds,
             alone: false,
+            basis,
         }
     }
 }
@@ -72,6 +94,7 @@ mod tests {
             p50: 1_000.0,
             p90: 50_000.0,
             alone: false,
+            basis: Basis::History,
         };
         assert!((r.at_level(0.1) - 100.0).abs() < 1e-6);
         assert!((r.at_level(0.5) - 1_000.0).abs() < 1e-6);
@@ -86,6 +109,7 @@ mod tests {
             p50: 0.0,
             p90: 0.0,
             alone: false,
+            basis: Basis::Measured,
         };
         assert_eq!(done.at_level(0.99), 0.0);
     }

@@ -6,7 +6,7 @@ use super::arrivals::Arrival;
 use super::cohort::Cohorts;
 use super::config::ForecastConfig;
 use super::estimate::{self, NO_HISTORY};
-use super::remaining::Remaining;
+use super::remaining::{Basis, Remaining};
 use super::scenario::Scenario;
 use crate::plan::{JobPlan, Placement, Plan, WaitReason};
 use crate::policy::{Oracle, PolicyError};
@@ -132,6 +132,7 @@ impl<'a> Replay<'a> {
                     p50: NO_HISTORY.p50,
                     p90: NO_HISTORY.p90,
                     alone: false,
+                    basis: Basis::Guess,
                 });
                 let progress = Progress {
                     left: estimate

@@ -4,7 +4,7 @@
 use super::arrivals::Arrival;
 use super::cohort::Cohorts;
 use super::config::ForecastConfig;
-use super::remaining::Remaining;
+use super::remaining::{Basis, Remaining};
 use super::replay::{self, Draw, EstimateOracle, Replay};
 use super::scenario::Scenario;
 use crate::plan::{JobPlan, Plan, WaitReason};
@@ -27,6 +27,9 @@ pub struct Prediction {
     /// The start if jobs take as long as their 10th / 90th percentile estimates.
     pub start_p10_s: Option<f64>,
     pub start_p90_s: Option<f64>,
+    /// How many of the estimates its start rests on (the running jobs' and those of the jobs ahead
+    /// of it) are [`Basis::Guess`]es: no job like them has finished or been measured.
+    pub guesses: u32,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -159,10 +162,19 @@ fn replay_all(
             edges.push(run);
         }
     }
+    // A start rests on the running jobs' estimates and those of the jobs ahead.
+    let guessed = |id: &JobId| remaining.get(id).is_none_or(|r| r.basis == Basis::Guess);
+    let mut guesses = snapshot
+        .jobs
+        .iter()
+        .filter(|j| j.placement.is_some() && guessed(&j.id))
+        .count() as u32;
     let waiting = order
         .iter()
         .enumerate()
         .map(|(i, &(id, reason))| {
+            let ahead_guessed = guesses;
+            guesses += u32::from(guessed(&id));
             let starts = Spread::of(runs.iter().map(|r| r.starts.get(&id).copied()));
             let finishes = Spread::of(runs.iter().map(|r| r.finishes.get(&id).copied()));
             let edge = |k: usize| {
@@ -186,6 +198,7 @@ fn replay_all(
                     Some(Some(edge)) => high.map(|high| high.max(edge)),
                     None => high,
                 },
+                guesses: ahead_guessed,
             }
         })
         .collect();

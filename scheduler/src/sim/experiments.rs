@@ -367,6 +367,8 @@ impl Experiments {
             observed: Observations {
                 step_budget: Some(end.saturating_sub(start)),
                 runs_to_budget: true,
+                // Trials of one experiment run one program, as the server keys them.
+                program: Some(experiment as u64),
                 ..Observations::default()
             },
             search: None,

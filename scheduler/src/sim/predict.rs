@@ -6,7 +6,7 @@ use super::config::Outcome;
 pub use super::config::PredictionRecord;
 use super::report::percentile;
 use crate::forecast::{
-    Finished, ForecastConfig, Priors, Remaining, estimate, predict_start, recent_arrivals,
+    Basis, Finished, ForecastConfig, Priors, Remaining, estimate, predict_start, recent_arrivals,
 };
 use crate::snapshot::ClusterSnapshot;
 use drover_core::JobId;
@@ -102,6 +102,7 @@ impl Predictor {
                             p50: left,
                             p90: left,
                             alone: false,
+                            basis: Basis::Measured,
                         }
                     }
                     _ => estimate(j, &priors),

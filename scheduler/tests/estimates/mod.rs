@@ -189,6 +189,7 @@ fn sweep_on_a_full_cluster(alone: bool) -> f64 {
                 p50: 1_000.0,
                 p90: 10_000.0,
                 alone,
+                basis: Basis::History,
             };
             (id(n), r)
         })
@@ -199,6 +200,7 @@ fn sweep_on_a_full_cluster(alone: bool) -> f64 {
                 p50: 60.0,
                 p90: 60.0,
                 alone,
+                basis: Basis::History,
             },
         )])
         .collect();
@@ -283,6 +285,7 @@ fn shared_finish(seen_alone: Option<f64>, seen_shared: Option<f64>) -> f64 {
         p50: seconds,
         p90: seconds,
         alone: false,
+        basis: Basis::Measured,
     };
     let remaining = HashMap::from([(id(0), at(1_000.0)), (id(1), at(1e7))]);
     let f = forecast(
@@ -337,4 +340,47 @@ fn a_job_only_seen_sharing_counts_its_work_in_seconds() {
         gpu: Default::default(),
     });
     assert!((work_done_s(&j) - 1_200.0).abs() < 1e-6);
+}
+
+#[test]
+fn a_job_not_yet_measured_takes_its_speed_from_its_programs_jobs_and_says_what_it_rests_on() {
+    let budgeted = |n: u128, program: Option<u64>| {
+        let mut j = job(n, 1, 0.0);
+        j.observed.step_budget = Some(2_000);
+        j.observed.runs_to_budget = true;
+        j.observed.program = program;
+        j
+    };
+    // A running job of program 7, measured at 0.25 s a step alone on its GPU.
+    let mut running = budgeted(0, Some(7));
+    running.observed.step_stats.push(StepStats {
+        shape: Shape { ps: 1, workers: 1 },
+        shared: false,
+        samples: 30,
+        mean_step_s: 0.25,
+        gpu: Default::default(),
+    });
+    running.observed.steps_done = 500;
+    running.observed.attained_gpu_s = 125.0;
+    let own = estimate(&running, &Priors::default());
+    assert_eq!(own.basis, Basis::Measured);
+    assert!((own.p50 - 1_500.0 * 0.25).abs() < 20.0, "{own:?}");
+    // A queued copy: its 2,000 steps at the running job's speed, with a wider band.
+    let copy = budgeted(1, Some(7));
+    let priors = Priors::from_history(&[], &[running.clone(), copy.clone()]);
+    let borrowed = estimate(&copy, &priors);
+    assert_eq!(borrowed.basis, Basis::Borrowed);
+    assert!((borrowed.p50 - 2_000.0 * 0.25).abs() < 25.0, "{borrowed:?}");
+    assert!(borrowed.p10 < borrowed.p50 && borrowed.p90 > borrowed.p50);
+    assert!(borrowed.p90 / borrowed.p50 > own.p90 / own.p50);
+    // Another program, or none, borrows nothing: with no history it is a guess, with some it
+    // rests on the history.
+    for other in [budgeted(2, Some(8)), budgeted(3, None)] {
+        let guess = estimate(&other, &priors);
+        assert_eq!(guess.basis, Basis::Guess, "{guess:?}");
+        assert!((guess.p50 - NO_HISTORY.p50).abs() < 1.0);
+        let history: Vec<Finished> = (0..10).map(|i| done(0, 1, 100.0 + f64::from(i))).collect();
+        let known = estimate(&other, &Priors::from_history(&history, &[running.clone()]));
+        assert_eq!(known.basis, Basis::History);
+    }
 }

@@ -253,6 +253,7 @@ pub(crate) async fn generations_open_allocations_in_the_ledger(db: &TestDb) {
             finish: None,
             p10: Some(Utc::now()),
             p90: None,
+            guesses: 2,
         }],
         finishing: BTreeMap::from([(job.id, Utc::now())]),
     };

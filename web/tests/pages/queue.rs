@@ -83,12 +83,20 @@ async fn the_queue_says_why_where_and_when() {
         finish: Some(now + chrono::Duration::minutes(minutes + 30)),
         p10: Some(now + chrono::Duration::minutes(minutes - 5)),
         p90: Some(now + chrono::Duration::minutes(minutes + 5)),
+        guesses: 0,
     };
     site.store
         .record_forecast(&drover_store::QueueForecast {
             policy: "drover".into(),
             computed_at: now,
-            entries: vec![entry(first, 1, -16), entry(second, 2, -30)],
+            // The second's start rests on three guessed lengths.
+            entries: vec![
+                entry(first, 1, -16),
+                drover_store::QueueEntry {
+                    guesses: 3,
+                    ..entry(second, 2, -30)
+                },
+            ],
             finishing: Default::default(),
         })
         .await
@@ -109,6 +117,13 @@ async fn the_queue_says_why_where_and_when() {
         "{queue}"
     );
     assert!(queue.contains("now (overdue)"), "{queue}");
+    assert_eq!(
+        queue
+            .matches("a rough guess: 3 jobs it waits on are like no job that has finished")
+            .count(),
+        1,
+        "{queue}"
+    );
     assert!(queue.contains("Jobs 1–3 of 3."), "{queue}");
     let rows = queue.split("<tr>").filter(|r| r.contains("/jobs/")).count();
     assert_eq!(rows, 3, "{queue}");
@@ -129,6 +144,10 @@ async fn the_queue_says_why_where_and_when() {
         (jobs[0]["overdue"].clone(), jobs[1]["overdue"].clone()),
         (true.into(), true.into())
     );
+    assert_eq!(
+        (jobs[0]["guesses"].as_u64(), jobs[1]["guesses"].as_u64()),
+        (Some(0), Some(3))
+    );
     // The huge job's own page says why it waits, and the second's where it stands.
     let page = site.get(&format!("/jobs/{}", huge.0), &bob).await.body;
     assert!(
@@ -137,6 +156,7 @@ async fn the_queue_says_why_where_and_when() {
     );
     let page = site.get(&format!("/jobs/{}", second.0), &bob).await.body;
     assert!(page.contains("#2: 1 job ahead of it"), "{page}");
+    assert!(page.contains("a rough guess: 3 jobs it waits on"), "{page}");
     // The queue's stream starts with its rows.
     let text = site.first_event("/queue/live", &bob).await;
     assert!(
