@@ -277,6 +277,7 @@ impl Forecaster {
             "queue forecast"
         );
         let head = if full { usize::MAX } else { HEAD };
+        let made_at = Utc::now();
         let mut entries = Vec::with_capacity(forecast.waiting.len());
         for (i, p) in forecast.waiting.iter().enumerate() {
             let fresh = QueueEntry {
@@ -288,6 +289,7 @@ impl Forecaster {
                 p10: time_of(p.start_p10_s),
                 p90: time_of(p.start_p90_s),
                 guesses: p.guesses,
+                made_at: Some(made_at),
             };
             // Beyond the head, a head forecast keeps the last full forecast's times.
             let entry = match self.known.get(&p.job) {
@@ -309,7 +311,7 @@ impl Forecaster {
         self.store
             .record_forecast(&QueueForecast {
                 policy,
-                computed_at: Utc::now(),
+                computed_at: made_at,
                 entries,
                 finishing,
             })

@@ -42,7 +42,8 @@ pub struct QueuePosition {
     /// The forecast put its start before now and it still waits (running jobs took longer than
     /// estimated, or the cluster changed): the start shown is now until the next forecast.
     pub overdue: bool,
-    /// When the forecast was made.
+    /// When this prediction was made: the head of the queue is predicted after every round, the
+    /// rest at most every 30 s.
     pub forecast_at: Option<DateTime<Utc>>,
     /// How many of the estimates the prediction rests on (the running jobs' and those of the jobs
     /// ahead) are guesses: no job like them has finished or been measured yet, so each is taken to
@@ -80,7 +81,7 @@ impl QueuePosition {
             p10: entry.and_then(|e| e.p10),
             p90: entry.and_then(|e| e.p90),
             overdue: false,
-            forecast_at: entry.and(forecast_at),
+            forecast_at: entry.and_then(|e| e.made_at).or(entry.and(forecast_at)),
             guesses: entry.map_or(0, |e| e.guesses),
         };
         position.not_before(now, true);
@@ -416,6 +417,7 @@ mod tests {
             p10: Some(now + Duration::minutes(start_min - 5)),
             p90: Some(now + Duration::minutes(start_min + 5)),
             guesses: 0,
+            made_at: None,
         }
     }
 

@@ -38,6 +38,11 @@ pub struct QueueEntry {
     /// finished or been measured). Absent in forecasts recorded before it existed: none counted.
     #[serde(default)]
     pub guesses: u32,
+    /// When its times were computed: a forecast of the queue's head keeps the last full
+    /// forecast's times for the jobs behind it, which are that old. Absent in forecasts recorded
+    /// before it existed: the forecast's own time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub made_at: Option<DateTime<Utc>>,
 }
 
 /// Why an allocation ended.

@@ -40,6 +40,7 @@ async fn the_queue_lists_each_tenants_waiting_jobs_in_forecast_order() {
         p10: Some(now + Duration::minutes(minutes / 2)),
         p90: Some(now + Duration::minutes(minutes * 2)),
         guesses: 0,
+        made_at: None,
     };
     app.db
         .store
@@ -49,7 +50,11 @@ async fn the_queue_lists_each_tenants_waiting_jobs_in_forecast_order() {
             entries: vec![
                 entry(third, 1, 10),
                 entry(second, 2, 20),
-                entry(first, 3, 40),
+                // Kept from an older forecast of the whole queue by one of its head.
+                QueueEntry {
+                    made_at: Some(now - Duration::seconds(25)),
+                    ..entry(first, 3, 40)
+                },
             ],
             finishing: BTreeMap::new(),
         })
@@ -64,6 +69,14 @@ async fn the_queue_lists_each_tenants_waiting_jobs_in_forecast_order() {
     assert_eq!(jobs[1]["position"], 3);
     assert_eq!(jobs[1]["reason"], "insufficient_resources");
     assert!(jobs[1]["predicted_start"].is_string() && jobs[1]["p90"].is_string());
+    // Each prediction says when it was made: the queue's latest forecast, or an older one's.
+    let at =
+        |v: &serde_json::Value| chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap()).unwrap();
+    assert_eq!(at(&jobs[0]["forecast_at"]), at(&after.body["forecast_at"]));
+    assert_eq!(
+        at(&after.body["forecast_at"]) - at(&jobs[1]["forecast_at"]),
+        Duration::seconds(25)
+    );
     let everyone = app.get("/api/v1/queue", ADMIN_TOKEN).await;
     assert_eq!(everyone.body["jobs"].as_array().unwrap().len(), 3);
     let only = app

@@ -254,6 +254,7 @@ pub(crate) async fn generations_open_allocations_in_the_ledger(db: &TestDb) {
             p10: Some(Utc::now()),
             p90: None,
             guesses: 2,
+            made_at: Some(Utc::now() - chrono::Duration::seconds(30)),
         }],
         finishing: BTreeMap::from([(job.id, Utc::now())]),
     };

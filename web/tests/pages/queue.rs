@@ -84,6 +84,7 @@ async fn the_queue_says_why_where_and_when() {
         p10: Some(now + chrono::Duration::minutes(minutes - 5)),
         p90: Some(now + chrono::Duration::minutes(minutes + 5)),
         guesses: 0,
+        made_at: None,
     };
     site.store
         .record_forecast(&drover_store::QueueForecast {
