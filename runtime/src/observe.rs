@@ -125,6 +125,23 @@ impl Budget {
     }
 }
 
+/// A job's spec parsed once, with the program it runs ([`program_of`]), kept with its document
+/// between rounds.
+#[derive(Debug, Clone)]
+pub struct ParsedSpec {
+    pub spec: std::sync::Arc<drover_core::spec::DroverJob>,
+    pub program: Option<u64>,
+}
+
+impl ParsedSpec {
+    pub fn of(spec: drover_core::spec::DroverJob, tenant: drover_core::TenantId) -> ParsedSpec {
+        ParsedSpec {
+            program: program_of(&spec, tenant),
+            spec: std::sync::Arc::new(spec),
+        }
+    }
+}
+
 /// Which program a job runs, as a key ([`Observations::program`]): jobs with the same key run at
 /// about the same speed. A `train` job's is its model, data, batch, optimizer kind, evaluation
 /// cadence and GPUs per worker (not its learning rate, seed, budget or target, which leave a step's

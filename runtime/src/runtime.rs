@@ -10,9 +10,8 @@ use crate::hints::SearchHints;
 use crate::hub::Hub;
 use crate::ingest::Ingest;
 use crate::limits;
-use crate::observe::Observer;
+use crate::observe::{Observer, ParsedSpec};
 use crate::{checkpoint_store, leader};
-use drover_core::spec::DroverJob;
 use drover_store::Store;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -89,11 +88,11 @@ pub struct Runtime {
     documents: std::sync::Mutex<std::collections::HashMap<drover_core::JobId, CachedDocument>>,
 }
 
-/// A job's document as read at `updated_at`, and its spec parsed once.
+/// A job's document as read at `updated_at`, and its spec parsed once (with its program).
 type CachedDocument = (
     chrono::DateTime<chrono::Utc>,
     Arc<serde_json::Value>,
-    Option<Arc<DroverJob>>,
+    Option<ParsedSpec>,
 );
 
 impl Runtime {
@@ -145,9 +144,13 @@ impl Runtime {
         } else {
             self.store.job_documents(&missing).await?
         };
+        let tenants: std::collections::HashMap<drover_core::JobId, drover_core::TenantId> =
+            jobs.iter().map(|j| (j.id, j.tenant_id)).collect();
         let mut cache = self.cached_documents();
         for (id, at, document) in fetched {
-            let spec = drover_store::spec_of(&document).map(Arc::new);
+            let spec = drover_store::spec_of(&document)
+                .zip(tenants.get(&id))
+                .map(|(spec, tenant)| ParsedSpec::of(spec, *tenant));
             cache.insert(id, (at, Arc::new(document), spec));
         }
         let active: std::collections::HashSet<drover_core::JobId> =
@@ -159,11 +162,12 @@ impl Runtime {
         Ok(jobs)
     }
 
-    /// The parsed specs of these jobs, as cached by [`Runtime::active_jobs`]; parsed now when not.
+    /// The parsed specs of these jobs and their programs, as cached by [`Runtime::active_jobs`];
+    /// parsed now when not.
     pub(crate) fn specs(
         &self,
         jobs: &[drover_store::Job],
-    ) -> std::collections::HashMap<drover_core::JobId, Arc<DroverJob>> {
+    ) -> std::collections::HashMap<drover_core::JobId, ParsedSpec> {
         let cache = self.cached_documents();
         jobs.iter()
             .filter_map(|job| {
@@ -171,7 +175,7 @@ impl Runtime {
                     .get(&job.id)
                     .filter(|(at, _, _)| *at == job.updated_at)
                     .and_then(|(_, _, spec)| spec.clone());
-                let spec = cached.or_else(|| job.spec().map(Arc::new))?;
+                let spec = cached.or_else(|| Some(ParsedSpec::of(job.spec()?, job.tenant_id)))?;
                 Some((job.id, spec))
             })
             .collect()

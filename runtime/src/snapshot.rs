@@ -9,7 +9,7 @@
 //!   and a cordon or a blip in the connection must not preempt what runs.
 
 use super::Observed;
-use super::observe::{Budget, program_of};
+use super::observe::{Budget, ParsedSpec};
 use drover_core::{JobId, JobState};
 use drover_scheduler::snapshot::{Observations, Range, Tenant as SchedTenant};
 use drover_scheduler::{
@@ -44,7 +44,7 @@ fn seconds(at: chrono::DateTime<chrono::Utc>) -> f64 {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Active<'a> {
     pub jobs: &'a [Job],
-    pub specs: &'a HashMap<JobId, std::sync::Arc<drover_core::DroverJob>>,
+    pub specs: &'a HashMap<JobId, ParsedSpec>,
 }
 
 pub(super) fn build<'a>(
@@ -171,7 +171,7 @@ pub(super) fn build<'a>(
     let mut views = Vec::new();
     let mut held = HashSet::new();
     for job in jobs {
-        let Some(spec) = specs.get(&job.id) else {
+        let Some(ParsedSpec { spec, program }) = specs.get(&job.id) else {
             continue;
         };
         let tasks = by_job.remove(&job.id).unwrap_or_default();
@@ -191,7 +191,7 @@ pub(super) fn build<'a>(
             submit_s: seconds(job.created_at),
             preemptible: spec.spec.scheduling.preemptible,
             observed: Observations {
-                program: program_of(spec, job.tenant_id),
+                program: *program,
                 // A job not measured yet still has its budget (its speed may be borrowed).
                 ..match seen.get(&job.id) {
                     Some(seen) => seen.observed.observations(
