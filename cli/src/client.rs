@@ -31,6 +31,9 @@ impl Client {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .connect_timeout(Duration::from_secs(10))
+            // The server closes a connection that sends no request for 10 s (its header-read
+            // timeout): one idle half as long is not reused, so a request never races that close.
+            .pool_idle_timeout(Duration::from_secs(5))
             .build()
             .context("cannot build the HTTP client")?;
         Ok(Self {

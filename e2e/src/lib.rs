@@ -204,6 +204,16 @@ impl Proc {
     }
 }
 
+/// The tests' HTTP client. The server closes a connection that sends no request for 10 s (its
+/// header-read timeout); a pooled connection idle half as long is not reused, so a request after a
+/// pause never races that close (which reqwest reports as an incomplete message).
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(5))
+        .build()
+        .expect("an HTTP client")
+}
+
 /// Fields drop in order: executors and the server stop before their database and directories go.
 #[derive(Debug)]
 pub struct Cluster {
@@ -305,7 +315,7 @@ impl Cluster {
             url,
             gateway,
             executors: Vec::new(),
-            http: reqwest::Client::new(),
+            http: http_client(),
             slots,
             executor_env: shared_env
                 .iter()
@@ -375,7 +385,7 @@ impl Cluster {
             dir,
             url,
             gateway,
-            http: reqwest::Client::new(),
+            http: http_client(),
             slots: 1,
             executor_env: Vec::new(),
         }
