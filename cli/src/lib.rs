@@ -4,6 +4,7 @@
 //! binary; `src/main.rs` only calls [`main`].
 
 mod admin;
+mod bench;
 mod client;
 mod commands;
 mod config;
@@ -144,6 +145,9 @@ enum Command {
     Whoami,
     /// Replay a cluster trace through scheduling policies (the same code the server runs).
     Sim(sim::SimArgs),
+    /// Benchmarks of the whole program (a server against an emulated fleet).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 #[derive(Debug, clap::Args)]
@@ -160,16 +164,19 @@ fn command() -> clap::Command {
     // Named `drover` in usage and errors whatever the executable is called (the end-to-end tests'
     // copy is `drover-e2e`).
     let mut command = <Cli as clap::CommandFactory>::command().bin_name("drover");
+    let hide_client_flags = |sub: clap::Command| {
+        ["server", "token"].into_iter().fold(sub, |sub, name| {
+            sub.arg(clap::Arg::new(name).long(name).hide(true).num_args(1))
+        })
+    };
     for verb in [
         "server", "dev", "migrate", "crd", "executor", "sim", "train",
     ] {
-        command = command.mut_subcommand(verb, |sub| {
-            ["server", "token"].into_iter().fold(sub, |sub, name| {
-                sub.arg(clap::Arg::new(name).long(name).hide(true).num_args(1))
-            })
-        });
+        command = command.mut_subcommand(verb, hide_client_flags);
     }
-    command
+    command.mut_subcommand("bench", |bench| {
+        bench.mut_subcommand("fleet", hide_client_flags)
+    })
 }
 
 /// The whole program: parses the command line, runs the command, and says how it ended.
@@ -258,5 +265,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::TrainTask(args) => train::train_task(args).await,
         Command::Whoami => admin::whoami(&global).await,
         Command::Sim(args) => sim::run(args, global.output == output::Format::Json),
+        Command::Bench(cmd) => bench::bench(cmd, global.output == output::Format::Json).await,
     }
 }

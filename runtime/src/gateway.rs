@@ -369,13 +369,7 @@ async fn resync(
     reported: &[pb::TaskStatus],
 ) -> StoreResult<Vec<pb::ServerMessage>> {
     let mut corrections = Vec::new();
-    let live: Vec<Task> = runtime
-        .store
-        .live_tasks()
-        .await?
-        .into_iter()
-        .filter(|t| t.node_name == node)
-        .collect();
+    let live: Vec<Task> = runtime.store.live_tasks_on(node).await?;
     let mut seen = BTreeSet::new();
     for status in reported {
         let Some(key) = from_pb_key(status.task.as_ref()) else {

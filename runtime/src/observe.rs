@@ -2,7 +2,9 @@
 //! every (PS, workers) shape it ran at, its (step, loss) curve, the steps it has done and how long it
 //! has run. Samples are read incrementally (a read fetches only what arrived since the last one), and
 //! the same aggregates feed the scheduling loop's snapshot (Optimus's speed and convergence models in
-//! the policies) and `GET /api/v1/jobs/{id}` (the fitted models and the remaining time).
+//! the policies) and `GET /api/v1/jobs/{id}` (the fitted models and the remaining time). The
+//! scheduling loop reads again only the jobs whose reports arrived since its last read
+//! ([`Observer::observe_jobs`]), so a round over thousands of running jobs reads what changed.
 
 use chrono::{DateTime, Utc};
 use drover_core::JobId;
@@ -10,8 +12,10 @@ use drover_scheduler::Shape;
 use drover_scheduler::cluster::GpuModelTag;
 use drover_scheduler::snapshot::{Observations, StepStats};
 use drover_store::{MetricFilter, MetricSample, Scope, Store, StoreResult, TaskRole};
+use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// The metric names read: the loss feeds the convergence curve, the step time the speed model.
 const LOSS: &str = "loss";
@@ -21,10 +25,36 @@ const PAGE: u32 = 2000;
 /// Loss samples kept per job; beyond it every other one is dropped (and later ones thinned alike).
 const MAX_LOSS_SAMPLES: usize = 256;
 
+/// A job the scheduling loop read is read again this long after, touched or not (a report stored
+/// by another replica, or a checkpoint removed), but at most [`REREADS_PER_ROUND`] such jobs a
+/// round, the longest unread first.
+const REREAD_AFTER: Duration = Duration::from_secs(60);
+const REREADS_PER_ROUND: usize = 256;
+/// Jobs read from the store at once by the scheduling loop.
+const READS_AT_ONCE: usize = 8;
+
 /// Per job aggregates, updated by [`Observer::refresh`].
 #[derive(Debug, Default)]
 pub struct Observer {
     jobs: Mutex<HashMap<JobId, Tracked>>,
+    /// What the scheduling loop read of each job, and which jobs' reports arrived since.
+    reads: Mutex<Reads>,
+}
+
+#[derive(Debug, Default)]
+struct Reads {
+    /// Jobs with samples stored since the loop last read them.
+    touched: HashSet<JobId>,
+    /// When the loop last read each job whole, and its latest checkpoint's time (kept up to date
+    /// by [`Observer::checkpointed`] in between).
+    read: HashMap<JobId, (Instant, Option<DateTime<Utc>>)>,
+}
+
+/// What the scheduling loop knows of a job: its aggregates and when it last checkpointed.
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    pub observed: Observed,
+    pub last_checkpoint: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -296,6 +326,115 @@ impl Observer {
     /// Drops what is kept of jobs not in `active`.
     pub fn retain(&self, active: &HashSet<JobId>) {
         self.lock().retain(|id, _| active.contains(id));
+        let mut reads = self.reads();
+        reads.touched.retain(|id| active.contains(id));
+        reads.read.retain(|id, _| active.contains(id));
+    }
+
+    /// Samples of `job` were stored (by this replica, which takes the executors' reports): the
+    /// scheduling loop reads them at its next round.
+    pub fn touched(&self, job: JobId) {
+        self.reads().touched.insert(job);
+    }
+
+    /// A checkpoint of `job` made at `at` was recorded (by this replica): the loop's latest.
+    pub fn checkpointed(&self, job: JobId, at: DateTime<Utc>) {
+        if let Some((_, latest)) = self.reads().read.get_mut(&job) {
+            *latest = (*latest).max(Some(at));
+        }
+    }
+
+    /// For the scheduling loop: each job's aggregates and latest checkpoint time. A job's samples
+    /// are read from the store when it was never read, when a report touched it since the last
+    /// read, or, a few a round, when its last read is [`REREAD_AFTER`] old; its latest checkpoint
+    /// in the first and last of those cases (recorded checkpoints keep it up to date between); the
+    /// others are answered from what was read before.
+    pub async fn observe_jobs(
+        &self,
+        store: &dyn Store,
+        jobs: &[JobId],
+    ) -> StoreResult<HashMap<JobId, Seen>> {
+        let now = Instant::now();
+        // (job, whether to read it whole: its latest checkpoint too)
+        let due: Vec<(JobId, bool)> = {
+            let mut reads = self.reads();
+            let mut due = Vec::new();
+            let mut stale = Vec::new();
+            for &job in jobs {
+                match reads.read.get(&job) {
+                    None => due.push((job, true)),
+                    Some(&(at, _)) if now.duration_since(at) >= REREAD_AFTER => {
+                        stale.push((at, job));
+                    }
+                    Some(_) if reads.touched.contains(&job) => due.push((job, false)),
+                    Some(_) => {}
+                }
+            }
+            stale.sort_unstable();
+            let (reread, rest) = stale.split_at(stale.len().min(REREADS_PER_ROUND));
+            due.extend(reread.iter().map(|&(_, job)| (job, true)));
+            due.extend(
+                rest.iter()
+                    .filter(|(_, job)| reads.touched.contains(job))
+                    .map(|&(_, job)| (job, false)),
+            );
+            // Cleared before the reads: a report stored meanwhile touches the job again.
+            for (job, _) in &due {
+                reads.touched.remove(job);
+            }
+            due
+        };
+        let results: Vec<(JobId, StoreResult<Option<Option<DateTime<Utc>>>>)> =
+            futures::stream::iter(due.iter().copied())
+                .map(|(job, whole)| async move {
+                    let read = async {
+                        self.refresh(store, job).await?;
+                        if !whole {
+                            return Ok(None);
+                        }
+                        let checkpoint = store.latest_checkpoint(job).await?;
+                        Ok(Some(checkpoint.map(|c| c.created_at)))
+                    };
+                    (job, read.await)
+                })
+                .buffer_unordered(READS_AT_ONCE)
+                .collect()
+                .await;
+        let mut reads = self.reads();
+        let mut failed = None;
+        for (job, result) in results {
+            match result {
+                Ok(Some(checkpoint)) => {
+                    reads.read.insert(job, (now, checkpoint));
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    // Read again at the next round.
+                    reads.touched.insert(job);
+                    failed = Some(err);
+                }
+            }
+        }
+        if let Some(err) = failed {
+            return Err(err);
+        }
+        let tracked = self.lock();
+        Ok(jobs
+            .iter()
+            .map(|job| {
+                let seen = Seen {
+                    observed: tracked.get(job).map(Tracked::observed).unwrap_or_default(),
+                    last_checkpoint: reads.read.get(job).and_then(|&(_, at)| at),
+                };
+                (*job, seen)
+            })
+            .collect())
+    }
+
+    fn reads(&self) -> std::sync::MutexGuard<'_, Reads> {
+        self.reads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, Tracked>> {

@@ -200,10 +200,9 @@ async fn on_heartbeat(
     }
     let live: std::collections::HashSet<TaskKey> = runtime
         .store
-        .live_tasks()
+        .live_tasks_on(node)
         .await?
         .into_iter()
-        .filter(|t| t.node_name == node)
         .map(|t| t.key)
         .collect();
     for status in reported {
@@ -321,6 +320,7 @@ async fn on_exited(
             .await;
         match recorded {
             Ok(record) => {
+                runtime.observer.checkpointed(key.job_id, record.created_at);
                 tracing::info!(task = %key, step = record.step, path = record.path, "checkpoint recorded");
             }
             Err(StoreError::Fenced { .. } | StoreError::NotFound) => {}
@@ -431,6 +431,7 @@ async fn on_metrics(
     if let Err(err) = runtime.store.record_metrics(&report).await {
         return refuse(runtime, node, key, err);
     }
+    runtime.observer.touched(key.job_id);
     // The engine reports `startup_s` with the first step of every run.
     if report.values.iter().any(|(name, _)| name == STARTUP_METRIC) {
         crate::dispatch::first_step_rescaled(runtime, &key, report.step, report.recorded_at)
@@ -502,6 +503,7 @@ async fn on_checkpoint(
     runtime.ingest.take_deferred(&key);
     match recorded {
         Ok(record) => {
+            runtime.observer.checkpointed(key.job_id, record.created_at);
             tracing::info!(task = %key, step = record.step, path = record.path, "checkpoint recorded");
             Ok(())
         }

@@ -29,12 +29,7 @@ pub(super) struct Built<'a> {
     pub jobs: HashMap<JobId, &'a Job>,
 }
 
-/// What has been measured of a job that has run.
-#[derive(Debug, Clone)]
-pub(super) struct Seen {
-    pub observed: Observed,
-    pub last_checkpoint: Option<chrono::DateTime<chrono::Utc>>,
-}
+use crate::observe::Seen;
 
 fn seconds(at: chrono::DateTime<chrono::Utc>) -> f64 {
     at.timestamp_millis() as f64 / 1000.0

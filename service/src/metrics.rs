@@ -1,6 +1,6 @@
 //! The server's Prometheus metrics (served at `/metrics` by the API): requests, job submissions and
-//! state changes, and the jobs in the store by state. Label values come from enums or route templates,
-//! never from user input, so cardinality is bounded.
+//! state changes, the jobs in the store by state, and the scheduling loop's round times. Label values
+//! come from enums or route templates, never from user input, so cardinality is bounded.
 
 use drover_core::JobState;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -51,44 +51,64 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("drover");
         let requests = Family::<RequestLabels, Counter>::default();
-        registry.register("http_requests", "HTTP requests served", requests.clone());
         let latency = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0005, 2.0, 16))
         });
+        let mut metrics = Self {
+            registry: Arc::default(),
+            requests,
+            latency,
+            jobs_submitted: Counter::default(),
+            transitions: Family::default(),
+            jobs: Family::default(),
+            counted_at: Arc::default(),
+        };
+        metrics.registry = Arc::new(metrics.registry_with(None));
+        metrics
+    }
+
+    /// The same metrics, served with the scheduling loop's round times (a server that runs jobs).
+    pub fn with_rounds(mut self, rounds: &Histogram) -> Self {
+        self.registry = Arc::new(self.registry_with(Some(rounds)));
+        self
+    }
+
+    fn registry_with(&self, rounds: Option<&Histogram>) -> Registry {
+        let mut registry = Registry::with_prefix("drover");
+        registry.register(
+            "http_requests",
+            "HTTP requests served",
+            self.requests.clone(),
+        );
         registry.register(
             "http_request_duration_seconds",
             "HTTP request latency",
-            latency.clone(),
+            self.latency.clone(),
         );
-        let jobs_submitted = Counter::default();
         registry.register(
             "jobs_submitted",
             "Jobs accepted (idempotent replays not counted)",
-            jobs_submitted.clone(),
+            self.jobs_submitted.clone(),
         );
-        let transitions = Family::<StateLabels, Counter>::default();
         registry.register(
             "job_transitions",
             "Job state changes made through this server, by new state",
-            transitions.clone(),
+            self.transitions.clone(),
         );
-        let jobs = Family::<StateLabels, Gauge>::default();
         registry.register(
             "jobs",
             "Jobs in the store, by state (read at scrape time, at most every 5 s)",
-            jobs.clone(),
+            self.jobs.clone(),
         );
-        Self {
-            registry: Arc::new(registry),
-            requests,
-            latency,
-            jobs_submitted,
-            transitions,
-            jobs,
-            counted_at: Arc::default(),
+        if let Some(rounds) = rounds {
+            registry.register(
+                "scheduling_round_seconds",
+                "Scheduling rounds of this replica while it leads, whole (store reads, planning, writes, dispatch)",
+                rounds.clone(),
+            );
         }
+        registry
     }
 
     /// Scrapes need no token, so the job gauge is read from the store at most every

@@ -80,6 +80,7 @@ impl Service {
     pub fn with_runtime(self, runtime: Arc<Runtime>) -> Self {
         let inner = self.into_inner();
         Self(Arc::new(Inner {
+            metrics: inner.metrics.clone().with_rounds(&runtime.round_seconds),
             runtime: Some(runtime),
             ..inner
         }))

@@ -405,6 +405,9 @@ pub trait ExecStore: Send + Sync {
     async fn last_steps(&self, ids: &[JobId]) -> StoreResult<Vec<(JobId, u64)>>;
     /// Every task not yet `exited` or `lost`, of any job and generation.
     async fn live_tasks(&self) -> StoreResult<Vec<Task>>;
+    /// The same, of one node only (what an executor's heartbeat and registration are checked
+    /// against: a read of that node's rows, not the cluster's).
+    async fn live_tasks_on(&self, node: &str) -> StoreResult<Vec<Task>>;
     /// Replaces an active job's document (new resource ranges) and records `event` (its state unchanged)
     /// in one transaction. `NotFound` outside `scope`; `Conflict` once the job is final.
     async fn update_job_document(

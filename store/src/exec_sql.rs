@@ -335,6 +335,13 @@ macro_rules! impl_exec_store {
                 rows.iter().map(task_from_row).collect()
             }
 
+            async fn live_tasks_on(&self, node: &str) -> StoreResult<Vec<Task>> {
+                let sql = concat!("SELECT ", task_columns!(), " FROM tasks WHERE node_name = $1 \
+                     AND state NOT IN ('exited', 'lost') ORDER BY job_id, generation, role DESC, idx");
+                let rows = sqlx::query(sql).bind(node).fetch_all(&self.pool).await?;
+                rows.iter().map(task_from_row).collect()
+            }
+
             async fn update_job_document(
                 &self,
                 scope: Scope,

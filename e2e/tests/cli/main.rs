@@ -8,6 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod dev;
+mod fleet;
 
 const DROVER: &str = env!("CARGO_BIN_EXE_drover-e2e");
 

@@ -9,6 +9,13 @@ use crate::wording::in_words;
 use drover_core::{JobState, ReasonCode};
 use drover_scheduler::{JobPlan, Plan, Role, WaitReason};
 use drover_store::{NewTask, Scope, StateChange, StoreResult, Task, TaskRole};
+use futures::{StreamExt, TryStreamExt};
+
+/// Queued jobs started at once: each start is a transaction and a dispatch of its own, and a round
+/// that starts thousands of jobs one after another waits on thousands of commits in a row (the
+/// fleet benchmark: 8,000 one-GPU jobs took 116 s that way). A few at a time leave the rest of the
+/// database pool to the API.
+const STARTS_AT_ONCE: usize = 8;
 
 pub(super) async fn apply(
     runtime: &Runtime,
@@ -17,6 +24,9 @@ pub(super) async fn apply(
     plan: &Plan,
     live: &[Task],
 ) -> StoreResult<()> {
+    // Stops, moves and resizes first, in the policy's order, then the starts: a start never waits
+    // on another, and the GPUs a stop frees are released before the jobs that take them start.
+    let mut starts = Vec::new();
     for view in &built.snapshot.jobs {
         if built.held.contains(&view.id) {
             continue;
@@ -40,16 +50,7 @@ pub(super) async fn apply(
                     ),
                     actor: None,
                 };
-                let tasks = new_tasks(built, placement);
-                if let Some(generation) = runtime
-                    .store
-                    .start_generation(job.id, &tasks, &change)
-                    .await?
-                {
-                    tracing::info!(job.id = %job.id, generation, "job allocated");
-                    let job = runtime.store.get_job(Scope::Cluster, job.id).await?;
-                    crate::dispatch::reconcile_job(runtime, &job, &[]).await?;
-                }
+                starts.push((job.id, new_tasks(built, placement), change));
             }
             (
                 JobState::Starting | JobState::Running | JobState::Rescaling,
@@ -135,7 +136,17 @@ pub(super) async fn apply(
             _ => {}
         }
     }
-    Ok(())
+    futures::stream::iter(starts)
+        .map(Ok)
+        .try_for_each_concurrent(STARTS_AT_ONCE, |(id, tasks, change)| async move {
+            if let Some(generation) = runtime.store.start_generation(id, &tasks, &change).await? {
+                tracing::info!(job.id = %id, generation, "job allocated");
+                let job = runtime.store.get_job(Scope::Cluster, id).await?;
+                crate::dispatch::reconcile_job(runtime, &job, &[]).await?;
+            }
+            Ok(())
+        })
+        .await
 }
 
 /// The rows of a placement's tasks, with the executors' GPU indices.

@@ -292,10 +292,13 @@ pub(crate) async fn executors_register_and_lose_tasks(db: &TestDb) {
     let live = store.live_tasks().await.unwrap();
     assert_eq!(live.len(), 1);
     assert_eq!(live[0].address.as_deref(), Some("10.0.0.1:9000"));
+    assert_eq!(store.live_tasks_on("gpu-a").await.unwrap(), live);
+    assert!(store.live_tasks_on("gpu-b").await.unwrap().is_empty());
     let lost = store.lose_node_tasks("gpu-a").await.unwrap();
     assert_eq!(lost.len(), 1);
     assert_eq!(lost[0].state, TaskState::Lost);
     assert!(store.live_tasks().await.unwrap().is_empty());
+    assert!(store.live_tasks_on("gpu-a").await.unwrap().is_empty());
     // An ended task never comes back: a late "stopping" write is ignored.
     let late = TaskChange {
         state: Some(TaskState::Stopping),

@@ -1,0 +1,125 @@
+//! What a fleet run measured, as JSON (`-o json`) or as lines for a person.
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub policy: String,
+    /// Jobs started before the measured phase.
+    pub running_before: u32,
+    pub jobs_submitted: usize,
+    /// Of those, the jobs whose task ran within the phase.
+    pub jobs_started: usize,
+    /// From the first enrolment to every node registered.
+    pub fleet_up_s: f64,
+    /// The time the measured submissions took.
+    pub submit_s: f64,
+    pub jobs_submitted_per_s: f64,
+    /// Jobs started, over the time from the first submission to the last start.
+    pub jobs_started_per_s: f64,
+    pub submit_to_running_p50_s: Option<f64>,
+    pub submit_to_running_p99_s: Option<f64>,
+    pub submit_to_running_max_s: Option<f64>,
+    /// Scheduling rounds during the phase, and their times (read from the server's histogram, whose
+    /// buckets are √2 apart: interpolated within one).
+    pub rounds: u64,
+    pub round_p50_ms: Option<f64>,
+    pub round_p99_ms: Option<f64>,
+    /// From a high-priority job's submission to its task running on a reclaimed GPU.
+    pub reclaim_s: Option<f64>,
+    /// Why `reclaim_s` is absent.
+    pub reclaim_note: Option<String>,
+    pub idle_server_cpu_percent: f64,
+    pub idle_server_rss_mib: f64,
+    /// The server's CPU over the phase, in percent of one core.
+    pub server_cpu_percent: f64,
+    /// The server's largest resident memory seen during the phase.
+    pub server_rss_mib: f64,
+    /// Postgres's transactions and rows inserted, updated or deleted in the run's database, a
+    /// second, over the phase (`pg_stat_database`).
+    pub postgres_transactions_per_s: f64,
+    pub postgres_rows_written_per_s: f64,
+    /// The machine's one-minute load average at the end, and its CPUs.
+    pub load_average: Option<f64>,
+    pub cpus: usize,
+    pub sessions_broken: u64,
+    pub refused_reports: u64,
+    pub tasks_checkpointed_on_stop: u64,
+    /// Failed submissions, broken sessions and refused reports.
+    pub errors: usize,
+    pub error_samples: Vec<String>,
+}
+
+impl Report {
+    /// The report as lines for a person.
+    pub fn text(&self) -> String {
+        let secs = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2} s"));
+        let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1} ms"));
+        let mut out = format!(
+            "fleet: {} nodes x {} GPUs, policy {}, {} CPUs (load average {} at the end)\n",
+            self.nodes,
+            self.gpus_per_node,
+            self.policy,
+            self.cpus,
+            self.load_average
+                .map_or_else(|| "-".to_owned(), |l| format!("{l:.2}")),
+        );
+        out += &format!("  fleet registered in        {:.1} s\n", self.fleet_up_s);
+        out += &format!(
+            "  idle server                {:.1}% of a core, {:.0} MiB resident\n",
+            self.idle_server_cpu_percent, self.idle_server_rss_mib
+        );
+        if self.running_before > 0 {
+            out += &format!(
+                "  started before the phase   {} jobs\n",
+                self.running_before
+            );
+        }
+        out += &format!(
+            "  submitted                  {} jobs in {:.1} s ({:.0}/s)\n",
+            self.jobs_submitted, self.submit_s, self.jobs_submitted_per_s
+        );
+        out += &format!(
+            "  started                    {} jobs, {:.1}/s\n",
+            self.jobs_started, self.jobs_started_per_s
+        );
+        out += &format!(
+            "  submit to running          p50 {}, p99 {}, max {}\n",
+            secs(self.submit_to_running_p50_s),
+            secs(self.submit_to_running_p99_s),
+            secs(self.submit_to_running_max_s)
+        );
+        out += &format!(
+            "  scheduling rounds          {} rounds, p50 {}, p99 {}\n",
+            self.rounds,
+            ms(self.round_p50_ms),
+            ms(self.round_p99_ms)
+        );
+        out += &format!(
+            "  server under load          {:.1}% of a core, {:.0} MiB resident at most\n",
+            self.server_cpu_percent, self.server_rss_mib
+        );
+        out += &format!(
+            "  postgres                   {:.0} transactions/s, {:.0} rows written/s\n",
+            self.postgres_transactions_per_s, self.postgres_rows_written_per_s
+        );
+        out += &format!(
+            "  reclaim                    {}\n",
+            match (&self.reclaim_s, &self.reclaim_note) {
+                (Some(s), _) => format!("{s:.2} s from submission to running"),
+                (None, Some(note)) => note.clone(),
+                (None, None) => "-".to_owned(),
+            }
+        );
+        out += &format!(
+            "  errors                     {} ({} sessions broken, {} reports refused)\n",
+            self.errors, self.sessions_broken, self.refused_reports
+        );
+        for sample in &self.error_samples {
+            out += &format!("    {sample}\n");
+        }
+        out
+    }
+}
