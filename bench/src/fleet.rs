@@ -10,6 +10,7 @@
 mod node;
 mod report;
 mod server;
+mod tally;
 
 use anyhow::{Context, bail};
 use futures::StreamExt;
@@ -17,11 +18,11 @@ use node::{Node, NodeSpec};
 pub use report::Report;
 use serde_json::{Value, json};
 use server::{Reading, Server};
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tally::{Tally, lock};
 use tokio::time::Instant;
 
 /// What to run.
@@ -53,66 +54,6 @@ pub struct FleetOptions {
     pub seed: u64,
     /// Where the server's log goes (kept); by default a file removed with the run.
     pub server_log: Option<PathBuf>,
-}
-
-/// What the emulated executors saw, shared by all of them.
-#[derive(Debug, Default)]
-pub struct Tally {
-    /// Each job's first task start.
-    starts: Mutex<HashMap<String, Instant>>,
-    registered: Mutex<std::collections::HashSet<String>>,
-    running: AtomicUsize,
-    sessions_broken: AtomicU64,
-    refused: AtomicU64,
-    stopped: AtomicU64,
-    errors: Mutex<Vec<String>>,
-}
-
-impl Tally {
-    fn started(&self, key: &drover_proto::TaskKey) {
-        self.running.fetch_add(1, Ordering::Relaxed);
-        lock(&self.starts)
-            .entry(key.job_id.clone())
-            .or_insert_with(Instant::now);
-    }
-
-    fn ended(&self) {
-        self.running.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    fn stopped(&self) {
-        self.stopped.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn registered(&self, node: &str) {
-        lock(&self.registered).insert(node.to_owned());
-    }
-
-    fn session_broke(&self, node: &str, err: &anyhow::Error) {
-        self.sessions_broken.fetch_add(1, Ordering::Relaxed);
-        self.error(format!("{node}: session ended: {err:#}"));
-    }
-
-    fn refused(&self, reason: &str) {
-        self.refused.fetch_add(1, Ordering::Relaxed);
-        self.error(format!("the server refused a report: {reason}"));
-    }
-
-    /// Keeps the first few errors' words; all are counted by their kinds.
-    fn error(&self, text: String) {
-        let mut errors = lock(&self.errors);
-        if errors.len() < 10 {
-            errors.push(text);
-        }
-    }
-
-    fn started_at(&self, job: &str) -> Option<Instant> {
-        lock(&self.starts).get(job).copied()
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The REST calls the run makes: one member of tenant `fleet` submits every job.
@@ -406,10 +347,13 @@ async fn measure(
         ok.len()
     ));
 
-    let (reclaim_s, reclaim_note) = if options.reclaim {
+    let reclaim = if options.reclaim {
         reclaim(options, &api, &tally, gpus, progress).await
     } else {
-        (None, Some("not asked for".to_owned()))
+        Reclaim {
+            note: Some("not asked for".to_owned()),
+            ..Reclaim::default()
+        }
     };
 
     let _ = stop.send(true);
@@ -440,8 +384,9 @@ async fn measure(
         rounds: load_end.1.rounds.saturating_sub(load_start.1.rounds),
         round_p50_ms: ms(0.5),
         round_p99_ms: ms(0.99),
-        reclaim_s,
-        reclaim_note,
+        reclaim_s: reclaim.running_s,
+        reclaim_victim_exited_s: reclaim.victim_exited_s,
+        reclaim_note: reclaim.note,
         idle_server_cpu_percent: idle_cpu,
         idle_server_rss_mib: idle_end.1.rss_mib,
         server_cpu_percent: cpu_percent(&load_start, &load_end),
@@ -460,45 +405,69 @@ async fn measure(
     })
 }
 
+/// What a reclaim took: to the urgent job's task running, and to the victim's exit after its
+/// checkpoint; or why it was not measured.
+#[derive(Debug, Default)]
+struct Reclaim {
+    running_s: Option<f64>,
+    victim_exited_s: Option<f64>,
+    note: Option<String>,
+}
+
 /// With every GPU held, submits a job of the highest priority a member may give and times it from
-/// submission to its task running (the victim checkpoints first, taking the configured time).
+/// submission to its task running, and to the victim's exit (it checkpoints first, taking the
+/// configured time).
 async fn reclaim(
     options: &FleetOptions,
     api: &Api,
     tally: &Tally,
     gpus: usize,
     progress: &impl Fn(&str),
-) -> (Option<f64>, Option<String>) {
+) -> Reclaim {
+    let not = |note: String| Reclaim {
+        note: Some(note),
+        ..Reclaim::default()
+    };
     let full = wait_until(Duration::from_secs(10), || {
         tally.running.load(Ordering::Relaxed) >= gpus
     })
     .await;
     if !full {
-        return (
-            None,
-            Some(format!(
-                "not measured: {} of {gpus} GPUs were held (submit more jobs than GPUs, with tasks that outlast the run)",
-                tally.running.load(Ordering::Relaxed)
-            )),
-        );
+        return not(format!(
+            "not measured: {} of {gpus} GPUs were held (submit more jobs than GPUs, with tasks that outlast the run)",
+            tally.running.load(Ordering::Relaxed)
+        ));
     }
     progress(&format!(
         "reclaiming a GPU among {gpus} held, for a job of priority 1000"
     ));
+    let stopped_before = tally.stopped.load(Ordering::Relaxed);
     let sent = Instant::now();
     let id = match api.submit("fleet-urgent", 1000).await {
         Ok(id) => id,
-        Err(err) => return (None, Some(format!("not measured: {err:#}"))),
+        Err(err) => return not(format!("not measured: {err:#}")),
     };
     let limit = options.checkpoint_delay + Duration::from_secs(120);
-    if wait_until(limit, || tally.started_at(&id).is_some()).await {
-        let at = tally.started_at(&id).unwrap_or(sent);
-        (Some(at.saturating_duration_since(sent).as_secs_f64()), None)
-    } else {
-        (
-            None,
-            Some(format!("the job did not start within {limit:?}")),
-        )
+    let started = wait_until(limit, || tally.started_at(&id).is_some()).await;
+    let running_s = tally
+        .started_at(&id)
+        .map(|at| at.saturating_duration_since(sent).as_secs_f64());
+    let exited = wait_until(limit.saturating_sub(sent.elapsed()), || {
+        tally.stopped.load(Ordering::Relaxed) > stopped_before
+    })
+    .await;
+    let victim_exited_s = exited.then(|| sent.elapsed().as_secs_f64());
+    let note = match (started, exited) {
+        (true, true) => None,
+        (false, _) => Some(format!("the job did not start within {limit:?}")),
+        (true, false) => Some(format!(
+            "no victim checkpointed and exited within {limit:?}"
+        )),
+    };
+    Reclaim {
+        running_s,
+        victim_exited_s,
+        note,
     }
 }
 

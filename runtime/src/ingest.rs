@@ -193,13 +193,14 @@ pub(super) fn dropped_notice(dropped: usize, rate: Rate) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use drover_core::Role;
     use drover_core::spec::JobType;
     use drover_store::{NewJob, NewTenant, NewUser, Quota, Store};
 
-    async fn job_of(store: &dyn Store, tenant: &str) -> JobId {
+    /// A queued command job of a new tenant of this name.
+    pub(crate) async fn job_of(store: &dyn Store, tenant: &str) -> JobId {
         let tenant = store
             .create_tenant(&NewTenant {
                 name: tenant.to_owned(),

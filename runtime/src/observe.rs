@@ -50,6 +50,13 @@ struct Reads {
     read: HashMap<JobId, (Instant, Option<DateTime<Utc>>)>,
 }
 
+/// What one of the scheduling loop's reads of a job took in: its new samples, or those and its
+/// latest checkpoint's time.
+enum Fresh {
+    Samples,
+    Whole(Option<DateTime<Utc>>),
+}
+
 /// What the scheduling loop knows of a job: its aggregates and when it last checkpointed.
 #[derive(Debug, Clone, Default)]
 pub struct Seen {
@@ -384,30 +391,29 @@ impl Observer {
             }
             due
         };
-        let results: Vec<(JobId, StoreResult<Option<Option<DateTime<Utc>>>>)> =
-            futures::stream::iter(due.iter().copied())
-                .map(|(job, whole)| async move {
-                    let read = async {
-                        self.refresh(store, job).await?;
-                        if !whole {
-                            return Ok(None);
-                        }
-                        let checkpoint = store.latest_checkpoint(job).await?;
-                        Ok(Some(checkpoint.map(|c| c.created_at)))
-                    };
-                    (job, read.await)
-                })
-                .buffer_unordered(READS_AT_ONCE)
-                .collect()
-                .await;
+        let results: Vec<(JobId, StoreResult<Fresh>)> = futures::stream::iter(due.iter().copied())
+            .map(|(job, whole)| async move {
+                let read = async {
+                    self.refresh(store, job).await?;
+                    if !whole {
+                        return Ok(Fresh::Samples);
+                    }
+                    let checkpoint = store.latest_checkpoint(job).await?;
+                    Ok(Fresh::Whole(checkpoint.map(|c| c.created_at)))
+                };
+                (job, read.await)
+            })
+            .buffer_unordered(READS_AT_ONCE)
+            .collect()
+            .await;
         let mut reads = self.reads();
         let mut failed = None;
         for (job, result) in results {
             match result {
-                Ok(Some(checkpoint)) => {
+                Ok(Fresh::Whole(checkpoint)) => {
                     reads.read.insert(job, (now, checkpoint));
                 }
-                Ok(None) => {}
+                Ok(Fresh::Samples) => {}
                 Err(err) => {
                     // Read again at the next round.
                     reads.touched.insert(job);
@@ -448,6 +454,73 @@ impl Observer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The scheduling loop reads a job's samples once, then again only when a report touched it;
+    /// a recorded checkpoint's time reaches it without a read.
+    #[tokio::test]
+    async fn the_loop_reads_a_jobs_samples_again_only_when_a_report_touched_it() {
+        use drover_core::{JobState, ReasonCode};
+        use drover_store::{NewMetrics, NewTask, StateChange, TaskKey};
+        let db = drover_store::testing::TestDb::sqlite().await;
+        let store = db.store.as_ref();
+        let job = crate::ingest::tests::job_of(store, "t").await;
+        let task = NewTask {
+            role: TaskRole::Worker,
+            index: 0,
+            node_name: "n".to_owned(),
+            gpus: Vec::new(),
+            cpus: 1,
+        };
+        let change = StateChange {
+            to: JobState::Starting,
+            reason: ReasonCode::Allocated,
+            message: String::new(),
+            actor: None,
+        };
+        store.start_generation(job, &[task], &change).await.unwrap();
+        let key = TaskKey {
+            job_id: job,
+            generation: 1,
+            role: TaskRole::Worker,
+            index: 0,
+        };
+        let report = |step: u64| NewMetrics {
+            key,
+            num_ps: 0,
+            num_workers: 1,
+            gpu_model: String::new(),
+            step,
+            values: vec![(LOSS.to_owned(), 1.0 / step as f64)],
+            recorded_at: Utc::now(),
+        };
+        let observer = Observer::default();
+        let steps = async |observer: &Observer| {
+            observer.observe_jobs(store, &[job]).await.unwrap()[&job]
+                .observed
+                .steps_done
+        };
+        store.record_metrics(&report(10)).await.unwrap();
+        assert_eq!(steps(&observer).await, 10, "never read: read");
+        store.record_metrics(&report(20)).await.unwrap();
+        assert_eq!(steps(&observer).await, 10, "not touched: not read");
+        observer.touched(job);
+        assert_eq!(steps(&observer).await, 20, "touched: read");
+        assert_eq!(steps(&observer).await, 20);
+
+        let seen = observer.observe_jobs(store, &[job]).await.unwrap();
+        assert_eq!(seen[&job].last_checkpoint, None);
+        let record = store
+            .record_checkpoint(&key, 20, "/c/step-20", 1)
+            .await
+            .unwrap();
+        observer.checkpointed(job, record.created_at);
+        let seen = observer.observe_jobs(store, &[job]).await.unwrap();
+        assert_eq!(seen[&job].last_checkpoint, Some(record.created_at));
+        // A job no longer active is forgotten, and read whole when it comes back.
+        observer.retain(&HashSet::new());
+        store.record_metrics(&report(30)).await.unwrap();
+        assert_eq!(steps(&observer).await, 30);
+    }
 
     fn sample(
         id: i64,

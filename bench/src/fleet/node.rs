@@ -5,7 +5,7 @@
 //! configured checkpoint time, announces the checkpoint and exits. A broken session is counted and
 //! opened again, the node re-registering with the tasks it still runs.
 
-use super::Tally;
+use super::tally::Tally;
 use drover_proto as pb;
 use drover_proto::executor_gateway_client::ExecutorGatewayClient;
 use pb::executor_message::Body;

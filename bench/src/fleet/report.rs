@@ -27,8 +27,11 @@ pub struct Report {
     pub rounds: u64,
     pub round_p50_ms: Option<f64>,
     pub round_p99_ms: Option<f64>,
-    /// From a high-priority job's submission to its task running on a reclaimed GPU.
+    /// From a high-priority job's submission to its task running on a reclaimed GPU (the server
+    /// starts it as it stops the victim, whose checkpoint may still be under way).
     pub reclaim_s: Option<f64>,
+    /// From that submission to the victim's exit after its checkpoint.
+    pub reclaim_victim_exited_s: Option<f64>,
     /// Why `reclaim_s` is absent.
     pub reclaim_note: Option<String>,
     pub idle_server_cpu_percent: f64,
@@ -108,7 +111,12 @@ impl Report {
         out += &format!(
             "  reclaim                    {}\n",
             match (&self.reclaim_s, &self.reclaim_note) {
-                (Some(s), _) => format!("{s:.2} s from submission to running"),
+                (Some(s), note) => format!(
+                    "{s:.2} s from submission to running; the victim exited {}{}",
+                    secs(self.reclaim_victim_exited_s),
+                    note.as_ref()
+                        .map_or_else(String::new, |n| format!(" ({n})"))
+                ),
                 (None, Some(note)) => note.clone(),
                 (None, None) => "-".to_owned(),
             }

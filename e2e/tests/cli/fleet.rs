@@ -1,7 +1,7 @@
 //! `drover bench fleet` at a small size, so the emulator cannot rot: 50 emulated nodes of 8 GPUs
 //! against a real server on Postgres, a job per GPU, then a reclaim. What it reports must add up:
-//! every job started, the rounds and the server were measured, the urgent job ran only after a
-//! victim took its 2-s checkpoint, and nothing failed.
+//! every job started, the rounds and the server were measured, the urgent job ran on a reclaimed
+//! GPU whose victim took its 2-s checkpoint and exited, and nothing failed.
 
 use super::{DROVER, isolated_config, ok, repo_root};
 use std::process::Command;
@@ -18,7 +18,7 @@ fn the_fleet_emulator_fills_fifty_nodes_and_reclaims_a_gpu() {
             "--gpus-per-node",
             "8",
             "--duration",
-            "30s",
+            "60s",
             "--idle",
             "3s",
             "--checkpoint-delay",
@@ -44,14 +44,18 @@ fn the_fleet_emulator_fills_fifty_nodes_and_reclaims_a_gpu() {
         number("submit_to_running_p50_s"),
         number("submit_to_running_p99_s"),
     );
-    assert!(0.0 < p50 && p50 <= p99 && p99 < 30.0, "{report:#}");
+    assert!(0.0 < p50 && p50 <= p99 && p99 < 60.0, "{report:#}");
     assert!(number("rounds") >= 1.0, "{report:#}");
     assert!(number("round_p99_ms") > 0.0, "{report:#}");
     assert!(number("server_rss_mib") > 1.0, "{report:#}");
     assert!(number("server_cpu_percent") > 0.0, "{report:#}");
     assert!(number("postgres_transactions_per_s") > 0.0, "{report:#}");
-    // The urgent job waited for a victim's checkpoint, then ran.
+    // The urgent job ran on a reclaimed GPU; its victim checkpointed (2 s) and exited.
     let reclaim = number("reclaim_s");
-    assert!((2.0..60.0).contains(&reclaim), "{report:#}");
+    assert!(0.0 < reclaim && reclaim < 60.0, "{report:#}");
+    assert!(
+        number("reclaim_victim_exited_s") >= 2.0,
+        "the victim exited before its checkpoint could have been taken: {report:#}"
+    );
     assert!(number("tasks_checkpointed_on_stop") >= 1.0, "{report:#}");
 }
