@@ -199,8 +199,11 @@ pub(crate) mod tests {
     use drover_core::spec::JobType;
     use drover_store::{NewJob, NewTenant, NewUser, Quota, Store};
 
-    /// A queued command job of a new tenant of this name.
-    pub(crate) async fn job_of(store: &dyn Store, tenant: &str) -> JobId {
+    /// A new tenant of this name with one member.
+    pub(crate) async fn tenant_and_member(
+        store: &dyn Store,
+        tenant: &str,
+    ) -> (drover_store::Tenant, drover_store::User) {
         let tenant = store
             .create_tenant(&NewTenant {
                 name: tenant.to_owned(),
@@ -217,6 +220,12 @@ pub(crate) mod tests {
             })
             .await
             .unwrap();
+        (tenant, user)
+    }
+
+    /// A queued command job of a new tenant of this name.
+    pub(crate) async fn job_of(store: &dyn Store, tenant: &str) -> JobId {
+        let (tenant, user) = tenant_and_member(store, tenant).await;
         let job = store
             .create_job(&NewJob {
                 id: JobId::new(),

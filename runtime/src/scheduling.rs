@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 mod apply;
 mod report;
+mod saved;
 use apply::apply;
 
 #[derive(Debug)]
@@ -30,6 +31,8 @@ pub struct SchedulingLoop {
     offers: Arc<Offers>,
     /// What the last round spent carrying out its plan (starting, stopping and moving jobs).
     applying: std::time::Duration,
+    /// The policy's state as last saved to the store; `None` until restored from it this term.
+    saved: Option<saved::Saved>,
 }
 
 impl SchedulingLoop {
@@ -43,6 +46,7 @@ impl SchedulingLoop {
             sampled_at: None,
             offers: Arc::new(Offers::default()),
             applying: std::time::Duration::ZERO,
+            saved: None,
         })
     }
 
@@ -67,9 +71,11 @@ impl SchedulingLoop {
                     () = &mut shutdown => return,
                 }
             }
-            // What an earlier term knew is stale: executors, the last plan.
+            // What an earlier term knew is stale: executors, the last plan, the policy's state
+            // (the first round restores what the last leader saved).
             self.runtime.hub.reset();
             self.previous = Plan::default();
+            self.saved = None;
             expect_executors(&self.runtime.clone()).await;
             loop {
                 let started = tokio::time::Instant::now();
@@ -125,6 +131,11 @@ impl SchedulingLoop {
         let runtime = self.runtime.clone();
         self.applying = std::time::Duration::ZERO;
         let mut laps = Laps::new(started);
+        if self.saved.is_none() {
+            let (policy, saved) = saved::restore(&runtime).await?;
+            self.policy = policy;
+            self.saved = Some(saved);
+        }
         end_revoked_sessions(&runtime).await?;
         pass_on_checkpoint_requests(&runtime).await?;
         expire_executors(&runtime).await?;
@@ -152,7 +163,7 @@ impl SchedulingLoop {
         // held up behind them.
         let policy = &mut self.policy;
         let previous = &self.previous;
-        let (built, plan) = cpu_bound(|| {
+        let (built, plan, state) = cpu_bound(|| {
             let mut built = snapshot::build(
                 Utc::now(),
                 &nodes,
@@ -170,9 +181,16 @@ impl SchedulingLoop {
             // is not resized for the tasks it no longer has: it is left alone until it is settled.
             built.held.extend(finishing);
             let plan = policy.schedule(&built.snapshot, previous);
-            (built, plan)
+            let state = policy.save();
+            (built, plan, state)
         });
         let planning = laps.lap();
+        // Saved before the plan is carried out: a leader that dies while starting it leaves the
+        // next one the queue this plan was made from.
+        if let Some(saved) = &mut self.saved {
+            saved.save(&runtime, state).await;
+        }
+        let saving = laps.lap();
         let applying_since = tokio::time::Instant::now();
         apply(&runtime, self.policy.name(), &built, &plan, &live).await?;
         self.applying = applying_since.elapsed();
@@ -214,6 +232,7 @@ impl SchedulingLoop {
             reconciling_ms = reconciling,
             reading_ms = reading,
             planning_ms = planning,
+            saving_ms = saving,
             applying_ms = applying,
             recording_ms = recording,
             "scheduling round"
@@ -463,3 +482,6 @@ async fn reconcile_all(runtime: &Runtime) -> StoreResult<usize> {
     }
     Ok(reconciled)
 }
+
+#[cfg(test)]
+mod tests;

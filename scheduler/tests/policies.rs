@@ -4,6 +4,7 @@ mod claims;
 mod common;
 mod flavours;
 mod heterogeneous;
+mod saved;
 
 use common::{FixedOracle, apply, id, job, snapshot};
 use drover_scheduler::plan::{JobPlan, RunReason, WaitReason};

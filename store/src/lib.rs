@@ -10,13 +10,13 @@
 //! labels), every job state change as an event, nodes as executors last reported them (with cordon and
 //! drain flags), every task of every generation of a job (the scheduling loop's intent, persisted before
 //! it is dispatched), metric samples, checkpoint records and task logs.
-//! Also the leading replica's announcement and pending checkpoint requests (`replicas`), and what it
-//! computes for users: the queue forecast and the accounting ledger of allocations (`ledger`).
+//! Also the leading replica's announcement, pending checkpoint requests and the scheduling policy's
+//! saved state (`replicas`), and what it computes for users: the queue forecast and the accounting ledger of allocations (`ledger`).
 //! Hyper-parameter searches (`experiments`): each experiment, its trials (points of the space) and
 //! segments (the jobs that ran them, each row written before its job), and its events.
 //! What is rebuilt in memory at start-up: which executors are connected and when each was last heard
 //! from (an executor that does not come back within the heartbeat timeout is lost), the rendezvous
-//! state (from task addresses), and the policy's own state (by replaying snapshots).
+//! state (from task addresses), and what the policy recomputes from the jobs' observations.
 //!
 //! Tenant-scoped reads and writes take a [`Scope`], so a caller cannot forget to restrict a query to the
 //! caller's tenant: the only way to see every tenant is to say [`Scope::Cluster`].

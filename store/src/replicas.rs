@@ -77,6 +77,36 @@ pub struct GpuUsage {
     pub by_tenant: std::collections::BTreeMap<String, u32>,
 }
 
+/// The scheduling policy's state as the leader saved it (each part the policy's own JSON): per job,
+/// and the part that is no job's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyState {
+    pub jobs: Vec<(JobId, String)>,
+    pub shared: Option<String>,
+}
+
+/// What changed in the policy's state since the leader last saved it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PolicyStateChanges<'a> {
+    /// Jobs whose part is new or changed.
+    pub changed: &'a [(JobId, &'a str)],
+    /// Jobs the policy no longer keeps anything of.
+    pub removed: &'a [JobId],
+    /// The shared part, when it changed.
+    pub shared: Option<&'a str>,
+    /// Forget what other policies saved (the first save after this policy was configured).
+    pub forget_other_policies: bool,
+}
+
+impl PolicyStateChanges<'_> {
+    pub fn is_empty(&self) -> bool {
+        self.changed.is_empty()
+            && self.removed.is_empty()
+            && self.shared.is_none()
+            && !self.forget_other_policies
+    }
+}
+
 #[async_trait]
 pub trait ReplicaStore: Send + Sync {
     /// Announces this replica as the leader (the caller holds the leader lock).
@@ -101,4 +131,13 @@ pub trait ReplicaStore: Send + Sync {
     ) -> StoreResult<()>;
     /// Samples from `since` on, oldest first.
     async fn gpu_usage_since(&self, since: DateTime<Utc>) -> StoreResult<Vec<GpuUsage>>;
+    /// What the leader last saved of the policy named `policy` (the configured name).
+    async fn policy_state(&self, policy: &str) -> StoreResult<PolicyState>;
+    /// Saves what changed of the policy's state, in one transaction.
+    async fn save_policy_state(
+        &self,
+        policy: &str,
+        changes: PolicyStateChanges<'_>,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()>;
 }

@@ -1,7 +1,10 @@
 //! The one implementation of [`super::ReplicaStore`] over SQL both databases accept.
 
+/// Rows written per statement when saving the policy's state (3 parameters each).
+pub(super) const POLICY_ROWS_AT_ONCE: usize = 1000;
+
 macro_rules! impl_replica_store {
-    ($store:ty) => {
+    ($store:ty, $db:ty) => {
         #[async_trait]
         impl ReplicaStore for $store {
             async fn record_leader(&self, leader: &LeaderRecord) -> StoreResult<()> {
@@ -172,6 +175,76 @@ macro_rules! impl_replica_store {
                         by_tenant: serde_json::from_str(&by_tenant).unwrap_or_default(),
                     })
                     .collect())
+            }
+
+            async fn policy_state(&self, policy: &str) -> StoreResult<PolicyState> {
+                let jobs: Vec<(Uuid, String)> =
+                    sqlx::query_as("SELECT job_id, state FROM policy_job_state WHERE policy = $1")
+                        .bind(policy)
+                        .fetch_all(&self.pool)
+                        .await?;
+                let shared: Option<String> =
+                    sqlx::query_scalar("SELECT state FROM policy_shared_state WHERE policy = $1")
+                        .bind(policy)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                Ok(PolicyState {
+                    jobs: jobs.into_iter().map(|(id, state)| (JobId(id), state)).collect(),
+                    shared,
+                })
+            }
+
+            async fn save_policy_state(
+                &self,
+                policy: &str,
+                changes: PolicyStateChanges<'_>,
+                at: DateTime<Utc>,
+            ) -> StoreResult<()> {
+                if changes.is_empty() {
+                    return Ok(());
+                }
+                let mut tx = self.pool.begin().await?;
+                if changes.forget_other_policies {
+                    for table in ["policy_job_state", "policy_shared_state"] {
+                        let sql = format!("DELETE FROM {table} WHERE policy <> $1");
+                        sqlx::query(sqlx::AssertSqlSafe(sql)).bind(policy).execute(&mut *tx).await?;
+                    }
+                }
+                for chunk in changes.removed.chunks(super::replicas_sql::POLICY_ROWS_AT_ONCE) {
+                    let mut query = sqlx::QueryBuilder::<$db>::new(
+                        "DELETE FROM policy_job_state WHERE policy = ",
+                    );
+                    query.push_bind(policy).push(" AND job_id IN (");
+                    let mut ids = query.separated(", ");
+                    for job in chunk {
+                        ids.push_bind(job.0);
+                    }
+                    ids.push_unseparated(")");
+                    query.build().execute(&mut *tx).await?;
+                }
+                for chunk in changes.changed.chunks(super::replicas_sql::POLICY_ROWS_AT_ONCE) {
+                    let mut query = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO policy_job_state (policy, job_id, state) ",
+                    );
+                    query.push_values(chunk, |mut row, (job, state)| {
+                        row.push_bind(policy).push_bind(job.0).push_bind(*state);
+                    });
+                    query.push(" ON CONFLICT (policy, job_id) DO UPDATE SET state = excluded.state");
+                    query.build().execute(&mut *tx).await?;
+                }
+                if let Some(shared) = changes.shared {
+                    sqlx::query(
+                        "INSERT INTO policy_shared_state (policy, state, updated_at) VALUES ($1, $2, $3) \
+                         ON CONFLICT (policy) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
+                    )
+                    .bind(policy)
+                    .bind(shared)
+                    .bind(at)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(())
             }
         }
     };

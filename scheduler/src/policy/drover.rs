@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 mod flavours;
 mod models;
+mod saved;
 mod shapes;
 pub(crate) use models::ModelLearner;
 use models::{Choice, choose, job_speeds, models_of};
@@ -326,6 +327,14 @@ impl DroverPolicy {
 impl Policy for DroverPolicy {
     fn fork(&self, _oracle: Option<Box<dyn Oracle>>) -> Result<Box<dyn Policy>, PolicyError> {
         Ok(Box::new(self.clone()))
+    }
+
+    fn save(&self) -> super::SavedState {
+        self.save_state()
+    }
+
+    fn restore(&mut self, saved: &super::SavedState) -> super::Restored {
+        self.restore_state(saved)
     }
 
     fn name(&self) -> &'static str {

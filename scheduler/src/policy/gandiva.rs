@@ -16,6 +16,7 @@
 use super::common::{arrival_if_free, claim_order, ordered_round};
 use super::interface::{Oracle, Policy, PolicyError};
 use super::packing::pack;
+use super::state::{Restored, SavedState, encode, restore_jobs};
 use crate::place::{FreeResources, Strategy};
 use crate::plan::{JobPlan, Plan, Role, RunReason, WaitReason};
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
@@ -30,6 +31,15 @@ pub struct Gandiva {
     pub max_shared_slowdown: f64,
     no_pack: BTreeSet<JobId>,
     no_grow: BTreeSet<JobId>,
+}
+
+/// A job's introspection verdicts, as saved for the next leader.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Verdict {
+    #[serde(default)]
+    no_pack: bool,
+    #[serde(default)]
+    no_grow: bool,
 }
 
 impl Default for Gandiva {
@@ -99,6 +109,30 @@ impl Policy for Gandiva {
 
     fn name(&self) -> &'static str {
         "gandiva"
+    }
+
+    /// Its introspection's verdicts: jobs not to pack again, jobs not to grow again.
+    fn save(&self) -> SavedState {
+        let mut jobs = std::collections::BTreeMap::new();
+        for &job in self.no_pack.union(&self.no_grow) {
+            let verdict = Verdict {
+                no_pack: self.no_pack.contains(&job),
+                no_grow: self.no_grow.contains(&job),
+            };
+            jobs.insert(job, encode(&verdict));
+        }
+        SavedState { jobs, shared: None }
+    }
+
+    fn restore(&mut self, saved: &SavedState) -> Restored {
+        restore_jobs(saved, |job, verdict: Verdict| {
+            if verdict.no_pack {
+                self.no_pack.insert(job);
+            }
+            if verdict.no_grow {
+                self.no_grow.insert(job);
+            }
+        })
     }
 
     fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {

@@ -2,12 +2,15 @@
 //! error either gives.
 
 use super::names::policy_names;
+use super::state::{Restored, SavedState};
 use crate::plan::{JobPlan, Plan};
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
 use drover_core::JobId;
 
-/// A scheduling policy. State kept between rounds must be a deterministic function of the snapshots
-/// shown so far, so a restarted server rebuilds it by replaying them.
+/// A scheduling policy. State kept between rounds is either recomputed from the snapshot's
+/// observations or saved ([`Policy::save`]): a new leader, or a restarted server, restores what the
+/// last leader saved ([`Policy::restore`]) before its first round, so a failover does not reorder
+/// the queue.
 pub trait Policy: std::fmt::Debug + Send {
     fn name(&self) -> &'static str;
     /// A full round: a decision for every job in the snapshot.
@@ -18,6 +21,16 @@ pub trait Policy: std::fmt::Debug + Send {
     /// A copy with this policy's state, to replay ahead from (the queue forecast). An oracle baseline
     /// takes `oracle` in place of its own (an error without one); other policies ignore it.
     fn fork(&self, oracle: Option<Box<dyn Oracle>>) -> Result<Box<dyn Policy>, PolicyError>;
+    /// The state kept between rounds that the snapshots do not give back; empty for a policy that
+    /// keeps none.
+    fn save(&self) -> SavedState {
+        SavedState::default()
+    }
+    /// Takes back what an earlier instance saved, before the first round; a job's entry that cannot
+    /// be read leaves that job to start afresh.
+    fn restore(&mut self, _saved: &SavedState) -> Restored {
+        Restored::default()
+    }
 }
 
 /// The truth about a job's remaining work. Only SRTF takes one: it is an oracle baseline. In the

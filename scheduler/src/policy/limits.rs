@@ -103,6 +103,14 @@ impl Policy for TenantLimited {
         self.0.name()
     }
 
+    fn save(&self) -> super::SavedState {
+        self.0.save()
+    }
+
+    fn restore(&mut self, saved: &super::SavedState) -> super::Restored {
+        self.0.restore(saved)
+    }
+
     fn schedule(&mut self, snapshot: &ClusterSnapshot, previous: &Plan) -> Plan {
         let never = unplaceable(snapshot);
         let mut plan = if never.is_empty() {

@@ -1,7 +1,7 @@
 //! The scheduling policies: the policy interface and the oracle interface (for SRTF alone) in
-//! `interface.rs`, and the registry that the simulator and the server's scheduling loop both choose
-//! from by name in `registry.rs` (its names in `names.rs`). Each policy is described in `README.md`
-//! here.
+//! `interface.rs` (with what a policy saves for the next leader in `state.rs`), and the registry
+//! that the simulator and the server's scheduling loop both choose from by name in `registry.rs`
+//! (its names in `names.rs`). Each policy is described in `README.md` here.
 
 mod common;
 mod defrag;
@@ -18,6 +18,7 @@ mod optimus;
 mod packing;
 mod registry;
 mod srtf;
+mod state;
 mod tiresias;
 mod trials;
 mod unplaceable;
@@ -35,5 +36,6 @@ pub use names::{ablation_names, is_oracle_policy, policy_names};
 pub use optimus::Optimus;
 pub use registry::build_policy;
 pub use srtf::Srtf;
+pub use state::{Restored, SavedState};
 pub use tiresias::Tiresias;
 pub use unplaceable::{IMAGE_REASON, never_fits, why_never_fits};

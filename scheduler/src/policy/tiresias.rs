@@ -8,21 +8,32 @@
 
 use super::common::{arrival_if_free, claim_order, ordered_round};
 use super::interface::{Oracle, Policy, PolicyError};
+use super::state::{Restored, SavedState, decode, encode, restore_jobs};
 use crate::place::Strategy;
 use crate::plan::{JobPlan, Plan, RunReason};
 use crate::snapshot::{ClusterSnapshot, JobView};
 use drover_core::JobId;
 use std::collections::BTreeMap;
 
-/// Where a job stands in the queues. Kept between rounds; a deterministic function of the snapshots.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct QueueEntry {
+/// Where a job stands in the queues. Kept between rounds, and saved for the next leader: the order
+/// of entry is not in any snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct QueueEntry {
+    #[serde(rename = "q")]
     queue: u8,
     /// Order of entry into the queue (FIFO within a queue).
     seq: u64,
     /// Attained GPU-seconds and run seconds when the job entered Q0 (reset on promotion).
+    #[serde(rename = "attained_s")]
     attained_at_entry: f64,
+    #[serde(rename = "executed_s")]
     executed_at_entry: f64,
+}
+
+/// What Tiresias saves that is no job's: the next order of entry.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Counter {
+    next_seq: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -117,6 +128,33 @@ impl Tiresias {
 }
 
 impl Tiresias {
+    /// The job's place in the queues, if it has one.
+    pub(crate) fn entry(&self, job: JobId) -> Option<QueueEntry> {
+        self.entries.get(&job).copied()
+    }
+
+    /// The jobs with a place in the queues.
+    pub(crate) fn jobs(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.entries.keys().copied()
+    }
+
+    /// What is no job's, to save.
+    pub(crate) fn counter(&self) -> Counter {
+        Counter {
+            next_seq: self.next_seq,
+        }
+    }
+
+    /// Takes back a job's saved place; entries later get orders after every restored one.
+    pub(crate) fn restore_entry(&mut self, job: JobId, entry: QueueEntry) {
+        self.next_seq = self.next_seq.max(entry.seq);
+        self.entries.insert(job, entry);
+    }
+
+    pub(crate) fn restore_counter(&mut self, counter: Counter) {
+        self.next_seq = self.next_seq.max(counter.next_seq);
+    }
+
     /// (queue, order of entry): lower runs first. Call [`Self::update_queues`] first.
     pub(crate) fn queue_key(&self, job: JobId) -> (u8, u64) {
         self.entries
@@ -132,6 +170,24 @@ impl Policy for Tiresias {
 
     fn name(&self) -> &'static str {
         "tiresias"
+    }
+
+    fn save(&self) -> SavedState {
+        SavedState {
+            jobs: self
+                .entries
+                .iter()
+                .map(|(&job, entry)| (job, encode(entry)))
+                .collect(),
+            shared: Some(encode(&self.counter())),
+        }
+    }
+
+    fn restore(&mut self, saved: &SavedState) -> Restored {
+        if let Some(counter) = saved.shared.as_deref().and_then(decode::<Counter>) {
+            self.restore_counter(counter);
+        }
+        restore_jobs(saved, |job, entry| self.restore_entry(job, entry))
     }
 
     fn schedule(&mut self, snapshot: &ClusterSnapshot, _previous: &Plan) -> Plan {

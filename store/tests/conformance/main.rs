@@ -67,6 +67,7 @@ conformance!(
     reports_from_an_old_generation_are_fenced,
     log_reads_filter_and_page_from_either_end,
     rounds_keep_what_waiting_jobs_need_and_what_was_free,
+    the_policy_state_keeps_what_changed_per_policy,
     checkpoints_over_the_rate_replace_each_other,
     executors_register_and_lose_tasks,
     jobs_with_ended_tasks_are_finishing,
@@ -573,4 +574,88 @@ async fn rounds_keep_what_waiting_jobs_need_and_what_was_free(db: &TestDb) {
     store.record_round(&bare).await.unwrap();
     let read = store.last_round().await.unwrap().unwrap();
     assert_eq!((read.free, read.waiting.len()), (None, 0));
+}
+
+/// The leader saves what changed of its policy's state; the next reads it back whole.
+async fn the_policy_state_keeps_what_changed_per_policy(db: &TestDb) {
+    let store = db.store.as_ref();
+    assert_eq!(
+        store.policy_state("drover").await.unwrap(),
+        PolicyState::default()
+    );
+    // More jobs than one statement writes.
+    let jobs: Vec<JobId> = (0..2500).map(|_| JobId::new()).collect();
+    let states: Vec<String> = (0..jobs.len())
+        .map(|i| format!("{{\"q\":{}}}", i % 3))
+        .collect();
+    let changed: Vec<(JobId, &str)> = jobs
+        .iter()
+        .copied()
+        .zip(states.iter().map(String::as_str))
+        .collect();
+    let at = Utc::now();
+    let save = |changes| store.save_policy_state("drover", changes, at);
+    save(PolicyStateChanges {
+        changed: &changed,
+        shared: Some("{\"next_seq\":7}"),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    store
+        .save_policy_state(
+            "tiresias",
+            PolicyStateChanges {
+                changed: &changed[..1],
+                ..Default::default()
+            },
+            at,
+        )
+        .await
+        .unwrap();
+    let read = store.policy_state("drover").await.unwrap();
+    let mut expected: Vec<(JobId, String)> =
+        jobs.iter().copied().zip(states.iter().cloned()).collect();
+    let sorted = |mut rows: Vec<(JobId, String)>| {
+        rows.sort();
+        rows
+    };
+    assert_eq!(sorted(read.jobs), sorted(expected.clone()));
+    assert_eq!(read.shared.as_deref(), Some("{\"next_seq\":7}"));
+    // Changed, removed (more than one statement's worth), the shared part unchanged.
+    let removed: Vec<JobId> = jobs[..1200].to_vec();
+    save(PolicyStateChanges {
+        changed: &[(jobs[2000], "{\"q\":9}")],
+        removed: &removed,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    expected.drain(..1200);
+    for row in &mut expected {
+        if row.0 == jobs[2000] {
+            row.1 = "{\"q\":9}".to_owned();
+        }
+    }
+    let read = store.policy_state("drover").await.unwrap();
+    assert_eq!(sorted(read.jobs), sorted(expected));
+    assert_eq!(read.shared.as_deref(), Some("{\"next_seq\":7}"));
+    assert_eq!(store.policy_state("tiresias").await.unwrap().jobs.len(), 1);
+    // The first save of a newly configured policy forgets the others'.
+    store
+        .save_policy_state(
+            "tiresias",
+            PolicyStateChanges {
+                forget_other_policies: true,
+                ..Default::default()
+            },
+            at,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.policy_state("drover").await.unwrap(),
+        PolicyState::default()
+    );
+    assert_eq!(store.policy_state("tiresias").await.unwrap().jobs.len(), 1);
 }

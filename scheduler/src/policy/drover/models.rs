@@ -133,6 +133,43 @@ impl ModelLearner {
         }
     }
 
+    /// What was learned from jobs gone, to save: (lower tag, higher tag, Σ log ratio, jobs).
+    pub fn retired(&self) -> Vec<(u64, u64, f64, u32)> {
+        self.retired
+            .iter()
+            .map(|(&(a, b), &(sum, n))| (a.0, b.0, sum, n))
+            .collect()
+    }
+
+    /// A job's own measurements, to save with the job (they count when it is gone).
+    pub fn active(&self, job: JobId) -> Option<Vec<(u64, u64, f64)>> {
+        self.active
+            .get(&job)
+            .map(|pairs| pairs.iter().map(|&((a, b), r)| (a.0, b.0, r)).collect())
+    }
+
+    /// Takes back what [`Self::retired`] saved.
+    pub fn restore_retired(&mut self, retired: &[(u64, u64, f64, u32)]) {
+        for &(a, b, sum, n) in retired {
+            let (a, b) = (GpuModelTag(a), GpuModelTag(b));
+            if a < b && sum.is_finite() {
+                self.retired.insert((a, b), (sum, n));
+            }
+        }
+    }
+
+    /// Takes back what [`Self::active`] saved of a job.
+    pub fn restore_active(&mut self, job: JobId, pairs: &[(u64, u64, f64)]) {
+        let pairs: Vec<(Pair, f64)> = pairs
+            .iter()
+            .filter(|&&(a, b, r)| a < b && r.is_finite())
+            .map(|&(a, b, r)| ((GpuModelTag(a), GpuModelTag(b)), r))
+            .collect();
+        if !pairs.is_empty() {
+            self.active.insert(job, pairs);
+        }
+    }
+
     /// Mean log(step on `a` / step on `b`) over the jobs measured on both, and how many.
     fn pair(&self, a: GpuModelTag, b: GpuModelTag) -> (f64, u32) {
         if a == b {

@@ -1,0 +1,168 @@
+//! The scheduling loop across a change of leader (issue #55): a new leader's first round keeps the
+//! queue levels and order the last leader had, on both stores; one that restores nothing does not.
+
+use super::SchedulingLoop;
+use crate::{Runtime, RuntimeConfig};
+use chrono::{Duration, Utc};
+use drover_core::spec::JobType;
+use drover_core::{JobId, JobState, ReasonCode};
+use drover_store::testing::TestDb;
+use drover_store::{
+    NewJob, NewMetrics, NewTask, Scope, StateChange, Store, TaskChange, TaskKey, TaskRole,
+    TaskState,
+};
+use std::sync::Arc;
+
+/// Six queued one-GPU command jobs of one tenant, in submission order.
+async fn jobs(store: &dyn Store) -> Vec<JobId> {
+    let (tenant, user) = crate::ingest::tests::tenant_and_member(store, "t").await;
+    let mut ids = Vec::new();
+    for n in 0..6 {
+        let name = format!("j{n}");
+        let document = serde_json::json!({
+            "apiVersion": "drover.dev/v1",
+            "kind": "DroverJob",
+            "metadata": {"name": name},
+            "spec": {
+                "type": "command",
+                "command": {"argv": ["true"]},
+                "resources": {"workers": {"min": 1, "max": 1}, "gpus_per_worker": 1, "cpus_per_worker": 1},
+            },
+        });
+        let job = store
+            .create_job(&NewJob {
+                id: JobId::new(),
+                tenant_id: tenant.id,
+                tenant_name: tenant.name.clone(),
+                name,
+                job_type: JobType::Command,
+                priority: 0,
+                max_gpus: 1,
+                labels: Default::default(),
+                document,
+                submitted_by: user.id,
+                idempotency_key: None,
+                request_hash: None,
+                created_at: Utc::now(),
+            })
+            .await
+            .unwrap();
+        ids.push(job.value.id);
+    }
+    ids
+}
+
+/// The job ran one GPU for an hour (its first and last step reports an hour apart) and was
+/// preempted back into the queue.
+async fn ran_an_hour(store: &dyn Store, job: JobId) {
+    let change = |to, reason| StateChange {
+        to,
+        reason,
+        message: String::new(),
+        actor: None,
+    };
+    let task = NewTask {
+        role: TaskRole::Worker,
+        index: 0,
+        node_name: "gone".to_owned(),
+        gpus: vec![0],
+        cpus: 1,
+    };
+    let generation = store
+        .start_generation(
+            job,
+            &[task],
+            &change(JobState::Starting, ReasonCode::Allocated),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let key = TaskKey {
+        job_id: job,
+        generation,
+        role: TaskRole::Worker,
+        index: 0,
+    };
+    for (step, ago_min) in [(1, 90), (100, 30)] {
+        let report = NewMetrics {
+            key,
+            num_ps: 0,
+            num_workers: 1,
+            gpu_model: String::new(),
+            step,
+            values: vec![("loss".to_owned(), 1.0)],
+            recorded_at: Utc::now() - Duration::minutes(ago_min),
+        };
+        store.record_metrics(&report).await.unwrap();
+    }
+    let exited = TaskChange {
+        state: Some(TaskState::Exited),
+        ..TaskChange::default()
+    };
+    store.update_task(&key, &exited).await.unwrap();
+    store
+        .transition_job(
+            Scope::Cluster,
+            job,
+            &change(JobState::Queued, ReasonCode::Preempted),
+        )
+        .await
+        .unwrap();
+}
+
+fn leader(store: &Arc<dyn Store>, policy: &str, dir: &std::path::Path) -> SchedulingLoop {
+    let config = RuntimeConfig::new(policy, dir.to_path_buf());
+    SchedulingLoop::new(Runtime::new(store.clone(), config)).unwrap()
+}
+
+/// The waiting jobs of the last recorded round, in the policy's order.
+async fn queue(store: &dyn Store) -> Vec<JobId> {
+    let round = store.last_round().await.unwrap().unwrap();
+    round.waiting.iter().map(|w| w.job).collect()
+}
+
+async fn a_new_leader_keeps_the_queue_the_last_one_had(db: TestDb) {
+    let store = db.store.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = jobs(store.as_ref()).await;
+    // The first leader sees six jobs, in the first queue in submission order (no node: all wait).
+    let mut first = leader(&store, "drover", dir.path());
+    first.round().await.unwrap();
+    assert_eq!(queue(store.as_ref()).await, jobs);
+    // The first three then run an hour each: past 30 GPU-minutes, they move to the second queue.
+    for &job in &jobs[..3] {
+        ran_an_hour(store.as_ref(), job).await;
+        first.runtime.observer.touched(job);
+    }
+    first.round().await.unwrap();
+    let demoted = [&jobs[3..], &jobs[..3]].concat();
+    assert_eq!(queue(store.as_ref()).await, demoted);
+    // The leader dies (nothing more is saved); a new one's first round keeps the queue.
+    drop(first);
+    let mut second = leader(&store, "drover", dir.path());
+    second.round().await.unwrap();
+    assert_eq!(
+        queue(store.as_ref()).await,
+        demoted,
+        "the new leader's queue"
+    );
+    let saved = store.policy_state("drover").await.unwrap();
+    assert_eq!(saved.jobs.len(), 6);
+    // The control: a leader with nothing saved (another policy's name, the same ordering here)
+    // puts every job back in the first queue, in submission order.
+    let mut forgetful = leader(&store, "drover-no-search", dir.path());
+    forgetful.round().await.unwrap();
+    assert_eq!(queue(store.as_ref()).await, jobs, "without the saved state");
+    // Its first save forgot what `drover` saved.
+    assert!(store.policy_state("drover").await.unwrap().jobs.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_keeps_the_queue_on_sqlite() {
+    a_new_leader_keeps_the_queue_the_last_one_had(TestDb::sqlite().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_keeps_the_queue_on_postgres() {
+    a_new_leader_keeps_the_queue_the_last_one_had(TestDb::postgres().await).await;
+}
