@@ -395,6 +395,9 @@ async fn measure(
             / load_seconds,
         postgres_rows_written_per_s: (load_end.1.rows_written - load_start.1.rows_written) as f64
             / load_seconds,
+        database_mib: load_end.1.database_bytes as f64 / MIB,
+        database_growth_mib_per_hour: growth_per_hour(&load_start, &load_end),
+        idle_database_growth_mib_per_hour: growth_per_hour(&idle_start, &idle_end),
         load_average: load_average(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         sessions_broken: tally.sessions_broken.load(Ordering::Relaxed),
@@ -469,6 +472,14 @@ async fn reclaim(
         victim_exited_s,
         note,
     }
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// How fast the database grew between two readings, in MiB an hour.
+fn growth_per_hour(from: &(Instant, Reading), to: &(Instant, Reading)) -> f64 {
+    let hours = (to.0 - from.0).as_secs_f64().max(1e-9) / 3600.0;
+    (to.1.database_bytes - from.1.database_bytes) as f64 / MIB / hours
 }
 
 fn cpu_percent(from: &(Instant, Reading), to: &(Instant, Reading)) -> f64 {

@@ -98,6 +98,14 @@ pub struct ClusterArgs {
     /// authenticates with its own node credential afterwards.
     #[arg(long, env = "DROVER_ENROLLMENT_TOKEN", hide_env_values = true)]
     enrollment_token: Option<String>,
+    /// How long task log lines are kept (of any job, running ones too), or `forever`; the leader
+    /// deletes older ones every hour.
+    #[arg(long, env = "DROVER_LOG_RETENTION", default_value = "30d", value_parser = retention_period)]
+    log_retention: Retention,
+    /// How long an ended job's metric samples are kept after it ended, or `forever` (an active job
+    /// keeps all of its own).
+    #[arg(long, env = "DROVER_METRIC_RETENTION", default_value = "90d", value_parser = retention_period)]
+    metric_retention: Retention,
     /// The scheduling loop runs at least this often.
     #[arg(long, env = "DROVER_SCHEDULER_TICK", default_value = "1s", value_parser = humantime::parse_duration)]
     tick: std::time::Duration,
@@ -117,6 +125,31 @@ pub struct ClusterArgs {
     /// their tenant's namespace (the one labelled with the tenant, or named like it).
     #[arg(long, env = "DROVER_KUBERNETES_MIRROR", requires = "kubernetes")]
     kubernetes_mirror: bool,
+}
+
+/// How long something is kept: `None` for ever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention(Option<std::time::Duration>);
+
+impl Retention {
+    const DEFAULT_LOGS: Retention = Retention(drover_runtime::retention::Retention::DEFAULT.logs);
+    const DEFAULT_METRICS: Retention =
+        Retention(drover_runtime::retention::Retention::DEFAULT.metrics);
+}
+
+/// `forever`, or a duration of at least an hour (`30d`, `12h`): less would delete a running job's
+/// lines as they arrive.
+fn retention_period(text: &str) -> Result<Retention, String> {
+    if text.trim().eq_ignore_ascii_case("forever") {
+        return Ok(Retention(None));
+    }
+    let period = humantime::parse_duration(text.trim()).map_err(|err| {
+        format!("{err}: expected a duration such as `30d` or `12h`, or `forever`")
+    })?;
+    if period < std::time::Duration::from_secs(3600) {
+        return Err("at least `1h` (or `forever`)".to_owned());
+    }
+    Ok(Retention(Some(period)))
 }
 
 impl ClusterArgs {
@@ -147,6 +180,10 @@ impl ClusterArgs {
                     .with_context(|| format!("cannot resolve {}", dir.display()))?;
                 RuntimeConfig::new(&self.policy, root)
             }
+        };
+        config.retention = drover_runtime::retention::Retention {
+            logs: self.log_retention.0,
+            metrics: self.metric_retention.0,
         };
         config.executor_timeout = self.executor_timeout;
         config.stop_grace = self.stop_grace;
@@ -261,4 +298,25 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         server::redact_url(&config.database_url)
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Retention, retention_period};
+    use std::time::Duration;
+
+    #[test]
+    fn retention_is_a_duration_of_an_hour_or_more_or_forever() {
+        assert_eq!(
+            retention_period("30d"),
+            Ok(Retention(Some(Duration::from_secs(30 * 86_400))))
+        );
+        assert_eq!(retention_period(" Forever "), Ok(Retention(None)));
+        assert_eq!(
+            retention_period("59m"),
+            Err("at least `1h` (or `forever`)".to_owned())
+        );
+        let err = retention_period("a month").unwrap_err();
+        assert!(err.contains("`30d`"), "{err}");
+    }
 }

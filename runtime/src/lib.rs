@@ -2,7 +2,7 @@
 //! that turns the policy's plans into tasks, and the reconciliation between the two; with what they
 //! need beside them — executor enrolment, ingesting what tasks report (metrics, logs, checkpoints),
 //! observing each job's speed and convergence, the queue forecast, the accounting ledger, checkpoint
-//! storage and the per-tenant rate buckets.
+//! storage, the per-tenant rate buckets and the retention of what tasks report.
 //!
 //! Intent vs observed: the loop persists what it wants (a generation of tasks per job, and which tasks
 //! must stop) before it sends anything; executors report what is; reconciling a job (`dispatch.rs`,
@@ -29,6 +29,7 @@ pub mod limits;
 mod observe;
 mod report_text;
 mod reports;
+pub mod retention;
 mod runtime;
 mod scheduling;
 mod settle;

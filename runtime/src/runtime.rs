@@ -45,6 +45,8 @@ pub struct RuntimeConfig {
     pub advertise_gateway: Option<String>,
     /// Opens tenant secrets for the tasks that need them; `None`: jobs with secrets cannot start.
     pub secrets: Option<Arc<drover_store::secrets::SecretBox>>,
+    /// How long the leader keeps log lines and ended jobs' metric samples.
+    pub retention: crate::retention::Retention,
 }
 
 impl RuntimeConfig {
@@ -61,6 +63,7 @@ impl RuntimeConfig {
             secrets: None,
             advertise_gateway: None,
             limits: limits::Limits::NONE,
+            retention: crate::retention::Retention::default(),
         }
     }
 }

@@ -513,6 +513,18 @@ pub trait ExecStore: Send + Sync {
     ) -> StoreResult<Vec<MetricPoint>>;
     /// The names of the metrics a job reported, sorted.
     async fn metric_names(&self, scope: Scope, job: JobId) -> StoreResult<Vec<String>>;
+    // Retention: what the leader deletes as it ages, a bounded batch a statement.
+    /// Deletes at most `limit` log lines logged before `before`; returns how many.
+    async fn delete_logs_before(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64>;
+    /// At most `limit` jobs that ended (succeeded, failed, cancelled) before `ended_before` and
+    /// still have metric samples.
+    async fn ended_jobs_with_samples(
+        &self,
+        ended_before: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<JobId>>;
+    /// Deletes at most `limit` of the job's metric samples; returns how many.
+    async fn delete_job_samples(&self, job: JobId, limit: u32) -> StoreResult<u64>;
     /// Forgets the records `ids` of `job`'s checkpoints (ones no longer in storage); returns how
     /// many there were.
     async fn forget_checkpoints(&self, job: JobId, ids: &[uuid::Uuid]) -> StoreResult<u64>;

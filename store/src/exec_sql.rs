@@ -658,6 +658,47 @@ macro_rules! impl_exec_store {
                 rows.iter().map(checkpoint_from_row).collect()
             }
 
+            async fn delete_logs_before(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+                let deleted = sqlx::query(
+                    "DELETE FROM task_logs WHERE id IN \
+                     (SELECT id FROM task_logs WHERE logged_at < $1 LIMIT $2)",
+                )
+                .bind(before)
+                .bind(i64::from(limit))
+                .execute(&self.pool)
+                .await?;
+                Ok(deleted.rows_affected())
+            }
+
+            async fn ended_jobs_with_samples(
+                &self,
+                ended_before: DateTime<Utc>,
+                limit: u32,
+            ) -> StoreResult<Vec<JobId>> {
+                let ids: Vec<Uuid> = sqlx::query_scalar(
+                    "SELECT j.id FROM jobs j WHERE j.state IN ('succeeded', 'failed', 'cancelled') \
+                     AND j.updated_at < $1 \
+                     AND EXISTS (SELECT 1 FROM metric_samples m WHERE m.job_id = j.id) LIMIT $2",
+                )
+                .bind(ended_before)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(ids.into_iter().map(JobId).collect())
+            }
+
+            async fn delete_job_samples(&self, job: JobId, limit: u32) -> StoreResult<u64> {
+                let deleted = sqlx::query(
+                    "DELETE FROM metric_samples WHERE id IN \
+                     (SELECT id FROM metric_samples WHERE job_id = $1 LIMIT $2)",
+                )
+                .bind(job.0)
+                .bind(i64::from(limit))
+                .execute(&self.pool)
+                .await?;
+                Ok(deleted.rows_affected())
+            }
+
             async fn forget_checkpoints(&self, job: JobId, ids: &[uuid::Uuid]) -> StoreResult<u64> {
                 if ids.is_empty() {
                     return Ok(0);

@@ -44,6 +44,11 @@ pub struct Report {
     /// second, over the phase (`pg_stat_database`).
     pub postgres_transactions_per_s: f64,
     pub postgres_rows_written_per_s: f64,
+    /// The database's size at the end of the phase, and how fast it grew over the phase and over
+    /// the idle fleet's (MiB an hour).
+    pub database_mib: f64,
+    pub database_growth_mib_per_hour: f64,
+    pub idle_database_growth_mib_per_hour: f64,
     /// The machine's one-minute load average at the end, and its CPUs.
     pub load_average: Option<f64>,
     pub cpus: usize,
@@ -107,6 +112,12 @@ impl Report {
         out += &format!(
             "  postgres                   {:.0} transactions/s, {:.0} rows written/s\n",
             self.postgres_transactions_per_s, self.postgres_rows_written_per_s
+        );
+        out += &format!(
+            "  database                   {:.0} MiB at the end; grew {:.0} MiB/h under load, {:.1} MiB/h idle\n",
+            self.database_mib,
+            self.database_growth_mib_per_hour,
+            self.idle_database_growth_mib_per_hour
         );
         out += &format!(
             "  reclaim                    {}\n",

@@ -32,6 +32,8 @@ pub struct Reading {
     pub rss_mib: f64,
     pub transactions: i64,
     pub rows_written: i64,
+    /// The run's database, tables and indexes (`pg_database_size`).
+    pub database_bytes: i64,
     /// The round-time histogram: (upper bound in seconds, rounds at or under it), and its count.
     pub round_buckets: Vec<(f64, u64)>,
     pub rounds: u64,
@@ -180,9 +182,9 @@ impl Server {
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(0.0);
-        let (transactions, rows_written): (i64, i64) = sqlx::query_as(
+        let (transactions, rows_written, database_bytes): (i64, i64, i64) = sqlx::query_as(
             "SELECT (xact_commit + xact_rollback)::bigint, \
-             (tup_inserted + tup_updated + tup_deleted)::bigint \
+             (tup_inserted + tup_updated + tup_deleted)::bigint, pg_database_size($1)::bigint \
              FROM pg_stat_database WHERE datname = $1",
         )
         .bind(&self.database)
@@ -202,6 +204,7 @@ impl Server {
             rss_mib: rss_kib / 1024.0,
             transactions,
             rows_written,
+            database_bytes,
             round_buckets,
             rounds,
         })

@@ -93,6 +93,8 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         executor_timeout: std::time::Duration::from_secs(10),
         stop_grace: std::time::Duration::from_secs(10),
         tick: std::time::Duration::from_secs(1),
+        log_retention: Retention::DEFAULT_LOGS,
+        metric_retention: Retention::DEFAULT_METRICS,
         // Each local executor enrols with a token minted for it (`dev_enrollment`).
         enrollment_token: None,
         kubernetes: false,

@@ -139,6 +139,12 @@ pub async fn start(
         tracing::info!(addr = %bound, policy = runtime.config.policy, "executor gateway listening");
         let kubernetes = config.kubernetes.clone();
         let leader = runtime.leader.clone();
+        tokio::spawn(drover_runtime::retention::run(
+            store.clone(),
+            runtime.config.retention,
+            leader.clone(),
+            signalled(stopped.clone()),
+        ));
         state = state.with_runtime(runtime);
         tokio::spawn(drover_service::experiments::run(
             state.service.clone(),
