@@ -15,7 +15,7 @@ mod tally;
 use anyhow::{Context, bail};
 use futures::StreamExt;
 use node::{Node, NodeSpec};
-pub use report::Report;
+pub use report::{Report, Steady};
 use serde_json::{Value, json};
 use server::{Reading, Server};
 use std::path::PathBuf;
@@ -46,6 +46,9 @@ pub struct FleetOptions {
     pub checkpoint_delay: Duration,
     /// How long the connected, idle fleet is watched before jobs come.
     pub idle: Duration,
+    /// How long the busy fleet (every job started, every task reporting) is watched after the
+    /// measured phase: the database's growth and the server's CPU at steady state.
+    pub steady: Duration,
     /// Submissions in flight at once.
     pub clients: usize,
     /// Measure a reclaim once the phase is over, when every GPU is held.
@@ -347,6 +350,11 @@ async fn measure(
         ok.len()
     ));
 
+    progress(&format!("watching the busy fleet for {:?}", options.steady));
+    let steady_start = (Instant::now(), server.read().await?);
+    tokio::time::sleep(options.steady).await;
+    let steady_end = (Instant::now(), server.read().await?);
+
     let reclaim = if options.reclaim {
         reclaim(options, &api, &tally, gpus, progress).await
     } else {
@@ -398,6 +406,13 @@ async fn measure(
         database_mib: load_end.1.database_bytes as f64 / MIB,
         database_growth_mib_per_hour: growth_per_hour(&load_start, &load_end),
         idle_database_growth_mib_per_hour: growth_per_hour(&idle_start, &idle_end),
+        steady: (!options.steady.is_zero()).then(|| Steady {
+            seconds: options.steady.as_secs_f64(),
+            server_cpu_percent: cpu_percent(&steady_start, &steady_end),
+            database_growth_mib_per_hour: growth_per_hour(&steady_start, &steady_end),
+            rows_written_per_s: (steady_end.1.rows_written - steady_start.1.rows_written) as f64
+                / (steady_end.0 - steady_start.0).as_secs_f64().max(1e-9),
+        }),
         load_average: load_average(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         sessions_broken: tally.sessions_broken.load(Ordering::Relaxed),

@@ -47,6 +47,10 @@ pub struct FleetArgs {
     /// How long the connected, idle fleet is watched before jobs are submitted.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     idle: Duration,
+    /// How long the busy fleet (every job started) is watched after the measured phase, for the
+    /// database's growth and the server's CPU at steady state.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    steady: Duration,
     /// Submissions in flight at once.
     #[arg(long, default_value_t = 32)]
     clients: usize,
@@ -83,6 +87,7 @@ async fn fleet(args: FleetArgs, json: bool) -> anyhow::Result<()> {
         task_duration: args.task_duration,
         checkpoint_delay: args.checkpoint_delay,
         idle: args.idle,
+        steady: args.steady,
         clients: args.clients,
         reclaim: !args.no_reclaim,
         policy: args.policy,

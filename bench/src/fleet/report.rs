@@ -2,6 +2,16 @@
 
 use serde::Serialize;
 
+/// The busy fleet after the measured phase (every job started, every task reporting a step every
+/// 10 s): how long it was watched, the server's CPU, the database's growth and rows written.
+#[derive(Debug, Clone, Serialize)]
+pub struct Steady {
+    pub seconds: f64,
+    pub server_cpu_percent: f64,
+    pub database_growth_mib_per_hour: f64,
+    pub rows_written_per_s: f64,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub nodes: u32,
@@ -49,6 +59,8 @@ pub struct Report {
     pub database_mib: f64,
     pub database_growth_mib_per_hour: f64,
     pub idle_database_growth_mib_per_hour: f64,
+    /// The busy fleet after the phase; `None` when it was not watched (`--steady 0s`).
+    pub steady: Option<Steady>,
     /// The machine's one-minute load average at the end, and its CPUs.
     pub load_average: Option<f64>,
     pub cpus: usize,
@@ -119,6 +131,15 @@ impl Report {
             self.database_growth_mib_per_hour,
             self.idle_database_growth_mib_per_hour
         );
+        if let Some(steady) = &self.steady {
+            out += &format!(
+                "  busy fleet, {:.0} s          {:.1}% of a core; database grew {:.0} MiB/h, {:.0} rows written/s\n",
+                steady.seconds,
+                steady.server_cpu_percent,
+                steady.database_growth_mib_per_hour,
+                steady.rows_written_per_s
+            );
+        }
         out += &format!(
             "  reclaim                    {}\n",
             match (&self.reclaim_s, &self.reclaim_note) {

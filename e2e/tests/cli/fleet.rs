@@ -21,6 +21,8 @@ fn the_fleet_emulator_fills_fifty_nodes_and_reclaims_a_gpu() {
             "60s",
             "--idle",
             "3s",
+            "--steady",
+            "12s",
             "--checkpoint-delay",
             "2s",
             "-o",
@@ -50,6 +52,17 @@ fn the_fleet_emulator_fills_fifty_nodes_and_reclaims_a_gpu() {
     assert!(number("server_rss_mib") > 1.0, "{report:#}");
     assert!(number("server_cpu_percent") > 0.0, "{report:#}");
     assert!(number("postgres_transactions_per_s") > 0.0, "{report:#}");
+    // The busy fleet's 400 tasks each report a step every 10 s: the database grows.
+    let steady = &report["steady"];
+    assert!(
+        steady["rows_written_per_s"].as_f64() > Some(0.0),
+        "{report:#}"
+    );
+    assert!(
+        steady["database_growth_mib_per_hour"].as_f64() >= Some(0.0),
+        "{report:#}"
+    );
+    assert!(number("database_mib") > 1.0, "{report:#}");
     // The urgent job ran on a reclaimed GPU; its victim checkpointed (2 s) and exited.
     let reclaim = number("reclaim_s");
     assert!(0.0 < reclaim && reclaim < 60.0, "{report:#}");
