@@ -143,15 +143,29 @@ impl SchedulingLoop {
         let nodes = runtime.store.list_nodes().await?;
         drain(&runtime, &nodes).await?;
         let housekeeping = laps.lap();
-        let reconciled = reconcile_all(&runtime).await?;
+        let Reconciled {
+            count: reconciled,
+            changed,
+            jobs,
+            live,
+        } = reconcile_all(&runtime).await?;
         let reconciling = laps.lap();
 
-        let jobs = runtime.active_jobs().await?;
+        // What reconciling read, unless it changed something.
+        let jobs = if changed {
+            runtime.active_jobs().await?
+        } else {
+            jobs
+        };
         // The nodes again, read after the jobs: a cordon (or drain) stored before a job was
         // submitted is always seen by the round that places that job, however long the steps
         // above took on a loaded server.
         let nodes = runtime.store.list_nodes().await?;
-        let live = runtime.store.live_tasks().await?;
+        let live = if changed {
+            runtime.store.live_tasks().await?
+        } else {
+            live
+        };
         let finishing: HashSet<JobId> = runtime.store.finishing_jobs().await?.into_iter().collect();
         let tenants = runtime.store.list_tenants().await?;
         let connected = runtime.hub.connected();
@@ -426,33 +440,43 @@ fn settled_running(job: &Job, live: &[Task]) -> bool {
 /// Jobs reconciled at once, leaving the rest of the database pool to the API.
 const RECONCILED_AT_ONCE: usize = 8;
 
+/// What reconciling read, and whether it changed anything: when it did not, the round plans from
+/// the same reads instead of reading every active job and live task again (at 12,000 active jobs
+/// and 8,000 live tasks, about a third of a settled round).
+struct Reconciled {
+    /// Jobs with live tasks that were reconciled.
+    count: usize,
+    changed: bool,
+    jobs: Vec<Job>,
+    live: Vec<Task>,
+}
+
 /// Runs [`Runtime::reconcile_job`] for every job with live tasks and every job that is starting.
-/// Returns how many jobs with live tasks it reconciled.
-async fn reconcile_all(runtime: &Runtime) -> StoreResult<usize> {
+async fn reconcile_all(runtime: &Runtime) -> StoreResult<Reconciled> {
+    // In job order (the store's): each job's tasks are one run of the list.
     let live = runtime.store.live_tasks().await?;
-    let mut by_job: BTreeMap<JobId, Vec<Task>> = BTreeMap::new();
-    for task in live {
-        by_job.entry(task.key.job_id).or_default().push(task);
-    }
-    let mut jobs: HashMap<JobId, Job> = runtime
-        .active_jobs()
-        .await?
-        .into_iter()
-        .map(|j| (j.id, j))
-        .collect();
-    let mut unsettled = Vec::new();
-    for (job_id, tasks) in &by_job {
-        let job = match jobs.remove(job_id) {
-            Some(job) => job,
-            None => runtime.store.get_job(Scope::Cluster, *job_id).await?,
+    let jobs = runtime.active_jobs().await?;
+    let by_id: HashMap<JobId, &Job> = jobs.iter().map(|j| (j.id, j)).collect();
+    let mut with_tasks: HashSet<JobId> = HashSet::new();
+    let mut unsettled: Vec<(Job, &[Task])> = Vec::new();
+    for tasks in live.chunk_by(|a, b| a.key.job_id == b.key.job_id) {
+        let job_id = tasks[0].key.job_id;
+        with_tasks.insert(job_id);
+        let job = match by_id.get(&job_id) {
+            Some(&job) => {
+                if settled_running(job, tasks) {
+                    continue;
+                }
+                job.clone()
+            }
+            None => runtime.store.get_job(Scope::Cluster, job_id).await?,
         };
-        if !settled_running(&job, tasks) {
-            unsettled.push((job, tasks));
-        }
+        unsettled.push((job, tasks));
     }
     // Each job's reconciliation is its own reads and writes (thousands of jobs marked running
     // after a burst of starts): a few at a time rather than one after another.
-    let reconciled = unsettled.len();
+    let count = unsettled.len();
+    let mut changed = count > 0;
     futures::stream::iter(unsettled)
         .map(Ok)
         .try_for_each_concurrent(RECONCILED_AT_ONCE, |(job, tasks)| async move {
@@ -462,8 +486,8 @@ async fn reconcile_all(runtime: &Runtime) -> StoreResult<usize> {
     // Active jobs with no live task left: their outcome was not recorded (a failed write, a crash
     // between a task's exit and the job's transition). Decide it now.
     for job in jobs
-        .values()
-        .filter(|j| super::dispatch::is_active(j.state))
+        .iter()
+        .filter(|j| super::dispatch::is_active(j.state) && !with_tasks.contains(&j.id))
     {
         let tasks = runtime
             .store
@@ -476,11 +500,18 @@ async fn reconcile_all(runtime: &Runtime) -> StoreResult<usize> {
             .all(|t| t.state.is_final() && t.updated_at < settled_late)
         {
             crate::settle::settle(runtime, job, &tasks, None).await?;
+            changed = true;
         } else if job.state == JobState::Starting {
             crate::dispatch::reconcile_job(runtime, job, &[]).await?;
+            changed = true;
         }
     }
-    Ok(reconciled)
+    Ok(Reconciled {
+        count,
+        changed,
+        jobs,
+        live,
+    })
 }
 
 #[cfg(test)]

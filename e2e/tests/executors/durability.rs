@@ -48,14 +48,18 @@ async fn a_job_that_checkpoints_often_survives_a_killed_executor_and_a_postgres_
     // Past the 200 checkpoints the server records as rows of their own: the ones after replace each
     // other, and retention has long deleted the 200th.
     let node = cluster.wait_for_checkpoint(&id, 1500).await;
-    let killed_after = cluster
-        .checkpoints(&id)
-        .await
+    // The list shows the records still in storage, and `keep_last: 2` deletes a checkpoint every
+    // 5 steps: one read can find none for a moment (seen once), so wait for one that finds some.
+    let listed = cluster
+        .wait_until("a checkpoint listed", Duration::from_secs(30), async |c| {
+            Some(c.checkpoints(&id).await).filter(|listed| !listed.is_empty())
+        })
+        .await;
+    let killed_after = listed
         .iter()
         .filter_map(|c| c["step"].as_u64())
         .max()
         .unwrap();
-    let listed = cluster.checkpoints(&id).await;
     assert!(listed.len() <= 202, "one row per checkpoint past the burst");
     // Listed relative to the checkpoint storage: the server's own directories stay its own.
     let first = listed[0]["path"].as_str().unwrap();
