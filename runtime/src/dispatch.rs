@@ -5,7 +5,7 @@
 use super::Runtime;
 use super::hub::Command;
 use drover_core::spec::{EnvValue, JobType};
-use drover_core::{JobState, ReasonCode};
+use drover_core::{JobId, JobState, ReasonCode};
 use drover_proto as pb;
 use drover_store::{
     CheckpointRecord, Job, Scope, StateChange, StoreResult, Task, TaskChange, TaskKey, TaskRole,
@@ -46,6 +46,19 @@ fn num_workers(tasks: &[Task]) -> u32 {
 /// Brings `job`'s tasks in line with the job. `live` are its tasks not yet exited or lost, of any
 /// generation.
 pub(super) async fn reconcile_job(runtime: &Runtime, job: &Job, live: &[Task]) -> StoreResult<()> {
+    if let Some(change) = reconcile_tasks(runtime, job, live).await? {
+        mark_running(runtime, job, change).await?;
+    }
+    Ok(())
+}
+
+/// [`reconcile_job`] but for the job's move to `running` when every task runs, which it returns
+/// (the message of the event) for the caller to make with others' in one transaction.
+pub(super) async fn reconcile_tasks(
+    runtime: &Runtime,
+    job: &Job,
+    live: &[Task],
+) -> StoreResult<Option<StateChange>> {
     let active = is_active(job.state);
     for task in live {
         if !active || task.key.generation != job.generation || task.stop_requested {
@@ -60,14 +73,14 @@ pub(super) async fn reconcile_job(runtime: &Runtime, job: &Job, live: &[Task]) -
     // A rescaling job's new tasks wait until the old generation has checkpointed and exited: they
     // start from that checkpoint, often on the same GPUs.
     if !active || live.iter().any(|t| t.key.generation < job.generation) {
-        return Ok(());
+        return Ok(None);
     }
     let tasks = runtime
         .store
         .generation_tasks(job.id, job.generation)
         .await?;
     if tasks.is_empty() || tasks.iter().any(|t| t.stop_requested) {
-        return Ok(());
+        return Ok(None);
     }
     let num_workers = num_workers(&tasks);
     for task in tasks.iter().filter(|t| t.state == TaskState::Assigned) {
@@ -119,7 +132,28 @@ pub(super) async fn reconcile_job(runtime: &Runtime, job: &Job, live: &[Task]) -
             tasks.len(),
             since(job.updated_at)
         );
-        mark_running(runtime, job, message).await?;
+        return Ok(Some(running(message)));
+    }
+    Ok(None)
+}
+
+/// The move to `running` once every task runs (or, after a resize, runs at the new shape).
+fn running(message: String) -> StateChange {
+    StateChange {
+        to: JobState::Running,
+        reason: ReasonCode::RendezvousComplete,
+        message,
+        actor: None,
+    }
+}
+
+/// Moves many jobs to `running`, each in the generation it was reconciled in, in one transaction.
+pub(super) async fn mark_many_running(
+    runtime: &Runtime,
+    changes: &[(JobId, u64, StateChange)],
+) -> StoreResult<()> {
+    for job in runtime.store.transition_jobs_in_generation(changes).await? {
+        tracing::info!(job.id = %job, "job running");
     }
     Ok(())
 }
@@ -146,17 +180,11 @@ pub(super) async fn first_step_rescaled(
         "first step at the new shape ({workers} workers, {} PS) at step {step}, {seconds:.1} s after the decision",
         tasks.len() as u32 - workers,
     );
-    mark_running(runtime, &job, message).await
+    mark_running(runtime, &job, running(message)).await
 }
 
-/// Moves the job to `running` in its current generation, with the event's message.
-async fn mark_running(runtime: &Runtime, job: &Job, message: String) -> StoreResult<()> {
-    let change = StateChange {
-        to: JobState::Running,
-        reason: ReasonCode::RendezvousComplete,
-        message,
-        actor: None,
-    };
+/// Moves the job to `running` in its current generation.
+async fn mark_running(runtime: &Runtime, job: &Job, change: StateChange) -> StoreResult<()> {
     if runtime
         .store
         .transition_job_in_generation(job.id, job.generation, &change, false)

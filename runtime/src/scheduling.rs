@@ -439,6 +439,8 @@ fn settled_running(job: &Job, live: &[Task]) -> bool {
 
 /// Jobs reconciled at once, leaving the rest of the database pool to the API.
 const RECONCILED_AT_ONCE: usize = 8;
+/// Jobs marked running in one transaction.
+const RUNNING_AT_ONCE: usize = 500;
 
 /// What reconciling read, and whether it changed anything: when it did not, the round plans from
 /// the same reads instead of reading every active job and live task again (at 12,000 active jobs
@@ -475,14 +477,33 @@ async fn reconcile_all(runtime: &Runtime) -> StoreResult<Reconciled> {
     }
     // Each job's reconciliation is its own reads and writes (thousands of jobs marked running
     // after a burst of starts): a few at a time rather than one after another.
+    // The jobs whose every task now runs are marked running together, a few hundred to a
+    // transaction (a transaction each held up the rounds after a burst of starts for seconds).
     let count = unsettled.len();
     let mut changed = count > 0;
+    let running = std::sync::Mutex::new(Vec::new());
     futures::stream::iter(unsettled)
         .map(Ok)
-        .try_for_each_concurrent(RECONCILED_AT_ONCE, |(job, tasks)| async move {
-            crate::dispatch::reconcile_job(runtime, &job, tasks).await
+        .try_for_each_concurrent(RECONCILED_AT_ONCE, |(job, tasks)| {
+            let running = &running;
+            async move {
+                if let Some(change) = crate::dispatch::reconcile_tasks(runtime, &job, tasks).await?
+                {
+                    running
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push((job.id, job.generation, change));
+                }
+                StoreResult::Ok(())
+            }
         })
         .await?;
+    let running = running
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for batch in running.chunks(RUNNING_AT_ONCE) {
+        crate::dispatch::mark_many_running(runtime, batch).await?;
+    }
     // Active jobs with no live task left: their outcome was not recorded (a failed write, a crash
     // between a task's exit and the job's transition). Decide it now.
     for job in jobs

@@ -451,6 +451,13 @@ pub trait ExecStore: Send + Sync {
         change: &StateChange,
         count_restart: bool,
     ) -> StoreResult<Option<Job>>;
+    /// Transitions many jobs in one transaction, each only while its generation (given with it) is
+    /// still its current one and the state machine allows the move; returns the jobs moved. What
+    /// the scheduling loop uses to mark the jobs whose every task started running.
+    async fn transition_jobs_in_generation(
+        &self,
+        changes: &[(JobId, u64, StateChange)],
+    ) -> StoreResult<Vec<JobId>>;
     /// Changes a task that has not ended; a task that exited or was lost is never changed again.
     async fn update_task(&self, key: &TaskKey, change: &TaskChange) -> StoreResult<()>;
     /// Marks every live task on the node `lost`; returns them.

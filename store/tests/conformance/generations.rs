@@ -312,3 +312,69 @@ pub(crate) async fn generations_open_allocations_in_the_ledger(db: &TestDb) {
             .is_empty()
     );
 }
+
+/// Many jobs move to `running` in one transaction, each only in the generation given with it and
+/// where the state machine allows: the rest are left as they are.
+pub(crate) async fn jobs_are_marked_running_together_in_their_generations(db: &TestDb) {
+    let store = db.store.as_ref();
+    let (tenant, alice) = fixture(store, "batch").await;
+    let mut jobs = Vec::new();
+    for name in ["a", "b", "c", "d"] {
+        let job = store
+            .create_job(&new_job(&tenant, alice.id, name, &[]))
+            .await
+            .unwrap()
+            .value;
+        jobs.push(job.id);
+    }
+    let allocated = change(JobState::Starting, ReasonCode::Allocated);
+    for &job in &jobs[..3] {
+        store
+            .start_generation(job, &[worker("gpu-a")], &allocated)
+            .await
+            .unwrap();
+    }
+    let running = change(JobState::Running, ReasonCode::RendezvousComplete);
+    let moved = store
+        .transition_jobs_in_generation(&[
+            (jobs[0], 1, running.clone()),
+            (jobs[1], 1, running.clone()),
+            // Not its generation.
+            (jobs[2], 2, running.clone()),
+            // Queued: the state machine has no move from there to running.
+            (jobs[3], 1, running.clone()),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(moved, jobs[..2]);
+    for (&job, state) in jobs.iter().zip([
+        JobState::Running,
+        JobState::Running,
+        JobState::Starting,
+        JobState::Queued,
+    ]) {
+        assert_eq!(
+            store.get_job(Scope::Cluster, job).await.unwrap().state,
+            state
+        );
+    }
+    let events = store
+        .list_job_events(Scope::Cluster, jobs[0], None, 10)
+        .await
+        .unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last.from_state, last.to_state, last.reason),
+        (
+            Some(JobState::Starting),
+            JobState::Running,
+            ReasonCode::RendezvousComplete
+        )
+    );
+    // Already running: nothing moves again.
+    let again = store
+        .transition_jobs_in_generation(&[(jobs[0], 1, running)])
+        .await
+        .unwrap();
+    assert!(again.is_empty());
+}

@@ -72,6 +72,7 @@ conformance!(
     executors_register_and_lose_tasks,
     jobs_with_ended_tasks_are_finishing,
     running_jobs_rescale_under_a_new_generation,
+    jobs_are_marked_running_together_in_their_generations,
     generations_open_allocations_in_the_ledger,
     enrolment_spends_tokens_and_binds_node_names,
     a_credential_pins_the_capacity_of_its_first_registration,
