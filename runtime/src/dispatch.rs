@@ -46,18 +46,20 @@ fn num_workers(tasks: &[Task]) -> u32 {
 /// Brings `job`'s tasks in line with the job. `live` are its tasks not yet exited or lost, of any
 /// generation.
 pub(super) async fn reconcile_job(runtime: &Runtime, job: &Job, live: &[Task]) -> StoreResult<()> {
-    if let Some(change) = reconcile_tasks(runtime, job, live).await? {
+    if let Some(change) = reconcile_tasks(runtime, job, live, None).await? {
         mark_running(runtime, job, change).await?;
     }
     Ok(())
 }
 
 /// [`reconcile_job`] but for the job's move to `running` when every task runs, which it returns
-/// (the message of the event) for the caller to make with others' in one transaction.
+/// for the caller to make with others' in one transaction. `generation`: the tasks of the job's
+/// current generation when the caller read them already (with other jobs').
 pub(super) async fn reconcile_tasks(
     runtime: &Runtime,
     job: &Job,
     live: &[Task],
+    generation: Option<&[Task]>,
 ) -> StoreResult<Option<StateChange>> {
     let active = is_active(job.state);
     for task in live {
@@ -75,16 +77,23 @@ pub(super) async fn reconcile_tasks(
     if !active || live.iter().any(|t| t.key.generation < job.generation) {
         return Ok(None);
     }
-    let tasks = runtime
-        .store
-        .generation_tasks(job.id, job.generation)
-        .await?;
+    let read;
+    let tasks = match generation {
+        Some(tasks) => tasks,
+        None => {
+            read = runtime
+                .store
+                .generation_tasks(job.id, job.generation)
+                .await?;
+            &read[..]
+        }
+    };
     if tasks.is_empty() || tasks.iter().any(|t| t.stop_requested) {
         return Ok(None);
     }
-    let num_workers = num_workers(&tasks);
+    let num_workers = num_workers(tasks);
     for task in tasks.iter().filter(|t| t.state == TaskState::Assigned) {
-        prepare_task(runtime, job, task, &tasks).await?;
+        prepare_task(runtime, job, task, tasks).await?;
     }
     let all_addressed = tasks.iter().all(|t| {
         t.address.is_some()

@@ -439,7 +439,7 @@ fn settled_running(job: &Job, live: &[Task]) -> bool {
 
 /// Jobs reconciled at once, leaving the rest of the database pool to the API.
 const RECONCILED_AT_ONCE: usize = 8;
-/// Jobs marked running in one transaction.
+/// Jobs whose generations are read in one query, and marked running in one transaction.
 const RUNNING_AT_ONCE: usize = 500;
 
 /// What reconciling read, and whether it changed anything: when it did not, the round plans from
@@ -481,13 +481,31 @@ async fn reconcile_all(runtime: &Runtime) -> StoreResult<Reconciled> {
     // transaction (a transaction each held up the rounds after a burst of starts for seconds).
     let count = unsettled.len();
     let mut changed = count > 0;
+    // Their current generations' tasks, read together (a query each held up the round after a
+    // burst of starts for seconds).
+    let mut generations: HashMap<JobId, Vec<Task>> = HashMap::new();
+    let wanted: Vec<(JobId, u64)> = unsettled
+        .iter()
+        .filter(|(job, _)| crate::dispatch::is_active(job.state))
+        .map(|(job, _)| (job.id, job.generation))
+        .collect();
+    for chunk in wanted.chunks(RUNNING_AT_ONCE) {
+        for &(job, _) in chunk {
+            generations.entry(job).or_default();
+        }
+        for task in runtime.store.tasks_of_generations(chunk).await? {
+            generations.entry(task.key.job_id).or_default().push(task);
+        }
+    }
     let running = std::sync::Mutex::new(Vec::new());
     futures::stream::iter(unsettled)
         .map(Ok)
         .try_for_each_concurrent(RECONCILED_AT_ONCE, |(job, tasks)| {
             let running = &running;
+            let generation = generations.get(&job.id).map(Vec::as_slice);
             async move {
-                if let Some(change) = crate::dispatch::reconcile_tasks(runtime, &job, tasks).await?
+                if let Some(change) =
+                    crate::dispatch::reconcile_tasks(runtime, &job, tasks, generation).await?
                 {
                     running
                         .lock()

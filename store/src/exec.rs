@@ -423,6 +423,9 @@ pub trait ExecStore: Send + Sync {
     async fn finishing_jobs(&self) -> StoreResult<Vec<JobId>>;
     /// The tasks of a job's generation.
     async fn generation_tasks(&self, job: JobId, generation: u64) -> StoreResult<Vec<Task>>;
+    /// The tasks of each of these jobs' generations, in one query: grouped by job, each group in
+    /// [`ExecStore::generation_tasks`]'s order.
+    async fn tasks_of_generations(&self, generations: &[(JobId, u64)]) -> StoreResult<Vec<Task>>;
     /// Moves a `queued` job to `starting` under a new generation with these tasks, in one transaction.
     /// Returns the new generation, or `None` when the job was no longer `queued`.
     async fn start_generation(

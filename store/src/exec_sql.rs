@@ -405,6 +405,30 @@ macro_rules! impl_exec_store {
                 rows.iter().map(task_from_row).collect()
             }
 
+            async fn tasks_of_generations(&self, generations: &[(JobId, u64)]) -> StoreResult<Vec<Task>> {
+                if generations.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let wanted: std::collections::HashMap<JobId, u64> = generations.iter().copied().collect();
+                let mut query = sqlx::QueryBuilder::<$db>::new(concat!(
+                    "SELECT ", task_columns!(), " FROM tasks WHERE job_id IN ("
+                ));
+                let mut ids = query.separated(", ");
+                for job in wanted.keys() {
+                    ids.push_bind(job.0);
+                }
+                query.push(") ORDER BY job_id, generation, role DESC, idx");
+                let rows = query.build().fetch_all(&self.pool).await?;
+                let mut tasks = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    let task = task_from_row(row)?;
+                    if wanted.get(&task.key.job_id) == Some(&task.key.generation) {
+                        tasks.push(task);
+                    }
+                }
+                Ok(tasks)
+            }
+
             async fn start_generation(
                 &self,
                 job: JobId,

@@ -4,7 +4,7 @@
 use super::execution::{metrics, worker};
 use super::{change, fixture, new_job};
 use chrono::Utc;
-use drover_core::{JobState, ReasonCode};
+use drover_core::{JobId, JobState, ReasonCode};
 use drover_store::testing::TestDb;
 use drover_store::*;
 use std::collections::BTreeMap;
@@ -313,7 +313,7 @@ pub(crate) async fn generations_open_allocations_in_the_ledger(db: &TestDb) {
     );
 }
 
-/// Many jobs move to `running` in one transaction, each only in the generation given with it and
+/// Many jobs' generations are read in one query, and they move to `running` in one transaction, each only in the generation given with it and
 /// where the state machine allows: the rest are left as they are.
 pub(crate) async fn jobs_are_marked_running_together_in_their_generations(db: &TestDb) {
     let store = db.store.as_ref();
@@ -334,6 +334,18 @@ pub(crate) async fn jobs_are_marked_running_together_in_their_generations(db: &T
             .await
             .unwrap();
     }
+    // Their generations' tasks, read together: only the generations asked for.
+    let read = store
+        .tasks_of_generations(&[(jobs[0], 1), (jobs[1], 1), (jobs[2], 2), (jobs[3], 1)])
+        .await
+        .unwrap();
+    let keys: Vec<(JobId, u64)> = read
+        .iter()
+        .map(|t| (t.key.job_id, t.key.generation))
+        .collect();
+    let mut expected = vec![(jobs[0], 1), (jobs[1], 1)];
+    expected.sort();
+    assert_eq!(keys, expected);
     let running = change(JobState::Running, ReasonCode::RendezvousComplete);
     let moved = store
         .transition_jobs_in_generation(&[
