@@ -223,6 +223,34 @@ pub(crate) mod tests {
         (tenant, user)
     }
 
+    /// Starts the job's next generation with one worker on `node`; returns the worker's key.
+    pub(crate) async fn started(store: &dyn Store, job: JobId, node: &str) -> TaskKey {
+        let task = drover_store::NewTask {
+            role: drover_store::TaskRole::Worker,
+            index: 0,
+            node_name: node.to_owned(),
+            gpus: Vec::new(),
+            cpus: 1,
+        };
+        let change = drover_store::StateChange {
+            to: drover_core::JobState::Starting,
+            reason: drover_core::ReasonCode::Allocated,
+            message: String::new(),
+            actor: None,
+        };
+        let generation = store
+            .start_generation(job, &[task], &change)
+            .await
+            .unwrap()
+            .unwrap();
+        TaskKey {
+            job_id: job,
+            generation,
+            role: drover_store::TaskRole::Worker,
+            index: 0,
+        }
+    }
+
     /// A queued command job of a new tenant of this name.
     pub(crate) async fn job_of(store: &dyn Store, tenant: &str) -> JobId {
         let (tenant, user) = tenant_and_member(store, tenant).await;

@@ -459,31 +459,11 @@ mod tests {
     /// a recorded checkpoint's time reaches it without a read.
     #[tokio::test]
     async fn the_loop_reads_a_jobs_samples_again_only_when_a_report_touched_it() {
-        use drover_core::{JobState, ReasonCode};
-        use drover_store::{NewMetrics, NewTask, StateChange, TaskKey};
+        use drover_store::NewMetrics;
         let db = drover_store::testing::TestDb::sqlite().await;
         let store = db.store.as_ref();
         let job = crate::ingest::tests::job_of(store, "t").await;
-        let task = NewTask {
-            role: TaskRole::Worker,
-            index: 0,
-            node_name: "n".to_owned(),
-            gpus: Vec::new(),
-            cpus: 1,
-        };
-        let change = StateChange {
-            to: JobState::Starting,
-            reason: ReasonCode::Allocated,
-            message: String::new(),
-            actor: None,
-        };
-        store.start_generation(job, &[task], &change).await.unwrap();
-        let key = TaskKey {
-            job_id: job,
-            generation: 1,
-            role: TaskRole::Worker,
-            index: 0,
-        };
+        let key = crate::ingest::tests::started(store, job, "n").await;
         let report = |step: u64| NewMetrics {
             key,
             num_ps: 0,

@@ -78,14 +78,8 @@ pub async fn prune(
             .and_then(|keep| now.checked_sub_signed(keep))
     };
     if let Some(before) = retention.logs.and_then(before) {
-        loop {
-            let deleted = store.delete_logs_before(before, batches.rows).await?;
-            pruned.log_lines += deleted;
-            if deleted < u64::from(batches.rows) {
-                break;
-            }
-            tokio::time::sleep(batches.pause).await;
-        }
+        pruned.log_lines =
+            drain(batches, || store.delete_logs_before(before, batches.rows)).await?;
     }
     if let Some(before) = retention.metrics.and_then(before) {
         loop {
@@ -94,19 +88,30 @@ pub async fn prune(
                 break;
             }
             for job in jobs {
-                loop {
-                    let deleted = store.delete_job_samples(job, batches.rows).await?;
-                    pruned.metric_samples += deleted;
-                    if deleted < u64::from(batches.rows) {
-                        break;
-                    }
-                    tokio::time::sleep(batches.pause).await;
-                }
+                pruned.metric_samples +=
+                    drain(batches, || store.delete_job_samples(job, batches.rows)).await?;
                 pruned.jobs += 1;
             }
         }
     }
     Ok(pruned)
+}
+
+/// Runs `delete` (one batch) until a batch deletes fewer rows than a full one, pausing after each
+/// full batch; returns the rows deleted.
+async fn drain<F>(batches: Batches, mut delete: impl FnMut() -> F) -> StoreResult<u64>
+where
+    F: Future<Output = StoreResult<u64>>,
+{
+    let mut total = 0;
+    loop {
+        let deleted = delete().await?;
+        total += deleted;
+        if deleted < u64::from(batches.rows) {
+            return Ok(total);
+        }
+        tokio::time::sleep(batches.pause).await;
+    }
 }
 
 /// How often the leader prunes, and how long after it starts leading it first does.

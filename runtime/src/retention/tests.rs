@@ -6,8 +6,7 @@ use chrono::{Duration as Days, Utc};
 use drover_core::{JobId, JobState, ReasonCode};
 use drover_store::testing::TestDb;
 use drover_store::{
-    LogFilter, LogWindow, MetricFilter, NewLogLine, NewMetrics, NewTask, Scope, StateChange, Store,
-    TaskKey, TaskRole,
+    LogFilter, LogWindow, MetricFilter, NewLogLine, NewMetrics, Scope, StateChange, Store, TaskKey,
 };
 use std::time::Duration;
 
@@ -17,30 +16,7 @@ const DAY: Duration = Duration::from_secs(86_400);
 /// samples.
 async fn started(store: &dyn Store, tenant: &str) -> (JobId, TaskKey) {
     let job = crate::ingest::tests::job_of(store, tenant).await;
-    let task = NewTask {
-        role: TaskRole::Worker,
-        index: 0,
-        node_name: "n".to_owned(),
-        gpus: Vec::new(),
-        cpus: 1,
-    };
-    let change = StateChange {
-        to: JobState::Starting,
-        reason: ReasonCode::Allocated,
-        message: String::new(),
-        actor: None,
-    };
-    let generation = store
-        .start_generation(job, &[task], &change)
-        .await
-        .unwrap()
-        .unwrap();
-    let key = TaskKey {
-        job_id: job,
-        generation,
-        role: TaskRole::Worker,
-        index: 0,
-    };
+    let key = crate::ingest::tests::started(store, job, "n").await;
     let line = |days: i64| NewLogLine {
         stream: "stdout".to_owned(),
         line: format!("{days} days ago"),

@@ -7,10 +7,7 @@ use chrono::{Duration, Utc};
 use drover_core::spec::JobType;
 use drover_core::{JobId, JobState, ReasonCode};
 use drover_store::testing::TestDb;
-use drover_store::{
-    NewJob, NewMetrics, NewTask, Scope, StateChange, Store, TaskChange, TaskKey, TaskRole,
-    TaskState,
-};
+use drover_store::{NewJob, NewMetrics, Scope, StateChange, Store, TaskChange, TaskState};
 use std::sync::Arc;
 
 /// Six queued one-GPU command jobs of one tenant, in submission order.
@@ -55,34 +52,7 @@ async fn jobs(store: &dyn Store) -> Vec<JobId> {
 /// The job ran one GPU for an hour (its first and last step reports an hour apart) and was
 /// preempted back into the queue.
 async fn ran_an_hour(store: &dyn Store, job: JobId) {
-    let change = |to, reason| StateChange {
-        to,
-        reason,
-        message: String::new(),
-        actor: None,
-    };
-    let task = NewTask {
-        role: TaskRole::Worker,
-        index: 0,
-        node_name: "gone".to_owned(),
-        gpus: vec![0],
-        cpus: 1,
-    };
-    let generation = store
-        .start_generation(
-            job,
-            &[task],
-            &change(JobState::Starting, ReasonCode::Allocated),
-        )
-        .await
-        .unwrap()
-        .unwrap();
-    let key = TaskKey {
-        job_id: job,
-        generation,
-        role: TaskRole::Worker,
-        index: 0,
-    };
+    let key = crate::ingest::tests::started(store, job, "gone").await;
     for (step, ago_min) in [(1, 90), (100, 30)] {
         let report = NewMetrics {
             key,
@@ -104,7 +74,12 @@ async fn ran_an_hour(store: &dyn Store, job: JobId) {
         .transition_job(
             Scope::Cluster,
             job,
-            &change(JobState::Queued, ReasonCode::Preempted),
+            &StateChange {
+                to: JobState::Queued,
+                reason: ReasonCode::Preempted,
+                message: String::new(),
+                actor: None,
+            },
         )
         .await
         .unwrap();
