@@ -47,7 +47,7 @@ CRD_FILES = ["crds/droverjob.yaml", "crds/droverexperiment.yaml"]
 # render only, for a template's `fail`, which Helm's lint mode logs instead of failing.
 EXPECT = re.compile(r"^#\s*check-chart expects( at render)?:\s*(.+?)\s*$")
 # Kinds of custom resources the chart may render, which Kubernetes' schemas do not know.
-FOREIGN_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+FOREIGN_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("cert-manager.io/v1", "Certificate")}
 
 # kubernetes-validate reads a 1.8 MB definitions file on every call: read each file once.
 kv.schema_contents = functools.lru_cache(maxsize=None)(kv.schema_contents)

@@ -417,6 +417,15 @@ pub struct EnrollmentTokenList {
     pub meta: ListMeta,
 }
 
+/// The certificate authority executors trust the gateway by.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GatewayAuthority {
+    /// The authority's certificate, PEM: an executor's `--gateway-ca` file.
+    pub certificate: String,
+    /// `sha256:` and the hex digest of its DER: an executor's `--gateway-ca-hash`.
+    pub pin: String,
+}
+
 /// What revoking a node's credential did.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct NodeRevoked {

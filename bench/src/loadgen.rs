@@ -45,6 +45,9 @@ enum Command {
         /// Prefix of job names (unique per run).
         #[arg(long, default_value = "load")]
         prefix: String,
+        /// A PEM file of the authority that issued an `https://` server's certificate.
+        #[arg(long)]
+        ca_cert: Option<std::path::PathBuf>,
     },
     /// Submit `--total` jobs, each retried until acknowledged, and write the acknowledgements to
     /// `--out` (the client of scripts/durability-run).
@@ -101,7 +104,25 @@ async fn main() -> anyhow::Result<()> {
             duration,
             warmup,
             prefix,
-        } => run(&server, &token, clients, duration, warmup, &prefix).await,
+            ca_cert,
+        } => {
+            let mut http = reqwest::Client::builder().pool_max_idle_per_host(clients);
+            if let Some(path) = ca_cert {
+                let pem = std::fs::read(&path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                http = http.add_root_certificate(reqwest::Certificate::from_pem(&pem)?);
+            }
+            run(
+                http.build()?,
+                &server,
+                &token,
+                clients,
+                duration,
+                warmup,
+                &prefix,
+            )
+            .await
+        }
         Command::Durability {
             server,
             token,
@@ -144,6 +165,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run(
+    http: reqwest::Client,
     server: &str,
     token: &str,
     clients: usize,
@@ -151,9 +173,6 @@ async fn run(
     warmup: Duration,
     prefix: &str,
 ) -> anyhow::Result<()> {
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(clients)
-        .build()?;
     let url = format!("{}/api/v1/jobs", server.trim_end_matches('/'));
     let authorization = format!("Bearer {token}");
     let measuring = Arc::new(AtomicBool::new(false));

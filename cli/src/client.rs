@@ -8,6 +8,35 @@ use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use std::time::Duration;
 
+/// The environment variable naming a PEM file of certificate authorities trusted beside the
+/// system's, for a server whose certificate a private authority issued.
+pub const CA_CERT_ENV: &str = "DROVER_CA_CERT";
+
+/// An HTTP client builder trusting the system's authorities and those of `DROVER_CA_CERT`.
+pub fn builder() -> anyhow::Result<reqwest::ClientBuilder> {
+    let mut builder = reqwest::Client::builder();
+    if let Some(path) = std::env::var_os(CA_CERT_ENV).filter(|p| !p.is_empty()) {
+        let pem = std::fs::read(&path)
+            .with_context(|| format!("{CA_CERT_ENV}={}: cannot read it", path.to_string_lossy()))?;
+        let authorities = reqwest::Certificate::from_pem_bundle(&pem).map_err(|err| {
+            anyhow!(
+                "{CA_CERT_ENV}={}: not PEM certificates: {err}",
+                path.to_string_lossy()
+            )
+        })?;
+        if authorities.is_empty() {
+            bail!(
+                "{CA_CERT_ENV}={}: holds no certificate",
+                path.to_string_lossy()
+            );
+        }
+        for authority in authorities {
+            builder = builder.add_root_certificate(authority);
+        }
+    }
+    Ok(builder)
+}
+
 #[derive(Debug)]
 pub struct Client {
     http: reqwest::Client,
@@ -28,7 +57,7 @@ impl Client {
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             bail!("--server must be an http:// or https:// URL, got `{base}`");
         }
-        let http = reqwest::Client::builder()
+        let http = builder()?
             .timeout(Duration::from_secs(60))
             .connect_timeout(Duration::from_secs(10))
             // The server closes a connection that sends no request for 10 s (its header-read
@@ -85,7 +114,7 @@ impl Client {
     /// timeout: a followed log stays open as long as the job runs.
     pub async fn get_streaming(&self, path: &str) -> anyhow::Result<reqwest::Response> {
         let url = format!("{}{path}", self.base);
-        let response = reqwest::Client::builder()
+        let response = builder()?
             .connect_timeout(Duration::from_secs(10))
             .build()
             .context("cannot build the HTTP client")?

@@ -1,5 +1,5 @@
 //! `drover enrollment-token create|list|revoke` and `drover node revoke`: how executors come to be
-//! trusted (cluster administrators).
+//! trusted (cluster administrators); `drover gateway-ca`: how executors trust the gateway.
 
 use crate::client::{Client, segment};
 use crate::global::GlobalArgs;
@@ -124,6 +124,22 @@ pub async fn revoke_node(global: &GlobalArgs, name: &str) -> anyhow::Result<()> 
                 ""
             }
         ),
+    }
+    Ok(())
+}
+
+/// Prints the gateway's certificate authority: the PEM on stdout (the whole JSON with `-o json`),
+/// the pin on stderr.
+pub async fn gateway_ca(global: &GlobalArgs) -> anyhow::Result<()> {
+    let authority = Client::new(global)?
+        .get("/api/v1/gateway-authority")
+        .await?;
+    match global.output {
+        Format::Json => output::json(&authority),
+        Format::Table => {
+            print!("{}", output::text(&authority["certificate"]));
+            eprintln!("pin: {}", output::text(&authority["pin"]));
+        }
     }
     Ok(())
 }

@@ -127,6 +127,10 @@ enum Command {
     /// Mint, list and revoke the tokens executors enrol with (cluster administrators).
     #[command(subcommand)]
     EnrollmentToken(enrollment::EnrollmentCommand),
+    /// Print the certificate authority executors trust the gateway by (PEM), and its pin on
+    /// stderr: `drover gateway-ca > ca.pem`, then `drover executor --gateway-ca ca.pem`, or
+    /// `--gateway-ca-hash` with the pin.
+    GatewayCa,
     /// Run an executor: the node agent that runs tasks on this host's GPUs.
     ///
     /// Checkpoints go where the server says: a directory every executor reaches, or an S3-compatible
@@ -259,6 +263,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Secret(cmd) => secrets::secret(&global, cmd).await,
         Command::Experiment(cmd) => experiments::experiment(&global, cmd).await,
         Command::EnrollmentToken(cmd) => enrollment::enrollment_token(&global, cmd).await,
+        Command::GatewayCa => enrollment::gateway_ca(&global).await,
         Command::Executor(args) => node::executor(args).await,
         Command::TaskShim(args) => node::task_shim(args).await,
         Command::Train(args) => train::train(args).await,

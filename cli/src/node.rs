@@ -12,11 +12,13 @@ use std::path::PathBuf;
 #[derive(Debug, clap::Args)]
 pub struct ExecutorArgs {
     /// The server's executor gateway; several replicas' gateways comma-separated (tried in turn; a
-    /// replica that does not lead redirects the executor to the one that does).
+    /// replica that does not lead redirects the executor to the one that does). `host:port` means
+    /// `https://host:port` (mutual TLS, the server's default); `http://` for a server started with
+    /// --gateway-plaintext.
     #[arg(
         long = "gateway",
         env = "DROVER_GATEWAY",
-        default_value = "http://127.0.0.1:7070"
+        default_value = "https://127.0.0.1:7070"
     )]
     pub gateway: String,
     /// This node's name, unique in the cluster (default: the host name).
@@ -64,6 +66,15 @@ pub struct ExecutorArgs {
     /// directory (`node-credential`, mode 0600). Not needed once the node is enrolled.
     #[arg(long, env = "DROVER_ENROLLMENT_TOKEN", hide_env_values = true)]
     pub enrollment_token: Option<String>,
+    /// The certificate authority (PEM file) the gateway's certificate is issued by, for an
+    /// `https://` gateway: `drover gateway-ca` prints it. Kept in the data directory once enrolled.
+    #[arg(long, env = "DROVER_GATEWAY_CA", conflicts_with = "gateway_ca_hash")]
+    pub gateway_ca: Option<PathBuf>,
+    /// Or the authority's pin, `sha256:HEX` (`drover gateway-ca` and the server's start-up line
+    /// print it): the first connection trusts a gateway whose certificate that authority issued,
+    /// and keeps the authority.
+    #[arg(long, env = "DROVER_GATEWAY_CA_HASH", value_parser = authority_pin)]
+    pub gateway_ca_hash: Option<String>,
     /// On Kubernetes: register with the labels and the NoSchedule/NoExecute taints of the Kubernetes
     /// node named --name (read once at start with the pod's service account, which needs `get` on
     /// nodes); --label wins on a clash.
@@ -348,6 +359,18 @@ pub fn executor_config(args: ExecutorArgs) -> anyhow::Result<ExecutorConfig> {
     let cpus = args
         .cpus
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+    let gateway_trust = match (&args.gateway_ca, &args.gateway_ca_hash) {
+        (Some(path), _) => {
+            let pem = std::fs::read_to_string(path)
+                .with_context(|| format!("--gateway-ca {}: cannot read it", path.display()))?;
+            if !pem.contains("BEGIN CERTIFICATE") {
+                anyhow::bail!("--gateway-ca {}: not a PEM certificate", path.display());
+            }
+            drover_executor::GatewayTrust::Authority(pem)
+        }
+        (None, Some(pin)) => drover_executor::GatewayTrust::Pin(pin.clone()),
+        (None, None) => drover_executor::GatewayTrust::Kept,
+    };
     Ok(ExecutorConfig {
         server: args.gateway,
         name: args.name.unwrap_or_else(host_name),
@@ -363,9 +386,23 @@ pub fn executor_config(args: ExecutorArgs) -> anyhow::Result<ExecutorConfig> {
         engine: vec![exe.display().to_string(), "train-task".to_owned()],
         base_dir: std::env::current_dir().context("cannot read the working directory")?,
         enrollment_token: args.enrollment_token,
+        gateway_trust,
         sandbox: None,
         pods: None,
     })
+}
+
+/// `sha256:` and 64 hexadecimal digits.
+fn authority_pin(text: &str) -> Result<String, String> {
+    let digits = text
+        .strip_prefix("sha256:")
+        .unwrap_or(text)
+        .to_ascii_lowercase();
+    if digits.len() == 64 && digits.chars().all(|c| c.is_ascii_hexdigit()) {
+        Ok(format!("sha256:{digits}"))
+    } else {
+        Err("expected sha256: and 64 hexadecimal digits, as `drover gateway-ca` prints".to_owned())
+    }
 }
 
 pub async fn executor(args: ExecutorArgs) -> anyhow::Result<()> {

@@ -16,6 +16,7 @@ pub mod connections;
 pub mod dev;
 mod http;
 pub mod server;
+mod tls;
 
 /// The file in the data directory that holds the key tenant secrets are sealed with, by default.
 pub const SECRET_KEY_FILE: &str = "secret-key";
@@ -25,6 +26,17 @@ pub struct ServerArgs {
     /// Address to listen on.
     #[arg(long, env = "DROVER_LISTEN", default_value = "0.0.0.0:8080")]
     listen: SocketAddr,
+    /// Serve the REST API and dashboard over TLS with this certificate chain (PEM); read again when
+    /// it changes (cert-manager's rotations need no restart).
+    #[arg(long, env = "DROVER_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "DROVER_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Serve plain HTTP on an address other than loopback: only where a proxy in front terminates
+    /// TLS (an ingress, a load balancer). Without TLS the server otherwise refuses to start there.
+    #[arg(long, env = "DROVER_ALLOW_PLAIN_HTTP", conflicts_with = "tls_cert")]
+    allow_plain_http: bool,
     /// Database: postgres://user@host/db (production) or sqlite://path.
     #[arg(long, env = "DROVER_DATABASE_URL", hide_env_values = true)]
     database_url: String,
@@ -70,6 +82,38 @@ pub struct ClusterArgs {
     /// interface. On Kubernetes, the pod's IP.
     #[arg(long, env = "DROVER_ADVERTISE_GATEWAY")]
     advertise_gateway: Option<String>,
+    /// Serve the executor gateway without TLS: only on a private network you trust, as its traffic
+    /// carries every task's environment with its opened secrets. By default the gateway uses
+    /// mutual TLS under the cluster's own certificate authority (kept in the database): each
+    /// executor gets a client certificate when it enrols and renews it, and trusts the gateway by
+    /// the authority (`--gateway-ca` or `--gateway-ca-hash`, from `drover gateway-ca`).
+    #[arg(long, env = "DROVER_GATEWAY_PLAINTEXT")]
+    gateway_plaintext: bool,
+    /// The gateway's certificate authority from files (PEM; an RSA or ECDSA key) rather than the one
+    /// the server makes and keeps in the database: a Kubernetes Secret every replica mounts, whose
+    /// certificate executors mount too.
+    #[arg(
+        long,
+        env = "DROVER_GATEWAY_CA_CERT",
+        requires = "gateway_ca_key",
+        conflicts_with = "gateway_plaintext"
+    )]
+    gateway_ca_cert: Option<PathBuf>,
+    /// The private key of --gateway-ca-cert.
+    #[arg(long, env = "DROVER_GATEWAY_CA_KEY", requires = "gateway_ca_cert")]
+    gateway_ca_key: Option<PathBuf>,
+    /// More names (or addresses) the gateway's certificate is valid for, beside the advertised
+    /// gateway's host, the address it listens on, this host's name and loopback.
+    #[arg(
+        long = "gateway-tls-name",
+        env = "DROVER_GATEWAY_TLS_NAMES",
+        value_delimiter = ','
+    )]
+    gateway_tls_names: Vec<String>,
+    /// How long an executor's client certificate is valid (at least 1m); executors renew theirs
+    /// when a third of this is left.
+    #[arg(long, env = "DROVER_NODE_CERTIFICATE_LIFETIME", default_value = "30d", value_parser = certificate_lifetime)]
+    node_certificate_lifetime: std::time::Duration,
     /// Scheduling policy: fifo, fifo-backfill, drf, tiresias, optimus, gandiva or drover.
     #[arg(long, env = "DROVER_POLICY", default_value = "drover")]
     policy: String,
@@ -125,6 +169,18 @@ pub struct ClusterArgs {
     /// their tenant's namespace (the one labelled with the tenant, or named like it).
     #[arg(long, env = "DROVER_KUBERNETES_MIRROR", requires = "kubernetes")]
     kubernetes_mirror: bool,
+}
+
+/// A client certificate's lifetime: at least a minute (renewal needs room), at most a year.
+fn certificate_lifetime(text: &str) -> Result<std::time::Duration, String> {
+    let lifetime = humantime::parse_duration(text).map_err(|err| err.to_string())?;
+    if lifetime < std::time::Duration::from_secs(60) {
+        return Err("at least 1m".to_owned());
+    }
+    if lifetime > std::time::Duration::from_secs(366 * 24 * 3600) {
+        return Err("at most 366d".to_owned());
+    }
+    Ok(lifetime)
 }
 
 /// How long something is kept: `None` for ever.
@@ -256,6 +312,21 @@ pub async fn server(args: ServerArgs, global: &GlobalArgs) -> anyhow::Result<()>
         limits: args.limits.limits()?,
         secrets: Some(std::sync::Arc::new(secrets)),
         pages: drover_web::router(),
+        encryption: server::Encryption {
+            api: args.tls_cert.zip(args.tls_key).map(|(certificate, key)| {
+                drover_runtime::tls::files::CertFiles { certificate, key }
+            }),
+            allow_plain_http: args.allow_plain_http,
+            gateway: (!args.cluster.gateway_plaintext).then(|| server::GatewayEncryption {
+                names: args.cluster.gateway_tls_names.clone(),
+                node_certificate_lifetime: args.cluster.node_certificate_lifetime,
+                authority_files: args
+                    .cluster
+                    .gateway_ca_cert
+                    .clone()
+                    .zip(args.cluster.gateway_ca_key.clone()),
+            }),
+        },
     };
     let running = server::start(config, server::shutdown_signal()).await?;
     if let AdminBootstrap::CreatedWithToken(token) = &running.admin {
@@ -265,9 +336,19 @@ pub async fn server(args: ServerArgs, global: &GlobalArgs) -> anyhow::Result<()>
             bootstrap::BOOTSTRAP_TENANT
         );
     }
-    out!("drover server listening on http://{}", running.addr);
+    out!(
+        "drover server listening on {}://{}",
+        running.scheme,
+        running.addr
+    );
     if let Some(gateway) = running.gateway_addr {
-        out!("executor gateway listening on http://{gateway}");
+        match &running.gateway_authority {
+            Some(authority) => out!(
+                "executor gateway listening on https://{gateway} (mutual TLS; executors trust it with --gateway-ca-hash {})",
+                authority.pin()
+            ),
+            None => out!("executor gateway listening on http://{gateway} (plaintext)"),
+        }
     }
     running
         .serving
@@ -291,6 +372,7 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         limits: drover_runtime::limits::Limits::NONE,
         pages: Default::default(),
         secrets: None,
+        encryption: Default::default(),
     };
     server::open_store(&config).await?;
     out!(

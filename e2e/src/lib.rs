@@ -223,6 +223,9 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub url: String,
     pub gateway: String,
+    /// The pin of the authority the gateway's certificates are issued by (`sha256:…`), which the
+    /// harness's executors trust it by (`--gateway-ca-hash`); `None` for a plaintext gateway.
+    pub gateway_pin: Option<String>,
     pub http: reqwest::Client,
     /// GPU slots each executor offers.
     pub slots: u32,
@@ -275,6 +278,21 @@ impl Cluster {
         (server, url, gateway)
     }
 
+    /// The gateway's address and its authority's pin, from the server's start-up line
+    /// (`https://ADDR (mutual TLS; executors trust it with --gateway-ca-hash sha256:…)`).
+    pub fn gateway_line(line: &str) -> (String, Option<String>) {
+        let address = line
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let pin = line
+            .split_whitespace()
+            .find(|word| word.starts_with("sha256:"))
+            .map(|pin| pin.trim_end_matches(')').to_owned());
+        (address, pin)
+    }
+
     pub async fn start() -> Cluster {
         Self::start_with_slots(1).await
     }
@@ -308,12 +326,14 @@ impl Cluster {
             extra,
             &server_env,
         );
+        let (gateway, gateway_pin) = Self::gateway_line(&gateway);
         let mut cluster = Cluster {
             database,
             dir,
             server,
             url,
             gateway,
+            gateway_pin,
             executors: Vec::new(),
             http: http_client(),
             slots,
@@ -329,16 +349,7 @@ impl Cluster {
             .wait_until(
                 "both executors healthy",
                 Duration::from_secs(30),
-                async |c| {
-                    let nodes = c.get("/api/v1/nodes").await;
-                    let healthy = nodes["nodes"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .filter(|n| n["health"] == "healthy")
-                        .count();
-                    (healthy == 2).then_some(())
-                },
+                async |c| (c.healthy_nodes().await == 2).then_some(()),
             )
             .await;
         cluster
@@ -353,7 +364,11 @@ impl Cluster {
     pub fn restart_server_configured(&mut self, extra: &[&str], env: &[(&str, &str)]) {
         self.server.child.kill().unwrap();
         self.server.child.wait().unwrap();
-        let gateway = self.gateway.trim_start_matches("http://").to_owned();
+        let gateway = self
+            .gateway
+            .trim_start_matches("http://")
+            .trim_start_matches("https://")
+            .to_owned();
         let (server, url, _) = Self::start_server_configured(
             &self.database.url,
             &self.dir.path().join("server"),
@@ -377,7 +392,9 @@ impl Cluster {
             &format!("127.0.0.1:{port}"),
             executor_timeout,
         );
+        let (gateway, gateway_pin) = Self::gateway_line(&gateway);
         Cluster {
+            gateway_pin,
             executors: Vec::new(),
             server,
             // Only to satisfy the type: this cluster's database is `postgres`.
@@ -456,10 +473,64 @@ impl Cluster {
             "--data-dir",
             dir.to_str().unwrap(),
         ];
+        let trust = self.gateway_trust();
+        args.extend_from_slice(&trust);
         args.extend_from_slice(sandbox_flags());
         let executor = Proc::spawn_with_env(&args, &env);
         executor.wait_for_line("drover executor ");
         self.executors.push((name.to_owned(), executor));
+    }
+
+    /// How many nodes the server calls healthy.
+    pub async fn healthy_nodes(&self) -> usize {
+        let nodes = self.get("/api/v1/nodes").await;
+        nodes["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["health"] == "healthy")
+            .count()
+    }
+
+    /// The flags that make an executor trust this cluster's gateway (none for a plaintext one).
+    pub fn gateway_trust(&self) -> Vec<&str> {
+        match &self.gateway_pin {
+            Some(pin) => vec!["--gateway-ca-hash", pin],
+            None => Vec::new(),
+        }
+    }
+
+    /// A gRPC client of the gateway as the executor `node` would dial it: over TLS with that
+    /// node's client certificate (from its data directory) where the gateway uses mutual TLS, and
+    /// the authority its executor kept.
+    pub async fn gateway_client(
+        &self,
+        node: &str,
+    ) -> drover_proto::executor_gateway_client::ExecutorGatewayClient<tonic::transport::Channel>
+    {
+        let mut endpoint = tonic::transport::Endpoint::from_shared(self.gateway.clone()).unwrap();
+        if self.gateway_pin.is_some() {
+            let dir = self.executor_dir(node);
+            let read = |file: &str| {
+                std::fs::read_to_string(dir.join(file))
+                    .unwrap_or_else(|err| panic!("{file} of {node}: {err}"))
+            };
+            endpoint = endpoint
+                .tls_config(
+                    tonic::transport::ClientTlsConfig::new()
+                        .ca_certificate(tonic::transport::Certificate::from_pem(read(
+                            "gateway-ca.pem",
+                        )))
+                        .identity(tonic::transport::Identity::from_pem(
+                            read("node-cert.pem"),
+                            read("node-key.pem"),
+                        )),
+                )
+                .unwrap();
+        }
+        drover_proto::executor_gateway_client::ExecutorGatewayClient::new(
+            endpoint.connect().await.unwrap(),
+        )
     }
 
     pub async fn get(&self, path: &str) -> Value {
@@ -620,6 +691,50 @@ impl Cluster {
         let tasks = self.tasks(id).await;
         tasks.last().unwrap()["node"].as_str().unwrap().to_owned()
     }
+}
+
+/// Opens a gateway session over `client` with `credential` that registers as `node` with `gpus`
+/// GPUs of `memory_gb` each; the server's answer (the stream, or the refusal).
+pub async fn open_session(
+    client: &mut drover_proto::executor_gateway_client::ExecutorGatewayClient<
+        tonic::transport::Channel,
+    >,
+    credential: &str,
+    node: &str,
+    gpus: u32,
+    memory_gb: f64,
+) -> Result<(), tonic::Status> {
+    use drover_proto as pb;
+    let (outbound, receiver) = tokio::sync::mpsc::channel(4);
+    outbound
+        .send(pb::ExecutorMessage {
+            body: Some(pb::executor_message::Body::Register(pb::Register {
+                node_name: node.to_owned(),
+                executor_id: "probe".into(),
+                incarnation: "probe".into(),
+                gpus: (0..gpus)
+                    .map(|index| pb::Gpu {
+                        index,
+                        model: "cpu".into(),
+                        memory_gb,
+                        compute_capability: String::new(),
+                    })
+                    .collect(),
+                cpus: 1,
+                memory_gb: 1,
+                gpu_source: "slots".into(),
+                ..pb::Register::default()
+            })),
+            seq: 0,
+        })
+        .await
+        .unwrap();
+    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(receiver));
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {credential}").parse().unwrap(),
+    );
+    client.session(request).await.map(drop)
 }
 
 /// `drover ARGS` against the cluster's server as the admin; its standard output (it must succeed).

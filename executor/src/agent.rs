@@ -5,7 +5,6 @@
 
 use crate::credential;
 use drover_proto as pb;
-use drover_proto::executor_gateway_client::ExecutorGatewayClient;
 use local::{Phase, exit_key, key_of, msg};
 use pb::executor_message::Body;
 use pb::server_message::Body as Command;
@@ -22,6 +21,7 @@ const MAX_PENDING: usize = 10_000;
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 mod commands;
+mod connect;
 mod gateways;
 mod local;
 mod state;
@@ -183,17 +183,9 @@ impl Agent {
                 gateway
             }
         };
-        // Keepalives notice a server that went silent (a partition, a dead host) within seconds; the
-        // executor then reconnects, to it or to another replica.
-        let channel = tonic::transport::Endpoint::from_shared(target.clone())?
-            .connect_timeout(Duration::from_secs(5))
-            .http2_keep_alive_interval(Duration::from_secs(5))
-            .keep_alive_timeout(Duration::from_secs(10))
-            .keep_alive_while_idle(true)
-            .connect()
-            .await?;
-        let mut client = ExecutorGatewayClient::new(channel)
-            .max_decoding_message_size(drover_proto::MAX_MESSAGE_BYTES);
+        let (mut client, secret) =
+            connect::connect(&self.config, &target, &mut self.credential).await?;
+        let _renewing = connect::renew_while_connected(&self.config, &target, &client, &secret);
         let (outbound, outbound_rx) = mpsc::channel::<pb::ExecutorMessage>(1024);
         let register = pb::Register {
             node_name: self.config.name.clone(),
@@ -232,14 +224,6 @@ impl Agent {
         };
         outbound.send(msg(Body::Register(register))).await?;
         let mut request = tonic::Request::new(ReceiverStream::new(outbound_rx));
-        let secret = match &self.credential {
-            Some(secret) => secret.clone(),
-            None => {
-                let secret = credential::enroll(&mut client, &self.config).await?;
-                self.credential = Some(secret.clone());
-                secret
-            }
-        };
         request.metadata_mut().insert(
             "authorization",
             format!("Bearer {secret}").parse().map_err(|_| {
@@ -267,6 +251,12 @@ impl Agent {
             }
             Err(status) if status.code() == tonic::Code::PermissionDenied => {
                 return Err(credential::Fatal(status.message().to_owned()).into());
+            }
+            Err(status) if status.code() == tonic::Code::FailedPrecondition => {
+                // A client certificate the gateway does not take (none, or not this credential's):
+                // the next attempt renews it.
+                crate::identity::forget_certificate(&self.config.data_dir)?;
+                return Err(status.into());
             }
             Err(status) if status.code() == tonic::Code::Unavailable => {
                 let leader = status
@@ -393,6 +383,7 @@ mod tests {
             engine: Vec::new(),
             base_dir: dir.to_owned(),
             enrollment_token: None,
+            gateway_trust: Default::default(),
             sandbox: None,
             pods: None,
         })

@@ -32,8 +32,22 @@ pub struct ExecutorConfig {
     pub base_dir: PathBuf,
     /// An enrolment token, exchanged for the node's credential when the node is not enrolled yet.
     pub enrollment_token: Option<String>,
+    /// How an `https://` gateway is trusted.
+    pub gateway_trust: GatewayTrust,
     /// The sandbox every task runs in; `None`: tasks run as the executor's own user (`--no-sandbox`).
     pub sandbox: Option<Arc<Sandbox>>,
     /// On Kubernetes (`--task-pods`): each task is a Pod of its own instead of a child process.
     pub pods: Option<Arc<crate::pods::Pods>>,
+}
+
+/// How the executor trusts a gateway that uses TLS (`https://`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum GatewayTrust {
+    /// By the authority kept in the data directory from an earlier enrolment (none: refused).
+    #[default]
+    Kept,
+    /// By the authority's certificate (PEM), from `--gateway-ca`.
+    Authority(String),
+    /// By the authority's pin (`sha256:HEX`), from `--gateway-ca-hash`.
+    Pin(String),
 }

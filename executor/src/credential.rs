@@ -14,17 +14,7 @@ use tonic::transport::Channel;
 /// The file in the executor's data directory that holds the node credential.
 pub const CREDENTIAL_FILE: &str = "node-credential";
 
-/// A failure the executor cannot retry its way out of: it stops and says what to do.
-#[derive(Debug)]
-pub struct Fatal(pub String);
-
-impl std::fmt::Display for Fatal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Fatal {}
+pub use crate::fatal::Fatal;
 
 fn path(data_dir: &Path) -> PathBuf {
     data_dir.join(CREDENTIAL_FILE)
@@ -62,10 +52,12 @@ pub fn forget(data_dir: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Enrols the node and keeps its new credential.
+/// Enrols the node and keeps its new credential; over TLS (`trust`), with a signing request for
+/// the node's key, keeping the certificate and the authority the server returns.
 pub async fn enroll(
     client: &mut ExecutorGatewayClient<Channel>,
     config: &ExecutorConfig,
+    trust: Option<&crate::identity::Trust>,
 ) -> anyhow::Result<String> {
     let Some(token) = config.enrollment_token.as_deref() else {
         return Err(Fatal(format!(
@@ -74,9 +66,14 @@ pub async fn enroll(
         ))
         .into());
     };
+    let certificate_request = match trust {
+        Some(_) => crate::identity::signing_request(&config.data_dir, &config.name)?,
+        None => String::new(),
+    };
     let request = pb::EnrollRequest {
         enrollment_token: token.to_owned(),
         node_name: config.name.clone(),
+        certificate_request,
     };
     let response = match client.enroll(request).await {
         Ok(response) => response.into_inner(),
@@ -93,6 +90,10 @@ pub async fn enroll(
         }
         Err(status) => return Err(status.into()),
     };
+    if let Some(trust) = trust {
+        crate::identity::keep_authority(trust, &response.authority, &config.data_dir)?;
+        crate::identity::keep_certificate(&config.data_dir, &response.certificate)?;
+    }
     save(&config.data_dir, &response.credential).map_err(|err| {
         Fatal(format!(
             "enrolled, but cannot keep the credential in {}: {err}",

@@ -7,8 +7,10 @@
 pub mod agent;
 mod config;
 pub mod credential;
+mod fatal;
 pub mod gpu;
 mod host;
+pub mod identity;
 pub mod images;
 pub mod launcher;
 pub mod pods;
@@ -19,5 +21,5 @@ pub mod task;
 mod task_use;
 
 pub use agent::Agent;
-pub use config::ExecutorConfig;
+pub use config::{ExecutorConfig, GatewayTrust};
 pub use gpu::{GpuError, GpuInfo, GpuSource};

@@ -3,6 +3,10 @@
 //! node, which it keeps. Every session then presents the credential, and may speak only as its node.
 //! A node name with a live credential cannot be enrolled again until an administrator revokes it, so
 //! a leaked enrolment token cannot be used to impersonate an enrolled node.
+//!
+//! Where the gateway uses mutual TLS, enrolment also signs the executor's certificate request: the
+//! certificate names the node and its credential, every session must present it (checked against
+//! the credential the session presents), and the executor renews it with its credential.
 
 use super::Runtime;
 use drover_proto as pb;
@@ -10,6 +14,7 @@ use drover_store::tokens::{NODE_CREDENTIAL_PREFIX, display_prefix, generate_secr
 use drover_store::{EnrolWith, Enrolment, NewNodeCredential};
 use sha2::{Digest, Sha256};
 use tonic::Status;
+use uuid::Uuid;
 
 /// A node name as executors give it: what `Register` and `Enroll` accept.
 pub fn validate_node_name(name: &str) -> Result<(), Status> {
@@ -44,6 +49,7 @@ pub(super) async fn enroll(
     request: &pb::EnrollRequest,
 ) -> Result<pb::EnrollResponse, Status> {
     validate_node_name(&request.node_name)?;
+    let signing = signing_request(runtime, &request.certificate_request)?;
     // Refused enrolments are few and slow (per replica: bursts of 20, then one a second), so
     // nobody guesses tokens at speed.
     if !runtime
@@ -89,9 +95,15 @@ pub(super) async fn enroll(
                 &drover_store::audit::enrolment_event(&record.node_name, &record.enrolled_with),
             )
             .await;
+            let (certificate, authority) = match &signing {
+                Some((tls, signing)) => issue(tls, signing, &record.node_name, record.id)?,
+                None => (String::new(), String::new()),
+            };
             Ok(pb::EnrollResponse {
                 node_name: record.node_name,
                 credential: secret,
+                certificate,
+                authority,
             })
         }
         Enrolment::TokenRefused => {
@@ -130,6 +142,109 @@ pub(super) async fn enroll(
     }
 }
 
+/// The certificate request an enrolment or renewal carries, checked, where the gateway uses mutual
+/// TLS (`None` where it does not: a request there is ignored).
+fn signing_request<'a>(
+    runtime: &'a Runtime,
+    pem: &str,
+) -> Result<
+    Option<(
+        &'a crate::tls::authority::GatewayTls,
+        crate::tls::authority::SigningRequest,
+    )>,
+    Status,
+> {
+    let Some(tls) = runtime.config.gateway_tls.as_deref() else {
+        return Ok(None);
+    };
+    if pem.trim().is_empty() {
+        return Err(Status::invalid_argument(
+            "certificate_request: required, as this gateway uses mutual TLS (an executor of this version sends one)",
+        ));
+    }
+    let request = crate::tls::authority::SigningRequest::from_pem(pem)
+        .map_err(|err| Status::invalid_argument(format!("certificate_request: {err}")))?;
+    Ok(Some((tls, request)))
+}
+
+/// The node's client certificate and the authority's, both PEM.
+fn issue(
+    tls: &crate::tls::authority::GatewayTls,
+    request: &crate::tls::authority::SigningRequest,
+    node: &str,
+    credential: Uuid,
+) -> Result<(String, String), Status> {
+    let certificate = tls
+        .authority
+        .issue_node(request, node, credential, tls.node_certificate_lifetime)
+        .map_err(|err| {
+            tracing::error!(node.name = node, error = %err, "cannot issue a node certificate");
+            Status::internal("the server cannot issue the node's certificate")
+        })?;
+    Ok((certificate, tls.authority.certificate_pem().to_owned()))
+}
+
+/// A new client certificate for the node whose credential the request presents.
+pub(super) async fn renew_certificate(
+    runtime: &Runtime,
+    request: &tonic::Request<pb::RenewCertificateRequest>,
+) -> Result<pb::RenewCertificateResponse, Status> {
+    let node = authenticate_node(runtime, request.metadata()).await?;
+    let Some((tls, signing)) = signing_request(runtime, &request.get_ref().certificate_request)?
+    else {
+        return Err(Status::failed_precondition(
+            "this gateway does not use mutual TLS: there is no certificate to renew",
+        ));
+    };
+    // A connection presenting a certificate must present the node's own.
+    if request.peer_certs().is_some() {
+        check_certificate(runtime, request, &node)?;
+    }
+    let (certificate, authority) = issue(tls, &signing, &node.name, node.credential)?;
+    tracing::info!(node.name = node.name, "renewed a node certificate");
+    Ok(pb::RenewCertificateResponse {
+        certificate,
+        authority,
+    })
+}
+
+/// Where the gateway uses mutual TLS: the session's client certificate must be the node's, issued
+/// with the credential the session presents (a certificate of a revoked credential, or of another
+/// node, is refused even though the authority signed it).
+pub(super) fn check_certificate<T>(
+    runtime: &Runtime,
+    request: &tonic::Request<T>,
+    node: &AuthenticatedNode,
+) -> Result<(), Status> {
+    if runtime.config.gateway_tls.is_none() {
+        return Ok(());
+    }
+    let Some(certificates) = request.peer_certs() else {
+        // Not `unauthenticated`: the credential is good, and the executor renews its certificate.
+        return Err(Status::failed_precondition(
+            "no client certificate: this gateway uses mutual TLS; the executor renews its certificate with its credential",
+        ));
+    };
+    let identity = certificates
+        .first()
+        .and_then(crate::tls::authority::node_identity);
+    match identity {
+        Some(identity) if identity.node == node.name && identity.credential == node.credential => {
+            Ok(())
+        }
+        _ => {
+            tracing::warn!(
+                node.name = node.name,
+                "refused a session whose client certificate is not the node's current one"
+            );
+            Err(Status::permission_denied(format!(
+                "the client certificate is not node `{}`'s for this credential (issued to another node, or before the node enrolled again)",
+                node.name
+            )))
+        }
+    }
+}
+
 /// Whether the credential with this hash is still live (checked again once a session is
 /// connected, so a revocation between the first check and the connection is not missed).
 pub(super) async fn credential_live(runtime: &Runtime, hash: &[u8; 32]) -> Result<bool, Status> {
@@ -144,11 +259,21 @@ pub(super) async fn credential_live(runtime: &Runtime, hash: &[u8; 32]) -> Resul
     }
 }
 
-/// The node a session's credential was issued for, and the credential's hash.
+/// The node a session's credential was issued for.
+#[derive(Debug, Clone)]
+pub(super) struct AuthenticatedNode {
+    pub name: String,
+    /// The credential's hash.
+    pub hash: [u8; 32],
+    /// The credential's id, which its node's client certificates name.
+    pub credential: Uuid,
+}
+
+/// The node a session's credential was issued for.
 pub(super) async fn authenticate_node(
     runtime: &Runtime,
     metadata: &tonic::metadata::MetadataMap,
-) -> Result<(String, [u8; 32]), Status> {
+) -> Result<AuthenticatedNode, Status> {
     let Some(secret) = bearer(metadata) else {
         return Err(Status::unauthenticated(
             "no node credential: enrol this executor first (--enrollment-token)",
@@ -164,7 +289,11 @@ pub(super) async fn authenticate_node(
             Status::unavailable("the server cannot check credentials now; retry")
         })?;
     match record {
-        Some(record) if record.revoked_at.is_none() => Ok((record.node_name, hash)),
+        Some(record) if record.revoked_at.is_none() => Ok(AuthenticatedNode {
+            name: record.node_name,
+            hash,
+            credential: record.id,
+        }),
         Some(record) => {
             tracing::warn!(
                 node.name = record.node_name,

@@ -93,12 +93,23 @@ impl ExecutorGateway for GatewayService {
             .map(Response::new)
     }
 
+    async fn renew_certificate(
+        &self,
+        request: Request<pb::RenewCertificateRequest>,
+    ) -> Result<Response<pb::RenewCertificateResponse>, Status> {
+        crate::enrol::renew_certificate(&self.runtime, &request)
+            .await
+            .map(Response::new)
+    }
+
     async fn session(
         &self,
         request: Request<Streaming<pb::ExecutorMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
-        let (node, credential) =
+        let authenticated =
             crate::enrol::authenticate_node(&self.runtime, request.metadata()).await?;
+        crate::enrol::check_certificate(&self.runtime, &request, &authenticated)?;
+        let (node, credential) = (authenticated.name, authenticated.hash);
         if !self.runtime.is_leader() {
             return Err(redirect(&self.runtime).await);
         }

@@ -34,6 +34,7 @@ mod runtime;
 mod scheduling;
 mod settle;
 mod snapshot;
+pub mod tls;
 mod transition;
 mod wording;
 

@@ -47,6 +47,9 @@ pub struct RuntimeConfig {
     pub secrets: Option<Arc<drover_store::secrets::SecretBox>>,
     /// How long the leader keeps log lines and ended jobs' metric samples.
     pub retention: crate::retention::Retention,
+    /// Mutual TLS on the gateway (set by the server once its listener is configured): sessions
+    /// need a client certificate of the node, and enrolment issues one. `None`: plain gRPC.
+    pub gateway_tls: Option<Arc<crate::tls::authority::GatewayTls>>,
 }
 
 impl RuntimeConfig {
@@ -64,6 +67,7 @@ impl RuntimeConfig {
             advertise_gateway: None,
             limits: limits::Limits::NONE,
             retention: crate::retention::Retention::default(),
+            gateway_tls: None,
         }
     }
 }

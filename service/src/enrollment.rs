@@ -113,6 +113,28 @@ pub async fn revoke(
     Ok(token)
 }
 
+/// The certificate authority the executor gateway's certificates are issued by, which executors
+/// trust the gateway by: its certificate (PEM) and its pin (`sha256:HEX`). Any signed-in caller:
+/// it is no secret.
+pub fn gateway_authority(
+    service: &Service,
+    _principal: &Principal,
+) -> ServiceResult<(String, String)> {
+    let tls = service
+        .runtime
+        .as_ref()
+        .and_then(|runtime| runtime.config.gateway_tls.as_ref())
+        .ok_or_else(|| {
+            ServiceError::not_found(
+                "this server's executor gateway does not use TLS (it runs no gateway, or was started with --gateway-plaintext)",
+            )
+        })?;
+    Ok((
+        tls.authority.certificate_pem().to_owned(),
+        tls.authority.pin(),
+    ))
+}
+
 /// What revoking a node did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeRevocation {

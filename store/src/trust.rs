@@ -212,6 +212,16 @@ pub trait TrustStore: Send + Sync {
     /// Newest first, before the event id `before`.
     async fn list_audit(&self, before: Option<i64>, limit: u32) -> StoreResult<Vec<AuditEvent>>;
 
+    /// The executor gateway's certificate authority: its certificate (PEM) and sealed private key.
+    async fn gateway_authority(&self) -> StoreResult<Option<(String, Sealed)>>;
+    /// Keeps this authority unless one is kept already; either way, the one kept (replicas starting
+    /// together agree on the first).
+    async fn keep_gateway_authority(
+        &self,
+        certificate: &str,
+        key: &Sealed,
+    ) -> StoreResult<(String, Sealed)>;
+
     /// How many of the tenant's jobs wait (`queued` or `paused`): the submission ceiling counts these.
     async fn count_waiting_jobs(&self, tenant: TenantId) -> StoreResult<u64>;
 }

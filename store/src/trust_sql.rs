@@ -269,6 +269,36 @@ macro_rules! impl_trust_store {
                 Ok(row.map(|(key_id, nonce, ciphertext)| Sealed { key_id, nonce, ciphertext }))
             }
 
+            async fn gateway_authority(&self) -> StoreResult<Option<(String, Sealed)>> {
+                let row: Option<(String, String, Vec<u8>, Vec<u8>)> = sqlx::query_as(
+                    "SELECT certificate, key_id, nonce, ciphertext FROM gateway_authority WHERE id = 1",
+                )
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(row.map(|(certificate, key_id, nonce, ciphertext)| {
+                    (certificate, Sealed { key_id, nonce, ciphertext })
+                }))
+            }
+
+            async fn keep_gateway_authority(
+                &self,
+                certificate: &str,
+                key: &Sealed,
+            ) -> StoreResult<(String, Sealed)> {
+                sqlx::query(
+                    "INSERT INTO gateway_authority (id, certificate, key_id, nonce, ciphertext, created_at) \
+                     VALUES (1, $1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING",
+                )
+                .bind(certificate)
+                .bind(&key.key_id)
+                .bind(key.nonce.as_slice())
+                .bind(key.ciphertext.as_slice())
+                .bind(Utc::now())
+                .execute(&self.pool)
+                .await?;
+                self.gateway_authority().await?.ok_or(StoreError::NotFound)
+            }
+
             async fn record_audit(&self, event: &NewAuditEvent) -> StoreResult<()> {
                 insert_audit(&self.pool, event).await
             }

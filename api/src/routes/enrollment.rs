@@ -8,7 +8,7 @@ use crate::paging::ListMeta;
 use crate::state::AppState;
 use crate::views::{
     EnrollmentTokenCreated, EnrollmentTokenEnvelope, EnrollmentTokenList, EnrollmentTokenView,
-    NodeRevoked,
+    GatewayAuthority, NodeRevoked,
 };
 use axum::Json;
 use axum::extract::State;
@@ -112,6 +112,22 @@ pub async fn revoke(
     Ok(Json(EnrollmentTokenEnvelope {
         enrollment_token: token.into(),
     }))
+}
+
+/// The certificate authority the executor gateway's certificates are issued by (any signed-in
+/// caller): executors trust the gateway by it (`--gateway-ca` or `--gateway-ca-hash`).
+#[utoipa::path(
+    get, path = "/api/v1/gateway-authority", tag = "nodes",
+    responses((status = 200, body = GatewayAuthority),
+              (status = 404, description = "The gateway does not use TLS", body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn gateway_authority(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> ApiResult<Json<GatewayAuthority>> {
+    let (certificate, pin) = enrollment::gateway_authority(&state, &principal)?;
+    Ok(Json(GatewayAuthority { certificate, pin }))
 }
 
 /// Revoke a node's credential and end its executor's session; its jobs are rescheduled once its

@@ -45,6 +45,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         tokens::create, tokens::list, tokens::revoke,
         nodes::list, nodes::get, nodes::cordon, nodes::uncordon, nodes::drain,
         enrollment::create, enrollment::list, enrollment::revoke, enrollment::revoke_node,
+        enrollment::gateway_authority,
         secrets::set, secrets::list, secrets::delete,
         audit::list,
     ),
@@ -229,6 +230,10 @@ pub fn app_with(state: AppState, pages: Router<AppState>) -> Router {
         .route(
             "/api/v1/enrollment-tokens/{id}",
             axum::routing::delete(enrollment::revoke),
+        )
+        .route(
+            "/api/v1/gateway-authority",
+            get(enrollment::gateway_authority),
         )
         .route("/api/v1/audit", get(audit::list))
         .route("/healthz", get(health::healthz))

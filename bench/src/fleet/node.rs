@@ -95,6 +95,7 @@ impl Node {
             .enroll(pb::EnrollRequest {
                 enrollment_token: spec.enrollment_token.clone(),
                 node_name: name.clone(),
+                certificate_request: String::new(),
             })
             .await
             .map_err(|status| anyhow::anyhow!("enrolling {name}: {}", status.message()))?

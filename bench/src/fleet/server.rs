@@ -95,6 +95,9 @@ impl Server {
                 "0",
                 "--max-queued-jobs-per-tenant",
                 "0",
+                // The emulated executors speak plain gRPC: the run measures scheduling, not TLS
+                // (scripts/bench-submit measures what TLS costs the API).
+                "--gateway-plaintext",
             ])
             .arg("--data-dir")
             .arg(data_dir.path().join("server"))
@@ -124,7 +127,8 @@ impl Server {
                 if let Some(rest) = line.strip_prefix("drover server listening on ") {
                     url_line = Some(rest.trim().to_owned());
                 } else if let Some(rest) = line.strip_prefix("executor gateway listening on ") {
-                    gateway_line = Some(rest.trim().to_owned());
+                    // `ADDRESS (plaintext)`
+                    gateway_line = rest.split_whitespace().next().map(str::to_owned);
                 }
             }
             Ok(())

@@ -239,3 +239,43 @@ include "drover.chownInit" (list (list "/mnt/data" "/mnt/checkpoints") image pul
 {{- $fresh | b64enc -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The Secret holding the gateway's certificate authority (tls.crt, tls.key). */}}
+{{- define "drover.caSecret" -}}
+{{- .Values.gateway.caSecret | default (include "drover.suffixed" (list . "ca")) -}}
+{{- end -}}
+
+{{/*
+Whether the chart renders its own authority "<fullname>-ca": it issues the server's certificate
+(server.tls.source generated) and, unless gateway.caSecret names another, the gateway's.
+*/}}
+{{- define "drover.rendersCa" -}}
+{{- if or (eq .Values.server.tls.source "generated") (and .Values.gateway.mutualTls (not .Values.gateway.caSecret)) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret with the server's certificate (tls.crt, tls.key); empty for plain HTTP. */}}
+{{- define "drover.serverTlsSecret" -}}
+{{- $source := .Values.server.tls.source -}}
+{{- if eq $source "existingSecret" -}}
+{{- if not .Values.server.tls.existingSecret -}}
+{{- fail "server.tls.existingSecret: name a kubernetes.io/tls Secret (server.tls.source is existingSecret)" -}}
+{{- end -}}
+{{- .Values.server.tls.existingSecret -}}
+{{- else if eq $source "certManager" -}}
+{{- if not .Values.server.tls.certManager.issuerRef.name -}}
+{{- fail "server.tls.certManager.issuerRef.name: name cert-manager's issuer (server.tls.source is certManager)" -}}
+{{- end -}}
+{{- include "drover.suffixed" (list . "server-tls") -}}
+{{- else if eq $source "generated" -}}
+{{- include "drover.suffixed" (list . "server-tls") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The names the server's certificate is for, as a JSON list: the Service's, then server.tls.dnsNames. */}}
+{{- define "drover.serverDnsNames" -}}
+{{- $name := include "drover.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- concat (list $name (printf "%s.%s" $name $ns) (printf "%s.%s.svc" $name $ns) (printf "%s.%s.svc.cluster.local" $name $ns)) .Values.server.tls.dnsNames | toJson -}}
+{{- end -}}

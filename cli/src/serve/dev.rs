@@ -87,6 +87,11 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
     let cluster = ClusterArgs {
         gateway_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         advertise_gateway: None,
+        gateway_plaintext: false,
+        gateway_ca_cert: None,
+        gateway_ca_key: None,
+        gateway_tls_names: Vec::new(),
+        node_certificate_lifetime: std::time::Duration::from_secs(30 * 24 * 3600),
         policy: args.policy.clone(),
         checkpoint_dir: Some(checkpoints.clone()),
         checkpoint_store: None,
@@ -114,13 +119,28 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             drover_store::secrets::SecretBox::load_or_create(&data_dir.join(SECRET_KEY_FILE))?,
         )),
         pages: drover_web::router(),
+        // The API on loopback; the local executors' gateway with mutual TLS, as a cluster's.
+        encryption: server::Encryption {
+            api: None,
+            allow_plain_http: false,
+            gateway: Some(server::GatewayEncryption {
+                names: Vec::new(),
+                node_certificate_lifetime: std::time::Duration::from_secs(30 * 24 * 3600),
+                authority_files: None,
+            }),
+        },
     };
     let running = server::start(config, server::shutdown_signal()).await?;
     let url = format!("http://{}", running.addr);
     let gateway = running
         .gateway_addr
-        .map(|addr| format!("http://{addr}"))
+        .map(|addr| format!("https://{addr}"))
         .context("the dev server has no executor gateway")?;
+    let authority = running
+        .gateway_authority
+        .as_ref()
+        .map(|authority| authority.certificate_pem().to_owned())
+        .context("the dev server's gateway has no certificate authority")?;
     // Each local executor sandboxes its tasks where the host allows; none sees the server's data.
     let sandbox_args = crate::node::SandboxArgs {
         no_sandbox: args.no_sandbox,
@@ -145,11 +165,14 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             taints: Vec::new(),
             advertise_host: "127.0.0.1".to_owned(),
             enrollment_token,
+            gateway_ca: None,
+            gateway_ca_hash: None,
             kubernetes_node_labels: false,
             sandbox: sandbox_args.clone(),
             pods: crate::node::PodArgs::default(),
         };
         let mut config = crate::node::executor_config(executor)?;
+        config.gateway_trust = drover_executor::GatewayTrust::Authority(authority.clone());
         let hidden = vec![
             data_dir
                 .canonicalize()

@@ -3,7 +3,8 @@
 //! [`ConnectionLimits::header_read`](super::connections::ConnectionLimits) to send a request's
 //! headers, so a trickle of header lines (slowloris) is closed. (`axum::serve` gives hyper no timer,
 //! so hyper's timeouts never fire under it.) Shutdown stops accepting and lets requests in flight
-//! finish, for up to [`DRAIN`].
+//! finish, for up to [`DRAIN`]. With TLS, each connection's handshake runs in the connection's own
+//! task, within [`HANDSHAKE_WITHIN`](super::tls::HANDSHAKE_WITHIN).
 
 use super::connections::Gate;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -16,11 +17,12 @@ use tokio::net::TcpListener;
 /// How long requests in flight (a followed log, a long download) may take to finish at shutdown.
 pub const DRAIN: Duration = Duration::from_secs(10);
 
-/// Serves `router` on `listener` until `shutdown` resolves, then drains.
+/// Serves `router` on `listener` (over TLS with `tls`) until `shutdown` resolves, then drains.
 pub async fn serve(
     listener: TcpListener,
     router: axum::Router,
     gate: Gate,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let mut builder = Builder::new(TokioExecutor::new());
@@ -50,7 +52,7 @@ pub async fn serve(
                 continue;
             }
         };
-        let io = TokioIo::new(gate.admit(stream, peer.ip()));
+        let stream = gate.admit(stream, peer.ip());
         // Handlers and the rate limit see the client's address (per-address buckets for
         // credentials not yet seen to work).
         let service = TowerToHyperService::new(tower::ServiceExt::map_request(
@@ -62,12 +64,36 @@ pub async fn serve(
                 request
             },
         ));
-        let connection = builder
-            .serve_connection_with_upgrades(io, service)
-            .into_owned();
-        let connection = graceful.watch(connection);
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            if let Err(err) = connection.await {
+            let served = match tls {
+                None => {
+                    let connection =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    watcher.watch(connection.into_owned()).await
+                }
+                Some(acceptor) => {
+                    let handshake =
+                        tokio::time::timeout(super::tls::HANDSHAKE_WITHIN, acceptor.accept(stream));
+                    let stream = match handshake.await {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(err)) => {
+                            tracing::debug!(error = %err, %peer, "a TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "a TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    let connection =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    watcher.watch(connection.into_owned()).await
+                }
+            };
+            if let Err(err) = served {
                 tracing::debug!(error = %err, "connection ended");
             }
         });

@@ -33,6 +33,32 @@ pub struct ServerConfig {
     pub secrets: Option<Arc<drover_store::secrets::SecretBox>>,
     /// More routes served beside the API's (the dashboard's pages), under the same middleware.
     pub pages: axum::Router<AppState>,
+    pub encryption: Encryption,
+}
+
+/// How the server's listeners are encrypted.
+#[derive(Debug, Clone, Default)]
+pub struct Encryption {
+    /// The REST API's (and dashboard's) certificate and key, reloaded when the files change;
+    /// `None`: plain HTTP, which only a loopback address serves unless `allow_plain_http`.
+    pub api: Option<drover_runtime::tls::files::CertFiles>,
+    /// Serve plain HTTP off loopback: behind a proxy that terminates TLS.
+    pub allow_plain_http: bool,
+    /// Mutual TLS on the executor gateway; `None`: plain gRPC (a private network the operator
+    /// trusts).
+    pub gateway: Option<GatewayEncryption>,
+}
+
+/// Mutual TLS on the executor gateway.
+#[derive(Debug, Clone)]
+pub struct GatewayEncryption {
+    /// Names (and addresses) the gateway's certificate is valid for, beside the advertised
+    /// gateway's host, the bound address, this host's name and loopback.
+    pub names: Vec<String>,
+    /// How long an executor's client certificate is valid.
+    pub node_certificate_lifetime: std::time::Duration,
+    /// The authority's certificate and key files; `None`: the one kept in the database.
+    pub authority_files: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 /// A server listening and serving in the background.
@@ -44,6 +70,10 @@ pub struct RunningServer {
     pub admin: AdminBootstrap,
     pub store: Arc<dyn Store>,
     pub serving: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// `https` where the API is served over TLS, else `http`.
+    pub scheme: &'static str,
+    /// The certificate authority executors trust the gateway by, where it uses mutual TLS.
+    pub gateway_authority: Option<Arc<drover_runtime::tls::authority::Authority>>,
 }
 
 pub async fn open_store(config: &ServerConfig) -> anyhow::Result<Arc<dyn Store>> {
@@ -67,6 +97,15 @@ pub async fn start(
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<RunningServer> {
+    if config.encryption.api.is_none()
+        && !config.encryption.allow_plain_http
+        && !config.listen.ip().is_loopback()
+    {
+        anyhow::bail!(
+            "--listen {}: plain HTTP off loopback sends API tokens and secrets in the clear; give --tls-cert and --tls-key, or --allow-plain-http where a proxy in front terminates TLS",
+            config.listen
+        );
+    }
     let store = open_store(&config).await?;
     let admin = ensure_cluster_admin(store.as_ref(), config.admin_token.as_deref())
         .await
@@ -87,6 +126,7 @@ pub async fn start(
         state = state.with_secrets(secrets.clone());
     }
     let mut gateway_addr = None;
+    let mut gateway_authority = None;
     if let Some((gateway_listen, mut cluster)) = config.cluster {
         cluster.secrets = config.secrets.clone();
         cluster.limits = config.limits;
@@ -95,16 +135,84 @@ pub async fn start(
             .with_context(|| format!("cannot listen for executors on {gateway_listen}"))?;
         let bound = gateway_listener.local_addr()?;
         gateway_addr = Some(bound);
+        let scheme = if config.encryption.gateway.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let advertised = cluster
             .advertise_gateway
             .clone()
-            .unwrap_or_else(|| advertised_gateway(bound));
+            .unwrap_or_else(|| advertised_gateway(scheme, bound));
         let uri: Result<tonic::transport::Uri, _> = advertised.parse();
-        if !uri
-            .is_ok_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some())
-        {
-            anyhow::bail!("--advertise-gateway `{advertised}`: expected http://HOST:PORT");
-        }
+        let Some(advertised_host) = uri
+            .ok()
+            .filter(|u| u.scheme_str() == Some(scheme))
+            .and_then(|u| u.host().map(str::to_owned))
+        else {
+            anyhow::bail!("--advertise-gateway `{advertised}`: expected {scheme}://HOST:PORT");
+        };
+        let gateway_tls = match &config.encryption.gateway {
+            None => None,
+            Some(settings) => {
+                let authority = match &settings.authority_files {
+                    Some((certificate, key)) => {
+                        let read = |path: &std::path::Path| {
+                            std::fs::read_to_string(path)
+                                .with_context(|| format!("cannot read {}", path.display()))
+                        };
+                        drover_runtime::tls::authority::Authority::from_pem(
+                            &read(certificate)?,
+                            &read(key)?,
+                        )
+                        .map_err(|err| {
+                            anyhow::anyhow!(
+                                "--gateway-ca-cert {} / --gateway-ca-key {}: {err}",
+                                certificate.display(),
+                                key.display()
+                            )
+                        })?
+                    }
+                    None => {
+                        let secrets = config.secrets.as_deref().context(
+                            "mutual TLS on the executor gateway needs the server's secret key (its authority's key is sealed with it)",
+                        )?;
+                        drover_runtime::tls::authority::Authority::load_or_create(
+                            store.as_ref(),
+                            secrets,
+                        )
+                        .await
+                        .context("cannot load the executor gateway's certificate authority")?
+                    }
+                };
+                let authority = Arc::new(authority);
+                let mut names = vec![
+                    advertised_host,
+                    host_name(),
+                    "localhost".to_owned(),
+                    "127.0.0.1".to_owned(),
+                    "::1".to_owned(),
+                ];
+                if !bound.ip().is_unspecified() {
+                    names.push(bound.ip().to_string());
+                }
+                names.extend(settings.names.iter().cloned());
+                names.sort();
+                names.dedup();
+                let acceptor = super::tls::gateway_acceptor(
+                    authority.clone(),
+                    names,
+                    signalled(stopped.clone()),
+                )?;
+                gateway_authority = Some(authority.clone());
+                tracing::info!(authority = authority.pin(), "executor gateway: mutual TLS");
+                cluster.gateway_tls = Some(Arc::new(drover_runtime::tls::authority::GatewayTls {
+                    authority,
+                    node_certificate_lifetime: settings.node_certificate_lifetime,
+                }));
+                Some(acceptor)
+            }
+        };
         // Several replicas share a Postgres database: the one holding the lock leads. SQLite has one.
         let leader = match store.backend() {
             store::Backend::Postgres => drover_runtime::leader::campaign(
@@ -125,12 +233,30 @@ pub async fn start(
             Gate::new(ConnectionLimits::for_this_process()),
         );
         let gateway_stopped = signalled(stopped.clone());
+        let gateway = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
+            .add_service(service);
+        let incoming = match gateway_tls {
+            Some(acceptor) => futures::future::Either::Left(super::tls::handshaken(
+                incoming,
+                acceptor,
+                signalled(stopped.clone()),
+            )),
+            None => futures::future::Either::Right(incoming),
+        };
         tokio::spawn(async move {
-            let served = tonic::transport::Server::builder()
-                .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
-                .add_service(service)
-                .serve_with_incoming_shutdown(incoming, gateway_stopped)
-                .await;
+            let served = match incoming {
+                futures::future::Either::Left(incoming) => {
+                    gateway
+                        .serve_with_incoming_shutdown(incoming, gateway_stopped)
+                        .await
+                }
+                futures::future::Either::Right(incoming) => {
+                    gateway
+                        .serve_with_incoming_shutdown(incoming, gateway_stopped)
+                        .await
+                }
+            };
             if let Err(err) = served {
                 tracing::error!(error = %err, "the executor gateway failed");
             }
@@ -174,11 +300,20 @@ pub async fn start(
         }
     }
     let router = drover_api::routes::app_with(state, config.pages.clone());
+    let tls = match &config.encryption.api {
+        Some(files) => Some(super::tls::rest_acceptor(
+            files,
+            signalled(stopped.clone()),
+        )?),
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let serving = tokio::spawn(async move {
         super::http::serve(
             listener,
             router,
             Gate::new(ConnectionLimits::for_this_process()),
+            tls,
             signalled(stopped),
         )
         .await
@@ -190,6 +325,8 @@ pub async fn start(
         admin,
         store,
         serving,
+        scheme,
+        gateway_authority,
     })
 }
 
@@ -204,11 +341,11 @@ fn host_name() -> String {
 
 /// Where executors reach a gateway bound to `bound`: its address, or this host's name when it
 /// listens on every interface.
-fn advertised_gateway(bound: SocketAddr) -> String {
+fn advertised_gateway(scheme: &str, bound: SocketAddr) -> String {
     if bound.ip().is_unspecified() {
-        format!("http://{}:{}", host_name(), bound.port())
+        format!("{scheme}://{}:{}", host_name(), bound.port())
     } else {
-        format!("http://{bound}")
+        format!("{scheme}://{bound}")
     }
 }
 

@@ -100,7 +100,12 @@ fn server(descriptors: u32) -> Server {
 }
 
 fn address(url: &str) -> String {
-    url.trim_start_matches("http://").to_owned()
+    url.split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("http://")
+        .trim_start_matches("https://")
+        .to_owned()
 }
 
 /// Descriptors the process holds now.

@@ -26,7 +26,8 @@ async fn partitionable_proxy(target: String, cut: Arc<AtomicBool>) -> String {
             tokio::spawn(pump(server_read, client_write, cut.clone()));
         }
     });
-    format!("http://{address}")
+    // The proxy passes TLS through: the executor dials it as it would the gateway.
+    format!("https://{address}")
 }
 
 async fn pump(
@@ -78,7 +79,7 @@ async fn a_partitioned_executor_is_replaced_and_fenced_when_it_returns() {
             .await;
     }
     let cut = Arc::new(AtomicBool::new(false));
-    let target = cluster.gateway.trim_start_matches("http://").to_owned();
+    let target = cluster.gateway.trim_start_matches("https://").to_owned();
     let proxy = partitionable_proxy(target, cut.clone()).await;
     cluster.start_executor_via("exec-p", &proxy);
     let id = cluster.submit_training("partitioned").await;

@@ -22,6 +22,7 @@ mod pause;
 mod placement;
 mod pytorch;
 mod replicas;
+mod tls;
 mod train_jobs;
 mod trust;
 
@@ -172,11 +173,20 @@ async fn a_command_job_survives_the_loss_of_its_executor() {
     stale_generation_is_refused(&cluster, &node, &id).await;
 }
 
+/// A certificate signing request for a fresh key, as an executor enrolling sends.
+fn signing_request(node: &str) -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, node);
+    params.serialize_request(&key).unwrap().pem().unwrap()
+}
+
 async fn stale_generation_is_refused(cluster: &Cluster, node: &str, job: &str) {
     use pb::executor_gateway_client::ExecutorGatewayClient;
-    let mut client = ExecutorGatewayClient::connect(cluster.gateway.clone())
-        .await
-        .unwrap();
+    let mut client: ExecutorGatewayClient<_> = cluster.gateway_client(node).await;
     let (outbound, receiver) = tokio::sync::mpsc::channel(16);
     let stale = pb::TaskKey {
         job_id: job.to_owned(),
@@ -225,6 +235,7 @@ async fn stale_generation_is_refused(cluster: &Cluster, node: &str, job: &str) {
         .enroll(pb::EnrollRequest {
             enrollment_token: ENROLLMENT_TOKEN.to_owned(),
             node_name: node.to_owned(),
+            certificate_request: signing_request(node),
         })
         .await
         .unwrap_err();

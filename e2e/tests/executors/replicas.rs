@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 struct Replica {
     proc: Proc,
     gateway: u16,
+    /// The pin of the gateway's authority, which the replicas share (it is kept in the database).
+    pin: String,
 }
 
 fn start_replica(database: &str, dir: &Path, shared: &Path, api: u16, gateway: u16) -> Replica {
@@ -35,7 +37,12 @@ fn start_replica(database: &str, dir: &Path, shared: &Path, api: u16, gateway: u
         "500ms",
     ]);
     proc.wait_for_line("drover server listening on ");
-    Replica { proc, gateway }
+    let (_, pin) = Cluster::gateway_line(&proc.wait_for_line("executor gateway listening on "));
+    Replica {
+        proc,
+        gateway,
+        pin: pin.expect("the gateway uses mutual TLS"),
+    }
 }
 
 /// SIGTERM, then the process must exit by itself, successfully.
@@ -125,9 +132,10 @@ async fn a_rolling_restart_of_two_replicas_fails_no_request_and_keeps_the_job() 
     let mut a = start_replica(&database.url, &dir.path().join("a"), &shared, api_a, gw_a);
     let mut b = start_replica(&database.url, &dir.path().join("b"), &shared, api_b, gw_b);
     let gateways = format!(
-        "http://127.0.0.1:{},http://127.0.0.1:{}",
+        "https://127.0.0.1:{},https://127.0.0.1:{}",
         a.gateway, b.gateway
     );
+    assert_eq!(a.pin, b.pin, "the replicas share one authority");
     let mut executors = Vec::new();
     for name in ["exec-a", "exec-b"] {
         let data_dir = dir.path().join(name);
@@ -145,6 +153,8 @@ async fn a_rolling_restart_of_two_replicas_fails_no_request_and_keeps_the_job() 
             "64",
             "--data-dir",
             data_dir.to_str().unwrap(),
+            "--gateway-ca-hash",
+            &a.pin,
         ];
         args.extend_from_slice(sandbox_flags());
         let executor = Proc::spawn(&args);

@@ -15,6 +15,7 @@ fn executor_that_exits(cluster: &Cluster, name: &str, token: Option<&str>) -> (b
         .args(["--slots", "1", "--memory-gb", "64", "--data-dir"])
         .arg(cluster.executor_dir(name))
         .args(sandbox_flags())
+        .args(cluster.gateway_trust())
         .env_remove("DROVER_ENROLLMENT_TOKEN")
         .env("DROVER_LOG", "warn");
     if let Some(token) = token {
@@ -56,6 +57,7 @@ async fn enrol_and_run(cluster: &mut Cluster, name: &str, token: &str) {
         data_dir.to_str().unwrap(),
     ];
     args.extend_from_slice(sandbox_flags());
+    args.extend(cluster.gateway_trust());
     let executor = Proc::spawn(&args);
     executor.wait_for_line("drover executor ");
     cluster.executors.push((name.to_owned(), executor));
@@ -257,41 +259,9 @@ async fn register_with(
     gpus: u32,
     memory_gb: f64,
 ) -> Result<(), tonic::Status> {
-    use drover_proto as pb;
-    let mut client =
-        pb::executor_gateway_client::ExecutorGatewayClient::connect(cluster.gateway.clone())
-            .await
-            .unwrap();
-    let (outbound, receiver) = tokio::sync::mpsc::channel(4);
-    outbound
-        .send(pb::ExecutorMessage {
-            body: Some(pb::executor_message::Body::Register(pb::Register {
-                node_name: node.to_owned(),
-                executor_id: "thief".into(),
-                incarnation: "thief".into(),
-                gpus: (0..gpus)
-                    .map(|index| pb::Gpu {
-                        index,
-                        model: "cpu".into(),
-                        memory_gb,
-                        compute_capability: String::new(),
-                    })
-                    .collect(),
-                cpus: 1,
-                memory_gb: 1,
-                gpu_source: "slots".into(),
-                ..pb::Register::default()
-            })),
-            seq: 0,
-        })
-        .await
-        .unwrap();
-    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(receiver));
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {credential}").parse().unwrap(),
-    );
-    client.session(request).await.map(drop)
+    // Over mutual TLS with the node's certificate and key, as a thief reading its data directory has.
+    let mut client = cluster.gateway_client(node).await;
+    open_session(&mut client, credential, node, gpus, memory_gb).await
 }
 
 /// A node's stolen credential (read from the executor's data directory, as an unsandboxed task

@@ -1,7 +1,7 @@
 //! The executor's `--gateway` addresses, checked once at start.
 
-/// The gateway addresses in `--gateway` (comma-separated replicas); `host:port` means plain HTTP/2,
-/// as the server's gateway speaks it. A malformed one is an error here, once, rather than in every
+/// The gateway addresses in `--gateway` (comma-separated replicas); `host:port` means TLS
+/// (`https://`), as the server's gateway speaks it unless started with `--gateway-plaintext`. A malformed one is an error here, once, rather than in every
 /// reconnection attempt.
 pub(super) fn gateway_addresses(server: &str) -> anyhow::Result<Vec<String>> {
     let gateways: Vec<String> = server
@@ -12,7 +12,7 @@ pub(super) fn gateway_addresses(server: &str) -> anyhow::Result<Vec<String>> {
             if g.contains("://") {
                 g.to_owned()
             } else {
-                format!("http://{g}")
+                format!("https://{g}")
             }
         })
         .collect();
@@ -43,10 +43,10 @@ fn gateway_addresses_are_checked_once_at_start() {
     assert_eq!(
         gateway_addresses("10.0.0.1:7070, https://drover.example:7070, [::1]:7070, gw").unwrap(),
         [
-            "http://10.0.0.1:7070",
+            "https://10.0.0.1:7070",
             "https://drover.example:7070",
-            "http://[::1]:7070",
-            "http://gw"
+            "https://[::1]:7070",
+            "https://gw"
         ]
     );
     for bad in [

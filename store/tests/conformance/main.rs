@@ -76,6 +76,7 @@ conformance!(
     generations_open_allocations_in_the_ledger,
     enrolment_spends_tokens_and_binds_node_names,
     a_credential_pins_the_capacity_of_its_first_registration,
+    the_first_gateway_authority_kept_is_the_one_every_replica_gets,
     experiments_keep_trials_and_segments_once,
 );
 

@@ -234,3 +234,26 @@ pub(crate) async fn a_credential_pins_the_capacity_of_its_first_registration(db:
         Err(StoreError::NotFound)
     ));
 }
+
+/// Replicas starting together each make an authority and keep theirs unless one is kept: all of
+/// them end up with the first.
+pub(crate) async fn the_first_gateway_authority_kept_is_the_one_every_replica_gets(db: &TestDb) {
+    let store = db.store.as_ref();
+    assert_eq!(store.gateway_authority().await.unwrap(), None);
+    let sealed = |byte: u8| secrets::Sealed {
+        key_id: format!("key-{byte}"),
+        nonce: vec![byte; 12],
+        ciphertext: vec![byte; 40],
+    };
+    let first = store
+        .keep_gateway_authority("CERT A", &sealed(1))
+        .await
+        .unwrap();
+    assert_eq!(first, ("CERT A".to_owned(), sealed(1)));
+    let second = store
+        .keep_gateway_authority("CERT B", &sealed(2))
+        .await
+        .unwrap();
+    assert_eq!(second, first);
+    assert_eq!(store.gateway_authority().await.unwrap(), Some(first));
+}
