@@ -57,6 +57,8 @@ pub struct FleetOptions {
     pub seed: u64,
     /// Where the server's log goes (kept); by default a file removed with the run.
     pub server_log: Option<PathBuf>,
+    /// The gateway without TLS (`--gateway-plaintext`); by default mutual TLS, as a cluster runs.
+    pub gateway_plaintext: bool,
 }
 
 /// The REST calls the run makes: one member of tenant `fleet` submits every job.
@@ -208,6 +210,7 @@ pub async fn run(options: &FleetOptions, progress: impl Fn(&str)) -> anyhow::Res
         &options.database_url,
         &options.policy,
         options.server_log.as_deref(),
+        options.gateway_plaintext,
     )
     .await
     .context("starting the server under test")?;
@@ -225,8 +228,13 @@ async fn measure(
 ) -> anyhow::Result<Report> {
     let tally = Arc::new(Tally::default());
     let api = Api::new(server).await?;
+    let authority = match options.gateway_plaintext {
+        true => None,
+        false => Some(Arc::new(server.gateway_authority().await?)),
+    };
     let spec = NodeSpec {
         gateway: server.gateway.clone(),
+        authority,
         enrollment_token: server.enrollment_token.clone(),
         gpus: options.gpus_per_node,
         task_duration: options.task_duration,
@@ -375,6 +383,7 @@ async fn measure(
         nodes: options.nodes,
         gpus_per_node: options.gpus_per_node,
         policy: options.policy.clone(),
+        gateway_mutual_tls: !options.gateway_plaintext,
         running_before: options.running,
         jobs_submitted: ok.len(),
         jobs_started: waits.len(),

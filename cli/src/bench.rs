@@ -65,6 +65,10 @@ pub struct FleetArgs {
     /// Keep the server's log in this file (DROVER_LOG sets its level; warnings by default).
     #[arg(long)]
     server_log: Option<std::path::PathBuf>,
+    /// Run the gateway without TLS; by default it uses mutual TLS, as a cluster does, and every
+    /// emulated node enrols with a signing request and connects with its client certificate.
+    #[arg(long)]
+    gateway_plaintext: bool,
 }
 
 pub async fn bench(command: BenchCommand, json: bool) -> anyhow::Result<()> {
@@ -93,6 +97,7 @@ async fn fleet(args: FleetArgs, json: bool) -> anyhow::Result<()> {
         policy: args.policy,
         seed: args.seed,
         server_log: args.server_log,
+        gateway_plaintext: args.gateway_plaintext,
     };
     let report = drover_bench::fleet::run(&options, |line| eprintln!("==> {line}")).await?;
     if json {

@@ -171,6 +171,7 @@ impl Proc {
             .env_remove("DROVER_SERVER")
             .env("DROVER_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("DROVER_ENROLLMENT_TOKEN", ENROLLMENT_TOKEN)
+            .env("DROVER_CA_CERT", &test_authority().file)
             .env("DROVER_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -204,11 +205,79 @@ impl Proc {
     }
 }
 
+/// The authority the harness's servers' certificates are issued by (one for the test process), and
+/// the file holding its certificate, which every process the harness starts trusts
+/// (`DROVER_CA_CERT`).
+pub struct TestAuthority {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    pub pem: String,
+    pub file: PathBuf,
+}
+
+impl std::fmt::Debug for TestAuthority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestAuthority")
+            .field("file", &self.file)
+            .finish_non_exhaustive()
+    }
+}
+
+pub fn test_authority() -> &'static TestAuthority {
+    static AUTHORITY: std::sync::OnceLock<TestAuthority> = std::sync::OnceLock::new();
+    AUTHORITY.get_or_init(|| {
+        let key = rcgen::KeyPair::generate().expect("a key");
+        let mut params = rcgen::CertificateParams::default();
+        // Names of their own: a leaf named as its issuer is taken for self-signed by OpenSSL
+        // (Node's TLS).
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "drover e2e test authority");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let pem = params.self_signed(&key).expect("the test authority").pem();
+        let file = std::env::temp_dir().join(format!("drover-e2e-ca-{}.pem", std::process::id()));
+        std::fs::write(&file, &pem).expect("write the test authority");
+        TestAuthority {
+            issuer: rcgen::Issuer::new(params, key),
+            pem,
+            file,
+        }
+    })
+}
+
+/// A certificate and key for a harness server on loopback, issued by the test authority and kept
+/// in `dir` (a restarted server finds them again): their paths.
+pub fn server_certificate(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    if !cert.exists() {
+        std::fs::create_dir_all(dir).unwrap();
+        let pair = rcgen::KeyPair::generate().unwrap();
+        let mut params =
+            rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+                .unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "127.0.0.1");
+        let issued = params.signed_by(&pair, &test_authority().issuer).unwrap();
+        std::fs::write(&key, pair.serialize_pem()).unwrap();
+        std::fs::write(&cert, issued.pem()).unwrap();
+    }
+    (cert, key)
+}
+
 /// The tests' HTTP client. The server closes a connection that sends no request for 10 s (its
 /// header-read timeout); a pooled connection idle half as long is not reused, so a request after a
 /// pause never races that close (which reqwest reports as an incomplete message).
-fn http_client() -> reqwest::Client {
+pub fn http_client() -> reqwest::Client {
     reqwest::Client::builder()
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(test_authority().pem.as_bytes()).expect("a certificate"),
+        )
         .pool_idle_timeout(Duration::from_secs(5))
         .build()
         .expect("an HTTP client")
@@ -254,10 +323,16 @@ impl Cluster {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> (Proc, String, String) {
+        // The API over HTTPS, as a cluster's (the test authority's certificate).
+        let (cert, key) = server_certificate(&data_dir.with_extension("tls"));
         let mut args = vec![
             "server",
             "--listen",
             "127.0.0.1:0",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
             "--gateway-listen",
             gateway,
             "--database-url",
@@ -742,6 +817,7 @@ pub fn drover_cli(cluster: &Cluster, args: &[&str]) -> String {
     let output = Command::new(drover())
         .args(args)
         .args(["--server", &cluster.url, "--token", ADMIN_TOKEN])
+        .env("DROVER_CA_CERT", &test_authority().file)
         .current_dir(repo_root())
         .output()
         .unwrap();

@@ -22,6 +22,8 @@ use tokio_stream::wrappers::ReceiverStream;
 #[derive(Debug, Clone)]
 pub struct NodeSpec {
     pub gateway: String,
+    /// The gateway's certificate authority (PEM) for mutual TLS; `None`: plain gRPC.
+    pub authority: Option<Arc<String>>,
     pub enrollment_token: String,
     pub gpus: u32,
     /// Tasks run for a draw uniform between half and one and a half times this.
@@ -61,6 +63,8 @@ pub struct Node {
     pub name: String,
     spec: NodeSpec,
     credential: String,
+    /// The node's client certificate and key (PEM), over mutual TLS.
+    identity: Option<(String, String)>,
     incarnation: String,
     tasks: HashMap<(String, u64, String, u32), Task>,
     seq: u64,
@@ -77,25 +81,55 @@ fn key_of(key: &pb::TaskKey) -> (String, u64, String, u32) {
     )
 }
 
-async fn connect(gateway: &str) -> anyhow::Result<tonic::transport::Channel> {
-    Ok(tonic::transport::Endpoint::from_shared(gateway.to_owned())?
+/// A channel to the gateway: over mutual TLS when the spec names its authority, presenting
+/// `identity` (certificate, key) when given.
+async fn connect(
+    spec: &NodeSpec,
+    identity: Option<&(String, String)>,
+) -> anyhow::Result<tonic::transport::Channel> {
+    let mut endpoint = tonic::transport::Endpoint::from_shared(spec.gateway.clone())?
         .connect_timeout(Duration::from_secs(10))
         .http2_keep_alive_interval(Duration::from_secs(5))
         .keep_alive_timeout(Duration::from_secs(20))
-        .keep_alive_while_idle(true)
-        .connect()
-        .await?)
+        .keep_alive_while_idle(true);
+    if let Some(authority) = &spec.authority {
+        let mut tls = tonic::transport::ClientTlsConfig::new().ca_certificate(
+            tonic::transport::Certificate::from_pem(authority.as_bytes()),
+        );
+        if let Some((certificate, key)) = identity {
+            tls = tls.identity(tonic::transport::Identity::from_pem(certificate, key));
+        }
+        endpoint = endpoint.tls_config(tls)?;
+    }
+    Ok(endpoint.connect().await?)
 }
 
 impl Node {
     /// Enrols node `name` with the enrolment token.
     pub async fn enrol(name: String, spec: NodeSpec, tally: Arc<Tally>) -> anyhow::Result<Node> {
-        let mut client = ExecutorGatewayClient::new(connect(&spec.gateway).await?);
+        let mut client = ExecutorGatewayClient::new(connect(&spec, None).await?);
+        // Over mutual TLS, a key of the node's own and a request for its certificate, as an
+        // executor sends.
+        let key = match spec.authority {
+            Some(_) => Some(rcgen::KeyPair::generate()?),
+            None => None,
+        };
+        let certificate_request = match &key {
+            Some(key) => {
+                let mut params = rcgen::CertificateParams::default();
+                params.distinguished_name = rcgen::DistinguishedName::new();
+                params
+                    .distinguished_name
+                    .push(rcgen::DnType::CommonName, name.as_str());
+                params.serialize_request(key)?.pem()?
+            }
+            None => String::new(),
+        };
         let enrolled = client
             .enroll(pb::EnrollRequest {
                 enrollment_token: spec.enrollment_token.clone(),
                 node_name: name.clone(),
-                certificate_request: String::new(),
+                certificate_request,
             })
             .await
             .map_err(|status| anyhow::anyhow!("enrolling {name}: {}", status.message()))?
@@ -105,6 +139,7 @@ impl Node {
             name,
             spec,
             credential: enrolled.credential,
+            identity: key.map(|key| (enrolled.certificate, key.serialize_pem())),
             incarnation: uuid::Uuid::new_v4().to_string(),
             tasks: HashMap::new(),
             seq: 0,
@@ -152,7 +187,8 @@ impl Node {
     }
 
     async fn session(&mut self) -> anyhow::Result<()> {
-        let mut client = ExecutorGatewayClient::new(connect(&self.spec.gateway).await?);
+        let mut client =
+            ExecutorGatewayClient::new(connect(&self.spec, self.identity.as_ref()).await?);
         let (outbound, outbound_rx) = mpsc::channel::<pb::ExecutorMessage>(1024);
         let register = pb::Register {
             node_name: self.name.clone(),

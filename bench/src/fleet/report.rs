@@ -17,6 +17,8 @@ pub struct Report {
     pub nodes: u32,
     pub gpus_per_node: u32,
     pub policy: String,
+    /// Whether the gateway used mutual TLS (each node with its client certificate).
+    pub gateway_mutual_tls: bool,
     /// Jobs started before the measured phase.
     pub running_before: u32,
     pub jobs_submitted: usize,
@@ -78,10 +80,15 @@ impl Report {
         let secs = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2} s"));
         let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1} ms"));
         let mut out = format!(
-            "fleet: {} nodes x {} GPUs, policy {}, {} CPUs (load average {} at the end)\n",
+            "fleet: {} nodes x {} GPUs, policy {}, gateway {}, {} CPUs (load average {} at the end)\n",
             self.nodes,
             self.gpus_per_node,
             self.policy,
+            if self.gateway_mutual_tls {
+                "mutual TLS"
+            } else {
+                "plaintext"
+            },
             self.cpus,
             self.load_average
                 .map_or_else(|| "-".to_owned(), |l| format!("{l:.2}")),

@@ -55,6 +55,7 @@ impl Server {
         database_url: &str,
         policy: &str,
         log: Option<&Path>,
+        gateway_plaintext: bool,
     ) -> anyhow::Result<Server> {
         let options = PgConnectOptions::from_str(database_url)
             .with_context(|| "--database-url: not a Postgres URL")?;
@@ -95,10 +96,8 @@ impl Server {
                 "0",
                 "--max-queued-jobs-per-tenant",
                 "0",
-                // The emulated executors speak plain gRPC: the run measures scheduling, not TLS
-                // (scripts/bench-submit measures what TLS costs the API).
-                "--gateway-plaintext",
             ])
+            .args(gateway_plaintext.then_some("--gateway-plaintext"))
             .arg("--data-dir")
             .arg(data_dir.path().join("server"))
             .env("DROVER_DATABASE_URL", url.as_str())
@@ -127,7 +126,7 @@ impl Server {
                 if let Some(rest) = line.strip_prefix("drover server listening on ") {
                     url_line = Some(rest.trim().to_owned());
                 } else if let Some(rest) = line.strip_prefix("executor gateway listening on ") {
-                    // `ADDRESS (plaintext)`
+                    // `ADDRESS (plaintext)`, `ADDRESS (mutual TLS; …)`
                     gateway_line = rest.split_whitespace().next().map(str::to_owned);
                 }
             }
@@ -161,6 +160,23 @@ impl Server {
                 .build()?,
             _data_dir: data_dir,
         })
+    }
+
+    /// The certificate authority the gateway's certificates are issued by (PEM).
+    pub async fn gateway_authority(&self) -> anyhow::Result<String> {
+        let reply: serde_json::Value = self
+            .http
+            .get(format!("{}/api/v1/gateway-authority", self.url))
+            .bearer_auth(&self.admin_token)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        reply["certificate"]
+            .as_str()
+            .map(str::to_owned)
+            .context("the server named no gateway authority")
     }
 
     /// The server's counters now.

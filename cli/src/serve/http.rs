@@ -55,12 +55,21 @@ pub async fn serve(
         let stream = gate.admit(stream, peer.ip());
         // Handlers and the rate limit see the client's address (per-address buckets for
         // credentials not yet seen to work).
+        let encrypted = tls.is_some();
         let service = TowerToHyperService::new(tower::ServiceExt::map_request(
             router.clone(),
             move |mut request: axum::http::Request<hyper::body::Incoming>| {
                 request
                     .extensions_mut()
                     .insert(axum::extract::ConnectInfo(peer));
+                // Served over TLS here: what a proxy in front would say, so the session cookie
+                // is Secure (the client's own header is not taken for it on a TLS connection).
+                if encrypted {
+                    request.headers_mut().insert(
+                        "x-forwarded-proto",
+                        axum::http::HeaderValue::from_static("https"),
+                    );
+                }
                 request
             },
         ));

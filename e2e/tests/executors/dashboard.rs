@@ -70,6 +70,9 @@ async fn the_dashboard_works_in_a_real_browser() {
             .arg("dashboard.mjs")
             .current_dir(&browser_dir)
             .env("DROVER_URL", &cluster.url)
+            // The server is HTTPS with the test authority's certificate: Node's fetch trusts it
+            // through this, the browser contexts ignore certificate errors.
+            .env("NODE_EXTRA_CA_CERTS", &test_authority().file)
             .env("ADMIN_TOKEN", ADMIN_TOKEN)
             .env("OTHER_TOKEN", &other_token)
             .env("CHROMIUM", chromium)

@@ -176,6 +176,7 @@ async fn a_resized_job_survives_losing_a_worker() {
             "--token",
             super::harness::ADMIN_TOKEN,
         ])
+        .env("DROVER_CA_CERT", &super::harness::test_authority().file)
         .output()
         .unwrap();
     let shown = String::from_utf8_lossy(&output.stdout);

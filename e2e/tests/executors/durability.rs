@@ -235,7 +235,7 @@ async fn a_submission_whose_commit_answer_is_lost_is_answered_created_and_stored
         "127.0.0.1:0",
         "10s",
     );
-    let http = reqwest::Client::new();
+    let http = http_client();
     let spec = json!({
         "apiVersion": "drover.dev/v1",
         "kind": "DroverJob",

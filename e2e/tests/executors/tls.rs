@@ -242,6 +242,7 @@ async fn the_gateway_takes_only_the_nodes_own_certificate() {
             "--token",
             ADMIN_TOKEN,
         ])
+        .env("DROVER_CA_CERT", &test_authority().file)
         .output()
         .unwrap();
     assert!(output.status.success());
