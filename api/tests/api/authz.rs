@@ -208,6 +208,13 @@ const MATRIX: &[(&str, &str, [u16; 6])] = &[
         [401, 403, 403, 403, 403, 200],
     ),
     ("get", "/api/v1/audit", [401, 403, 403, 403, 403, 200]),
+    // Any signed-in caller may read the gateway's authority; this app runs no gateway (an e2e test
+    // reads it from a cluster's).
+    (
+        "get",
+        "/api/v1/gateway-authority",
+        [401, 404, 404, 404, 404, 404],
+    ),
 ];
 
 /// What one fresh database holds: tenant `alpha` with a viewer, a member and an admin, a job and a

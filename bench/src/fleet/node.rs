@@ -321,10 +321,13 @@ impl Node {
                     let half = self.spec.task_duration / 2;
                     let runs = half + self.spec.task_duration.mul_f64(self.rng.random::<f64>());
                     let now = Instant::now();
-                    let metrics_every = self.spec.metrics_every;
+                    // A task's first report comes at a point of its own in the interval: tasks
+                    // started together do not report in step (real ones drift apart by their
+                    // step times; in step, 6,000 reports landed within a second every 10 s).
+                    let first = self.spec.metrics_every.mul_f64(self.rng.random::<f64>());
                     if let Some(task) = self.tasks.get_mut(&key_of(&key)) {
                         task.phase = Phase::Running { until: now + runs };
-                        task.next_metrics = now + metrics_every;
+                        task.next_metrics = now + first;
                     }
                     self.tally.started(&key);
                 }
@@ -428,7 +431,9 @@ impl Node {
                 }
                 Phase::Running { .. } => {
                     task.step += 100;
-                    task.next_metrics = now + self.spec.metrics_every;
+                    // ±10%: step times vary.
+                    let jitter = 0.9 + 0.2 * self.rng.random::<f64>();
+                    task.next_metrics = now + self.spec.metrics_every.mul_f64(jitter);
                     let metrics = pb::Metrics {
                         task: Some(task.key.clone()),
                         step: task.step,

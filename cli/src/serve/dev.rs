@@ -6,7 +6,8 @@ use super::*;
 
 #[derive(Debug, clap::Args)]
 pub struct DevArgs {
-    /// Address to listen on.
+    /// Address to listen on: a loopback address (the dev server speaks plain HTTP; `drover server`
+    /// serves HTTPS to other machines).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// Submit the example jobs in examples/ once the server is up, and follow them to the end.
@@ -65,6 +66,12 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         LogFormat::Text,
         "warn,drover_api=info,drover_runtime=info,drover_service=info,drover_executor=info",
     );
+    if !args.listen.ip().is_loopback() {
+        anyhow::bail!(
+            "--listen {}: the dev server speaks plain HTTP and listens on loopback only (127.0.0.1 or ::1); to serve other machines run `drover server` with --tls-cert and --tls-key",
+            args.listen
+        );
+    }
     let data_dir = &global.data_dir;
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create {}", data_dir.display()))?;

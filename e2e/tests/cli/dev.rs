@@ -195,6 +195,13 @@ fn dev_mode_keeps_its_token_and_data() {
         "error: no context `nope`; the contexts are: again, dev"
     );
 
+    // The dev server speaks plain HTTP: it refuses to listen off loopback, in one line saying why.
+    let exposed = fails(cli(&["dev", "--listen", "0.0.0.0:0"]));
+    assert!(
+        exposed.contains("loopback only") && exposed.contains("drover server"),
+        "{exposed}"
+    );
+
     // `dev --help` offers no --server/--token (they are for the client verbs, whose help has them).
     let help = ok(cli(&["dev", "--help"]));
     assert!(
