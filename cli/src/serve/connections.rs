@@ -304,6 +304,8 @@ pub fn gated(
         loop {
             match listener.accept().await {
                 Ok((stream, peer)) => {
+                    // Commands and reports go out when written, not held for an acknowledgement.
+                    let _ = stream.set_nodelay(true);
                     let guarded = gate.admit(stream, peer.ip());
                     return Some((Ok(guarded), (listener, gate)));
                 }

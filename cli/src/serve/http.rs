@@ -52,6 +52,9 @@ pub async fn serve(
                 continue;
             }
         };
+        // Responses go out as soon as they are written: with Nagle's algorithm a response written
+        // in two parts (over TLS, a record each) waited for the client's delayed acknowledgement.
+        let _ = stream.set_nodelay(true);
         let stream = gate.admit(stream, peer.ip());
         // Handlers and the rate limit see the client's address (per-address buckets for
         // credentials not yet seen to work).
