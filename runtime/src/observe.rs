@@ -32,6 +32,10 @@ const REREAD_AFTER: Duration = Duration::from_secs(60);
 const REREADS_PER_ROUND: usize = 256;
 /// Jobs read from the store at once by the scheduling loop.
 const READS_AT_ONCE: usize = 8;
+/// Jobs whose new samples one query reads, and the most samples it returns (past that, the jobs
+/// of that query are read one by one).
+const JOBS_A_QUERY: usize = 500;
+const SAMPLES_A_QUERY: u32 = 20_000;
 
 /// Per job aggregates, updated by [`Observer::refresh`].
 #[derive(Debug, Default)]
@@ -330,6 +334,31 @@ impl Observer {
         Ok(tracked.observed())
     }
 
+    /// Reads the new samples of these jobs (each after its cursor) in one query and adds them;
+    /// `false`, adding nothing, when more came back than one query takes.
+    async fn read_new_samples(
+        &self,
+        store: &dyn Store,
+        cursors: &[(JobId, i64)],
+    ) -> StoreResult<bool> {
+        let names = [LOSS.to_owned(), STEP_TIME.to_owned()];
+        let fresh = store
+            .metrics_after(cursors, &names, SAMPLES_A_QUERY)
+            .await?;
+        if fresh.len() >= SAMPLES_A_QUERY as usize {
+            return Ok(false);
+        }
+        let mut jobs = self.lock();
+        for (job, sample) in &fresh {
+            let tracked = jobs.entry(*job).or_default();
+            // Another read may have taken some of these meanwhile.
+            if sample.id > tracked.cursor.unwrap_or(i64::MIN) {
+                tracked.add(sample);
+            }
+        }
+        Ok(true)
+    }
+
     /// Drops what is kept of jobs not in `active`.
     pub fn retain(&self, active: &HashSet<JobId>) {
         self.lock().retain(|id, _| active.contains(id));
@@ -391,6 +420,31 @@ impl Observer {
             }
             due
         };
+        // The jobs read before and touched since: their new samples, many jobs a query.
+        let mut batched: Vec<(JobId, i64)> = Vec::new();
+        let mut due = {
+            let tracked = self.lock();
+            let mut rest = Vec::new();
+            for (job, whole) in due {
+                match tracked.get(&job).and_then(|t| t.cursor) {
+                    Some(cursor) if !whole => batched.push((job, cursor)),
+                    _ => rest.push((job, whole)),
+                }
+            }
+            rest
+        };
+        for chunk in batched.chunks(JOBS_A_QUERY) {
+            match self.read_new_samples(store, chunk).await {
+                Ok(true) => {}
+                // Too many to read at once: one by one.
+                Ok(false) => due.extend(chunk.iter().map(|&(job, _)| (job, false))),
+                Err(err) => {
+                    let mut reads = self.reads();
+                    reads.touched.extend(chunk.iter().map(|&(job, _)| job));
+                    return Err(err);
+                }
+            }
+        }
         let results: Vec<(JobId, StoreResult<Fresh>)> = futures::stream::iter(due.iter().copied())
             .map(|(job, whole)| async move {
                 let read = async {

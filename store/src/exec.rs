@@ -495,6 +495,15 @@ pub trait ExecStore: Send + Sync {
         job: JobId,
         filter: &MetricFilter,
     ) -> StoreResult<Vec<MetricSample>>;
+    /// The samples named `names` of each job after its cursor (a sample id), in one query: the
+    /// scheduling loop's read of the jobs that reported since its last round. In id order, at most
+    /// `limit` in all (the caller reads the jobs one by one when that many come back).
+    async fn metrics_after(
+        &self,
+        cursors: &[(JobId, i64)],
+        names: &[String],
+        limit: u32,
+    ) -> StoreResult<Vec<(JobId, MetricSample)>>;
     /// Oldest first.
     async fn list_checkpoints(
         &self,

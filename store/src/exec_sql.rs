@@ -75,6 +75,22 @@ macro_rules! impl_exec_store {
             })
         }
 
+        fn sample_from_row(row: &DbRow) -> StoreResult<MetricSample> {
+            Ok(MetricSample {
+                id: row.try_get("id")?,
+                generation: u64_column(row.try_get("generation")?, "generation")?,
+                role: parse_column::<TaskRole>(row.try_get("role")?)?,
+                index: u32_column(row.try_get::<i32, _>("idx")?.into(), "idx")?,
+                num_ps: u32_column(row.try_get::<i32, _>("num_ps")?.into(), "num_ps")?,
+                num_workers: u32_column(row.try_get::<i32, _>("num_workers")?.into(), "num_workers")?,
+                gpu_model: row.try_get("gpu_model")?,
+                step: u64_column(row.try_get("step")?, "step")?,
+                name: row.try_get("name")?,
+                value: row.try_get("value")?,
+                recorded_at: row.try_get("recorded_at")?,
+            })
+        }
+
         fn i64_of(value: u64, what: &str) -> StoreResult<i64> {
             i64::try_from(value).map_err(|_| StoreError::Corrupt(format!("{what} {value} is too large")))
         }
@@ -694,22 +710,45 @@ macro_rules! impl_exec_store {
                 }
                 query.push(" ORDER BY id LIMIT ").push_bind(i64::from(filter.limit));
                 let rows = query.build().fetch_all(&self.pool).await?;
+                rows.iter().map(sample_from_row).collect()
+            }
+
+            async fn metrics_after(
+                &self,
+                cursors: &[(JobId, i64)],
+                names: &[String],
+                limit: u32,
+            ) -> StoreResult<Vec<(JobId, MetricSample)>> {
+                if cursors.is_empty() {
+                    return Ok(Vec::new());
+                }
+                // Each job joined with its own cursor: the (job_id, id) index is walked from there.
+                let mut query = sqlx::QueryBuilder::<$db>::new("WITH c (job_id, after_id) AS (VALUES ");
+                let mut values = query.separated(", ");
+                for (job, after) in cursors {
+                    values.push("(");
+                    values.push_bind_unseparated(job.0);
+                    values.push_unseparated(", ");
+                    values.push_bind_unseparated(*after);
+                    values.push_unseparated(")");
+                }
+                query.push(
+                    ") SELECT s.job_id, s.id, s.generation, s.role, s.idx, s.num_ps, s.num_workers, s.gpu_model, \
+                     s.step, s.name, s.value, s.recorded_at FROM metric_samples s \
+                     JOIN c ON s.job_id = c.job_id AND s.id > c.after_id",
+                );
+                if !names.is_empty() {
+                    query.push(" WHERE s.name IN (");
+                    let mut listed = query.separated(", ");
+                    for name in names {
+                        listed.push_bind(name.clone());
+                    }
+                    query.push(")");
+                }
+                query.push(" ORDER BY s.id LIMIT ").push_bind(i64::from(limit));
+                let rows = query.build().fetch_all(&self.pool).await?;
                 rows.iter()
-                    .map(|row| {
-                        Ok(MetricSample {
-                            id: row.try_get("id")?,
-                            generation: u64_column(row.try_get("generation")?, "generation")?,
-                            role: parse_column::<TaskRole>(row.try_get("role")?)?,
-                            index: u32_column(row.try_get::<i32, _>("idx")?.into(), "idx")?,
-                            num_ps: u32_column(row.try_get::<i32, _>("num_ps")?.into(), "num_ps")?,
-                            num_workers: u32_column(row.try_get::<i32, _>("num_workers")?.into(), "num_workers")?,
-                            gpu_model: row.try_get("gpu_model")?,
-                            step: u64_column(row.try_get("step")?, "step")?,
-                            name: row.try_get("name")?,
-                            value: row.try_get("value")?,
-                            recorded_at: row.try_get("recorded_at")?,
-                        })
-                    })
+                    .map(|row| Ok((JobId(row.try_get("job_id")?), sample_from_row(row)?)))
                     .collect()
             }
 

@@ -3,7 +3,7 @@
 
 use super::{change, fixture, new_job};
 use chrono::Utc;
-use drover_core::{JobState, ReasonCode};
+use drover_core::{JobId, JobState, ReasonCode};
 use drover_store::testing::TestDb;
 use drover_store::*;
 use std::collections::BTreeMap;
@@ -631,4 +631,95 @@ pub(crate) async fn log_reads_filter_and_page_from_either_end(db: &TestDb) {
             .collect();
         assert_eq!(in_memory, expected, "{filter:?}");
     }
+}
+
+/// The scheduling loop's read of many jobs' new samples: each job after its own cursor, only the
+/// names asked for, in id order, at most the limit.
+pub(crate) async fn new_samples_of_many_jobs_come_in_one_query(db: &TestDb) {
+    let store = db.store.as_ref();
+    let (tenant, alice) = fixture(store, "vision").await;
+    let allocated = change(JobState::Starting, ReasonCode::Allocated);
+    let mut keys = Vec::new();
+    for name in ["first", "second", "third"] {
+        let job = store
+            .create_job(&new_job(&tenant, alice.id, name, &[]))
+            .await
+            .unwrap()
+            .value;
+        store
+            .start_generation(job.id, &[worker("gpu-a")], &allocated)
+            .await
+            .unwrap();
+        keys.push(TaskKey {
+            job_id: job.id,
+            generation: 1,
+            role: TaskRole::Worker,
+            index: 0,
+        });
+    }
+    // Interleaved: job 0, 1, 2 at steps 100..300 (a loss and an accuracy each).
+    for step in 1..=3 {
+        for key in &keys {
+            store
+                .record_metrics(&metrics(*key, step * 100, 1.0 / step as f64))
+                .await
+                .unwrap();
+        }
+    }
+    let all = |_: &TaskKey| MetricFilter {
+        names: vec!["loss".into()],
+        from_step: None,
+        to_step: None,
+        after: None,
+        limit: 100,
+    };
+    let mut losses = Vec::new();
+    for key in &keys {
+        losses.push(
+            store
+                .list_metrics(Scope::Cluster, key.job_id, &all(key))
+                .await
+                .unwrap(),
+        );
+    }
+    // Job 0 read through its first loss, job 1 through its second; job 2 not asked for.
+    let cursors = [
+        (keys[0].job_id, losses[0][0].id),
+        (keys[1].job_id, losses[1][1].id),
+    ];
+    let names = ["loss".to_owned()];
+    let fresh = store.metrics_after(&cursors, &names, 100).await.unwrap();
+    let got: Vec<(JobId, u64)> = fresh.iter().map(|(job, s)| (*job, s.step)).collect();
+    assert_eq!(
+        got,
+        [
+            (keys[0].job_id, 200),
+            (keys[0].job_id, 300),
+            (keys[1].job_id, 300)
+        ]
+    );
+    assert!(fresh.windows(2).all(|w| w[0].1.id < w[1].1.id));
+    assert!(fresh.iter().all(|(_, s)| s.name == "loss"));
+    assert_eq!(fresh[0].1, losses[0][1]);
+    // All names when none are given (job 0: its first accuracy and steps 200-300, both names; job
+    // 1: its second accuracy and step 300); at most the limit.
+    assert_eq!(
+        store.metrics_after(&cursors, &[], 100).await.unwrap().len(),
+        8
+    );
+    assert_eq!(
+        store
+            .metrics_after(&cursors, &names, 2)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(
+        store
+            .metrics_after(&[], &names, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
