@@ -11,14 +11,18 @@
     reason = "test support: a failure should panic the test"
 )]
 
+mod ports;
 mod postgres;
+mod tls;
 
+pub use ports::free_port;
 pub use postgres::OwnPostgres;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+pub use tls::{TestAuthority, open_session, server_certificate, test_authority};
 
 /// Says that test `test` did not run, and why: on standard error, and as a line `test<TAB>why` in the
 /// file `DROVER_SKIPPED_TESTS` names (`scripts/test` sets it), so the run's summary counts and names
@@ -109,26 +113,6 @@ pub fn drover() -> PathBuf {
     dir.join(format!("drover-e2e{}", std::env::consts::EXE_SUFFIX))
 }
 
-/// A port for a process to listen on later, free when returned. Taken below Linux's ephemeral range
-/// (32768-60999), where the kernel picks the port of every `bind(0)` and every outgoing connection:
-/// a port found free there could be taken by a Postgres or HTTP client before the server binds it
-/// (a test failed with "Address already in use" that way). Ports go in turn from a start that
-/// differs per process, so tests running at once do not pick the same one.
-pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    const FIRST: u16 = 20_000;
-    const COUNT: u16 = 12_000;
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let start = (std::process::id() % u32::from(COUNT)) as u16;
-    for _ in 0..COUNT {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed) % COUNT;
-        let port = FIRST + (start + n) % COUNT;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port in {FIRST}-{}", FIRST + COUNT - 1)
-}
 pub const ADMIN_TOKEN: &str = "drv_e2e_executors_admin_token_0123456789";
 /// The server's configured (reusable) enrolment token, which the executors enrol with.
 pub const ENROLLMENT_TOKEN: &str = "e2e-enrollment-token-0123456789abcdef";
@@ -203,71 +187,6 @@ impl Proc {
             }
         }
     }
-}
-
-/// The authority the harness's servers' certificates are issued by (one for the test process), and
-/// the file holding its certificate, which every process the harness starts trusts
-/// (`DROVER_CA_CERT`).
-pub struct TestAuthority {
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-    pub pem: String,
-    pub file: PathBuf,
-}
-
-impl std::fmt::Debug for TestAuthority {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestAuthority")
-            .field("file", &self.file)
-            .finish_non_exhaustive()
-    }
-}
-
-pub fn test_authority() -> &'static TestAuthority {
-    static AUTHORITY: std::sync::OnceLock<TestAuthority> = std::sync::OnceLock::new();
-    AUTHORITY.get_or_init(|| {
-        let key = rcgen::KeyPair::generate().expect("a key");
-        let mut params = rcgen::CertificateParams::default();
-        // Names of their own: a leaf named as its issuer is taken for self-signed by OpenSSL
-        // (Node's TLS).
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "drover e2e test authority");
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            rcgen::KeyUsagePurpose::KeyCertSign,
-            rcgen::KeyUsagePurpose::DigitalSignature,
-        ];
-        let pem = params.self_signed(&key).expect("the test authority").pem();
-        let file = std::env::temp_dir().join(format!("drover-e2e-ca-{}.pem", std::process::id()));
-        std::fs::write(&file, &pem).expect("write the test authority");
-        TestAuthority {
-            issuer: rcgen::Issuer::new(params, key),
-            pem,
-            file,
-        }
-    })
-}
-
-/// A certificate and key for a harness server on loopback, issued by the test authority and kept
-/// in `dir` (a restarted server finds them again): their paths.
-pub fn server_certificate(dir: &Path) -> (PathBuf, PathBuf) {
-    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
-    if !cert.exists() {
-        std::fs::create_dir_all(dir).unwrap();
-        let pair = rcgen::KeyPair::generate().unwrap();
-        let mut params =
-            rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-                .unwrap();
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "127.0.0.1");
-        let issued = params.signed_by(&pair, &test_authority().issuer).unwrap();
-        std::fs::write(&key, pair.serialize_pem()).unwrap();
-        std::fs::write(&cert, issued.pem()).unwrap();
-    }
-    (cert, key)
 }
 
 /// The tests' HTTP client. The server closes a connection that sends no request for 10 s (its
@@ -766,50 +685,6 @@ impl Cluster {
         let tasks = self.tasks(id).await;
         tasks.last().unwrap()["node"].as_str().unwrap().to_owned()
     }
-}
-
-/// Opens a gateway session over `client` with `credential` that registers as `node` with `gpus`
-/// GPUs of `memory_gb` each; the server's answer (the stream, or the refusal).
-pub async fn open_session(
-    client: &mut drover_proto::executor_gateway_client::ExecutorGatewayClient<
-        tonic::transport::Channel,
-    >,
-    credential: &str,
-    node: &str,
-    gpus: u32,
-    memory_gb: f64,
-) -> Result<(), tonic::Status> {
-    use drover_proto as pb;
-    let (outbound, receiver) = tokio::sync::mpsc::channel(4);
-    outbound
-        .send(pb::ExecutorMessage {
-            body: Some(pb::executor_message::Body::Register(pb::Register {
-                node_name: node.to_owned(),
-                executor_id: "probe".into(),
-                incarnation: "probe".into(),
-                gpus: (0..gpus)
-                    .map(|index| pb::Gpu {
-                        index,
-                        model: "cpu".into(),
-                        memory_gb,
-                        compute_capability: String::new(),
-                    })
-                    .collect(),
-                cpus: 1,
-                memory_gb: 1,
-                gpu_source: "slots".into(),
-                ..pb::Register::default()
-            })),
-            seq: 0,
-        })
-        .await
-        .unwrap();
-    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(receiver));
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {credential}").parse().unwrap(),
-    );
-    client.session(request).await.map(drop)
 }
 
 /// `drover ARGS` against the cluster's server as the admin; its standard output (it must succeed).

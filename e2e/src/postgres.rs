@@ -1,6 +1,6 @@
 //! A Postgres server of a test's own, which the test may restart (the faults and durability tests).
 
-use crate::free_port;
+use crate::ports::free_port;
 
 /// A Postgres server of this test's own, which it may restart: `initdb` and `pg_ctl` from PATH or
 /// Debian's versioned directory, run as `postgres` when the test runs as root.
