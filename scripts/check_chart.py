@@ -185,6 +185,8 @@ def check_promises(name: str, merged: dict, objects: list[tuple[str, dict]], out
         merged["auth"]["existingSecret"],
         merged["postgres"]["external"]["existingSecret"],
         merged["checkpoints"]["objectStore"]["existingSecret"],
+        merged["oidc"]["clientSecret"]["existingSecret"],
+        merged["oidc"]["caSecret"],
     } - {""}
     rendered = {(o["kind"], o["metadata"]["name"]): o for _, o in objects}
     for source, obj in objects:

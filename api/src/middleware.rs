@@ -27,7 +27,7 @@ fn unverified(peer: Option<IpAddr>) -> [u8; 32] {
 /// Middleware: API requests beyond the caller's token's rate get `429 Too Many Requests` with
 /// `Retry-After`. A token gets its own bucket once a request with it has been let in (one that was
 /// not refused as unauthenticated); until then it draws on one bucket shared by every such token,
-/// as do sign-ins to the dashboard. Requests without any credential are not counted (they are
+/// as do sign-ins (with a token, or through the identity provider). Requests without any credential are not counted (they are
 /// refused), nor are health checks and metrics scrapes.
 pub async fn limit_requests(
     axum::extract::State(state): axum::extract::State<crate::state::AppState>,
@@ -49,7 +49,11 @@ pub async fn limit_requests(
         .map(str::trim)
         .or_else(|| crate::auth::session_cookie(request.headers()))
         .map(drover_store::tokens::hash_token);
-    let sign_in = request.method() == axum::http::Method::POST && path == "/login";
+    // Sign-ins: with a token, or through the identity provider (each of whose starts keeps a row
+    // until its callback, and whose exchange verifies a signature).
+    let sign_in = (request.method() == axum::http::Method::POST && path == "/login")
+        || path.starts_with("/login/sso")
+        || path.starts_with("/api/v1/auth/sso");
     let unverified = unverified(
         request
             .extensions()

@@ -52,6 +52,15 @@ impl AppState {
         }
     }
 
+    /// The same state, signing users in through an identity provider. Call before the state is
+    /// shared.
+    pub fn with_sso(self, sso: Arc<drover_service::sso::Sso>) -> Self {
+        Self {
+            service: self.service.with_sso(sso),
+            ..self
+        }
+    }
+
     /// The same state, with the runtime that runs jobs. Call before the state is shared.
     pub fn with_runtime(self, runtime: Arc<Runtime>) -> Self {
         Self {

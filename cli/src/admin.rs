@@ -155,7 +155,7 @@ fn print_tenants(global: &GlobalArgs, tenants: &[Value]) {
 }
 
 pub async fn tenants(global: &GlobalArgs) -> anyhow::Result<()> {
-    let response = Client::new(global)?.get("/api/v1/tenants").await?;
+    let response = Client::new(global).await?.get("/api/v1/tenants").await?;
     print_tenants(
         global,
         response["tenants"].as_array().map_or(&[], Vec::as_slice),
@@ -164,7 +164,7 @@ pub async fn tenants(global: &GlobalArgs) -> anyhow::Result<()> {
 }
 
 pub async fn tenant(global: &GlobalArgs, command: TenantCommand) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     let response = match command {
         TenantCommand::Create {
             name,
@@ -216,7 +216,7 @@ fn print_users(global: &GlobalArgs, users: &[Value]) {
 }
 
 pub async fn users(global: &GlobalArgs) -> anyhow::Result<()> {
-    let response = Client::new(global)?.get("/api/v1/users").await?;
+    let response = Client::new(global).await?.get("/api/v1/users").await?;
     print_users(
         global,
         response["users"].as_array().map_or(&[], Vec::as_slice),
@@ -233,7 +233,8 @@ pub async fn user(global: &GlobalArgs, command: UserCommand) -> anyhow::Result<(
     } = command;
     let body =
         json!({"name": name, "role": role, "tenant": tenant, "cluster_admin": cluster_admin});
-    let response = Client::new(global)?
+    let response = Client::new(global)
+        .await?
         .post_json("/api/v1/users", &body)
         .await?;
     print_users(global, std::slice::from_ref(&response["user"]));
@@ -265,7 +266,7 @@ fn print_tokens(global: &GlobalArgs, tokens: &[Value]) {
 }
 
 pub async fn tokens(global: &GlobalArgs) -> anyhow::Result<()> {
-    let response = Client::new(global)?.get("/api/v1/tokens").await?;
+    let response = Client::new(global).await?.get("/api/v1/tokens").await?;
     print_tokens(
         global,
         response["tokens"].as_array().map_or(&[], Vec::as_slice),
@@ -274,7 +275,7 @@ pub async fn tokens(global: &GlobalArgs) -> anyhow::Result<()> {
 }
 
 pub async fn token(global: &GlobalArgs, command: TokenCommand) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     match command {
         TokenCommand::Create {
             name,
@@ -325,7 +326,7 @@ fn gpus_in_words(gpus: &Value) -> String {
 }
 
 pub async fn nodes(global: &GlobalArgs) -> anyhow::Result<()> {
-    let response = Client::new(global)?.get("/api/v1/nodes").await?;
+    let response = Client::new(global).await?.get("/api/v1/nodes").await?;
     let nodes = response["nodes"].as_array().map_or(&[][..], Vec::as_slice);
     match global.output {
         Format::Json => output::json(&response),
@@ -398,7 +399,7 @@ pub async fn nodes(global: &GlobalArgs) -> anyhow::Result<()> {
 }
 
 pub async fn whoami(global: &GlobalArgs) -> anyhow::Result<()> {
-    let response = Client::new(global)?.get("/api/v1/me").await?;
+    let response = Client::new(global).await?.get("/api/v1/me").await?;
     match global.output {
         Format::Json => output::json(&response),
         Format::Table => {
@@ -421,7 +422,8 @@ pub async fn whoami(global: &GlobalArgs) -> anyhow::Result<()> {
 
 /// `drover audit`: the newest privileged actions (cluster administrators).
 pub async fn audit(global: &GlobalArgs, limit: u32) -> anyhow::Result<()> {
-    let response = Client::new(global)?
+    let response = Client::new(global)
+        .await?
         .get(&format!("/api/v1/audit?limit={limit}"))
         .await?;
     let events = response["events"].as_array().map_or(&[][..], Vec::as_slice);

@@ -104,7 +104,7 @@ pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<()>
     let key = args
         .idempotency_key
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     let response = client
         .send(
             Method::POST,
@@ -130,7 +130,7 @@ pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<()>
 }
 
 pub async fn jobs(global: &GlobalArgs, args: JobsArgs) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     let mut params = vec![("limit".to_owned(), args.limit.to_string())];
     if let Some(state) = args.state {
         params.push(("state".to_owned(), state));
@@ -198,7 +198,7 @@ pub async fn jobs(global: &GlobalArgs, args: JobsArgs) -> anyhow::Result<()> {
 }
 
 pub async fn job(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     let id = job_segment(&client, &args.id).await?;
     let response = client.get(&format!("/api/v1/jobs/{id}")).await?;
     match global.output {
@@ -341,7 +341,7 @@ async fn change_state(
     verb: &str,
     outcome: &str,
 ) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     let id = job_segment(&client, &args.id).await?;
     let response = client
         .post_json(&format!("/api/v1/jobs/{id}/{verb}"), &json!({}))
@@ -354,7 +354,7 @@ async fn change_state(
 }
 
 pub async fn events(global: &GlobalArgs, args: JobIdArg) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     let id = job_segment(&client, &args.id).await?;
     let events = client
         .all_pages(&format!("/api/v1/jobs/{id}/events?limit=500"), "events")

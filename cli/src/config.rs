@@ -4,6 +4,7 @@
 //! override the current context.
 
 use crate::global::GlobalArgs;
+use crate::sso::SsoCredential;
 use anyhow::{Context as _, anyhow, bail};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -30,6 +31,9 @@ pub struct Config {
 pub struct Context {
     pub server: String,
     pub token: String,
+    /// Set when the token came from single sign-on (`drover login --sso`): what renews it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sso: Option<SsoCredential>,
 }
 
 /// The config file: `DROVER_CONFIG`, else `$XDG_CONFIG_HOME/drover/config.yaml`, else
@@ -118,8 +122,27 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// The server and token a client verb uses: the flags (or `DROVER_SERVER`/`DROVER_TOKEN`), else the
 /// current context, else the token `drover dev` keeps in the data directory when the server is local.
 /// A context's token is never sent to a server other than the context's own.
-pub fn resolve(global: &GlobalArgs) -> anyhow::Result<(String, String)> {
-    let config = Config::load()?;
+pub async fn resolve(global: &GlobalArgs) -> anyhow::Result<(String, String)> {
+    let mut config = Config::load()?;
+    // A context signed in through the identity provider renews its token when it runs low.
+    if global.token.is_none()
+        && let Some((name, context)) = config.current()
+        && let Some(credential) = &context.sso
+        && global.server.as_deref().is_none_or(|server| {
+            server.trim_end_matches('/') == context.server.trim_end_matches('/')
+        })
+        && let Some((token, renewed)) =
+            crate::sso::refresh_if_due(&context.server, credential).await?
+    {
+        let name = name.to_owned();
+        let context = Context {
+            server: context.server.clone(),
+            token,
+            sso: Some(renewed),
+        };
+        config.set_current(&name, context);
+        config.save()?;
+    }
     let current = config.current();
     let server = match (&global.server, current) {
         (Some(server), _) => server.clone(),
@@ -208,6 +231,7 @@ mod tests {
             Context {
                 server: "http://127.0.0.1:8080".to_owned(),
                 token: "drv_secret".to_owned(),
+                sso: None,
             },
         );
         config.save_to(&path)?;

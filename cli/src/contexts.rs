@@ -1,4 +1,5 @@
-//! `drover login` and `drover context`: named servers with their tokens in the user's config file.
+//! `drover login` and `drover context`: named servers with their tokens in the user's config file;
+//! `drover login --sso` signs in through the server's identity provider (`sso.rs`).
 
 use crate::client::Client;
 use crate::config::{self, Config, Context};
@@ -12,6 +13,36 @@ pub struct LoginArgs {
     /// The context's name (default: the server's host and port).
     #[arg(long)]
     name: Option<String>,
+    /// Sign in through the server's identity provider (single sign-on): open the URL it prints in
+    /// any browser and enter the code. The token renews itself until the provider ends the session.
+    #[arg(long)]
+    sso: bool,
+}
+
+/// `drover login --sso`: the device flow at the server's provider, then the context.
+async fn login_sso(server: &str, name: Option<String>) -> anyhow::Result<()> {
+    let name = name.unwrap_or_else(|| config::name_for(server));
+    if name.is_empty() {
+        bail!("--name must not be empty");
+    }
+    let signed_in = crate::sso::sign_in(server).await?;
+    let mut config = Config::load()?;
+    config.set_current(
+        &name,
+        Context {
+            server: server.to_owned(),
+            token: signed_in.exchanged.token,
+            sso: Some(signed_in.credential),
+        },
+    );
+    let path = config.save()?;
+    out!(
+        "Logged in to {server} as {} (tenant {}) through single sign-on; context `{name}` is current ({})",
+        signed_in.exchanged.user,
+        signed_in.exchanged.tenant,
+        path.display()
+    );
+    Ok(())
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -31,6 +62,14 @@ pub async fn login(global: &GlobalArgs, args: LoginArgs) -> anyhow::Result<()> {
         bail!("drover login needs --server URL (or DROVER_SERVER)");
     };
     let server = server.trim_end_matches('/').to_owned();
+    if args.sso {
+        if global.token.is_some() {
+            bail!(
+                "--sso signs in through the identity provider; it takes no --token (or DROVER_TOKEN)"
+            );
+        }
+        return login_sso(&server, args.name).await;
+    }
     let token = match &global.token {
         Some(token) => token.clone(),
         None => {
@@ -58,6 +97,7 @@ pub async fn login(global: &GlobalArgs, args: LoginArgs) -> anyhow::Result<()> {
         Context {
             server: server.clone(),
             token,
+            sso: None,
         },
     );
     let path = config.save()?;

@@ -48,7 +48,7 @@ pub async fn demo(url: &str, token: &str, examples: &Path) -> anyhow::Result<()>
         })
         .unwrap_or_default();
     searches.sort();
-    let client = crate::client::Client::new(&global)?;
+    let client = crate::client::Client::new(&global).await?;
     for file in searches {
         let bytes =
             std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
@@ -97,7 +97,7 @@ pub async fn demo(url: &str, token: &str, examples: &Path) -> anyhow::Result<()>
 /// experiment's trials show as the experiment's events instead, and its best trial when it ends.
 async fn watch(global: &GlobalArgs) -> anyhow::Result<()> {
     use crate::output::text;
-    let client = crate::client::Client::new(global)?;
+    let client = crate::client::Client::new(global).await?;
     let mut seen: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
     loop {
         let experiments = client.get("/api/v1/experiments?limit=20").await?;

@@ -62,7 +62,7 @@ pub async fn enrollment_token(
     global: &GlobalArgs,
     command: EnrollmentCommand,
 ) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     match command {
         EnrollmentCommand::Create {
             name,
@@ -107,7 +107,8 @@ pub async fn enrollment_token(
 
 /// `drover node revoke NAME`.
 pub async fn revoke_node(global: &GlobalArgs, name: &str) -> anyhow::Result<()> {
-    let response = Client::new(global)?
+    let response = Client::new(global)
+        .await?
         .post_json(
             &format!("/api/v1/nodes/{}/revoke", segment(name)),
             &json!({}),
@@ -131,7 +132,8 @@ pub async fn revoke_node(global: &GlobalArgs, name: &str) -> anyhow::Result<()> 
 /// Prints the gateway's certificate authority: the PEM on stdout (the whole JSON with `-o json`),
 /// the pin on stderr.
 pub async fn gateway_ca(global: &GlobalArgs) -> anyhow::Result<()> {
-    let authority = Client::new(global)?
+    let authority = Client::new(global)
+        .await?
         .get("/api/v1/gateway-authority")
         .await?;
     match global.output {

@@ -32,7 +32,7 @@ pub enum ExperimentCommand {
 }
 
 pub async fn experiment(global: &GlobalArgs, command: ExperimentCommand) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     match command {
         ExperimentCommand::Submit { file } => submit(global, &client, &file).await,
         ExperimentCommand::List => list(global, &client).await,

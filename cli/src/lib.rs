@@ -13,6 +13,7 @@ mod demo;
 mod enrollment;
 mod experiments;
 mod global;
+mod http;
 mod limits;
 mod logging;
 mod node;
@@ -21,6 +22,7 @@ mod runs;
 mod secrets;
 mod serve;
 mod sim;
+mod sso;
 mod sweep;
 mod train;
 mod usage;
@@ -46,7 +48,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the control plane (production: Postgres).
-    Server(serve::ServerArgs),
+    Server(Box<serve::ServerArgs>),
     /// Run a local control plane on SQLite in the data directory, and print its URL and admin token.
     Dev(serve::dev::DevArgs),
     /// Apply database migrations and exit.
@@ -221,7 +223,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         output::QUIT_ON_BROKEN_PIPE.store(false, std::sync::atomic::Ordering::Relaxed);
     }
     match cli.command {
-        Command::Server(args) => serve::server(args, &global).await,
+        Command::Server(args) => serve::server(*args, &global).await,
         Command::Dev(args) => serve::dev::dev(args, &global).await,
         Command::Migrate(args) => serve::migrate(args).await,
         Command::Login(args) => contexts::login(&global, args).await,

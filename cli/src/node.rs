@@ -522,7 +522,7 @@ pub enum NodeCommand {
 }
 
 pub async fn node(global: &GlobalArgs, command: NodeCommand) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     let (name, action, wait) = match &command {
         NodeCommand::Cordon { name } => (name, "cordon", false),
         NodeCommand::Uncordon { name } => (name, "uncordon", false),

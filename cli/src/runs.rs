@@ -101,7 +101,7 @@ fn print_line(line: &Value) {
 }
 
 pub async fn logs(global: &GlobalArgs, args: LogsArgs) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     let id = job_segment(&client, &args.id).await?;
     let filter = args.filter_query();
     let print = |line: &Value| match global.output {
@@ -184,7 +184,7 @@ pub async fn logs(global: &GlobalArgs, args: LogsArgs) -> anyhow::Result<()> {
 }
 
 pub async fn metrics(global: &GlobalArgs, args: MetricsArgs) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     let mut query: Vec<(&str, String)> = vec![("limit", "5000".to_owned())];
     for name in args.names.iter().flat_map(|n| n.split(',')) {
         query.push(("name", name.trim().to_owned()));
@@ -242,7 +242,7 @@ pub async fn request_checkpoint(
     global: &GlobalArgs,
     args: crate::commands::JobIdArg,
 ) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     let id = job_segment(&client, &args.id).await?;
     let response = client
         .post_json(
@@ -265,7 +265,7 @@ pub async fn checkpoints(
     global: &GlobalArgs,
     args: crate::commands::JobIdArg,
 ) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     let id = job_segment(&client, &args.id).await?;
     let response = client
         .get(&format!("/api/v1/jobs/{id}/checkpoints"))
@@ -298,7 +298,7 @@ pub async fn checkpoints(
 }
 
 pub async fn download(global: &GlobalArgs, args: DownloadArgs) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     let id = job_segment(&client, &args.id).await?;
     let checkpoint = match args.checkpoint {
         Some(checkpoint) => checkpoint,
@@ -398,7 +398,7 @@ pub async fn resize(global: &GlobalArgs, args: ResizeArgs) -> anyhow::Result<()>
     if args.workers.is_none() && args.ps.is_none() {
         bail!("give --workers and/or --ps");
     }
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     let mut body = serde_json::Map::new();
     if let Some(w) = args.workers {
         body.insert("workers".into(), json!({"min": w.min, "max": w.max}));

@@ -42,7 +42,7 @@ fn print(global: &GlobalArgs, secrets: &[Value]) {
 }
 
 pub async fn secrets(global: &GlobalArgs) -> anyhow::Result<()> {
-    let response = Client::new(global)?.get("/api/v1/secrets").await?;
+    let response = Client::new(global).await?.get("/api/v1/secrets").await?;
     print(
         global,
         response["secrets"].as_array().map_or(&[], Vec::as_slice),
@@ -51,7 +51,7 @@ pub async fn secrets(global: &GlobalArgs) -> anyhow::Result<()> {
 }
 
 pub async fn secret(global: &GlobalArgs, command: SecretCommand) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     match command {
         SecretCommand::Set { name, from_file } => {
             let value = match from_file {

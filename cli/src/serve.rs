@@ -16,6 +16,7 @@ pub mod connections;
 pub mod dev;
 mod http;
 pub mod server;
+mod sso;
 mod tls;
 
 /// The file in the data directory that holds the key tenant secrets are sealed with, by default.
@@ -69,6 +70,8 @@ pub struct ServerArgs {
     log_format: LogFormat,
     #[command(flatten)]
     cluster: ClusterArgs,
+    #[command(flatten)]
+    sso: sso::SsoArgs,
 }
 
 /// How the server runs jobs: the executor gateway and the scheduling loop.
@@ -312,6 +315,7 @@ pub async fn server(args: ServerArgs, global: &GlobalArgs) -> anyhow::Result<()>
         limits: args.limits.limits()?,
         secrets: Some(std::sync::Arc::new(secrets)),
         pages: drover_web::router(),
+        sso: args.sso.config()?,
         encryption: server::Encryption {
             api: args.tls_cert.zip(args.tls_key).map(|(certificate, key)| {
                 drover_runtime::tls::files::CertFiles { certificate, key }
@@ -372,6 +376,7 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         limits: drover_runtime::limits::Limits::NONE,
         pages: Default::default(),
         secrets: None,
+        sso: None,
         encryption: Default::default(),
     };
     server::open_store(&config).await?;

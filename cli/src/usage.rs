@@ -42,7 +42,7 @@ pub struct UsageArgs {
 }
 
 pub async fn queue(global: &GlobalArgs, args: QueueArgs) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     let mut params = vec![
         ("offset".to_owned(), args.offset.to_string()),
         ("limit".to_owned(), args.limit.to_string()),
@@ -121,7 +121,7 @@ fn hours(value: &Value) -> String {
 }
 
 pub async fn usage(global: &GlobalArgs, args: UsageArgs) -> anyhow::Result<()> {
-    let client = Client::new(global)?;
+    let client = Client::new(global).await?;
     let mut params = vec![
         ("by".to_owned(), args.by.clone()),
         ("period".to_owned(), args.period.clone()),

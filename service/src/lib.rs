@@ -6,7 +6,8 @@
 //! job ([`capacity`]) — with an audit record of every
 //! privileged action ([`audit`]). Job submissions are stored in shared transactions ([`submissions`],
 //! group commit). The experiment driver ([`experiments::run`]) turns searchers' decisions into jobs
-//! through the same operations.
+//! through the same operations. Single sign-on through the company's OpenID Connect provider —
+//! sign-in, the CLI's exchange, refreshing sessions, groups to tenants and roles — is [`sso`].
 //!
 //! Entrances hold a [`Service`]: the store, the runtime when this server runs jobs, the key that
 //! seals tenant secrets, the limits, and the process's metrics.
@@ -28,6 +29,7 @@ pub mod nodes;
 pub mod queue;
 pub mod secrets;
 mod service;
+pub mod sso;
 pub mod streams;
 pub mod submissions;
 pub mod tenants;

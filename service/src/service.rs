@@ -4,6 +4,7 @@
 
 use crate::capacity::Capacity;
 use crate::metrics::Metrics;
+use crate::sso::provider::Sso;
 use crate::streams::Streams;
 use crate::submissions::Submissions;
 use crate::token_cache::TokenCache;
@@ -37,6 +38,8 @@ pub struct Inner {
     pub streams: Arc<Streams>,
     /// The nodes, as submissions are checked against them.
     pub capacity: Arc<Capacity>,
+    /// Single sign-on through the company's identity provider, when configured.
+    pub sso: Option<Arc<Sso>>,
 }
 
 impl Service {
@@ -52,6 +55,7 @@ impl Service {
             tokens: Arc::default(),
             streams: Arc::default(),
             capacity: Arc::default(),
+            sso: None,
         }))
     }
 
@@ -86,6 +90,16 @@ impl Service {
         }))
     }
 
+    /// The same service, signing users in through an identity provider. Call before the service
+    /// is shared.
+    pub fn with_sso(self, sso: Arc<Sso>) -> Self {
+        let inner = self.into_inner();
+        Self(Arc::new(Inner {
+            sso: Some(sso),
+            ..inner
+        }))
+    }
+
     fn into_inner(self) -> Inner {
         Arc::try_unwrap(self.0).unwrap_or_else(|shared| Inner {
             store: shared.store.clone(),
@@ -98,6 +112,7 @@ impl Service {
             tokens: shared.tokens.clone(),
             streams: shared.streams.clone(),
             capacity: shared.capacity.clone(),
+            sso: shared.sso.clone(),
         })
     }
 

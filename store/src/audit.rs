@@ -25,6 +25,12 @@ pub enum Action {
     JobPause,
     JobResume,
     JobResize,
+    /// The provider's groups made an identity a user of a tenant (single sign-on).
+    SsoLink,
+    /// The groups no longer give the tenant: the user's tokens were revoked.
+    SsoUnlink,
+    /// The groups now give another role.
+    SsoRole,
 }
 
 impl Action {
@@ -48,6 +54,9 @@ impl Action {
             Action::JobPause => "job.pause",
             Action::JobResume => "job.resume",
             Action::JobResize => "job.resize",
+            Action::SsoLink => "sso.link",
+            Action::SsoUnlink => "sso.unlink",
+            Action::SsoRole => "sso.role",
         }
     }
 }

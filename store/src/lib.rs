@@ -37,6 +37,8 @@ mod scope;
 pub mod secrets;
 mod sql;
 mod sqlite;
+mod sso;
+mod sso_sql;
 mod store;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod testing;
@@ -54,6 +56,7 @@ pub use replicas::*;
 pub use scope::Scope;
 pub use sql::{FIND_TOKEN, INSERT_EVENT, INSERT_JOB};
 pub use sqlite::SqliteStore;
+pub use sso::*;
 pub use store::{Backend, Store, tenant_checkpoint};
 pub use trust::*;
 

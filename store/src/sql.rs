@@ -159,6 +159,36 @@ macro_rules! impl_store {
 
         type DbRow = <$db as sqlx::Database>::Row;
 
+        /// Inserts `user` through `executor` (the pool, or a transaction that links it too): a
+        /// name taken in the tenant is a `Conflict` on `name`, a tenant that does not exist `NotFound`.
+        async fn insert_user<'e, E>(executor: E, user: &NewUser) -> StoreResult<UserId>
+        where
+            E: sqlx::Executor<'e, Database = $db>,
+        {
+            let id = UserId::new();
+            sqlx::query(
+                "INSERT INTO users (id, tenant_id, name, role, cluster_admin, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(id.0)
+            .bind(user.tenant_id.0)
+            .bind(&user.name)
+            .bind(user.role.as_str())
+            .bind(user.cluster_admin)
+            .bind(Utc::now())
+            .execute(executor)
+            .await
+            .map_err(|err| match &err {
+                sqlx::Error::Database(db) if db.is_foreign_key_violation() => StoreError::NotFound,
+                _ => unique_violation(
+                    err,
+                    "name",
+                    format!("user `{}` already exists in this tenant", user.name),
+                ),
+            })?;
+            Ok(id)
+        }
+
         /// Appends `event` to the audit log through `executor`: the pool, or a transaction that
         /// records it with the change it describes.
         async fn insert_audit<'e, E>(executor: E, event: &NewAuditEvent) -> StoreResult<()>
@@ -427,27 +457,7 @@ macro_rules! impl_store {
             }
 
             async fn create_user(&self, user: &NewUser) -> StoreResult<User> {
-                let id = UserId::new();
-                sqlx::query(
-                    "INSERT INTO users (id, tenant_id, name, role, cluster_admin, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6)",
-                )
-                .bind(id.0)
-                .bind(user.tenant_id.0)
-                .bind(&user.name)
-                .bind(user.role.as_str())
-                .bind(user.cluster_admin)
-                .bind(Utc::now())
-                .execute(&self.pool)
-                .await
-                .map_err(|err| match &err {
-                    sqlx::Error::Database(db) if db.is_foreign_key_violation() => StoreError::NotFound,
-                    _ => unique_violation(
-                        err,
-                        "name",
-                        format!("user `{}` already exists in this tenant", user.name),
-                    ),
-                })?;
+                let id = insert_user(&self.pool, user).await?;
                 self.get_user(Scope::Cluster, id).await
             }
 

@@ -55,6 +55,7 @@ impl Dialect for SqliteStore {
 super::sql::impl_store!(SqliteStore, sqlx::Sqlite, Backend::Sqlite);
 super::exec_sql::impl_exec_store!(SqliteStore, sqlx::Sqlite);
 super::trust_sql::impl_trust_store!(SqliteStore);
+super::sso_sql::impl_sso_store!(SqliteStore);
 super::replicas_sql::impl_replica_store!(SqliteStore, sqlx::Sqlite);
 super::ledger_sql::impl_ledger_store!(SqliteStore);
 super::experiments_sql::impl_experiment_store!(SqliteStore, sqlx::Sqlite);

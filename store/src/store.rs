@@ -1,6 +1,6 @@
 //! The [`Store`] trait: everything Drover keeps, as one trait object both backends implement, made of
 //! the narrower traits each area defines (`ExecStore`, `TrustStore`, `ReplicaStore`, `LedgerStore`,
-//! `ExperimentStore`).
+//! `ExperimentStore`, `SsoStore`).
 
 use crate::error::{StoreError, StoreResult};
 use crate::exec::{CheckpointRecord, ExecStore};
@@ -12,6 +12,7 @@ use crate::model::{
 };
 use crate::replicas::ReplicaStore;
 use crate::scope::Scope;
+use crate::sso::SsoStore;
 use crate::trust::TrustStore;
 use async_trait::async_trait;
 use drover_core::{JobId, JobState, TenantId, TokenId, UserId};
@@ -27,6 +28,7 @@ pub enum Backend {
 pub trait Store:
     ExecStore
     + TrustStore
+    + SsoStore
     + ReplicaStore
     + LedgerStore
     + ExperimentStore

@@ -40,6 +40,8 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/", get(overview::page))
         .route("/login", get(session::login_page).post(session::login))
+        .route("/login/sso", get(session::sso_start))
+        .route("/login/sso/callback", get(session::sso_callback))
         .route("/logout", post(session::logout))
         .route("/jobs", get(jobs::page))
         .route("/jobs/live", get(live::jobs))

@@ -2,7 +2,9 @@
 //! user signs in with is used once, to find the user; the browser gets a session token of its own (an
 //! API token named `dashboard session` that expires in [`SESSION_HOURS`]), in an HttpOnly,
 //! SameSite=Strict cookie. Signing out revokes it, so a copied cookie dies with the session; it also
-//! shows in the user's token list, where it can be revoked.
+//! shows in the user's token list, where it can be revoked. With an identity provider configured
+//! the login page also offers single sign-on (`/login/sso`, back at `/login/sso/callback`; the
+//! flow itself is `drover_service::sso`), whose sessions end when the provider's refresh fails.
 
 use crate::page::{Layout, cross_site, error_page, render, see_other};
 use axum::body::Bytes;
@@ -14,6 +16,7 @@ use chrono::Utc;
 use drover_api::auth;
 use drover_api::state::AppState;
 use drover_service::auth::Principal;
+use drover_service::sso;
 use drover_store::NewToken;
 use drover_store::tokens;
 use serde::Deserialize;
@@ -85,6 +88,15 @@ struct LoginPage {
     next: String,
     error: Option<String>,
     notice: Option<String>,
+    /// What the single sign-on button calls the provider, when the server has one.
+    sso: Option<String>,
+}
+
+fn sso_name(state: &AppState) -> Option<String> {
+    state
+        .sso
+        .as_ref()
+        .map(|sso| sso.config().display_name.clone())
 }
 
 #[derive(Debug, Deserialize)]
@@ -121,11 +133,15 @@ pub fn to_login(back: &str, notice: Option<&str>) -> Response {
     see_other(&format!("/login?{query}"))
 }
 
-pub async fn login_page(Query(query): Query<LoginQuery>) -> Response {
+pub async fn login_page(
+    State(state): State<AppState>,
+    Query(query): Query<LoginQuery>,
+) -> Response {
     render(&LoginPage {
         next: safe_next(query.next.as_deref()),
         error: None,
         notice: query.notice.filter(|n| n.len() < 200),
+        sso: sso_name(&state),
     })
 }
 
@@ -141,17 +157,17 @@ pub async fn login(State(state): State<AppState>, headers: HeaderMap, body: Byte
     }
     let form: LoginForm = match serde_urlencoded::from_bytes(&body) {
         Ok(form) => form,
-        Err(_) => return refused("/", "the form was malformed; paste your API token"),
+        Err(_) => return refused(&state, "/", "the form was malformed; paste your API token"),
     };
     let next = safe_next(form.next.as_deref());
     let token = form.token.trim();
     if token.is_empty() {
-        return refused(&next, "paste an API token (it starts with drv_)");
+        return refused(&state, &next, "paste an API token (it starts with drv_)");
     }
     let principal = match Principal::from_token(&state, token).await {
         Ok(principal) => principal,
         Err(err) if err.kind == drover_service::ErrorKind::Unauthenticated => {
-            return refused(&next, &format!("sign-in refused: {}", err.message));
+            return refused(&state, &next, &format!("sign-in refused: {}", err.message));
         }
         Err(err) => return error_page(err.into()),
     };
@@ -186,11 +202,12 @@ pub async fn login(State(state): State<AppState>, headers: HeaderMap, body: Byte
     response
 }
 
-fn refused(next: &str, error: &str) -> Response {
+fn refused(state: &AppState, next: &str, error: &str) -> Response {
     let page = LoginPage {
         next: next.to_owned(),
         error: Some(error.to_owned()),
         notice: None,
+        sso: sso_name(state),
     };
     (StatusCode::UNAUTHORIZED, render(&page)).into_response()
 }
@@ -209,6 +226,81 @@ fn set_cookie(response: &mut Response, headers: &HeaderMap, value: &str, max_age
     if let Ok(cookie) = HeaderValue::from_str(&cookie) {
         response.headers_mut().append(header::SET_COOKIE, cookie);
     }
+}
+
+/// `GET /login/sso`: sends the browser to the identity provider, to come back to `next`.
+pub async fn sso_start(State(state): State<AppState>, Query(query): Query<LoginQuery>) -> Response {
+    let next = safe_next(query.next.as_deref());
+    match sso::begin(&state, &next).await {
+        Ok(url) => see_other(&url),
+        Err(err) if err.kind == drover_service::ErrorKind::NotFound => {
+            refused(&state, &next, &err.message)
+        }
+        Err(err) => refused(
+            &state,
+            &next,
+            &format!(
+                "cannot sign in through the identity provider now: {}",
+                err.message
+            ),
+        ),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CallbackQuery {
+    state: Option<String>,
+    code: Option<String>,
+    error: Option<String>,
+    error_description: Option<String>,
+}
+
+/// `GET /login/sso/callback`: where the provider sends the browser back. The session cookie is set
+/// on a page that then moves to where the sign-in started: a redirect straight there would still
+/// belong to the provider's cross-site navigation, which a SameSite=Strict cookie does not join.
+pub async fn sso_callback(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<CallbackQuery>,
+) -> Response {
+    if let Some(error) = &query.error {
+        let why = query.error_description.as_deref().unwrap_or(error);
+        let why: String = why.chars().take(200).collect();
+        return refused(
+            &state,
+            "/",
+            &format!("the identity provider did not sign you in: {why}"),
+        );
+    }
+    let (Some(sso_state), Some(code)) = (query.state.as_deref(), query.code.as_deref()) else {
+        return refused(
+            &state,
+            "/",
+            "the identity provider's answer lacked `state` or `code`; sign in again",
+        );
+    };
+    let signed_in = match sso::finish(&state, sso_state, code).await {
+        Ok(signed_in) => signed_in,
+        Err(err) if err.is_client_error() => {
+            return refused(&state, "/", &format!("sign-in refused: {}", err.message));
+        }
+        Err(err) => return error_page(err.into()),
+    };
+    let next = safe_next(Some(&signed_in.next));
+    let mut response = render(&Landing { next });
+    set_cookie(
+        &mut response,
+        &headers,
+        &signed_in.token,
+        (signed_in.expires_at - Utc::now()).num_seconds().max(1),
+    );
+    response
+}
+
+#[derive(askama::Template)]
+#[template(path = "landing.html")]
+struct Landing {
+    next: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -13,6 +13,7 @@ pub mod queue;
 pub mod resize;
 pub mod runs;
 pub mod secrets;
+pub mod sso;
 pub mod tenants;
 pub mod tokens;
 pub mod usage;
@@ -48,6 +49,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         enrollment::gateway_authority,
         secrets::set, secrets::list, secrets::delete,
         audit::list,
+        sso::describe, sso::exchange,
     ),
     // Referred to by name from the schemas `drover_core::openapi` writes by hand.
     components(schemas(
@@ -236,6 +238,8 @@ pub fn app_with(state: AppState, pages: Router<AppState>) -> Router {
             get(enrollment::gateway_authority),
         )
         .route("/api/v1/audit", get(audit::list))
+        .route("/api/v1/auth/sso", get(sso::describe))
+        .route("/api/v1/auth/sso/token", post(sso::exchange))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics));

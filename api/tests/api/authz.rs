@@ -215,6 +215,13 @@ const MATRIX: &[(&str, &str, [u16; 6])] = &[
         "/api/v1/gateway-authority",
         [401, 404, 404, 404, 404, 404],
     ),
+    // Open to anyone (how a caller gets a credential); 404 from a server without single sign-on.
+    ("get", "/api/v1/auth/sso", [404, 404, 404, 404, 404, 404]),
+    (
+        "post",
+        "/api/v1/auth/sso/token",
+        [404, 404, 404, 404, 404, 404],
+    ),
 ];
 
 /// What one fresh database holds: tenant `alpha` with a viewer, a member and an admin, a job and a
@@ -378,6 +385,7 @@ fn body(method: &str, template: &str) -> Option<Value> {
         ("post", "/api/v1/tokens") => json!({"name": "laptop"}),
         ("put", "/api/v1/secrets/{name}") => json!({"value": "x"}),
         ("post", "/api/v1/enrollment-tokens") => json!({"name": "rack-2"}),
+        ("post", "/api/v1/auth/sso/token") => json!({"id_token": "a.b.c"}),
         ("post", _) => json!({}),
         _ => return None,
     })

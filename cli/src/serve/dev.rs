@@ -126,6 +126,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
             drover_store::secrets::SecretBox::load_or_create(&data_dir.join(SECRET_KEY_FILE))?,
         )),
         pages: drover_web::router(),
+        sso: None,
         // The API on loopback; the local executors' gateway with mutual TLS, as a cluster's.
         encryption: server::Encryption {
             api: None,
@@ -244,6 +245,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         crate::config::Context {
             server: url.clone(),
             token: token.clone(),
+            sso: None,
         },
     );
     match config.save() {

@@ -34,6 +34,8 @@ pub struct ServerConfig {
     /// More routes served beside the API's (the dashboard's pages), under the same middleware.
     pub pages: axum::Router<AppState>,
     pub encryption: Encryption,
+    /// Single sign-on through an OpenID Connect provider (`--oidc-*`).
+    pub sso: Option<drover_service::sso::SsoConfig>,
 }
 
 /// How the server's listeners are encrypted.
@@ -124,6 +126,23 @@ pub async fn start(
         .with_shutdown(stopped.clone());
     if let Some(secrets) = &config.secrets {
         state = state.with_secrets(secrets.clone());
+    }
+    if let Some(sso) = config.sso.clone() {
+        if config.secrets.is_none() {
+            anyhow::bail!(
+                "single sign-on needs the server key (refresh tokens are sealed with it)"
+            );
+        }
+        let every = (sso.refresh_every / 2).clamp(
+            std::time::Duration::from_secs(1),
+            std::time::Duration::from_secs(30),
+        );
+        let sso = drover_service::sso::Sso::new(sso).context("--oidc-issuer")?;
+        state = state.with_sso(Arc::new(sso));
+        tokio::spawn(drover_service::sso::run_sweeper(
+            state.service.clone(),
+            every,
+        ));
     }
     let mut gateway_addr = None;
     let mut gateway_authority = None;

@@ -22,6 +22,7 @@ mod pause;
 mod placement;
 mod pytorch;
 mod replicas;
+mod sso;
 mod tls;
 mod train_jobs;
 mod trust;

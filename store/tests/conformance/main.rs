@@ -15,6 +15,7 @@ mod batches;
 mod execution;
 mod experiments;
 mod generations;
+mod sso;
 mod tenancy;
 mod transitions;
 mod trust;
@@ -22,6 +23,7 @@ use batches::*;
 use execution::*;
 use experiments::*;
 use generations::*;
+use sso::*;
 use tenancy::*;
 use transitions::*;
 use trust::*;
@@ -79,6 +81,7 @@ conformance!(
     a_credential_pins_the_capacity_of_its_first_registration,
     the_first_gateway_authority_kept_is_the_one_every_replica_gets,
     experiments_keep_trials_and_segments_once,
+    single_sign_on_spends_states_and_links_identities,
 );
 
 async fn tenant(store: &dyn Store, name: &str) -> Tenant {
