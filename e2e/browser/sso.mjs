@@ -33,6 +33,23 @@ async function signInAtProvider(page, login) {
   await consent.click();
 }
 
+function removeAccount(user) {
+  const accounts = JSON.parse(readFileSync(ACCOUNTS, "utf8"));
+  delete accounts[user];
+  writeFileSync(ACCOUNTS, JSON.stringify(accounts));
+}
+
+// Loads `page` until it lands on the login page, for at most 20 s.
+async function untilSignedOut(page, why) {
+  const deadline = Date.now() + 20000;
+  for (;;) {
+    await page.goto(`${URL}/jobs`);
+    if (/\/login\?/.test(page.url())) return;
+    assert.ok(Date.now() < deadline, why);
+    await page.waitForTimeout(500);
+  }
+}
+
 function setGroups(user, groups) {
   const accounts = JSON.parse(readFileSync(ACCOUNTS, "utf8"));
   accounts[user] = { ...(accounts[user] || {}), groups };
@@ -76,15 +93,21 @@ async function dashboard(browser) {
   assert.equal(answer.status(), 401);
   assert.match(await replay.locator("main").innerText(), /already used or never started/);
 
+  step("dave signs in; his account is then removed at the provider, which refuses the refresh: his session ends");
+  setGroups("dave", ["vision-team"]);
+  const dave = await (await browser.newContext({ ignoreHTTPSErrors: true })).newPage();
+  await dave.goto(`${URL}/jobs`);
+  await Promise.all([dave.waitForLoadState("domcontentloaded"), dave.locator("#sso-sign-in").click()]);
+  await signInAtProvider(dave, "dave");
+  await dave.waitForURL(`${URL}/jobs`, { timeout: 15000 });
+  assert.match(await dave.locator("header").innerText(), /dave/);
+  removeAccount("dave");
+  await untilSignedOut(dave, "the session outlived the provider's refusal to refresh it");
+  assert.match(await dave.locator("main").innerText(), /session ended/);
+
   step("alice's group is taken away at the provider: the session ends at its next refresh");
   setGroups("alice", []);
-  const deadline = Date.now() + 20000;
-  for (;;) {
-    await page.goto(`${URL}/jobs`);
-    if (/\/login\?/.test(page.url())) break;
-    assert.ok(Date.now() < deadline, "the session outlived the group that gave it");
-    await page.waitForTimeout(500);
-  }
+  await untilSignedOut(page, "the session outlived the group that gave it");
   step("signing in again is refused: no group gives a tenant");
   await page.locator("#sso-sign-in").click();
   await page.waitForLoadState("domcontentloaded");
