@@ -10,6 +10,9 @@ import { chromium } from "playwright-core";
 import { strict as assert } from "node:assert";
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
+import { createRequire } from "node:module";
+
+const AXE = createRequire(import.meta.url).resolve("axe-core/axe.min.js");
 
 const URL = process.env.DROVER_URL;
 const ACCOUNTS = process.env.OIDC_ACCOUNTS;
@@ -31,6 +34,18 @@ async function signInAtProvider(page, login) {
     return;
   }
   await consent.click();
+}
+
+// axe-core in the page: no serious or critical violation.
+async function accessible(page, name) {
+  await page.addScriptTag({ path: AXE });
+  const violations = await page.evaluate(async () => {
+    const result = await window.axe.run(document, { resultTypes: ["violations"] });
+    return result.violations
+      .filter((v) => v.impact === "serious" || v.impact === "critical")
+      .map((v) => `${v.id} (${v.impact}): ${v.help}`);
+  });
+  assert.deepEqual(violations, [], `accessibility violations on ${name}`);
 }
 
 function removeAccount(user) {
@@ -57,7 +72,8 @@ function setGroups(user, groups) {
 }
 
 async function dashboard(browser) {
-  const context = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 800 } });
+  // bypassCSP: axe-core is injected as an inline script, which the pages' policy would refuse.
+  const context = await browser.newContext({ ignoreHTTPSErrors: true, bypassCSP: true, viewport: { width: 1280, height: 800 } });
   const page = await context.newPage();
   let callback = null;
   page.on("request", (request) => {
@@ -70,6 +86,7 @@ async function dashboard(browser) {
   const button = page.locator("#sso-sign-in");
   assert.equal(await button.innerText(), "Sign in with Test IdP");
   assert.equal(await page.locator("#token").count(), 1, "the API-token form stays");
+  await accessible(page, "the login page with single sign-on");
   if (SHOTS) await page.screenshot({ path: path.join(SHOTS, "login-sso.png") });
 
   step("sign in at the provider as alice and land on the jobs page as vision's member");
