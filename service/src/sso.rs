@@ -195,13 +195,6 @@ pub async fn exchange(service: &Service, id_token: &str) -> ServiceResult<Exchan
         .verify(id_token, Audience::Cli, None)
         .await
         .map_err(|err| ServiceError::from(err).with_field("id_token"))?;
-    if identity.expires_at
-        < Utc::now() - chrono::Duration::from_std(sso.config().clock_skew).unwrap_or_default()
-    {
-        return Err(
-            ServiceError::unauthenticated("the ID token has expired").with_field("id_token")
-        );
-    }
     let user = first_user(reconcile(service, &identity).await?, &identity)?;
     let token = tokens::generate_token();
     let expires_at = Utc::now() + refresh_every(sso);
@@ -265,7 +258,9 @@ pub async fn reconcile(service: &Service, identity: &Identity) -> ServiceResult<
         }
     }
     let mut changed = false;
-    for link in store.sso_links(&identity.issuer, &identity.subject).await? {
+    // Read once: the unlinks below drop only tenants no longer given, which the loop after skips.
+    let links = store.sso_links(&identity.issuer, &identity.subject).await?;
+    for link in &links {
         if tenants
             .iter()
             .any(|(tenant, _)| tenant.id == link.tenant_id)
@@ -296,7 +291,6 @@ pub async fn reconcile(service: &Service, identity: &Identity) -> ServiceResult<
     }
     let mut users = Vec::with_capacity(tenants.len());
     for (tenant, role) in tenants {
-        let links = store.sso_links(&identity.issuer, &identity.subject).await?;
         let user = match links.iter().find(|link| link.tenant_id == tenant.id) {
             Some(link) => {
                 let user = store

@@ -38,6 +38,21 @@ impl Drop for IdentityProvider {
     }
 }
 
+/// The rest of the first of `lines` that starts with `prefix`; `who` names the process in the panic
+/// when its output ends first.
+fn after_prefix(
+    lines: &mut impl Iterator<Item = std::io::Result<String>>,
+    prefix: &str,
+    who: &str,
+) -> String {
+    for line in lines {
+        if let Some(rest) = line.unwrap().strip_prefix(prefix) {
+            return rest.trim().to_owned();
+        }
+    }
+    panic!("{who} ended before printing `{prefix}`")
+}
+
 fn start_provider(accounts: &Path, redirect: &str) -> IdentityProvider {
     let mut child = Command::new("node")
         .arg("oidc-provider.mjs")
@@ -50,15 +65,7 @@ fn start_provider(accounts: &Path, redirect: &str) -> IdentityProvider {
         .spawn()
         .expect("cannot run node: install Node.js 20 or later");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let issuer = loop {
-        let line = lines
-            .next()
-            .expect("the provider exited before listening")
-            .unwrap();
-        if let Some(issuer) = line.strip_prefix("oidc-provider listening on ") {
-            break issuer.trim().to_owned();
-        }
-    };
+    let issuer = after_prefix(&mut lines, "oidc-provider listening on ", "the provider");
     // Keep draining its output so it never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines.by_ref() {});
     IdentityProvider { child, issuer }
@@ -296,15 +303,7 @@ async fn single_sign_on_through_a_real_provider() {
         .spawn()
         .unwrap();
     let mut stderr = BufReader::new(login.stderr.take().unwrap()).lines();
-    let verification = loop {
-        let line = stderr
-            .next()
-            .expect("drover login --sso ended before printing where to sign in")
-            .unwrap();
-        if let Some(rest) = line.strip_prefix("To sign in, open ") {
-            break rest.trim().to_owned();
-        }
-    };
+    let verification = after_prefix(&mut stderr, "To sign in, open ", "drover login --sso");
     assert!(
         verification.starts_with(&provider.issuer) && verification.contains("user_code="),
         "{verification}"
