@@ -14,7 +14,12 @@ const ADMIN = process.env.ADMIN_TOKEN;
 const OTHER = process.env.OTHER_TOKEN;
 const SHOTS = process.env.SCREENSHOTS;
 
-const step = (what) => console.log(`dashboard: ${what}`);
+// The last step passed, named again when a later check fails.
+let lastStep = "none yet";
+const step = (what) => {
+  lastStep = what;
+  console.log(`dashboard: ${what}`);
+};
 
 // The REST API, for setting up what the browser then looks at.
 async function rest(token, method, route, body, contentType = "application/json") {
@@ -117,6 +122,7 @@ async function signIn(page, token) {
   await Promise.all([page.waitForURL(`${URL}/jobs`), page.click("button[type=submit]")]);
 }
 
+let page;
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM,
   args: ["--no-sandbox", "--disable-dev-shm-usage"],
@@ -124,7 +130,9 @@ const browser = await chromium.launch({
 try {
   // bypassCSP: axe-core is injected as an inline script, which the pages' policy would refuse.
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, acceptDownloads: true, bypassCSP: true, ignoreHTTPSErrors: true });
-  const page = await context.newPage();
+  // A loaded 2-core CI machine runs this beside other e2e tests: waits get a minute, not Playwright's 30 s.
+  context.setDefaultTimeout(60_000);
+  page = await context.newPage();
   page.on("dialog", (dialog) => dialog.accept());
 
   // --- Sign in, and a wrong token is refused on the page.
@@ -469,6 +477,7 @@ try {
 
   // --- Another tenant's user: refused the admin tenant's job page, logs and checkpoints by URL.
   const other = await browser.newContext({ viewport: { width: 1280, height: 800 }, bypassCSP: true, ignoreHTTPSErrors: true });
+  other.setDefaultTimeout(60_000);
   const otherPage = await other.newPage();
   await signIn(otherPage, OTHER);
   assert.ok(!(await otherPage.textContent("main")).includes("browser-train"), "the jobs list is scoped");
@@ -510,6 +519,11 @@ try {
   assert.equal(icon.status(), 200);
   step("an unknown page says so; the favicon is served");
   console.log("dashboard: all checks passed");
+} catch (error) {
+  // Say where it stopped in one line first (CI shows the ends of long output), then leave the page.
+  console.error(`dashboard: FAILED after "${lastStep}" at ${page?.url()}: ${error.message.split("\n")[0]}`);
+  if (page) await shoot(page, "failure").catch(() => {});
+  throw error;
 } finally {
   await browser.close();
 }

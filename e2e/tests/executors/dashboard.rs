@@ -87,9 +87,17 @@ async fn the_dashboard_works_in_a_real_browser() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     println!("{stdout}");
+    // The script's stdout is printed above; the failure says where it stopped (its stderr) first.
     assert!(
         output.status.success(),
-        "the browser script failed:\n{stdout}\n{stderr}"
+        "the browser script failed:\n{stderr}\nits last steps:\n{}",
+        last_lines(&stdout, 5)
     );
     assert!(stdout.contains("dashboard: all checks passed"), "{stdout}");
+}
+
+/// The last `n` lines of `text`.
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
