@@ -153,6 +153,11 @@ pub struct ClusterArgs {
     /// keeps all of its own).
     #[arg(long, env = "DROVER_METRIC_RETENTION", default_value = "90d", value_parser = retention_period)]
     metric_retention: Retention,
+    /// Metric samples older than this (of running jobs too) are thinned: of each metric of each
+    /// generation, the first and the last sample of every ten minutes are kept. `never` keeps every
+    /// sample for as long as the metric retention does.
+    #[arg(long, env = "DROVER_THIN_METRICS_AFTER", default_value = "1d", value_parser = thinning_age)]
+    thin_metrics_after: Retention,
     /// The scheduling loop runs at least this often.
     #[arg(long, env = "DROVER_SCHEDULER_TICK", default_value = "1s", value_parser = humantime::parse_duration)]
     tick: std::time::Duration,
@@ -194,6 +199,8 @@ impl Retention {
     const DEFAULT_LOGS: Retention = Retention(drover_runtime::retention::Retention::DEFAULT.logs);
     const DEFAULT_METRICS: Retention =
         Retention(drover_runtime::retention::Retention::DEFAULT.metrics);
+    const DEFAULT_THINNING: Retention =
+        Retention(drover_runtime::retention::Retention::DEFAULT.thin_metrics);
 }
 
 /// `forever`, or a duration of at least an hour (`30d`, `12h`): less would delete a running job's
@@ -209,6 +216,20 @@ fn retention_period(text: &str) -> Result<Retention, String> {
         return Err("at least `1h` (or `forever`)".to_owned());
     }
     Ok(Retention(Some(period)))
+}
+
+/// `never`, or an age of at least an hour (`1d`, `12h`): samples younger are the ones the
+/// scheduler's speed fits read first.
+fn thinning_age(text: &str) -> Result<Retention, String> {
+    if text.trim().eq_ignore_ascii_case("never") {
+        return Ok(Retention(None));
+    }
+    let age = humantime::parse_duration(text.trim())
+        .map_err(|err| format!("{err}: expected a duration such as `1d` or `12h`, or `never`"))?;
+    if age < std::time::Duration::from_secs(3600) {
+        return Err("at least `1h` (or `never`)".to_owned());
+    }
+    Ok(Retention(Some(age)))
 }
 
 impl ClusterArgs {
@@ -243,6 +264,7 @@ impl ClusterArgs {
         config.retention = drover_runtime::retention::Retention {
             logs: self.log_retention.0,
             metrics: self.metric_retention.0,
+            thin_metrics: self.thin_metrics_after.0,
         };
         config.executor_timeout = self.executor_timeout;
         config.stop_grace = self.stop_grace;
@@ -389,7 +411,7 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Retention, retention_period};
+    use super::{Retention, retention_period, thinning_age};
     use std::time::Duration;
 
     #[test]
@@ -405,5 +427,19 @@ mod tests {
         );
         let err = retention_period("a month").unwrap_err();
         assert!(err.contains("`30d`"), "{err}");
+    }
+
+    #[test]
+    fn thinning_age_is_an_hour_or_more_or_never() {
+        assert_eq!(
+            thinning_age("1d"),
+            Ok(Retention(Some(Duration::from_secs(86_400))))
+        );
+        assert_eq!(thinning_age("Never"), Ok(Retention(None)));
+        assert_eq!(
+            thinning_age("30m"),
+            Err("at least `1h` (or `never`)".to_owned())
+        );
+        assert!(thinning_age("forever").unwrap_err().contains("`never`"));
     }
 }

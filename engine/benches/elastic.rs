@@ -188,6 +188,8 @@ fn main() {
             stats.push(StepStats {
                 shape: Shape { ps, workers },
                 shared: false,
+                spread_samples: 0,
+                spread_mean_step_s: 0.0,
                 samples: (s1 - s0) as u32,
                 mean_step_s: step_s,
                 gpu: Default::default(),

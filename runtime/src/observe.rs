@@ -68,13 +68,22 @@ pub struct Seen {
     pub last_checkpoint: Option<DateTime<Utc>>,
 }
 
+/// Step times measured at one shape and GPU model.
+#[derive(Debug, Clone, Copy, Default)]
+struct Measured {
+    samples: u32,
+    sum_s: f64,
+    spread_samples: u32,
+    spread_sum_s: f64,
+}
+
 #[derive(Debug, Clone, Default)]
 struct Tracked {
     /// The id of the last sample read.
     cursor: Option<i64>,
-    /// (sample count, sum of step seconds) per shape.
-    /// Per (shape, GPU model): step times seen and their sum.
-    shapes: BTreeMap<(Shape, GpuModelTag), (u32, f64)>,
+    /// Per (shape, GPU model): step times seen and their sum, and of them those measured with the
+    /// workers on several nodes and their sum.
+    shapes: BTreeMap<(Shape, GpuModelTag), Measured>,
     generations: BTreeMap<u64, Span>,
     losses: Vec<(u64, f64)>,
     /// Keep one loss sample in this many.
@@ -255,8 +264,12 @@ impl Tracked {
                         GpuModelTag::of(&sample.gpu_model)
                     };
                     let entry = self.shapes.entry((shape, gpu)).or_default();
-                    entry.0 += 1;
-                    entry.1 += sample.value / 1000.0;
+                    entry.samples += 1;
+                    entry.sum_s += sample.value / 1000.0;
+                    if sample.worker_nodes > 1 {
+                        entry.spread_samples += 1;
+                        entry.spread_sum_s += sample.value / 1000.0;
+                    }
                 }
             }
             LOSS if sample.value.is_finite() => {
@@ -285,12 +298,14 @@ impl Tracked {
             step_stats: self
                 .shapes
                 .iter()
-                .map(|(&(shape, gpu), &(samples, sum))| StepStats {
+                .map(|(&(shape, gpu), m)| StepStats {
                     shape,
                     shared: false,
-                    samples,
-                    mean_step_s: sum / f64::from(samples.max(1)),
+                    samples: m.samples,
+                    mean_step_s: m.sum_s / f64::from(m.samples.max(1)),
                     gpu,
+                    spread_samples: m.spread_samples,
+                    spread_mean_step_s: m.spread_sum_s / f64::from(m.spread_samples.max(1)),
                 })
                 .collect(),
             loss_samples: self.losses.clone(),
@@ -522,6 +537,7 @@ mod tests {
             key,
             num_ps: 0,
             num_workers: 1,
+            worker_nodes: 1,
             gpu_model: String::new(),
             step,
             values: vec![(LOSS.to_owned(), 1.0 / step as f64)],
@@ -571,6 +587,7 @@ mod tests {
             index: 0,
             num_ps: 1,
             num_workers: workers,
+            worker_nodes: 1,
             gpu_model: "cpu".to_owned(),
             step,
             name: name.to_owned(),
@@ -603,6 +620,34 @@ mod tests {
         // Generation 1 ran from t=1 to t=3 with 2 workers, generation 2 from t=10 to t=11 with 3.
         assert!((observed.executed_s - 3.0).abs() < 1e-9);
         assert!((observed.worker_s - 7.0).abs() < 1e-9);
+    }
+
+    /// Step times of generations whose workers ran on several nodes are counted apart within their
+    /// shape's statistics, and a job measured much slower spread prefers one node.
+    #[test]
+    fn step_times_over_several_nodes_are_kept_apart() {
+        let mut tracked = Tracked::default();
+        let mut id = 0;
+        for (generation, nodes, step_ms) in [(1, 1, 100.0), (2, 2, 150.0)] {
+            for _ in 0..7 {
+                id += 1;
+                let mut s = sample(id, generation, 2, id as u64, STEP_TIME, step_ms);
+                s.worker_nodes = nodes;
+                tracked.add(&s);
+            }
+        }
+        let observed = tracked.observed();
+        let [stats] = observed.step_stats[..] else {
+            panic!("one shape: {:?}", observed.step_stats);
+        };
+        // Each generation's first step time is left out.
+        assert_eq!((stats.samples, stats.spread_samples), (12, 6));
+        assert!((stats.mean_step_s - 0.125).abs() < 1e-12);
+        assert!((stats.spread_mean_step_s - 0.15).abs() < 1e-12);
+        assert_eq!(stats.one_node().0, 6);
+        assert!((stats.one_node().1 - 0.1).abs() < 1e-12);
+        let observations = observed.observations(1, Budget::default(), 0.0, None, 0);
+        assert!(observations.prefers_one_node(), "1.5 times slower spread");
     }
 
     #[test]

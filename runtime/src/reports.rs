@@ -389,6 +389,13 @@ async fn on_metrics(
         .iter()
         .filter(|t| t.key.role == TaskRole::Worker)
         .count() as u32;
+    let mut worker_nodes: Vec<&str> = tasks
+        .iter()
+        .filter(|t| t.key.role == TaskRole::Worker)
+        .map(|t| t.node_name.as_str())
+        .collect();
+    worker_nodes.sort_unstable();
+    worker_nodes.dedup();
     let mut values: Vec<(String, f64)> = metrics
         .values
         .into_iter()
@@ -423,6 +430,7 @@ async fn on_metrics(
         key,
         num_ps: tasks.len() as u32 - num_workers,
         num_workers,
+        worker_nodes: worker_nodes.len().max(1) as u32,
         gpu_model: runtime.hub.gpu_model(node),
         step: metrics.step,
         values,

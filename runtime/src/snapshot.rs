@@ -207,6 +207,7 @@ pub(super) fn build<'a>(
             },
             ..JobView::of_document(job.id, spec)
         };
+        view.consolidate = view.observed.prefers_one_node();
         if tasks.is_empty() {
             if job.state == JobState::Queued {
                 views.push(view);

@@ -258,6 +258,22 @@ impl FreeResources {
         free
     }
 
+    /// The cluster minus `placements` (each with its job, whose tenant's flavour budgets it counts
+    /// against): what a plan's placements leave.
+    pub fn with_placements<'a>(
+        snapshot: &ClusterSnapshot,
+        placements: impl IntoIterator<Item = (&'a JobView, &'a Placement)>,
+    ) -> Self {
+        let mut free = Self::unbucketed(snapshot);
+        for (job, placement) in placements {
+            for task in &placement.tasks {
+                free.take_task(job.tenant, task);
+            }
+        }
+        free.build_buckets();
+        free
+    }
+
     /// Free CPUs on one node.
     pub fn free_cpus_on(&self, node: NodeId) -> u32 {
         self.nodes

@@ -64,6 +64,9 @@ pub enum RunReason {
     Packed,
     /// Its time slice came (Gandiva).
     TimeSlice,
+    /// Moved, at its shape, to GPUs free on other nodes, so that a job that needs one node's GPUs
+    /// runs on the node it left (compaction).
+    Compaction,
 }
 
 /// The decision for one job.

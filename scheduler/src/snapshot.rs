@@ -38,6 +38,12 @@ pub struct StepStats {
     pub shape: Shape,
     /// Measured while its GPUs were shared with another job (packing).
     pub shared: bool,
+    /// Of `samples`, those measured while its workers ran on more than one node, and their mean
+    /// (the rest ran on one node).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub spread_samples: u32,
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub spread_mean_step_s: f64,
     pub samples: u32,
     pub mean_step_s: f64,
     /// The model of the GPUs it was measured on, where known: the same shape runs at another speed
@@ -82,7 +88,64 @@ pub struct Observations {
     pub program: Option<u64>,
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_f64(x: &f64) -> bool {
+    *x == 0.0
+}
+
+impl StepStats {
+    /// Adds one measured step time (over several nodes when `spread`) to the running means.
+    pub fn add(&mut self, step_s: f64, spread: bool) {
+        self.samples += 1;
+        self.mean_step_s += (step_s - self.mean_step_s) / f64::from(self.samples);
+        if spread {
+            self.spread_samples += 1;
+            self.spread_mean_step_s +=
+                (step_s - self.spread_mean_step_s) / f64::from(self.spread_samples);
+        }
+    }
+
+    /// The mean step time of the samples measured on one node, and their count.
+    pub fn one_node(&self) -> (u32, f64) {
+        let samples = self.samples.saturating_sub(self.spread_samples);
+        if samples == 0 {
+            return (0, 0.0);
+        }
+        let sum = self.mean_step_s * f64::from(self.samples)
+            - self.spread_mean_step_s * f64::from(self.spread_samples);
+        (samples, sum / f64::from(samples))
+    }
+}
+
+/// How much slower a job's steps must be measured over several nodes than on one (the same shape,
+/// GPU model, alone on its GPUs) for it to be kept on one node: communication across nodes then
+/// costs it a quarter of its speed or more.
+pub const SPREAD_SLOWDOWN: f64 = 1.25;
+/// Steps measured each way before the comparison is trusted.
+pub const SPREAD_MIN_SAMPLES: u32 = 5;
+
 impl Observations {
+    /// Whether its own measurements say it runs much slower spread over nodes: at some shape of two
+    /// or more workers, on one GPU model and alone on its GPUs, its mean step time measured over
+    /// several nodes is at least [`SPREAD_SLOWDOWN`] times the one measured on one node, each from
+    /// [`SPREAD_MIN_SAMPLES`] steps or more (both kept in one [`StepStats`], whose overall mean the
+    /// speed fits read as before). Never measured both ways: no. The server and the
+    /// simulator both set [`JobView::consolidate`] from it.
+    pub fn prefers_one_node(&self) -> bool {
+        self.step_stats.iter().any(|s| {
+            let (one_samples, one_mean) = s.one_node();
+            !s.shared
+                && s.shape.workers >= 2
+                && s.spread_samples >= SPREAD_MIN_SAMPLES
+                && one_samples >= SPREAD_MIN_SAMPLES
+                && one_mean > 0.0
+                && s.spread_mean_step_s >= SPREAD_SLOWDOWN * one_mean
+        })
+    }
+
     /// The GPU model it has the most measured steps on (alone on its GPUs): its speed model is
     /// fitted to its step times there ([`Observations::home_step_stats`]). Unknown without any.
     pub fn home_gpu(&self) -> crate::cluster::GpuModelTag {
@@ -154,8 +217,9 @@ pub struct JobView {
     #[serde(default)]
     pub memory_gb_per_task: u32,
     pub preemptible: bool,
-    /// The model has a few very large tensors (high skew): its workers should sit on as few nodes as
-    /// possible (Tiresias's consolidated placement).
+    /// Its workers should sit on as few nodes as possible (Tiresias's consolidated placement, for
+    /// a model of a few very large tensors): set from what was measured of it
+    /// ([`Observations::prefers_one_node`]), never from what it is.
     pub consolidate: bool,
     /// Where the job runs now; `None` while it waits.
     pub placement: Option<Placement>,

@@ -287,6 +287,8 @@ fn gandiva_time_slices_packs_with_introspection_and_grows_onto_idle_gpus() {
         StepStats {
             shape,
             shared: false,
+            spread_samples: 0,
+            spread_mean_step_s: 0.0,
             samples: 5,
             mean_step_s: 1.0,
             gpu: Default::default(),
@@ -294,6 +296,8 @@ fn gandiva_time_slices_packs_with_introspection_and_grows_onto_idle_gpus() {
         StepStats {
             shape,
             shared: true,
+            spread_samples: 0,
+            spread_mean_step_s: 0.0,
             samples: 5,
             mean_step_s: 3.0,
             gpu: Default::default(),
@@ -404,6 +408,8 @@ fn drover_takes_a_job_back_to_a_shape_it_measured_faster() {
     let stats = |shape, mean_step_s| StepStats {
         shape,
         shared: false,
+        spread_samples: 0,
+        spread_mean_step_s: 0.0,
         samples: 10,
         mean_step_s,
         gpu: Default::default(),

@@ -119,6 +119,51 @@ fn tiresias_consolidates_high_skew_models() {
     invariants::check(&snap, &plan).unwrap();
 }
 
+/// A job is kept on one node only when its own measurements say so: at one shape and GPU model,
+/// alone on its GPUs, its steps over several nodes at least 1.25 times as slow as on one, from five
+/// steps each way.
+#[test]
+fn a_job_measured_much_slower_over_several_nodes_prefers_one_node() {
+    use drover_scheduler::snapshot::{Observations, StepStats};
+    // `one` steps on one node and `spread` over several, at these means.
+    let stats = |one: u32, one_s: f64, spread: u32, spread_s: f64| StepStats {
+        shape: drover_scheduler::Shape { ps: 1, workers: 4 },
+        shared: false,
+        samples: one + spread,
+        mean_step_s: (f64::from(one) * one_s + f64::from(spread) * spread_s)
+            / f64::from(one + spread),
+        gpu: Default::default(),
+        spread_samples: spread,
+        spread_mean_step_s: spread_s,
+    };
+    let prefers = |step_stats: Vec<StepStats>| {
+        Observations {
+            step_stats,
+            ..Observations::default()
+        }
+        .prefers_one_node()
+    };
+    assert!(prefers(vec![stats(5, 1.0, 5, 1.3)]));
+    assert!(!prefers(vec![stats(5, 1.0, 5, 1.2)]), "1.2 times");
+    assert!(
+        !prefers(vec![stats(4, 1.0, 5, 2.0)]),
+        "four steps on one node"
+    );
+    assert!(
+        !prefers(vec![stats(0, 0.0, 50, 2.0)]),
+        "never measured on one node"
+    );
+    let mut two = stats(5, 1.0, 0, 0.0);
+    two.shape.workers = 2;
+    assert!(
+        !prefers(vec![two, stats(0, 0.0, 5, 2.0)]),
+        "at another shape"
+    );
+    let mut packed = stats(5, 1.0, 5, 2.0);
+    packed.shared = true;
+    assert!(!prefers(vec![packed]), "measured packed");
+}
+
 #[test]
 fn drf_serves_the_tenant_with_the_smaller_dominant_share() {
     // Tenant a already runs 2 GPUs; a and b each queue a 2-GPU job; only 2 GPUs are left.

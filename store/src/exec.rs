@@ -181,6 +181,8 @@ pub struct NewMetrics {
     pub key: TaskKey,
     pub num_ps: u32,
     pub num_workers: u32,
+    /// On how many nodes the generation's workers run (1: all on one).
+    pub worker_nodes: u32,
     pub gpu_model: String,
     pub step: u64,
     pub values: Vec<(String, f64)>,
@@ -195,6 +197,8 @@ pub struct MetricSample {
     pub index: u32,
     pub num_ps: u32,
     pub num_workers: u32,
+    /// On how many nodes the generation's workers ran (1: all on one).
+    pub worker_nodes: u32,
     pub gpu_model: String,
     pub step: u64,
     pub name: String,
@@ -544,6 +548,16 @@ pub trait ExecStore: Send + Sync {
     ) -> StoreResult<Vec<JobId>>;
     /// Deletes at most `limit` of the job's metric samples; returns how many.
     async fn delete_job_samples(&self, job: JobId, limit: u32) -> StoreResult<u64>;
+    /// At most `limit` jobs created before `created_before` that have metric samples, in id order
+    /// after `after` (the page before's last).
+    async fn jobs_with_samples(
+        &self,
+        created_before: DateTime<Utc>,
+        after: Option<JobId>,
+        limit: u32,
+    ) -> StoreResult<Vec<JobId>>;
+    /// Deletes those of `job`'s metric samples whose ids are `ids`; returns how many there were.
+    async fn delete_samples(&self, job: JobId, ids: &[i64]) -> StoreResult<u64>;
     /// Forgets the records `ids` of `job`'s checkpoints (ones no longer in storage); returns how
     /// many there were.
     async fn forget_checkpoints(&self, job: JobId, ids: &[uuid::Uuid]) -> StoreResult<u64>;

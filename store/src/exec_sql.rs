@@ -83,6 +83,7 @@ macro_rules! impl_exec_store {
                 index: u32_column(row.try_get::<i32, _>("idx")?.into(), "idx")?,
                 num_ps: u32_column(row.try_get::<i32, _>("num_ps")?.into(), "num_ps")?,
                 num_workers: u32_column(row.try_get::<i32, _>("num_workers")?.into(), "num_workers")?,
+                worker_nodes: u32_column(row.try_get::<i32, _>("worker_nodes")?.into(), "worker_nodes")?,
                 gpu_model: row.try_get("gpu_model")?,
                 step: u64_column(row.try_get("step")?, "step")?,
                 name: row.try_get("name")?,
@@ -580,8 +581,9 @@ macro_rules! impl_exec_store {
                 let mut tx = self.begin_fenced(key).await?;
                 for (name, value) in &metrics.values {
                     sqlx::query(
-                        "INSERT INTO metric_samples (job_id, generation, role, idx, num_ps, num_workers, gpu_model, \
-                         step, name, value, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                        "INSERT INTO metric_samples (job_id, generation, role, idx, num_ps, num_workers, worker_nodes, \
+                         gpu_model, step, name, value, recorded_at) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
                     )
                     .bind(key.job_id.0)
                     .bind(i64_of(key.generation, "generation")?)
@@ -589,6 +591,7 @@ macro_rules! impl_exec_store {
                     .bind(key.index as i32)
                     .bind(metrics.num_ps as i32)
                     .bind(metrics.num_workers as i32)
+                    .bind(metrics.worker_nodes as i32)
                     .bind(&metrics.gpu_model)
                     .bind(i64_of(metrics.step, "step")?)
                     .bind(name)
@@ -687,7 +690,8 @@ macro_rules! impl_exec_store {
             ) -> StoreResult<Vec<MetricSample>> {
                 self.check_job_visible(scope, job).await?;
                 let mut query = sqlx::QueryBuilder::<$db>::new(
-                    "SELECT id, generation, role, idx, num_ps, num_workers, gpu_model, step, name, value, recorded_at \
+                    "SELECT id, generation, role, idx, num_ps, num_workers, worker_nodes, gpu_model, step, name, value, \
+                     recorded_at \
                      FROM metric_samples WHERE job_id = ",
                 );
                 query.push_bind(job.0);
@@ -733,7 +737,8 @@ macro_rules! impl_exec_store {
                     values.push_unseparated(")");
                 }
                 query.push(
-                    ") SELECT s.job_id, s.id, s.generation, s.role, s.idx, s.num_ps, s.num_workers, s.gpu_model, \
+                    ") SELECT s.job_id, s.id, s.generation, s.role, s.idx, s.num_ps, s.num_workers, s.worker_nodes, \
+                     s.gpu_model, \
                      s.step, s.name, s.value, s.recorded_at FROM metric_samples s \
                      JOIN c ON s.job_id = c.job_id AND s.id > c.after_id",
                 );
@@ -803,6 +808,39 @@ macro_rules! impl_exec_store {
                 .execute(&self.pool)
                 .await?;
                 Ok(deleted.rows_affected())
+            }
+
+            async fn jobs_with_samples(
+                &self,
+                created_before: DateTime<Utc>,
+                after: Option<JobId>,
+                limit: u32,
+            ) -> StoreResult<Vec<JobId>> {
+                let mut query = sqlx::QueryBuilder::<$db>::new("SELECT j.id FROM jobs j WHERE j.created_at < ");
+                query.push_bind(created_before);
+                if let Some(after) = after {
+                    query.push(" AND j.id > ").push_bind(after.0);
+                }
+                query.push(
+                    " AND EXISTS (SELECT 1 FROM metric_samples m WHERE m.job_id = j.id) ORDER BY j.id LIMIT ",
+                );
+                query.push_bind(i64::from(limit));
+                let ids: Vec<Uuid> = query.build_query_scalar().fetch_all(&self.pool).await?;
+                Ok(ids.into_iter().map(JobId).collect())
+            }
+
+            async fn delete_samples(&self, job: JobId, ids: &[i64]) -> StoreResult<u64> {
+                if ids.is_empty() {
+                    return Ok(0);
+                }
+                let mut query = sqlx::QueryBuilder::<$db>::new("DELETE FROM metric_samples WHERE job_id = ");
+                query.push_bind(job.0).push(" AND id IN (");
+                let mut listed = query.separated(", ");
+                for id in ids {
+                    listed.push_bind(*id);
+                }
+                query.push(")");
+                Ok(query.build().execute(&self.pool).await?.rows_affected())
             }
 
             async fn forget_checkpoints(&self, job: JobId, ids: &[uuid::Uuid]) -> StoreResult<u64> {

@@ -134,6 +134,7 @@ async fn main() {
                 key,
                 num_ps: 0,
                 num_workers: 1,
+                worker_nodes: 1,
                 gpu_model: "bench".into(),
                 step,
                 values: vec![

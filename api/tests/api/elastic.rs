@@ -170,6 +170,7 @@ async fn a_job_that_reported_steps_shows_its_models_and_remaining_time() {
         },
         num_ps: 1,
         num_workers: workers,
+        worker_nodes: 1,
         gpu_model: "cpu".to_owned(),
         step,
         values: vec![

@@ -107,6 +107,7 @@ pub async fn dev(args: DevArgs, global: &GlobalArgs) -> anyhow::Result<()> {
         tick: std::time::Duration::from_secs(1),
         log_retention: Retention::DEFAULT_LOGS,
         metric_retention: Retention::DEFAULT_METRICS,
+        thin_metrics_after: Retention::DEFAULT_THINNING,
         // Each local executor enrols with a token minted for it (`dev_enrollment`).
         enrollment_token: None,
         kubernetes: false,

@@ -7,6 +7,7 @@
 #![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
 
 mod accounting;
+mod compaction;
 mod dashboard;
 mod distributed;
 mod durability;

@@ -58,6 +58,7 @@ async fn ran_an_hour(store: &dyn Store, job: JobId) {
             key,
             num_ps: 0,
             num_workers: 1,
+            worker_nodes: 1,
             gpu_model: String::new(),
             step,
             values: vec![("loss".to_owned(), 1.0)],

@@ -95,6 +95,8 @@ pub fn build_with(
                 StepStats {
                     shape,
                     shared: false,
+                    spread_samples: 0,
+                    spread_mean_step_s: 0.0,
                     samples: 20,
                     mean_step_s: scale
                         * (0.7 / f64::from(workers)

@@ -256,6 +256,8 @@ pub(super) fn speed_model(job: &JobView) -> Option<SpeedModel> {
         .iter()
         .map(|s| StepStats {
             shared: false,
+            spread_samples: 0,
+            spread_mean_step_s: 0.0,
             mean_step_s: s.mean_step_s * (1.0 - PACKING_SLOWDOWN),
             ..*s
         })

@@ -96,6 +96,8 @@ mod tests {
                 StepStats {
                     shape,
                     shared: false,
+                    spread_samples: 0,
+                    spread_mean_step_s: 0.0,
                     samples: 10,
                     mean_step_s: SpeedModel::dot(&theta, shape),
                     gpu: Default::default(),

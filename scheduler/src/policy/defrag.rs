@@ -7,12 +7,20 @@
 //! workers back (as a grow-shrink policy gives GPUs back when others wait) and, where that is not
 //! enough, jobs are preempted, as they would be for any job ahead of them in the order: otherwise
 //! the freed GPUs, scattered over the nodes, are taken again and a job of a 8-GPU node's size can
-//! wait for hours.
+//! wait for hours ([`make_room`]).
+//!
+//! Where that frees nothing (the jobs in the way are ahead of it), the cluster is compacted
+//! ([`compact`]): jobs on one node move to GPUs free elsewhere, each keeping its shape and its GPU
+//! model, so that the waiting job — a consolidated one, or one whose workers each need more GPUs than
+//! any node has free — runs there. A move costs the moved job a checkpoint and a restart, nothing
+//! of its share; a job is moved only once it has run a while where it is.
 
 use super::common::min_shape;
+use super::tiresias::Tiresias;
 use crate::cluster::NodeId;
 use crate::place::FreeResources;
-use crate::plan::{JobPlan, Plan, WaitReason};
+use crate::place::Strategy;
+use crate::plan::{JobPlan, Placement, Plan, RunReason, WaitReason};
 use crate::snapshot::{ClusterSnapshot, Shape};
 use std::collections::BTreeMap;
 
@@ -221,4 +229,212 @@ fn shrinkable_on(
         .count() as u32;
     let spare = target.workers.saturating_sub(job.workers.min);
     Some(here.min(spare)).filter(|&w| w > 0)
+}
+
+/// Seconds a running job must have run (or waited) since it last started or stopped before
+/// compaction moves it, so that no job is moved round after round.
+const SETTLED_S: f64 = 30.0;
+/// Waiting jobs compaction is tried for in one round: each try rebuilds what the plan leaves free.
+const COMPACTIONS_PER_ROUND: usize = 2;
+/// Nodes tried for each, cheapest first.
+const NODES_TRIED: usize = 3;
+
+/// Moves jobs between nodes so that admitted jobs `plan` leaves waiting as fragmented that need one
+/// node (consolidated ones, and those whose workers take several GPUs each) run: for each (in
+/// `order`, at most [`COMPACTIONS_PER_ROUND`]), on the node where moving the fewest running jobs
+/// frees its smallest shape's GPUs, those jobs are placed again on the rest of the cluster at their
+/// shape and GPU model, then it is placed. Jobs starting this round move first (they lose
+/// nothing); running ones only if preemptible and settled for [`SETTLED_S`]; none whose GPUs are
+/// packed. `free` becomes what the changed plan leaves. Returns whether the plan changed.
+pub fn compact(
+    snapshot: &ClusterSnapshot,
+    order: &[usize],
+    targets: &[Option<Shape>],
+    plan: &mut Plan,
+    free: &mut FreeResources,
+) -> bool {
+    let max_node_gpus = snapshot
+        .nodes
+        .iter()
+        .filter(|n| n.schedulable)
+        .map(|n| n.num_gpus())
+        .max()
+        .unwrap_or(0);
+    let mut tried = 0;
+    let mut changed = false;
+    for &s in order {
+        if tried == COMPACTIONS_PER_ROUND {
+            break;
+        }
+        let job = &snapshot.jobs[s];
+        // Consolidated, or each worker a node's GPUs: a job whose 1-GPU workers may spread waits
+        // fragmented only for CPUs or memory, which moving GPUs' jobs does not give it.
+        let needs_a_node = job.consolidate || job.gpus_per_worker > 1;
+        let stuck = needs_a_node
+            && job.placement.is_none()
+            && targets[s].is_some()
+            && matches!(
+                plan.jobs.get(&job.id),
+                Some(JobPlan::Wait {
+                    reason: WaitReason::Fragmented
+                })
+            );
+        let shape = min_shape(job);
+        let need = job.gpus_at(shape);
+        if !stuck || need == 0 || need > max_node_gpus {
+            continue;
+        }
+        tried += 1;
+        let Some(done) = compaction_for(snapshot, plan, free, s, shape, need) else {
+            continue;
+        };
+        plan.jobs.insert(
+            job.id,
+            JobPlan::Run {
+                placement: done.placement,
+                reason: RunReason::Started,
+            },
+        );
+        for (j, placement) in done.moves {
+            // One starting this round keeps why it starts; a running one says why it moves.
+            let reason = match plan.jobs.get(&snapshot.jobs[j].id) {
+                Some(JobPlan::Run { reason, .. }) if snapshot.jobs[j].placement.is_none() => {
+                    *reason
+                }
+                _ => RunReason::Compaction,
+            };
+            plan.jobs
+                .insert(snapshot.jobs[j].id, JobPlan::Run { placement, reason });
+        }
+        *free = done.free;
+        changed = true;
+    }
+    changed
+}
+
+/// A compaction found for one waiting job: its placement, the moved jobs' new placements, and what
+/// the plan then leaves free.
+struct Compaction {
+    placement: Placement,
+    moves: Vec<(usize, Placement)>,
+    free: FreeResources,
+}
+
+/// Jobs (by index) `plan` runs on a node, to move off it: their GPUs there, and whether they run
+/// now (a move costs them a restart) rather than start this round.
+struct Movers {
+    node: NodeId,
+    jobs: Vec<usize>,
+    restarts: usize,
+    gpus: u32,
+}
+
+fn compaction_for(
+    snapshot: &ClusterSnapshot,
+    plan: &Plan,
+    free: &FreeResources,
+    s: usize,
+    shape: Shape,
+    need: u32,
+) -> Option<Compaction> {
+    let job = &snapshot.jobs[s];
+    let planned = |i: usize| match plan.jobs.get(&snapshot.jobs[i].id) {
+        Some(JobPlan::Run { placement, .. }) => Some(placement),
+        _ => None,
+    };
+    // Per node: the jobs with GPUs there (job, GPUs there), and whether any GPU there is packed.
+    let mut on_node: BTreeMap<NodeId, (Vec<(usize, u32)>, bool)> = BTreeMap::new();
+    for i in 0..snapshot.jobs.len() {
+        let Some(placement) = planned(i) else {
+            continue;
+        };
+        for task in placement.tasks.iter().filter(|t| !t.gpus.is_empty()) {
+            let entry = on_node.entry(task.node).or_default();
+            entry.1 |= task.packed;
+            match entry.0.iter_mut().find(|(j, _)| *j == i) {
+                Some((_, gpus)) => *gpus += task.gpus.len() as u32,
+                None => entry.0.push((i, task.gpus.len() as u32)),
+            }
+        }
+    }
+    let movable = |i: usize| {
+        let other = &snapshot.jobs[i];
+        match (&other.placement, planned(i)) {
+            // Starting this round: placing it elsewhere costs nothing.
+            (None, Some(_)) => Some(false),
+            (Some(now), Some(planned)) => (now == planned
+                && other.preemptible
+                && snapshot.now_s - other.observed.last_state_change_s >= SETTLED_S)
+                .then_some(true),
+            _ => None,
+        }
+    };
+    let mut candidates: Vec<Movers> = Vec::new();
+    for (&node, (holders, packed)) in &on_node {
+        let usable = snapshot
+            .nodes
+            .get(node.0 as usize)
+            .is_some_and(|n| n.schedulable && job.may_run_on(n) && n.num_gpus() >= need);
+        let free_here = free.free_gpus_on(node);
+        if !usable || *packed || free_here >= need {
+            continue;
+        }
+        // Those that start this round first, then the fewest GPUs to move.
+        let mut holders: Vec<(usize, u32, bool)> = holders
+            .iter()
+            .filter_map(|&(i, gpus)| movable(i).map(|restart| (i, gpus, restart)))
+            .collect();
+        holders.sort_by_key(|&(i, gpus, restart)| (restart, gpus, i));
+        let mut movers = Movers {
+            node,
+            jobs: Vec::new(),
+            restarts: 0,
+            gpus: 0,
+        };
+        for (i, gpus, restart) in holders {
+            if free_here + movers.gpus >= need {
+                break;
+            }
+            movers.jobs.push(i);
+            movers.gpus += gpus;
+            movers.restarts += usize::from(restart);
+        }
+        if free_here + movers.gpus >= need {
+            candidates.push(movers);
+        }
+    }
+    candidates.sort_by_key(|m| (m.restarts, m.gpus, m.node));
+    let several_models = snapshot
+        .nodes
+        .iter()
+        .any(|n| n.gpu_tag() != snapshot.nodes[0].gpu_tag());
+    candidates.into_iter().take(NODES_TRIED).find_map(|movers| {
+        let mut trial = FreeResources::with_placements(
+            snapshot,
+            (0..snapshot.jobs.len())
+                .filter(|i| !movers.jobs.contains(i))
+                .filter_map(|i| planned(i).map(|p| (&snapshot.jobs[i], p))),
+        );
+        let placement = trial.place(job, shape, Strategy::Consolidate).ok()?;
+        let mut moves = Vec::with_capacity(movers.jobs.len());
+        for &j in &movers.jobs {
+            let other = &snapshot.jobs[j];
+            let from = planned(j)?;
+            let strategy = Tiresias::strategy(other);
+            let to = match from.tasks.iter().find(|t| !t.gpus.is_empty()) {
+                Some(task) if several_models => {
+                    let model = snapshot.nodes.get(task.node.0 as usize)?.gpu_tag();
+                    trial.place_preferring(other, from.shape(), strategy, &[model])
+                }
+                _ => trial.place(other, from.shape(), strategy),
+            }
+            .ok()?;
+            moves.push((j, to));
+        }
+        Some(Compaction {
+            placement,
+            moves,
+            free: trial,
+        })
+    })
 }

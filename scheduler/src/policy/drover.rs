@@ -7,7 +7,7 @@
 //! `README.md` for the measurements behind it.
 
 use super::common::{min_shape, non_preemptible_first};
-use super::defrag::make_room;
+use super::defrag::{compact, make_room};
 use super::elastic::{
     ElasticParams, Owed, ResizeRule, allocate, keep_unneeded_victims, place_targets_on,
 };
@@ -476,6 +476,8 @@ impl Policy for DroverPolicy {
             choice = choose_for(&targets);
             (plan, free) = place(&choice, &targets);
         }
+        // Still fragmented (the jobs in the way are ahead of it): jobs move to make one node's room.
+        compact(snapshot, &order, &targets, &mut plan, &mut free);
         keep_unneeded_victims(snapshot, &order, &mut plan, &mut free);
         if self.packing {
             let live: BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();

@@ -338,6 +338,8 @@ mod tests {
                     .map(|w| StepStats {
                         shape: Shape { ps: 1, workers: w },
                         shared: false,
+                        spread_samples: 0,
+                        spread_mean_step_s: 0.0,
                         samples: 4,
                         mean_step_s: 0.1 + 0.3 / f64::from(w) + 0.001 * f64::from(n),
                         gpu: Default::default(),

@@ -139,7 +139,8 @@ fn drover_preempts_later_jobs_on_one_node_for_a_consolidated_job() {
 }
 
 /// Running jobs the allocation leaves out, because a job ahead of them was counted in but could not
-/// be placed, keep running: preempting them frees GPUs that no one takes.
+/// be placed, keep running: preempting them frees GPUs that no one takes. (The jobs started 10 s
+/// ago, so compaction may not move them either.)
 #[test]
 fn drover_preempts_no_job_for_gpus_no_one_takes() {
     use drover_scheduler::plan::{JobPlan, WaitReason};
@@ -158,6 +159,9 @@ fn drover_preempts_no_job_for_gpus_no_one_takes() {
     for tenant in &mut snap.tenants {
         tenant.guaranteed_gpus = 4;
     }
+    for job in &mut snap.jobs[..6] {
+        job.observed.last_state_change_s = snap.now_s - 10.0;
+    }
     let plan = checked_drover_round(&snap);
     assert!(matches!(
         plan.jobs.get(&id(0)),
@@ -170,6 +174,65 @@ fn drover_preempts_no_job_for_gpus_no_one_takes() {
             plan.placement(id(k)),
             snap.jobs[k as usize - 1].placement.as_ref(),
             "job {k} is preempted for nothing"
+        );
+    }
+}
+
+/// A fragmented cluster is compacted for a job whose one worker needs a whole node: the job in the
+/// way moves to the GPU free on the other node (keeping its shape; no job is preempted), and the
+/// waiting job runs on the node it left. Jobs that started moments ago are not moved.
+#[test]
+fn drover_compacts_a_fragmented_cluster_for_a_job_that_needs_a_whole_node() {
+    use drover_scheduler::plan::{JobPlan, WaitReason};
+    // Two 2-GPU nodes, each with one of tenant b's 1-GPU jobs; both tenants are guaranteed 2 GPUs
+    // and b's jobs are ahead of a's in the order (they came first). a's job: one worker of 2 GPUs.
+    let mut whole = job(0, 1, 900.0);
+    whole.gpus_per_worker = 2;
+    whole.gpu_memory_gb = Some(24.0);
+    let mut snap = snapshot(
+        2,
+        2,
+        vec![running_1_gpu(1, 0, 0), running_1_gpu(2, 1, 1), whole],
+    );
+    for tenant in &mut snap.tenants {
+        tenant.guaranteed_gpus = 2;
+    }
+    let plan = checked_drover_round(&snap);
+    let placed = plan.placement(id(0)).expect("the 2-GPU job waits");
+    assert_eq!(placed.worker_nodes().len(), 1);
+    let node = placed.worker_nodes()[0];
+    let (stayed, moved): (Vec<u128>, Vec<u128>) = (1..=2u128)
+        .partition(|&k| plan.placement(id(k)) == snap.jobs[k as usize - 1].placement.as_ref());
+    assert_eq!((stayed.len(), moved.len()), (1, 1), "one job moves");
+    let moved_to = plan.placement(id(moved[0])).expect("the moved job runs");
+    assert_eq!(
+        moved_to.shape(),
+        snap.jobs[moved[0] as usize - 1]
+            .placement
+            .as_ref()
+            .unwrap()
+            .shape()
+    );
+    assert!(
+        moved_to.worker_nodes().iter().all(|&n| n != node),
+        "moved off the node the 2-GPU job takes"
+    );
+
+    // The same, the 1-GPU jobs having started 10 s ago: nothing moves and the job waits.
+    for job in &mut snap.jobs[..2] {
+        job.observed.last_state_change_s = snap.now_s - 10.0;
+    }
+    let plan = checked_drover_round(&snap);
+    assert!(matches!(
+        plan.jobs.get(&id(0)),
+        Some(JobPlan::Wait {
+            reason: WaitReason::Fragmented
+        })
+    ));
+    for k in 1..=2u128 {
+        assert_eq!(
+            plan.placement(id(k)),
+            snap.jobs[k as usize - 1].placement.as_ref()
         );
     }
 }

@@ -11,6 +11,8 @@ fn estimates_use_the_budget_and_speed_else_the_tenants_history() {
     j.observed.step_stats.push(StepStats {
         shape: Shape { ps: 1, workers: 2 },
         shared: false,
+        spread_samples: 0,
+        spread_mean_step_s: 0.0,
         samples: 20,
         mean_step_s: 0.5,
         gpu: Default::default(),
@@ -259,6 +261,8 @@ fn shared_finish(seen_alone: Option<f64>, seen_shared: Option<f64>) -> f64 {
         jobs[0].observed.step_stats.push(StepStats {
             shape,
             shared: false,
+            spread_samples: 0,
+            spread_mean_step_s: 0.0,
             samples: 10,
             mean_step_s: seen,
             gpu: Default::default(),
@@ -268,6 +272,8 @@ fn shared_finish(seen_alone: Option<f64>, seen_shared: Option<f64>) -> f64 {
         jobs[0].observed.step_stats.push(StepStats {
             shape,
             shared: true,
+            spread_samples: 0,
+            spread_mean_step_s: 0.0,
             samples: 10,
             mean_step_s: seen,
             gpu: Default::default(),
@@ -323,6 +329,8 @@ fn a_job_only_seen_sharing_counts_its_work_in_seconds() {
     j.observed.step_stats.push(StepStats {
         shape: j.preferred,
         shared: true,
+        spread_samples: 0,
+        spread_mean_step_s: 0.0,
         samples: 20,
         mean_step_s: 2.0,
         gpu: Default::default(),
@@ -335,6 +343,8 @@ fn a_job_only_seen_sharing_counts_its_work_in_seconds() {
     j.observed.step_stats.push(StepStats {
         shape: j.preferred,
         shared: false,
+        spread_samples: 0,
+        spread_mean_step_s: 0.0,
         samples: 5,
         mean_step_s: 1.2,
         gpu: Default::default(),
@@ -356,6 +366,8 @@ fn a_job_not_yet_measured_takes_its_speed_from_its_programs_jobs_and_says_what_i
     running.observed.step_stats.push(StepStats {
         shape: Shape { ps: 1, workers: 1 },
         shared: false,
+        spread_samples: 0,
+        spread_mean_step_s: 0.0,
         samples: 30,
         mean_step_s: 0.25,
         gpu: Default::default(),

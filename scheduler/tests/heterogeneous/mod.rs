@@ -192,6 +192,8 @@ fn measured(model: &str, workers: u32, step_s: f64) -> StepStats {
     StepStats {
         shape: Shape { ps: 1, workers },
         shared: false,
+        spread_samples: 0,
+        spread_mean_step_s: 0.0,
         samples: 5,
         mean_step_s: step_s,
         gpu: GpuModelTag::of(model),

@@ -23,6 +23,8 @@ fn start() -> ClusterSnapshot {
                     workers: gpus,
                 },
                 shared: false,
+                spread_samples: 0,
+                spread_mean_step_s: 0.0,
                 samples: 10,
                 mean_step_s: 0.1 + f64::from(n) * 0.01,
                 gpu: Default::default(),

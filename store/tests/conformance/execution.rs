@@ -23,6 +23,7 @@ pub(crate) fn metrics(key: TaskKey, step: u64, loss: f64) -> NewMetrics {
         key,
         num_ps: 0,
         num_workers: 1,
+        worker_nodes: 1,
         gpu_model: "cpu".to_owned(),
         step,
         values: vec![("loss".to_owned(), loss), ("accuracy".to_owned(), 0.5)],
@@ -244,10 +245,10 @@ pub(crate) async fn executors_register_and_lose_tasks(db: &TestDb) {
         .await
         .unwrap();
     for step in 1..=5 {
-        store
-            .record_metrics(&metrics(key, step * 100, 1.0 / step as f64))
-            .await
-            .unwrap();
+        let mut report = metrics(key, step * 100, 1.0 / step as f64);
+        // Steps 400 and 500 with the workers on two nodes.
+        report.worker_nodes = if step >= 4 { 2 } else { 1 };
+        store.record_metrics(&report).await.unwrap();
     }
     let filter = MetricFilter {
         names: vec!["loss".into()],
@@ -268,6 +269,10 @@ pub(crate) async fn executors_register_and_lose_tasks(db: &TestDb) {
         losses
             .iter()
             .all(|m| m.name == "loss" && m.num_workers == 1)
+    );
+    assert_eq!(
+        losses.iter().map(|m| m.worker_nodes).collect::<Vec<_>>(),
+        [1, 1, 2]
     );
     assert!(matches!(
         store

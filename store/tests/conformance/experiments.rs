@@ -152,6 +152,7 @@ pub(crate) async fn experiments_keep_trials_and_segments_once(db: &TestDb) {
                 key,
                 num_ps: 0,
                 num_workers: 1,
+                worker_nodes: 1,
                 gpu_model: "cpu".to_owned(),
                 step,
                 values: vec![("val_accuracy".to_owned(), value), ("loss".to_owned(), 1.0)],

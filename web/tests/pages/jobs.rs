@@ -42,6 +42,7 @@ async fn jobs_compare_side_by_side() {
                 key,
                 num_ps: 0,
                 num_workers: 1,
+                worker_nodes: 1,
                 gpu_model: "test".into(),
                 step,
                 values: vec![("loss".into(), rate.powi(step as i32))],

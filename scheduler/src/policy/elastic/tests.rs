@@ -92,6 +92,8 @@ fn a_job_given_more_than_its_fastest_shape_takes_the_shape_it_was_measured_faste
     job.observed.step_stats = vec![crate::snapshot::StepStats {
         shape: Shape { ps: 1, workers: 2 },
         shared: false,
+        spread_samples: 0,
+        spread_mean_step_s: 0.0,
         samples: 10,
         mean_step_s: 0.1,
         gpu: Default::default(),

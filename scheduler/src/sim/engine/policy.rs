@@ -36,6 +36,7 @@ impl Engine {
                 .and_then(|t| self.node_tag.get(t.node.0 as usize))
                 .copied()
                 .unwrap_or_default();
+            let spread = placement.worker_nodes().len() > 1;
             let step_s = noisy(
                 &mut self.rng,
                 1.0 / (live.rate / ckpt_factor),
@@ -47,18 +48,24 @@ impl Engine {
                 .iter_mut()
                 .find(|s| s.shape == shape && s.shared == shared && s.gpu == gpu)
             {
-                Some(stats) => {
-                    stats.samples += 1;
-                    stats.mean_step_s += (step_s - stats.mean_step_s) / f64::from(stats.samples);
+                Some(stats) => stats.add(step_s, spread),
+                None => {
+                    let mut stats = StepStats {
+                        shape,
+                        shared,
+                        samples: 0,
+                        mean_step_s: 0.0,
+                        gpu,
+                        spread_samples: 0,
+                        spread_mean_step_s: 0.0,
+                    };
+                    stats.add(step_s, spread);
+                    job.observed.step_stats.push(stats);
                 }
-                None => job.observed.step_stats.push(StepStats {
-                    shape,
-                    shared,
-                    samples: 1,
-                    mean_step_s: step_s,
-                    gpu,
-                }),
             }
+            // As the server does: from what was measured of it (the truth has no cost of spreading
+            // a gang over nodes, so only noise could set it).
+            job.consolidate = job.observed.prefers_one_node();
             let loss = noisy(&mut self.rng, truth.loss_at(live.steps), 0.05);
             job.observed.loss_samples.push((live.steps as u64, loss));
             if job.observed.loss_samples.len() > 256 {
