@@ -389,13 +389,6 @@ async fn on_metrics(
         .iter()
         .filter(|t| t.key.role == TaskRole::Worker)
         .count() as u32;
-    let mut worker_nodes: Vec<&str> = tasks
-        .iter()
-        .filter(|t| t.key.role == TaskRole::Worker)
-        .map(|t| t.node_name.as_str())
-        .collect();
-    worker_nodes.sort_unstable();
-    worker_nodes.dedup();
     let mut values: Vec<(String, f64)> = metrics
         .values
         .into_iter()
@@ -430,7 +423,7 @@ async fn on_metrics(
         key,
         num_ps: tasks.len() as u32 - num_workers,
         num_workers,
-        worker_nodes: worker_nodes.len().max(1) as u32,
+        worker_nodes: worker_nodes(&tasks),
         gpu_model: runtime.hub.gpu_model(node),
         step: metrics.step,
         values,
@@ -446,6 +439,24 @@ async fn on_metrics(
             .await?;
     }
     Ok(())
+}
+
+/// On how many nodes a generation's workers run (at least 1), without allocating: a gang is a
+/// handful of tasks, and this runs for every metrics report.
+fn worker_nodes(tasks: &[Task]) -> u32 {
+    let is_worker = |t: &&Task| t.key.role == TaskRole::Worker;
+    let distinct = tasks
+        .iter()
+        .enumerate()
+        .filter(|(i, t)| {
+            is_worker(t)
+                && !tasks[..*i]
+                    .iter()
+                    .filter(is_worker)
+                    .any(|u| u.node_name == t.node_name)
+        })
+        .count();
+    distinct.max(1) as u32
 }
 
 async fn on_checkpoint(
@@ -516,5 +527,44 @@ async fn on_checkpoint(
             Ok(())
         }
         Err(err) => refuse(runtime, node, key, err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gangs_workers_are_counted_by_node() {
+        let task = |role, index, node: &str| Task {
+            key: TaskKey {
+                job_id: JobId(uuid::Uuid::nil()),
+                generation: 1,
+                role,
+                index,
+            },
+            node_name: node.to_owned(),
+            gpus: Vec::new(),
+            cpus: 1,
+            state: TaskState::Running,
+            address: None,
+            exit_code: None,
+            exit_signal: None,
+            message: String::new(),
+            stop_requested: false,
+            updated_at: chrono::Utc::now(),
+        };
+        let (w, ps) = (TaskRole::Worker, TaskRole::Ps);
+        assert_eq!(worker_nodes(&[task(w, 0, "a"), task(w, 1, "a")]), 1);
+        // A PS shard on another node does not spread the workers.
+        assert_eq!(worker_nodes(&[task(w, 0, "a"), task(ps, 0, "b")]), 1);
+        let spread = [
+            task(w, 0, "a"),
+            task(ps, 0, "a"),
+            task(w, 1, "b"),
+            task(w, 2, "a"),
+        ];
+        assert_eq!(worker_nodes(&spread), 2);
+        assert_eq!(worker_nodes(&[]), 1);
     }
 }
