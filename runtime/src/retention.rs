@@ -12,6 +12,7 @@
 use drover_core::JobId;
 use drover_store::{MetricFilter, Scope, Store, StoreResult};
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::time::Duration;
 
 /// How long what the leader deletes is kept; `None`: forever.
@@ -173,23 +174,21 @@ async fn thin(
                         break;
                     }
                     state.cursor = Some(sample.id);
-                    match state
-                        .open
-                        .get_mut(&(sample.generation, sample.name.clone()))
-                    {
-                        Some((open, first, last)) if *open == span => {
-                            if *last != *first {
-                                doomed.push(*last);
+                    // A late sample, in a span already passed, is kept and changes nothing.
+                    match state.open.entry((sample.generation, sample.name)) {
+                        Entry::Occupied(mut entry) => {
+                            let (open, first, last) = entry.get_mut();
+                            if *open == span {
+                                if *last != *first {
+                                    doomed.push(*last);
+                                }
+                                *last = sample.id;
+                            } else if *open < span {
+                                *entry.get_mut() = (span, sample.id, sample.id);
                             }
-                            *last = sample.id;
                         }
-                        Some((open, _, _)) if *open > span => {}
-                        Some(entry) => *entry = (span, sample.id, sample.id),
-                        None => {
-                            state.open.insert(
-                                (sample.generation, sample.name),
-                                (span, sample.id, sample.id),
-                            );
+                        Entry::Vacant(entry) => {
+                            entry.insert((span, sample.id, sample.id));
                         }
                     }
                 }
