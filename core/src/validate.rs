@@ -187,6 +187,16 @@ fn validate_engine_distribution(job: &DroverJob) -> Check {
         }
         DistributedMode::Ps => {
             ensure(
+                distributed.collective.is_auto(),
+                "spec.distributed.collective",
+                || {
+                    format!(
+                        "`{}` is an all-reduce algorithm: it needs spec.distributed.mode `allreduce`",
+                        distributed.collective.as_str()
+                    )
+                },
+            )?;
+            ensure(
                 resources.workers.max == 1 || resources.ps.max >= 1,
                 "spec.resources.ps.max",
                 || {
@@ -257,6 +267,9 @@ fn validate_command_distribution(job: &DroverJob) -> Check {
     }
     if distributed.staleness != crate::spec::DEFAULT_STALENESS {
         engine_only("staleness")?;
+    }
+    if !distributed.collective.is_auto() {
+        engine_only("collective")?;
     }
     if distributed.compression != Compression::None {
         engine_only("compression")?;

@@ -17,8 +17,8 @@
 )]
 
 use drover_core::spec::{Compression, LrSchedule, OptimizerSpec, SyncMode};
+use drover_engine::dist::collective::{Algorithm, Communicator, Mesh};
 use drover_engine::dist::ps::{Shard, ShardConfig};
-use drover_engine::dist::ring::Ring;
 use drover_engine::dist::wire::{self, Hello};
 use drover_engine::dist::{Layout, PsClient};
 use std::io::{Read, Write};
@@ -257,14 +257,14 @@ fn ring(world: usize, n: usize) -> f64 {
             .map(|(rank, (listener, _))| {
                 let addresses = &addresses;
                 scope.spawn(move || {
-                    let mut ring =
-                        Ring::connect(rank, world, 1, listener, addresses, Duration::from_secs(10))
-                            .unwrap();
+                    let mesh = Mesh::connect(rank, 1, listener, addresses, Duration::from_secs(10))
+                        .unwrap();
+                    let mut ring = Communicator::new(mesh, vec![0; world]).unwrap();
                     let mut data = vec![1.0f32; n];
                     let mut best = f64::MAX;
                     for i in 0..WARMUP + STEPS {
                         let started = Instant::now();
-                        ring.allreduce(&mut data).unwrap();
+                        ring.allreduce(Some(Algorithm::Ring), &mut data).unwrap();
                         if i >= WARMUP {
                             best = best.min(started.elapsed().as_secs_f64());
                         }

@@ -237,8 +237,8 @@ impl Default for Resources {
     }
 }
 
-/// How the job's tasks work together. `mode`, `sync`, `staleness` and `compression` are the engine's
-/// (a `train` job); `launcher` is a `command` job's.
+/// How the job's tasks work together. `mode`, `sync`, `staleness`, `compression` and `collective` are
+/// the engine's (a `train` job); `launcher` is a `command` job's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Distributed {
@@ -251,6 +251,11 @@ pub struct Distributed {
     pub staleness: u32,
     #[serde(default)]
     pub compression: Compression,
+    /// An `allreduce` job's all-reduce algorithm: `auto` (the default) chooses for each message size
+    /// from the latency and bandwidth its workers measure between them when they start; the others
+    /// fix one.
+    #[serde(default, skip_serializing_if = "Collective::is_auto")]
+    pub collective: Collective,
     /// A `command` job's launcher: `torch` starts one process per GPU of each worker (one on a
     /// worker without GPUs) with the variables `torchrun` sets (`MASTER_ADDR`, `RANK`, `WORLD_SIZE`,
     /// `LOCAL_RANK`, …), `jax` one process per worker with `jax.distributed`'s (`JAX_COORDINATOR_ADDRESS`,
@@ -266,6 +271,7 @@ impl Default for Distributed {
             sync: SyncMode::default(),
             staleness: defaults::staleness(),
             compression: Compression::default(),
+            collective: Collective::default(),
             launcher: Launcher::default(),
         }
     }
@@ -324,6 +330,44 @@ impl SyncMode {
             SyncMode::Bsp => "bsp",
             SyncMode::Ssp => "ssp",
             SyncMode::Async => "async",
+        }
+    }
+}
+
+/// How an `allreduce` job's workers sum their gradients.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Collective {
+    /// The algorithm predicted fastest for each message size, from the workers' measured links.
+    #[default]
+    Auto,
+    /// Reduce-scatter then all-gather around a ring: bandwidth-optimal, `2(P−1)` steps.
+    Ring,
+    /// Reduce to one worker up a binomial tree, then broadcast down it.
+    Tree,
+    /// Recursive doubling (butterfly): `log₂P` steps exchanging the whole vector; small messages.
+    RecursiveDoubling,
+    /// Rabenseifner's reduce-scatter by recursive halving then all-gather by recursive doubling.
+    Rabenseifner,
+    /// Reduce inside each node, all-reduce among the nodes, broadcast inside each node.
+    Hierarchical,
+}
+
+impl Collective {
+    pub fn is_auto(&self) -> bool {
+        *self == Collective::Auto
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Collective::Auto => "auto",
+            Collective::Ring => "ring",
+            Collective::Tree => "tree",
+            Collective::RecursiveDoubling => "recursive_doubling",
+            Collective::Rabenseifner => "rabenseifner",
+            Collective::Hierarchical => "hierarchical",
         }
     }
 }

@@ -421,6 +421,10 @@ fn settings_that_would_be_ignored_are_refused() {
             "  distributed: {compression: {type: onebit}}\n",
             "spec.distributed.compression",
         ),
+        (
+            "  distributed: {collective: tree}\n",
+            "spec.distributed.collective",
+        ),
         ("  checkpoint: {every_steps: 100}\n", "spec.checkpoint"),
         (
             "  distributed: {launcher: torch}\n  resources: {workers: 2, ps: 1}\n",
@@ -460,6 +464,28 @@ fn settings_that_would_be_ignored_are_refused() {
     assert_eq!(error_field(&bsp_staleness), "spec.distributed.staleness");
     let ssp_staleness = example_with("sync: bsp, staleness: 4", "sync: ssp, staleness: 8");
     assert!(parse_yaml(&ssp_staleness).is_ok());
+    // An all-reduce algorithm means nothing to parameter servers; every one is an all-reduce's.
+    let ps_tree = example_with("mode: ps,", "mode: ps, collective: tree,");
+    assert_eq!(error_field(&ps_tree), "spec.distributed.collective");
+    for collective in [
+        "auto",
+        "ring",
+        "tree",
+        "recursive_doubling",
+        "rabenseifner",
+        "hierarchical",
+    ] {
+        let doc = example_with(
+            "mode: ps,",
+            &format!("mode: allreduce, collective: {collective},"),
+        )
+        .replace("ps: {min: 1, max: 2}", "ps: {min: 0, max: 0}");
+        let job = parse_yaml(&doc).unwrap();
+        assert_eq!(job.spec.distributed.collective.as_str(), collective);
+    }
+    let unknown = example_with("mode: ps,", "mode: allreduce, collective: butterfly,")
+        .replace("ps: {min: 1, max: 2}", "ps: {min: 0, max: 0}");
+    assert_eq!(error_field(&unknown), "spec.distributed.collective");
 }
 
 /// Every manifest shipped under `examples/` (the demo submits them, the docs tell users to) passes

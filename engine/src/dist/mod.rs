@@ -1,15 +1,17 @@
 //! Distributed data-parallel training: a job's tasks train one model together, either through sharded
 //! parameter servers (BSP, SSP or asynchronous; gradients optionally compressed with error feedback) or
-//! by ring all-reduce among the workers. Tasks talk over plain TCP ([`wire`]); every connection starts
-//! with the job and generation, and a PS refuses any other.
+//! by all-reduce among the workers (ring, tree, recursive doubling, Rabenseifner or hierarchical,
+//! chosen by message size from the links' measured latency and bandwidth: [`collective`]). Tasks
+//! talk over plain TCP ([`wire`]); every connection starts with the job and generation, and a PS
+//! refuses any other.
 
 mod client;
 pub mod cluster;
+pub mod collective;
 pub mod compress;
 pub mod layout;
 pub mod local;
 pub mod ps;
-pub mod ring;
 pub mod wire;
 pub mod worker;
 

@@ -1,11 +1,11 @@
 //! How a worker's gradients become the next parameters: applied locally (one worker), through the PS
-//! shards, or summed by ring all-reduce and applied by every worker alike; and the PS task itself.
+//! shards, or summed by all-reduce and applied by every worker alike; and the PS task itself.
 
 use super::client::{PsClient, Reply};
 use super::cluster::{Cluster, Role};
+use super::collective::{Algorithm, Communicator, Mesh};
 use super::layout::Layout;
 use super::ps::{self, Shard, ShardConfig};
-use super::ring::Ring;
 use super::wire::Hello;
 use crate::checkpoint::{self, ShardSlice};
 use crate::optim;
@@ -31,7 +31,12 @@ const CONTROLS: usize = 2;
 pub enum Exchange {
     Local,
     Ps(PsLink),
-    Ring { ring: Ring, flat: Vec<f32> },
+    Allreduce {
+        communicator: Box<Communicator>,
+        /// The job's fixed algorithm, or `None` to choose by size.
+        algorithm: Option<Algorithm>,
+        flat: Vec<f32>,
+    },
 }
 
 /// A worker's link to the PS shards. In SSP and async modes a step's push and pull run in the
@@ -90,9 +95,9 @@ impl PsLink {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Exchanged {
     pub lr: f64,
-    /// The job stops at this step boundary (PS `Stop`, or a worker's stop in the ring).
+    /// The job stops at this step boundary (PS `Stop`, or a worker's stop in the all-reduce).
     pub stop: bool,
-    /// The leader reached the target (ring).
+    /// The leader reached the target (all-reduce).
     pub finish: bool,
     /// Gradient bytes this worker put on the wire in this step.
     pub bytes: u64,
@@ -149,16 +154,29 @@ impl Exchange {
                 }
                 let listener = TcpListener::bind(&cluster.listen)
                     .with_context(|| format!("listening on {}", cluster.listen))?;
-                let ring = Ring::connect(
+                let addresses = &cluster.peers[..workers];
+                let mesh = Mesh::connect(
                     options.rank as usize,
-                    workers,
                     cluster.generation,
                     &listener,
-                    &cluster.peers[..workers],
+                    addresses,
                     PEER_TIMEOUT,
                 )?;
-                Ok(Exchange::Ring {
-                    ring,
+                let mut communicator =
+                    Communicator::new(mesh, Communicator::nodes_of_addresses(addresses))?;
+                let algorithm = Algorithm::from_spec(options.distributed.collective);
+                if algorithm.is_none() || algorithm == Some(Algorithm::Hierarchical) {
+                    // Every worker ends with rank 0's figures, so all choose alike.
+                    let largest =
+                        4 * (run.params.values.iter().map(Vec::len).sum::<usize>() + CONTROLS);
+                    let model = communicator
+                        .calibrate(largest)
+                        .context("measuring the links between the workers")?;
+                    tracing::debug!(?model, "all-reduce cost model");
+                }
+                Ok(Exchange::Allreduce {
+                    communicator: Box::new(communicator),
+                    algorithm,
                     flat: Vec::new(),
                 })
             }
@@ -238,13 +256,17 @@ impl Exchange {
                     bytes: link.pushed - before,
                 })
             }
-            Exchange::Ring { ring, flat } => {
+            Exchange::Allreduce {
+                communicator,
+                algorithm,
+                flat,
+            } => {
                 flat.clear();
                 for g in &grads {
                     flat.extend(g.iter().map(|x| x * share));
                 }
                 flat.extend(controls.map(|c| f32::from(u8::from(c))));
-                ring.allreduce(flat)?;
+                let used = communicator.allreduce(*algorithm, flat)?;
                 let n = flat.len() - CONTROLS;
                 let mut at = 0;
                 for g in &mut grads {
@@ -252,21 +274,20 @@ impl Exchange {
                     g.copy_from_slice(&flat[at..at + len]);
                     at += len;
                 }
-                let w = ring.world() as u64;
                 Ok(Exchanged {
                     stop: flat[n + STOP] > 0.0,
                     finish: flat[n + FINISH] > 0.0,
                     lr: run.apply(grads)?,
-                    bytes: 2 * (w - 1) * 4 * n as u64 / w,
+                    bytes: communicator.bytes_sent(used, 4 * n),
                 })
             }
         }
     }
 
     /// Whether stop and checkpoint requests are this worker's to act on alone (everywhere but the
-    /// ring, where every worker's stop is agreed through the reduction).
+    /// all-reduce, where every worker's stop is agreed through the reduction).
     pub fn agreed_stop(&self) -> bool {
-        matches!(self, Exchange::Ring { .. })
+        matches!(self, Exchange::Allreduce { .. })
     }
 
     /// Waits for a push in flight (SSP, async) and takes its parameters; returns `true` when the

@@ -4,7 +4,8 @@
 #![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
 
 use drover_core::spec::{
-    CheckpointPolicy, Compression, Distributed, DistributedMode, Launcher, SyncMode, TrainSpec,
+    CheckpointPolicy, Collective, Compression, Distributed, DistributedMode, Launcher, SyncMode,
+    TrainSpec,
 };
 use drover_engine::checkpoint;
 use drover_engine::dist::ps::{Shard, ShardConfig};
@@ -178,23 +179,38 @@ fn bsp_with_three_workers_and_two_shards_matches_one_worker() {
     assert_close(&a.optimizer, &b.optimizer, 1e-5);
 }
 
+/// Every all-reduce algorithm, and the automatic choice, trains three workers to one worker's
+/// parameters (each a job of its own: the workers join, measure their links where they choose, and
+/// sum every step's gradient).
 #[test]
-fn ring_allreduce_with_three_workers_matches_one_worker() {
+fn allreduce_with_three_workers_matches_one_worker_by_every_algorithm() {
     let spec = digits_mlp(
         serde_json::json!({"type": "adamw", "lr": 0.001, "weight_decay": 0.01}),
         20,
         20,
     );
-    let (one, three) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let one = tempfile::tempdir().unwrap();
     let (_, single) = local(&spec, one.path());
-    let ring = Distributed {
-        mode: DistributedMode::Allreduce,
-        ..Distributed::default()
-    };
-    let (_, outcome) = run_job(&spec, three.path(), 3, 0, &ring);
     let a = checkpoint::load(single.last_checkpoint.as_ref().unwrap()).unwrap();
-    let b = checkpoint::load(outcome.last_checkpoint.as_ref().unwrap()).unwrap();
-    assert_close(&a.params, &b.params, 1e-5);
+    for collective in [
+        Collective::Auto,
+        Collective::Ring,
+        Collective::Tree,
+        Collective::RecursiveDoubling,
+        Collective::Rabenseifner,
+        Collective::Hierarchical,
+    ] {
+        let three = tempfile::tempdir().unwrap();
+        let allreduce = Distributed {
+            mode: DistributedMode::Allreduce,
+            collective,
+            ..Distributed::default()
+        };
+        let (_, outcome) = run_job(&spec, three.path(), 3, 0, &allreduce);
+        let b = checkpoint::load(outcome.last_checkpoint.as_ref().unwrap()).unwrap();
+        assert_eq!(outcome.step, 20, "{}", collective.as_str());
+        assert_close(&a.params, &b.params, 1e-5);
+    }
 }
 
 /// A resize is a restart from a checkpoint at another shape: the checkpoint written by 2 shards for 3
@@ -304,6 +320,7 @@ fn ssp_bounds_staleness_with_a_slow_worker_and_converges() {
         sync: SyncMode::Ssp,
         staleness,
         compression: Compression::None,
+        collective: Default::default(),
         launcher: Launcher::None,
     };
     let dir = tempfile::tempdir().unwrap();
@@ -421,6 +438,7 @@ fn async_training_with_overlapped_pushes_converges() {
         sync: SyncMode::Async,
         staleness: 4,
         compression: Compression::None,
+        collective: Default::default(),
         launcher: Launcher::None,
     };
     let (collect, outcome) = run_job(&spec, dir.path(), 3, 2, &asynchronous);
