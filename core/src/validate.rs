@@ -184,8 +184,22 @@ fn validate_engine_distribution(job: &DroverJob) -> Check {
                     )
                 },
             )?;
+            if let Some(local) = distributed.local_sgd {
+                ensure(
+                    (1..=100_000).contains(&local.every_steps),
+                    "spec.distributed.local_sgd.every_steps",
+                    || format!("must be between 1 and 100000, got {}", local.every_steps),
+                )?;
+            }
         }
         DistributedMode::Ps => {
+            ensure(
+                distributed.local_sgd.is_none(),
+                "spec.distributed.local_sgd",
+                || {
+                    "local SGD averages the workers' parameters by all-reduce: it needs spec.distributed.mode `allreduce`".into()
+                },
+            )?;
             ensure(
                 distributed.collective.is_auto(),
                 "spec.distributed.collective",
@@ -270,6 +284,9 @@ fn validate_command_distribution(job: &DroverJob) -> Check {
     }
     if !distributed.collective.is_auto() {
         engine_only("collective")?;
+    }
+    if distributed.local_sgd.is_some() {
+        engine_only("local_sgd")?;
     }
     if distributed.compression != Compression::None {
         engine_only("compression")?;

@@ -237,8 +237,8 @@ impl Default for Resources {
     }
 }
 
-/// How the job's tasks work together. `mode`, `sync`, `staleness`, `compression` and `collective` are
-/// the engine's (a `train` job); `launcher` is a `command` job's.
+/// How the job's tasks work together. `mode`, `sync`, `staleness`, `compression`, `collective` and
+/// `local_sgd` are the engine's (a `train` job); `launcher` is a `command` job's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Distributed {
@@ -256,6 +256,11 @@ pub struct Distributed {
     /// fix one.
     #[serde(default, skip_serializing_if = "Collective::is_auto")]
     pub collective: Collective,
+    /// An `allreduce` job's local SGD: each worker steps on its own gradient and the workers average
+    /// their parameters every `every_steps` steps (and at every evaluation, checkpoint and stop),
+    /// instead of summing gradients every step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_sgd: Option<LocalSgd>,
     /// A `command` job's launcher: `torch` starts one process per GPU of each worker (one on a
     /// worker without GPUs) with the variables `torchrun` sets (`MASTER_ADDR`, `RANK`, `WORLD_SIZE`,
     /// `LOCAL_RANK`, …), `jax` one process per worker with `jax.distributed`'s (`JAX_COORDINATOR_ADDRESS`,
@@ -272,6 +277,7 @@ impl Default for Distributed {
             staleness: defaults::staleness(),
             compression: Compression::default(),
             collective: Collective::default(),
+            local_sgd: None,
             launcher: Launcher::default(),
         }
     }
@@ -332,6 +338,15 @@ impl SyncMode {
             SyncMode::Async => "async",
         }
     }
+}
+
+/// Local SGD (periodic model averaging).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LocalSgd {
+    /// Steps between two averagings of the workers' parameters (1 to 100,000; 1 averages every step).
+    #[schema(minimum = 1, maximum = 100000)]
+    pub every_steps: u32,
 }
 
 /// How an `allreduce` job's workers sum their gradients.

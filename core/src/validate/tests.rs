@@ -425,6 +425,10 @@ fn settings_that_would_be_ignored_are_refused() {
             "  distributed: {collective: tree}\n",
             "spec.distributed.collective",
         ),
+        (
+            "  distributed: {local_sgd: {every_steps: 4}}\n",
+            "spec.distributed.local_sgd",
+        ),
         ("  checkpoint: {every_steps: 100}\n", "spec.checkpoint"),
         (
             "  distributed: {launcher: torch}\n  resources: {workers: 2, ps: 1}\n",
@@ -486,6 +490,29 @@ fn settings_that_would_be_ignored_are_refused() {
     let unknown = example_with("mode: ps,", "mode: allreduce, collective: butterfly,")
         .replace("ps: {min: 1, max: 2}", "ps: {min: 0, max: 0}");
     assert_eq!(error_field(&unknown), "spec.distributed.collective");
+    // Local SGD averages by all-reduce, every 1 to 100,000 steps.
+    let ps_local = example_with("mode: ps,", "mode: ps, local_sgd: {every_steps: 4},");
+    assert_eq!(error_field(&ps_local), "spec.distributed.local_sgd");
+    let local = |every: &str| {
+        example_with(
+            "mode: ps,",
+            &format!("mode: allreduce, local_sgd: {{every_steps: {every}}},"),
+        )
+        .replace("ps: {min: 1, max: 2}", "ps: {min: 0, max: 0}")
+    };
+    let job = parse_yaml(&local("8")).unwrap();
+    assert_eq!(
+        job.spec.distributed.local_sgd.map(|l| l.every_steps),
+        Some(8)
+    );
+    assert_eq!(
+        error_field(&local("0")),
+        "spec.distributed.local_sgd.every_steps"
+    );
+    assert_eq!(
+        error_field(&local("100001")),
+        "spec.distributed.local_sgd.every_steps"
+    );
 }
 
 /// Every manifest shipped under `examples/` (the demo submits them, the docs tell users to) passes

@@ -36,7 +36,21 @@ pub enum Exchange {
         /// The job's fixed algorithm, or `None` to choose by size.
         algorithm: Option<Algorithm>,
         flat: Vec<f32>,
+        /// Local SGD's state, where the job asked for it.
+        local: Option<LocalSgd>,
     },
+}
+
+/// Local SGD: each worker steps on its own gradient; the workers average their parameters every
+/// `every` steps, at every evaluation, checkpoint and stop, and when the leader asks for it (a
+/// requested checkpoint waits for it). The stop, finish and averaging wishes are summed every step.
+#[derive(Debug)]
+pub struct LocalSgd {
+    every: u64,
+    /// This worker's parameters have moved on their own since the last averaging.
+    diverged: bool,
+    /// The leader asked for an averaging at the next step.
+    wanted: bool,
 }
 
 /// A worker's link to the PS shards. In SSP and async modes a step's push and pull run in the
@@ -178,6 +192,11 @@ impl Exchange {
                     communicator: Box::new(communicator),
                     algorithm,
                     flat: Vec::new(),
+                    local: options.distributed.local_sgd.map(|l| LocalSgd {
+                        every: u64::from(l.every_steps.max(1)),
+                        diverged: false,
+                        wanted: false,
+                    }),
                 })
             }
         }
@@ -260,6 +279,22 @@ impl Exchange {
                 communicator,
                 algorithm,
                 flat,
+                local: Some(local),
+            } => local_step(
+                communicator,
+                *algorithm,
+                flat,
+                local,
+                run,
+                grads,
+                share,
+                controls,
+            ),
+            Exchange::Allreduce {
+                communicator,
+                algorithm,
+                flat,
+                local: None,
             } => {
                 flat.clear();
                 for g in &grads {
@@ -299,21 +334,30 @@ impl Exchange {
         }
     }
 
-    /// Whether a checkpoint now would drop error-feedback residuals (compressed PS pushes since the
-    /// last flush). Call after `land`.
+    /// Whether a checkpoint now would miss something: error-feedback residuals (compressed PS
+    /// pushes since the last flush), or local SGD's parameters not averaged since they moved. Call
+    /// after `land`.
     pub fn residuals_pending(&self) -> bool {
         match self {
             Exchange::Ps(link) => link.client.as_ref().is_some_and(|c| !c.residuals_flushed()),
+            Exchange::Allreduce {
+                local: Some(local), ..
+            } => local.diverged,
             _ => false,
         }
     }
 
     /// The leader's announcement that it wants a checkpoint: every worker pushes the gradient of
     /// the run's next step flushed, so two steps from now no residual holds anything back (see
-    /// [`PsClient::announce_flush`]). Call after `land`.
+    /// [`PsClient::announce_flush`]); under local SGD the workers average at the next step. Call
+    /// after `land`.
     pub fn announce_flush(&mut self, run: &Run) -> anyhow::Result<()> {
-        if let Exchange::Ps(link) = self {
-            link.client()?.announce_flush(run.step + 1)?;
+        match self {
+            Exchange::Ps(link) => link.client()?.announce_flush(run.step + 1)?,
+            Exchange::Allreduce {
+                local: Some(local), ..
+            } => local.wanted = true,
+            _ => {}
         }
         Ok(())
     }
@@ -362,6 +406,75 @@ impl Exchange {
         }
         Ok(())
     }
+}
+
+/// A local SGD step: this worker applies its own gradient, the workers sum their stop, finish and
+/// averaging wishes, and where a boundary or a wish says so, average their parameters (each weighted
+/// by its share of the global batch, so with an averaging every step and plain SGD this is exactly
+/// the all-reduce of gradients).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the all-reduce variant's fields, borrowed apart"
+)]
+fn local_step(
+    communicator: &mut Communicator,
+    algorithm: Option<Algorithm>,
+    flat: &mut Vec<f32>,
+    local: &mut LocalSgd,
+    run: &mut Run,
+    grads: Vec<Vec<f32>>,
+    share: f32,
+    controls: [bool; CONTROLS],
+) -> anyhow::Result<Exchanged> {
+    let lr = run.apply(grads)?;
+    let step = run.step;
+    let options = run.options();
+    let boundary = step.is_multiple_of(local.every)
+        || step.is_multiple_of(options.spec.eval_every.max(1))
+        || step.is_multiple_of(options.checkpoint.every_steps.max(1))
+        || step >= run.total_steps();
+    let mut wishes = [
+        f32::from(u8::from(controls[STOP])),
+        f32::from(u8::from(controls[FINISH])),
+        f32::from(u8::from(local.wanted)),
+    ];
+    let mut bytes = 0;
+    if !boundary {
+        let used = communicator.allreduce(algorithm, &mut wishes)?;
+        bytes += communicator.bytes_sent(used, 4 * wishes.len());
+    }
+    let average = boundary || wishes.iter().any(|&w| w > 0.0);
+    if average {
+        flat.clear();
+        for values in &run.params.values {
+            flat.extend(values.iter().map(|x| x * share));
+        }
+        let n = flat.len();
+        if boundary {
+            flat.extend_from_slice(&wishes);
+        }
+        let used = communicator.allreduce(algorithm, flat)?;
+        bytes += communicator.bytes_sent(used, 4 * flat.len());
+        if boundary {
+            wishes.copy_from_slice(&flat[n..]);
+        }
+        let mut at = 0;
+        for values in &mut run.params.values {
+            let len = values.len();
+            values.copy_from_slice(&flat[at..at + len]);
+            at += len;
+        }
+        run.params.mark_stale();
+        (local.diverged, local.wanted) = (false, false);
+    } else {
+        local.diverged = true;
+    }
+    Ok(Exchanged {
+        lr,
+        stop: wishes[STOP] > 0.0,
+        finish: wishes[FINISH] > 0.0,
+        bytes,
+    })
 }
 
 fn scale(grads: &mut [Vec<f32>], factor: f32) {

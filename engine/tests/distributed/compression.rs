@@ -21,6 +21,7 @@ fn compressed_gradients_keep_accuracy_and_shrink_the_pushes() {
             staleness: 4,
             compression,
             collective: Default::default(),
+            local_sgd: None,
             launcher: Launcher::None,
         };
         let (collect, outcome) = run_job(&spec, dir.path(), 3, 1, &distributed);
@@ -96,6 +97,7 @@ fn compressed_gradients_lose_no_residual_across_a_stop_and_resume() {
         staleness: 4,
         compression: Compression::Topk { ratio: 0.01 },
         collective: Default::default(),
+        local_sgd: None,
         launcher: Launcher::None,
     };
     let job = |dir: &Path, at: u64, stop: bool, resume: Option<&Path>, generation: u64| {

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod compression;
+mod local_sgd;
 
 #[derive(Default)]
 struct Collect {
@@ -321,6 +322,7 @@ fn ssp_bounds_staleness_with_a_slow_worker_and_converges() {
         staleness,
         compression: Compression::None,
         collective: Default::default(),
+        local_sgd: None,
         launcher: Launcher::None,
     };
     let dir = tempfile::tempdir().unwrap();
@@ -439,6 +441,7 @@ fn async_training_with_overlapped_pushes_converges() {
         staleness: 4,
         compression: Compression::None,
         collective: Default::default(),
+        local_sgd: None,
         launcher: Launcher::None,
     };
     let (collect, outcome) = run_job(&spec, dir.path(), 3, 2, &asynchronous);
