@@ -2,7 +2,8 @@
 //! Each failure names the field as it appears in the document.
 
 use crate::spec::{
-    API_VERSION, Compression, DistributedMode, DroverJob, JobType, KIND, SpecError, SyncMode,
+    API_VERSION, Compression, DistributedMode, DroverJob, JobType, KIND, OptimizerSpec, SpecError,
+    SyncMode,
 };
 
 mod check;
@@ -115,6 +116,34 @@ pub fn validate(job: &DroverJob) -> Check {
                 )
             },
         )?,
+        Compression::Dgc {
+            ratio,
+            warmup_steps,
+        } => {
+            ensure(
+                ratio.is_finite() && ratio > 0.0 && ratio <= 1.0,
+                "spec.distributed.compression.ratio",
+                || format!("must be in (0, 1], got {ratio}"),
+            )?;
+            ensure(
+                warmup_steps <= 1_000_000,
+                "spec.distributed.compression.warmup_steps",
+                || format!("must be at most 1000000, got {warmup_steps}"),
+            )?;
+            // DGC's momentum correction moves the optimizer's momentum onto the workers.
+            if let Some(train) = &spec.train {
+                ensure(
+                    matches!(
+                        train.optimizer,
+                        OptimizerSpec::Sgd { momentum, nesterov: false, .. } if momentum > 0.0
+                    ),
+                    "spec.train.optimizer",
+                    || {
+                        "`dgc` applies the optimizer's momentum on the workers: it needs `sgd` with a momentum above 0 and without nesterov (without momentum, use `topk`)".into()
+                    },
+                )?;
+            }
+        }
         Compression::None | Compression::Onebit => {}
     }
     let scheduling = &spec.scheduling;

@@ -105,6 +105,7 @@ fn ps_step(names: &[String], sizes: &[usize]) -> f64 {
                         &hello,
                         layout,
                         &Compression::None,
+                        0.0,
                         Duration::from_secs(10),
                     )
                     .unwrap();

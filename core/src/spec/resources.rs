@@ -406,6 +406,16 @@ pub enum Compression {
         #[schema(minimum = 2, maximum = 8)]
         bits: u32,
     },
+    /// Deep Gradient Compression: top-k of an accumulated velocity (the `sgd` optimizer's momentum
+    /// applied on each worker, masked where sent), the kept fraction warming up from 25% to `ratio`
+    /// over `warmup_steps`; local clipping by `grad_clip_norm`.
+    Dgc {
+        #[schema(exclusive_minimum = 0, maximum = 1)]
+        ratio: f64,
+        #[serde(default)]
+        #[schema(minimum = 0, maximum = 1000000)]
+        warmup_steps: u32,
+    },
 }
 
 /// Read through a copy whose variants without parameters are empty structs: serde skips other keys
@@ -417,15 +427,31 @@ impl<'de> Deserialize<'de> for Compression {
         #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
         enum Document {
             None {},
-            Topk { ratio: f64 },
+            Topk {
+                ratio: f64,
+            },
             Onebit {},
-            Qsgd { bits: u32 },
+            Qsgd {
+                bits: u32,
+            },
+            Dgc {
+                ratio: f64,
+                #[serde(default)]
+                warmup_steps: u32,
+            },
         }
         Ok(match Document::deserialize(deserializer)? {
             Document::None {} => Compression::None,
             Document::Topk { ratio } => Compression::Topk { ratio },
             Document::Onebit {} => Compression::Onebit,
             Document::Qsgd { bits } => Compression::Qsgd { bits },
+            Document::Dgc {
+                ratio,
+                warmup_steps,
+            } => Compression::Dgc {
+                ratio,
+                warmup_steps,
+            },
         })
     }
 }

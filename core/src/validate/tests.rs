@@ -382,6 +382,43 @@ fn combinations_are_checked() {
         "compression: {type: qsgd, bits: 9}",
     );
     assert_eq!(error_field(&nine_bits), "spec.distributed.compression.bits");
+    // DGC moves an `sgd` optimizer's momentum onto the workers: it needs one with momentum.
+    let dgc = example_with(
+        "compression: {type: none}",
+        "compression: {type: dgc, ratio: 0.01, warmup_steps: 100}",
+    );
+    let with_optimizer = |optimizer: &str| {
+        let doc = dgc.clone();
+        let start = doc.find("optimizer:").unwrap();
+        let end = start + doc[start..].find('\n').unwrap();
+        format!("{}optimizer: {optimizer}{}", &doc[..start], &doc[end..])
+    };
+    assert_eq!(error_field(&dgc), "spec.train.optimizer");
+    assert!(parse_yaml(&with_optimizer("{type: sgd, lr: 0.1, momentum: 0.9}")).is_ok());
+    assert_eq!(
+        error_field(&with_optimizer("{type: sgd, lr: 0.1}")),
+        "spec.train.optimizer"
+    );
+    assert_eq!(
+        error_field(&with_optimizer(
+            "{type: sgd, lr: 0.1, momentum: 0.9, nesterov: true}"
+        )),
+        "spec.train.optimizer"
+    );
+    assert_eq!(
+        error_field(
+            &with_optimizer("{type: sgd, lr: 0.1, momentum: 0.9}")
+                .replace("warmup_steps: 100", "warmup_steps: 2000000")
+        ),
+        "spec.distributed.compression.warmup_steps"
+    );
+    assert_eq!(
+        error_field(
+            &with_optimizer("{type: sgd, lr: 0.1, momentum: 0.9}")
+                .replace("ratio: 0.01", "ratio: 0")
+        ),
+        "spec.distributed.compression.ratio"
+    );
     let no_stop = example_with("max_steps: 5000", "eval_every: 10");
     assert!(parse_yaml(&no_stop).is_err());
     let heads = "apiVersion: drover.dev/v1\nkind: DroverJob\nmetadata: {name: lm}\nspec:\n  type: train\n  \

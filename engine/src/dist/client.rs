@@ -86,6 +86,7 @@ impl PsClient {
         hello: &Hello,
         layout: Layout,
         compression: &Compression,
+        momentum: f32,
         within: Duration,
     ) -> anyhow::Result<PsClient> {
         if addresses.len() != layout.shards.len() {
@@ -123,7 +124,7 @@ impl PsClient {
                         u64::from(hello.rank) << 32 | k as u64,
                         0xC0_4E55 ^ hello.generation,
                     );
-                    Some(Compressor::new(scheme.clone(), &lens, rng))
+                    Some(Compressor::new(scheme.clone(), &lens, rng, momentum))
                 }
             };
             conns.push(Conn {

@@ -5,10 +5,15 @@
 //! - top-k: per slice `k: u32`, `k` indices (`u32`), `k` values (`f32`) — the largest `ratio` by magnitude;
 //! - 1-bit sign: per slice a scale (`f32`, the mean magnitude) and one bit per element;
 //! - QSGD-style: per slice a scale (`f32`, the largest magnitude) and `bits` bits per element (a sign and
-//!   `bits − 1` bits of level), rounded stochastically so the decoded value is unbiased.
+//!   `bits − 1` bits of level), rounded stochastically so the decoded value is unbiased;
+//! - Deep Gradient Compression (Lin et al., ICLR 2018): top-k's encoding of an accumulated velocity —
+//!   each worker keeps `u ← m·u + g` (the `sgd` optimizer's momentum, which the shards then leave out)
+//!   and accumulates `v ← v + u`, sends the largest entries of `v` and zeroes them in both `v` and `u`
+//!   (momentum factor masking); the kept fraction starts at 25% and falls exponentially to `ratio` over
+//!   `warmup_steps`. Local gradient clipping is the worker's `grad_clip_norm`, applied before.
 
 use crate::rng::Rng;
-use drover_core::spec::Compression;
+use drover_core::spec::{Compression, OptimizerSpec};
 use std::io;
 
 /// Encoding tags carried in a push frame's flags.
@@ -20,10 +25,47 @@ pub const QSGD: u32 = 3;
 pub fn tag(compression: &Compression) -> u32 {
     match compression {
         Compression::None => RAW,
-        Compression::Topk { .. } => TOPK,
+        Compression::Topk { .. } | Compression::Dgc { .. } => TOPK,
         Compression::Onebit => ONEBIT,
         Compression::Qsgd { .. } => QSGD,
     }
+}
+
+/// The momentum a worker applies itself under `compression` (DGC's: the `sgd` optimizer's), 0 for
+/// the others.
+pub fn worker_momentum(compression: &Compression, optimizer: &OptimizerSpec) -> f32 {
+    match (compression, optimizer) {
+        (Compression::Dgc { .. }, OptimizerSpec::Sgd { momentum, .. }) => *momentum as f32,
+        _ => 0.0,
+    }
+}
+
+/// The optimizer the PS shards apply under `compression`: DGC's workers apply the momentum, so the
+/// shards' `sgd` goes without it.
+pub fn shard_optimizer(compression: &Compression, optimizer: &OptimizerSpec) -> OptimizerSpec {
+    match (compression, optimizer) {
+        (
+            Compression::Dgc { .. },
+            OptimizerSpec::Sgd {
+                lr, weight_decay, ..
+            },
+        ) => OptimizerSpec::Sgd {
+            lr: *lr,
+            momentum: 0.0,
+            nesterov: false,
+            weight_decay: *weight_decay,
+        },
+        _ => optimizer.clone(),
+    }
+}
+
+/// DGC's kept fraction at `step`: 25% falling exponentially to `ratio` over `warmup` steps.
+pub fn dgc_ratio(ratio: f64, warmup: u32, step: u64) -> f64 {
+    const START: f64 = 0.25;
+    if ratio >= START || step >= u64::from(warmup) {
+        return ratio;
+    }
+    START * (ratio / START).powf(step as f64 / f64::from(warmup))
 }
 
 /// One worker's compressor for one shard's slices: the scheme, the residuals, the rounding RNG.
@@ -34,15 +76,29 @@ pub struct Compressor {
     rng: Rng,
     /// Scratch for top-k selection.
     order: Vec<u32>,
+    /// DGC: the momentum and each slice's velocity `u` (empty for the other schemes).
+    momentum: f32,
+    velocity: Vec<Vec<f32>>,
+    /// Gradients encoded so far (DGC's warm-up counts them).
+    encoded: u64,
 }
 
 impl Compressor {
-    pub fn new(scheme: Compression, slice_lens: &[usize], rng: Rng) -> Self {
+    /// `momentum`: what [`worker_momentum`] gives for the job (DGC's; ignored by the others).
+    pub fn new(scheme: Compression, slice_lens: &[usize], rng: Rng, momentum: f32) -> Self {
+        let dgc = matches!(scheme, Compression::Dgc { .. });
         Self {
-            scheme,
             residual: slice_lens.iter().map(|&n| vec![0.0; n]).collect(),
+            velocity: if dgc {
+                slice_lens.iter().map(|&n| vec![0.0; n]).collect()
+            } else {
+                Vec::new()
+            },
+            scheme,
             rng,
             order: Vec::new(),
+            momentum,
+            encoded: 0,
         }
     }
 
@@ -57,14 +113,30 @@ impl Compressor {
     /// a restart or a resize (which starts from zero residuals) drops nothing.
     pub fn encode(&mut self, slices: &[&[f32]], flush: bool, out: &mut Vec<u8>) -> u32 {
         out.clear();
+        let momentum = self.momentum;
         for (i, &grad) in slices.iter().enumerate() {
             let acc = &mut self.residual[i];
-            for (a, &g) in acc.iter_mut().zip(grad) {
-                *a += g;
+            let mut velocity = self.velocity.get_mut(i);
+            match velocity.as_deref_mut() {
+                // DGC's momentum correction: the velocity accumulates, not the raw gradient.
+                Some(velocity) => {
+                    for ((a, u), &g) in acc.iter_mut().zip(velocity.iter_mut()).zip(grad) {
+                        *u = momentum * *u + g;
+                        *a += *u;
+                    }
+                }
+                None => {
+                    for (a, &g) in acc.iter_mut().zip(grad) {
+                        *a += g;
+                    }
+                }
             }
             if flush {
                 out.extend_from_slice(bytemuck::cast_slice(acc));
                 acc.fill(0.0);
+                if let Some(velocity) = velocity {
+                    velocity.fill(0.0);
+                }
                 continue;
             }
             match self.scheme {
@@ -72,23 +144,41 @@ impl Compressor {
                     out.extend_from_slice(bytemuck::cast_slice(acc));
                     acc.fill(0.0);
                 }
-                Compression::Topk { ratio } => topk(acc, ratio, &mut self.order, out),
+                Compression::Topk { ratio } => {
+                    topk(acc, ratio, &mut self.order, out);
+                }
                 Compression::Onebit => onebit(acc, out),
                 Compression::Qsgd { bits } => qsgd(acc, bits, &mut self.rng, out),
+                Compression::Dgc {
+                    ratio,
+                    warmup_steps,
+                } => {
+                    let kept = dgc_ratio(ratio, warmup_steps, self.encoded);
+                    let k = topk(acc, kept, &mut self.order, out);
+                    // Momentum factor masking: what was sent stops carrying momentum.
+                    if let Some(velocity) = velocity {
+                        for &j in &self.order[..k] {
+                            velocity[j as usize] = 0.0;
+                        }
+                    }
+                }
             }
         }
+        self.encoded += 1;
         if flush { RAW } else { self.tag() }
     }
 }
 
-fn topk(acc: &mut [f32], ratio: f64, order: &mut Vec<u32>, out: &mut Vec<u8>) {
+/// Encodes the largest `ratio` of `acc` by magnitude and zeroes them there; returns how many, whose
+/// indices are then `order[..k]`.
+fn topk(acc: &mut [f32], ratio: f64, order: &mut Vec<u32>, out: &mut Vec<u8>) -> usize {
     let n = acc.len();
     let k = ((n as f64 * ratio).ceil() as usize)
         .clamp(1, n.max(1))
         .min(n);
     out.extend_from_slice(&(k as u32).to_le_bytes());
     if k == 0 {
-        return;
+        return 0;
     }
     order.clear();
     order.extend(0..n as u32);
@@ -106,6 +196,7 @@ fn topk(acc: &mut [f32], ratio: f64, order: &mut Vec<u32>, out: &mut Vec<u8>) {
         out.extend_from_slice(&acc[i as usize].to_le_bytes());
         acc[i as usize] = 0.0;
     }
+    k
 }
 
 fn onebit(acc: &mut [f32], out: &mut Vec<u8>) {
@@ -288,7 +379,7 @@ mod tests {
             .map(|&n| (0..n).map(|_| rng.normal()).collect())
             .collect();
         let lens: Vec<usize> = grads.iter().map(Vec::len).collect();
-        let mut c = Compressor::new(scheme, &lens, Rng::seed(9));
+        let mut c = Compressor::new(scheme, &lens, Rng::seed(9), 0.9);
         let mut out = Vec::new();
         let slices: Vec<&[f32]> = grads.iter().map(Vec::as_slice).collect();
         let tag = c.encode(&slices, false, &mut out);
@@ -331,12 +422,71 @@ mod tests {
         assert_eq!(bytes, 3 * 4 + 500 + 19 + 1);
     }
 
+    /// DGC: the velocity accumulates (`u ← m·u + g`, `v ← v + u`), the largest of `v` go out and stop
+    /// carrying momentum, and the kept fraction warms up from 25%.
+    #[test]
+    fn dgc_corrects_momentum_masks_what_it_sent_and_warms_up() {
+        assert_eq!(dgc_ratio(0.01, 100, 0), 0.25);
+        assert!((dgc_ratio(0.01, 100, 50) - 0.05).abs() < 1e-12);
+        assert_eq!(dgc_ratio(0.01, 100, 100), 0.01);
+        assert_eq!(dgc_ratio(0.5, 100, 0), 0.5);
+        let scheme = Compression::Dgc {
+            ratio: 0.1,
+            warmup_steps: 0,
+        };
+        let mut c = Compressor::new(scheme, &[10], Rng::seed(1), 0.5);
+        let g: Vec<f32> = (1..=10).map(|i| i as f32).collect();
+        let mut out = Vec::new();
+        let mut sent = vec![0.0f32; 10];
+        // Step 1: u = g, v = g; the largest (10) goes out.
+        c.encode(&[&g], false, &mut out);
+        decode(TOPK, 0, &out, &mut [&mut sent]).unwrap();
+        assert_eq!(sent[9], 10.0);
+        assert_eq!((c.velocity[0][9], c.residual[0][9]), (0.0, 0.0));
+        assert_eq!((c.velocity[0][8], c.residual[0][8]), (9.0, 9.0));
+        // Step 2: u = 0.5·9 + 9 = 13.5 at index 8, v = 9 + 13.5 = 22.5, which goes out; index 9's
+        // momentum was masked, so u = 10 and v = 10 there.
+        c.encode(&[&g], false, &mut out);
+        decode(TOPK, 0, &out, &mut [&mut sent]).unwrap();
+        assert_eq!(sent[8], 22.5);
+        assert_eq!((c.velocity[0][9], c.residual[0][9]), (10.0, 10.0));
+        // A flush sends all of v and clears the velocity too.
+        assert_eq!(c.encode(&[&g], true, &mut out), RAW);
+        assert!(
+            c.velocity[0]
+                .iter()
+                .chain(&c.residual[0])
+                .all(|&x| x == 0.0)
+        );
+        // The shards leave the momentum to the workers.
+        let sgd = OptimizerSpec::Sgd {
+            lr: 0.1,
+            momentum: 0.9,
+            nesterov: false,
+            weight_decay: 0.0,
+        };
+        let dgc = Compression::Dgc {
+            ratio: 0.01,
+            warmup_steps: 10,
+        };
+        assert_eq!(worker_momentum(&dgc, &sgd), 0.9);
+        assert_eq!(
+            worker_momentum(&Compression::Topk { ratio: 0.01 }, &sgd),
+            0.0
+        );
+        assert!(matches!(
+            shard_optimizer(&dgc, &sgd),
+            OptimizerSpec::Sgd { momentum, .. } if momentum == 0.0
+        ));
+        assert_eq!(shard_optimizer(&Compression::None, &sgd), sgd);
+    }
+
     /// A flush sends the residual and the gradient uncompressed and leaves nothing behind, so the
     /// two pushes together deliver both gradients whole.
     #[test]
     fn a_flush_delivers_everything_the_residual_held() {
         let grads: Vec<f32> = (0..100).map(|i| (i as f32 - 50.0) / 7.0).collect();
-        let mut c = Compressor::new(Compression::Topk { ratio: 0.05 }, &[100], Rng::seed(1));
+        let mut c = Compressor::new(Compression::Topk { ratio: 0.05 }, &[100], Rng::seed(1), 0.0);
         let mut out = Vec::new();
         assert_eq!(c.encode(&[&grads], false, &mut out), TOPK);
         let mut first = vec![0.0f32; 100];

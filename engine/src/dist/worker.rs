@@ -4,6 +4,7 @@
 use super::client::{PsClient, Reply};
 use super::cluster::{Cluster, Role};
 use super::collective::{Algorithm, Communicator, Mesh};
+use super::compress;
 use super::layout::Layout;
 use super::ps::{self, Shard, ShardConfig};
 use super::wire::Hello;
@@ -152,6 +153,10 @@ impl Exchange {
                     &hello,
                     layout,
                     &options.distributed.compression,
+                    compress::worker_momentum(
+                        &options.distributed.compression,
+                        &options.spec.optimizer,
+                    ),
                     PEER_TIMEOUT,
                 )?;
                 Ok(Exchange::Ps(PsLink {
@@ -525,7 +530,10 @@ pub fn serve_shard(
         sync: options.distributed.sync,
         staleness: options.distributed.staleness,
         compression: options.distributed.compression.clone(),
-        optimizer: options.spec.optimizer.clone(),
+        optimizer: compress::shard_optimizer(
+            &options.distributed.compression,
+            &options.spec.optimizer,
+        ),
         lr_schedule: options.spec.lr_schedule.clone(),
         total_steps: run.total_steps(),
         schedule_steps: run.schedule_steps(),

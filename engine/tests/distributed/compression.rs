@@ -1,7 +1,25 @@
-//! Compressed gradients (top-k, sign, QSGD) with error feedback: accuracy kept while the pushes
+//! Compressed gradients (top-k, sign, QSGD, DGC) with error feedback: accuracy kept while the pushes
 //! shrink, and no residual lost when a job stops and resumes from a checkpoint.
 
 use super::*;
+
+/// 2,000 steps of `spec` with 3 workers and one shard under `compression`: the last test accuracy,
+/// and how many times fewer bytes than raw values the pushes took in steps 1801-1900 (the last
+/// window before the final checkpoint, whose step is pushed uncompressed, the residuals flushed
+/// into it).
+fn accuracy_and_ratio(spec: &TrainSpec, compression: Compression) -> (f64, f64) {
+    let params: f64 = (64 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10) as f64;
+    let dir = tempfile::tempdir().unwrap();
+    let distributed = Distributed {
+        mode: DistributedMode::Ps,
+        compression,
+        ..Distributed::default()
+    };
+    let (collect, outcome) = run_job(spec, dir.path(), 3, 1, &distributed);
+    assert_eq!(outcome.step, 2000);
+    let ratio = 4.0 * params / collect.at(1900, "grad_bytes_per_step");
+    (collect.last("val_accuracy"), ratio)
+}
 
 /// 2,000 steps of the example MLP with 3 workers: each compression scheme stays within 1.5 points of
 /// the uncompressed run's test accuracy while pushing far fewer bytes.
@@ -12,25 +30,7 @@ fn compressed_gradients_keep_accuracy_and_shrink_the_pushes() {
         2000,
         2000,
     );
-    let params: f64 = (64 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10) as f64;
-    let run = |compression: Compression| {
-        let dir = tempfile::tempdir().unwrap();
-        let distributed = Distributed {
-            mode: DistributedMode::Ps,
-            sync: SyncMode::Bsp,
-            staleness: 4,
-            compression,
-            collective: Default::default(),
-            local_sgd: None,
-            launcher: Launcher::None,
-        };
-        let (collect, outcome) = run_job(&spec, dir.path(), 3, 1, &distributed);
-        assert_eq!(outcome.step, 2000);
-        // Steps 1801-1900: the last window before the final checkpoint, whose step is pushed
-        // uncompressed (the residuals flushed into it).
-        let ratio = 4.0 * params / collect.at(1900, "grad_bytes_per_step");
-        (collect.last("val_accuracy"), ratio)
-    };
+    let run = |compression: Compression| accuracy_and_ratio(&spec, compression);
     let (baseline, raw) = run(Compression::None);
     assert!(
         (raw - 1.0).abs() < 1e-9,
@@ -52,6 +52,32 @@ fn compressed_gradients_keep_accuracy_and_shrink_the_pushes() {
         );
         assert!(ratio >= min_ratio, "{scheme:?}: only {ratio:.1}x");
     }
+}
+
+/// Deep Gradient Compression against the same job uncompressed, both with SGD and momentum 0.9
+/// (under DGC the workers apply it and the shard does not): 2,000 steps, 3 workers.
+#[test]
+fn deep_gradient_compression_keeps_accuracy_within_half_a_point() {
+    let spec = digits_mlp(
+        serde_json::json!({"type": "sgd", "lr": 0.05, "momentum": 0.9}),
+        2000,
+        2000,
+    );
+    let run = |compression: Compression| accuracy_and_ratio(&spec, compression);
+    let (baseline, _) = run(Compression::None);
+    let (accuracy, ratio) = run(Compression::Dgc {
+        ratio: 0.01,
+        warmup_steps: 200,
+    });
+    eprintln!(
+        "DGC 1%: accuracy {accuracy:.4} (uncompressed {baseline:.4}), {ratio:.1}x fewer bytes"
+    );
+    assert!(baseline >= 0.95, "uncompressed: {baseline:.4}");
+    assert!(
+        accuracy >= baseline - 0.005,
+        "DGC {accuracy:.4} vs {baseline:.4}"
+    );
+    assert!(ratio >= 20.0, "only {ratio:.1}x");
 }
 
 /// Asks for a stop (or a checkpoint) when the leader reports a given step.
