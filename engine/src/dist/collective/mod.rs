@@ -23,6 +23,8 @@ use std::time::Instant;
 const PING_SIZES: [usize; 5] = [256, 64 << 10, 1 << 20, 4 << 20, 16 << 20];
 /// From this size on, every pair also exchanges at once to measure how transfers slow each other.
 const BUSY_FROM: usize = 1 << 20;
+/// How many message sizes a communicator remembers its plan for.
+const PLANS: usize = 4;
 /// Bytes summed to time γ.
 const SUM_BYTES: usize = 1 << 20;
 /// "Nothing shared", inside a measured curve (finite, so interpolation stays finite).
@@ -55,9 +57,10 @@ pub struct Communicator {
     leaders: Vec<usize>,
     leader_me: Option<usize>,
     model: Option<CostModel>,
-    /// The last size planned for: its automatic choice and the leaders' algorithm (a job sums
-    /// gradients of one size every step; predicting costs allocations).
-    planned: Option<(usize, Algorithm, Algorithm)>,
+    /// The last few sizes planned for, newest last: each one's automatic choice and the leaders'
+    /// algorithm (a job sums messages of one or two sizes every step — under local SGD its
+    /// wishes and its parameters — and predicting costs allocations).
+    planned: Vec<(usize, Algorithm, Algorithm)>,
     scratch: Vec<f32>,
 }
 
@@ -86,7 +89,7 @@ impl Communicator {
             leader_me,
             mesh,
             model: None,
-            planned: None,
+            planned: Vec::with_capacity(PLANS),
             scratch: Vec::new(),
         })
     }
@@ -122,7 +125,7 @@ impl Communicator {
     /// Uses `model` for the automatic choice (it must be the same on every rank).
     pub fn set_model(&mut self, model: CostModel) {
         self.model = Some(model);
-        self.planned = None;
+        self.planned.clear();
     }
 
     /// The algorithm the automatic choice takes for `bytes` (the ring before any model).
@@ -134,11 +137,9 @@ impl Communicator {
     }
 
     /// The automatic choice for `bytes` and the leaders' algorithm inside a hierarchical
-    /// all-reduce, remembered for the last size asked.
+    /// all-reduce, remembered for the last [`PLANS`] sizes asked.
     fn plan(&mut self, bytes: usize) -> (Algorithm, Algorithm) {
-        if let Some((size, choice, inner)) = self.planned
-            && size == bytes
-        {
+        if let Some(&(_, choice, inner)) = self.planned.iter().find(|p| p.0 == bytes) {
             return (choice, inner);
         }
         let inner = match &self.model {
@@ -146,7 +147,10 @@ impl Communicator {
             None => Algorithm::Ring,
         };
         let choice = self.choose(bytes);
-        self.planned = Some((bytes, choice, inner));
+        if self.planned.len() == PLANS {
+            self.planned.remove(0);
+        }
+        self.planned.push((bytes, choice, inner));
         (choice, inner)
     }
 
