@@ -75,6 +75,20 @@ impl Optimizer {
 
     /// One update of every parameter with its gradient, at learning rate `lr`.
     pub fn step(&mut self, params: &mut [Vec<f32>], grads: &[Vec<f32>], lr: f32) {
+        self.step_part(params, grads, lr, 0..params.len());
+    }
+
+    /// One update of the parameters `part` (indices) with their gradients, the others left as
+    /// they are (a pipeline stage updates its own layers; `grads` outside `part` are not read).
+    /// Every state buffer is kept for every parameter, so the state of any part can be read or
+    /// replaced ([`Optimizer::buffers_mut`]).
+    pub fn step_part(
+        &mut self,
+        params: &mut [Vec<f32>],
+        grads: &[Vec<f32>],
+        lr: f32,
+        part: std::ops::Range<usize>,
+    ) {
         match self {
             Optimizer::Sgd {
                 momentum,
@@ -85,10 +99,16 @@ impl Optimizer {
                 let (momentum, nesterov, wd) = (*momentum, *nesterov, *weight_decay);
                 let first = buffers.is_empty();
                 if first && momentum != 0.0 {
-                    *buffers = grads.iter().map(|g| vec![0.0; g.len()]).collect();
+                    *buffers = params.iter().map(|p| vec![0.0; p.len()]).collect();
                 }
                 let decay = wd != 0.0;
-                for (i, (p, g)) in params.iter_mut().zip(grads).enumerate() {
+                for (i, (p, g)) in params
+                    .iter_mut()
+                    .zip(grads)
+                    .enumerate()
+                    .take(part.end)
+                    .skip(part.start)
+                {
                     if momentum == 0.0 {
                         p.par_chunks_mut(CHUNK)
                             .zip(g.par_chunks(CHUNK))
@@ -133,6 +153,8 @@ impl Optimizer {
                     .zip(grads)
                     .zip(m.iter_mut())
                     .zip(v.iter_mut())
+                    .take(part.end)
+                    .skip(part.start)
                 {
                     let k = [decay, b1, b2, step_size, sqrt_c2, eps];
                     p.par_chunks_mut(CHUNK)
@@ -142,6 +164,19 @@ impl Optimizer {
                         .for_each(|(((p, g), m), v)| adamw_pass(p, g, m, v, k));
                 }
             }
+        }
+    }
+
+    /// The state buffers of parameter `tensor` (SGD's momentum, once it has one; AdamW's two
+    /// moments), for copying a part of the state between workers.
+    pub fn buffers_mut(&mut self, tensor: usize) -> Vec<&mut Vec<f32>> {
+        match self {
+            Optimizer::Sgd { buffers, .. } => buffers.get_mut(tensor).into_iter().collect(),
+            Optimizer::AdamW { m, v, .. } => m
+                .get_mut(tensor)
+                .into_iter()
+                .chain(v.get_mut(tensor))
+                .collect(),
         }
     }
 
@@ -278,19 +313,27 @@ pub fn learning_rate(base: f64, schedule: &LrSchedule, step: u64, total_steps: u
 
 /// Scales the gradients so their global L2 norm is at most `max_norm`; returns the norm before.
 pub fn clip_global_norm(grads: &mut [Vec<f32>], max_norm: f64) -> f64 {
-    let norm = grads
-        .iter()
-        .flat_map(|g| g.iter())
-        .map(|&x| f64::from(x) * f64::from(x))
-        .sum::<f64>()
-        .sqrt();
-    if norm > max_norm {
-        let scale = (max_norm / (norm + 1e-6)) as f32;
+    let norm = squared_norm(grads).sqrt();
+    if let Some(scale) = clip_scale(norm, max_norm) {
         for g in grads.iter_mut().flat_map(|g| g.iter_mut()) {
             *g *= scale;
         }
     }
     norm
+}
+
+/// The sum of the squares of every gradient value.
+pub fn squared_norm(grads: &[Vec<f32>]) -> f64 {
+    grads
+        .iter()
+        .flat_map(|g| g.iter())
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum::<f64>()
+}
+
+/// The factor [`clip_global_norm`] scales a gradient of global norm `norm` by, if it clips it.
+pub fn clip_scale(norm: f64, max_norm: f64) -> Option<f32> {
+    (norm > max_norm).then(|| (max_norm / (norm + 1e-6)) as f32)
 }
 
 vectorised! {

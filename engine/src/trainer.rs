@@ -239,6 +239,61 @@ impl Run {
         }
     }
 
+    /// Values in one sample of `samples` as [`Run::gradients`] counts them: a language model's
+    /// sequence counts each of its tokens.
+    pub fn values_per_sample(&self) -> usize {
+        self.context().max(1)
+    }
+
+    /// The transformer's sizes, when the model is one a pipeline can split.
+    pub fn transformer(&self) -> Option<models::TransformerShape> {
+        self.model.transformer()
+    }
+
+    /// Part `part` of `parts` of the next global batch of sequences, with what a hand-written stage
+    /// computes on it (a pipeline replica's share: every stage of it draws the same).
+    pub fn text_part(&mut self, part: usize, parts: usize) -> anyhow::Result<TextPart<'_>> {
+        let batch = self.options.spec.batch_size as usize;
+        let context = self.context();
+        let Data::Text(t) = &self.data else {
+            bail!("pipeline stages train language models on text datasets");
+        };
+        let rows = self.sampler.next(batch, part, parts);
+        let (tokens, targets) = &mut self.batch_tokens;
+        text_windows(&t.train, &rows, context, tokens, targets);
+        Ok(TextPart {
+            params: &self.params,
+            tokens,
+            targets,
+            rng: &mut self.rng,
+        })
+    }
+
+    /// Applies the gradients of the parameters `part` (indices; the others' are not read) at this
+    /// step's learning rate, as every worker running that part does; advances the step.
+    pub fn apply_part(&mut self, grads: &[Vec<f32>], part: std::ops::Range<usize>) -> f64 {
+        let lr = optim::learning_rate(
+            self.base_lr,
+            &self.options.spec.lr_schedule,
+            self.step,
+            self.schedule_steps(),
+        );
+        let optimizer = &mut self.optimizer;
+        let values = &mut self.params.values;
+        on_pool(|| optimizer.step_part(values, grads, lr as f32, part));
+        self.params.mark_stale();
+        self.step += 1;
+        lr
+    }
+
+    /// Parameter `tensor`'s values and its optimizer state buffers, to be sent or replaced whole.
+    pub fn tensor_mut(&mut self, tensor: usize) -> (&mut Vec<f32>, Vec<&mut Vec<f32>>) {
+        (
+            &mut self.params.values[tensor],
+            self.optimizer.buffers_mut(tensor),
+        )
+    }
+
     /// Computes this worker's gradients on its share of the next global batch; returns the loss, the
     /// correct predictions, the samples and the gradients (not yet applied).
     pub fn gradients(&mut self) -> anyhow::Result<(f64, usize, usize, Vec<Vec<f32>>)> {
@@ -447,6 +502,16 @@ fn text_batch(
 /// the pool and the wake-up of a sleeping caller, about 15 µs apiece here, two dozen times a step.
 fn on_pool<R: Send>(op: impl FnOnce() -> R + Send) -> R {
     rayon::scope(|_| op())
+}
+
+/// A pipeline replica's sequences for one step (`[rows, context]` each, row-major), with the
+/// parameters and the dropout draws a stage computes with.
+#[derive(Debug)]
+pub struct TextPart<'a> {
+    pub params: &'a Params,
+    pub tokens: &'a [u32],
+    pub targets: &'a [u32],
+    pub rng: &'a mut Rng,
 }
 
 /// What a running training is asked from outside (signals): stop (after a checkpoint), or checkpoint

@@ -1,6 +1,6 @@
 //! The training loop every task runs, at any shape: gradients from the run, an exchange (local, PS
-//! shards or ring) turning them into the next parameters, and the leader's metrics, validation,
-//! checkpoints, target and stop handling.
+//! shards or all-reduce) turning them into the next parameters — or a pipeline stage's step doing
+//! both — and the leader's metrics, validation, checkpoints, target and stop handling.
 
 use crate::dist::worker::{Exchange, Exchanged};
 use crate::dist::{self, Cluster, Role};
@@ -135,7 +135,25 @@ pub fn train(
                 stop: false,
                 finish: false,
                 bytes: 0,
+                bubble: None,
             }
+        } else if let Exchange::Pipeline(pipeline) = &mut exchange {
+            let started = Instant::now();
+            let controls = [requests.stop.load(Ordering::Relaxed), reached_target];
+            let stepped = pipeline.step(&mut run, controls)?;
+            window.add(
+                stepped.loss,
+                stepped.correct,
+                stepped.samples,
+                stepped.exchanged.bytes,
+                started.elapsed().saturating_sub(stepped.busy),
+            );
+            if let Some((idle, wall)) = stepped.exchanged.bubble {
+                window.idle += idle;
+                window.wall += wall;
+            }
+            window.held = window.held.max(stepped.held);
+            stepped.exchanged
         } else {
             let started = Instant::now();
             let (loss, correct, samples, grads) = run.gradients()?;
@@ -263,6 +281,11 @@ struct Window {
     steps: u64,
     bytes: u64,
     exchange: Duration,
+    /// A pipeline's idle and wall time, summed over its workers (seconds).
+    idle: f64,
+    wall: f64,
+    /// The most micro-batches the leader's stage held at once.
+    held: usize,
     start: Instant,
 }
 
@@ -275,6 +298,9 @@ impl Default for Window {
             steps: 0,
             bytes: 0,
             exchange: Duration::ZERO,
+            idle: 0.0,
+            wall: 0.0,
+            held: 0,
             start: Instant::now(),
         }
     }
@@ -308,6 +334,11 @@ impl Window {
         if distributed {
             values.push(("comm_time_ms", 1000.0 * self.exchange.as_secs_f64() / steps));
             values.push(("grad_bytes_per_step", self.bytes as f64 / steps));
+        }
+        if self.wall > 0.0 {
+            // The fraction of the stages' time spent waiting for each other (and the wire).
+            values.push(("pipeline_bubble", self.idle / self.wall));
+            values.push(("pipeline_micro_batches_held", self.held as f64));
         }
         values
     }

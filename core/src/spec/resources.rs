@@ -261,6 +261,10 @@ pub struct Distributed {
     /// instead of summing gradients every step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_sgd: Option<LocalSgd>,
+    /// An `allreduce` job's model parallelism: its workers form `workers / stages` replicas of a
+    /// pipeline whose stages each run a consecutive part of the `charlm` transformer's layers.
+    #[serde(default, skip_serializing_if = "Parallelism::is_data_only")]
+    pub parallelism: Parallelism,
     /// A `command` job's launcher: `torch` starts one process per GPU of each worker (one on a
     /// worker without GPUs) with the variables `torchrun` sets (`MASTER_ADDR`, `RANK`, `WORLD_SIZE`,
     /// `LOCAL_RANK`, …), `jax` one process per worker with `jax.distributed`'s (`JAX_COORDINATOR_ADDRESS`,
@@ -278,6 +282,7 @@ impl Default for Distributed {
             compression: Compression::default(),
             collective: Collective::default(),
             local_sgd: None,
+            parallelism: Parallelism::default(),
             launcher: Launcher::default(),
         }
     }
@@ -347,6 +352,80 @@ pub struct LocalSgd {
     /// Steps between two averagings of the workers' parameters (1 to 100,000; 1 averages every step).
     #[schema(minimum = 1, maximum = 100000)]
     pub every_steps: u32,
+}
+
+/// How a job's model is split among its workers besides data parallelism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Parallelism {
+    /// Pipeline parallelism: consecutive layers on consecutive workers, micro-batches streaming.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<Pipeline>,
+    /// Tensor parallelism's degree (each layer's weights split across this many workers). Only 1
+    /// (none) is accepted until it is built.
+    #[serde(default = "defaults::tensor", skip_serializing_if = "defaults::is_one")]
+    #[schema(minimum = 1, maximum = 1)]
+    pub tensor: u32,
+}
+
+impl Default for Parallelism {
+    fn default() -> Self {
+        Parallelism {
+            pipeline: None,
+            tensor: defaults::tensor(),
+        }
+    }
+}
+
+impl Parallelism {
+    pub fn is_data_only(&self) -> bool {
+        *self == Parallelism::default()
+    }
+
+    /// Workers in one replica of the model (a pipeline's stages; 1 without one).
+    pub fn stages(&self) -> u32 {
+        self.pipeline.map_or(1, |p| p.stages)
+    }
+}
+
+/// A pipeline: the model's layers split into `stages` (each worker of a replica runs one), the
+/// batch of each step into `micro_batches` streaming through them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Pipeline {
+    /// Stages (2 to 64, at most the model's layers); the job's workers are a multiple of it.
+    #[schema(minimum = 2, maximum = 64)]
+    pub stages: u32,
+    /// Micro-batches a replica's share of each step's batch is split into (1 to 1,024, at most its
+    /// sequences). More shrink the pipeline's bubble, `(stages − 1)/(micro_batches + stages − 1)`.
+    #[schema(minimum = 1, maximum = 1024)]
+    pub micro_batches: u32,
+    #[serde(default)]
+    pub schedule: PipelineSchedule,
+}
+
+/// The order a stage runs its micro-batches' forward and backward passes in.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema, JsonSchema,
+)]
+pub enum PipelineSchedule {
+    /// PipeDream-flush's one-forward-one-backward: after `stages − stage − 1` forwards a stage
+    /// alternates, so at most `stages` micro-batches' activations are held, not all of them.
+    #[default]
+    #[serde(rename = "1f1b")]
+    OneFOneB,
+    /// GPipe: every micro-batch forward, then every one backward.
+    #[serde(rename = "gpipe")]
+    Gpipe,
+}
+
+impl PipelineSchedule {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PipelineSchedule::OneFOneB => "1f1b",
+            PipelineSchedule::Gpipe => "gpipe",
+        }
+    }
 }
 
 /// How an `allreduce` job's workers sum their gradients.

@@ -41,6 +41,38 @@ pub fn run_job(
     reporter: &mut (dyn Reporter + Send),
     requests: &Requests,
 ) -> anyhow::Result<Outcome> {
+    run_job_on(
+        options, workers, ps, generation, resume, reporter, requests, None,
+    )
+}
+
+/// [`run_job`], each task computing on a thread pool of its own of `threads` threads when given
+/// (as separate processes would; benchmarks use it), on the shared pool otherwise.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "run_job's arguments and the pool size"
+)]
+pub fn run_job_on(
+    options: &TrainOptions,
+    workers: u32,
+    ps: u32,
+    generation: u64,
+    resume: Option<&Path>,
+    reporter: &mut (dyn Reporter + Send),
+    requests: &Requests,
+    threads: Option<usize>,
+) -> anyhow::Result<Outcome> {
+    let pools = match threads {
+        Some(n) => (0..workers + ps)
+            .map(|_| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .build()
+                    .map(Some)
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        None => (0..workers + ps).map(|_| None).collect(),
+    };
     let peers = free_addresses((workers + ps) as usize)?;
     std::thread::scope(|scope| {
         let mut leader = None;
@@ -66,14 +98,20 @@ pub fn run_job(
                 peers: peers.clone(),
                 listen: peers[task as usize].clone(),
             });
+            let pool = pools[task as usize].as_ref();
             if task == 0 {
                 let reporter = reporter.take();
-                leader = Some(scope.spawn(move || match reporter {
-                    Some(r) => train(options, r, requests),
-                    None => train(options, &mut Quiet, requests),
+                leader = Some(scope.spawn(move || {
+                    on_pool(pool, move || match reporter {
+                        Some(r) => train(options, r, requests),
+                        None => train(options, &mut Quiet, requests),
+                    })
                 }));
             } else {
-                others.push(scope.spawn(move || train(options, &mut Quiet, requests)));
+                others
+                    .push(scope.spawn(move || {
+                        on_pool(pool, move || train(options, &mut Quiet, requests))
+                    }));
             }
         }
         for task in others {
@@ -85,4 +123,12 @@ pub fn run_job(
             .join()
             .map_err(|_| anyhow::anyhow!("the leader's thread panicked"))?
     })
+}
+
+/// Runs `op` on `pool` when there is one, else here.
+fn on_pool<R: Send>(pool: Option<&rayon::ThreadPool>, op: impl FnOnce() -> R + Send) -> R {
+    match pool {
+        Some(pool) => pool.install(op),
+        None => op(),
+    }
 }

@@ -5,7 +5,9 @@ use super::client::{PsClient, Reply};
 use super::cluster::{Cluster, Role};
 use super::collective::{Algorithm, Communicator, Mesh};
 use super::compress;
+pub use super::exchanged::Exchanged;
 use super::layout::Layout;
+use super::pipeline::Pipeline;
 use super::ps::{self, Shard, ShardConfig};
 use super::wire::Hello;
 use crate::checkpoint::{self, ShardSlice};
@@ -40,6 +42,8 @@ pub enum Exchange {
         /// Local SGD's state, where the job asked for it.
         local: Option<LocalSgd>,
     },
+    /// A pipeline stage ([`Pipeline`]); its steps are [`Pipeline::step`], not [`Exchange::step`].
+    Pipeline(Box<Pipeline>),
 }
 
 /// Local SGD: each worker steps on its own gradient; the workers average their parameters every
@@ -104,18 +108,6 @@ impl PsLink {
         self.incoming = incoming;
         Ok(Some(reply))
     }
-}
-
-/// What happened at a step's exchange.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Exchanged {
-    pub lr: f64,
-    /// The job stops at this step boundary (PS `Stop`, or a worker's stop in the all-reduce).
-    pub stop: bool,
-    /// The leader reached the target (all-reduce).
-    pub finish: bool,
-    /// Gradient bytes this worker put on the wire in this step.
-    pub bytes: u64,
 }
 
 impl Exchange {
@@ -184,6 +176,7 @@ impl Exchange {
                 let mut communicator =
                     Communicator::new(mesh, Communicator::nodes_of_addresses(addresses))?;
                 let algorithm = Algorithm::from_spec(options.distributed.collective);
+                let pipeline = options.distributed.parallelism.pipeline;
                 if algorithm.is_none() || algorithm == Some(Algorithm::Hierarchical) {
                     // Every worker ends with rank 0's figures, so all choose alike.
                     let largest =
@@ -192,6 +185,17 @@ impl Exchange {
                         .calibrate(largest)
                         .context("measuring the links between the workers")?;
                     tracing::debug!(?model, "all-reduce cost model");
+                }
+                if let Some(pipeline) = pipeline {
+                    if options.distributed.local_sgd.is_some() {
+                        bail!("a pipeline does not combine with local SGD");
+                    }
+                    return Ok(Exchange::Pipeline(Box::new(Pipeline::new(
+                        run,
+                        pipeline,
+                        communicator,
+                        algorithm,
+                    )?)));
                 }
                 Ok(Exchange::Allreduce {
                     communicator: Box::new(communicator),
@@ -227,7 +231,8 @@ impl Exchange {
         samples: usize,
         controls: [bool; CONTROLS],
     ) -> anyhow::Result<Exchanged> {
-        let batch = run.options().spec.batch_size as f32;
+        // `samples` counts a sequence's every token: so does the batch here.
+        let batch = (run.options().spec.batch_size as usize * run.values_per_sample()) as f32;
         let share = samples as f32 / batch;
         match self {
             Exchange::Local => Ok(Exchanged {
@@ -235,6 +240,7 @@ impl Exchange {
                 stop: false,
                 finish: false,
                 bytes: 0,
+                bubble: None,
             }),
             Exchange::Ps(link) => {
                 // The shards apply the optimizer; a clip bound applies to this worker's gradient.
@@ -278,7 +284,11 @@ impl Exchange {
                     stop: reply == Reply::Stop,
                     finish: false,
                     bytes: link.pushed - before,
+                    bubble: None,
                 })
+            }
+            Exchange::Pipeline(_) => {
+                bail!("a pipeline stage steps through Pipeline::step, not Exchange::step")
             }
             Exchange::Allreduce {
                 communicator,
@@ -319,6 +329,7 @@ impl Exchange {
                     finish: flat[n + FINISH] > 0.0,
                     lr: run.apply(grads)?,
                     bytes: communicator.bytes_sent(used, 4 * n),
+                    bubble: None,
                 })
             }
         }
@@ -327,7 +338,7 @@ impl Exchange {
     /// Whether stop and checkpoint requests are this worker's to act on alone (everywhere but the
     /// all-reduce, where every worker's stop is agreed through the reduction).
     pub fn agreed_stop(&self) -> bool {
-        matches!(self, Exchange::Allreduce { .. })
+        matches!(self, Exchange::Allreduce { .. } | Exchange::Pipeline(_))
     }
 
     /// Waits for a push in flight (SSP, async) and takes its parameters; returns `true` when the
@@ -348,6 +359,7 @@ impl Exchange {
             Exchange::Allreduce {
                 local: Some(local), ..
             } => local.diverged,
+            Exchange::Pipeline(pipeline) => pipeline.diverged(),
             _ => false,
         }
     }
@@ -362,6 +374,7 @@ impl Exchange {
             Exchange::Allreduce {
                 local: Some(local), ..
             } => local.wanted = true,
+            Exchange::Pipeline(pipeline) => pipeline.want_gather(),
             _ => {}
         }
         Ok(())
@@ -479,6 +492,7 @@ fn local_step(
         stop: wishes[STOP] > 0.0,
         finish: wishes[FINISH] > 0.0,
         bytes,
+        bubble: None,
     })
 }
 

@@ -119,6 +119,19 @@ impl CharLm {
         })
     }
 
+    /// The sizes the hand-written step and pipeline stages work with.
+    fn shape(&self) -> Shape {
+        Shape {
+            first_param: self.first_param,
+            layers: self.blocks.len(),
+            heads: self.heads,
+            d: self.d_model,
+            context: self.context,
+            vocab: self.vocab,
+            dropout: self.dropout,
+        }
+    }
+
     fn attention(&self, block: &Block, x: &Tensor, mask: &Tensor) -> Result<Tensor> {
         let (b, t, d) = x.dims3()?;
         let hd = d / self.heads;
@@ -158,16 +171,12 @@ impl Model for CharLm {
         rng: &mut Rng,
         grads: &mut Vec<Vec<f32>>,
     ) -> Option<Result<BatchLoss>> {
-        let shape = Shape {
-            first_param: self.first_param,
-            layers: self.blocks.len(),
-            heads: self.heads,
-            d: self.d_model,
-            context: self.context,
-            vocab: self.vocab,
-            dropout: self.dropout,
-        };
+        let shape = self.shape();
         Some(self.step.run(&shape, params, tokens, targets, rng, grads))
+    }
+
+    fn transformer(&self) -> Option<Shape> {
+        Some(self.shape())
     }
 
     fn forward(&self, input: &Tensor, train: bool, rng: &mut Rng) -> Result<Tensor> {

@@ -2,6 +2,7 @@
 //! where a model has one, its hand-written training step on the parameter buffers.
 
 use super::loss::BatchLoss;
+use super::transformer::shape::Shape;
 use crate::params::Params;
 use crate::rng::Rng;
 use candle_core::{Result, Tensor};
@@ -42,6 +43,12 @@ pub trait Model: std::fmt::Debug + Send {
         _rng: &mut Rng,
         _grads: &mut Vec<Vec<f32>>,
     ) -> Option<Result<BatchLoss>> {
+        None
+    }
+
+    /// The transformer's sizes, where the model is one a pipeline can split into stages
+    /// ([`super::Stage`]).
+    fn transformer(&self) -> Option<Shape> {
         None
     }
 }

@@ -124,6 +124,7 @@ fn compressed_gradients_lose_no_residual_across_a_stop_and_resume() {
         compression: Compression::Topk { ratio: 0.01 },
         collective: Default::default(),
         local_sgd: None,
+        parallelism: Default::default(),
         launcher: Launcher::None,
     };
     let job = |dir: &Path, at: u64, stop: bool, resume: Option<&Path>, generation: u64| {

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 mod compression;
 mod local_sgd;
+mod pipeline;
 
 #[derive(Default)]
 struct Collect {
@@ -323,6 +324,7 @@ fn ssp_bounds_staleness_with_a_slow_worker_and_converges() {
         compression: Compression::None,
         collective: Default::default(),
         local_sgd: None,
+        parallelism: Default::default(),
         launcher: Launcher::None,
     };
     let dir = tempfile::tempdir().unwrap();
@@ -442,6 +444,7 @@ fn async_training_with_overlapped_pushes_converges() {
         compression: Compression::None,
         collective: Default::default(),
         local_sgd: None,
+        parallelism: Default::default(),
         launcher: Launcher::None,
     };
     let (collect, outcome) = run_job(&spec, dir.path(), 3, 2, &asynchronous);

@@ -114,6 +114,11 @@ impl Communicator {
         self.mesh.world()
     }
 
+    /// Each rank's node (equal ids share a node).
+    pub fn node_of(&self) -> &[usize] {
+        &self.node_of
+    }
+
     pub fn shape(&self) -> &Shape {
         &self.shape
     }
@@ -191,6 +196,50 @@ impl Communicator {
             flat => flat_allreduce(flat, &mut self.mesh, &self.all, me, data, &mut self.scratch)?,
         }
         Ok(algorithm)
+    }
+
+    /// Replaces `data` on each of `members` (ranks, this worker among them, in the same order on
+    /// each) by their element-wise sum, by `algorithm` when it is a flat one, else by the flat
+    /// algorithm the model predicts fastest for a group shaped `shape` (the ring before any
+    /// model); returns the algorithm used. A pipeline's replicas of one stage sum their gradients
+    /// with it.
+    pub fn allreduce_among(
+        &mut self,
+        members: &[usize],
+        shape: &Shape,
+        algorithm: Option<Algorithm>,
+        data: &mut [f32],
+    ) -> anyhow::Result<Algorithm> {
+        let me = members
+            .iter()
+            .position(|&r| r == self.rank())
+            .ok_or_else(|| anyhow::anyhow!("worker {} is not in {members:?}", self.rank()))?;
+        let algorithm = match algorithm {
+            Some(Algorithm::Hierarchical) | None => match &self.model {
+                Some(model) => match cost::choose(model, shape, (data.len() * 4) as f64) {
+                    Algorithm::Hierarchical => Algorithm::Ring,
+                    flat => flat,
+                },
+                None => Algorithm::Ring,
+            },
+            Some(flat) => flat,
+        };
+        if members.len() > 1 {
+            flat_allreduce(
+                algorithm,
+                &mut self.mesh,
+                members,
+                me,
+                data,
+                &mut self.scratch,
+            )?;
+        }
+        Ok(algorithm)
+    }
+
+    /// The point-to-point connections to the other workers.
+    pub fn mesh(&mut self) -> &mut Mesh {
+        &mut self.mesh
     }
 
     /// The bytes a worker sends on average in an all-reduce of `bytes` by `algorithm`.
