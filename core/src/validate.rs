@@ -7,11 +7,13 @@ use crate::spec::{
 };
 
 mod check;
+mod parallelism;
 mod train;
 
 pub use crate::document::{MAX_LABELS, MAX_NAME_PREFIX};
 pub use crate::spec::{MAX_PS, MAX_WORKERS, TARGET_METRICS};
 use check::{Check, ensure, fail};
+use parallelism::validate_parallelism;
 use train::validate_train;
 
 /// Largest GPUs a worker may ask for (the largest task counts are beside their fields, in `spec`).
@@ -289,103 +291,6 @@ fn validate_engine_distribution(job: &DroverJob) -> Check {
             },
         )
     }
-}
-
-/// A pipeline's shape against the job's: an `allreduce` job of the `charlm` transformer, a fixed
-/// number of workers that is a multiple of the stages, at least a layer per stage and a sequence per
-/// micro-batch. Tensor parallelism is refused until it is built.
-fn validate_parallelism(job: &DroverJob) -> Check {
-    let distributed = &job.spec.distributed;
-    let parallelism = distributed.parallelism;
-    ensure(
-        parallelism.tensor == 1,
-        "spec.distributed.parallelism.tensor",
-        || {
-            format!(
-                "tensor parallelism is not built yet: only 1 is accepted, got {}",
-                parallelism.tensor
-            )
-        },
-    )?;
-    let Some(pipeline) = parallelism.pipeline else {
-        return Ok(());
-    };
-    let field = "spec.distributed.parallelism.pipeline";
-    ensure(
-        distributed.mode == DistributedMode::Allreduce,
-        field,
-        || {
-            "a pipeline's replicas sum their gradients by all-reduce: it needs spec.distributed.mode `allreduce`".into()
-        },
-    )?;
-    ensure(distributed.local_sgd.is_none(), field, || {
-        "a pipeline does not combine with spec.distributed.local_sgd; remove one".into()
-    })?;
-    ensure(
-        (2..=64).contains(&pipeline.stages),
-        &format!("{field}.stages"),
-        || format!("must be between 2 and 64, got {}", pipeline.stages),
-    )?;
-    ensure(
-        (1..=1024).contains(&pipeline.micro_batches),
-        &format!("{field}.micro_batches"),
-        || format!("must be between 1 and 1024, got {}", pipeline.micro_batches),
-    )?;
-    let layers = match job.spec.train.as_ref().map(|t| &t.model) {
-        Some(crate::spec::ModelSpec::Charlm { layers, .. }) => *layers,
-        _ => {
-            return fail(
-                field,
-                "pipeline stages split the `charlm` transformer's layers: other models cannot be split yet",
-            );
-        }
-    };
-    ensure(
-        pipeline.stages <= layers,
-        &format!("{field}.stages"),
-        || {
-            format!(
-                "{} stages for a model of {layers} layers: every stage needs at least one",
-                pipeline.stages
-            )
-        },
-    )?;
-    let workers = job.spec.resources.workers;
-    ensure(
-        workers.min == workers.max && workers.max.is_multiple_of(pipeline.stages),
-        "spec.resources.workers",
-        || {
-            format!(
-                "a pipeline of {} stages needs a fixed multiple of {} workers (one per stage in each replica), got {}",
-                pipeline.stages,
-                pipeline.stages,
-                if workers.min == workers.max {
-                    workers.max.to_string()
-                } else {
-                    format!(
-                        "{{min: {}, max: {}}}: elastic pipeline jobs are not sized yet",
-                        workers.min, workers.max
-                    )
-                }
-            )
-        },
-    )?;
-    let replicas = workers.max / pipeline.stages;
-    if let Some(train) = &job.spec.train {
-        ensure(
-            u64::from(train.batch_size) >= u64::from(replicas) * u64::from(pipeline.micro_batches),
-            &format!("{field}.micro_batches"),
-            || {
-                format!(
-                    "{} micro-batches in each of {replicas} replicas need a batch_size of at least {}, got {}",
-                    pipeline.micro_batches,
-                    u64::from(replicas) * u64::from(pipeline.micro_batches),
-                    train.batch_size
-                )
-            },
-        )?;
-    }
-    Ok(())
 }
 
 /// A `command` job's program does its own communication: of `distributed` only the launcher

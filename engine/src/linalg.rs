@@ -166,6 +166,29 @@ pub fn matmul(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
     product(MatMut::row_major(dst, m, n), a, b, accumulate, parallelism);
 }
 
+/// [`matmul`] into any writable view (columns of a wider matrix, say), on rayon's pool.
+///
+/// # Panics
+/// When the shapes do not agree (a bug in the caller's shapes).
+pub fn matmul_into(dst: MatMut<'_>, a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
+    assert_eq!(
+        (a.cols, dst.rows, dst.cols),
+        (b.rows, a.rows, b.cols),
+        "a {}×{} · {}×{} product into {}×{}",
+        a.rows,
+        a.cols,
+        b.rows,
+        b.cols,
+        dst.rows,
+        dst.cols
+    );
+    let parallelism = match rayon::current_num_threads() {
+        1 => gemm::Parallelism::None,
+        threads => gemm::Parallelism::Rayon(threads),
+    };
+    product(dst, a, b, accumulate, parallelism);
+}
+
 /// [`matmul`] into any writable view, on the calling thread alone: for many small products that the
 /// caller runs in parallel itself (attention's, one per sequence and head).
 ///

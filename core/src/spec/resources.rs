@@ -261,8 +261,9 @@ pub struct Distributed {
     /// instead of summing gradients every step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_sgd: Option<LocalSgd>,
-    /// An `allreduce` job's model parallelism: its workers form `workers / stages` replicas of a
-    /// pipeline whose stages each run a consecutive part of the `charlm` transformer's layers.
+    /// An `allreduce` job's model parallelism (the `charlm` transformer): its workers form
+    /// `workers / (stages × tensor)` replicas of a pipeline whose stages each run a consecutive part
+    /// of the layers, each stage's blocks split among `tensor` workers.
     #[serde(default, skip_serializing_if = "Parallelism::is_data_only")]
     pub parallelism: Parallelism,
     /// A `command` job's launcher: `torch` starts one process per GPU of each worker (one on a
@@ -361,10 +362,10 @@ pub struct Parallelism {
     /// Pipeline parallelism: consecutive layers on consecutive workers, micro-batches streaming.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<Pipeline>,
-    /// Tensor parallelism's degree (each layer's weights split across this many workers). Only 1
-    /// (none) is accepted until it is built.
+    /// Tensor parallelism's degree: each block's heads and MLP columns split among this many
+    /// workers of a stage (1 to 64, dividing the `charlm` model's heads), Megatron-LM's way.
     #[serde(default = "defaults::tensor", skip_serializing_if = "defaults::is_one")]
-    #[schema(minimum = 1, maximum = 1)]
+    #[schema(minimum = 1, maximum = 64)]
     pub tensor: u32,
 }
 
@@ -382,9 +383,14 @@ impl Parallelism {
         *self == Parallelism::default()
     }
 
-    /// Workers in one replica of the model (a pipeline's stages; 1 without one).
+    /// A pipeline's stages (1 without one).
     pub fn stages(&self) -> u32 {
         self.pipeline.map_or(1, |p| p.stages)
+    }
+
+    /// Workers in one replica of the model: stages × tensor degree.
+    pub fn workers_per_replica(&self) -> u32 {
+        self.stages() * self.tensor
     }
 }
 

@@ -1,12 +1,15 @@
-//! Pipeline parallelism for the character transformer: a job's workers form `workers / stages`
-//! replicas, each a pipeline whose stage `s` runs the `s`-th consecutive part of the layers (the
-//! first with the embeddings, the last with the head and loss). Each step a replica splits its share
-//! of the global batch into micro-batches that stream through the stages — activations forward,
-//! their gradients back, point to point between neighbouring stages only — in GPipe's order (all
-//! forwards, then all backwards) or the one-forward-one-backward order (at most `stages − s`
-//! micro-batches in flight at stage `s` instead of all of them). The replicas of a stage then sum
-//! that stage's gradients by all-reduce, and each worker updates its own stage's parameters and
-//! optimizer state only.
+//! Model parallelism for the character transformer: pipeline stages and tensor-parallel groups. A
+//! job's workers form `workers / (stages × tensor)` replicas, each a pipeline whose stage `s` runs the
+//! `s`-th consecutive part of the layers (the first with the embeddings, the last with the head and
+//! loss), each stage run by a group of `tensor` workers that split its blocks' heads and MLP columns
+//! ([`Split`]; Megatron-LM's column and row split, the group summing each branch). Each step a
+//! replica splits its share of the global batch into micro-batches that stream through the stages —
+//! activations forward, their gradients back, point to point between the same worker of neighbouring
+//! stages' groups — in GPipe's order (all forwards, then all backwards) or the
+//! one-forward-one-backward order (at most `stages − s` micro-batches in flight at stage `s` instead
+//! of all of them). Every worker of a stage, in every replica, then sums that stage's gradient by
+//! all-reduce (a tensor-parallel worker brings its part of what the group splits), and each updates
+//! its own stage's parameters and optimizer state only.
 //!
 //! Every worker holds the whole model's buffers, but only its stage's are current between
 //! gathers: at every evaluation, checkpoint, stop and finish (and when the leader asks) the other
@@ -18,11 +21,12 @@
 use super::collective::cost::{self, Shape};
 use super::collective::{Algorithm, Communicator};
 use super::exchanged::Exchanged;
-use crate::models::{Stage, TransformerShape};
+use crate::models::{Reducer, Split, Stage, TransformerShape};
 use crate::optim;
+use crate::rng::Rng;
 use crate::trainer::Run;
 use anyhow::{Context, bail};
-use drover_core::spec::{Pipeline as PipelineSpec, PipelineSchedule};
+use drover_core::spec::{Parallelism, PipelineSchedule};
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
@@ -78,6 +82,33 @@ fn hand_over(
     }
 }
 
+/// A tensor-parallel group's sums, over the job's mesh; counts the bytes this worker sends.
+struct TensorSum<'a> {
+    communicator: &'a mut Communicator,
+    members: &'a [usize],
+    shape: &'a Shape,
+    algorithm: Option<Algorithm>,
+    bytes: &'a mut u64,
+}
+
+impl Reducer for TensorSum<'_> {
+    fn sum(&mut self, data: &mut [f32]) -> candle_core::Result<()> {
+        if self.members.len() < 2 {
+            return Ok(());
+        }
+        let used = self
+            .communicator
+            .allreduce_among(self.members, self.shape, self.algorithm, data)
+            .map_err(|e| {
+                candle_core::Error::Msg(format!("summing over the tensor-parallel group: {e:#}"))
+            })?;
+        *self.bytes +=
+            cost::bytes_per_worker(used, Algorithm::Ring, self.shape, (data.len() * 4) as f64)
+                as u64;
+        Ok(())
+    }
+}
+
 /// Indices of the values summed over every worker each step.
 const STOP: usize = 0;
 const FINISH: usize = 1;
@@ -98,11 +129,16 @@ pub struct Pipeline {
     stage: usize,
     replica: usize,
     replicas: usize,
+    /// This worker's place in its stage's tensor-parallel group.
+    split: Split,
     micro: usize,
     schedule: Vec<Op>,
-    /// The ranks running this stage, one per replica, and the shape of their group.
+    /// The ranks running this stage (every replica's tensor-parallel group), and their shape.
     group: Vec<usize>,
     group_shape: Shape,
+    /// The ranks of this worker's tensor-parallel group, and their shape.
+    tensor_group: Vec<usize>,
+    tensor_shape: Shape,
     model: Stage,
     /// The parameters this stage owns (indices), and every stage's (the leader gathers them).
     owned: Range<usize>,
@@ -137,23 +173,27 @@ pub struct Stepped {
 }
 
 impl Pipeline {
-    /// This worker's stage of `spec`'s pipeline, over the job's `communicator`.
+    /// This worker's part of the model as `parallelism` splits it, over the job's `communicator`.
+    /// Rank `r` is worker `r mod tensor` of the tensor-parallel group of stage
+    /// `(r div tensor) mod stages` of replica `r div (stages × tensor)`.
     pub fn new(
         run: &Run,
-        spec: PipelineSpec,
+        parallelism: Parallelism,
         communicator: Communicator,
         algorithm: Option<Algorithm>,
     ) -> anyhow::Result<Pipeline> {
         let Some(shape) = run.transformer() else {
             bail!(
-                "pipeline stages split the charlm transformer's layers: this model cannot be split"
+                "pipeline stages and tensor splits divide the charlm transformer: this model cannot be split"
             );
         };
         let (world, rank) = (communicator.world(), communicator.rank());
-        let stages = spec.stages as usize;
-        if stages < 2 || !world.is_multiple_of(stages) {
+        let stages = parallelism.stages() as usize;
+        let tensor = parallelism.tensor as usize;
+        let per_replica = stages * tensor;
+        if per_replica < 2 || !world.is_multiple_of(per_replica) {
             bail!(
-                "a pipeline of {stages} stages needs a multiple of {stages} workers, not {world}"
+                "{stages} stages × tensor {tensor} need a multiple of {per_replica} workers, not {world}"
             );
         }
         if stages > shape.layers {
@@ -162,9 +202,13 @@ impl Pipeline {
                 shape.layers
             );
         }
-        let replicas = world / stages;
-        let (stage, replica) = (rank % stages, rank / stages);
-        let micro = spec.micro_batches as usize;
+        let replicas = world / per_replica;
+        let split = Split {
+            rank: rank % tensor,
+            size: tensor,
+        };
+        let (stage, replica) = (rank / tensor % stages, rank / per_replica);
+        let micro = parallelism.pipeline.map_or(1, |p| p.micro_batches as usize);
         let batch = run.options().spec.batch_size as usize;
         if micro == 0 || batch < replicas * micro {
             bail!(
@@ -172,14 +216,24 @@ impl Pipeline {
                 replicas * micro
             );
         }
-        let group: Vec<usize> = (0..replicas).map(|r| r * stages + stage).collect();
         let node_of = communicator.node_of();
-        let group_shape = Shape::of(&group.iter().map(|&r| node_of[r]).collect::<Vec<_>>());
+        let shape_of =
+            |ranks: &[usize]| Shape::of(&ranks.iter().map(|&r| node_of[r]).collect::<Vec<_>>());
+        let group: Vec<usize> = (0..replicas)
+            .flat_map(|r| (0..tensor).map(move |t| r * per_replica + stage * tensor + t))
+            .collect();
+        let tensor_group: Vec<usize> = (0..tensor)
+            .map(|t| replica * per_replica + stage * tensor + t)
+            .collect();
+        let (group_shape, tensor_shape) = (shape_of(&group), shape_of(&tensor_group));
         let layers = stage_layers(shape.layers, stages, stage);
-        let model = Stage::new(shape, layers);
+        let model = Stage::new(shape, layers, split)?;
         let stage_params = (0..stages)
             .map(|s| shape.stage_params(&stage_layers(shape.layers, stages, s)))
             .collect();
+        let kind = parallelism
+            .pipeline
+            .map_or(PipelineSchedule::OneFOneB, |p| p.schedule);
         Ok(Pipeline {
             communicator: Box::new(communicator),
             algorithm,
@@ -187,10 +241,13 @@ impl Pipeline {
             stage,
             replica,
             replicas,
+            split,
             micro,
-            schedule: schedule(spec.schedule, stages, stage, micro),
+            schedule: schedule(kind, stages, stage, micro),
             group,
             group_shape,
+            tensor_group,
+            tensor_shape,
             owned: model.params(),
             model,
             stage_params,
@@ -234,6 +291,13 @@ impl Pipeline {
     /// stage's parameters gathered to the leader. `controls` are this worker's stop and finish
     /// wishes.
     pub fn step(&mut self, run: &mut Run, controls: [bool; 2]) -> anyhow::Result<Stepped> {
+        // Dropout draws depend on (seed, step, replica, stage): a tensor-parallel group draws
+        // alike, as its activations are the same.
+        let seed = run.options().spec.seed;
+        run.rng = Rng::derive(
+            seed ^ run.step.rotate_left(20),
+            0xD2_0907 ^ (self.replica * self.stages + self.stage) as u64,
+        );
         let started = Instant::now();
         let (loss, correct, rows, busy, sent) = self.passes(run)?;
         let wall = started.elapsed();
@@ -274,11 +338,11 @@ impl Pipeline {
         summed[STOP] = f32::from(u8::from(controls[0]));
         summed[FINISH] = f32::from(u8::from(controls[1]));
         summed[GATHER] = f32::from(u8::from(self.wanted));
-        if last {
+        if last && self.split.rank == 0 {
             summed[LOSS] = (loss * f64::from(share)) as f32;
             summed[CORRECT] = correct as f32;
         }
-        if self.replica == 0 {
+        if self.replica == 0 && self.split.rank == 0 {
             summed[NORM2] = optim::squared_norm(&self.sum[self.owned.clone()]) as f32;
         }
         summed[BUSY] = busy.as_secs_f32();
@@ -340,8 +404,11 @@ impl Pipeline {
     /// bytes sent.
     fn passes(&mut self, run: &mut Run) -> anyhow::Result<(f64, usize, usize, Duration, u64)> {
         let rank = self.communicator.rank();
-        let prev = (self.stage > 0).then(|| rank - 1);
-        let next = (self.stage + 1 < self.stages).then(|| rank + 1);
+        // The same worker of the tensor-parallel group of the stage before and after.
+        let tensor = self.split.size;
+        let prev = (self.stage > 0).then(|| rank - tensor);
+        let next = (self.stage + 1 < self.stages).then(|| rank + tensor);
+        let shape = *self.model.shape();
         let part = run.text_part(self.replica, self.replicas)?;
         let context = self.model.shape().context;
         let d = self.model.shape().d;
@@ -388,6 +455,13 @@ impl Pipeline {
                             targets,
                             part.rng,
                             &mut self.stream,
+                            &mut TensorSum {
+                                communicator: &mut self.communicator,
+                                members: &self.tensor_group,
+                                shape: &self.tensor_shape,
+                                algorithm: self.algorithm,
+                                bytes: &mut sent,
+                            },
                         )?;
                         busy += began.elapsed();
                         if let Some(batch) = out {
@@ -431,9 +505,21 @@ impl Pipeline {
                             tokens,
                             &mut self.grads,
                             &mut self.dstream,
+                            &mut TensorSum {
+                                communicator: &mut self.communicator,
+                                members: &self.tensor_group,
+                                shape: &self.tensor_shape,
+                                algorithm: self.algorithm,
+                                bytes: &mut sent,
+                            },
                         )?;
                         let weight = span.len() as f32 / rows as f32;
                         for i in self.owned.clone() {
+                            // A tensor-parallel group's first worker brings what all compute
+                            // whole; each brings its part of what they split.
+                            if self.split.rank != 0 && !shape.is_split(i) {
+                                continue;
+                            }
                             for (s, &g) in self.sum[i].iter_mut().zip(&self.grads[i]) {
                                 *s += weight * g;
                             }
@@ -489,11 +575,13 @@ impl Pipeline {
         Ok(slot)
     }
 
-    /// The first replica's later stages send their parameters and optimizer state to the leader,
+    /// The first replica's later stages (each its tensor-parallel group's first worker: they all
+    /// hold the whole stage) send their parameters and optimizer state to the leader,
     /// which then holds the whole model. Returns the bytes this worker sent.
     fn gather(&mut self, run: &mut Run) -> anyhow::Result<u64> {
         let rank = self.communicator.rank();
         let mut sent = 0;
+        let tensor_size = self.split.size;
         if rank == 0 {
             for (s, params) in self.stage_params.iter().enumerate().skip(1) {
                 for tensor in params.clone() {
@@ -501,13 +589,13 @@ impl Pipeline {
                     for buffer in std::iter::once(values).chain(state) {
                         self.communicator
                             .mesh()
-                            .recv(s, buffer)
+                            .recv(s * tensor_size, buffer)
                             .with_context(|| format!("gathering stage {s}'s parameters"))?;
                     }
                 }
             }
             run.params.mark_stale();
-        } else if self.replica == 0 {
+        } else if self.replica == 0 && self.split.rank == 0 {
             for tensor in self.owned.clone() {
                 let (values, state) = run.tensor_mut(tensor);
                 for buffer in std::iter::once(values).chain(state) {

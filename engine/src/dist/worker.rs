@@ -176,7 +176,7 @@ impl Exchange {
                 let mut communicator =
                     Communicator::new(mesh, Communicator::nodes_of_addresses(addresses))?;
                 let algorithm = Algorithm::from_spec(options.distributed.collective);
-                let pipeline = options.distributed.parallelism.pipeline;
+                let parallelism = options.distributed.parallelism;
                 if algorithm.is_none() || algorithm == Some(Algorithm::Hierarchical) {
                     // Every worker ends with rank 0's figures, so all choose alike.
                     let largest =
@@ -186,13 +186,13 @@ impl Exchange {
                         .context("measuring the links between the workers")?;
                     tracing::debug!(?model, "all-reduce cost model");
                 }
-                if let Some(pipeline) = pipeline {
+                if !parallelism.is_data_only() {
                     if options.distributed.local_sgd.is_some() {
-                        bail!("a pipeline does not combine with local SGD");
+                        bail!("model parallelism does not combine with local SGD");
                     }
                     return Ok(Exchange::Pipeline(Box::new(Pipeline::new(
                         run,
-                        pipeline,
+                        parallelism,
                         communicator,
                         algorithm,
                     )?)));

@@ -24,4 +24,4 @@ pub use loss::{BatchLoss, correct};
 pub use mlp::Mlp;
 pub use model::Model;
 pub use registry::{Io, build};
-pub use transformer::{Shape as TransformerShape, Stage};
+pub use transformer::{Reducer, Shape as TransformerShape, Split, Stage};

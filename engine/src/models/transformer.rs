@@ -6,7 +6,8 @@
 //!
 //! The step is built from pieces — embeddings, a range of blocks, the head and loss, each forward
 //! and backward — so that a pipeline stage ([`Stage`]) runs only its own layers, on several
-//! micro-batches in flight, each micro-batch's activations in a slot of their own.
+//! micro-batches in flight, each micro-batch's activations in a slot of their own; and a stage's
+//! blocks can be split among a tensor-parallel group ([`blocks`]).
 //!
 //! The same arithmetic as the candle forward in `charlm.rs` (tests hold the two to each other),
 //! with two differences of rounding only: exponentials and `tanh` are polynomial approximations that
@@ -17,66 +18,23 @@
 use super::error::invalid;
 use super::loss::{BatchLoss, softmax_cross_entropy};
 use crate::linalg::{MatRef, matmul};
-use crate::models::mlp::column_sums;
 use crate::params::Params;
 use crate::rng::Rng;
-use attention::{attention_backward, attention_forward};
+use buffers::{Scratch, Slot};
 use candle_core::Result;
-use norm::Norm;
+use linear::{linear_backward, pair};
 use std::ops::Range;
 
 mod attention;
+mod blocks;
+mod buffers;
+mod linear;
 mod norm;
 mod pointwise;
 pub(super) mod shape;
-use pointwise::{add_bias, draw_mask, gelu, gelu_backward, join, masked};
+pub use blocks::{Reducer, Split};
+use pointwise::{add_bias, draw_mask, masked};
 pub use shape::Shape;
-use shape::{FC, LN1, LN2, OUT, PROJ, QKV};
-
-/// One block's activations, kept from the forward pass for the backward.
-#[derive(Debug, Default)]
-struct Layer {
-    ln1: Norm,
-    /// The queries, keys and values `[N, 3d]`.
-    qkv: Vec<f32>,
-    /// The attention weights `[B, heads, T, T]` (zero above the diagonal).
-    probs: Vec<f32>,
-    /// The attention's output before its projection `[N, d]`.
-    attended: Vec<f32>,
-    attn_mask: Vec<f32>,
-    ln2: Norm,
-    /// The MLP's first product plus bias, before GELU `[N, 4d]`; the `tanh` GELU took of it; GELU's
-    /// output.
-    pre: Vec<f32>,
-    tanh: Vec<f32>,
-    act: Vec<f32>,
-    out_mask: Vec<f32>,
-}
-
-/// What one batch's (or micro-batch's) forward pass keeps for its backward.
-#[derive(Debug, Default)]
-struct Slot {
-    /// The activations of the blocks the pass runs, in order.
-    layers: Vec<Layer>,
-    embed_mask: Vec<f32>,
-    ln_f: Norm,
-    /// d loss / d logits `[N, vocab]`.
-    dlogits: Vec<f32>,
-}
-
-/// Buffers a pass uses and leaves (shared by every slot).
-#[derive(Debug, Default)]
-struct Scratch {
-    /// A branch's output before it joins the stream `[N, d]`.
-    branch: Vec<f32>,
-    logits: Vec<f32>,
-    dbranch: Vec<f32>,
-    dnorm: Vec<f32>,
-    dhidden: Vec<f32>,
-    dattended: Vec<f32>,
-    dqkv: Vec<f32>,
-    dprobs: Vec<f32>,
-}
 
 /// The buffers of a training step, kept so that a step allocates nothing once the first is done.
 #[derive(Default)]
@@ -115,7 +73,17 @@ impl Step {
         } = self;
         let all = 0..shape.layers;
         embed(shape, params, tokens, rng, slot, stream);
-        blocks_forward(shape, params, &all, rng, slot, scratch, stream);
+        blocks::forward(
+            shape,
+            Split::WHOLE,
+            params,
+            &all,
+            rng,
+            slot,
+            scratch,
+            stream,
+            &mut (),
+        )?;
         let loss = head_forward(shape, params, targets, slot, scratch, stream);
         let at = shape.index();
         grads.resize_with(params.len(), Vec::new);
@@ -127,7 +95,17 @@ impl Step {
             }
         }
         head_backward(shape, params, slot, scratch, grads, dstream);
-        blocks_backward(shape, params, &all, slot, scratch, grads, dstream);
+        blocks::backward(
+            shape,
+            Split::WHOLE,
+            params,
+            &all,
+            slot,
+            scratch,
+            grads,
+            dstream,
+            &mut (),
+        )?;
         embed_backward(shape, params, tokens, slot, scratch, grads, dstream);
         Ok(loss)
     }
@@ -136,22 +114,34 @@ impl Step {
 /// One pipeline stage of the transformer: the blocks `layers` (with the embeddings on the first
 /// stage, the final norm, head and loss on the last), run forward and backward one micro-batch at
 /// a time, each micro-batch in flight keeping its activations in a slot of its own.
+///
+/// With a [`Split`] of more than one, this worker runs its part of every block's heads and MLP
+/// columns and the group's [`Reducer`] sums the partial results (Megatron-LM's split); the rest of
+/// the stage is computed alike by every worker of the group.
 #[derive(Debug)]
 pub struct Stage {
     shape: Shape,
     layers: Range<usize>,
+    split: Split,
     slots: Vec<Slot>,
     scratch: Scratch,
 }
 
 impl Stage {
-    pub fn new(shape: Shape, layers: Range<usize>) -> Stage {
-        Stage {
+    /// The stage running `layers`, split `split` (see [`Split::check`]).
+    pub fn new(shape: Shape, layers: Range<usize>, split: Split) -> Result<Stage> {
+        split.check(&shape)?;
+        Ok(Stage {
             shape,
             layers,
+            split,
             slots: Vec::new(),
             scratch: Scratch::default(),
-        }
+        })
+    }
+
+    pub fn split(&self) -> Split {
+        self.split
     }
 
     pub fn shape(&self) -> &Shape {
@@ -180,6 +170,10 @@ impl Stage {
     /// `stream`; the others take their input in `stream` (`[rows, d]`, from the stage before).
     /// Afterwards `stream` holds the output for the next stage; the last stage returns the loss
     /// against `targets` instead.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the micro-batch, where its activations go, and the tensor-parallel group"
+    )]
     pub fn forward(
         &mut self,
         slot: usize,
@@ -188,6 +182,7 @@ impl Stage {
         targets: &[u32],
         rng: &mut Rng,
         stream: &mut Vec<f32>,
+        reducer: &mut dyn Reducer,
     ) -> Result<Option<BatchLoss>> {
         let shape = self.shape;
         shape.check(tokens, targets)?;
@@ -205,15 +200,17 @@ impl Stage {
                 shape.d
             );
         }
-        blocks_forward(
+        blocks::forward(
             &shape,
+            self.split,
             params,
             &self.layers,
             rng,
             s,
             &mut self.scratch,
             stream,
-        );
+            reducer,
+        )?;
         if self.layers.end < shape.layers {
             return Ok(None);
         }
@@ -228,7 +225,8 @@ impl Stage {
     }
 
     /// The backward pass of the micro-batch in `slot`, the gradients of this stage's parameters
-    /// written into `grads` (overwritten). The last stage starts from its loss; the others take d
+    /// written into `grads` (overwritten; a split stage's gradients of the parameters it splits are
+    /// zero outside its part). The last stage starts from its loss; the others take d
     /// loss / d their output in `dstream`. Afterwards `dstream` holds d loss / d this stage's input
     /// for the stage before (the first stage's is used up by the embeddings).
     pub fn backward(
@@ -238,6 +236,7 @@ impl Stage {
         tokens: &[u32],
         grads: &mut Vec<Vec<f32>>,
         dstream: &mut Vec<f32>,
+        reducer: &mut dyn Reducer,
     ) -> Result<()> {
         let shape = self.shape;
         let Some(s) = self.slots.get(slot) else {
@@ -254,15 +253,17 @@ impl Stage {
                 shape.d
             );
         }
-        blocks_backward(
+        blocks::backward(
             &shape,
+            self.split,
             params,
             &self.layers,
             s,
             &mut self.scratch,
             grads,
             dstream,
-        );
+            reducer,
+        )?;
         if self.layers.start == 0 {
             embed_backward(&shape, params, tokens, s, &mut self.scratch, grads, dstream);
         }
@@ -298,85 +299,6 @@ fn embed(
         for (v, &m) in stream.iter_mut().zip(slot.embed_mask.iter()) {
             *v *= m;
         }
-    }
-}
-
-/// The blocks `layers` forward on `stream` (`[N, d]`), each block's activations into `slot`.
-fn blocks_forward(
-    shape: &Shape,
-    params: &Params,
-    layers: &Range<usize>,
-    rng: &mut Rng,
-    slot: &mut Slot,
-    scratch: &mut Scratch,
-    stream: &mut [f32],
-) {
-    let Shape {
-        heads,
-        d,
-        context: t,
-        dropout,
-        ..
-    } = *shape;
-    let n = stream.len() / d;
-    let batch = n / t;
-    let hidden = 4 * d;
-    let index = shape.index();
-    let p = |i: usize| params.values[i].as_slice();
-    let branch = &mut scratch.branch;
-    branch.resize(n * d, 0.0);
-    slot.layers.resize_with(layers.len(), Layer::default);
-    for (l, w) in layers.clone().zip(slot.layers.iter_mut()) {
-        let at = |offset| index.block(l, offset);
-        // Attention.
-        w.ln1.forward(stream, p(at(LN1)), p(at(LN1) + 1));
-        w.qkv.resize(n * 3 * d, 0.0);
-        matmul(
-            &mut w.qkv,
-            MatRef::row_major(&w.ln1.out, n, d),
-            MatRef::row_major(p(at(QKV)), d, 3 * d),
-            false,
-        );
-        add_bias(&mut w.qkv, p(at(QKV) + 1));
-        w.probs.resize(batch * heads * t * t, 0.0);
-        w.attended.resize(n * d, 0.0);
-        attention_forward(&w.qkv, &mut w.probs, &mut w.attended, heads, t, d);
-        matmul(
-            branch,
-            MatRef::row_major(&w.attended, n, d),
-            MatRef::row_major(p(at(PROJ)), d, d),
-            false,
-        );
-        let masked = draw_mask(&mut w.attn_mask, n * d, dropout, rng);
-        join(
-            stream,
-            branch,
-            p(at(PROJ) + 1),
-            masked.then_some(&w.attn_mask[..]),
-        );
-        // MLP.
-        w.ln2.forward(stream, p(at(LN2)), p(at(LN2) + 1));
-        w.pre.resize(n * hidden, 0.0);
-        matmul(
-            &mut w.pre,
-            MatRef::row_major(&w.ln2.out, n, d),
-            MatRef::row_major(p(at(FC)), d, hidden),
-            false,
-        );
-        gelu(&mut w.pre, &mut w.tanh, &mut w.act, p(at(FC) + 1));
-        matmul(
-            branch,
-            MatRef::row_major(&w.act, n, hidden),
-            MatRef::row_major(p(at(OUT)), hidden, d),
-            false,
-        );
-        let masked = draw_mask(&mut w.out_mask, n * d, dropout, rng);
-        join(
-            stream,
-            branch,
-            p(at(OUT) + 1),
-            masked.then_some(&w.out_mask[..]),
-        );
     }
 }
 
@@ -436,87 +358,6 @@ fn head_backward(
         .backward(dnorm, p(at.ln_f()), dstream, dgamma, dbeta);
 }
 
-/// The blocks `layers` backward from d loss / d their output in `dstream`, which ends as d loss /
-/// d their input.
-fn blocks_backward(
-    shape: &Shape,
-    params: &Params,
-    layers: &Range<usize>,
-    slot: &Slot,
-    scratch: &mut Scratch,
-    grads: &mut [Vec<f32>],
-    dstream: &mut [f32],
-) {
-    let Shape {
-        heads,
-        d,
-        context: t,
-        ..
-    } = *shape;
-    let hidden = 4 * d;
-    let index = shape.index();
-    let p = |i: usize| params.values[i].as_slice();
-    let Scratch {
-        dbranch,
-        dnorm,
-        dhidden,
-        dattended,
-        dqkv,
-        dprobs,
-        ..
-    } = scratch;
-    let n = dstream.len() / d;
-    for (l, w) in layers.clone().zip(slot.layers.iter()).rev() {
-        let at = |offset| index.block(l, offset);
-        // MLP.
-        let dout = masked(dstream, dbranch, &w.out_mask);
-        linear_backward(
-            grads,
-            at(OUT),
-            &w.act,
-            dout,
-            (hidden, d),
-            Some((dhidden, p(at(OUT)))),
-        );
-        gelu_backward(dhidden, &w.pre, &w.tanh);
-        linear_backward(
-            grads,
-            at(FC),
-            &w.ln2.out,
-            dhidden,
-            (d, hidden),
-            Some((dnorm, p(at(FC)))),
-        );
-        {
-            let (dgamma, dbeta) = pair(grads, at(LN2));
-            w.ln2.backward(dnorm, p(at(LN2)), dstream, dgamma, dbeta);
-        }
-        // Attention.
-        let dproj = masked(dstream, dbranch, &w.attn_mask);
-        linear_backward(
-            grads,
-            at(PROJ),
-            &w.attended,
-            dproj,
-            (d, d),
-            Some((dattended, p(at(PROJ)))),
-        );
-        dqkv.resize(n * 3 * d, 0.0);
-        dprobs.resize(w.probs.len(), 0.0);
-        attention_backward(&w.qkv, &w.probs, dattended, dqkv, dprobs, heads, t, d);
-        linear_backward(
-            grads,
-            at(QKV),
-            &w.ln1.out,
-            dqkv,
-            (d, 3 * d),
-            Some((dnorm, p(at(QKV)))),
-        );
-        let (dgamma, dbeta) = pair(grads, at(LN1));
-        w.ln1.backward(dnorm, p(at(LN1)), dstream, dgamma, dbeta);
-    }
-}
-
 /// Embeddings: every row's gradient to its token's row and its position's, in row order.
 fn embed_backward(
     shape: &Shape,
@@ -544,34 +385,5 @@ fn embed_backward(
         for (g, &v) in position.iter_mut().zip(dx) {
             *g += v;
         }
-    }
-}
-
-/// Two neighbouring gradient buffers, both writable.
-fn pair(grads: &mut [Vec<f32>], first: usize) -> (&mut Vec<f32>, &mut Vec<f32>) {
-    let (a, b) = grads[first..].split_at_mut(1);
-    (&mut a[0], &mut b[0])
-}
-
-/// A linear layer `y = x·W + b` (`W` `[in, out]` at `weight`, its bias next) from d loss / d y:
-/// the weight's and the bias's gradients, and with `input`, d loss / d x into its buffer.
-fn linear_backward(
-    grads: &mut [Vec<f32>],
-    weight: usize,
-    x: &[f32],
-    dy: &[f32],
-    (fan_in, fan_out): (usize, usize),
-    input: Option<(&mut Vec<f32>, &[f32])>,
-) {
-    let rows = dy.len() / fan_out;
-    let (dw, db) = pair(grads, weight);
-    dw.resize(fan_in * fan_out, 0.0);
-    let dy_m = MatRef::row_major(dy, rows, fan_out);
-    matmul(dw, MatRef::row_major(x, rows, fan_in).t(), dy_m, false);
-    db.resize(fan_out, 0.0);
-    column_sums(dy, fan_out, db);
-    if let Some((dx, w)) = input {
-        dx.resize(rows * fan_in, 0.0);
-        matmul(dx, dy_m, MatRef::row_major(w, fan_in, fan_out).t(), false);
     }
 }

@@ -21,8 +21,8 @@ fn accuracy_and_ratio(spec: &TrainSpec, compression: Compression) -> (f64, f64) 
     (collect.last("val_accuracy"), ratio)
 }
 
-/// 2,000 steps of the example MLP with 3 workers: each compression scheme stays within 1.5 points of
-/// the uncompressed run's test accuracy while pushing far fewer bytes.
+/// 2,000 steps of the example MLP with 3 workers: each compression scheme stays within half a point
+/// of the uncompressed run's test accuracy while pushing far fewer bytes.
 #[test]
 fn compressed_gradients_keep_accuracy_and_shrink_the_pushes() {
     let spec = digits_mlp(
@@ -47,7 +47,7 @@ fn compressed_gradients_keep_accuracy_and_shrink_the_pushes() {
             "{scheme:?}: accuracy {accuracy:.4} (uncompressed {baseline:.4}), {ratio:.1}x fewer bytes"
         );
         assert!(
-            accuracy >= baseline - 0.015,
+            accuracy >= baseline - 0.005,
             "{scheme:?}: {accuracy:.4} vs {baseline:.4}"
         );
         assert!(ratio >= min_ratio, "{scheme:?}: only {ratio:.1}x");

@@ -1,6 +1,6 @@
-//! Pipeline parallelism: the transformer split into stages, micro-batches streaming through them in
-//! either schedule, trains exactly as one process does on the same global batch; and the leader's
-//! checkpoint holds the whole model.
+//! Model parallelism: the transformer split into pipeline stages (micro-batches streaming through
+//! them in either schedule), its blocks split among tensor-parallel workers, or both, trains exactly
+//! as one process does on the same global batch; and the leader's checkpoint holds the whole model.
 
 use super::*;
 use drover_core::spec::{Parallelism, Pipeline, PipelineSchedule};
@@ -9,7 +9,7 @@ use drover_core::spec::{Parallelism, Pipeline, PipelineSchedule};
 /// arithmetic), with clipping on so the global norm must be the whole model's.
 fn charlm(steps: u64) -> TrainSpec {
     serde_json::from_value(serde_json::json!({
-        "model": {"type": "charlm", "layers": 4, "heads": 2, "d_model": 32, "context": 16},
+        "model": {"type": "charlm", "layers": 4, "heads": 4, "d_model": 32, "context": 16},
         "dataset": {"type": "text", "path": "data/text/drover-docs.md"},
         "optimizer": {"type": "adamw", "lr": 0.003, "weight_decay": 0.01},
         "lr_schedule": {"warmup_steps": 10, "decay": "cosine"},
@@ -20,15 +20,25 @@ fn charlm(steps: u64) -> TrainSpec {
 }
 
 fn pipeline(stages: u32, micro_batches: u32, schedule: PipelineSchedule) -> Distributed {
+    parallel(stages, 1, micro_batches, schedule)
+}
+
+/// `stages` pipeline stages (none when 1) of `tensor` workers each.
+fn parallel(
+    stages: u32,
+    tensor: u32,
+    micro_batches: u32,
+    schedule: PipelineSchedule,
+) -> Distributed {
     Distributed {
         mode: DistributedMode::Allreduce,
         parallelism: Parallelism {
-            pipeline: Some(Pipeline {
+            pipeline: (stages > 1).then_some(Pipeline {
                 stages,
                 micro_batches,
                 schedule,
             }),
-            ..Parallelism::default()
+            tensor,
         },
         ..Distributed::default()
     }
@@ -57,7 +67,7 @@ fn every_step(
 }
 
 #[test]
-fn pipelines_of_either_schedule_train_as_one_process_does() {
+fn pipelines_and_tensor_splits_train_as_one_process_does() {
     let spec = charlm(50);
     let single_dir = tempfile::tempdir().unwrap();
     let mut single = Collect::default();
@@ -70,11 +80,25 @@ fn pipelines_of_either_schedule_train_as_one_process_does() {
     let reference = losses(&single);
     assert_eq!(reference.len(), 50);
     let expected = checkpoint::load(alone.last_checkpoint.as_ref().unwrap()).unwrap();
-    // Stages × replicas, micro-batches (4 layers: 2 or 4 stages).
-    for (workers, stages, micro) in [(2, 2, 4), (4, 4, 3), (4, 2, 2)] {
-        for schedule in [PipelineSchedule::Gpipe, PipelineSchedule::OneFOneB] {
+    // Workers, stages, tensor degree, micro-batches (4 layers of 4 heads); the rest are replicas.
+    let shapes = [
+        (2, 2, 1, 4),
+        (4, 4, 1, 3),
+        (4, 2, 1, 2),
+        (2, 1, 2, 1),
+        (4, 1, 4, 1),
+        (4, 1, 2, 1),
+        (4, 2, 2, 3),
+    ];
+    for (workers, stages, tensor, micro) in shapes {
+        let schedules = if stages > 1 {
+            &[PipelineSchedule::Gpipe, PipelineSchedule::OneFOneB][..]
+        } else {
+            &[PipelineSchedule::OneFOneB][..]
+        };
+        for &schedule in schedules {
             let dir = tempfile::tempdir().unwrap();
-            let distributed = pipeline(stages, micro, schedule);
+            let distributed = parallel(stages, tensor, micro, schedule);
             let mut collect = Collect::default();
             let outcome = local::run_job(
                 &every_step(&spec, dir.path(), workers, &distributed),
@@ -91,12 +115,12 @@ fn pipelines_of_either_schedule_train_as_one_process_does() {
             assert_eq!(
                 got.len(),
                 50,
-                "{workers} workers, {stages} stages, {schedule:?}"
+                "{workers} workers, {stages} stages, tensor {tensor}"
             );
             for (step, (a, b)) in reference.iter().zip(&got).enumerate() {
                 assert!(
                     (a - b).abs() <= 1e-5 * a.abs().max(1.0),
-                    "{workers} workers in {stages} stages, {micro} micro-batches, {schedule:?}: step {} loss {b} against {a} alone",
+                    "{workers} workers in {stages} stages × tensor {tensor}, {micro} micro-batches, {schedule:?}: step {} loss {b} against {a} alone",
                     step + 1
                 );
             }

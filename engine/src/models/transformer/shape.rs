@@ -43,6 +43,17 @@ impl Shape {
         start..end
     }
 
+    /// Whether parameter `i` is one a tensor-parallel group splits (each worker's gradient of it
+    /// is its part, zero elsewhere); the others every worker of the group computes whole.
+    pub fn is_split(&self, i: usize) -> bool {
+        let at = self.index();
+        if i < at.block(0, 0) || i >= at.ln_f() {
+            return false;
+        }
+        let offset = (i - at.block(0, 0)) % PER_BLOCK;
+        [QKV, QKV + 1, PROJ, FC, FC + 1, OUT].contains(&offset)
+    }
+
     /// Checks a batch of whole sequences with one target each, every token in the vocabulary.
     pub(super) fn check(&self, tokens: &[u32], targets: &[u32]) -> Result<()> {
         let (t, vocab) = (self.context, self.vocab);
