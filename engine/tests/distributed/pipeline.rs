@@ -215,3 +215,49 @@ fn a_pipeline_stopped_between_gathers_checkpoints_the_whole_model_at_the_stop() 
     assert_close(&a.params, &b.params, 1e-4);
     assert_close(&a.optimizer, &b.optimizer, 1e-3);
 }
+
+/// A model-parallel job resized between shapes (as `drover resize` or a restart at another size
+/// does): stopped as one replica of a 2-stage pipeline, resumed from the leader's checkpoint as two
+/// replicas of 2 stages of 2-worker tensor groups, it ends where one process training throughout
+/// ends.
+#[test]
+fn a_model_parallel_job_resumes_at_another_shape_exactly() {
+    let spec = charlm(30);
+    let alone_dir = tempfile::tempdir().unwrap();
+    let alone = train(
+        every_step(&spec, alone_dir.path(), 1, &Distributed::default()),
+        &mut Collect::default(),
+        &Requests::default(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let requests = Requests::default();
+    let mut stopper = StopAt {
+        at: 9,
+        requests: &requests,
+    };
+    let first = local::run_job(
+        &every_step(
+            &spec,
+            dir.path(),
+            2,
+            &pipeline(2, 2, PipelineSchedule::Gpipe),
+        ),
+        2,
+        0,
+        1,
+        None,
+        &mut stopper,
+        &requests,
+    )
+    .unwrap();
+    assert!(first.interrupted && first.step < 30, "{first:?}");
+    let resumed_from = first.last_checkpoint.unwrap();
+    let bigger = parallel(2, 2, 3, PipelineSchedule::OneFOneB);
+    let (_, second) = run_job_from(&spec, dir.path(), 8, 0, &bigger, Some(&resumed_from));
+    assert_eq!(second.step, 30);
+    let a = checkpoint::load(alone.last_checkpoint.as_ref().unwrap()).unwrap();
+    let b = checkpoint::load(second.last_checkpoint.as_ref().unwrap()).unwrap();
+    assert_close(&a.params, &b.params, 1e-4);
+    assert_close(&a.optimizer, &b.optimizer, 1e-3);
+}
