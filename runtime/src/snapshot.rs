@@ -265,6 +265,7 @@ pub(super) fn build<'a>(
             memory_gb_per_task: 0,
             preemptible: false,
             consolidate: false,
+            worker_unit: 1,
             placement: None,
             observed: Observations::default(),
             search: None,
@@ -464,6 +465,7 @@ mod tests {
             memory_gb_per_task: 0,
             preemptible: true,
             consolidate: false,
+            worker_unit: 1,
             placement: Some(Placement {
                 tasks: gpus
                     .iter()

@@ -1,5 +1,5 @@
 //! Checks every plan must pass, whatever the policy: each active job decided once; gangs whole and
-//! within their ranges (a fixed-size job only at its size); no CPU over-committed; no GPU shared without
+//! within their ranges (a fixed-size job only at its size), each tensor-parallel group on one node; no CPU over-committed; no GPU shared without
 //! an explicit packing decision, by more than two jobs, or beyond its memory; no tenant past its maximum
 //! GPUs.
 
@@ -88,6 +88,21 @@ pub fn check_placements(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), V
             ));
         }
         *tenant_gpus.entry(job.tenant).or_default() += u64::from(placement.num_gpus());
+        if job.worker_unit > 1 {
+            // Each tensor-parallel group (workers `k·unit … (k+1)·unit − 1`) on one node.
+            let mut group_node: BTreeMap<u32, u32> = BTreeMap::new();
+            for task in placement.tasks.iter().filter(|t| t.role == Role::Worker) {
+                let node = *group_node
+                    .entry(task.index / job.worker_unit)
+                    .or_insert(task.node.0);
+                if node != task.node.0 {
+                    return violation(format!(
+                        "job {}'s worker {} is on node {}, apart from its tensor-parallel group on node {node}",
+                        job.id, task.index, task.node.0
+                    ));
+                }
+            }
+        }
         let mut seen_indices = std::collections::BTreeSet::new();
         for task in &placement.tasks {
             if !seen_indices.insert((task.role, task.index)) {

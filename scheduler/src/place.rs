@@ -624,6 +624,11 @@ impl FreeResources {
         let g = job.gpus_per_worker;
         let c = job.cpus_per_worker;
         let m = job.memory_gb_per_task;
+        let unit = job.worker_unit.max(1);
+        if !workers.is_multiple_of(unit) {
+            // A shape the job cannot run at (its groups would straddle nodes).
+            return Err(WaitReason::Fragmented);
+        }
         // Decided once, not per node: this closure is the hottest loop of a round.
         let traits = match &self.traits {
             None if job.is_constrained() => return Err(WaitReason::EligibleNodesBusy),
@@ -643,7 +648,9 @@ impl FreeResources {
             let by_gpu = node.free_gpus.checked_div(g).unwrap_or(u32::MAX);
             let by_cpu = node.free_cpus.checked_div(c).unwrap_or(u32::MAX);
             let by_memory = node.free_memory_gb.checked_div(m).unwrap_or(u32::MAX);
-            by_gpu.min(by_cpu).min(by_memory)
+            // Whole tensor-parallel groups only.
+            let fits = by_gpu.min(by_cpu).min(by_memory);
+            fits - fits % unit
         };
         if g == 0 {
             // CPU-only workers: most free CPUs first.

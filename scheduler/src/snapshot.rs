@@ -221,6 +221,10 @@ pub struct JobView {
     /// a model of a few very large tensors): set from what was measured of it
     /// ([`Observations::prefers_one_node`]), never from what it is.
     pub consolidate: bool,
+    /// Workers that must share a node (a tensor-parallel group, `spec.distributed.parallelism.
+    /// tensor`): every node holds a multiple of it of the job's workers. 1: no constraint.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub worker_unit: u32,
     /// Where the job runs now; `None` while it waits.
     pub placement: Option<Placement>,
     pub observed: Observations,
@@ -269,6 +273,7 @@ impl JobView {
             memory_gb_per_task: resources.memory_gb_per_task,
             preemptible: true,
             consolidate: false,
+            worker_unit: 1,
             placement: None,
             observed: Observations::default(),
             search: None,
@@ -287,6 +292,7 @@ impl JobView {
     pub fn of_document(id: JobId, job: &drover_core::DroverJob) -> JobView {
         JobView {
             image: job.spec.command.as_ref().is_some_and(|c| c.image.is_some()),
+            worker_unit: job.spec.distributed.parallelism.tensor.max(1),
             ..JobView::of_resources(id, &job.spec.resources)
         }
     }
@@ -376,4 +382,13 @@ impl ClusterSnapshot {
             .map(|n| u64::from(n.memory_gb))
             .sum()
     }
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// serde's `skip_serializing_if` passes a reference.
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }

@@ -344,3 +344,108 @@ fn a_job_no_node_can_hold_neither_counts_in_its_tenants_maximum_nor_blocks_its_j
         );
     }
 }
+
+/// A tensor-parallel job's groups never straddle nodes: 4 workers in groups of 2 on two 4-GPU nodes
+/// with 3 GPUs free each go 2 + 2 (not 3 + 1, as they would without groups), ranks in order per node;
+/// with only 3 + 1 free they wait; a shape that is not whole groups is refused. Every policy places
+/// through the same placer, and the plan invariants reject a group apart.
+#[test]
+fn a_tensor_parallel_group_stays_on_one_node() {
+    use drover_scheduler::NodeId;
+    use drover_scheduler::place::{FreeResources, Strategy};
+    use drover_scheduler::placement::{Placement, Role, TaskPlacement};
+    use drover_scheduler::snapshot::Shape;
+
+    // One GPU taken on each node by a running one-GPU job.
+    let on = |node: u32| {
+        Some(Placement {
+            tasks: vec![TaskPlacement {
+                role: Role::Worker,
+                index: 0,
+                node: NodeId(node),
+                gpus: vec![0],
+                cpus: 1,
+                memory_gb: 0,
+                packed: false,
+            }],
+        })
+    };
+    let mut snap = snapshot(2, 4, vec![job(0, 1, 0.0), job(1, 1, 0.0), job(2, 4, 1.0)]);
+    snap.jobs[0].placement = on(0);
+    snap.jobs[1].placement = on(1);
+    snap.jobs[2].worker_unit = 2;
+    snap.jobs[2].ps.min = 0;
+    let four = Shape { workers: 4, ps: 0 };
+    let mut free = FreeResources::with_running(&snap, |_, _| true);
+    let grouped = free.place(&snap.jobs[2], four, Strategy::Relaxed).unwrap();
+    let nodes: Vec<(u32, u32)> = grouped.tasks.iter().map(|t| (t.index, t.node.0)).collect();
+    assert_eq!(nodes[0].1, nodes[1].1, "{nodes:?}");
+    assert_eq!(nodes[2].1, nodes[3].1, "{nodes:?}");
+    assert_ne!(nodes[0].1, nodes[2].1, "{nodes:?}");
+    // Without groups the placer takes the fullest fit first: 3 on one node, 1 on the other.
+    let mut ungrouped = snap.clone();
+    ungrouped.jobs[2].worker_unit = 1;
+    let mut free = FreeResources::with_running(&ungrouped, |_, _| true);
+    let spread = free
+        .place(&ungrouped.jobs[2], four, Strategy::Relaxed)
+        .unwrap();
+    let on_first = spread
+        .tasks
+        .iter()
+        .filter(|t| t.node == spread.tasks[0].node)
+        .count();
+    assert_eq!(on_first, 3, "{spread:?}");
+    // 1 + 3 free (a 2-worker shape of it took two of one node's three): four GPUs, no two groups.
+    let mut free = FreeResources::with_running(&snap, |_, _| true);
+    free.place(
+        &snap.jobs[2],
+        Shape { workers: 2, ps: 0 },
+        Strategy::Relaxed,
+    )
+    .unwrap();
+    assert!(
+        free.place(&snap.jobs[2], four, Strategy::Relaxed).is_err(),
+        "1 GPU free on one node and 3 on the other hold no two groups"
+    );
+    // Three workers are not whole groups of two.
+    let mut free = FreeResources::with_running(&snap, |_, _| true);
+    assert!(
+        free.place(
+            &snap.jobs[2],
+            Shape { workers: 3, ps: 0 },
+            Strategy::Relaxed
+        )
+        .is_err()
+    );
+    // Groups of 8 one-GPU workers on nodes of 4 GPUs can never run, and say why.
+    let mut wide = snap.jobs[2].clone();
+    wide.worker_unit = 8;
+    wide.workers = drover_scheduler::snapshot::Range { min: 8, max: 8 };
+    let why = drover_scheduler::policy::why_never_fits(&snap.nodes, &wide).unwrap_or_default();
+    assert!(
+        why.contains("a tensor-parallel group of 8 workers needs 8 GPUs"),
+        "{why}"
+    );
+    assert_eq!(
+        drover_scheduler::policy::why_never_fits(&snap.nodes, &snap.jobs[2]),
+        None
+    );
+    // A plan that splits a group is a violation.
+    let mut plan = Plan::default();
+    let mut split = grouped.clone();
+    split.tasks[1].node = split.tasks[2].node;
+    plan.jobs.insert(
+        snap.jobs[2].id,
+        JobPlan::Run {
+            placement: split,
+            reason: RunReason::Started,
+        },
+    );
+    let violation = invariants::check_placements(&snap, &plan);
+    assert!(
+        violation
+            .as_ref()
+            .is_err_and(|v| v.to_string().contains("tensor-parallel group")),
+        "{violation:?}"
+    );
+}

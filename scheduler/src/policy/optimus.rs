@@ -330,6 +330,7 @@ mod tests {
             memory_gb_per_task: 0,
             preemptible: true,
             consolidate: false,
+            worker_unit: 1,
             placement: None,
             observed: Observations {
                 steps_done: 400,

@@ -157,6 +157,22 @@ fn why_among<'a>(nodes: impl Iterator<Item = &'a Node> + Clone, job: &JobView) -
             return Some(reason);
         }
     }
+    let unit = job.worker_unit.max(1);
+    if unit > 1 && job.workers.min > 0 {
+        let (gpus, cpus, memory) = (
+            unit * job.gpus_per_worker,
+            unit * job.cpus_per_worker,
+            unit * job.memory_gb_per_task,
+        );
+        if !nodes
+            .clone()
+            .any(|n| gpus_for(n) >= gpus && n.cpus >= cpus && n.memory_gb >= memory)
+        {
+            return Some(format!(
+                "a tensor-parallel group of {unit} workers needs {gpus} GPUs, {cpus} CPUs and {memory} GB of memory on one node, and no node has all of them"
+            ));
+        }
+    }
     if job.ps.min > 0
         && !nodes
             .clone()
@@ -208,6 +224,7 @@ struct Ask {
     cpus_per_worker: u32,
     cpus_per_ps: u32,
     memory_gb_per_task: u32,
+    worker_unit: u32,
 }
 
 impl Ask {
@@ -220,6 +237,7 @@ impl Ask {
             cpus_per_worker: job.cpus_per_worker,
             cpus_per_ps: job.cpus_per_ps,
             memory_gb_per_task: job.memory_gb_per_task,
+            worker_unit: job.worker_unit,
         }
     }
 }
@@ -249,6 +267,7 @@ mod tests {
             memory_gb_per_task: 0,
             preemptible: true,
             consolidate: false,
+            worker_unit: 1,
             placement: None,
             observed: Default::default(),
             search: None,

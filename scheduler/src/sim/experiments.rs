@@ -363,6 +363,7 @@ impl Experiments {
             memory_gb_per_task: 0,
             preemptible: true,
             consolidate: false,
+            worker_unit: 1,
             placement: None,
             observed: Observations {
                 step_budget: Some(end.saturating_sub(start)),

@@ -380,6 +380,7 @@ pub fn build_workload_with(
                 preemptible: true,
                 // The trace says nothing of it, and the model (hence its skew) is hidden.
                 consolidate: false,
+                worker_unit: 1,
                 placement: None,
                 observed: Observations::default(),
                 search: None,

@@ -28,6 +28,7 @@ pub fn job(id: u128, gpus: u32, submit_s: f64) -> JobView {
         memory_gb_per_task: 0,
         preemptible: true,
         consolidate: false,
+        worker_unit: 1,
         placement: None,
         observed: Observations::default(),
         search: None,

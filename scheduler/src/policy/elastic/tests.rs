@@ -40,6 +40,7 @@ fn running(id: u128, node: u32, gpus: &[u16], max_workers: u32) -> JobView {
         memory_gb_per_task: 0,
         preemptible: true,
         consolidate: true,
+        worker_unit: 1,
         placement: Some(Placement { tasks }),
         observed: Observations::default(),
         search: None,
