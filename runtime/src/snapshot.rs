@@ -266,6 +266,7 @@ pub(super) fn build<'a>(
             preemptible: false,
             consolidate: false,
             worker_unit: 1,
+            worker_step: 1,
             placement: None,
             observed: Observations::default(),
             search: None,
@@ -466,6 +467,7 @@ mod tests {
             preemptible: true,
             consolidate: false,
             worker_unit: 1,
+            worker_step: 1,
             placement: Some(Placement {
                 tasks: gpus
                     .iter()

@@ -81,10 +81,10 @@ pub fn check_placements(snapshot: &ClusterSnapshot, plan: &Plan) -> Result<(), V
             continue;
         };
         let shape = placement.shape();
-        if !job.workers.contains(shape.workers) || !job.ps.contains(shape.ps) {
+        if !job.runs_at_workers(shape.workers) || !job.ps.contains(shape.ps) {
             return violation(format!(
-                "job {} placed at {shape:?}, outside its ranges",
-                job.id
+                "job {} placed at {shape:?}, outside its ranges (or not whole replicas of {})",
+                job.id, job.worker_step
             ));
         }
         *tenant_gpus.entry(job.tenant).or_default() += u64::from(placement.num_gpus());

@@ -625,8 +625,9 @@ impl FreeResources {
         let c = job.cpus_per_worker;
         let m = job.memory_gb_per_task;
         let unit = job.worker_unit.max(1);
-        if !workers.is_multiple_of(unit) {
-            // A shape the job cannot run at (its groups would straddle nodes).
+        if !workers.is_multiple_of(unit) || !workers.is_multiple_of(job.worker_step.max(1)) {
+            // A shape the job cannot run at (not whole replicas, or groups that would straddle
+            // nodes).
             return Err(WaitReason::Fragmented);
         }
         // Decided once, not per node: this closure is the hottest loop of a round.

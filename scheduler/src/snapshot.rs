@@ -225,6 +225,10 @@ pub struct JobView {
     /// tensor`): every node holds a multiple of it of the job's workers. 1: no constraint.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub worker_unit: u32,
+    /// Workers come in whole replicas of the model of this many (a model-parallel job's stages ×
+    /// tensor degree): it runs only at multiples of it. 1: any count in its range.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub worker_step: u32,
     /// Where the job runs now; `None` while it waits.
     pub placement: Option<Placement>,
     pub observed: Observations,
@@ -274,6 +278,7 @@ impl JobView {
             preemptible: true,
             consolidate: false,
             worker_unit: 1,
+            worker_step: 1,
             placement: None,
             observed: Observations::default(),
             search: None,
@@ -288,11 +293,28 @@ impl JobView {
         }
     }
 
+    /// Whether the job may run with `workers` workers: within its range, whole replicas.
+    pub fn runs_at_workers(&self, workers: u32) -> bool {
+        self.workers.contains(workers) && workers.is_multiple_of(self.worker_step.max(1))
+    }
+
+    /// `workers` rounded down to whole replicas, no fewer than the job's smallest count.
+    pub fn whole_replicas(&self, workers: u32) -> u32 {
+        let step = self.worker_step.max(1);
+        (workers - workers % step).max(self.workers.min)
+    }
+
     /// [`JobView::of_resources`] of the job's document, and whether it runs in an image.
     pub fn of_document(id: JobId, job: &drover_core::DroverJob) -> JobView {
         JobView {
             image: job.spec.command.as_ref().is_some_and(|c| c.image.is_some()),
             worker_unit: job.spec.distributed.parallelism.tensor.max(1),
+            worker_step: job
+                .spec
+                .distributed
+                .parallelism
+                .workers_per_replica()
+                .max(1),
             ..JobView::of_resources(id, &job.spec.resources)
         }
     }

@@ -449,3 +449,22 @@ fn a_tensor_parallel_group_stays_on_one_node() {
         "{violation:?}"
     );
 }
+
+/// A model-parallel job's document gives the scheduler its replica size and tensor group: the
+/// example's 2 pipeline stages make replicas of 2 workers, groups of 1.
+#[test]
+fn a_model_parallel_documents_replicas_and_groups_reach_the_scheduler() {
+    let yaml = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/charlm-pipeline.yaml"),
+    )
+    .unwrap();
+    let mut job = drover_core::DroverJob::parse(&yaml, drover_core::spec::Format::Yaml).unwrap();
+    let view = drover_scheduler::JobView::of_document(id(1), &job);
+    assert_eq!((view.worker_step, view.worker_unit), (2, 1));
+    job.spec.distributed.parallelism.tensor = 2;
+    job.spec.resources.workers = drover_core::spec::TaskRange { min: 4, max: 8 };
+    let view = drover_scheduler::JobView::of_document(id(1), &job);
+    assert_eq!((view.worker_step, view.worker_unit), (4, 2));
+    assert!(view.runs_at_workers(4) && view.runs_at_workers(8));
+    assert!(!view.runs_at_workers(2) && !view.runs_at_workers(6));
+}

@@ -5,7 +5,8 @@ use super::check::{Check, ensure, fail};
 use crate::spec::{DistributedMode, DroverJob};
 
 /// A pipeline's and tensor split's shape against the job's: an `allreduce` job of the `charlm`
-/// transformer, a fixed number of workers that is a multiple of stages × tensor degree, at least a
+/// transformer, workers in whole replicas (multiples of stages × tensor degree; an elastic range's
+/// min and max too, the scheduler then sizing it in whole replicas), at least a
 /// layer per stage, a sequence per micro-batch and whole heads per tensor-parallel worker.
 pub(super) fn validate_parallelism(job: &DroverJob) -> Check {
     let distributed = &job.spec.distributed;
@@ -69,18 +70,17 @@ pub(super) fn validate_parallelism(job: &DroverJob) -> Check {
     let per_replica = parallelism.workers_per_replica();
     let workers = job.spec.resources.workers;
     ensure(
-        workers.min == workers.max && workers.max.is_multiple_of(per_replica),
+        workers.min >= per_replica
+            && workers.min.is_multiple_of(per_replica)
+            && workers.max.is_multiple_of(per_replica),
         "spec.resources.workers",
         || {
             format!(
-                "{stages} stages × tensor {tensor} need a fixed multiple of {per_replica} workers (one replica of the model each), got {}",
+                "{stages} stages × tensor {tensor} need workers in whole replicas of the model, multiples of {per_replica} (an elastic range too: its min and max), got {}",
                 if workers.min == workers.max {
                     workers.max.to_string()
                 } else {
-                    format!(
-                        "{{min: {}, max: {}}}: elastic model-parallel jobs are not sized yet",
-                        workers.min, workers.max
-                    )
+                    format!("{{min: {}, max: {}}}", workers.min, workers.max)
                 }
             )
         },

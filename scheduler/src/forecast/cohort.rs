@@ -141,6 +141,7 @@ mod tests {
             preemptible: true,
             consolidate: false,
             worker_unit: 1,
+            worker_step: 1,
             placement: None,
             observed: Default::default(),
             search: None,

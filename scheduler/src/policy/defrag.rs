@@ -219,7 +219,12 @@ fn shrinkable_on(
     let job = &snapshot.jobs[j];
     let placement = job.placement.as_ref()?;
     let target = targets[j]?;
-    if placement.shape() != target || !job.preemptible || job.gpus_per_worker == 0 {
+    // A model-parallel job gives back whole replicas or nothing: not shrunk a worker at a time.
+    if placement.shape() != target
+        || !job.preemptible
+        || job.gpus_per_worker == 0
+        || job.worker_step > 1
+    {
         return None;
     }
     let here = placement

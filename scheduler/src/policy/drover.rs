@@ -582,7 +582,7 @@ impl Policy for DroverPolicy {
                 Err(reason) if shape == smallest => return JobPlan::Wait { reason },
                 // Fragmented: halve the workers, then drop PS, down to the smallest shape.
                 Err(_) if shape.workers > smallest.workers => {
-                    shape.workers = (shape.workers / 2).max(smallest.workers);
+                    shape.workers = job.whole_replicas(shape.workers / 2).max(smallest.workers);
                 }
                 Err(_) => shape = smallest,
             }

@@ -204,9 +204,11 @@ pub fn allocate(
                     remaining: &dyn Fn(usize, Shape) -> f64| {
             let job = &snapshot.jobs[i];
             let now = remaining(i, shape);
-            if shape.workers < job.workers.max && !blocked.0 {
+            // A model-parallel job grows by whole replicas.
+            let step = job.worker_step.max(1);
+            if shape.workers + step <= job.workers.max && !blocked.0 {
                 let next = Shape {
-                    workers: shape.workers + 1,
+                    workers: shape.workers + step,
                     ..shape
                 };
                 let gain = (now - remaining(i, next)) / share(job, true);
@@ -250,7 +252,7 @@ pub fn allocate(
             };
             let next = if gain.worker {
                 Shape {
-                    workers: shape.workers + 1,
+                    workers: shape.workers + job.worker_step.max(1),
                     ..shape
                 }
             } else {
@@ -325,7 +327,7 @@ pub fn allocate(
         let fits = |shape: Shape| {
             let (g, c) = demand(job, shape);
             shape != target
-                && job.workers.contains(shape.workers)
+                && job.runs_at_workers(shape.workers)
                 && job.ps.contains(shape.ps)
                 && g <= g0
                 && c <= c0

@@ -261,7 +261,7 @@ impl Gandiva {
             let spread =
                 placement.worker_nodes().len() as u32 > job.gpus_at(shape).div_ceil(max_node_gpus);
             let grow_to = Shape {
-                workers: (shape.workers * 2).min(job.workers.max),
+                workers: job.whole_replicas((shape.workers * 2).min(job.workers.max)),
                 ..shape
             };
             let extra = job.gpus_at(grow_to).saturating_sub(job.gpus_at(shape));

@@ -331,6 +331,7 @@ mod tests {
             preemptible: true,
             consolidate: false,
             worker_unit: 1,
+            worker_step: 1,
             placement: None,
             observed: Observations {
                 steps_done: 400,

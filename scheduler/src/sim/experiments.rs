@@ -364,6 +364,7 @@ impl Experiments {
             preemptible: true,
             consolidate: false,
             worker_unit: 1,
+            worker_step: 1,
             placement: None,
             observed: Observations {
                 step_budget: Some(end.saturating_sub(start)),

@@ -381,6 +381,7 @@ pub fn build_workload_with(
                 // The trace says nothing of it, and the model (hence its skew) is hidden.
                 consolidate: false,
                 worker_unit: 1,
+                worker_step: 1,
                 placement: None,
                 observed: Observations::default(),
                 search: None,

@@ -29,6 +29,7 @@ pub fn job(id: u128, gpus: u32, submit_s: f64) -> JobView {
         preemptible: true,
         consolidate: false,
         worker_unit: 1,
+        worker_step: 1,
         placement: None,
         observed: Observations::default(),
         search: None,

@@ -48,6 +48,19 @@ fn a_pipeline_is_accepted_only_in_a_shape_it_can_run() {
     ))
     .unwrap();
     assert_eq!(job.spec.distributed.parallelism.workers_per_replica(), 4);
+    // An elastic range of whole replicas: the scheduler sizes it a replica at a time.
+    let job = parse_yaml(&doc(
+        &pipeline("{stages: 2, micro_batches: 2}"),
+        "{min: 2, max: 6}",
+    ))
+    .unwrap();
+    assert_eq!(
+        (
+            job.spec.resources.workers.min,
+            job.spec.resources.workers.max
+        ),
+        (2, 6)
+    );
     let field = "spec.distributed.parallelism";
     for (distributed, workers, expected) in [
         // Whole heads per worker (the example has 4), at most 64.
@@ -86,7 +99,8 @@ fn a_pipeline_is_accepted_only_in_a_shape_it_can_run() {
         (pipeline("{stages: 2, micro_batches: 2, schedule: interleaved}"), "2", "spec.distributed.parallelism.pipeline.schedule"),
         // A fixed multiple of the stages.
         (pipeline("{stages: 2, micro_batches: 2}"), "3", "spec.resources.workers"),
-        (pipeline("{stages: 2, micro_batches: 2}"), "{min: 2, max: 4}", "spec.resources.workers"),
+        (pipeline("{stages: 2, micro_batches: 2}"), "{min: 1, max: 4}", "spec.resources.workers"),
+        (pipeline("{stages: 2, micro_batches: 2}"), "{min: 2, max: 5}", "spec.resources.workers"),
     ] {
         let got = error_field(&doc(&distributed, workers));
         assert_eq!(got, expected, "{distributed} with {workers} workers");

@@ -110,8 +110,8 @@ pub(super) fn arrival_shape(
     loop {
         let now = measured_step_s(job, &speed, shape);
         let candidates = [
-            (shape.workers < max_workers).then_some(Shape {
-                workers: shape.workers + 1,
+            (shape.workers + job.worker_step.max(1) <= max_workers).then_some(Shape {
+                workers: shape.workers + job.worker_step.max(1),
                 ..shape
             }),
             (shape.ps < job.ps.max).then_some(Shape {

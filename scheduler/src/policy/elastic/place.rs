@@ -77,7 +77,7 @@ pub fn place_targets_on<'a>(
                         }
                         Err(_) if shape.workers > job.workers.min => {
                             shape = Shape {
-                                workers: (shape.workers / 2).max(job.workers.min),
+                                workers: job.whole_replicas(shape.workers / 2),
                                 ..shape
                             };
                             // A running job that fragmentation keeps from growing keeps its own

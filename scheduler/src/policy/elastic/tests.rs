@@ -41,6 +41,7 @@ fn running(id: u128, node: u32, gpus: &[u16], max_workers: u32) -> JobView {
         preemptible: true,
         consolidate: true,
         worker_unit: 1,
+        worker_step: 1,
         placement: Some(Placement { tasks }),
         observed: Observations::default(),
         search: None,
@@ -158,4 +159,24 @@ fn a_job_that_cannot_grow_keeps_its_own_gpus_rather_than_moving() {
             }),
         );
     }
+}
+
+#[test]
+fn a_model_parallel_job_grows_by_whole_replicas() {
+    // Replicas of 3 workers (stages × tensor), faster with every worker, on 8 GPUs: 3, then 6;
+    // 9 would not fit and 7 or 8 are not whole replicas (a job of single workers takes all 8).
+    let mut job = running(0, 0, &[], 9);
+    job.placement = None;
+    job.workers = Range { min: 3, max: 9 };
+    job.worker_step = 3;
+    let faster = |workers: u32| 1_000.0 / f64::from(workers);
+    assert_eq!(
+        allocated(vec![job.clone()], 3, faster),
+        Some(Shape { ps: 1, workers: 6 })
+    );
+    job.worker_step = 1;
+    assert_eq!(
+        allocated(vec![job], 3, faster),
+        Some(Shape { ps: 1, workers: 8 })
+    );
 }
