@@ -296,6 +296,19 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
     });
     let mut options = options(&job, checkpoint_dir, args.resume_from, device)?;
     options.stop_at = args.steps;
+    let resources = &job.spec.resources;
+    if resources.workers.max > 1
+        || resources.ps.max > 0
+        || !job.spec.distributed.parallelism.is_data_only()
+    {
+        // Said, not silently ignored: what one process does with a job for several.
+        out!(
+            "{}: trains here as one process on the whole global batch (on a cluster its {} share \
+             that batch: `drover submit` runs them)",
+            args.file.display(),
+            shape_words(&job)
+        );
+    }
     let started = std::time::Instant::now();
     let outcome = run(options, Box::new(HumanReporter)).await?;
     let how = if outcome.interrupted {
@@ -317,4 +330,62 @@ pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
         return Err(crate::global::Interrupted.into());
     }
     Ok(())
+}
+
+/// A multi-task job's shape in words: its workers and PS shards, and how its model is split.
+fn shape_words(job: &DroverJob) -> String {
+    let resources = &job.spec.resources;
+    let range = |r: drover_core::spec::TaskRange| {
+        if r.min == r.max {
+            r.max.to_string()
+        } else {
+            format!("{}–{}", r.min, r.max)
+        }
+    };
+    let mut words = format!("{} workers", range(resources.workers));
+    if resources.ps.max > 0 {
+        words.push_str(&format!(" and {} PS shards", range(resources.ps)));
+    }
+    let parallelism = job.spec.distributed.parallelism;
+    if let Some(pipeline) = parallelism.pipeline {
+        words.push_str(&format!(
+            " in pipelines of {} stages ({})",
+            pipeline.stages,
+            pipeline.schedule.as_str()
+        ));
+    }
+    if parallelism.tensor > 1 {
+        words.push_str(&format!(
+            ", tensor-parallel groups of {}",
+            parallelism.tensor
+        ));
+    }
+    words
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `drover train` says of a job for several tasks, which it trains as one process.
+    #[test]
+    fn a_multi_task_jobs_shape_is_said_in_words() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let words = |file: &str| shape_words(&load_job(&root.join(file)).expect("example"));
+        assert_eq!(
+            words("examples/digits-ps.yaml"),
+            "3 workers and 2 PS shards"
+        );
+        assert_eq!(
+            words("examples/charlm-pipeline.yaml"),
+            "2 workers in pipelines of 2 stages (1f1b)"
+        );
+        let mut job = load_job(&root.join("examples/charlm-pipeline.yaml")).expect("example");
+        job.spec.distributed.parallelism.tensor = 2;
+        job.spec.resources.workers = drover_core::spec::TaskRange { min: 4, max: 8 };
+        assert_eq!(
+            shape_words(&job),
+            "4–8 workers in pipelines of 2 stages (1f1b), tensor-parallel groups of 2"
+        );
+    }
 }
