@@ -82,12 +82,41 @@ fn hand_over(
     }
 }
 
+/// The algorithm chosen for each of the last few message sizes of a group's sums (a step sums
+/// one or two sizes, many times: choosing allocates).
+#[derive(Debug, Default)]
+struct Plans(Vec<(usize, Algorithm)>);
+
+impl Plans {
+    fn algorithm(
+        &mut self,
+        communicator: &Communicator,
+        shape: &Shape,
+        fixed: Option<Algorithm>,
+        bytes: usize,
+    ) -> Algorithm {
+        if let Some(algorithm) = fixed.filter(|a| *a != Algorithm::Hierarchical) {
+            return algorithm;
+        }
+        if let Some(&(_, algorithm)) = self.0.iter().find(|p| p.0 == bytes) {
+            return algorithm;
+        }
+        let algorithm = communicator.choose_flat(shape, bytes);
+        if self.0.len() == 4 {
+            self.0.remove(0);
+        }
+        self.0.push((bytes, algorithm));
+        algorithm
+    }
+}
+
 /// A tensor-parallel group's sums, over the job's mesh; counts the bytes this worker sends.
 struct TensorSum<'a> {
     communicator: &'a mut Communicator,
     members: &'a [usize],
     shape: &'a Shape,
     algorithm: Option<Algorithm>,
+    plans: &'a mut Plans,
     bytes: &'a mut u64,
 }
 
@@ -96,9 +125,15 @@ impl Reducer for TensorSum<'_> {
         if self.members.len() < 2 {
             return Ok(());
         }
+        let algorithm = self.plans.algorithm(
+            self.communicator,
+            self.shape,
+            self.algorithm,
+            data.len() * 4,
+        );
         let used = self
             .communicator
-            .allreduce_among(self.members, self.shape, self.algorithm, data)
+            .allreduce_among(self.members, self.shape, Some(algorithm), data)
             .map_err(|e| {
                 candle_core::Error::Msg(format!("summing over the tensor-parallel group: {e:#}"))
             })?;
@@ -139,6 +174,9 @@ pub struct Pipeline {
     /// The ranks of this worker's tensor-parallel group, and their shape.
     tensor_group: Vec<usize>,
     tensor_shape: Shape,
+    /// The algorithms chosen for the group's and the stage's sums, by size.
+    tensor_plans: Plans,
+    stage_plans: Plans,
     model: Stage,
     /// The parameters this stage owns (indices), and every stage's (the leader gathers them).
     owned: Range<usize>,
@@ -248,6 +286,8 @@ impl Pipeline {
             group_shape,
             tensor_group,
             tensor_shape,
+            tensor_plans: Plans::default(),
+            stage_plans: Plans::default(),
             owned: model.params(),
             model,
             stage_params,
@@ -309,12 +349,18 @@ impl Pipeline {
         for g in &self.sum[self.owned.clone()] {
             self.flat.extend(g.iter().map(|x| x * share));
         }
+        let algorithm = self.stage_plans.algorithm(
+            &self.communicator,
+            &self.group_shape,
+            self.algorithm,
+            self.flat.len() * 4,
+        );
         let used = self
             .communicator
             .allreduce_among(
                 &self.group,
                 &self.group_shape,
-                self.algorithm,
+                Some(algorithm),
                 &mut self.flat,
             )
             .context("summing the stage's gradients over the replicas")?;
@@ -460,6 +506,7 @@ impl Pipeline {
                                 members: &self.tensor_group,
                                 shape: &self.tensor_shape,
                                 algorithm: self.algorithm,
+                                plans: &mut self.tensor_plans,
                                 bytes: &mut sent,
                             },
                         )?;
@@ -510,6 +557,7 @@ impl Pipeline {
                                 members: &self.tensor_group,
                                 shape: &self.tensor_shape,
                                 algorithm: self.algorithm,
+                                plans: &mut self.tensor_plans,
                                 bytes: &mut sent,
                             },
                         )?;

@@ -215,13 +215,7 @@ impl Communicator {
             .position(|&r| r == self.rank())
             .ok_or_else(|| anyhow::anyhow!("worker {} is not in {members:?}", self.rank()))?;
         let algorithm = match algorithm {
-            Some(Algorithm::Hierarchical) | None => match &self.model {
-                Some(model) => match cost::choose(model, shape, (data.len() * 4) as f64) {
-                    Algorithm::Hierarchical => Algorithm::Ring,
-                    flat => flat,
-                },
-                None => Algorithm::Ring,
-            },
+            Some(Algorithm::Hierarchical) | None => self.choose_flat(shape, data.len() * 4),
             Some(flat) => flat,
         };
         if members.len() > 1 {
@@ -235,6 +229,19 @@ impl Communicator {
             )?;
         }
         Ok(algorithm)
+    }
+
+    /// The flat all-reduce predicted fastest for `bytes` among a group shaped `shape` (the ring
+    /// before any model). Predicting allocates: callers summing the same sizes again and again
+    /// remember the answer.
+    pub fn choose_flat(&self, shape: &Shape, bytes: usize) -> Algorithm {
+        match &self.model {
+            Some(model) => match cost::choose(model, shape, bytes as f64) {
+                Algorithm::Hierarchical => Algorithm::Ring,
+                flat => flat,
+            },
+            None => Algorithm::Ring,
+        }
     }
 
     /// The point-to-point connections to the other workers.

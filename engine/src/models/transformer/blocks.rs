@@ -220,12 +220,13 @@ pub(super) fn backward(
     for (l, w) in layers.clone().zip(slot.layers.iter()).rev() {
         let at = |offset| index.block(l, offset);
         // The split weights' gradients are this worker's part, zero elsewhere (a whole worker's
-        // part is all of it).
+        // part is all of it): zeroed once, as nothing writes outside the part.
         for i in [at(QKV), at(QKV) + 1, at(PROJ), at(FC), at(FC) + 1, at(OUT)] {
-            if split.size > 1 {
+            let len = params.values[i].len();
+            if split.size > 1 && grads[i].len() != len {
                 grads[i].clear();
             }
-            grads[i].resize(params.values[i].len(), 0.0);
+            grads[i].resize(len, 0.0);
         }
         // MLP: the second product's rows, GELU, the first product's columns.
         let dout = masked(dstream, dbranch, &w.out_mask);
