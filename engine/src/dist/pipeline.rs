@@ -18,10 +18,9 @@
 //! and gather wishes, the loss, the gradient's global norm (for clipping) and the time each stage
 //! spent computing are summed over every worker each step.
 
-use super::collective::cost::{self, Shape};
 use super::collective::{Algorithm, Communicator};
 use super::exchanged::Exchanged;
-use crate::models::{Reducer, Split, Stage, TransformerShape};
+use crate::models::{Split, Stage, TransformerShape};
 use crate::optim;
 use crate::rng::Rng;
 use crate::trainer::Run;
@@ -30,119 +29,12 @@ use drover_core::spec::{Parallelism, PipelineSchedule};
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-/// What a stage does next: one micro-batch's forward or backward pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Forward(usize),
-    Backward(usize),
-}
+mod groups;
+mod schedule;
 
-/// Stage `stage`'s passes over `micro` micro-batches in a pipeline of `stages`, in order.
-pub fn schedule(kind: PipelineSchedule, stages: usize, stage: usize, micro: usize) -> Vec<Op> {
-    match kind {
-        // Every forward, then every backward, newest first: the last stage turns straight round.
-        PipelineSchedule::Gpipe => (0..micro)
-            .map(Op::Forward)
-            .chain((0..micro).rev().map(Op::Backward))
-            .collect(),
-        PipelineSchedule::OneFOneB => {
-            let warmup = (stages - stage - 1).min(micro);
-            let mut ops: Vec<Op> = (0..warmup).map(Op::Forward).collect();
-            for i in 0..micro - warmup {
-                ops.push(Op::Forward(warmup + i));
-                ops.push(Op::Backward(i));
-            }
-            ops.extend((micro - warmup..micro).map(Op::Backward));
-            ops
-        }
-    }
-}
-
-/// The layers stage `stage` of `stages` runs, of `layers`: as equal as the count allows.
-pub fn stage_layers(layers: usize, stages: usize, stage: usize) -> Range<usize> {
-    stage * layers / stages..(stage + 1) * layers / stages
-}
-
-/// The share of the micro-batch `m` of `micro` among `rows` rows.
-fn micro_rows(rows: usize, micro: usize, m: usize) -> Range<usize> {
-    m * rows / micro..(m + 1) * rows / micro
-}
-
-/// Sends `out` to `peer`, receiving `into` from it at the same time when given (so that two
-/// neighbours each sending the other something never wait on each other).
-fn hand_over(
-    communicator: &mut Communicator,
-    peer: usize,
-    out: &[f32],
-    into: Option<&mut [f32]>,
-) -> anyhow::Result<()> {
-    match into {
-        Some(into) => communicator.mesh().exchange(peer, out, peer, into),
-        None => communicator.mesh().send(peer, out),
-    }
-}
-
-/// The algorithm chosen for each of the last few message sizes of a group's sums (a step sums
-/// one or two sizes, many times: choosing allocates).
-#[derive(Debug, Default)]
-struct Plans(Vec<(usize, Algorithm)>);
-
-impl Plans {
-    fn algorithm(
-        &mut self,
-        communicator: &Communicator,
-        shape: &Shape,
-        fixed: Option<Algorithm>,
-        bytes: usize,
-    ) -> Algorithm {
-        if let Some(algorithm) = fixed.filter(|a| *a != Algorithm::Hierarchical) {
-            return algorithm;
-        }
-        if let Some(&(_, algorithm)) = self.0.iter().find(|p| p.0 == bytes) {
-            return algorithm;
-        }
-        let algorithm = communicator.choose_flat(shape, bytes);
-        if self.0.len() == 4 {
-            self.0.remove(0);
-        }
-        self.0.push((bytes, algorithm));
-        algorithm
-    }
-}
-
-/// A tensor-parallel group's sums, over the job's mesh; counts the bytes this worker sends.
-struct TensorSum<'a> {
-    communicator: &'a mut Communicator,
-    members: &'a [usize],
-    shape: &'a Shape,
-    algorithm: Option<Algorithm>,
-    plans: &'a mut Plans,
-    bytes: &'a mut u64,
-}
-
-impl Reducer for TensorSum<'_> {
-    fn sum(&mut self, data: &mut [f32]) -> candle_core::Result<()> {
-        if self.members.len() < 2 {
-            return Ok(());
-        }
-        let algorithm = self.plans.algorithm(
-            self.communicator,
-            self.shape,
-            self.algorithm,
-            data.len() * 4,
-        );
-        let used = self
-            .communicator
-            .allreduce_among(self.members, self.shape, Some(algorithm), data)
-            .map_err(|e| {
-                candle_core::Error::Msg(format!("summing over the tensor-parallel group: {e:#}"))
-            })?;
-        *self.bytes +=
-            cost::bytes_per_worker(used, Algorithm::Ring, self.shape, (data.len() * 4) as f64)
-                as u64;
-        Ok(())
-    }
-}
+use groups::{Group, hand_over};
+use schedule::micro_rows;
+pub use schedule::{Op, schedule, stage_layers};
 
 /// Indices of the values summed over every worker each step.
 const STOP: usize = 0;
@@ -168,15 +60,10 @@ pub struct Pipeline {
     split: Split,
     micro: usize,
     schedule: Vec<Op>,
-    /// The ranks running this stage (every replica's tensor-parallel group), and their shape.
-    group: Vec<usize>,
-    group_shape: Shape,
-    /// The ranks of this worker's tensor-parallel group, and their shape.
-    tensor_group: Vec<usize>,
-    tensor_shape: Shape,
-    /// The algorithms chosen for the group's and the stage's sums, by size.
-    tensor_plans: Plans,
-    stage_plans: Plans,
+    /// The workers running this stage (every replica's tensor-parallel group), and this worker's
+    /// tensor-parallel group.
+    group: Group,
+    tensor_group: Group,
     model: Stage,
     /// The parameters this stage owns (indices), and every stage's (the leader gathers them).
     owned: Range<usize>,
@@ -255,15 +142,18 @@ impl Pipeline {
             );
         }
         let node_of = communicator.node_of();
-        let shape_of =
-            |ranks: &[usize]| Shape::of(&ranks.iter().map(|&r| node_of[r]).collect::<Vec<_>>());
-        let group: Vec<usize> = (0..replicas)
-            .flat_map(|r| (0..tensor).map(move |t| r * per_replica + stage * tensor + t))
-            .collect();
-        let tensor_group: Vec<usize> = (0..tensor)
-            .map(|t| replica * per_replica + stage * tensor + t)
-            .collect();
-        let (group_shape, tensor_shape) = (shape_of(&group), shape_of(&tensor_group));
+        let group = Group::new(
+            (0..replicas)
+                .flat_map(|r| (0..tensor).map(move |t| r * per_replica + stage * tensor + t))
+                .collect(),
+            node_of,
+        );
+        let tensor_group = Group::new(
+            (0..tensor)
+                .map(|t| replica * per_replica + stage * tensor + t)
+                .collect(),
+            node_of,
+        );
         let layers = stage_layers(shape.layers, stages, stage);
         let model = Stage::new(shape, layers, split)?;
         let stage_params = (0..stages)
@@ -283,11 +173,7 @@ impl Pipeline {
             micro,
             schedule: schedule(kind, stages, stage, micro),
             group,
-            group_shape,
             tensor_group,
-            tensor_shape,
-            tensor_plans: Plans::default(),
-            stage_plans: Plans::default(),
             owned: model.params(),
             model,
             stage_params,
@@ -349,28 +235,11 @@ impl Pipeline {
         for g in &self.sum[self.owned.clone()] {
             self.flat.extend(g.iter().map(|x| x * share));
         }
-        let algorithm = self.stage_plans.algorithm(
-            &self.communicator,
-            &self.group_shape,
-            self.algorithm,
-            self.flat.len() * 4,
-        );
-        let used = self
-            .communicator
-            .allreduce_among(
-                &self.group,
-                &self.group_shape,
-                Some(algorithm),
-                &mut self.flat,
-            )
-            .context("summing the stage's gradients over the replicas")?;
         let mut bytes = sent
-            + cost::bytes_per_worker(
-                used,
-                Algorithm::Ring,
-                &self.group_shape,
-                (self.flat.len() * 4) as f64,
-            ) as u64;
+            + self
+                .group
+                .sum(&mut self.communicator, self.algorithm, &mut self.flat)
+                .context("summing the stage's gradients over the replicas")?;
         let mut at = 0;
         for g in &mut self.sum[self.owned.clone()] {
             let len = g.len();
@@ -501,14 +370,11 @@ impl Pipeline {
                             targets,
                             part.rng,
                             &mut self.stream,
-                            &mut TensorSum {
-                                communicator: &mut self.communicator,
-                                members: &self.tensor_group,
-                                shape: &self.tensor_shape,
-                                algorithm: self.algorithm,
-                                plans: &mut self.tensor_plans,
-                                bytes: &mut sent,
-                            },
+                            &mut self.tensor_group.reducer(
+                                &mut self.communicator,
+                                self.algorithm,
+                                &mut sent,
+                            ),
                         )?;
                         busy += began.elapsed();
                         if let Some(batch) = out {
@@ -552,14 +418,11 @@ impl Pipeline {
                             tokens,
                             &mut self.grads,
                             &mut self.dstream,
-                            &mut TensorSum {
-                                communicator: &mut self.communicator,
-                                members: &self.tensor_group,
-                                shape: &self.tensor_shape,
-                                algorithm: self.algorithm,
-                                plans: &mut self.tensor_plans,
-                                bytes: &mut sent,
-                            },
+                            &mut self.tensor_group.reducer(
+                                &mut self.communicator,
+                                self.algorithm,
+                                &mut sent,
+                            ),
                         )?;
                         let weight = span.len() as f32 / rows as f32;
                         for i in self.owned.clone() {
@@ -656,65 +519,5 @@ impl Pipeline {
             }
         }
         Ok(sent)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Replays a stage's schedule: every micro-batch forward once and backward once after it, and
-    /// the most held at once.
-    fn in_flight(ops: &[Op], micro: usize) -> usize {
-        let (mut held, mut peak) = (Vec::new(), 0);
-        let (mut forward, mut backward) = (vec![false; micro], vec![false; micro]);
-        for &op in ops {
-            match op {
-                Op::Forward(m) => {
-                    assert!(!forward[m], "{m} forward twice");
-                    forward[m] = true;
-                    held.push(m);
-                }
-                Op::Backward(m) => {
-                    assert!(forward[m] && !backward[m], "{m} backward out of turn");
-                    backward[m] = true;
-                    held.retain(|&h| h != m);
-                }
-            }
-            peak = peak.max(held.len());
-        }
-        assert!(forward.iter().chain(&backward).all(|&x| x), "{ops:?}");
-        peak
-    }
-
-    #[test]
-    fn one_forward_one_backward_holds_at_most_the_stages_left_and_gpipe_holds_every_micro_batch() {
-        for stages in 2..6 {
-            for micro in 1..10 {
-                for stage in 0..stages {
-                    let gpipe = schedule(PipelineSchedule::Gpipe, stages, stage, micro);
-                    assert_eq!(in_flight(&gpipe, micro), micro);
-                    let one = schedule(PipelineSchedule::OneFOneB, stages, stage, micro);
-                    assert_eq!(in_flight(&one, micro), (stages - stage).min(micro));
-                }
-            }
-        }
-        use Op::{Backward as B, Forward as F};
-        assert_eq!(
-            schedule(PipelineSchedule::OneFOneB, 3, 0, 4),
-            [F(0), F(1), F(2), B(0), F(3), B(1), B(2), B(3)]
-        );
-        assert_eq!(
-            schedule(PipelineSchedule::OneFOneB, 3, 2, 4),
-            [F(0), B(0), F(1), B(1), F(2), B(2), F(3), B(3)]
-        );
-    }
-
-    #[test]
-    fn stages_split_the_layers_and_the_micro_batches_split_the_rows_evenly() {
-        let layers: Vec<_> = (0..3).map(|s| stage_layers(8, 3, s)).collect();
-        assert_eq!(layers, [0..2, 2..5, 5..8]);
-        let rows: Vec<_> = (0..3).map(|m| micro_rows(10, 3, m)).collect();
-        assert_eq!(rows, [0..3, 3..6, 6..10]);
     }
 }
