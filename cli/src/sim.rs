@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 
 mod report;
 pub(crate) mod workload;
-use report::{experiments_csv, predictions_csv, print_accuracy, print_experiments, print_table};
+use report::{
+    experiments_csv, predictions_csv, print_accuracy, print_experiments, print_model_parallel,
+    print_table,
+};
 use workload::{WorkloadArgs, parse_cluster, print_settings};
 
 #[derive(Debug, clap::Args)]
@@ -95,6 +98,16 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
     let inputs = args.workload.inputs()?;
     let models = &inputs.models;
     let (workload, config) = args.workload.workload(&inputs, &cluster, args.seed)?;
+    // The fixed-shape baseline: the same jobs, the model-parallel ones held at their recorded shape.
+    let held = if workload.jobs.iter().any(|j| j.view.worker_step > 1) {
+        Some(
+            args.workload
+                .workload_held(&inputs, &cluster, args.seed, true)?
+                .0,
+        )
+    } else {
+        None
+    };
     let policies: Vec<String> = match args.compare.as_deref() {
         None => vec![args.policy.clone()],
         Some("all") => drover_scheduler::policy_names()
@@ -178,27 +191,30 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
             arrival_window_s: args.predict_arrival_window.as_secs_f64(),
             remaining_from_truth: args.predict_from_truth,
         });
-        let mut searches = (args.experiments > 0).then(|| {
-            let options = ExperimentOptions {
-                count: args.experiments,
-                max_trials: args.experiment_trials,
-                max_concurrent_trials: args.experiment_concurrency,
-                trial_hours: args.trial_hours,
-                ..ExperimentOptions::default()
-            };
-            Experiments::new(
-                options,
-                &workload.tenants,
-                models,
-                span,
-                args.workload.cpus_per_node,
-                args.seed,
-            )
-        });
+        let new_searches = || {
+            (args.experiments > 0).then(|| {
+                let options = ExperimentOptions {
+                    count: args.experiments,
+                    max_trials: args.experiment_trials,
+                    max_concurrent_trials: args.experiment_concurrency,
+                    trial_hours: args.trial_hours,
+                    ..ExperimentOptions::default()
+                };
+                Experiments::new(
+                    options,
+                    &workload.tenants,
+                    models,
+                    span,
+                    args.workload.cpus_per_node,
+                    args.seed,
+                )
+            })
+        };
+        let mut searches = new_searches();
         let spawner = searches
             .as_mut()
             .map(|s| s as &mut dyn sim::engine::Spawner);
-        let (report, outcome) =
+        let (mut report, outcome) =
             sim::run_policy_with(name, &workload, config, predict, spawner, &clock)
                 .with_context(|| format!("policy {name}"))?;
         if let Some(searches) = &searches {
@@ -234,6 +250,31 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
             )?;
             accuracies.push((name.clone(), accuracy, started.elapsed()));
         }
+        if let Some(held) = &held {
+            eprint!("running {name} with the model-parallel jobs held at their shapes ... ");
+            let started = Instant::now();
+            // The same searches beside them, so only the held shapes differ.
+            let mut searches = new_searches();
+            let spawner = searches
+                .as_mut()
+                .map(|s| s as &mut dyn sim::engine::Spawner);
+            let (baseline, outcome) =
+                sim::run_policy_with(name, held, config, None, spawner, &clock)
+                    .with_context(|| format!("policy {name}, shapes held"))?;
+            eprintln!(
+                "{} rounds in {:.1}s",
+                baseline.rounds,
+                started.elapsed().as_secs_f64()
+            );
+            std::fs::write(
+                args.out.join(format!("jobs-{name}-held.csv")),
+                sim::jobs_csv(&sim::job_rows(held, &outcome)),
+            )?;
+            report.held = Some(sim::report::HeldRun {
+                avg_jct_s: baseline.avg_jct_s,
+                model_parallel: baseline.model_parallel,
+            });
+        }
         reports.push(report);
     }
     let gpus = cluster.total_gpus();
@@ -257,6 +298,7 @@ pub fn run(args: SimArgs, json: bool) -> anyhow::Result<()> {
         if !experiment_rows.is_empty() {
             print_experiments(&experiment_rows);
         }
+        print_model_parallel(&reports);
     }
     if !experiment_rows.is_empty() {
         std::fs::write(

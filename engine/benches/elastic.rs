@@ -20,7 +20,7 @@ use drover_core::spec::{CheckpointPolicy, TrainSpec};
 use drover_engine::dist::local;
 use drover_engine::{Reporter, Requests, TrainOptions};
 use drover_scheduler::Shape;
-use drover_scheduler::perf::SpeedModel;
+use drover_scheduler::perf::{Layout, SpeedModel};
 use drover_scheduler::snapshot::StepStats;
 use serde_json::json;
 use std::path::Path;
@@ -199,7 +199,7 @@ fn main() {
     let path = out.join("speed-samples.csv");
     std::fs::write(&path, csv).unwrap();
     println!("  written to {}", path.display());
-    let model = SpeedModel::from_observations(&stats);
+    let model = SpeedModel::fit(Layout::ParameterServers, &stats);
     println!(
         "Optimus speed model t(p, w) = θ0/w + θ1 + θ2·w/p + θ3·w + θ4·p fitted: θ = [{}] (ms)",
         model

@@ -267,6 +267,7 @@ pub(super) fn build<'a>(
             consolidate: false,
             worker_unit: 1,
             worker_step: 1,
+            micro_batches: 1,
             placement: None,
             observed: Observations::default(),
             search: None,
@@ -468,6 +469,7 @@ mod tests {
             consolidate: false,
             worker_unit: 1,
             worker_step: 1,
+            micro_batches: 1,
             placement: Some(Placement {
                 tasks: gpus
                     .iter()

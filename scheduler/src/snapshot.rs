@@ -229,6 +229,11 @@ pub struct JobView {
     /// tensor degree): it runs only at multiples of it. 1: any count in its range.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub worker_step: u32,
+    /// Micro-batches a replica's share of each step streams through its pipeline in
+    /// (`spec.distributed.parallelism.pipeline.micro_batches`): its stages idle for
+    /// (stages − 1)/(micro_batches + stages − 1) of a step. 1 where it has no pipeline.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub micro_batches: u32,
     /// Where the job runs now; `None` while it waits.
     pub placement: Option<Placement>,
     pub observed: Observations,
@@ -279,6 +284,7 @@ impl JobView {
             consolidate: false,
             worker_unit: 1,
             worker_step: 1,
+            micro_batches: 1,
             placement: None,
             observed: Observations::default(),
             search: None,
@@ -315,6 +321,12 @@ impl JobView {
                 .parallelism
                 .workers_per_replica()
                 .max(1),
+            micro_batches: job
+                .spec
+                .distributed
+                .parallelism
+                .pipeline
+                .map_or(1, |p| p.micro_batches.max(1)),
             ..JobView::of_resources(id, &job.spec.resources)
         }
     }

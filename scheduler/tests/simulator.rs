@@ -182,3 +182,93 @@ fn changing_the_hidden_truth_changes_no_observing_policy_plan() {
         }
     }
 }
+
+/// [`workload`] on `nodes` nodes of 8 GPUs with `share` of its jobs of two or more GPUs
+/// model-parallel, held at their recorded shapes when `held`.
+fn model_parallel_workload(seed: u64, nodes: u32, share: f64, held: bool) -> Workload {
+    let trace = sim::parse_trace(&small_trace(), &TraceFilter::default()).unwrap();
+    let models = sim::parse_models(&models_text()).unwrap();
+    sim::build_workload_with(
+        &trace,
+        &models,
+        uniform_cluster(nodes, 8, 64, 32),
+        &sim::WorkloadOptions {
+            seed,
+            model_parallel: share,
+            model_parallel_fixed: held,
+            ..sim::WorkloadOptions::default()
+        },
+    )
+}
+
+#[test]
+fn model_parallel_jobs_run_in_whole_replicas_under_every_policy() {
+    let workload = model_parallel_workload(7, 2, 1.0, false);
+    let parallel: Vec<usize> = (0..workload.jobs.len())
+        .filter(|&i| workload.jobs[i].view.worker_step > 1)
+        .collect();
+    // Every job of two or more GPUs: 30 of the 60.
+    assert_eq!(parallel.len(), 30);
+    // The share changes which jobs are model-parallel, nothing else's draws.
+    let plain = model_parallel_workload(7, 2, 0.0, false);
+    for (i, (a, b)) in workload.jobs.iter().zip(&plain.jobs).enumerate() {
+        if a.view.worker_step == 1 {
+            assert_eq!(a.view, b.view, "job {i}");
+        }
+    }
+    for name in policy_names() {
+        let (report, outcome) =
+            sim::run_policy(name, &workload, SimConfig::default(), &Frozen).unwrap();
+        let m = report.model_parallel.as_ref().unwrap();
+        assert_eq!(m.jobs, 30, "{name}");
+        assert_eq!(m.grown + m.held + m.shrunk, 30, "{name}");
+        for &i in &parallel {
+            let (job, out) = (&workload.jobs[i].view, &outcome.jobs[i]);
+            assert!(out.finish_s.is_finite(), "{name}: job {i}");
+            assert!(
+                out.max_workers.is_multiple_of(job.worker_step),
+                "{name}: job {i} ran {} workers, replicas of {}",
+                out.max_workers,
+                job.worker_step
+            );
+            assert!(
+                out.mean_workers >= f64::from(job.worker_step) - 1e-9,
+                "{name}: job {i}"
+            );
+        }
+    }
+}
+
+/// On a cluster with room, the elastic policies grow model-parallel jobs by whole replicas where
+/// their replica speed model says it pays, and those jobs finish sooner than held at their shapes.
+#[test]
+fn elastic_policies_size_model_parallel_jobs_by_their_speed_model() {
+    for seed in [7, 8] {
+        let (sized, held) = (
+            model_parallel_workload(seed, 8, 1.0, false),
+            model_parallel_workload(seed, 8, 1.0, true),
+        );
+        for name in ["drover", "optimus"] {
+            let run = |workload: &Workload| {
+                sim::run_policy(name, workload, SimConfig::default(), &Frozen)
+                    .unwrap()
+                    .0
+                    .model_parallel
+                    .unwrap()
+            };
+            let (s, h) = (run(&sized), run(&held));
+            assert_eq!(
+                h.grown + h.shrunk,
+                0,
+                "{name}, seed {seed}: held jobs moved"
+            );
+            assert!(s.grown > 0, "{name}, seed {seed}: none grew: {s:?}");
+            assert!(
+                s.avg_jct_s < h.avg_jct_s,
+                "{name}, seed {seed}: sized {:.0} s, held {:.0} s",
+                s.avg_jct_s,
+                h.avg_jct_s
+            );
+        }
+    }
+}

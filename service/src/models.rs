@@ -4,8 +4,9 @@
 
 use drover_core::JobState;
 use drover_runtime::{Budget, Observed};
+use drover_scheduler::JobView;
 use drover_scheduler::Shape;
-use drover_scheduler::perf::{ConvergenceModel, SpeedModel};
+use drover_scheduler::perf::{ConvergenceModel, Layout, SpeedModel};
 use drover_store::Job;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -23,9 +24,14 @@ pub struct JobModels {
     pub remaining: Option<Remaining>,
 }
 
-/// Seconds per step at p PS shards and w workers: θ0/w + θ1 + θ2·w/p + θ3·w + θ4·p.
+/// Seconds per step at a shape: at p PS shards (1 without any) and w workers,
+/// θ0/w + θ1 + θ2·w/p + θ3·w + θ4·p; for a model-parallel job, in R replicas of S pipeline stages ×
+/// tensor degree T with M micro-batches, θ0·(M+S−1)/(M·S·T·R) + θ1 + θ2·(R−1)/(R·S·T) (`formula`
+/// says which, with the job's S, T and M).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SpeedFit {
+    /// The form θ weighs, with this job's figures.
+    pub formula: String,
     pub theta: [f64; 5],
     /// False while the job has been measured at fewer than 3 shapes: θ is then a prior scaled to
     /// what was measured.
@@ -81,13 +87,19 @@ pub enum RemainingBasis {
 impl JobModels {
     /// The models of `job` from its aggregates, the remaining time at `shape`.
     pub fn of(job: &Job, observed: &Observed, shape: Shape) -> JobModels {
-        let speed = SpeedModel::from_observations(&observed.step_stats);
+        let spec = job.spec();
+        // The form the scheduler's policies fit for it (a job whose document does not parse is
+        // taken for a PS job; it never reaches a policy).
+        let layout = spec.as_ref().map_or(Layout::ParameterServers, |doc| {
+            Layout::of(&JobView::of_document(job.id, doc))
+        });
+        let speed = SpeedModel::fit(layout, &observed.step_stats);
         let convergence = ConvergenceModel::fit(&observed.loss_samples);
         let done = observed.steps_done;
         let by_curve = convergence.map(|m| m.remaining_steps(done as f64).ceil() as u64);
-        let left = job
-            .spec()
-            .map(|spec| Budget::of(&spec))
+        let left = spec
+            .as_ref()
+            .map(Budget::of)
             .unwrap_or_default()
             .remaining(done, by_curve)
             .map(|(steps, budget)| {
@@ -111,6 +123,7 @@ impl JobModels {
         JobModels {
             steps_done: done,
             speed: SpeedFit {
+                formula: speed.layout.formula(),
                 theta: speed.theta,
                 fitted: speed.fitted,
                 shapes: observed

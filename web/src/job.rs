@@ -148,6 +148,7 @@ struct ShapeRow {
 struct ModelView {
     steps_done: u64,
     speed: Vec<String>,
+    formula: String,
     theta: String,
     fitted: bool,
     convergence: Option<String>,
@@ -538,6 +539,7 @@ fn model_view(model: &JobModels) -> ModelView {
                 )
             })
             .collect(),
+        formula: model.speed.formula.clone(),
         theta: model
             .speed
             .theta

@@ -73,6 +73,90 @@ pub(super) fn print_table(reports: &[Report]) {
     }
 }
 
+/// The model-parallel jobs under each policy: sized by the policy and held at their recorded
+/// shapes ([`Report::held`]): their JCT, and per layout the replicas asked for and run at.
+pub(super) fn print_model_parallel(reports: &[Report]) {
+    let hours = |s: f64| format!("{:.2}h", s / 3600.0);
+    let mut rows = Vec::new();
+    for sized in reports {
+        let Some(fixed) = &sized.held else {
+            continue;
+        };
+        let (Some(m), Some(f)) = (&sized.model_parallel, &fixed.model_parallel) else {
+            continue;
+        };
+        rows.push(vec![
+            sized.policy.clone(),
+            m.jobs.to_string(),
+            format!("{:.0}", m.avg_jct_s),
+            format!("{:.0}", f.avg_jct_s),
+            format!("{:.2}x", f.avg_jct_s / m.avg_jct_s.max(1e-9)),
+            hours(m.median_jct_s),
+            hours(f.median_jct_s),
+            format!("{}/{}/{}", m.grown, m.held, m.shrunk),
+            format!("{:.0}", m.others_avg_jct_s),
+            format!("{:.0}", f.others_avg_jct_s),
+            format!("{:.0}", sized.avg_jct_s),
+            format!("{:.0}", fixed.avg_jct_s),
+        ]);
+    }
+    if rows.is_empty() {
+        return;
+    }
+    out!("");
+    out!("model-parallel jobs: sized by the policy vs held at the shape their user asked for");
+    crate::output::table(
+        &[
+            "POLICY",
+            "JOBS",
+            "AVG JCT SIZED (s)",
+            "HELD (s)",
+            "HELD/SIZED",
+            "MEDIAN SIZED",
+            "HELD",
+            "GROWN/AT/SHRUNK",
+            "OTHERS SIZED (s)",
+            "HELD (s)",
+            "ALL SIZED (s)",
+            "HELD (s)",
+        ],
+        &rows,
+    );
+    let mut layout_rows = Vec::new();
+    for report in reports {
+        let Some(m) = &report.model_parallel else {
+            continue;
+        };
+        for l in &m.layouts {
+            layout_rows.push(vec![
+                report.policy.clone(),
+                format!("{}x{}", l.stages, l.tensor),
+                l.micro_batches.to_string(),
+                l.jobs.to_string(),
+                format!("{:.2}", l.asked_replicas),
+                format!("{:.2}", l.mean_replicas),
+                format!("{:.2}", l.max_replicas),
+                format!("{:.0}", l.avg_jct_s),
+            ]);
+        }
+    }
+    out!("");
+    out!("replicas per layout (stages x tensor), sized by the policy");
+    crate::output::table(
+        &[
+            "POLICY",
+            "LAYOUT",
+            "MICRO-BATCHES",
+            "JOBS",
+            "ASKED",
+            "MEAN RUN",
+            "MOST",
+            "AVG JCT (s)",
+        ],
+        &layout_rows,
+    );
+}
+
 /// One row per prediction: when it was made, what it said, and when the job really started.
 pub(super) fn predictions_csv(outcome: &Outcome) -> String {
     let mut csv = String::from(

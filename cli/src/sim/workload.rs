@@ -58,6 +58,19 @@ pub struct WorkloadArgs {
     /// Time between scheduling rounds.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     round: Duration,
+    /// Share (0 to 1) of the trace's jobs of two or more GPUs replayed as model-parallel language
+    /// models: pipeline stages × tensor-parallel groups in replicas that all-reduce, each job's
+    /// layout and speed drawn (docs/scheduler.md, "Model-parallel jobs in the simulator"). `drover
+    /// sim` then also replays them held at their recorded shapes, and reports both.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_share)]
+    pub(super) model_parallel: f64,
+}
+
+fn parse_share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => Err(format!("`{text}` is not a share between 0 and 1")),
+    }
 }
 
 fn parse_interference(text: &str) -> Result<sim::Interference, String> {
@@ -177,6 +190,18 @@ impl WorkloadArgs {
         cluster: &ClusterSpec,
         seed: u64,
     ) -> anyhow::Result<(sim::Workload, SimConfig)> {
+        self.workload_held(inputs, cluster, seed, false)
+    }
+
+    /// [`WorkloadArgs::workload`], with every model-parallel job held at its recorded shape when
+    /// `held` (the same jobs and draws otherwise).
+    pub fn workload_held(
+        &self,
+        inputs: &Inputs,
+        cluster: &ClusterSpec,
+        seed: u64,
+        held: bool,
+    ) -> anyhow::Result<(sim::Workload, SimConfig)> {
         let nodes = cluster.nodes(self.cpus_per_node, self.memory_per_gpu);
         let gpu_speeds = if cluster.is_mixed() {
             let table = inputs.gpu_speeds()?;
@@ -210,6 +235,8 @@ impl WorkloadArgs {
             quotas: inputs.quotas.clone(),
             memory_gb_per_task: self.memory_per_task,
             gpu_speeds,
+            model_parallel: self.model_parallel,
+            model_parallel_fixed: held,
         };
         let workload = sim::build_workload_with(&inputs.trace, &inputs.models, nodes, &options);
         let config = SimConfig {

@@ -34,6 +34,7 @@ fn job(i: usize, gpus: u32, tenant: u32, rng: &mut ChaCha8Rng) -> JobView {
         consolidate: rng.random_bool(0.3),
         worker_unit: 1,
         worker_step: 1,
+        micro_batches: 1,
         placement: None,
         observed: Observations {
             attained_gpu_s: rng.random_range(0.0..200_000.0),

@@ -142,6 +142,7 @@ mod tests {
             consolidate: false,
             worker_unit: 1,
             worker_step: 1,
+            micro_batches: 1,
             placement: None,
             observed: Default::default(),
             search: None,

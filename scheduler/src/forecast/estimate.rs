@@ -9,7 +9,7 @@ use super::config::PACKING_SLOWDOWN;
 use super::history::{Finished, TENANT_HISTORY_MIN};
 use super::lengths::{Lengths, Quantiles};
 use super::remaining::{Basis, Remaining};
-use crate::perf::{ConvergenceModel, SpeedModel};
+use crate::perf::{ConvergenceModel, Layout, SpeedModel};
 use crate::snapshot::{JobView, Shape, StepStats};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -205,9 +205,14 @@ impl Priors {
             .collect()
     }
 
-    /// Seconds per step at `shape` of the jobs running `job`'s program, when one was measured.
+    /// Seconds per step at `shape` of the jobs running `job`'s program, when one was measured in
+    /// `job`'s layout (a program run as pipeline stages is another speed curve).
     fn borrowed_step_s(&self, job: &JobView, shape: Shape) -> Option<f64> {
-        let s = self.programs.get(&job.observed.program?)?.step_s(shape);
+        let model = self.programs.get(&job.observed.program?)?;
+        if model.layout != Layout::of(job) {
+            return None;
+        }
+        let s = model.step_s(shape);
         (s.is_finite() && s > 0.0).then_some(s)
     }
 
@@ -250,7 +255,7 @@ pub(super) fn speed_model(job: &JobView) -> Option<SpeedModel> {
     // As the speed model counts an observation usable.
     let usable = |s: &&StepStats| s.samples > 0 && s.mean_step_s > 0.0 && s.shape.workers > 0;
     if stats.iter().filter(usable).any(|s| !s.shared) {
-        return Some(SpeedModel::from_observations(stats));
+        return Some(SpeedModel::of_job(job, stats));
     }
     let as_alone: Vec<StepStats> = stats
         .iter()
@@ -262,7 +267,7 @@ pub(super) fn speed_model(job: &JobView) -> Option<SpeedModel> {
             ..*s
         })
         .collect();
-    Some(SpeedModel::from_observations(&as_alone))
+    Some(SpeedModel::of_job(job, &as_alone))
 }
 
 /// Seconds per step at `shape` from what was observed, when anything was.

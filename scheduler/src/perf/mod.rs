@@ -11,4 +11,4 @@ pub use convergence::ConvergenceModel;
 /// shards) uses it too.
 pub use drover_core::blocks::{self, Block, BlockSlice, assign_blocks};
 pub use least_squares::nnls;
-pub use speed::SpeedModel;
+pub use speed::{Layout, SpeedModel};

@@ -8,7 +8,7 @@
 use super::common::{claim_order, min_shape, non_preemptible_first};
 use super::elastic::{ElasticParams, Owed, allocate, keep_unneeded_victims, place_targets};
 use super::interface::{Oracle, Policy, PolicyError};
-use crate::perf::{ConvergenceModel, SpeedModel};
+use crate::perf::{ConvergenceModel, Layout, SpeedModel};
 use crate::place::{FreeResources, Strategy};
 use crate::plan::{JobPlan, Plan, RunReason};
 use crate::snapshot::{ClusterSnapshot, JobView, Shape};
@@ -47,13 +47,14 @@ impl ModelCache {
                 loss_samples: usize::MAX,
                 step_samples: u32::MAX,
                 convergence: None,
-                speed: SpeedModel::from_observations(&[]),
+                speed: SpeedModel::of_job(job, &[]),
             });
             let samples = observed.loss_samples.len();
             let curve = entry.loss_samples == usize::MAX
                 || samples >= entry.loss_samples + entry.loss_samples / 4 + 4
                 || samples < entry.loss_samples;
-            let speed = entry.step_samples != step_samples;
+            // A job's layout is its document's; a resize may change it (refit in the new form).
+            let speed = entry.step_samples != step_samples || entry.speed.layout != Layout::of(job);
             if curve || speed {
                 refits.push(Refit {
                     job: i,
@@ -88,7 +89,7 @@ impl ModelCache {
                     loss_samples: 0,
                     step_samples: 0,
                     convergence: None,
-                    speed: SpeedModel::from_observations(&[]),
+                    speed: SpeedModel::of_job(job, &[]),
                 });
                 let done = observed.steps_done as f64;
                 let mut remaining = entry
@@ -135,14 +136,15 @@ fn fit_all(
     refits: &[Refit],
 ) -> Vec<(Option<Option<ConvergenceModel>>, Option<SpeedModel>)> {
     let fit = |refit: &Refit| {
-        let observed = &snapshot.jobs[refit.job].observed;
+        let job = &snapshot.jobs[refit.job];
+        let observed = &job.observed;
         (
             refit
                 .curve
                 .then(|| ConvergenceModel::fit(&observed.loss_samples)),
             refit
                 .speed
-                .then(|| SpeedModel::from_observations(&observed.home_step_stats())),
+                .then(|| SpeedModel::of_job(job, &observed.home_step_stats())),
         )
     };
     let threads = cores().min(refits.len() / (PARALLEL_FITS / 2)).max(1);
@@ -332,6 +334,7 @@ mod tests {
             consolidate: false,
             worker_unit: 1,
             worker_step: 1,
+            micro_batches: 1,
             placement: None,
             observed: Observations {
                 steps_done: 400,

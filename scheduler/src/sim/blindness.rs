@@ -5,6 +5,7 @@
 
 use super::config::{Interference, SimConfig, Stopwatch};
 use super::speed::MeasuredModel;
+use super::truth::Surface;
 use super::workload::{Workload, WorkloadOptions, build_workload_with};
 use super::{engine, parse_models, parse_trace};
 use crate::Plan;
@@ -51,6 +52,8 @@ fn workload(length: f64, models: &[MeasuredModel]) -> Workload {
         uniform_cluster(3, 8, 64, 256),
         &WorkloadOptions {
             seed: 7,
+            // Some jobs model-parallel: their layouts are shown, their speed surfaces hidden.
+            model_parallel: 0.4,
             ..WorkloadOptions::default()
         },
     )
@@ -58,7 +61,7 @@ fn workload(length: f64, models: &[MeasuredModel]) -> Workload {
 
 /// The same trace and seed with every hidden quantity changed: the measured models in the opposite
 /// order (each job draws another model: another speed surface, CPU use and step noise), durations
-/// 2.5 times as long, and every loss curve reshaped.
+/// 2.5 times as long, every loss curve reshaped, and every model-parallel job's surface redrawn.
 fn hidden_changed(models: &[MeasuredModel]) -> Workload {
     let reversed: Vec<MeasuredModel> = models.iter().rev().cloned().collect();
     let mut changed = workload(2.5, &reversed);
@@ -66,6 +69,12 @@ fn hidden_changed(models: &[MeasuredModel]) -> Workload {
     for truth in &mut truths {
         let (a, k0, alpha, c) = truth.loss;
         truth.loss = (a * 3.0, k0 * 0.5, (alpha * 1.5).min(0.95), c * 0.2);
+        if let Surface::ModelParallel(p) = &mut truth.surface {
+            p.gradients = 0.55 - p.gradients;
+            p.tensor_cost *= 2.0;
+            p.micro_batch_cost = 0.11 - p.micro_batch_cost;
+            p.hand_over *= 3.0;
+        }
     }
     changed.truths = Arc::new(truths);
     changed
@@ -157,14 +166,16 @@ fn every_job_is_shown_alike_whatever_is_hidden() {
     let models = models();
     let (a, b) = (workload(1.0, &models), hidden_changed(&models));
     assert_eq!(a.jobs.len(), b.jobs.len());
-    let mut differ = 0;
+    let (mut differ, mut parallel) = (0, 0);
     for (x, y) in a.jobs.iter().zip(&b.jobs) {
         assert_eq!(
             x.view, y.view,
             "what a policy is shown of a job depends on hidden truth"
         );
         differ += usize::from(x.model != y.model);
+        parallel += usize::from(x.view.worker_step > 1);
     }
+    assert!(parallel >= 3, "{parallel} model-parallel jobs");
     assert!(
         differ > 10,
         "the change reaches the truth: {differ} models differ"

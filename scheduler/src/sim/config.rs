@@ -172,6 +172,9 @@ pub struct JobOutcome {
     pub first_start_s: f64,
     pub finish_s: f64,
     pub restarts: u32,
+    /// Its workers over the time it was placed, on average, and at most.
+    pub mean_workers: f64,
+    pub max_workers: u32,
 }
 
 #[derive(Debug, Clone, Default)]

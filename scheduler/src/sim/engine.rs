@@ -33,6 +33,10 @@ struct Live {
     first_start: Option<f64>,
     finish: Option<f64>,
     restarts: u32,
+    /// Seconds placed, and worker-seconds: its mean workers while it ran.
+    placed_s: f64,
+    worker_s: f64,
+    widest: u32,
 }
 
 /// Jobs made while the simulation runs (a searcher's trials, [`super::experiments`]), asked before
@@ -219,6 +223,10 @@ impl Engine {
                         (live.steps - live.rate * since).max(live.checkpoint_steps);
                 }
             }
+            let workers = placement.shape().workers;
+            live.placed_s += dt;
+            live.worker_s += f64::from(workers) * dt;
+            live.widest = live.widest.max(workers);
             job.observed.attained_gpu_s += f64::from(placement.num_gpus()) * dt;
             job.observed.executed_s += dt;
             job.observed.executed_since_promotion_s += dt;
@@ -514,6 +522,12 @@ pub(crate) fn simulate(
                 first_start_s: live.first_start.unwrap_or(job.view.submit_s),
                 finish_s: live.finish.unwrap_or(f64::NAN),
                 restarts: live.restarts,
+                mean_workers: if live.placed_s > 0.0 {
+                    live.worker_s / live.placed_s
+                } else {
+                    0.0
+                },
+                max_workers: live.widest,
             }
         })
         .collect();

@@ -11,7 +11,7 @@
 
 use super::engine::{Spawned, Spawner};
 use super::speed::MeasuredModel;
-use super::truth::JobTruth;
+use super::truth::{JobTruth, Surface};
 use crate::snapshot::{JobView, Observations, Range, SearchHint, Shape, Tenant};
 use drover_core::experiment::{Assignment, DroverExperiment, ExperimentSpec};
 use drover_core::spec::Format;
@@ -142,8 +142,10 @@ fn one_gpu() -> Shape {
 
 fn truth_for(model: &MeasuredModel, steps: f64, loss: (f64, f64, f64, f64)) -> JobTruth {
     JobTruth {
-        model: Arc::new(model.clone()),
-        stretch: 1.0,
+        surface: Surface::Measured {
+            model: Arc::new(model.clone()),
+            stretch: 1.0,
+        },
         total_steps: steps.max(1.0),
         step_noise: model.residual.clamp(0.02, 0.15),
         loss,
@@ -365,6 +367,7 @@ impl Experiments {
             consolidate: false,
             worker_unit: 1,
             worker_step: 1,
+            micro_batches: 1,
             placement: None,
             observed: Observations {
                 step_budget: Some(end.saturating_sub(start)),

@@ -7,6 +7,7 @@ pub mod config;
 pub mod engine;
 pub mod experiments;
 pub mod gavel;
+pub mod parallel;
 pub mod predict;
 pub mod report;
 pub mod speed;

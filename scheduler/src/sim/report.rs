@@ -38,6 +38,131 @@ pub struct Report {
     pub arrival_latency_p99_us: f64,
     pub costs: Costs,
     pub round_s: f64,
+    /// The model-parallel jobs' figures, when the workload has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_parallel: Option<ModelParallelReport>,
+    /// The same policy on the same workload with every model-parallel job held at its recorded
+    /// shape (`drover sim` runs it when the workload has model-parallel jobs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<HeldRun>,
+}
+
+/// What a run with the model-parallel jobs held at their shapes gave (the fixed-shape baseline).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HeldRun {
+    /// Every job's average JCT.
+    pub avg_jct_s: f64,
+    pub model_parallel: Option<ModelParallelReport>,
+}
+
+/// How a run treated the model-parallel jobs of its workload ([`super::parallel`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModelParallelReport {
+    pub jobs: usize,
+    pub avg_jct_s: f64,
+    pub median_jct_s: f64,
+    /// The other jobs' average JCT.
+    pub others_avg_jct_s: f64,
+    /// Jobs whose replicas, averaged over the time they ran, were above, at and below the count
+    /// their user asked for (within a quarter replica: at).
+    pub grown: usize,
+    pub held: usize,
+    pub shrunk: usize,
+    /// Per layout (stages × tensor, micro-batches), the replicas asked for and run at.
+    pub layouts: Vec<LayoutRow>,
+}
+
+/// One layout's jobs in a [`ModelParallelReport`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LayoutRow {
+    pub stages: u32,
+    pub tensor: u32,
+    pub micro_batches: u32,
+    pub jobs: usize,
+    /// Mean over its jobs of the replicas asked for, of the time-weighted mean replicas each ran
+    /// at, and of the most each ran at.
+    pub asked_replicas: f64,
+    pub mean_replicas: f64,
+    pub max_replicas: f64,
+    pub avg_jct_s: f64,
+}
+
+/// The model-parallel figures of a run, `None` when the workload has no model-parallel job.
+pub fn model_parallel_report(
+    workload: &Workload,
+    outcome: &Outcome,
+) -> Option<ModelParallelReport> {
+    let mut jcts = Vec::new();
+    let mut others = Vec::new();
+    let (mut grown, mut held, mut shrunk) = (0, 0, 0);
+    // Sums per (stages, tensor, micro-batches), made means below.
+    let mut layouts: BTreeMap<(u32, u32, u32), LayoutRow> = BTreeMap::new();
+    for ((job, out), truth) in workload
+        .jobs
+        .iter()
+        .zip(&outcome.jobs)
+        .zip(workload.truths.iter())
+    {
+        let jct = out.finish_s - out.submit_s;
+        let Some(layout) = truth.model_parallel() else {
+            others.push(jct);
+            continue;
+        };
+        jcts.push(jct);
+        let per_replica = f64::from(layout.per_replica());
+        let asked = f64::from(job.recorded.workers) / per_replica;
+        let mean = out.mean_workers / per_replica;
+        if mean > asked + 0.25 {
+            grown += 1;
+        } else if mean < asked - 0.25 {
+            shrunk += 1;
+        } else {
+            held += 1;
+        }
+        let row = layouts
+            .entry((layout.stages, layout.tensor, layout.micro_batches))
+            .or_insert(LayoutRow {
+                stages: layout.stages,
+                tensor: layout.tensor,
+                micro_batches: layout.micro_batches,
+                jobs: 0,
+                asked_replicas: 0.0,
+                mean_replicas: 0.0,
+                max_replicas: 0.0,
+                avg_jct_s: 0.0,
+            });
+        row.jobs += 1;
+        row.asked_replicas += asked;
+        row.mean_replicas += mean;
+        row.max_replicas += f64::from(out.max_workers) / per_replica;
+        row.avg_jct_s += jct;
+    }
+    if jcts.is_empty() {
+        return None;
+    }
+    let jcts = sorted(jcts);
+    Some(ModelParallelReport {
+        jobs: jcts.len(),
+        avg_jct_s: mean(&jcts),
+        median_jct_s: percentile(&jcts, 0.5),
+        others_avg_jct_s: mean(&others),
+        grown,
+        held,
+        shrunk,
+        layouts: layouts
+            .into_values()
+            .map(|sums| {
+                let n = sums.jobs as f64;
+                LayoutRow {
+                    asked_replicas: sums.asked_replicas / n,
+                    mean_replicas: sums.mean_replicas / n,
+                    max_replicas: sums.max_replicas / n,
+                    avg_jct_s: sums.avg_jct_s / n,
+                    ..sums
+                }
+            })
+            .collect(),
+    })
 }
 
 /// One line of the per-job CSV.
@@ -183,6 +308,8 @@ pub fn build_report(
         arrival_latency_p99_us: percentile(&arrivals, 0.99),
         costs,
         round_s,
+        model_parallel: model_parallel_report(workload, outcome),
+        held: None,
     }
 }
 

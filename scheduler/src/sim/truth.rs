@@ -2,6 +2,7 @@
 //! (noisy step times and losses) through the snapshot, and SRTF alone gets remaining times through
 //! [`SimOracle`].
 
+use super::parallel::ModelParallelTruth;
 use super::speed::MeasuredModel;
 use crate::policy::Oracle;
 use crate::snapshot::Shape;
@@ -17,12 +18,22 @@ pub(crate) fn checkpoint_factor(every_s: f64, cost_s: f64) -> f64 {
     }
 }
 
+/// How a job's true speed depends on its shape.
+#[derive(Debug, Clone)]
+pub(crate) enum Surface {
+    /// A measured model's, stretched: g_job(p, w) = s · g(p / s, w / s), in samples/s of its batch.
+    Measured {
+        model: Arc<MeasuredModel>,
+        stretch: f64,
+    },
+    /// A model-parallel job's ([`super::parallel`]).
+    ModelParallel(ModelParallelTruth),
+}
+
 /// What is true of one job.
 #[derive(Debug, Clone)]
 pub struct JobTruth {
-    pub(crate) model: Arc<MeasuredModel>,
-    /// Stretch of the model's speed surface: g_job(p, w) = s · g(p / s, w / s).
-    pub(crate) stretch: f64,
+    pub(crate) surface: Surface,
     /// Total steps to completion.
     pub(crate) total_steps: f64,
     /// Relative noise of observed step times.
@@ -45,11 +56,30 @@ impl JobTruth {
         if shape.workers == 0 {
             return 0.0;
         }
-        let s = self.stretch;
-        let samples = s * self
-            .model
-            .speed(f64::from(shape.ps.max(1)) / s, f64::from(shape.workers) / s);
-        samples / self.model.batch
+        match &self.surface {
+            Surface::Measured { model, stretch } => {
+                let s = *stretch;
+                let samples =
+                    s * model.speed(f64::from(shape.ps.max(1)) / s, f64::from(shape.workers) / s);
+                samples / model.batch
+            }
+            Surface::ModelParallel(truth) => {
+                let step_s = truth.step_s(shape.workers);
+                if step_s.is_finite() && step_s > 0.0 {
+                    1.0 / step_s
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+
+    /// The model-parallel layout, for a model-parallel job.
+    pub(crate) fn model_parallel(&self) -> Option<&ModelParallelTruth> {
+        match &self.surface {
+            Surface::ModelParallel(truth) => Some(truth),
+            Surface::Measured { .. } => None,
+        }
     }
 
     pub(crate) fn loss_at(&self, step: f64) -> f64 {
@@ -60,7 +90,10 @@ impl JobTruth {
     /// Scales the hidden truth (for tests that change it while observations stay put).
     #[doc(hidden)]
     pub fn scale_for_test(&mut self, speed: f64, steps: f64) {
-        self.stretch *= speed;
+        match &mut self.surface {
+            Surface::Measured { stretch, .. } => *stretch *= speed,
+            Surface::ModelParallel(truth) => truth.unit_s /= speed,
+        }
         self.total_steps *= steps;
     }
 }

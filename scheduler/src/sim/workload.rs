@@ -4,9 +4,10 @@
 //! loss curve. Tenants' guarantees come from a configuration, never from the replayed jobs.
 
 use super::gavel::{GavelTable, scale_for};
+use super::parallel::ModelParallelTruth;
 use super::speed::MeasuredModel;
 use super::trace::TraceJob;
-use super::truth::JobTruth;
+use super::truth::{JobTruth, Surface};
 use crate::cluster::Node;
 use crate::snapshot::{JobView, Observations, Range, Shape, Tenant};
 use drover_core::JobId;
@@ -133,6 +134,12 @@ pub struct WorkloadOptions {
     /// Measured throughput per GPU model: on a cluster of several models, each job's true speed on
     /// each ([`super::gavel`]). Without it, or on one model, every GPU runs a job alike.
     pub gpu_speeds: Option<Arc<GavelTable>>,
+    /// Share of the trace's jobs of two or more GPUs made model-parallel ([`super::parallel`]); 0:
+    /// none.
+    pub model_parallel: f64,
+    /// Model-parallel jobs run only at their recorded shape (the fixed-shape baseline), elastic or
+    /// not as drawn otherwise.
+    pub model_parallel_fixed: bool,
 }
 
 /// What the simulator knows of a job beyond what the scheduler sees.
@@ -278,6 +285,15 @@ pub fn build_workload_with(
         Vec::new()
     };
     let mut model_rng = ChaCha8Rng::seed_from_u64(options.seed ^ 0x6a7e_1c0d);
+    // Model-parallel layouts too, drawn for every trace job: the share changes which jobs are
+    // model-parallel, never anything else's draws.
+    let mut parallel_rng = ChaCha8Rng::seed_from_u64(options.seed ^ 0x91e1_5a9c);
+    let node_gpus = nodes
+        .iter()
+        .map(Node::num_gpus)
+        .filter(|&g| g > 0)
+        .min()
+        .unwrap_or(0);
     for job in trace {
         let (job_type, model_speeds) = match by_model {
             Some(table) => {
@@ -303,6 +319,10 @@ pub fn build_workload_with(
         let start_loss: f64 = rng.random_range(1.5..4.0);
         let length = (LENGTH_NOISE * gaussian(&mut rng)).exp();
         let jitter = rng.random_range(0.0..SUBMIT_JITTER_S);
+        let parallel = parallel_rng
+            .random_bool(options.model_parallel.clamp(0.0, 1.0))
+            .then(|| ModelParallelTruth::draw(&mut parallel_rng, job.gpus, node_gpus))
+            .flatten();
         let tenant_max = tenants[tenant_index[job.tenant.as_str()] as usize]
             .max_gpus
             .unwrap_or(u32::MAX);
@@ -310,55 +330,22 @@ pub fn build_workload_with(
             skipped += 1;
             continue;
         }
-        let w_rec = job.gpus;
-        let stretch = (f64::from(w_rec) / f64::from(model.peak_workers())).max(1.0);
-        let probe = JobTruth {
-            model: model.clone(),
-            stretch,
-            total_steps: 1.0,
-            step_noise: 0.0,
-            loss: (0.0, 1.0, 1.0, 0.0),
-            model_speeds: Vec::new(),
-        };
-        // What the user asks for is the trace's and the rule's alone: no hidden quantity reaches it.
-        let p_rec = options.recorded_ps.ps_for(w_rec);
-        let recorded = Shape {
-            ps: p_rec,
-            workers: w_rec,
-        };
-        let total_steps = (job.duration_s * length * probe.steps_per_s(recorded)).max(1.0);
         let a = (start_loss - c) * k0.powf(alpha);
         // The spec's default requests: the trace says nothing of CPUs, and the model's measured use is
         // hidden.
         let (cpus_per_worker, cpus_per_ps) = default_cpus(max_node_cpus);
-        let (workers, ps) = if fixed {
-            (
-                Range {
-                    min: w_rec,
-                    max: w_rec,
-                },
-                Range {
-                    min: p_rec,
-                    max: p_rec,
-                },
-            )
-        } else {
-            (
-                Range {
-                    min: 1,
-                    max: 2 * w_rec,
-                },
-                Range {
-                    min: 1,
-                    max: 2 * w_rec,
-                },
-            )
+        let shape = match parallel {
+            Some(truth) => model_parallel_shape(truth, job.gpus, fixed, options),
+            None => measured_shape(&model, job.gpus, fixed, options.recorded_ps),
         };
+        let recorded = shape.recorded;
+        let total_steps = (job.duration_s * length * shape.surface.steps_per_s(recorded)).max(1.0);
         let truth = JobTruth {
-            model: model.clone(),
-            stretch,
+            surface: shape.surface,
             total_steps,
-            step_noise: model.residual.clamp(0.02, 0.15),
+            step_noise: parallel.map_or(model.residual.clamp(0.02, 0.15), |_| {
+                super::parallel::STEP_NOISE
+            }),
             loss: (a, k0, alpha, c),
             model_speeds,
         };
@@ -369,19 +356,21 @@ pub fn build_workload_with(
                 tenant: tenant_index[job.tenant.as_str()],
                 priority: 0,
                 submit_s: job.submit_s - origin + jitter,
-                workers,
-                ps,
+                workers: shape.workers,
+                ps: shape.ps,
                 preferred: recorded,
                 gpus_per_worker: 1,
-                gpu_memory_gb: Some(memory),
+                // A model split over GPUs takes them whole.
+                gpu_memory_gb: parallel.is_none().then_some(memory),
                 cpus_per_worker,
                 cpus_per_ps,
                 memory_gb_per_task: options.memory_gb_per_task,
                 preemptible: true,
                 // The trace says nothing of it, and the model (hence its skew) is hidden.
                 consolidate: false,
-                worker_unit: 1,
-                worker_step: 1,
+                worker_unit: parallel.map_or(1, |p| p.tensor),
+                worker_step: parallel.map_or(1, |p| p.per_replica()),
+                micro_batches: parallel.map_or(1, |p| p.micro_batches),
                 placement: None,
                 observed: Observations::default(),
                 search: None,
@@ -392,7 +381,7 @@ pub fn build_workload_with(
             },
             recorded_duration_s: job.duration_s * length,
             recorded,
-            model: model.name.clone(),
+            model: parallel.map_or_else(|| model.name.clone(), |p| p.name()),
             tenant: job.tenant.clone(),
             job_type,
         };
@@ -414,6 +403,91 @@ pub fn build_workload_with(
         truths: Arc::new(truths),
         gpu_models,
         skipped,
+    }
+}
+
+/// A simulated job's true speed surface, the shape its user asked for and the ranges it may run at.
+struct JobShape {
+    surface: Surface,
+    recorded: Shape,
+    workers: Range,
+    ps: Range,
+}
+
+impl Surface {
+    /// True steps/s at `shape` (a probe of the surface, before the job's length is known).
+    fn steps_per_s(&self, shape: Shape) -> f64 {
+        JobTruth {
+            surface: self.clone(),
+            total_steps: 1.0,
+            step_noise: 0.0,
+            loss: (0.0, 1.0, 1.0, 0.0),
+            model_speeds: Vec::new(),
+        }
+        .steps_per_s(shape)
+    }
+}
+
+/// A trace job of `gpus` GPUs on a measured model: its surface stretched so the size its user chose
+/// sits at the model's peak; elastic over 1 to twice that, workers and PS alike, unless `fixed`.
+fn measured_shape(
+    model: &Arc<MeasuredModel>,
+    gpus: u32,
+    fixed: bool,
+    recorded_ps: RecordedPs,
+) -> JobShape {
+    let stretch = (f64::from(gpus) / f64::from(model.peak_workers())).max(1.0);
+    // What the user asks for is the trace's and the rule's alone: no hidden quantity reaches it.
+    let p_rec = recorded_ps.ps_for(gpus);
+    let exactly = |n: u32| Range { min: n, max: n };
+    let upto = Range {
+        min: 1,
+        max: 2 * gpus,
+    };
+    JobShape {
+        surface: Surface::Measured {
+            model: model.clone(),
+            stretch,
+        },
+        recorded: Shape {
+            ps: p_rec,
+            workers: gpus,
+        },
+        workers: if fixed { exactly(gpus) } else { upto },
+        ps: if fixed { exactly(p_rec) } else { upto },
+    }
+}
+
+/// A model-parallel trace job of `gpus` GPUs: as many whole replicas as fit in them, no PS;
+/// elastic from one replica to twice its recorded count unless drawn `fixed` or the workload holds
+/// every model-parallel job at its recorded shape.
+fn model_parallel_shape(
+    truth: ModelParallelTruth,
+    gpus: u32,
+    fixed: bool,
+    options: &WorkloadOptions,
+) -> JobShape {
+    let per_replica = truth.per_replica();
+    let recorded = (gpus / per_replica).max(1) * per_replica;
+    let workers = if fixed || options.model_parallel_fixed {
+        Range {
+            min: recorded,
+            max: recorded,
+        }
+    } else {
+        Range {
+            min: per_replica,
+            max: 2 * recorded,
+        }
+    };
+    JobShape {
+        surface: Surface::ModelParallel(truth),
+        recorded: Shape {
+            ps: 0,
+            workers: recorded,
+        },
+        workers,
+        ps: Range { min: 0, max: 0 },
     }
 }
 

@@ -30,6 +30,7 @@ pub fn job(id: u128, gpus: u32, submit_s: f64) -> JobView {
         consolidate: false,
         worker_unit: 1,
         worker_step: 1,
+        micro_batches: 1,
         placement: None,
         observed: Observations::default(),
         search: None,

@@ -72,7 +72,7 @@ fn own_pairs(job: &JobView) -> Vec<(Pair, f64)> {
         .iter()
         .map(|&tag| {
             let stats = on(tag);
-            let speed = SpeedModel::from_observations(&stats);
+            let speed = SpeedModel::of_job(job, &stats);
             (tag, stats, speed)
         })
         .collect();

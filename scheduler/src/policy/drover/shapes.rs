@@ -98,7 +98,7 @@ pub(super) fn arrival_shape(
     cpus: u32,
     snapshot: &ClusterSnapshot,
 ) -> Shape {
-    let speed = SpeedModel::from_observations(&job.observed.home_step_stats());
+    let speed = SpeedModel::of_job(job, &job.observed.home_step_stats());
     let mut shape = start;
     let max_workers = job
         .preferred

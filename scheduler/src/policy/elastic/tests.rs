@@ -42,6 +42,7 @@ fn running(id: u128, node: u32, gpus: &[u16], max_workers: u32) -> JobView {
         consolidate: true,
         worker_unit: 1,
         worker_step: 1,
+        micro_batches: 1,
         placement: Some(Placement { tasks }),
         observed: Observations::default(),
         search: None,
