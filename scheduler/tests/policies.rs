@@ -450,8 +450,9 @@ fn a_tensor_parallel_group_stays_on_one_node() {
     );
 }
 
-/// A model-parallel job's document gives the scheduler its replica size and tensor group: the
-/// example's 2 pipeline stages make replicas of 2 workers, groups of 1.
+/// A model-parallel job's document gives the scheduler its replica size, tensor group and
+/// micro-batches, hence its speed model's form: the example's 2 pipeline stages make replicas of 2
+/// workers, groups of 1, in 4 micro-batches.
 #[test]
 fn a_model_parallel_documents_replicas_and_groups_reach_the_scheduler() {
     let yaml = std::fs::read(
@@ -461,10 +462,31 @@ fn a_model_parallel_documents_replicas_and_groups_reach_the_scheduler() {
     let mut job = drover_core::DroverJob::parse(&yaml, drover_core::spec::Format::Yaml).unwrap();
     let view = drover_scheduler::JobView::of_document(id(1), &job);
     assert_eq!((view.worker_step, view.worker_unit), (2, 1));
+    assert_eq!(view.micro_batches, 4);
+    assert_eq!(
+        drover_scheduler::perf::Layout::of(&view),
+        drover_scheduler::perf::Layout::Replicas {
+            stages: 2,
+            tensor: 1,
+            micro_batches: 4
+        }
+    );
     job.spec.distributed.parallelism.tensor = 2;
     job.spec.resources.workers = drover_core::spec::TaskRange { min: 4, max: 8 };
     let view = drover_scheduler::JobView::of_document(id(1), &job);
     assert_eq!((view.worker_step, view.worker_unit), (4, 2));
     assert!(view.runs_at_workers(4) && view.runs_at_workers(8));
     assert!(!view.runs_at_workers(2) && !view.runs_at_workers(6));
+    job.spec.distributed.parallelism.pipeline = None;
+    job.spec.resources.workers = drover_core::spec::TaskRange { min: 2, max: 8 };
+    let view = drover_scheduler::JobView::of_document(id(1), &job);
+    assert_eq!(view.micro_batches, 1, "no pipeline");
+    assert_eq!(
+        drover_scheduler::perf::Layout::of(&view),
+        drover_scheduler::perf::Layout::Replicas {
+            stages: 1,
+            tensor: 2,
+            micro_batches: 1
+        }
+    );
 }
