@@ -450,6 +450,18 @@ fn a_tensor_parallel_group_stays_on_one_node() {
     );
 }
 
+/// The (stages, tensor, micro-batches) a job's speed model is fitted in; (0, 0, 0) for Optimus's form.
+fn layout(view: &drover_scheduler::JobView) -> (u32, u32, u32) {
+    match drover_scheduler::perf::Layout::of(view) {
+        drover_scheduler::perf::Layout::Replicas {
+            stages,
+            tensor,
+            micro_batches,
+        } => (stages, tensor, micro_batches),
+        drover_scheduler::perf::Layout::ParameterServers => (0, 0, 0),
+    }
+}
+
 /// A model-parallel job's document gives the scheduler its replica size, tensor group and
 /// micro-batches, hence its speed model's form: the example's 2 pipeline stages make replicas of 2
 /// workers, groups of 1, in 4 micro-batches.
@@ -463,14 +475,7 @@ fn a_model_parallel_documents_replicas_and_groups_reach_the_scheduler() {
     let view = drover_scheduler::JobView::of_document(id(1), &job);
     assert_eq!((view.worker_step, view.worker_unit), (2, 1));
     assert_eq!(view.micro_batches, 4);
-    assert_eq!(
-        drover_scheduler::perf::Layout::of(&view),
-        drover_scheduler::perf::Layout::Replicas {
-            stages: 2,
-            tensor: 1,
-            micro_batches: 4
-        }
-    );
+    assert_eq!(layout(&view), (2, 1, 4));
     job.spec.distributed.parallelism.tensor = 2;
     job.spec.resources.workers = drover_core::spec::TaskRange { min: 4, max: 8 };
     let view = drover_scheduler::JobView::of_document(id(1), &job);
@@ -481,12 +486,5 @@ fn a_model_parallel_documents_replicas_and_groups_reach_the_scheduler() {
     job.spec.resources.workers = drover_core::spec::TaskRange { min: 2, max: 8 };
     let view = drover_scheduler::JobView::of_document(id(1), &job);
     assert_eq!(view.micro_batches, 1, "no pipeline");
-    assert_eq!(
-        drover_scheduler::perf::Layout::of(&view),
-        drover_scheduler::perf::Layout::Replicas {
-            stages: 1,
-            tensor: 2,
-            micro_batches: 1
-        }
-    );
+    assert_eq!(layout(&view), (1, 2, 1), "tensor groups alone");
 }

@@ -30,6 +30,31 @@ pub(crate) enum Surface {
     ModelParallel(ModelParallelTruth),
 }
 
+impl Surface {
+    /// True steps/s at `shape`, alone on GPUs of the job's fastest model.
+    pub(crate) fn steps_per_s(&self, shape: Shape) -> f64 {
+        if shape.workers == 0 {
+            return 0.0;
+        }
+        match self {
+            Surface::Measured { model, stretch } => {
+                let s = *stretch;
+                let samples =
+                    s * model.speed(f64::from(shape.ps.max(1)) / s, f64::from(shape.workers) / s);
+                samples / model.batch
+            }
+            Surface::ModelParallel(truth) => {
+                let step_s = truth.step_s(shape.workers);
+                if step_s.is_finite() && step_s > 0.0 {
+                    1.0 / step_s
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+}
+
 /// What is true of one job.
 #[derive(Debug, Clone)]
 pub struct JobTruth {
@@ -53,25 +78,7 @@ impl JobTruth {
 
     /// True throughput in steps/s at `shape`, alone on its GPUs of its fastest model.
     pub(crate) fn steps_per_s(&self, shape: Shape) -> f64 {
-        if shape.workers == 0 {
-            return 0.0;
-        }
-        match &self.surface {
-            Surface::Measured { model, stretch } => {
-                let s = *stretch;
-                let samples =
-                    s * model.speed(f64::from(shape.ps.max(1)) / s, f64::from(shape.workers) / s);
-                samples / model.batch
-            }
-            Surface::ModelParallel(truth) => {
-                let step_s = truth.step_s(shape.workers);
-                if step_s.is_finite() && step_s > 0.0 {
-                    1.0 / step_s
-                } else {
-                    0.0
-                }
-            }
-        }
+        self.surface.steps_per_s(shape)
     }
 
     /// The model-parallel layout, for a model-parallel job.

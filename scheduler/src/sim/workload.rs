@@ -414,20 +414,6 @@ struct JobShape {
     ps: Range,
 }
 
-impl Surface {
-    /// True steps/s at `shape` (a probe of the surface, before the job's length is known).
-    fn steps_per_s(&self, shape: Shape) -> f64 {
-        JobTruth {
-            surface: self.clone(),
-            total_steps: 1.0,
-            step_noise: 0.0,
-            loss: (0.0, 1.0, 1.0, 0.0),
-            model_speeds: Vec::new(),
-        }
-        .steps_per_s(shape)
-    }
-}
-
 /// A trace job of `gpus` GPUs on a measured model: its surface stretched so the size its user chose
 /// sits at the model's peak; elastic over 1 to twice that, workers and PS alike, unless `fixed`.
 fn measured_shape(
