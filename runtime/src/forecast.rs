@@ -1,7 +1,7 @@
 //! The queue forecast, beside the scheduling loop and never in it: after each round the loop offers
 //! its snapshot and plan (cloned only when the forecaster is free to take them); the forecaster
 //! predicts the head of the queue from every offer it takes and the whole queue at most every
-//! [`FULL_EVERY`], on a blocking thread, and records the result for any replica to serve. It uses at
+//! [`FULL_EVERY`] (at once when the cluster's nodes change), on a blocking thread, and records the result for any replica to serve. It uses at
 //! most a quarter of the machine's cores: after each forecast it rests in proportion.
 
 use crate::wording::serde_name;
@@ -103,12 +103,39 @@ impl Offers {
     }
 }
 
+/// What the cluster offers the queue: its schedulable nodes, GPUs and CPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Capacity {
+    nodes: usize,
+    gpus: u32,
+    cpus: u32,
+}
+
+impl Capacity {
+    fn of(snapshot: &ClusterSnapshot) -> Self {
+        Capacity {
+            nodes: snapshot.nodes.iter().filter(|n| n.schedulable).count(),
+            gpus: snapshot.total_gpus(),
+            cpus: snapshot.total_cpus(),
+        }
+    }
+}
+
+/// Whether the next forecast is of the whole queue: none yet, the last [`FULL_EVERY`] old, or the
+/// cluster changed since it.
+fn whole_due(last: Option<Instant>, seen: Option<Capacity>, now: Capacity) -> bool {
+    last.is_none_or(|at| at.elapsed() >= FULL_EVERY) || seen != Some(now)
+}
+
 /// The forecaster's state between offers.
 #[derive(Debug)]
 pub(super) struct Forecaster {
     store: Arc<dyn Store>,
     offers: Arc<Offers>,
     last_full: Option<Instant>,
+    /// The cluster the last whole forecast saw: a change (a node joined, left, was cordoned or
+    /// lost) makes the next forecast whole, however recent the last.
+    full_capacity: Option<Capacity>,
     /// The latest prediction per job (from a full or a head forecast).
     known: HashMap<JobId, QueueEntry>,
     history: Option<HistoryCache>,
@@ -125,6 +152,7 @@ impl Forecaster {
             store,
             offers,
             last_full: None,
+            full_capacity: None,
             known: HashMap::new(),
             history: None,
         }
@@ -142,10 +170,13 @@ impl Forecaster {
                 continue;
             };
             self.offers.busy.store(true, Ordering::Release);
-            let full = self.last_full.is_none_or(|at| at.elapsed() >= FULL_EVERY);
+            let capacity = Capacity::of(&input.snapshot);
+            let full = whole_due(self.last_full, self.full_capacity, capacity);
             let started = Instant::now();
-            if let Err(err) = self.forecast(input, full).await {
-                tracing::warn!(error = %err, "the queue forecast failed");
+            match self.forecast(input, full).await {
+                Ok(()) if full => self.full_capacity = Some(capacity),
+                Ok(()) => {}
+                Err(err) => tracing::warn!(error = %err, "the queue forecast failed"),
             }
             // A budget: the forecast is a convenience, so it takes at most a quarter of the
             // machine's cores however long the queue (it runs on one: on two cores it rests as long
@@ -316,5 +347,34 @@ impl Forecaster {
                 finishing,
             })
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node joining, leaving or cordoned makes the next forecast whole at once; otherwise the
+    /// head alone until [`FULL_EVERY`] has passed.
+    #[test]
+    fn a_changed_cluster_is_forecast_whole_at_once() {
+        use drover_scheduler::cluster::uniform_cluster;
+        let mut snapshot = ClusterSnapshot {
+            now_s: 0.0,
+            nodes: uniform_cluster(2, 4, 16, 64),
+            tenants: Vec::new(),
+            jobs: Vec::new(),
+        };
+        let before = Capacity::of(&snapshot);
+        let just = Some(Instant::now());
+        assert!(whole_due(None, None, before));
+        assert!(!whole_due(just, Some(before), before));
+        snapshot.nodes.extend(uniform_cluster(3, 4, 16, 64).pop());
+        let joined = Capacity::of(&snapshot);
+        assert!(whole_due(just, Some(before), joined));
+        snapshot.nodes[0].schedulable = false;
+        assert!(whole_due(just, Some(joined), Capacity::of(&snapshot)));
+        let long_ago = Instant::now().checked_sub(FULL_EVERY);
+        assert!(long_ago.is_none() || whole_due(long_ago, Some(before), before));
     }
 }

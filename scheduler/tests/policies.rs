@@ -488,3 +488,56 @@ fn a_model_parallel_documents_replicas_and_groups_reach_the_scheduler() {
     assert_eq!(view.micro_batches, 1, "no pipeline");
     assert_eq!(layout(&view), (1, 2, 1), "tensor groups alone");
 }
+
+/// A job short of CPUs where GPUs are free says so, and a job its tenant's maximum holds back says
+/// that, under every policy: a policy says only that jobs ahead took the room, and the plan's
+/// leftovers name what was short (a queue of 1,400 jobs waiting for CPUs used to read "lower
+/// priority" throughout).
+#[test]
+fn a_waiting_job_says_which_resource_it_lacks_under_every_policy() {
+    use drover_scheduler::cluster::uniform_cluster;
+    use std::collections::BTreeMap;
+
+    // Two nodes of 4 GPUs and 8 CPUs; jobs 1 and 2 take 2 GPUs and 7 CPUs each, job 3 wants one
+    // GPU and 5 CPUs: 4 GPUs stay free, 2 CPUs.
+    let mut jobs: Vec<_> = (1..=3).map(|n| job(n, 2, n as f64)).collect();
+    for job in &mut jobs {
+        job.cpus_per_worker = 3;
+    }
+    jobs[2].workers = drover_scheduler::snapshot::Range { min: 1, max: 1 };
+    jobs[2].preferred.workers = 1;
+    jobs[2].cpus_per_worker = 4;
+    let mut cpus = snapshot(2, 4, jobs);
+    cpus.nodes = uniform_cluster(2, 4, 8, 32);
+    // One tenant held to 2 GPUs: its second job waits for its maximum, though 6 GPUs are free.
+    let mut limited = snapshot(2, 4, vec![job(1, 2, 1.0), job(2, 1, 2.0)]);
+    limited.tenants[0].max_gpus = Some(2);
+    let oracle = || {
+        Box::new(FixedOracle(BTreeMap::from([
+            (id(1), 100.0),
+            (id(2), 200.0),
+            (id(3), 300.0),
+        ]))) as Box<dyn drover_scheduler::Oracle>
+    };
+    for name in drover_scheduler::policy::policy_names() {
+        let mut policy = build_policy(name, Some(oracle())).unwrap();
+        let plan = policy.schedule(&cpus, &Plan::default());
+        let waiting: Vec<_> = (1..=3).filter(|&n| !runs(&plan, n)).collect();
+        assert_eq!(waiting.len(), 1, "{name}: {plan:?}");
+        // Whichever two a policy starts, the third is short of CPUs alone.
+        assert_eq!(
+            wait_reason(&plan, waiting[0]),
+            Some(WaitReason::InsufficientCpus),
+            "{name}: {plan:?}"
+        );
+
+        let mut policy = build_policy(name, Some(oracle())).unwrap();
+        let plan = policy.schedule(&limited, &Plan::default());
+        assert!(runs(&plan, 1), "{name}: {plan:?}");
+        assert_eq!(
+            wait_reason(&plan, 2),
+            Some(WaitReason::TenantLimit),
+            "{name}"
+        );
+    }
+}

@@ -181,10 +181,24 @@ fn numbers(reason: Option<&str>, needs: Needs, free: &RoundFree) -> String {
     let need_cpus = plural(needs.cpus, "CPU", "CPUs");
     match reason {
         Some("insufficient_gpus") => format!("; it needs {need_gpus}, {gpus} are free"),
-        // Jobs ahead took the GPUs: said where the numbers show it (else what held it back is not
-        // a count of free GPUs).
-        Some("lower_priority" | "fair_share" | "behind_head_of_line") if free.gpus < needs.gpus => {
-            format!("; it needs {need_gpus}, {gpus} are free")
+        // Jobs ahead took what it needs: each resource it is short of, where the numbers show it
+        // (else what held it back is not a count of free resources).
+        Some("lower_priority" | "fair_share" | "behind_head_of_line") => {
+            let mut short = Vec::new();
+            if free.gpus < needs.gpus {
+                short.push(format!("{need_gpus}, {gpus} are free"));
+            }
+            if free.cpus < needs.cpus {
+                short.push(format!("{need_cpus}, {cpus} are free"));
+            }
+            if free.memory_gb < u64::from(needs.memory_gb) {
+                short.push(format!("{} GB, {memory} is free", needs.memory_gb));
+            }
+            if short.is_empty() {
+                String::new()
+            } else {
+                format!("; it needs {}", short.join("; "))
+            }
         }
         Some("fragmented") => format!(
             "; it needs {need_gpus}, {gpus} are free, spread over nodes that each hold too few"
@@ -321,10 +335,11 @@ pub async fn list(
 }
 
 /// In queue order, no job starts before a job of the same size ahead of it: the policy starts the
-/// one ahead first, and a forecast of the head (after every round) can be newer than the rest's.
+/// one ahead first, and a forecast of the head (after every round) can be newer than the rest's. A
+/// job predicted to start before jobs of other sizes ahead of it says so, and why.
 fn monotone(jobs: &mut [QueuedJob]) {
     let mut latest: HashMap<i64, DateTime<Utc>> = HashMap::new();
-    for job in jobs {
+    for job in jobs.iter_mut() {
         let Some(start) = job.queue.predicted_start else {
             continue;
         };
@@ -332,6 +347,51 @@ fn monotone(jobs: &mut [QueuedJob]) {
         job.queue.not_before(*floor, false);
         *floor = (*floor).max(job.queue.predicted_start.unwrap_or(start));
     }
+    let counts = overtaken(jobs.iter().map(|j| j.queue.predicted_start).collect());
+    for (job, overtaken) in jobs.iter_mut().zip(counts) {
+        if overtaken > 0 {
+            let ahead = if overtaken == 1 {
+                "1 job".to_owned()
+            } else {
+                format!("{overtaken} jobs")
+            };
+            job.queue.explanation.push_str(&format!(
+                "; it should start before {ahead} ahead of it, in room they cannot use (they need more, or other resources, than will be free then)"
+            ));
+        }
+    }
+}
+
+/// For each start in queue order, how many starts before it in the order are later (a job without
+/// a prediction overtakes none and is overtaken by none): a Fenwick tree over the starts' ranks,
+/// O(n log n).
+fn overtaken(starts: Vec<Option<DateTime<Utc>>>) -> Vec<u32> {
+    let mut ranks: Vec<DateTime<Utc>> = starts.iter().flatten().copied().collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    let mut tree = vec![0u32; ranks.len() + 1];
+    let mut seen = 0u32;
+    starts
+        .into_iter()
+        .map(|start| {
+            let Some(start) = start else { return 0 };
+            // 1-based rank of this start; jobs seen so far at a rank at most it.
+            let rank = ranks.partition_point(|s| *s <= start);
+            let (mut at_most, mut i) = (0u32, rank);
+            while i > 0 {
+                at_most += tree[i];
+                i &= i - 1;
+            }
+            let later = seen - at_most;
+            let mut i = rank;
+            while i < tree.len() {
+                tree[i] += 1;
+                i += i & i.wrapping_neg();
+            }
+            seen += 1;
+            later
+        })
+        .collect()
 }
 
 /// For the page's jobs that never fit (or that neither the forecast nor the last round placed in
@@ -473,6 +533,29 @@ mod tests {
             .collect();
         assert_eq!(starts, [40, 10, 40, 60]);
         assert!(jobs.iter().all(|j| !j.queue.overdue));
+        // The smaller job says why it goes first; the others overtake no one.
+        assert!(
+            jobs[1]
+                .queue
+                .explanation
+                .ends_with("; it should start before 1 job ahead of it, in room they cannot use (they need more, or other resources, than will be free then)"),
+            "{}",
+            jobs[1].queue.explanation
+        );
+        for i in [0, 2, 3] {
+            assert!(!jobs[i].queue.explanation.contains("start before"));
+        }
+    }
+
+    #[test]
+    fn overtaking_counts_the_later_starts_ahead() {
+        let now = Utc::now();
+        let at = |m: i64| Some(now + Duration::minutes(m));
+        assert_eq!(
+            overtaken(vec![at(50), at(10), None, at(50), at(20), at(5), at(60)]),
+            [0, 1, 0, 0, 2, 4, 0]
+        );
+        assert!(overtaken(Vec::new()).is_empty());
     }
 
     #[test]
@@ -530,7 +613,13 @@ mod tests {
         );
         assert!(said("insufficient_cpus").ends_with("; it needs 8 CPUs, 3 of 64 CPUs are free"));
         assert!(said("lower_priority").starts_with("2 jobs ahead of it"));
-        assert!(said("lower_priority").ends_with("2 of 16 GPUs are free"));
+        assert!(
+            said("lower_priority").ends_with(
+                "; it needs 4 GPUs, 2 of 16 GPUs are free; 8 CPUs, 3 of 64 CPUs are free"
+            ),
+            "{}",
+            said("lower_priority")
+        );
         assert!(
             said("insufficient_resources")
                 .ends_with("it needs 4 GPUs, 8 CPUs and 32 GB; 2 of 16 GPUs, 3 of 64 CPUs and 100 GB of memory are free")
@@ -540,10 +629,21 @@ mod tests {
         let w = waiting("lower_priority");
         let shown = QueuePosition::of(None, Some((0, &w)), Some(&plenty), None, Utc::now());
         assert!(
-            !shown.explanation.contains("GPUs are free"),
+            !shown.explanation.contains("GPUs are free")
+                && shown
+                    .explanation
+                    .ends_with("; it needs 8 CPUs, 3 of 64 CPUs are free"),
             "{}",
             shown.explanation
         );
+        // Nothing it needs is short: no numbers.
+        let roomy = RoundFree {
+            gpus: 8,
+            cpus: 64,
+            ..free
+        };
+        let shown = QueuePosition::of(None, Some((0, &w)), Some(&roomy), None, Utc::now());
+        assert!(!shown.explanation.contains("free"), "{}", shown.explanation);
         // A record from before rounds said their needs: the reason alone.
         let old = WaitingJob::new(w.job, "insufficient_gpus");
         let shown = QueuePosition::of(None, Some((0, &old)), Some(&free), None, Utc::now());

@@ -4,7 +4,8 @@
 //! `optimus`, and every policy for the maxima per model, which placement keeps) pass through
 //! unchanged. And jobs that no
 //! node could ever hold ([`super::unplaceable`]) are kept from the policy altogether: they wait with
-//! `NeverFits` and count in no tenant's share.
+//! `NeverFits` and count in no tenant's share. Last, a wait for jobs ahead is sharpened into the
+//! resource the job lacks ([`super::lacking`]).
 
 use super::interface::{Oracle, Policy, PolicyError};
 use super::unplaceable::{never_fits, unplaceable};
@@ -133,6 +134,7 @@ impl Policy for TenantLimited {
             );
         }
         enforce(snapshot, &mut plan);
+        super::lacking::sharpen(snapshot, &mut plan);
         plan
     }
 

@@ -12,6 +12,7 @@ mod fifo;
 mod gandiva;
 mod gavel;
 mod interface;
+mod lacking;
 mod limits;
 mod names;
 mod optimus;
