@@ -294,6 +294,19 @@ impl Hub {
             .map(|e| (e.last_seen.elapsed(), e.commands.is_some()))
     }
 
+    /// Every node with an open session and when its executor was last heard from (wall time).
+    pub fn heard(&self) -> Vec<(String, chrono::DateTime<chrono::Utc>)> {
+        let now = chrono::Utc::now();
+        self.executors()
+            .iter()
+            .filter(|(_, e)| e.commands.is_some())
+            .filter_map(|(name, e)| {
+                let ago = chrono::Duration::from_std(e.last_seen.elapsed()).ok()?;
+                Some((name.clone(), now - ago))
+            })
+            .collect()
+    }
+
     /// Records what the executor's last heartbeat said about its GPUs and its host, and adds a
     /// point to its recent history when the last is [`HISTORY_EVERY`] old.
     pub fn set_usage(&self, node: &str, session: u64, heartbeat: &drover_proto::Heartbeat) {

@@ -1,7 +1,8 @@
 //! The scheduling loop: on every wake-up and at least every tick, declare silent executors lost,
-//! start moving jobs off draining nodes, reconcile every job that has tasks, then build a snapshot,
-//! ask the configured policy for a plan, and persist its changes (a new generation of tasks, or the
-//! tasks that must stop) before dispatching them.
+//! write the heartbeats heard (every 15 s a node, for the other replicas to show), start moving
+//! jobs off draining nodes, reconcile every job that has tasks, then build a snapshot, ask the
+//! configured policy for a plan, and persist its changes (a new generation of tasks, or the tasks
+//! that must stop) before dispatching them.
 
 use super::Runtime;
 use super::forecast::{Forecaster, Input, Offers};
@@ -141,6 +142,7 @@ impl SchedulingLoop {
         expire_executors(&runtime).await?;
         super::ledger::close_allocations(&runtime).await?;
         let nodes = runtime.store.list_nodes().await?;
+        record_heartbeats(&runtime, &nodes).await?;
         drain(&runtime, &nodes).await?;
         let housekeeping = laps.lap();
         let Reconciled {
@@ -378,6 +380,33 @@ async fn expire_executors(runtime: &Runtime) -> StoreResult<()> {
         crate::gateway::requeue_after_loss(runtime, &lost, &why).await?;
     }
     Ok(())
+}
+
+/// How stale a node's stored heartbeat may grow before the leader writes the one it heard: what
+/// another replica (which holds no sessions) shows as the node's last heartbeat lags by at most
+/// this and a round.
+const HEARTBEAT_WRITE_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(15);
+
+/// Writes, in one statement, the heartbeats heard since the stored ones grew stale.
+async fn record_heartbeats(runtime: &Runtime, nodes: &[drover_store::Node]) -> StoreResult<()> {
+    let stored: HashMap<&str, Option<chrono::DateTime<Utc>>> = nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.last_heartbeat_at))
+        .collect();
+    let due: Vec<(String, chrono::DateTime<Utc>)> = runtime
+        .hub
+        .heard()
+        .into_iter()
+        .filter(|(name, heard)| match stored.get(name.as_str()) {
+            None => false,
+            Some(None) => true,
+            Some(Some(at)) => *heard - *at >= HEARTBEAT_WRITE_EVERY,
+        })
+        .collect();
+    if due.is_empty() {
+        return Ok(());
+    }
+    runtime.store.record_heartbeats(&due).await
 }
 
 /// Jobs with tasks on a draining node go back to `queued` through a checkpoint; the cordon keeps

@@ -115,8 +115,8 @@ async fn visible_tasks(service: &Service, principal: &Principal) -> ServiceResul
 
 fn live(service: &Service, mut node: Node, tasks: &[Task]) -> LiveNode {
     // Only the leader holds sessions; a follower shows the health and the heartbeat the leader
-    // recorded. Heartbeats are kept in the leader's memory (not written each time), so its view of
-    // the last one is the live one.
+    // recorded. Heartbeats are kept in the leader's memory and written every 15 s a node (not each
+    // time), so the leader's own view of the last one is the live one.
     let leading = service
         .runtime
         .as_ref()

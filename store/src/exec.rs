@@ -385,6 +385,10 @@ pub trait ExecStore: Send + Sync {
     async fn register_node(&self, node: &NodeRegistration, at: DateTime<Utc>) -> StoreResult<Node>;
     async fn set_node_health(&self, name: &str, health: &str, at: DateTime<Utc>)
     -> StoreResult<()>;
+    /// Records when each of these nodes' executors was last heard from, in one statement (the
+    /// leader keeps heartbeats in memory and writes them now and then, so that every replica shows
+    /// them); nodes not in the store are ignored.
+    async fn record_heartbeats(&self, heard: &[(String, DateTime<Utc>)]) -> StoreResult<()>;
     /// Sets a node's cordon and drain flags and records `audit` in one transaction: the audit log
     /// is how the Kubernetes node controller knows which cordons were its own, so the two never part.
     async fn set_node_cordon(

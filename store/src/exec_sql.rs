@@ -263,6 +263,27 @@ macro_rules! impl_exec_store {
                 Ok(())
             }
 
+            async fn record_heartbeats(&self, heard: &[(String, DateTime<Utc>)]) -> StoreResult<()> {
+                // A few thousand nodes at most: each chunk one statement, well under either
+                // database's limit on bound parameters.
+                for chunk in heard.chunks(2_000) {
+                    let mut query = sqlx::QueryBuilder::<$db>::new("WITH h (name, at) AS (VALUES ");
+                    let mut values = query.separated(", ");
+                    for (name, at) in chunk {
+                        values.push("(");
+                        values.push_bind_unseparated(name.as_str());
+                        values.push_unseparated(", ");
+                        values.push_bind_unseparated(*at);
+                        values.push_unseparated(")");
+                    }
+                    query.push(
+                        ") UPDATE nodes SET last_heartbeat_at = h.at FROM h WHERE nodes.name = h.name",
+                    );
+                    query.build().execute(&self.pool).await?;
+                }
+                Ok(())
+            }
+
             async fn set_node_cordon(
                 &self,
                 name: &str,

@@ -1,7 +1,8 @@
 //! Two server replicas on one Postgres database: one leads (the scheduling loop and the executors'
 //! sessions), both serve the API. A rolling restart — each replica in turn stopped with SIGTERM and
 //! started again — fails no request of a client that retries on the other replica, moves the lead,
-//! and leaves the running job alone: its task keeps running and no new generation starts.
+//! and leaves the running job alone: its task keeps running and no new generation starts. The
+//! replica that does not lead shows the nodes' heartbeats as the leader hears them.
 
 use super::harness::*;
 use serde_json::{Value, json};
@@ -382,5 +383,41 @@ async fn a_rolling_restart_of_two_replicas_fails_no_request_and_keeps_the_job() 
         reasons,
         ["submitted", "allocated", "rendezvous_complete", "completed"]
     );
+
+    // The replica that does not lead holds no session, yet shows each node's heartbeats as they
+    // come (the leader writes them every 15 s), not the time the node last registered.
+    let since = chrono::Utc::now();
+    let follower = if leader().await.ends_with(&format!("/{}", a.proc.child.id())) {
+        format!("http://127.0.0.1:{api_b}")
+    } else {
+        format!("http://127.0.0.1:{api_a}")
+    };
+    let deadline = Instant::now() + Duration::from_secs(45);
+    loop {
+        let nodes: Value = client
+            .http
+            .get(format!("{follower}/api/v1/nodes"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let heard: Vec<Option<chrono::DateTime<chrono::Utc>>> = nodes["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["last_heartbeat_at"].as_str().and_then(|t| t.parse().ok()))
+            .collect();
+        if heard.len() == 2 && heard.iter().all(|at| at.is_some_and(|at| at > since)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follower {follower} shows no heartbeat after {since}: {heard:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     drop(executors);
 }

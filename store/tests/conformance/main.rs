@@ -538,6 +538,21 @@ async fn nodes_are_upserted_by_name(db: &TestDb) {
         store.get_node("nope").await,
         Err(StoreError::NotFound)
     ));
+    // Heartbeats the leader heard are written together; a name not stored is ignored.
+    let heard = Utc::now() + Duration::seconds(40);
+    store
+        .record_heartbeats(&[("gpu-01".to_owned(), heard), ("nope".to_owned(), heard)])
+        .await
+        .unwrap();
+    store.record_heartbeats(&[]).await.unwrap();
+    let read = store.get_node("gpu-01").await.unwrap();
+    let at = read.last_heartbeat_at.unwrap();
+    assert!(
+        (at - heard).num_milliseconds().abs() <= 1,
+        "{at} != {heard}"
+    );
+    assert_eq!(read.health, "healthy");
+    assert_eq!(store.list_nodes().await.unwrap().len(), 1);
 }
 
 async fn rounds_keep_what_waiting_jobs_need_and_what_was_free(db: &TestDb) {
