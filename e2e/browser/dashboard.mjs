@@ -243,6 +243,8 @@ try {
   await page.goto(`${URL}/jobs/${cancel.job.id}`);
   await Promise.all([page.waitForEvent("load"), page.click("button[data-action=cancel]")]);
   assert.equal((await page.textContent("#job-state")).trim(), "cancelled");
+  // What the action did is said after the reload.
+  await page.waitForFunction(() => document.querySelector("#toast").textContent.includes("Cancelled."));
   step("cancelled a job");
   const stale = await rest(ADMIN, "POST", "/api/v1/jobs", sleepJob("browser-stale", 1), "application/yaml");
   await page.goto(`${URL}/jobs/${stale.job.id}`);

@@ -175,6 +175,15 @@ pub async fn page(
     }
 }
 
+/// What the curves chart leaves out, said beside it: empty when every trial with a value is drawn.
+fn curves_note(with_values: usize) -> String {
+    if with_values > CURVES {
+        format!("The curves of the {CURVES} best of {with_values} trials are drawn.")
+    } else {
+        String::new()
+    }
+}
+
 /// Each trial's curve, one point per step. A trial job that ran its command again (a restart, a
 /// new segment) reports the same steps again; the newest report stands (the store returns samples
 /// in trial, step, then arrival order).
@@ -266,14 +275,7 @@ async fn detail(
     // The best trials' curves, overlaid.
     let mut ranked: Vec<&TrialView> = views.iter().filter(|v| v.last_value.is_some()).collect();
     ranked.sort_by(|a, b| loss(a.best_value).total_cmp(&loss(b.best_value)));
-    let curves_note = if ranked.len() > CURVES {
-        format!(
-            "The curves of the {CURVES} best of {} trials are drawn.",
-            ranked.len()
-        )
-    } else {
-        String::new()
-    };
+    let curves_note = curves_note(ranked.len());
     let curves_svg = Chart {
         label: "each trial's metric by step (the best trials)",
         x: XAxis::Steps,
@@ -497,6 +499,18 @@ async fn detail(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Past the 12 curves drawn, the page says how many trials' curves are left out (16 trials
+    /// showed 12 curves without saying so).
+    #[test]
+    fn the_curves_chart_says_when_it_draws_only_the_best() {
+        assert_eq!(
+            curves_note(16),
+            "The curves of the 12 best of 16 trials are drawn."
+        );
+        assert_eq!(curves_note(CURVES), "");
+        assert_eq!(curves_note(0), "");
+    }
 
     fn sample(trial: u32, segment: u32, step: u64, value: f64) -> TrialSample {
         TrialSample {

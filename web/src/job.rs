@@ -151,7 +151,9 @@ struct ModelView {
     formula: String,
     theta: String,
     fitted: bool,
+    /// The loss curve in words; its formula and fitted figures in `curve`, kept out of sight.
     convergence: Option<String>,
+    curve: Option<String>,
     remaining: Option<String>,
 }
 
@@ -549,15 +551,18 @@ fn model_view(model: &JobModels) -> ModelView {
             .join(", "),
         fitted: model.speed.fitted,
         convergence: model.convergence.as_ref().map(|c| {
-            let b = c.beta;
             let converged = c
                 .converged_step
                 .filter(|s| *s >= 1.0)
-                .map(|s| format!("; the loss levels off near step {s:.0}"))
-                .unwrap_or_default();
+                .map(|s| format!("it levels off near step {s:.0}"))
+                .unwrap_or_else(|| "it has not yet levelled off".to_owned());
+            format!("{converged} (a curve fitted to {} loss samples)", c.samples)
+        }),
+        curve: model.convergence.as_ref().map(|c| {
+            let b = c.beta;
             format!(
-                "loss ≈ 1/({:.4}·k + {:.4}) + {:.4}, fitted to {} samples{converged}",
-                b[0], b[1], b[2], c.samples
+                "loss ≈ 1/({:.4}·k + {:.4}) + {:.4} at step k",
+                b[0], b[1], b[2]
             )
         }),
         remaining: model.remaining.as_ref().map(|r| {
@@ -588,6 +593,40 @@ fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The models read in words: the fitted figures (θ, β, the curve's formula) only in what the
+    /// page keeps folded away, and no "near step 0".
+    #[test]
+    fn the_models_read_in_words_with_their_figures_folded_away() {
+        use drover_service::models::{ConvergenceFit, SpeedFit};
+        let model = |converged_step| JobModels {
+            steps_done: 1200,
+            speed: SpeedFit {
+                formula: "t = θ0/w + θ1".into(),
+                theta: [0.0006, 0.01, 0.0, 0.0, 0.0],
+                fitted: true,
+                shapes: Vec::new(),
+            },
+            convergence: Some(ConvergenceFit {
+                beta: [0.0123, 0.5, 0.25],
+                samples: 40,
+                converged_step,
+            }),
+            remaining: None,
+        };
+        let view = model_view(&model(Some(3456.4)));
+        let plain = view.convergence.unwrap();
+        assert_eq!(
+            plain,
+            "it levels off near step 3456 (a curve fitted to 40 loss samples)"
+        );
+        assert!(view.curve.unwrap().contains("0.0123"));
+        let flat = model_view(&model(Some(0.0))).convergence.unwrap();
+        assert!(
+            !flat.contains("step 0") && flat.contains("not yet levelled off"),
+            "{flat}"
+        );
+    }
 
     /// A task on GPU 0 reads as one GPU, not as zero.
     #[test]

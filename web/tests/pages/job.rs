@@ -37,6 +37,42 @@ async fn checkpoint_now_on_a_command_job_says_what_it_sends() {
     );
 }
 
+/// A failed job's message — the most important text on its page — spans the whole summary (it
+/// was squeezed into a 130-px column), escaped.
+#[tokio::test]
+async fn a_failed_jobs_message_spans_the_summary() {
+    use drover_core::{JobState, ReasonCode};
+    let (site, [ada, _, _]) = Site::new().await;
+    let session = site.sign_in(&ada).await;
+    let created = site.submit(&session, &JOB.replace("NAME", "failing")).await;
+    let job = job_of(&created);
+    let generation = site.start(job).await;
+    let why = "worker 0 exited with status 1: Traceback (most recent call last): <module> \
+               RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB";
+    let failed = drover_store::StateChange {
+        to: JobState::Failed,
+        reason: ReasonCode::TaskFailed,
+        message: why.into(),
+        actor: None,
+    };
+    site.store
+        .transition_job_in_generation(job, generation, &failed, false)
+        .await
+        .unwrap();
+    let page = site.get(&created.location, &session).await.body;
+    assert!(
+        page.contains(
+            r#"<div class="wide"><dt>Message</dt><dd id="job-message">worker 0 exited with status 1: Traceback (most recent call last): &#60;module&#62; RuntimeError"#
+        ),
+        "{page}"
+    );
+    let css = site.get("/static/app.css", &session).await.body;
+    assert!(
+        css.contains(".facts .wide { grid-column: 1 / -1; }"),
+        "{css}"
+    );
+}
+
 /// A long series is gathered into step ranges by the database (SQLite and Postgres alike) and drawn
 /// with its spike.
 async fn a_long_series_is_drawn_whole(db: TestDb) {

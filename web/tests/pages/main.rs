@@ -256,6 +256,34 @@ impl Site {
         self.send(request.body(Body::from(body)).unwrap()).await
     }
 
+    /// The token of a cluster administrator (a user of tenant `alpha`), made now.
+    async fn cluster_admin(&self) -> String {
+        let tenant = self.store.get_tenant_by_name("alpha").await.unwrap();
+        let user = self
+            .store
+            .create_user(&NewUser {
+                tenant_id: tenant.id,
+                name: "root".into(),
+                role: Role::Admin,
+                cluster_admin: true,
+            })
+            .await
+            .unwrap();
+        let token = tokens::generate_token();
+        self.store
+            .create_token(&NewToken {
+                user_id: user.id,
+                name: "test".into(),
+                token_hash: tokens::hash_token(&token),
+                prefix: tokens::display_prefix(&token),
+                expires_at: None,
+                parent: None,
+            })
+            .await
+            .unwrap();
+        token
+    }
+
     /// Signs in with `token`; the session token from the cookie.
     async fn sign_in(&self, token: &str) -> String {
         let answer = self

@@ -173,3 +173,39 @@ async fn the_queue_says_why_where_and_when() {
         page.body
     );
 }
+
+/// A cluster administrator's queue filtered by tenant shows that tenant's jobs alone, and pages
+/// over them alone; a member asking for another tenant's queue is told why on the page, which shows
+/// their own.
+#[tokio::test]
+async fn the_queue_is_filtered_by_tenant() {
+    let (site, [ada, _, bob]) = Site::new().await;
+    let ada = site.sign_in(&ada).await;
+    let bob = site.sign_in(&bob).await;
+    let admin = site.sign_in(&site.cluster_admin().await).await;
+    site.submit(&ada, &JOB.replace("NAME", "alpha-job")).await;
+    for n in 0..2 {
+        site.submit(&bob, &JOB.replace("NAME", &format!("beta-job-{n}")))
+            .await;
+    }
+    let all = site.get("/queue", &admin).await.body;
+    assert!(
+        all.contains("alpha-job") && all.contains("beta-job-1") && all.contains("Jobs 1–3 of 3."),
+        "{all}"
+    );
+    let beta = site.get("/queue?tenant=beta", &admin).await.body;
+    assert!(
+        beta.contains("beta-job-0") && beta.contains("beta-job-1"),
+        "{beta}"
+    );
+    assert!(!beta.contains("alpha-job"), "{beta}");
+    assert!(beta.contains("Jobs 1–2 of 2."), "{beta}");
+    let page = site.get("/queue?tenant=beta", &ada).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("tenant: "), "{}", page.body);
+    assert!(
+        page.body.contains("alpha-job") && !page.body.contains("beta-job"),
+        "{}",
+        page.body
+    );
+}
