@@ -230,13 +230,31 @@ try {
   assert.equal(csvRows[0], "step,name,value,recorded_at,generation,task,workers,ps,gpu_model");
   const csvSteps = csvRows.slice(1).map((r) => Number(r.split(",")[0]));
   assert.ok(csvSteps.length > 0 && csvSteps.every((n) => n >= from && n <= to), `the CSV holds the zoomed steps: ${csvSteps.slice(0, 5)}`);
-  // By time since submission, then the whole run again.
+  // By time since submission (the steps' zoom dropped), zoomed to a span of time by dragging; the
+  // CSV link then holds the steps recorded in that span; then the whole run again.
   await page.selectOption("#chart-controls select[name=x]", "time");
   await page.waitForFunction(() => document.querySelector("#chart svg").textContent.includes("time since submission"));
+  assert.equal(await page.inputValue("#chart-controls input[name=from]"), "", "another axis drops the steps' zoom");
+  const timeBox = await page.locator("#chart svg[data-x]").first().boundingBox();
+  const whole = (await page.getAttribute("#chart svg[data-x]", "data-x")).split(" ").map(Number);
+  await page.mouse.move(timeBox.x + timeBox.width * 0.35, timeBox.y + timeBox.height * 0.5);
+  await page.mouse.down();
+  await page.mouse.move(timeBox.x + timeBox.width * 0.6, timeBox.y + timeBox.height * 0.5, { steps: 5 });
+  await page.mouse.up();
+  await page.waitForFunction(() => document.querySelector("#chart-controls input[name=from_s]").value !== "");
+  const fromS = Number(await page.inputValue("#chart-controls input[name=from_s]"));
+  const toS = Number(await page.inputValue("#chart-controls input[name=to_s]"));
+  assert.ok(fromS > whole[2] && toS > fromS && toS < whole[3], `zoomed to ${fromS}–${toS} s of ${whole[2]}–${whole[3]} s`);
+  await page.waitForFunction((f) => document.querySelector("#chart svg[data-x]").dataset.x.split(" ")[2] === String(f), fromS);
+  assert.ok(page.url().includes(`from_s=${fromS}`), page.url());
+  await page.waitForFunction(() => document.querySelector("#chart-csv").href.includes("from_step="));
+  const spanCsv = new globalThis.URL(await page.getAttribute("#chart-csv", "href"), URL);
+  const [spanFrom, spanTo] = [Number(spanCsv.searchParams.get("from_step")), Number(spanCsv.searchParams.get("to_step"))];
+  assert.ok(spanFrom > 0 && spanTo > spanFrom && spanTo < 6000, `the span's steps ${spanFrom}–${spanTo}`);
   await page.click("#chart-reset");
-  await page.waitForFunction(() => document.querySelector("#chart-controls input[name=from]").value === "");
+  await page.waitForFunction(() => document.querySelector("#chart-controls input[name=from_s]").value === "");
   await shoot(page, "job-zoomed");
-  step(`zoomed the charts to steps ${from}–${to} by dragging, downloaded ${csvSteps.length} samples as CSV, drew them by time`);
+  step(`zoomed the charts to steps ${from}–${to} by dragging, downloaded ${csvSteps.length} samples as CSV, drew them by time and zoomed to ${fromS}–${toS} s (steps ${spanFrom}–${spanTo})`);
 
   // --- Cancel another job from its page; a refused action shows the API's text.
   const cancel = await rest(ADMIN, "POST", "/api/v1/jobs", sleepJob("browser-cancel", 1), "application/yaml");

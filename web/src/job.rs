@@ -284,7 +284,9 @@ async fn job_page(
             }),
         ),
     };
-    let chart = charts_svg(state, scope, job_id, view.created_at, &chart_options).await?;
+    let drawn = charts_svg(state, scope, job_id, view.created_at, &chart_options).await?;
+    let csv = chart_options.csv_link(job_id, drawn.steps);
+    let chart = drawn.svg;
     let step = state
         .store
         .last_steps(&[job_id])
@@ -320,9 +322,10 @@ async fn job_page(
         shapes: shape_history(&events),
         events: event_rows(&events),
         metric_names,
-        csv: chart_options.csv_link(job_id),
+        csv,
         whole_run: ChartOptions {
             steps: drover_store::StepRange::ALL,
+            span: None,
             ..chart_options.clone()
         }
         .page_link(job_id),
@@ -551,11 +554,12 @@ fn model_view(model: &JobModels) -> ModelView {
             .join(", "),
         fitted: model.speed.fitted,
         convergence: model.convergence.as_ref().map(|c| {
-            let converged = c
-                .converged_step
-                .filter(|s| *s >= 1.0)
-                .map(|s| format!("it levels off near step {s:.0}"))
-                .unwrap_or_else(|| "it has not yet levelled off".to_owned());
+            // `converged_step` is absent for a flat curve.
+            let converged = match c.converged_step {
+                Some(s) if s >= 1.0 => format!("it levels off near step {s:.0}"),
+                Some(_) => "it levelled off within the first steps".to_owned(),
+                None => "it is flat".to_owned(),
+            };
             format!("{converged} (a curve fitted to {} loss samples)", c.samples)
         }),
         curve: model.convergence.as_ref().map(|c| {
@@ -621,11 +625,13 @@ mod tests {
             "it levels off near step 3456 (a curve fitted to 40 loss samples)"
         );
         assert!(view.curve.unwrap().contains("0.0123"));
-        let flat = model_view(&model(Some(0.0))).convergence.unwrap();
+        let early = model_view(&model(Some(0.4))).convergence.unwrap();
         assert!(
-            !flat.contains("step 0") && flat.contains("not yet levelled off"),
-            "{flat}"
+            !early.contains("step 0") && early.contains("within the first steps"),
+            "{early}"
         );
+        let flat = model_view(&model(None)).convergence.unwrap();
+        assert!(flat.starts_with("it is flat"), "{flat}");
     }
 
     /// A task on GPU 0 reads as one GPU, not as zero.

@@ -211,11 +211,9 @@ function jobPage() {
     if (remember && location.search !== `?${query}`) {
       history.replaceState(null, "", `/jobs/${id}?${query}#metrics-title`);
     }
-    const download = new URLSearchParams({ format: "csv" });
-    for (const name of query.getAll("metric")) download.append("name", name);
-    if (query.get("from")) download.set("from_step", query.get("from"));
-    if (query.get("to")) download.set("to_step", query.get("to"));
-    csv.href = `/api/v1/jobs/${id}/metrics?${download}`;
+    // The CSV of what is drawn (a span of time drawn is the steps recorded in it), from the server.
+    const link = (response.headers.get("Link") || "").match(/<([^>]+)>/);
+    if (link) csv.href = link[1];
   };
   const scheduleChart = () => {
     if (chartTimer) return;
@@ -224,15 +222,19 @@ function jobPage() {
   controls.addEventListener("submit", (event) => { event.preventDefault(); redrawChart(true); });
   document.getElementById("chart-reset").addEventListener("click", (event) => {
     event.preventDefault();
-    controls.elements.from.value = "";
-    controls.elements.to.value = "";
+    for (const name of ["from", "to", "from_s", "to_s"]) controls.elements[name].value = "";
     redrawChart(true);
   });
-  // Dragging across a chart by step (with a mouse) zooms to the steps dragged over.
+  // Another x axis: the zoom of the other is dropped, and the span's fields show by time only.
+  controls.elements.x.addEventListener("change", () => {
+    for (const name of ["from", "to", "from_s", "to_s"]) controls.elements[name].value = "";
+    document.getElementById("chart-span").hidden = controls.elements.x.value !== "time";
+  });
+  // Dragging across a chart (with a mouse) zooms to the steps, or the span of time, dragged over.
   let drag = null;
   chart.addEventListener("pointerdown", (event) => {
     const svg = event.target.closest("svg[data-x]");
-    if (!svg || event.pointerType !== "mouse" || controls.elements.x.value !== "step") return;
+    if (!svg || event.pointerType !== "mouse") return;
     const [left, right, lo, hi] = svg.dataset.x.split(" ").map(Number);
     const box = svg.getBoundingClientRect();
     const scale = svg.viewBox.baseVal.width / box.width;
@@ -261,9 +263,19 @@ function jobPage() {
     const end = d.toPlot(event.clientX);
     // A click, not a drag.
     if (Math.abs(end - d.start) < 4) return;
-    const step = (x) => d.lo + ((x - d.left) / (d.right - d.left)) * (d.hi - d.lo);
-    controls.elements.from.value = String(Math.max(0, Math.floor(step(Math.min(d.start, end)))));
-    controls.elements.to.value = String(Math.ceil(step(Math.max(d.start, end))));
+    const value = (x) => d.lo + ((x - d.left) / (d.right - d.left)) * (d.hi - d.lo);
+    const [lo, hi] = [value(Math.min(d.start, end)), value(Math.max(d.start, end))];
+    const set = (name, v) => { controls.elements[name].value = v; };
+    if (controls.elements.x.value === "time") {
+      // Seconds since submission, to a tenth.
+      set("from_s", String(Math.max(0, Math.floor(lo * 10) / 10)));
+      set("to_s", String(Math.ceil(hi * 10) / 10));
+      set("from", ""); set("to", "");
+    } else {
+      set("from", String(Math.max(0, Math.floor(lo))));
+      set("to", String(Math.ceil(hi)));
+      set("from_s", ""); set("to_s", "");
+    }
     redrawChart(true);
   });
   controls.addEventListener("change", () => redrawChart(true));

@@ -73,6 +73,88 @@ async fn a_failed_jobs_message_spans_the_summary() {
     );
 }
 
+/// Drawn by time, a chart zooms to a span of time (seconds since submission): its axis spans it,
+/// and the page's CSV link holds the steps recorded in it. Zooming by time used to do nothing.
+#[tokio::test]
+async fn a_chart_by_time_zooms_to_a_span_of_time() {
+    use drover_store::{NewMetrics, Scope};
+    let (site, [ada, _, _]) = Site::new().await;
+    let session = site.sign_in(&ada).await;
+    let created = site.submit(&session, &JOB.replace("NAME", "timed")).await;
+    let job = job_of(&created);
+    let submitted = site
+        .store
+        .get_job(Scope::Cluster, job)
+        .await
+        .unwrap()
+        .created_at;
+    let key = site.start_worker(job).await;
+    // A step a second: step k at k seconds since submission.
+    for step in 0..100u64 {
+        let metrics = NewMetrics {
+            key,
+            num_ps: 0,
+            num_workers: 1,
+            worker_nodes: 1,
+            gpu_model: "test".into(),
+            step,
+            values: vec![("loss".into(), 1.0 + step as f64)],
+            recorded_at: submitted + chrono::Duration::seconds(step as i64),
+        };
+        site.store.record_metrics(&metrics).await.unwrap();
+    }
+    let chart = site
+        .get(
+            &format!(
+                "/jobs/{}/chart?metric=loss&x=time&from_s=20&to_s=40.5",
+                job.0
+            ),
+            &session,
+        )
+        .await
+        .body;
+    assert!(
+        chart.contains(r#" 20 40.5""#),
+        "the axis spans the span: {chart}"
+    );
+    // Values 21 to 41 (steps 20 to 40) and no other.
+    assert!(
+        chart.contains(": loss 21</title>") && chart.contains(": loss 41</title>"),
+        "{chart}"
+    );
+    assert!(
+        !chart.contains(": loss 20</title>") && !chart.contains(": loss 42</title>"),
+        "{chart}"
+    );
+    let page = site
+        .get(
+            &format!("/jobs/{}?metric=loss&x=time&from_s=20&to_s=40.5", job.0),
+            &session,
+        )
+        .await
+        .body;
+    assert!(
+        page.contains(
+            r#"name="from_s" min="0" step="any" inputmode="decimal" size="8" value="20""#
+        ),
+        "{page}"
+    );
+    let csv = format!(
+        "/api/v1/jobs/{}/metrics?format=csv&#38;name=loss&#38;from_step=20&#38;to_step=40",
+        job.0
+    );
+    assert!(page.contains(&csv), "{page}");
+    // By step, a span of time is refused with its field.
+    let refused = site
+        .get(
+            &format!("/jobs/{}/chart?metric=loss&x=step&from_s=3", job.0),
+            &session,
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert!(refused.body.starts_with("from_s: "), "{}", refused.body);
+}
+
 /// A long series is gathered into step ranges by the database (SQLite and Postgres alike) and drawn
 /// with its spike.
 async fn a_long_series_is_drawn_whole(db: TestDb) {
