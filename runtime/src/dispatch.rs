@@ -52,6 +52,19 @@ pub(super) async fn reconcile_job(runtime: &Runtime, job: &Job, live: &[Task]) -
     Ok(())
 }
 
+/// [`reconcile_job`] for a job just started, with its new generation's tasks as stored (not read
+/// again).
+pub(super) async fn reconcile_started(
+    runtime: &Runtime,
+    job: &Job,
+    tasks: &[Task],
+) -> StoreResult<()> {
+    if let Some(change) = reconcile_tasks(runtime, job, &[], Some(tasks)).await? {
+        mark_running(runtime, job, change).await?;
+    }
+    Ok(())
+}
+
 /// [`reconcile_job`] but for the job's move to `running` when every task runs, which it returns
 /// for the caller to make with others' in one transaction. `generation`: the tasks of the job's
 /// current generation when the caller read them already (with other jobs').

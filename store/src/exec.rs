@@ -442,6 +442,14 @@ pub trait ExecStore: Send + Sync {
         tasks: &[NewTask],
         change: &StateChange,
     ) -> StoreResult<Option<u64>>;
+    /// [`ExecStore::start_generation`] for many jobs in one transaction: each job still `queued`
+    /// moves to `change.to` under a new generation with its tasks; returns, for those, the new
+    /// generation and the tasks as stored (in [`ExecStore::generation_tasks`]' order). Jobs no
+    /// longer queued are left out. Callers keep a batch to a few hundred jobs.
+    async fn start_generations(
+        &self,
+        starts: &[(JobId, Vec<NewTask>, StateChange)],
+    ) -> StoreResult<Vec<(JobId, u64, Vec<Task>)>>;
     /// Moves a `running` job still in `generation` to `change.to` (`rescaling`) under a new
     /// generation with these tasks, in one transaction: the old generation's tasks are then stopped
     /// and the new ones start from its checkpoint. `None` when the job had moved on.

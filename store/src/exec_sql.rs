@@ -476,6 +476,13 @@ macro_rules! impl_exec_store {
                 self.new_generation(job, JobState::Queued, None, tasks, change).await
             }
 
+            async fn start_generations(
+                &self,
+                starts: &[(JobId, Vec<NewTask>, StateChange)],
+            ) -> StoreResult<Vec<(JobId, u64, Vec<Task>)>> {
+                self.start_generations_sql(starts).await
+            }
+
             async fn rescale_generation(
                 &self,
                 job: JobId,

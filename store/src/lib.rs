@@ -39,6 +39,7 @@ mod sql;
 mod sqlite;
 mod sso;
 mod sso_sql;
+mod starts_sql;
 mod store;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod testing;

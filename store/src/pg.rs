@@ -44,6 +44,7 @@ impl Dialect for PgStore {
 
 super::sql::impl_store!(PgStore, sqlx::Postgres, Backend::Postgres);
 super::exec_sql::impl_exec_store!(PgStore, sqlx::Postgres);
+super::starts_sql::impl_start_generations!(PgStore, sqlx::Postgres);
 super::trust_sql::impl_trust_store!(PgStore);
 super::sso_sql::impl_sso_store!(PgStore);
 super::replicas_sql::impl_replica_store!(PgStore, sqlx::Postgres);

@@ -54,6 +54,7 @@ impl Dialect for SqliteStore {
 
 super::sql::impl_store!(SqliteStore, sqlx::Sqlite, Backend::Sqlite);
 super::exec_sql::impl_exec_store!(SqliteStore, sqlx::Sqlite);
+super::starts_sql::impl_start_generations!(SqliteStore, sqlx::Sqlite);
 super::trust_sql::impl_trust_store!(SqliteStore);
 super::sso_sql::impl_sso_store!(SqliteStore);
 super::replicas_sql::impl_replica_store!(SqliteStore, sqlx::Sqlite);

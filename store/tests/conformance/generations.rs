@@ -390,3 +390,126 @@ pub(crate) async fn jobs_are_marked_running_together_in_their_generations(db: &T
         .unwrap();
     assert!(again.is_empty());
 }
+
+/// Many queued jobs start in one transaction: each still queued gets its generation, its tasks as
+/// stored (workers then PS shards), its event and its ledger allocation with the models of its
+/// GPUs; a job no longer queued is left out and unchanged.
+pub(crate) async fn many_jobs_start_in_one_transaction(db: &TestDb) {
+    let store = db.store.as_ref();
+    assert!(store.start_generations(&[]).await.unwrap().is_empty());
+    let (tenant, alice) = fixture(store, "vision").await;
+    let now = Utc::now();
+    store
+        .upsert_node(&Node {
+            id: uuid::Uuid::now_v7(),
+            name: "gpu-a".into(),
+            labels: BTreeMap::new(),
+            gpus: (0..2)
+                .map(|index| Gpu {
+                    index,
+                    model: "H100".into(),
+                    memory_gb: 80.0,
+                })
+                .collect(),
+            cpus: 8,
+            memory_gb: 64,
+            health: "healthy".into(),
+            cordoned: false,
+            draining: false,
+            gpu_source: "nvidia".into(),
+            isolation: String::new(),
+            runs_images: false,
+            taints: Vec::new(),
+            last_heartbeat_at: Some(now),
+            created_at: now,
+        })
+        .await
+        .unwrap();
+    let mut jobs = Vec::new();
+    for name in ["one", "two", "gone"] {
+        jobs.push(
+            store
+                .create_job(&new_job(&tenant, alice.id, name, &[]))
+                .await
+                .unwrap()
+                .value
+                .id,
+        );
+    }
+    let cancelled = change(JobState::Cancelled, ReasonCode::CancelledByUser);
+    store
+        .transition_job(Scope::Cluster, jobs[2], &cancelled)
+        .await
+        .unwrap();
+    let ps = NewTask {
+        role: TaskRole::Ps,
+        index: 0,
+        node_name: "gpu-b".into(),
+        gpus: Vec::new(),
+        cpus: 2,
+    };
+    let started = |n: &str| StateChange {
+        message: format!("started {n}"),
+        ..change(JobState::Starting, ReasonCode::Allocated)
+    };
+    let batch = vec![
+        (jobs[0], vec![ps.clone(), worker("gpu-a")], started("one")),
+        (
+            jobs[1],
+            vec![NewTask {
+                gpus: vec![1],
+                ..worker("gpu-a")
+            }],
+            started("two"),
+        ),
+        (jobs[2], vec![worker("gpu-a")], started("gone")),
+    ];
+    let done = store.start_generations(&batch).await.unwrap();
+    assert_eq!(done.len(), 2, "{done:?}");
+    assert_eq!((done[0].0, done[0].1), (jobs[0], 1));
+    let roles: Vec<TaskRole> = done[0].2.iter().map(|t| t.key.role).collect();
+    assert_eq!(roles, [TaskRole::Worker, TaskRole::Ps], "workers first");
+    assert_eq!(
+        done[0].2,
+        store.generation_tasks(jobs[0], 1).await.unwrap(),
+        "the tasks as stored"
+    );
+    assert_eq!(done[1].2[0].gpus, [1]);
+    assert_eq!(done[1].2[0].state, TaskState::Assigned);
+    for (job, name) in [(jobs[0], "one"), (jobs[1], "two")] {
+        let read = store.get_job(Scope::Cluster, job).await.unwrap();
+        assert_eq!((read.state, read.generation), (JobState::Starting, 1));
+        assert_eq!(read.message, format!("started {name}"));
+        let events = store
+            .list_job_events(Scope::Cluster, job, None, 10)
+            .await
+            .unwrap();
+        let last = events.last().unwrap();
+        assert_eq!(
+            (last.from_state, last.to_state, last.message.as_str()),
+            (
+                Some(JobState::Queued),
+                JobState::Starting,
+                format!("started {name}").as_str()
+            )
+        );
+    }
+    let gone = store.get_job(Scope::Cluster, jobs[2]).await.unwrap();
+    assert_eq!((gone.state, gone.generation), (JobState::Cancelled, 0));
+    assert!(store.generation_tasks(jobs[2], 1).await.unwrap().is_empty());
+    let open = store.open_allocations().await.unwrap();
+    let of = |job| open.iter().find(|a| a.job_id == job).unwrap();
+    assert_eq!(open.len(), 2);
+    assert_eq!((of(jobs[0]).gpus, of(jobs[0]).generation), (1, 1));
+    assert_eq!(of(jobs[0]).start_cause, "submitted");
+    assert_eq!(
+        of(jobs[1]).gpu_models,
+        BTreeMap::from([("H100".to_owned(), 1)])
+    );
+    assert_eq!(
+        (of(jobs[1]).tenant_id, of(jobs[1]).user_id),
+        (tenant.id, alice.id)
+    );
+    // Started again: nothing moves.
+    assert!(store.start_generations(&batch).await.unwrap().is_empty());
+}

@@ -77,6 +77,7 @@ conformance!(
     running_jobs_rescale_under_a_new_generation,
     jobs_are_marked_running_together_in_their_generations,
     generations_open_allocations_in_the_ledger,
+    many_jobs_start_in_one_transaction,
     enrolment_spends_tokens_and_binds_node_names,
     a_credential_pins_the_capacity_of_its_first_registration,
     the_first_gateway_authority_kept_is_the_one_every_replica_gets,
