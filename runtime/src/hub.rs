@@ -294,15 +294,19 @@ impl Hub {
             .map(|e| (e.last_seen.elapsed(), e.commands.is_some()))
     }
 
-    /// Every node with an open session and when its executor was last heard from (wall time).
-    pub fn heard(&self) -> Vec<(String, chrono::DateTime<chrono::Utc>)> {
+    /// The nodes with an open session that `due` picks by name and when their executor was last
+    /// heard from (wall time); only those names are copied.
+    pub fn heard(
+        &self,
+        mut due: impl FnMut(&str, chrono::DateTime<chrono::Utc>) -> bool,
+    ) -> Vec<(String, chrono::DateTime<chrono::Utc>)> {
         let now = chrono::Utc::now();
         self.executors()
             .iter()
             .filter(|(_, e)| e.commands.is_some())
             .filter_map(|(name, e)| {
-                let ago = chrono::Duration::from_std(e.last_seen.elapsed()).ok()?;
-                Some((name.clone(), now - ago))
+                let heard = now - chrono::Duration::from_std(e.last_seen.elapsed()).ok()?;
+                due(name, heard).then(|| (name.clone(), heard))
             })
             .collect()
     }

@@ -393,16 +393,11 @@ async fn record_heartbeats(runtime: &Runtime, nodes: &[drover_store::Node]) -> S
         .iter()
         .map(|n| (n.name.as_str(), n.last_heartbeat_at))
         .collect();
-    let due: Vec<(String, chrono::DateTime<Utc>)> = runtime
-        .hub
-        .heard()
-        .into_iter()
-        .filter(|(name, heard)| match stored.get(name.as_str()) {
-            None => false,
-            Some(None) => true,
-            Some(Some(at)) => *heard - *at >= HEARTBEAT_WRITE_EVERY,
-        })
-        .collect();
+    let due = runtime.hub.heard(|name, heard| match stored.get(name) {
+        None => false,
+        Some(None) => true,
+        Some(Some(at)) => heard - *at >= HEARTBEAT_WRITE_EVERY,
+    });
     if due.is_empty() {
         return Ok(());
     }
