@@ -54,6 +54,23 @@ fn job_of(answer: &Answer) -> drover_core::JobId {
     )
 }
 
+/// A new API token of `user`.
+async fn mint_token(store: &dyn drover_store::Store, user: drover_core::UserId) -> String {
+    let token = tokens::generate_token();
+    store
+        .create_token(&NewToken {
+            user_id: user,
+            name: "test".into(),
+            token_hash: tokens::hash_token(&token),
+            prefix: tokens::display_prefix(&token),
+            expires_at: None,
+            parent: None,
+        })
+        .await
+        .unwrap();
+    token
+}
+
 struct Answer {
     status: StatusCode,
     location: String,
@@ -130,19 +147,7 @@ impl Site {
                 })
                 .await
                 .unwrap();
-            let token = tokens::generate_token();
-            store
-                .create_token(&NewToken {
-                    user_id: user.id,
-                    name: "test".into(),
-                    token_hash: tokens::hash_token(&token),
-                    prefix: tokens::display_prefix(&token),
-                    expires_at: None,
-                    parent: None,
-                })
-                .await
-                .unwrap();
-            tokens.push(token);
+            tokens.push(mint_token(store.as_ref(), user.id).await);
         }
         let state = AppState::new(store, 1 << 20);
         let app = drover_api::routes::app_with(state, drover_web::router());
@@ -269,19 +274,7 @@ impl Site {
             })
             .await
             .unwrap();
-        let token = tokens::generate_token();
-        self.store
-            .create_token(&NewToken {
-                user_id: user.id,
-                name: "test".into(),
-                token_hash: tokens::hash_token(&token),
-                prefix: tokens::display_prefix(&token),
-                expires_at: None,
-                parent: None,
-            })
-            .await
-            .unwrap();
-        token
+        mint_token(self.store.as_ref(), user.id).await
     }
 
     /// Signs in with `token`; the session token from the cookie.
