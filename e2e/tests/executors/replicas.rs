@@ -82,6 +82,21 @@ struct RetryingClient {
 }
 
 impl RetryingClient {
+    /// The nodes as the replica at `url` alone shows them (no retry on the other).
+    async fn nodes_on(&self, url: &str) -> Vec<Value> {
+        let nodes: Value = self
+            .http
+            .get(format!("{url}/api/v1/nodes"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        nodes["nodes"].as_array().unwrap().clone()
+    }
+
     async fn send(
         &self,
         turn: usize,
@@ -285,19 +300,9 @@ async fn a_rolling_restart_of_two_replicas_fails_no_request_and_keeps_the_job() 
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let url = leading_url().await;
-        let nodes: Value = client
-            .http
-            .get(format!("{url}/api/v1/nodes"))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
+        let healthy = client
+            .nodes_on(&url)
             .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let healthy = nodes["nodes"]
-            .as_array()
-            .unwrap()
             .iter()
             .filter(|n| n["health"] == "healthy")
             .count();
@@ -394,19 +399,9 @@ async fn a_rolling_restart_of_two_replicas_fails_no_request_and_keeps_the_job() 
     };
     let deadline = Instant::now() + Duration::from_secs(45);
     loop {
-        let nodes: Value = client
-            .http
-            .get(format!("{follower}/api/v1/nodes"))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
+        let heard: Vec<Option<chrono::DateTime<chrono::Utc>>> = client
+            .nodes_on(&follower)
             .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let heard: Vec<Option<chrono::DateTime<chrono::Utc>>> = nodes["nodes"]
-            .as_array()
-            .unwrap()
             .iter()
             .map(|n| n["last_heartbeat_at"].as_str().and_then(|t| t.parse().ok()))
             .collect();
