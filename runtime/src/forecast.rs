@@ -1,8 +1,10 @@
 //! The queue forecast, beside the scheduling loop and never in it: after each round the loop offers
 //! its snapshot and plan (cloned only when the forecaster is free to take them); the forecaster
 //! predicts the head of the queue from every offer it takes and the whole queue at most every
-//! [`FULL_EVERY`] (at once when the cluster's nodes change), on a blocking thread, and records the result for any replica to serve. It uses at
-//! most a quarter of the machine's cores: after each forecast it rests in proportion.
+//! [`FULL_EVERY`] (at once when the cluster's nodes change), on a thread of its own, and records the
+//! result for any replica to serve. It uses at most a quarter of the machine's cores (after each
+//! forecast it rests in proportion), and its thread runs at a lower OS priority than the server's
+//! others: requests and rounds preempt it when the cores are busy.
 
 use crate::wording::serde_name;
 use chrono::{DateTime, Utc};
@@ -22,6 +24,9 @@ pub const FULL_EVERY: Duration = Duration::from_secs(30);
 pub const HEAD: usize = 10;
 /// The share of the machine's cores the forecaster may use.
 const CORE_SHARE: f64 = 0.25;
+/// The forecaster thread's nice value: under Linux's scheduler a thread at nice 10 gets about a
+/// tenth of a core a busy thread at 0 (the server's others) leaves it, and all of an idle one.
+const NICE: i32 = 10;
 
 /// After a forecast that took `t`, the forecaster rests `rest_factor() · t` before it takes the next
 /// offer, so that its one thread is busy at most `CORE_SHARE · cores` of the time.
@@ -127,6 +132,59 @@ fn whole_due(last: Option<Instant>, seen: Option<Capacity>, now: Capacity) -> bo
     last.is_none_or(|at| at.elapsed() >= FULL_EVERY) || seen != Some(now)
 }
 
+/// The forecaster's own thread, at [`NICE`]: it runs one computation at a time, handed over by
+/// [`Worker::run`]. A thread of its own rather than the runtime's blocking pool, whose threads other
+/// work reuses (a thread's priority, once lowered, may not be raised again without privilege).
+#[derive(Debug)]
+struct Worker {
+    work: std::sync::mpsc::SyncSender<Box<dyn FnOnce() + Send>>,
+}
+
+impl Worker {
+    fn start() -> std::io::Result<Self> {
+        let (work, todo) = std::sync::mpsc::sync_channel::<Box<dyn FnOnce() + Send>>(1);
+        std::thread::Builder::new()
+            .name("drover-forecast".to_owned())
+            .spawn(move || {
+                // On Linux the nice value is the calling thread's alone.
+                let thread = rustix::thread::gettid();
+                if let Err(err) = rustix::process::setpriority_process(Some(thread), NICE) {
+                    tracing::warn!(error = %err, "the forecaster runs at the server's priority: cannot lower its thread's");
+                }
+                while let Ok(job) = todo.recv() {
+                    job();
+                }
+            })?;
+        Ok(Worker { work })
+    }
+
+    /// `f` on the worker's thread; `Err` when it panicked (or the thread is gone).
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, String> {
+        let (done, result) = tokio::sync::oneshot::channel();
+        let job: Box<dyn FnOnce() + Send> = Box::new(move || {
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            // The caller waits for it; a caller gone (shutting down) needs no answer.
+            let _ = done.send(out.map_err(|panic| {
+                panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".to_owned())
+            }));
+        });
+        // One at a time: the forecaster awaits each before handing over the next.
+        self.work
+            .try_send(job)
+            .map_err(|err| format!("the forecast thread took no work: {err}"))?;
+        result
+            .await
+            .map_err(|_| "the forecast thread ended".to_owned())?
+    }
+}
+
 /// The forecaster's state between offers.
 #[derive(Debug)]
 pub(super) struct Forecaster {
@@ -139,6 +197,8 @@ pub(super) struct Forecaster {
     /// The latest prediction per job (from a full or a head forecast).
     known: HashMap<JobId, QueueEntry>,
     history: Option<HistoryCache>,
+    /// `None` where no thread could be started: forecasts then run on the blocking pool.
+    worker: Option<Worker>,
 }
 
 fn time_of(seconds: Option<f64>) -> Option<DateTime<Utc>> {
@@ -155,6 +215,11 @@ impl Forecaster {
             full_capacity: None,
             known: HashMap::new(),
             history: None,
+            worker: Worker::start()
+                .inspect_err(|err| {
+                    tracing::warn!(error = %err, "no thread of its own for the forecaster: it shares the blocking pool");
+                })
+                .ok(),
         }
     }
 
@@ -242,7 +307,7 @@ impl Forecaster {
     pub async fn forecast(&mut self, input: Input, full: bool) -> StoreResult<()> {
         let history = self.history().await?;
         let started = Instant::now();
-        let computed = tokio::task::spawn_blocking(move || {
+        let compute = move || {
             let index: HashMap<TenantId, u32> = input
                 .tenants
                 .iter()
@@ -281,8 +346,13 @@ impl Forecaster {
                 &[],
             );
             (input.policy.name().to_owned(), result)
-        })
-        .await;
+        };
+        let computed = match &self.worker {
+            Some(worker) => worker.run(compute).await,
+            None => tokio::task::spawn_blocking(compute)
+                .await
+                .map_err(|err| err.to_string()),
+        };
         let (policy, result) = match computed {
             Ok(done) => done,
             Err(err) => {

@@ -10,7 +10,7 @@ use crate::Service;
 use crate::error::ServiceResult;
 use chrono::{DateTime, Utc};
 use drover_core::{JobId, JobState};
-use drover_store::{Job, JobFilter, Needs, QueueEntry, RoundFree, Scope, WaitingJob};
+use drover_store::{Job, Needs, QueueEntry, QueuedRow, RoundFree, Scope, WaitingJob};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -254,13 +254,7 @@ pub async fn list(
     offset: u32,
     limit: u32,
 ) -> ServiceResult<QueueView> {
-    let filter = JobFilter {
-        states: vec![JobState::Queued],
-        oldest_first: true,
-        limit: MAX_QUEUE + 1,
-        ..JobFilter::default()
-    };
-    let mut queued = service.store.list_jobs(scope, &filter).await?;
+    let mut queued = service.store.queued_jobs(scope, MAX_QUEUE + 1).await?;
     let complete = queued.len() <= MAX_QUEUE as usize;
     queued.truncate(MAX_QUEUE as usize);
     let forecast = service.store.queue_forecast().await?;
@@ -278,7 +272,7 @@ pub async fn list(
     let free = round.as_ref().and_then(|r| r.free.as_ref());
     let forecast_at = forecast.as_ref().map(|f| f.computed_at);
     let now = Utc::now();
-    let mut ranked: Vec<(Option<u32>, Option<usize>, Job)> = queued
+    let mut ranked: Vec<(Option<u32>, Option<usize>, QueuedRow)> = queued
         .into_iter()
         .map(|job| {
             let position = entries.get(&job.id).map(|e| e.position);
@@ -296,29 +290,35 @@ pub async fn list(
         )
     });
     let total = ranked.len() as u32;
-    let mut jobs: Vec<QueuedJob> = ranked
+    // Every job's start counts for the ones behind it; only the page's positions are written out.
+    let adjusted = monotone(ranked.iter().map(|(_, _, job)| {
+        let start = entries.get(&job.id).and_then(|e| e.start);
+        (job.max_gpus, start.map(|s| s.max(now)))
+    }));
+    let mut page: Vec<QueuedJob> = ranked
         .into_iter()
-        .map(|(_, _, job)| QueuedJob {
-            queue: QueuePosition::of(
+        .zip(adjusted)
+        .skip(offset as usize)
+        .take(limit as usize)
+        .map(|((_, _, job), adjust)| {
+            let mut queue = QueuePosition::of(
                 entries.get(&job.id).copied(),
                 reasons.get(&job.id).copied(),
                 free,
                 forecast_at,
                 now,
-            ),
-            id: job.id.0,
-            name: job.name,
-            tenant: job.tenant_name,
-            priority: job.priority,
-            submitted_at: job.created_at,
-            max_gpus: job.max_gpus,
+            );
+            adjust.apply(&mut queue);
+            QueuedJob {
+                queue,
+                id: job.id.0,
+                name: job.name,
+                tenant: job.tenant_name,
+                priority: job.priority,
+                submitted_at: job.created_at,
+                max_gpus: job.max_gpus,
+            }
         })
-        .collect();
-    monotone(&mut jobs);
-    let mut page: Vec<QueuedJob> = jobs
-        .into_iter()
-        .skip(offset as usize)
-        .take(limit as usize)
         .collect();
     explain_never_fits(service, &mut page).await?;
     Ok(QueueView {
@@ -334,32 +334,58 @@ pub async fn list(
     })
 }
 
-/// In queue order, no job starts before a job of the same size ahead of it: the policy starts the
-/// one ahead first, and a forecast of the head (after every round) can be newer than the rest's. A
-/// job predicted to start before jobs of other sizes ahead of it says so, and why.
-fn monotone(jobs: &mut [QueuedJob]) {
-    let mut latest: HashMap<i64, DateTime<Utc>> = HashMap::new();
-    for job in jobs.iter_mut() {
-        let Some(start) = job.queue.predicted_start else {
-            continue;
-        };
-        let floor = latest.entry(job.max_gpus).or_insert(start);
-        job.queue.not_before(*floor, false);
-        *floor = (*floor).max(job.queue.predicted_start.unwrap_or(start));
-    }
-    let counts = overtaken(jobs.iter().map(|j| j.queue.predicted_start).collect());
-    for (job, overtaken) in jobs.iter_mut().zip(counts) {
-        if overtaken > 0 {
-            let ahead = if overtaken == 1 {
+/// What the queue's order changes of a job's forecast start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Adjust {
+    /// The latest start of a job of its size ahead of it: its own is not before it.
+    floor: Option<DateTime<Utc>>,
+    /// Jobs ahead of it predicted to start later.
+    overtaken: u32,
+}
+
+impl Adjust {
+    fn apply(self, position: &mut QueuePosition) {
+        if let Some(floor) = self.floor {
+            position.not_before(floor, false);
+        }
+        if self.overtaken > 0 {
+            let ahead = if self.overtaken == 1 {
                 "1 job".to_owned()
             } else {
-                format!("{overtaken} jobs")
+                format!("{} jobs", self.overtaken)
             };
-            job.queue.explanation.push_str(&format!(
+            position.explanation.push_str(&format!(
                 "; it should start before {ahead} ahead of it, in room they cannot use (they need more, or other resources, than will be free then)"
             ));
         }
     }
+}
+
+/// In queue order, no job starts before a job of the same size ahead of it: the policy starts the
+/// one ahead first, and a forecast of the head (after every round) can be newer than the rest's. A
+/// job predicted to start before jobs of other sizes ahead of it says so, and why. `jobs`: each
+/// job's largest GPUs and its start as shown (never before now), in queue order; the result is in
+/// the same order.
+fn monotone(jobs: impl Iterator<Item = (i64, Option<DateTime<Utc>>)>) -> Vec<Adjust> {
+    let mut latest: HashMap<i64, DateTime<Utc>> = HashMap::new();
+    let mut starts = Vec::with_capacity(jobs.size_hint().0);
+    let mut floors = Vec::with_capacity(jobs.size_hint().0);
+    for (gpus, start) in jobs {
+        let Some(start) = start else {
+            starts.push(None);
+            floors.push(None);
+            continue;
+        };
+        let floor = latest.entry(gpus).or_insert(start);
+        floors.push(Some(*floor));
+        *floor = (*floor).max(start);
+        starts.push(Some(*floor));
+    }
+    overtaken(starts)
+        .into_iter()
+        .zip(floors)
+        .map(|(overtaken, floor)| Adjust { floor, overtaken })
+        .collect()
 }
 
 /// For each start in queue order, how many starts before it in the order are later (a job without
@@ -519,14 +545,17 @@ mod tests {
                 now,
             )
         };
-        let mut jobs = vec![
+        let mut jobs = [
             queued(at(1, 40), 2),
             // Smaller: may start before the first (backfill).
             queued(at(2, 10), 1),
             queued(at(3, 20), 2),
             queued(at(4, 60), 2),
         ];
-        monotone(&mut jobs);
+        let adjusted = monotone(jobs.iter().map(|j| (j.max_gpus, j.queue.predicted_start)));
+        for (job, adjust) in jobs.iter_mut().zip(adjusted) {
+            adjust.apply(&mut job.queue);
+        }
         let starts: Vec<i64> = jobs
             .iter()
             .map(|j| (j.queue.predicted_start.unwrap() - now).num_minutes())

@@ -147,6 +147,18 @@ impl NewJob {
     }
 }
 
+/// A waiting job as the queue lists it: the columns its rows show, read without the rest of the
+/// job (thousands are read to rank the queue).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedRow {
+    pub id: JobId,
+    pub name: String,
+    pub tenant_name: String,
+    pub priority: i32,
+    pub max_gpus: i64,
+    pub created_at: DateTime<Utc>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Job {
     pub id: JobId,

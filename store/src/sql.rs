@@ -689,6 +689,29 @@ macro_rules! impl_store {
                 Ok(jobs)
             }
 
+            async fn queued_jobs(&self, scope: Scope, limit: u32) -> StoreResult<Vec<QueuedRow>> {
+                let rows: Vec<(Uuid, String, String, i32, i64, DateTime<Utc>)> = sqlx::query_as(
+                    "SELECT j.id, j.name, t.name, j.priority, j.max_gpus, j.created_at \
+                     FROM jobs j JOIN tenants t ON t.id = j.tenant_id \
+                     WHERE j.state = 'queued' AND ($1 IS NULL OR j.tenant_id = $1) ORDER BY j.id LIMIT $2",
+                )
+                .bind(scope_tenant(scope))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(id, name, tenant_name, priority, max_gpus, created_at)| QueuedRow {
+                        id: JobId(id),
+                        name,
+                        tenant_name,
+                        priority,
+                        max_gpus,
+                        created_at,
+                    })
+                    .collect())
+            }
+
             async fn count_jobs(&self, scope: Scope, filter: &JobFilter, at_most: u32) -> StoreResult<u64> {
                 let mut query = sqlx::QueryBuilder::<$db>::new(
                     "SELECT count(*) FROM (SELECT 1 FROM jobs j WHERE 1 = 1",

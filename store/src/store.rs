@@ -8,7 +8,7 @@ use crate::experiments::ExperimentStore;
 use crate::ledger::LedgerStore;
 use crate::model::{
     AuthRecord, Created, Job, JobEvent, JobFilter, NewJob, NewTenant, NewToken, NewUser, Node,
-    Quota, StateChange, Tenant, TokenInfo, User,
+    QueuedRow, Quota, StateChange, Tenant, TokenInfo, User,
 };
 use crate::replicas::ReplicaStore;
 use crate::scope::Scope;
@@ -81,6 +81,8 @@ pub trait Store:
     async fn get_job(&self, scope: Scope, id: JobId) -> StoreResult<Job>;
     /// Newest first, without documents; `filter.limit` rows at most.
     async fn list_jobs(&self, scope: Scope, filter: &JobFilter) -> StoreResult<Vec<Job>>;
+    /// The `queued` jobs in `scope`, oldest first, `limit` at most: only what the queue's rows show.
+    async fn queued_jobs(&self, scope: Scope, limit: u32) -> StoreResult<Vec<QueuedRow>>;
     /// How many jobs match `filter` (its window left aside: `before`, `after`, `limit`), counted up
     /// to `at_most`.
     async fn count_jobs(&self, scope: Scope, filter: &JobFilter, at_most: u32) -> StoreResult<u64>;

@@ -58,6 +58,7 @@ conformance!(
     tokens_are_found_by_hash_and_revoked,
     revoking_a_token_revokes_the_tokens_minted_from_it,
     jobs_round_trip_and_stay_in_their_tenant,
+    the_queue_reads_waiting_jobs_oldest_first_in_scope,
     job_names_are_unique_per_tenant,
     batched_submissions_leave_out_conflicts,
     idempotency_keys_return_the_first_job,

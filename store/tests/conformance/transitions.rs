@@ -118,3 +118,54 @@ pub async fn concurrent_cancels_succeed_once(db: &TestDb) {
         "one submission and exactly one cancellation"
     );
 }
+
+/// The queue's read: only `queued` jobs, oldest first, within the scope and the limit, with the
+/// columns its rows show.
+pub async fn the_queue_reads_waiting_jobs_oldest_first_in_scope(db: &TestDb) {
+    let store = db.store.as_ref();
+    let (vision, alice) = fixture(store, "vision").await;
+    let (nlp, bob) = fixture(store, "nlp").await;
+    let mut ids = Vec::new();
+    for (tenant, user, name) in [
+        (&vision, alice.id, "first"),
+        (&nlp, bob.id, "second"),
+        (&vision, alice.id, "third"),
+        (&vision, alice.id, "cancelled"),
+    ] {
+        let mut job = new_job(tenant, user, name, &[]);
+        job.priority = ids.len() as i32;
+        job.max_gpus = 1 + ids.len() as i64;
+        store.create_job(&job).await.unwrap();
+        ids.push(job.id);
+    }
+    store
+        .transition_job(
+            Scope::Cluster,
+            ids[3],
+            &change(JobState::Cancelled, ReasonCode::CancelledByUser),
+        )
+        .await
+        .unwrap();
+    let all = store.queued_jobs(Scope::Cluster, 10).await.unwrap();
+    assert_eq!(
+        all.iter().map(|r| r.id).collect::<Vec<_>>(),
+        ids[..3],
+        "queued jobs only, oldest first"
+    );
+    let second = &all[1];
+    assert_eq!(
+        (second.name.as_str(), second.tenant_name.as_str()),
+        ("second", "nlp")
+    );
+    assert_eq!((second.priority, second.max_gpus), (1, 2));
+    let vision_only = store
+        .queued_jobs(Scope::Tenant(vision.id), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        vision_only.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [ids[0], ids[2]]
+    );
+    let limited = store.queued_jobs(Scope::Cluster, 2).await.unwrap();
+    assert_eq!(limited.iter().map(|r| r.id).collect::<Vec<_>>(), ids[..2]);
+}
