@@ -45,6 +45,9 @@ spec:
     gpus_per_worker: 1
     cpus_per_worker: 1
 `;
+// A command that handles SIGUSR1 (what "Checkpoint now" sends a command job's tasks), saying so in its log.
+const signalJob = (name) => sleepJob(name, 1).replace(
+  'argv: [sleep, "600"]', `argv: [sh, -c, "trap 'echo SIGUSR1 received' USR1; while true; do sleep 1; done"]`);
 
 const trainJob = `apiVersion: drover.dev/v1
 kind: DroverJob
@@ -272,9 +275,19 @@ try {
   step("a refused action shows the API's error");
 
   // --- Resize a third.
-  const resize = await rest(ADMIN, "POST", "/api/v1/jobs", sleepJob("browser-resize", 1), "application/yaml");
+  const resize = await rest(ADMIN, "POST", "/api/v1/jobs", signalJob("browser-resize"), "application/yaml");
   await page.goto(`${URL}/jobs/${resize.job.id}`);
   await page.waitForFunction(() => document.querySelector("#job-state").textContent.trim() === "running", null, { timeout: 60_000 });
+  // Checkpoint now (offered once the page is loaded on a running job): a command job's tasks get
+  // SIGUSR1, which the confirmation warns of; what was asked is said after the reload, and the
+  // program's log shows the signal arrived.
+  await page.reload();
+  assert.match(await page.getAttribute("button[data-action=checkpoint]", "data-confirm"), /SIGUSR1/);
+  await Promise.all([page.waitForEvent("load"), page.click("button[data-action=checkpoint]")]);
+  await page.waitForFunction(() => document.querySelector("#toast").textContent.includes("Asked 1 running task to write a checkpoint now"));
+  await page.waitForFunction(() => document.querySelector("#logs").textContent.includes("SIGUSR1 received"), null, { timeout: 30_000 });
+  assert.equal((await page.textContent("#job-state")).trim(), "running");
+  step("asked a running job for a checkpoint now");
   // The form starts from the job's ranges, and says them.
   assert.equal(await page.inputValue("input[name=workers_min]"), "1");
   assert.equal(await page.inputValue("input[name=ps_max]"), "0");
