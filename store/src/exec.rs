@@ -471,7 +471,7 @@ pub trait ExecStore: Send + Sync {
         count_restart: bool,
     ) -> StoreResult<Option<Job>>;
     /// Transitions many jobs in one transaction, each only while its generation (given with it) is
-    /// still its current one and the state machine allows the move; returns the jobs moved. What
+    /// still its current one and the state machine allows the move; returns the jobs moved, in id order. What
     /// the scheduling loop uses to mark the jobs whose every task started running.
     async fn transition_jobs_in_generation(
         &self,

@@ -534,43 +534,7 @@ macro_rules! impl_exec_store {
                 &self,
                 changes: &[(JobId, u64, StateChange)],
             ) -> StoreResult<Vec<JobId>> {
-                if changes.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let mut tx = self.pool.begin_with(Self::BEGIN_WRITE).await?;
-                let mut query = sqlx::QueryBuilder::<$db>::new("SELECT id, generation, state FROM jobs WHERE id IN (");
-                let mut ids = query.separated(", ");
-                for (job, _, _) in changes {
-                    ids.push_bind(job.0);
-                }
-                // Locked in id order, as any other transaction locking several would.
-                query.push(") ORDER BY id").push(Self::LOCK_ROW_UPDATE);
-                let rows: Vec<(Uuid, i64, String)> = query.build_query_as().fetch_all(&mut *tx).await?;
-                let current: std::collections::HashMap<Uuid, (i64, String)> =
-                    rows.into_iter().map(|(id, generation, state)| (id, (generation, state))).collect();
-                let now = Utc::now();
-                let mut moved = Vec::new();
-                for (job, generation, change) in changes {
-                    let Some((at, state)) = current.get(&job.0) else { continue };
-                    let from = parse_state(state)?;
-                    if *at != i64_of(*generation, "generation")? || !from.can_transition_to(change.to) {
-                        continue;
-                    }
-                    sqlx::query(
-                        "UPDATE jobs SET state = $2, reason = $3, message = $4, updated_at = $5 WHERE id = $1",
-                    )
-                    .bind(job.0)
-                    .bind(change.to.as_str())
-                    .bind(change.reason.as_str())
-                    .bind(&change.message)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-                    insert_change(&mut tx, *job, from, change, now).await?;
-                    moved.push(*job);
-                }
-                tx.commit().await?;
-                Ok(moved)
+                self.transition_jobs_in_generation_sql(changes).await
             }
 
             async fn update_task(&self, key: &TaskKey, change: &TaskChange) -> StoreResult<()> {
