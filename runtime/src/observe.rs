@@ -54,13 +54,6 @@ struct Reads {
     read: HashMap<JobId, (Instant, Option<DateTime<Utc>>)>,
 }
 
-/// What one of the scheduling loop's reads of a job took in: its new samples, or those and its
-/// latest checkpoint's time.
-enum Fresh {
-    Samples,
-    Whole(Option<DateTime<Utc>>),
-}
-
 /// What the scheduling loop knows of a job: its aggregates and when it last checkpointed.
 #[derive(Debug, Clone, Default)]
 pub struct Seen {
@@ -435,60 +428,61 @@ impl Observer {
             }
             due
         };
-        // The jobs read before and touched since: their new samples, many jobs a query.
-        let mut batched: Vec<(JobId, i64)> = Vec::new();
-        let mut due = {
+        // Every due job's new samples, many jobs a query: each after its cursor, or from its first
+        // sample when it was never read (thousands of jobs started by one round, or every active
+        // job for a new leader, read one by one took seconds of a round).
+        let cursors: Vec<(JobId, i64)> = {
             let tracked = self.lock();
-            let mut rest = Vec::new();
-            for (job, whole) in due {
-                match tracked.get(&job).and_then(|t| t.cursor) {
-                    Some(cursor) if !whole => batched.push((job, cursor)),
-                    _ => rest.push((job, whole)),
-                }
-            }
-            rest
+            due.iter()
+                .map(|&(job, _)| (job, tracked.get(&job).and_then(|t| t.cursor).unwrap_or(0)))
+                .collect()
         };
-        for chunk in batched.chunks(JOBS_A_QUERY) {
+        let unread = |jobs: &mut dyn Iterator<Item = JobId>| {
+            self.reads().touched.extend(jobs);
+        };
+        let mut one_by_one = Vec::new();
+        for chunk in cursors.chunks(JOBS_A_QUERY) {
             match self.read_new_samples(store, chunk).await {
                 Ok(true) => {}
                 // Too many to read at once: one by one.
-                Ok(false) => due.extend(chunk.iter().map(|&(job, _)| (job, false))),
+                Ok(false) => one_by_one.extend(chunk.iter().map(|&(job, _)| job)),
                 Err(err) => {
-                    let mut reads = self.reads();
-                    reads.touched.extend(chunk.iter().map(|&(job, _)| job));
+                    unread(&mut due.iter().map(|&(job, _)| job));
                     return Err(err);
                 }
             }
         }
-        let results: Vec<(JobId, StoreResult<Fresh>)> = futures::stream::iter(due.iter().copied())
-            .map(|(job, whole)| async move {
-                let read = async {
-                    self.refresh(store, job).await?;
-                    if !whole {
-                        return Ok(Fresh::Samples);
-                    }
-                    let checkpoint = store.latest_checkpoint(job).await?;
-                    Ok(Fresh::Whole(checkpoint.map(|c| c.created_at)))
-                };
-                (job, read.await)
-            })
+        let failures: Vec<(JobId, drover_store::StoreError)> = futures::stream::iter(one_by_one)
+            .map(|job| async move { (job, self.refresh(store, job).await) })
             .buffer_unordered(READS_AT_ONCE)
+            .filter_map(|(job, read)| async move { read.err().map(|err| (job, err)) })
             .collect()
             .await;
+        // The latest checkpoints of the jobs read whole, many jobs a query.
+        let whole: Vec<JobId> = due
+            .iter()
+            .filter(|&&(_, whole)| whole)
+            .map(|&(job, _)| job)
+            .collect();
+        let checkpoints: HashMap<JobId, DateTime<Utc>> =
+            match store.latest_checkpoint_times(&whole).await {
+                Ok(times) => times.into_iter().collect(),
+                Err(err) => {
+                    unread(&mut due.iter().map(|&(job, _)| job));
+                    return Err(err);
+                }
+            };
         let mut reads = self.reads();
         let mut failed = None;
-        for (job, result) in results {
-            match result {
-                Ok(Fresh::Whole(checkpoint)) => {
-                    reads.read.insert(job, (now, checkpoint));
-                }
-                Ok(Fresh::Samples) => {}
-                Err(err) => {
-                    // Read again at the next round.
-                    reads.touched.insert(job);
-                    failed = Some(err);
-                }
-            }
+        for job in whole {
+            reads
+                .read
+                .insert(job, (now, checkpoints.get(&job).copied()));
+        }
+        for (job, err) in failures {
+            // Read again at the next round.
+            reads.touched.insert(job);
+            failed = Some(err);
         }
         if let Some(err) = failed {
             return Err(err);

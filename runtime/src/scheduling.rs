@@ -34,6 +34,10 @@ pub struct SchedulingLoop {
     applying: std::time::Duration,
     /// The policy's state as last saved to the store; `None` until restored from it this term.
     saved: Option<saved::Saved>,
+    /// The generations with live tasks at the last round, and when the ledger's open allocations
+    /// were last checked for ones whose tasks have all ended.
+    live_generations: HashSet<(JobId, u64)>,
+    ledger_checked: Option<tokio::time::Instant>,
 }
 
 impl SchedulingLoop {
@@ -48,6 +52,8 @@ impl SchedulingLoop {
             offers: Arc::new(Offers::default()),
             applying: std::time::Duration::ZERO,
             saved: None,
+            live_generations: HashSet::new(),
+            ledger_checked: None,
         })
     }
 
@@ -140,7 +146,6 @@ impl SchedulingLoop {
         end_revoked_sessions(&runtime).await?;
         pass_on_checkpoint_requests(&runtime).await?;
         expire_executors(&runtime).await?;
-        super::ledger::close_allocations(&runtime).await?;
         let nodes = runtime.store.list_nodes().await?;
         record_heartbeats(&runtime, &nodes).await?;
         drain(&runtime, &nodes).await?;
@@ -168,6 +173,7 @@ impl SchedulingLoop {
         } else {
             live
         };
+        self.close_allocations(&live).await?;
         let finishing: HashSet<JobId> = runtime.store.finishing_jobs().await?.into_iter().collect();
         let tenants = runtime.store.list_tenants().await?;
         let connected = runtime.hub.connected();
@@ -256,6 +262,33 @@ impl SchedulingLoop {
         Ok(())
     }
 }
+
+impl SchedulingLoop {
+    /// Closes the ledger's allocations whose tasks have all ended: when the generations with live
+    /// tasks changed since the last round (one ended, or a job moved to a new one), and at least
+    /// every [`LEDGER_CHECKED_EVERY`] for a generation that began and ended between two rounds.
+    /// Finding them reads every open allocation (8,000 in the fleet benchmark: 16 ms of every round
+    /// while nothing ended). An allocation's end is its tasks' last change, whenever it is closed.
+    async fn close_allocations(&mut self, live: &[Task]) -> StoreResult<()> {
+        let generations: HashSet<(JobId, u64)> = live
+            .iter()
+            .map(|t| (t.key.job_id, t.key.generation))
+            .collect();
+        let due = generations != self.live_generations
+            || self
+                .ledger_checked
+                .is_none_or(|at| at.elapsed() >= LEDGER_CHECKED_EVERY);
+        self.live_generations = generations;
+        if due {
+            super::ledger::close_allocations(&self.runtime).await?;
+            self.ledger_checked = Some(tokio::time::Instant::now());
+        }
+        Ok(())
+    }
+}
+
+/// The longest the ledger's open allocations go unchecked.
+const LEDGER_CHECKED_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The milliseconds each part of a round took, for its debug line.
 struct Laps(tokio::time::Instant);

@@ -513,7 +513,9 @@ pub trait ExecStore: Send + Sync {
     ) -> StoreResult<Vec<MetricSample>>;
     /// The samples named `names` of each job after its cursor (a sample id), in one query: the
     /// scheduling loop's read of the jobs that reported since its last round. In id order, at most
-    /// `limit` in all (the caller reads the jobs one by one when that many come back).
+    /// `limit` in all (the caller reads the jobs one by one when that many come back). Each job's
+    /// samples are found through the `(job_id, id)` index from its cursor, however large the
+    /// table.
     async fn metrics_after(
         &self,
         cursors: &[(JobId, i64)],
@@ -574,6 +576,12 @@ pub trait ExecStore: Send + Sync {
     /// many there were.
     async fn forget_checkpoints(&self, job: JobId, ids: &[uuid::Uuid]) -> StoreResult<u64>;
     async fn latest_checkpoint(&self, job: JobId) -> StoreResult<Option<CheckpointRecord>>;
+    /// When each of `jobs`' latest checkpoints (as [`Self::latest_checkpoint`] picks it) was made,
+    /// for the jobs that have one, in one query: the scheduling loop's read of many jobs at once.
+    async fn latest_checkpoint_times(
+        &self,
+        jobs: &[JobId],
+    ) -> StoreResult<Vec<(JobId, DateTime<Utc>)>>;
     /// The job's newest `limit` checkpoint records, newest (highest step) first.
     async fn recent_checkpoints(
         &self,

@@ -49,6 +49,53 @@ async fn the_loop_reads_a_jobs_samples_again_only_when_a_report_touched_it() {
     observer.retain(&HashSet::new());
     store.record_metrics(&report(30)).await.unwrap();
     assert_eq!(steps(&observer).await, 30);
+    let seen = observer.observe_jobs(store, &[job]).await.unwrap();
+    assert_eq!(
+        seen[&job].last_checkpoint,
+        Some(record.created_at),
+        "read whole: its latest checkpoint from the store"
+    );
+}
+
+/// A new leader's observer reads every job at once: each one's samples from its first, and its
+/// latest checkpoint (a job without samples or checkpoints is read too, and has neither).
+#[tokio::test]
+async fn a_new_observer_reads_many_jobs_whole_together() {
+    use drover_store::NewMetrics;
+    let db = drover_store::testing::TestDb::sqlite().await;
+    let store = db.store.as_ref();
+    let mut jobs = Vec::new();
+    for n in 0..3 {
+        let job = crate::ingest::tests::job_of(store, &format!("t{n}")).await;
+        let key = crate::ingest::tests::started(store, job, "n").await;
+        jobs.push((job, key));
+    }
+    for (n, &(_, key)) in jobs.iter().enumerate().take(2) {
+        for step in 1..=(n as u64 + 2) {
+            let report = NewMetrics {
+                key,
+                num_ps: 0,
+                num_workers: 1,
+                worker_nodes: 1,
+                gpu_model: String::new(),
+                step: step * 10,
+                values: vec![(LOSS.to_owned(), 1.0 / step as f64)],
+                recorded_at: Utc::now(),
+            };
+            store.record_metrics(&report).await.unwrap();
+        }
+    }
+    let record = store
+        .record_checkpoint(&jobs[1].1, 30, "/c/step-30", 1)
+        .await
+        .unwrap();
+    let ids: Vec<JobId> = jobs.iter().map(|&(job, _)| job).collect();
+    let seen = Observer::default().observe_jobs(store, &ids).await.unwrap();
+    let got: Vec<(u64, Option<DateTime<Utc>>)> = ids
+        .iter()
+        .map(|job| (seen[job].observed.steps_done, seen[job].last_checkpoint))
+        .collect();
+    assert_eq!(got, [(20, None), (30, Some(record.created_at)), (0, None)]);
 }
 
 fn sample(

@@ -638,10 +638,8 @@ pub(crate) async fn log_reads_filter_and_page_from_either_end(db: &TestDb) {
     }
 }
 
-/// The scheduling loop's read of many jobs' new samples: each job after its own cursor, only the
-/// names asked for, in id order, at most the limit.
-pub(crate) async fn new_samples_of_many_jobs_come_in_one_query(db: &TestDb) {
-    let store = db.store.as_ref();
+/// Three jobs of one tenant, each in its first generation with one worker: its task's key.
+async fn three_running_jobs(store: &dyn Store) -> Vec<TaskKey> {
     let (tenant, alice) = fixture(store, "vision").await;
     let allocated = change(JobState::Starting, ReasonCode::Allocated);
     let mut keys = Vec::new();
@@ -662,6 +660,14 @@ pub(crate) async fn new_samples_of_many_jobs_come_in_one_query(db: &TestDb) {
             index: 0,
         });
     }
+    keys
+}
+
+/// The scheduling loop's read of many jobs' new samples: each job after its own cursor, only the
+/// names asked for, in id order, at most the limit.
+pub(crate) async fn new_samples_of_many_jobs_come_in_one_query(db: &TestDb) {
+    let store = db.store.as_ref();
+    let keys = three_running_jobs(store).await;
     // Interleaved: job 0, 1, 2 at steps 100..300 (a loss and an accuracy each).
     for step in 1..=3 {
         for key in &keys {
@@ -727,4 +733,42 @@ pub(crate) async fn new_samples_of_many_jobs_come_in_one_query(db: &TestDb) {
             .unwrap()
             .is_empty()
     );
+}
+
+/// The scheduling loop's read of many jobs' latest checkpoints: per job the record
+/// `latest_checkpoint` picks (the highest step, not the last recorded), none for a job without
+/// one, in one call.
+pub(crate) async fn latest_checkpoints_of_many_jobs_come_in_one_query(db: &TestDb) {
+    let store = db.store.as_ref();
+    let keys = three_running_jobs(store).await;
+    // The first job: step 30, then a later record of step 20; the second none; the third one.
+    for (key, step) in [(keys[0], 30), (keys[0], 20), (keys[2], 5)] {
+        store
+            .record_checkpoint(&key, step, &format!("/ckpt/step-{step}"), 100)
+            .await
+            .unwrap();
+    }
+    let ids: Vec<JobId> = keys.iter().map(|k| k.job_id).collect();
+    let times: BTreeMap<JobId, chrono::DateTime<Utc>> = store
+        .latest_checkpoint_times(&ids)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    let mut expected = BTreeMap::new();
+    for key in [keys[0], keys[2]] {
+        let latest = store.latest_checkpoint(key.job_id).await.unwrap().unwrap();
+        expected.insert(key.job_id, latest.created_at);
+    }
+    assert_eq!(
+        store
+            .latest_checkpoint(keys[0].job_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .step,
+        30
+    );
+    assert_eq!(times, expected);
+    assert!(store.latest_checkpoint_times(&[]).await.unwrap().is_empty());
 }

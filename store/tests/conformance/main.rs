@@ -74,6 +74,7 @@ conformance!(
     checkpoints_over_the_rate_replace_each_other,
     executors_register_and_lose_tasks,
     new_samples_of_many_jobs_come_in_one_query,
+    latest_checkpoints_of_many_jobs_come_in_one_query,
     jobs_with_ended_tasks_are_finishing,
     running_jobs_rescale_under_a_new_generation,
     jobs_are_marked_running_together_in_their_generations,
