@@ -269,6 +269,38 @@ fn drover_demotes_after_half_an_hour_and_after_4_gpu_hours() {
     }
 }
 
+/// A job missing from the snapshots for a while (on a live cluster: between its tasks' exit and its
+/// return to the queue after a preemption, or while paused) keeps its LAS queue when it comes
+/// back; one missing for longer than ten minutes comes back afresh, at the end of the first queue.
+#[test]
+fn a_job_briefly_missing_keeps_its_queue() {
+    for (absent_s, kept) in [(5.0, true), (300.0, true), (601.0, false)] {
+        let mut snap = snapshot(1, 4, vec![job(0, 4, 0.0), job(1, 4, 10.0)]);
+        let mut drover = build_policy("drover", None).unwrap();
+        let plan = drover.schedule(&snap, &Plan::default());
+        apply(&mut snap, &plan);
+        // Job 0 has attained an hour: second queue; job 1 takes the GPUs.
+        snap.jobs[0].observed.attained_gpu_s = 3600.0;
+        snap.jobs[0].observed.executed_s = 900.0;
+        snap.now_s += 900.0;
+        let plan = drover.schedule(&snap, &plan);
+        assert!(runs(&plan, 1) && !runs(&plan, 0));
+        apply(&mut snap, &plan);
+        // Job 0 is not shown for `absent_s` (job 1 runs on, in the snapshots between).
+        let missing = snap.jobs.remove(0);
+        snap.now_s += 1.0;
+        let plan = drover.schedule(&snap, &plan);
+        snap.now_s += absent_s;
+        let plan = drover.schedule(&snap, &plan);
+        // It comes back, job 1 has ended, job 2 arrives: one of them gets the node.
+        snap.jobs = vec![missing, job(2, 4, snap.now_s)];
+        snap.jobs[0].placement = None;
+        let plan = drover.schedule(&snap, &plan);
+        assert_eq!(runs(&plan, 2), kept, "missing {absent_s} s");
+        assert_eq!(runs(&plan, 0), !kept, "missing {absent_s} s");
+    }
+}
+
 /// Parameter-server shards take no GPU, but they must not take the CPUs a free GPU's worker will need:
 /// on three 4-GPU, 8-CPU nodes, a job whose 12 shards could fill an empty node leaves CPUs beside that
 /// node's free GPUs, and a single-GPU job can still start there.

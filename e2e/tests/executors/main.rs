@@ -1,8 +1,9 @@
 //! Jobs really running on a `drover server` and two `drover executor` processes (see the harness, `e2e/src/lib.rs`):
 //! the example in `examples/command/` (plain Python training on the shipped digits data), `train`
 //! jobs of the engine (`train_jobs.rs`), distributed ones (`distributed.rs`), the trust between the
-//! processes (`trust.rs`), two server replicas restarted in turn (`replicas.rs`) and DroverJobs
-//! through the Kubernetes controller (`kubernetes.rs`).
+//! processes (`trust.rs`), two server replicas restarted in turn (`replicas.rs`), a leader killed
+//! with its queue kept by the next (`failover.rs`) and DroverJobs through the Kubernetes controller
+//! (`kubernetes.rs`).
 
 #![expect(clippy::unwrap_used, reason = "a test helper that fails should panic")]
 
@@ -12,6 +13,7 @@ mod dashboard;
 mod distributed;
 mod durability;
 mod experiments;
+mod failover;
 mod faults;
 mod images;
 mod isolation;

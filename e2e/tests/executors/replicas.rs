@@ -10,14 +10,21 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-struct Replica {
-    proc: Proc,
-    gateway: u16,
+pub(super) struct Replica {
+    pub(super) proc: Proc,
+    pub(super) gateway: u16,
     /// The pin of the gateway's authority, which the replicas share (it is kept in the database).
-    pin: String,
+    pub(super) pin: String,
 }
 
-fn start_replica(database: &str, dir: &Path, shared: &Path, api: u16, gateway: u16) -> Replica {
+/// A `drover server` on `database` leading or following, its API and gateway on the given ports.
+pub(super) fn start_replica(
+    database: &str,
+    dir: &Path,
+    shared: &Path,
+    api: u16,
+    gateway: u16,
+) -> Replica {
     let proc = Proc::spawn(&[
         "server",
         "--listen",
@@ -44,6 +51,39 @@ fn start_replica(database: &str, dir: &Path, shared: &Path, api: u16, gateway: u
         gateway,
         pin: pin.expect("the gateway uses mutual TLS"),
     }
+}
+
+/// An executor of `slots` demo GPUs that knows every replica's gateway, its data under `dir`.
+pub(super) fn start_executor(replicas: &[&Replica], dir: &Path, name: &str, slots: u32) -> Proc {
+    let gateways: Vec<String> = replicas
+        .iter()
+        .map(|r| format!("https://127.0.0.1:{}", r.gateway))
+        .collect();
+    let gateways = gateways.join(",");
+    let data_dir = dir.join(name);
+    let (cpus, slots) = ((2 * slots).to_string(), slots.to_string());
+
+    let mut args = vec![
+        "executor",
+        "--gateway",
+        &gateways,
+        "--name",
+        name,
+        "--slots",
+        &slots,
+        "--cpus",
+        &cpus,
+        "--memory-gb",
+        "64",
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+        "--gateway-ca-hash",
+        &replicas[0].pin,
+    ];
+    args.extend_from_slice(sandbox_flags());
+    let executor = Proc::spawn(&args);
+    executor.wait_for_line("drover executor ");
+    executor
 }
 
 /// SIGTERM, then the process must exit by itself, successfully.
@@ -147,36 +187,11 @@ async fn a_rolling_restart_of_two_replicas_fails_no_request_and_keeps_the_job() 
     let (api_a, gw_a, api_b, gw_b) = (free_port(), free_port(), free_port(), free_port());
     let mut a = start_replica(&database.url, &dir.path().join("a"), &shared, api_a, gw_a);
     let mut b = start_replica(&database.url, &dir.path().join("b"), &shared, api_b, gw_b);
-    let gateways = format!(
-        "https://127.0.0.1:{},https://127.0.0.1:{}",
-        a.gateway, b.gateway
-    );
     assert_eq!(a.pin, b.pin, "the replicas share one authority");
-    let mut executors = Vec::new();
-    for name in ["exec-a", "exec-b"] {
-        let data_dir = dir.path().join(name);
-        let mut args = vec![
-            "executor",
-            "--gateway",
-            &gateways,
-            "--name",
-            name,
-            "--slots",
-            "1",
-            "--cpus",
-            "2",
-            "--memory-gb",
-            "64",
-            "--data-dir",
-            data_dir.to_str().unwrap(),
-            "--gateway-ca-hash",
-            &a.pin,
-        ];
-        args.extend_from_slice(sandbox_flags());
-        let executor = Proc::spawn(&args);
-        executor.wait_for_line("drover executor ");
-        executors.push(executor);
-    }
+    let executors: Vec<Proc> = ["exec-a", "exec-b"]
+        .into_iter()
+        .map(|name| start_executor(&[&a, &b], dir.path(), name, 1))
+        .collect();
     let client = RetryingClient {
         http: reqwest::Client::new(),
         urls: [

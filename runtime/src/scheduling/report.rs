@@ -57,8 +57,12 @@ pub(super) async fn record_round(
             .filter_map(|id| by_id.get(id).copied())
             .collect()
     };
+    // Held jobs (stopping, or running on a node that takes no new tasks, as every node is for a
+    // new leader until its executor comes back) are not waiting, whatever the plan says of them:
+    // it is not carried out.
     let waiting = order
         .into_iter()
+        .filter(|view| !built.held.contains(&view.id))
         .filter_map(|view| match plan.jobs.get(&view.id) {
             Some(JobPlan::Wait { reason }) => built.jobs.get(&view.id).map(|job| WaitingJob {
                 job: job.id,

@@ -45,8 +45,18 @@ pub struct Tiresias {
     /// 0 turns the guard off.
     pub promote_knob: f64,
     entries: BTreeMap<JobId, QueueEntry>,
+    /// Entries of jobs missing from the last snapshots, and since when: kept for
+    /// [`ABSENT_KEPT_S`], so a job that is briefly not shown keeps its queue when it comes back.
+    absent: BTreeMap<JobId, (f64, QueueEntry)>,
     next_seq: u64,
 }
+
+/// How long the queue entry of a job missing from the snapshots is kept. On a live cluster a job
+/// is missing between its tasks' exit and its return to the queue (a preemption, a move, a resize
+/// settling), and while paused: without this, every preemption put a demoted job back at the end
+/// of the first queue, and a pause and resume did it on request. Jobs that ended are forgotten
+/// after it.
+pub(crate) const ABSENT_KEPT_S: f64 = 600.0;
 
 impl Default for Tiresias {
     fn default() -> Self {
@@ -54,6 +64,7 @@ impl Default for Tiresias {
             thresholds_gpu_s: vec![16.0 * 3600.0],
             promote_knob: 8.0,
             entries: BTreeMap::new(),
+            absent: BTreeMap::new(),
             next_seq: 0,
         }
     }
@@ -77,14 +88,29 @@ impl Tiresias {
             .iter()
             .filter(|j| !self.entries.contains_key(&j.id))
             .count();
+        let now = snapshot.now_s;
         if self.entries.len() + fresh > snapshot.jobs.len() {
             let live: std::collections::HashSet<JobId> =
                 snapshot.jobs.iter().map(|j| j.id).collect();
-            self.entries.retain(|id, _| live.contains(id));
+            let absent = &mut self.absent;
+            self.entries.retain(|id, entry| {
+                let kept = live.contains(id);
+                if !kept {
+                    absent.insert(*id, (now, *entry));
+                }
+                kept
+            });
+        }
+        if !self.absent.is_empty() {
+            self.absent
+                .retain(|_, (since, _)| now - *since < ABSENT_KEPT_S);
         }
         for job in &snapshot.jobs {
             let observed = &job.observed;
             let entry = self.entries.entry(job.id).or_insert_with(|| {
+                if let Some((_, entry)) = self.absent.remove(&job.id) {
+                    return entry;
+                }
                 self.next_seq += 1;
                 QueueEntry {
                     queue: 0,
