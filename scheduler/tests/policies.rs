@@ -271,7 +271,8 @@ fn drover_demotes_after_half_an_hour_and_after_4_gpu_hours() {
 
 /// A job missing from the snapshots for a while (on a live cluster: between its tasks' exit and its
 /// return to the queue after a preemption, or while paused) keeps its LAS queue when it comes
-/// back; one missing for longer than ten minutes comes back afresh, at the end of the first queue.
+/// back, also under a new leader that restored what was saved meanwhile; one missing for longer
+/// than ten minutes comes back afresh, at the end of the first queue.
 #[test]
 fn a_job_briefly_missing_keeps_its_queue() {
     for (absent_s, kept) in [(5.0, true), (300.0, true), (601.0, false)] {
@@ -292,12 +293,21 @@ fn a_job_briefly_missing_keeps_its_queue() {
         let plan = drover.schedule(&snap, &plan);
         snap.now_s += absent_s;
         let plan = drover.schedule(&snap, &plan);
-        // It comes back, job 1 has ended, job 2 arrives: one of them gets the node.
+        // What a new leader would restore now, while the job is missing.
+        let mut restored = build_policy("drover", None).unwrap();
+        restored.restore(&drover.save());
+        // It comes back, job 1 has ended, job 2 arrives: one of them gets the node, with this
+        // policy and with the restored one.
         snap.jobs = vec![missing, job(2, 4, snap.now_s)];
         snap.jobs[0].placement = None;
-        let plan = drover.schedule(&snap, &plan);
-        assert_eq!(runs(&plan, 2), kept, "missing {absent_s} s");
-        assert_eq!(runs(&plan, 0), !kept, "missing {absent_s} s");
+        for (policy, who) in [
+            (&mut drover, "the same policy"),
+            (&mut restored, "a new leader"),
+        ] {
+            let plan = policy.schedule(&snap, &plan);
+            assert_eq!(runs(&plan, 2), kept, "missing {absent_s} s, {who}");
+            assert_eq!(runs(&plan, 0), !kept, "missing {absent_s} s, {who}");
+        }
     }
 }
 

@@ -154,14 +154,18 @@ impl Tiresias {
 }
 
 impl Tiresias {
-    /// The job's place in the queues, if it has one.
+    /// The job's place in the queues, if it has one (kept for it while it is missing too).
     pub(crate) fn entry(&self, job: JobId) -> Option<QueueEntry> {
-        self.entries.get(&job).copied()
+        self.entries
+            .get(&job)
+            .or_else(|| self.absent.get(&job).map(|(_, entry)| entry))
+            .copied()
     }
 
-    /// The jobs with a place in the queues.
+    /// The jobs with a place in the queues, those missing from the last snapshots included: what
+    /// is saved for the next leader, so a job missing at a change of leader keeps its queue too.
     pub(crate) fn jobs(&self) -> impl Iterator<Item = JobId> + '_ {
-        self.entries.keys().copied()
+        self.entries.keys().chain(self.absent.keys()).copied()
     }
 
     /// What is no job's, to save.
@@ -201,9 +205,8 @@ impl Policy for Tiresias {
     fn save(&self) -> SavedState {
         SavedState {
             jobs: self
-                .entries
-                .iter()
-                .map(|(&job, entry)| (job, encode(entry)))
+                .jobs()
+                .filter_map(|job| Some((job, encode(&self.entry(job)?))))
                 .collect(),
             shared: Some(encode(&self.counter())),
         }
