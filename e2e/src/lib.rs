@@ -189,6 +189,38 @@ impl Proc {
     }
 }
 
+/// GET `path` of the server at `url` as the administrator; a non-2xx answer fails the test.
+pub async fn admin_get(http: &reqwest::Client, url: &str, path: &str) -> Value {
+    let response = http
+        .get(format!("{url}{path}"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        response.status().is_success(),
+        "GET {path}: {}",
+        response.status()
+    );
+    response.json().await.unwrap()
+}
+
+/// POST `body` to `path` of the server at `url` as the administrator; a non-2xx answer fails the
+/// test.
+pub async fn admin_post(http: &reqwest::Client, url: &str, path: &str, body: Value) -> Value {
+    let response = http
+        .post(format!("{url}{path}"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let body: Value = response.json().await.unwrap();
+    assert!(status.is_success(), "POST {path}: {status} {body}");
+    body
+}
+
 /// The tests' HTTP client. The server closes a connection that sends no request for 10 s (its
 /// header-read timeout); a pooled connection idle half as long is not reused, so a request after a
 /// pause never races that close (which reqwest reports as an incomplete message).
@@ -528,34 +560,11 @@ impl Cluster {
     }
 
     pub async fn get(&self, path: &str) -> Value {
-        let response = self
-            .http
-            .get(format!("{}{path}", self.url))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            response.status().is_success(),
-            "GET {path}: {}",
-            response.status()
-        );
-        response.json().await.unwrap()
+        admin_get(&self.http, &self.url, path).await
     }
 
     pub async fn post(&self, path: &str, body: Value) -> Value {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.url))
-            .bearer_auth(ADMIN_TOKEN)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        let body: Value = response.json().await.unwrap();
-        assert!(status.is_success(), "POST {path}: {status} {body}");
-        body
+        admin_post(&self.http, &self.url, path, body).await
     }
 
     pub async fn wait_until<T>(

@@ -39,34 +39,12 @@ struct Api {
 
 impl Api {
     async fn get(&self, path: &str) -> Value {
-        let response = self
-            .http
-            .get(format!("{}{path}", self.url))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            response.status().is_success(),
-            "GET {path}: {}",
-            response.status()
-        );
-        response.json().await.unwrap()
+        admin_get(&self.http, &self.url, path).await
     }
 
     async fn submit(&self, job: Value) -> String {
-        let response = self
-            .http
-            .post(format!("{}/api/v1/jobs", self.url))
-            .bearer_auth(ADMIN_TOKEN)
-            .json(&job)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        let body: Value = response.json().await.unwrap();
-        assert!(status.is_success(), "submitting: {status} {body}");
-        body["job"]["id"].as_str().unwrap().to_owned()
+        let created = admin_post(&self.http, &self.url, "/api/v1/jobs", job).await;
+        created["job"]["id"].as_str().unwrap().to_owned()
     }
 
     async fn state(&self, id: &str) -> String {
