@@ -423,6 +423,7 @@ async fn measure(
                 / (steady_end.0 - steady_start.0).as_secs_f64().max(1e-9),
         }),
         load_average: load_average(),
+        vacuumed_by_bench: server.vacuums(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         sessions_broken: tally.sessions_broken.load(Ordering::Relaxed),
         refused_reports: tally.refused.load(Ordering::Relaxed),

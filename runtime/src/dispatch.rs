@@ -43,6 +43,43 @@ fn num_workers(tasks: &[Task]) -> u32 {
         .count() as u32
 }
 
+/// Sends each prepared task of a generation its start, with every peer's address in rank order,
+/// once all the generation's `tasks` have an address (prepared, running or exited). A start already
+/// sent in the executor's session is not sent again.
+pub(super) fn send_starts(runtime: &Runtime, tasks: &[Task]) {
+    let all_addressed = tasks.iter().all(|t| {
+        t.address.is_some()
+            && matches!(
+                t.state,
+                TaskState::Prepared | TaskState::Running | TaskState::Exited
+            )
+    });
+    if tasks.is_empty() || !all_addressed {
+        return;
+    }
+    let num_workers = num_workers(tasks);
+    let mut ranked: Vec<&Task> = tasks.iter().collect();
+    ranked.sort_by_key(|t| rank(&t.key, num_workers));
+    let peers: Vec<String> = ranked
+        .iter()
+        .map(|t| t.address.clone().unwrap_or_default())
+        .collect();
+    for task in tasks.iter().filter(|t| t.state == TaskState::Prepared) {
+        let message = pb::ServerMessage {
+            body: Some(pb::server_message::Body::Start(pb::StartTask {
+                task: Some(to_pb_key(&task.key)),
+                peers: peers.clone(),
+            })),
+        };
+        if runtime
+            .hub
+            .send_once(&task.node_name, task.key, Command::Start, message)
+        {
+            tracing::debug!(task = %task.key, node.name = task.node_name, "peer list sent");
+        }
+    }
+}
+
 /// Brings `job`'s tasks in line with the job. `live` are its tasks not yet exited or lost, of any
 /// generation.
 pub(super) async fn reconcile_job(runtime: &Runtime, job: &Job, live: &[Task]) -> StoreResult<()> {
@@ -104,39 +141,10 @@ pub(super) async fn reconcile_tasks(
     if tasks.is_empty() || tasks.iter().any(|t| t.stop_requested) {
         return Ok(None);
     }
-    let num_workers = num_workers(tasks);
     for task in tasks.iter().filter(|t| t.state == TaskState::Assigned) {
         prepare_task(runtime, job, task, tasks).await?;
     }
-    let all_addressed = tasks.iter().all(|t| {
-        t.address.is_some()
-            && matches!(
-                t.state,
-                TaskState::Prepared | TaskState::Running | TaskState::Exited
-            )
-    });
-    if all_addressed {
-        let mut ranked: Vec<&Task> = tasks.iter().collect();
-        ranked.sort_by_key(|t| rank(&t.key, num_workers));
-        let peers: Vec<String> = ranked
-            .iter()
-            .map(|t| t.address.clone().unwrap_or_default())
-            .collect();
-        for task in tasks.iter().filter(|t| t.state == TaskState::Prepared) {
-            let message = pb::ServerMessage {
-                body: Some(pb::server_message::Body::Start(pb::StartTask {
-                    task: Some(to_pb_key(&task.key)),
-                    peers: peers.clone(),
-                })),
-            };
-            if runtime
-                .hub
-                .send_once(&task.node_name, task.key, Command::Start, message)
-            {
-                tracing::debug!(task = %task.key, node.name = task.node_name, "peer list sent");
-            }
-        }
-    }
+    send_starts(runtime, tasks);
     let all_running = tasks
         .iter()
         .all(|t| matches!(t.state, TaskState::Running | TaskState::Exited));

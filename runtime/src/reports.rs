@@ -8,7 +8,7 @@ use super::ingest::{CheckpointAdmission, Deferred, Kind};
 pub(super) use super::report_text::clean;
 use super::report_text::{MAX_LINES_PER_REPORT, MAX_VALUES_PER_SAMPLE, time_of};
 use super::settle::Exit;
-use drover_core::JobId;
+use drover_core::{JobId, JobState};
 use drover_proto as pb;
 use drover_store::{
     NewLogLine, NewMetrics, Scope, StoreError, StoreResult, Task, TaskChange, TaskKey, TaskRole,
@@ -221,6 +221,17 @@ async fn on_heartbeat(
 
 /// The task row, if it belongs to the job's current generation on this node; refuses it otherwise.
 async fn current_task(runtime: &Runtime, node: &str, key: TaskKey) -> StoreResult<Option<Task>> {
+    Ok(current_generation(runtime, node, key)
+        .await?
+        .and_then(|(_, tasks)| tasks.into_iter().find(|t| t.key == key)))
+}
+
+/// [`current_task`]'s job and every task of its generation, the reported task among them.
+async fn current_generation(
+    runtime: &Runtime,
+    node: &str,
+    key: TaskKey,
+) -> StoreResult<Option<(drover_store::Job, Vec<Task>)>> {
     let job = match runtime.store.get_job(Scope::Cluster, key.job_id).await {
         Ok(job) => job,
         Err(err) => return refuse(runtime, node, key, err).map(|()| None),
@@ -241,15 +252,11 @@ async fn current_task(runtime: &Runtime, node: &str, key: TaskKey) -> StoreResul
         .store
         .generation_tasks(key.job_id, key.generation)
         .await?;
-    match tasks
-        .into_iter()
-        .find(|t| t.key == key && t.node_name == node)
-    {
-        Some(task) => Ok(Some(task)),
-        None => {
-            refuse_task(runtime, node, key, "no such task on this node");
-            Ok(None)
-        }
+    if tasks.iter().any(|t| t.key == key && t.node_name == node) {
+        Ok(Some((job, tasks)))
+    } else {
+        refuse_task(runtime, node, key, "no such task on this node");
+        Ok(None)
     }
 }
 
@@ -259,21 +266,33 @@ async fn on_prepared(
     key: TaskKey,
     prepared: pb::Prepared,
 ) -> StoreResult<()> {
-    let Some(task) = current_task(runtime, node, key).await? else {
+    let Some((job, mut tasks)) = current_generation(runtime, node, key).await? else {
         return Ok(());
     };
-    if task.state == TaskState::Assigned {
+    if let Some(task) = tasks
+        .iter_mut()
+        .find(|t| t.key == key && t.state == TaskState::Assigned)
+    {
+        let address = clean(&prepared.address);
         runtime
             .store
             .update_task(
                 &key,
                 &TaskChange {
                     state: Some(TaskState::Prepared),
-                    address: Some(clean(&prepared.address)),
+                    address: Some(address.clone()),
                     ..TaskChange::default()
                 },
             )
             .await?;
+        task.state = TaskState::Prepared;
+        task.address = Some(address);
+    }
+    // The last of a starting job's tasks to be prepared: they all start now rather than when the
+    // next round reconciles the job (after a burst of starts, that round can be seconds away).
+    // A rescaling job's new tasks wait for the old generation's exit, which is the round's to see.
+    if job.state == JobState::Starting && !tasks.iter().any(|t| t.stop_requested) {
+        crate::dispatch::send_starts(runtime, &tasks);
     }
     runtime.hub.wake.notify_one();
     Ok(())

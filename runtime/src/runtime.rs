@@ -143,10 +143,12 @@ impl Runtime {
         })
     }
 
-    /// Active jobs with their documents, reading from the store only the documents of jobs that are
-    /// new or changed since the last call (a queue of thousands costs one narrow query a round).
-    pub(crate) async fn active_jobs(&self) -> drover_store::StoreResult<Vec<drover_store::Job>> {
-        let mut jobs = self.store.active_job_rows().await?;
+    /// Attaches their documents to these job rows, reading from the store only those of jobs that
+    /// are new or changed since they were last read (a queue of thousands costs nothing a round).
+    pub(crate) async fn attach_documents(
+        &self,
+        jobs: &mut [drover_store::Job],
+    ) -> drover_store::StoreResult<()> {
         let missing: Vec<drover_core::JobId> = {
             let cache = self.cached_documents();
             jobs.iter()
@@ -172,16 +174,18 @@ impl Runtime {
                 .map(|(spec, tenant)| ParsedSpec::of(spec, *tenant));
             cache.insert(id, (at, Arc::new(document), spec));
         }
-        let active: std::collections::HashSet<drover_core::JobId> =
-            jobs.iter().map(|j| j.id).collect();
-        cache.retain(|id, _| active.contains(id));
-        for job in &mut jobs {
+        for job in jobs {
             job.document = cache.get(&job.id).map(|(_, document, _)| document.clone());
         }
-        Ok(jobs)
+        Ok(())
     }
 
-    /// The parsed specs of these jobs and their programs, as cached by [`Runtime::active_jobs`];
+    /// Forgets the documents of jobs no longer active.
+    pub(crate) fn keep_documents(&self, active: impl Fn(&drover_core::JobId) -> bool) {
+        self.cached_documents().retain(|id, _| active(id));
+    }
+
+    /// The parsed specs of these jobs and their programs, as cached by [`Runtime::attach_documents`];
     /// parsed now when not.
     pub(crate) fn specs(
         &self,

@@ -1,4 +1,5 @@
-//! The scheduling loop: on every wake-up and at least every tick, declare silent executors lost,
+//! The scheduling loop: on every wake-up and at least every tick, bring its view of the active
+//! jobs, live tasks and nodes up to date from what changed (`view`), declare silent executors lost,
 //! write the heartbeats heard (every 15 s a node, for the other replicas to show), start moving
 //! jobs off draining nodes, reconcile every job that has tasks, then build a snapshot, ask the
 //! configured policy for a plan, and persist its changes (a new generation of tasks, or the tasks
@@ -19,7 +20,9 @@ use std::sync::Arc;
 mod apply;
 mod report;
 mod saved;
+mod view;
 use apply::apply;
+use view::ActiveView;
 
 #[derive(Debug)]
 pub struct SchedulingLoop {
@@ -38,6 +41,10 @@ pub struct SchedulingLoop {
     /// were last checked for ones whose tasks have all ended.
     live_generations: HashSet<(JobId, u64)>,
     ledger_checked: Option<tokio::time::Instant>,
+    /// The active jobs, live tasks and nodes as of the last round.
+    view: ActiveView,
+    /// What the last round recorded for the dashboard showed.
+    recorded: Option<report::Recorded>,
 }
 
 impl SchedulingLoop {
@@ -54,6 +61,8 @@ impl SchedulingLoop {
             saved: None,
             live_generations: HashSet::new(),
             ledger_checked: None,
+            view: ActiveView::default(),
+            recorded: None,
         })
     }
 
@@ -83,6 +92,8 @@ impl SchedulingLoop {
             self.runtime.hub.reset();
             self.previous = Plan::default();
             self.saved = None;
+            self.view = ActiveView::default();
+            self.recorded = None;
             expect_executors(&self.runtime.clone()).await;
             loop {
                 let started = tokio::time::Instant::now();
@@ -143,42 +154,28 @@ impl SchedulingLoop {
             self.policy = policy;
             self.saved = Some(saved);
         }
+        // Taken for the round: a round that fails leaves the next one to read it whole.
+        let mut view = std::mem::take(&mut self.view);
+        view.refresh(&runtime).await?;
         end_revoked_sessions(&runtime).await?;
         pass_on_checkpoint_requests(&runtime).await?;
         expire_executors(&runtime).await?;
-        let nodes = runtime.store.list_nodes().await?;
-        record_heartbeats(&runtime, &nodes).await?;
-        drain(&runtime, &nodes).await?;
+        record_heartbeats(&runtime, view.nodes()).await?;
+        drain(&runtime, view.nodes()).await?;
         let housekeeping = laps.lap();
-        let Reconciled {
-            count: reconciled,
-            changed,
-            jobs,
-            live,
-        } = reconcile_all(&runtime).await?;
+        let reconciled = reconcile_all(&runtime, view.jobs(), view.live()).await?;
         let reconciling = laps.lap();
-
-        // What reconciling read, unless it changed something.
-        let jobs = if changed {
-            runtime.active_jobs().await?
-        } else {
-            jobs
-        };
-        // The nodes again, read after the jobs: a cordon (or drain) stored before a job was
-        // submitted is always seen by the round that places that job, however long the steps
-        // above took on a loaded server.
-        let nodes = runtime.store.list_nodes().await?;
-        let live = if changed {
-            runtime.store.live_tasks().await?
-        } else {
-            live
-        };
-        self.close_allocations(&live).await?;
+        // What housekeeping and reconciling wrote, and whatever else changed meanwhile, in one
+        // snapshot: a cordon (or drain) stored before a job was submitted is always seen by the
+        // round that places that job.
+        view.refresh(&runtime).await?;
+        let (jobs, live, nodes) = (view.jobs(), view.live(), view.nodes());
+        self.close_allocations(live).await?;
         let finishing: HashSet<JobId> = runtime.store.finishing_jobs().await?.into_iter().collect();
         let tenants = runtime.store.list_tenants().await?;
         let connected = runtime.hub.connected();
-        let seen = observe(&runtime, &jobs).await?;
-        let specs = runtime.specs(&jobs);
+        let seen = observe(&runtime, jobs).await?;
+        let specs = runtime.specs(jobs);
         let reading = laps.lap();
         // Building the snapshot and planning are CPU work that grows with the queue (tens of
         // milliseconds for tens of thousands of jobs): off the async workers, so requests are not
@@ -188,14 +185,14 @@ impl SchedulingLoop {
         let (built, plan, state) = cpu_bound(|| {
             let mut built = snapshot::build(
                 Utc::now(),
-                &nodes,
+                nodes,
                 &connected,
                 &tenants,
                 snapshot::Active {
-                    jobs: &jobs,
+                    jobs,
                     specs: &specs,
                 },
-                &live,
+                live,
                 &seen,
             );
             runtime.search_hints.apply(&mut built.snapshot.jobs);
@@ -214,18 +211,19 @@ impl SchedulingLoop {
         }
         let saving = laps.lap();
         let applying_since = tokio::time::Instant::now();
-        apply(&runtime, self.policy.name(), &built, &plan, &live).await?;
+        apply(&runtime, self.policy.name(), &built, &plan, live).await?;
         self.applying = applying_since.elapsed();
         let applying = laps.lap();
         report::record_round(
             &self.runtime,
             self.policy.name(),
             &mut self.sampled_at,
+            &mut self.recorded,
             report::Round {
                 built: &built,
                 plan: &plan,
-                jobs: &jobs,
-                live: &live,
+                jobs,
+                live,
                 started,
             },
         )
@@ -259,6 +257,7 @@ impl SchedulingLoop {
             recording_ms = recording,
             "scheduling round"
         );
+        self.view = view;
         Ok(())
     }
 }
@@ -499,22 +498,10 @@ const RECONCILED_AT_ONCE: usize = 8;
 /// Jobs whose generations are read in one query, and marked running in one transaction.
 const RUNNING_AT_ONCE: usize = 500;
 
-/// What reconciling read, and whether it changed anything: when it did not, the round plans from
-/// the same reads instead of reading every active job and live task again (at 12,000 active jobs
-/// and 8,000 live tasks, about a third of a settled round).
-struct Reconciled {
-    /// Jobs with live tasks that were reconciled.
-    count: usize,
-    changed: bool,
-    jobs: Vec<Job>,
-    live: Vec<Task>,
-}
-
-/// Runs [`Runtime::reconcile_job`] for every job with live tasks and every job that is starting.
-async fn reconcile_all(runtime: &Runtime) -> StoreResult<Reconciled> {
+/// Runs [`Runtime::reconcile_job`] for every job with live tasks and every job that is starting;
+/// returns how many jobs with live tasks were reconciled.
+async fn reconcile_all(runtime: &Runtime, jobs: &[Job], live: &[Task]) -> StoreResult<usize> {
     // In job order (the store's): each job's tasks are one run of the list.
-    let live = runtime.store.live_tasks().await?;
-    let jobs = runtime.active_jobs().await?;
     let by_id: HashMap<JobId, &Job> = jobs.iter().map(|j| (j.id, j)).collect();
     let mut with_tasks: HashSet<JobId> = HashSet::new();
     let mut unsettled: Vec<(Job, &[Task])> = Vec::new();
@@ -537,7 +524,6 @@ async fn reconcile_all(runtime: &Runtime) -> StoreResult<Reconciled> {
     // The jobs whose every task now runs are marked running together, a few hundred to a
     // transaction (a transaction each held up the rounds after a burst of starts for seconds).
     let count = unsettled.len();
-    let mut changed = count > 0;
     // Their current generations' tasks, read together (a query each held up the round after a
     // burst of starts for seconds).
     let mut generations: HashMap<JobId, Vec<Task>> = HashMap::new();
@@ -596,18 +582,11 @@ async fn reconcile_all(runtime: &Runtime) -> StoreResult<Reconciled> {
             .all(|t| t.state.is_final() && t.updated_at < settled_late)
         {
             crate::settle::settle(runtime, job, &tasks, None).await?;
-            changed = true;
         } else if job.state == JobState::Starting {
             crate::dispatch::reconcile_job(runtime, job, &[]).await?;
-            changed = true;
         }
     }
-    Ok(Reconciled {
-        count,
-        changed,
-        jobs,
-        live,
-    })
+    Ok(count)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! labels), every job state change as an event, nodes as executors last reported them (with cordon and
 //! drain flags), every task of every generation of a job (the scheduling loop's intent, persisted before
 //! it is dispatched), metric samples, checkpoint records and task logs.
+//! Every job and task row is marked with its writer, so the scheduling loop reads only what changed since its last round (`changes`).
 //! Also the leading replica's announcement, pending checkpoint requests and the scheduling policy's
 //! saved state (`replicas`), and what it computes for users: the queue forecast and the accounting ledger of allocations (`ledger`).
 //! Hyper-parameter searches (`experiments`): each experiment, its trials (points of the space) and
@@ -22,6 +23,8 @@
 //! caller's tenant: the only way to see every tenant is to say [`Scope::Cluster`].
 
 pub mod audit;
+mod changes;
+mod changes_sql;
 mod error;
 mod exec;
 mod exec_sql;
@@ -47,6 +50,7 @@ pub mod tokens;
 mod trust;
 mod trust_sql;
 
+pub use changes::*;
 pub use error::{StoreError, StoreResult};
 pub use exec::*;
 pub use experiments::*;

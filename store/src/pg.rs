@@ -40,6 +40,13 @@ impl Dialect for PgStore {
     const BEGIN_WRITE: &'static str = "BEGIN";
     const LOCK_ROW: &'static str = " FOR SHARE";
     const LOCK_ROW_UPDATE: &'static str = " FOR UPDATE";
+    const BEGIN_SNAPSHOT: &'static str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
+    // Every transaction this snapshot cannot see has an id at or above its xmin.
+    const CHANGE_CURSOR: &'static str =
+        "SELECT CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint)";
+    const CURSOR_VALUE: (&'static str, &'static str) =
+        ("CAST(CAST(CAST(", " AS bigint) AS text) AS xid8)");
+    const PREFER_INDEXES: Option<&'static str> = Some("SET LOCAL enable_seqscan = off");
 }
 
 super::sql::impl_store!(PgStore, sqlx::Postgres, Backend::Postgres);
@@ -50,3 +57,4 @@ super::sso_sql::impl_sso_store!(PgStore);
 super::replicas_sql::impl_replica_store!(PgStore, sqlx::Postgres);
 super::ledger_sql::impl_ledger_store!(PgStore);
 super::experiments_sql::impl_experiment_store!(PgStore, sqlx::Postgres);
+super::changes_sql::impl_change_store!(PgStore, sqlx::Postgres);

@@ -72,6 +72,15 @@ pub(super) trait Dialect {
     const LOCK_ROW: &'static str;
     /// The same, for a row the transaction will update.
     const LOCK_ROW_UPDATE: &'static str;
+    /// Starts a read-only transaction whose statements all see one snapshot.
+    const BEGIN_SNAPSHOT: &'static str;
+    /// Selects, as the first statement of such a transaction, where its snapshot's changes end
+    /// (see [`super::changes`]).
+    const CHANGE_CURSOR: &'static str;
+    /// What goes before and after a cursor bound in a query, to compare it with `changed`.
+    const CURSOR_VALUE: (&'static str, &'static str);
+    /// Makes the rest of the transaction use indexes where it can, where that is a setting.
+    const PREFER_INDEXES: Option<&'static str>;
 }
 
 /// Parses an enum column written by this code; anything else means a corrupt or newer row.

@@ -50,6 +50,14 @@ impl Dialect for SqliteStore {
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     const LOCK_ROW: &'static str = "";
     const LOCK_ROW_UPDATE: &'static str = "";
+    // WAL mode: a deferred transaction reads one snapshot from its first statement to its end.
+    const BEGIN_SNAPSHOT: &'static str = "BEGIN";
+    // Writers take counter values one at a time: any write this snapshot cannot see takes one
+    // above every value it can.
+    const CHANGE_CURSOR: &'static str = "SELECT seq + 1 FROM change_counter WHERE id = 1";
+    const CURSOR_VALUE: (&'static str, &'static str) = ("", "");
+    // SQLite's planner takes an index for a range on an indexed column without statistics.
+    const PREFER_INDEXES: Option<&'static str> = None;
 }
 
 super::sql::impl_store!(SqliteStore, sqlx::Sqlite, Backend::Sqlite);
@@ -60,3 +68,4 @@ super::sso_sql::impl_sso_store!(SqliteStore);
 super::replicas_sql::impl_replica_store!(SqliteStore, sqlx::Sqlite);
 super::ledger_sql::impl_ledger_store!(SqliteStore);
 super::experiments_sql::impl_experiment_store!(SqliteStore, sqlx::Sqlite);
+super::changes_sql::impl_change_store!(SqliteStore, sqlx::Sqlite);

@@ -2,6 +2,7 @@
 //! the narrower traits each area defines (`ExecStore`, `TrustStore`, `ReplicaStore`, `LedgerStore`,
 //! `ExperimentStore`, `SsoStore`).
 
+use crate::changes::ChangeStore;
 use crate::error::{StoreError, StoreResult};
 use crate::exec::{CheckpointRecord, ExecStore};
 use crate::experiments::ExperimentStore;
@@ -27,6 +28,7 @@ pub enum Backend {
 #[async_trait]
 pub trait Store:
     ExecStore
+    + ChangeStore
     + TrustStore
     + SsoStore
     + ReplicaStore

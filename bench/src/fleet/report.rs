@@ -56,6 +56,9 @@ pub struct Report {
     /// second, over the phase (`pg_stat_database`).
     pub postgres_transactions_per_s: f64,
     pub postgres_rows_written_per_s: f64,
+    /// Postgres's autovacuum was off, so the run vacuumed and analyzed its database itself every
+    /// 30 s, as autovacuum would have.
+    pub vacuumed_by_bench: bool,
     /// The database's size at the end of the phase, and how fast it grew over the phase and over
     /// the idle fleet's (MiB an hour).
     pub database_mib: f64,
@@ -129,8 +132,14 @@ impl Report {
             self.server_cpu_percent, self.server_rss_mib
         );
         out += &format!(
-            "  postgres                   {:.0} transactions/s, {:.0} rows written/s\n",
-            self.postgres_transactions_per_s, self.postgres_rows_written_per_s
+            "  postgres                   {:.0} transactions/s, {:.0} rows written/s{}\n",
+            self.postgres_transactions_per_s,
+            self.postgres_rows_written_per_s,
+            if self.vacuumed_by_bench {
+                " (autovacuum off: the run vacuumed every 30 s)"
+            } else {
+                ""
+            }
         );
         out += &format!(
             "  database                   {:.0} MiB at the end; grew {:.0} MiB/h under load, {:.1} MiB/h idle\n",

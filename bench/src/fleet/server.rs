@@ -21,9 +21,18 @@ pub struct Server {
     /// The Postgres server's own database, where the run's database is made and watched from.
     admin: PgPool,
     pub database: String,
+    /// Postgres's autovacuum is off: the run vacuums and analyzes its database itself, every
+    /// [`VACUUM_EVERY`], as autovacuum would (this task stops with the server).
+    vacuuming: Option<tokio::task::JoinHandle<()>>,
     http: reqwest::Client,
     _data_dir: tempfile::TempDir,
 }
+
+/// How often the run vacuums and analyzes its database where autovacuum is off. A database with
+/// autovacuum off grows tables of dead rows (every heartbeat or task report leaves one) and has no
+/// statistics for the planner: not what a cluster's Postgres looks like. Autovacuum's own pace
+/// depends on its settings (a pass over a busy table every minute or so by default).
+pub const VACUUM_EVERY: Duration = Duration::from_secs(30);
 
 /// Cumulative counters read at one moment.
 #[derive(Debug, Clone, Default)]
@@ -146,6 +155,12 @@ impl Server {
         }
         // What the server prints later is not read; keep its pipe from filling.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let autovacuum: String = sqlx::query_scalar("SHOW autovacuum")
+            .fetch_one(&admin)
+            .await
+            .with_context(|| "cannot read the Postgres server's autovacuum setting")?;
+        let vacuuming = (autovacuum == "off")
+            .then(|| tokio::spawn(vacuum_every(url.to_string(), VACUUM_EVERY)));
         Ok(Server {
             child,
             pid,
@@ -155,6 +170,7 @@ impl Server {
             enrollment_token,
             admin,
             database,
+            vacuuming,
             http: reqwest::Client::builder()
                 .pool_idle_timeout(Duration::from_secs(5))
                 .build()?,
@@ -230,8 +246,16 @@ impl Server {
         })
     }
 
+    /// Whether the run vacuums its database itself (the Postgres server's autovacuum is off).
+    pub fn vacuums(&self) -> bool {
+        self.vacuuming.is_some()
+    }
+
     /// Stops the server and drops its database.
     pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(vacuuming) = self.vacuuming.take() {
+            vacuuming.abort();
+        }
         let _ = self.child.start_kill();
         let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
@@ -242,6 +266,24 @@ impl Server {
         .await
         .with_context(|| format!("cannot drop database {}", self.database))?;
         Ok(())
+    }
+}
+
+/// Vacuums and analyzes the database at `url` every `every`, as autovacuum would, until aborted.
+/// A failed pass is reported and the next one tried.
+async fn vacuum_every(url: String, every: Duration) {
+    let pool = match PgPoolOptions::new().max_connections(1).connect(&url).await {
+        Ok(pool) => pool,
+        Err(err) => {
+            eprintln!("warning: cannot connect to vacuum the run's database: {err}");
+            return;
+        }
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        if let Err(err) = sqlx::raw_sql("VACUUM (ANALYZE)").execute(&pool).await {
+            eprintln!("warning: vacuuming the run's database failed: {err}");
+        }
     }
 }
 

@@ -1,5 +1,8 @@
 //! What each round leaves for the dashboard and any replica to read: the policy, how long the round
 //! took, the jobs left waiting with the policy's reasons, and once a minute the cluster's GPU use.
+//! A round that leaves the same jobs waiting for the same reasons with the same room as the last
+//! recorded one is not recorded again for [`UNCHANGED_KEPT`] (4,000 waiting jobs are a large row
+//! to write four times a second for nothing new).
 
 use crate::Runtime;
 use crate::snapshot::Built;
@@ -15,6 +18,17 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 /// How often the leader samples the cluster's GPU use, and for how long samples are kept.
 const USAGE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 const USAGE_KEPT_DAYS: i64 = 8;
+
+/// How long the last recorded round stands for later ones that changed nothing it shows.
+const UNCHANGED_KEPT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What the last recorded round showed, and when it was written.
+#[derive(Debug)]
+pub(super) struct Recorded {
+    at: tokio::time::Instant,
+    waiting: Vec<WaitingJob>,
+    free: Option<RoundFree>,
+}
 
 /// What one round saw and decided, and when it began.
 pub(super) struct Round<'r, 'b> {
@@ -32,6 +46,7 @@ pub(super) async fn record_round(
     runtime: &Runtime,
     policy: &str,
     sampled_at: &mut Option<tokio::time::Instant>,
+    recorded: &mut Option<Recorded>,
     round: Round<'_, '_>,
 ) {
     let Round {
@@ -72,15 +87,29 @@ pub(super) async fn record_round(
             _ => None,
         })
         .collect();
-    let round = drover_store::RoundRecord {
+    let mut round = drover_store::RoundRecord {
         policy: policy.to_owned(),
         finished_at: Utc::now(),
         duration_us: i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX),
         waiting,
         free: Some(left_free(&built.snapshot, plan)),
     };
-    if let Err(err) = store.record_round(&round).await {
-        tracing::warn!(error = %err, "cannot record the scheduling round");
+    let unchanged = recorded.as_ref().is_some_and(|last| {
+        last.at.elapsed() < UNCHANGED_KEPT
+            && last.free == round.free
+            && last.waiting == round.waiting
+    });
+    if !unchanged {
+        match store.record_round(&round).await {
+            Ok(()) => {
+                *recorded = Some(Recorded {
+                    at: tokio::time::Instant::now(),
+                    waiting: std::mem::take(&mut round.waiting),
+                    free: round.free,
+                });
+            }
+            Err(err) => tracing::warn!(error = %err, "cannot record the scheduling round"),
+        }
     }
     if sampled_at.is_some_and(|at| at.elapsed() < USAGE_EVERY) {
         return;

@@ -1,5 +1,6 @@
 //! The scheduling loop across a change of leader (issue #55): a new leader's first round keeps the
 //! queue levels and order the last leader had, on both stores; one that restores nothing does not.
+//! And the leader's view of active jobs and live tasks, kept up to date from what changed.
 
 use super::SchedulingLoop;
 use crate::{Runtime, RuntimeConfig};
@@ -12,7 +13,12 @@ use std::sync::Arc;
 
 /// Six queued one-GPU command jobs of one tenant, in submission order.
 async fn jobs(store: &dyn Store) -> Vec<JobId> {
-    let (tenant, user) = crate::ingest::tests::tenant_and_member(store, "t").await;
+    jobs_of(store, "t").await
+}
+
+/// Six queued one-GPU command jobs of a new tenant, in submission order.
+async fn jobs_of(store: &dyn Store, tenant: &str) -> Vec<JobId> {
+    let (tenant, user) = crate::ingest::tests::tenant_and_member(store, tenant).await;
     let mut ids = Vec::new();
     for n in 0..6 {
         let name = format!("j{n}");
@@ -141,4 +147,68 @@ async fn a_new_leader_keeps_the_queue_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_leader_keeps_the_queue_on_postgres() {
     a_new_leader_keeps_the_queue_the_last_one_had(TestDb::postgres().await).await;
+}
+
+/// The view brought up to date from what changed is what a whole read would give: starts, exits,
+/// requeues, cancels and new jobs all land, with their documents.
+async fn the_view_kept_up_to_date_matches_a_whole_read(db: TestDb) {
+    let store = db.store.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let config = RuntimeConfig::new("drover", dir.path().to_path_buf());
+    let runtime = Runtime::new(store.clone(), config);
+    let jobs = jobs(store.as_ref()).await;
+    let mut view = super::ActiveView::default();
+    assert!(view.refresh(&runtime).await.unwrap());
+    assert_eq!(view.jobs().len(), 6);
+    crate::ingest::tests::started(store.as_ref(), jobs[0], "a").await;
+    ran_an_hour(store.as_ref(), jobs[1]).await;
+    crate::ingest::tests::started(store.as_ref(), jobs[2], "b").await;
+    store
+        .transition_job(
+            Scope::Cluster,
+            jobs[3],
+            &StateChange {
+                to: JobState::Cancelled,
+                reason: ReasonCode::CancelledByUser,
+                message: String::new(),
+                actor: None,
+            },
+        )
+        .await
+        .unwrap();
+    let more = jobs_of(store.as_ref(), "u").await;
+    assert!(view.refresh(&runtime).await.unwrap());
+    let whole = store.active_jobs().await.unwrap();
+    let summary = |jobs: &[drover_store::Job]| -> Vec<_> {
+        jobs.iter()
+            .map(|j| (j.id, j.state, j.generation, j.document.clone()))
+            .collect()
+    };
+    assert_eq!(summary(view.jobs()), summary(&whole));
+    assert_eq!(view.jobs().len(), 11);
+    assert!(view.jobs().iter().any(|j| j.id == more[0]));
+    assert_eq!(view.live(), store.live_tasks().await.unwrap().as_slice());
+    assert_eq!(view.live().len(), 2);
+    // Nothing written: the view soon reads as unchanged (other tests' open transactions on the
+    // same Postgres server may bring a few rows again first).
+    let mut quiet = false;
+    for _ in 0..100 {
+        if !view.refresh(&runtime).await.unwrap() {
+            quiet = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(quiet, "the view kept reading changes with nothing written");
+    assert_eq!(summary(view.jobs()), summary(&whole));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_view_matches_a_whole_read_on_sqlite() {
+    the_view_kept_up_to_date_matches_a_whole_read(TestDb::sqlite().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_view_matches_a_whole_read_on_postgres() {
+    the_view_kept_up_to_date_matches_a_whole_read(TestDb::postgres().await).await;
 }

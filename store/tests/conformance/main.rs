@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 mod batches;
+mod changes;
 mod execution;
 mod experiments;
 mod generations;
@@ -20,6 +21,7 @@ mod tenancy;
 mod transitions;
 mod trust;
 use batches::*;
+use changes::*;
 use execution::*;
 use experiments::*;
 use generations::*;
@@ -75,6 +77,7 @@ conformance!(
     executors_register_and_lose_tasks,
     new_samples_of_many_jobs_come_in_one_query,
     latest_checkpoints_of_many_jobs_come_in_one_query,
+    changes_since_a_cursor_carry_every_write,
     jobs_with_ended_tasks_are_finishing,
     running_jobs_rescale_under_a_new_generation,
     jobs_are_marked_running_together_in_their_generations,
