@@ -2,6 +2,9 @@
 -- loop reads only what changed since its last round (issue #55: reading all 12,000 active jobs,
 -- 8,000 live tasks and 1,000 nodes took a third of a round). A row's mark is its writer; a reader's cursor is its
 -- snapshot's oldest running transaction, so a slow writer that commits late is read next time.
+-- The price: an update of these rows is never a heap-only update (`changed` is indexed), so each
+-- adds an entry to every index of its table until vacuum removes the old one. A transaction held
+-- open anywhere on the server holds the cursor back, and rows written since come again each read.
 ALTER TABLE jobs ADD COLUMN changed xid8 NOT NULL DEFAULT '0';
 ALTER TABLE tasks ADD COLUMN changed xid8 NOT NULL DEFAULT '0';
 ALTER TABLE nodes ADD COLUMN changed xid8 NOT NULL DEFAULT '0';

@@ -12,8 +12,8 @@ ALTER TABLE jobs ADD COLUMN changed INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE tasks ADD COLUMN changed INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE nodes ADD COLUMN changed INTEGER NOT NULL DEFAULT 0;
 
--- The inner update does not fire the update trigger again: recursive triggers are off, and the
--- WHEN clause would stop it anyway (it changes `changed`).
+-- The inner updates fire no trigger of their own: each changes `changed`, which the update
+-- triggers' WHEN clause excludes (and recursive triggers are off).
 CREATE TRIGGER jobs_inserted AFTER INSERT ON jobs BEGIN
     UPDATE change_counter SET seq = seq + 1 WHERE id = 1;
     UPDATE jobs SET changed = (SELECT seq FROM change_counter WHERE id = 1) WHERE rowid = NEW.rowid;

@@ -290,7 +290,11 @@ async fn on_prepared(
     }
     // The last of a starting job's tasks to be prepared: they all start now rather than when the
     // next round reconciles the job (after a burst of starts, that round can be seconds away).
-    // A rescaling job's new tasks wait for the old generation's exit, which is the round's to see.
+    // A rescaling job's new tasks wait for the old generation's exit, which is the round's to see;
+    // a starting job has no older tasks alive (the snapshot holds a queued job whose tasks have not
+    // all exited, so it is never started). A stop decided after the reads above (a cancel, a
+    // preemption) reaches these tasks with the next round's reconciling, as it would have had
+    // they started a moment earlier.
     if job.state == JobState::Starting && !tasks.iter().any(|t| t.stop_requested) {
         crate::dispatch::send_starts(runtime, &tasks);
     }

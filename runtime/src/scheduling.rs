@@ -162,11 +162,13 @@ impl SchedulingLoop {
         expire_executors(&runtime).await?;
         record_heartbeats(&runtime, view.nodes()).await?;
         drain(&runtime, view.nodes()).await?;
+        // What housekeeping wrote (jobs moved off draining nodes, nodes lost): reconciling acts on
+        // the jobs as they now are.
+        view.refresh(&runtime).await?;
         let housekeeping = laps.lap();
         let reconciled = reconcile_all(&runtime, view.jobs(), view.live()).await?;
         let reconciling = laps.lap();
-        // What housekeeping and reconciling wrote, and whatever else changed meanwhile, in one
-        // snapshot: a cordon (or drain) stored before a job was submitted is always seen by the
+        // What reconciling wrote, and whatever else changed meanwhile, in one snapshot: a cordon (or drain) stored before a job was submitted is always seen by the
         // round that places that job.
         view.refresh(&runtime).await?;
         let (jobs, live, nodes) = (view.jobs(), view.live(), view.nodes());

@@ -17,9 +17,9 @@ use async_trait::async_trait;
 /// Where a view read by [`ChangeStore::active_changes`] stands; opaque, and only meaningful to the
 /// store that returned it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChangeCursor(pub i64);
+pub struct ChangeCursor(pub(crate) i64);
 
-/// Rows written since a cursor, or every active job and live task when read without one.
+/// Rows written since a cursor, or every active job, live task and node when read without one.
 #[derive(Debug, Clone, Default)]
 pub struct ActiveChanges {
     /// Read without a cursor: `jobs` and `tasks` are the whole view, not changes to it.
@@ -37,6 +37,7 @@ pub struct ActiveChanges {
     pub cursor: ChangeCursor,
 }
 
+/// The reads of what changed, for the scheduling loop's view.
 #[async_trait]
 pub trait ChangeStore: Send + Sync {
     /// Every job, task and node written since `since` (rows written at or a little before it may come

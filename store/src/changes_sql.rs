@@ -33,24 +33,33 @@ macro_rules! impl_change_store {
                             sqlx::query(prefer).execute(&mut *tx).await?;
                         }
                         let (open, close) = <Self as $crate::sql::Dialect>::CURSOR_VALUE;
+                        let below = <Self as $crate::sql::Dialect>::CHANGED_BELOW;
                         let mut query = sqlx::QueryBuilder::<$db>::new(concat!(
                             "SELECT ", job_columns!(), " FROM jobs j JOIN tenants t ON t.id = j.tenant_id WHERE j.changed >= "
                         ));
-                        query.push(open).push_bind(since).push(close).push(" ORDER BY j.id");
+                        query.push(open).push_bind(since).push(close);
+                        if let Some(below) = below {
+                            query.push(" AND j.changed < ").push(below);
+                        }
+                        query.push(" ORDER BY j.id");
                         let jobs = query.build().fetch_all(&mut *tx).await?;
                         let mut query = sqlx::QueryBuilder::<$db>::new(concat!(
                             "SELECT ", task_columns!(), " FROM tasks WHERE changed >= "
                         ));
-                        query
-                            .push(open)
-                            .push_bind(since)
-                            .push(close)
-                            .push(" ORDER BY job_id, generation, role DESC, idx");
+                        query.push(open).push_bind(since).push(close);
+                        if let Some(below) = below {
+                            query.push(" AND changed < ").push(below);
+                        }
+                        query.push(" ORDER BY job_id, generation, role DESC, idx");
                         let tasks = query.build().fetch_all(&mut *tx).await?;
                         let mut query = sqlx::QueryBuilder::<$db>::new(concat!(
                             "SELECT ", node_columns!(), " FROM nodes WHERE changed >= "
                         ));
-                        query.push(open).push_bind(since).push(close).push(" ORDER BY name");
+                        query.push(open).push_bind(since).push(close);
+                        if let Some(below) = below {
+                            query.push(" AND changed < ").push(below);
+                        }
+                        query.push(" ORDER BY name");
                         let nodes = query.build().fetch_all(&mut *tx).await?;
                         (jobs, tasks, nodes)
                     }

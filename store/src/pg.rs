@@ -47,6 +47,10 @@ impl Dialect for PgStore {
     const CURSOR_VALUE: (&'static str, &'static str) =
         ("CAST(CAST(CAST(", " AS bigint) AS text) AS xid8)");
     const PREFER_INDEXES: Option<&'static str> = Some("SET LOCAL enable_seqscan = off");
+    // Every write the snapshot sees was made below its xmax. A mark above it came with the data
+    // from another server (a dump restored here): left out until this server's ids pass it, or
+    // it would come back in every read.
+    const CHANGED_BELOW: Option<&'static str> = Some("pg_snapshot_xmax(pg_current_snapshot())");
 }
 
 super::sql::impl_store!(PgStore, sqlx::Postgres, Backend::Postgres);

@@ -81,6 +81,9 @@ pub(super) trait Dialect {
     const CURSOR_VALUE: (&'static str, &'static str);
     /// Makes the rest of the transaction use indexes where it can, where that is a setting.
     const PREFER_INDEXES: Option<&'static str>;
+    /// Where marks of writes the snapshot sees end, where a mark may lie beyond it (see
+    /// [`super::changes`]).
+    const CHANGED_BELOW: Option<&'static str>;
 }
 
 /// Parses an enum column written by this code; anything else means a corrupt or newer row.

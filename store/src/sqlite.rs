@@ -58,6 +58,8 @@ impl Dialect for SqliteStore {
     const CURSOR_VALUE: (&'static str, &'static str) = ("", "");
     // SQLite's planner takes an index for a range on an indexed column without statistics.
     const PREFER_INDEXES: Option<&'static str> = None;
+    // The counter travels with the data.
+    const CHANGED_BELOW: Option<&'static str> = None;
 }
 
 super::sql::impl_store!(SqliteStore, sqlx::Sqlite, Backend::Sqlite);

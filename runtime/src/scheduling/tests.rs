@@ -150,7 +150,7 @@ async fn a_new_leader_keeps_the_queue_on_postgres() {
 }
 
 /// The view brought up to date from what changed is what a whole read would give: starts, exits,
-/// requeues, cancels and new jobs all land, with their documents.
+/// requeues, cancels, new jobs (with their documents) and nodes registered and lost all land.
 async fn the_view_kept_up_to_date_matches_a_whole_read(db: TestDb) {
     let store = db.store.clone();
     let dir = tempfile::tempdir().unwrap();
@@ -177,6 +177,30 @@ async fn the_view_kept_up_to_date_matches_a_whole_read(db: TestDb) {
         .await
         .unwrap();
     let more = jobs_of(store.as_ref(), "u").await;
+    let now = Utc::now();
+    for name in ["n2", "n1"] {
+        store
+            .upsert_node(&drover_store::Node {
+                id: uuid::Uuid::now_v7(),
+                name: name.into(),
+                labels: Default::default(),
+                gpus: Vec::new(),
+                cpus: 8,
+                memory_gb: 64,
+                health: "healthy".into(),
+                cordoned: false,
+                draining: false,
+                gpu_source: "slots".into(),
+                isolation: String::new(),
+                runs_images: false,
+                taints: Vec::new(),
+                last_heartbeat_at: Some(now),
+                created_at: now,
+            })
+            .await
+            .unwrap();
+    }
+    store.set_node_health("n2", "lost", now).await.unwrap();
     assert!(view.refresh(&runtime).await.unwrap());
     let whole = store.active_jobs().await.unwrap();
     let summary = |jobs: &[drover_store::Job]| -> Vec<_> {
@@ -189,6 +213,13 @@ async fn the_view_kept_up_to_date_matches_a_whole_read(db: TestDb) {
     assert!(view.jobs().iter().any(|j| j.id == more[0]));
     assert_eq!(view.live(), store.live_tasks().await.unwrap().as_slice());
     assert_eq!(view.live().len(), 2);
+    assert_eq!(view.nodes(), store.list_nodes().await.unwrap().as_slice());
+    let health: Vec<(&str, &str)> = view
+        .nodes()
+        .iter()
+        .map(|n| (n.name.as_str(), n.health.as_str()))
+        .collect();
+    assert_eq!(health, [("n1", "healthy"), ("n2", "lost")]);
     // Nothing written: the view soon reads as unchanged (other tests' open transactions on the
     // same Postgres server may bring a few rows again first).
     let mut quiet = false;

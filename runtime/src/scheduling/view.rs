@@ -4,7 +4,7 @@
 //! 12,000 active jobs, 8,000 live tasks and 1,000 nodes, reading them whole took a third of a
 //! settled round (issue #55).
 
-use super::super::Runtime;
+use crate::Runtime;
 use drover_core::JobId;
 use drover_store::{ActiveChanges, ChangeCursor, Job, Node, StoreResult, Task};
 use std::cmp::Ordering;

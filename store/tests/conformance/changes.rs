@@ -175,6 +175,19 @@ pub(crate) async fn changes_since_a_cursor_carry_every_write(db: &TestDb) {
         Some(7),
         "the late commit was skipped"
     );
+    // On Postgres, a mark from another server's future (a dump restored here, taken when that
+    // server's transaction ids ran ahead of this one's) does not come back in every read.
+    if db.store.backend() == Backend::Postgres {
+        writer
+            .execute(&format!(
+                "ALTER TABLE jobs DISABLE TRIGGER jobs_changed; \
+                 UPDATE jobs SET changed = '4000000000000' WHERE id = '{}'; \
+                 ALTER TABLE jobs ENABLE TRIGGER jobs_changed",
+                second.id.0
+            ))
+            .await;
+        quiet_from(store, after.cursor).await;
+    }
     // Without a cursor again: the whole view as it now is.
     let whole = store.active_changes(None).await.unwrap();
     assert_eq!(whole.jobs.iter().filter(|j| j.id == first.id).count(), 1);
