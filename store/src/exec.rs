@@ -402,8 +402,6 @@ pub trait ExecStore: Send + Sync {
     // Jobs and tasks, for the scheduling loop.
     /// Jobs in `queued`, `starting`, `running` or `rescaling`, oldest first, with documents.
     async fn active_jobs(&self) -> StoreResult<Vec<Job>>;
-    /// The same jobs without their documents (the scheduling loop keeps those it has seen).
-    async fn active_job_rows(&self) -> StoreResult<Vec<Job>>;
     /// The documents of these jobs, with the `updated_at` they were read at.
     async fn job_documents(
         &self,

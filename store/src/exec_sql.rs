@@ -312,13 +312,6 @@ macro_rules! impl_exec_store {
                 rows.iter().map(|row| job_from_row(row, true)).collect()
             }
 
-            async fn active_job_rows(&self) -> StoreResult<Vec<Job>> {
-                let sql = concat!("SELECT ", job_columns!(), " FROM jobs j JOIN tenants t ON t.id = j.tenant_id \
-                     WHERE j.state IN ('queued', 'starting', 'running', 'rescaling') ORDER BY j.id");
-                let rows = sqlx::query(sql).fetch_all(&self.pool).await?;
-                rows.iter().map(|row| job_from_row(row, false)).collect()
-            }
-
             async fn job_documents(
                 &self,
                 ids: &[JobId],
