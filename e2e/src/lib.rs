@@ -156,7 +156,11 @@ impl Proc {
             .env("DROVER_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("DROVER_ENROLLMENT_TOKEN", ENROLLMENT_TOKEN)
             .env("DROVER_CA_CERT", &test_authority().file)
-            .env("DROVER_LOG", "warn")
+            // `DROVER_E2E_LOG` (a `DROVER_LOG` filter) shows a test's servers at work.
+            .env(
+                "DROVER_LOG",
+                std::env::var("DROVER_E2E_LOG").unwrap_or_else(|_| "warn".to_owned()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

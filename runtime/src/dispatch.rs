@@ -83,20 +83,22 @@ pub(super) fn send_starts(runtime: &Runtime, tasks: &[Task]) {
 /// Brings `job`'s tasks in line with the job. `live` are its tasks not yet exited or lost, of any
 /// generation.
 pub(super) async fn reconcile_job(runtime: &Runtime, job: &Job, live: &[Task]) -> StoreResult<()> {
-    if let Some(change) = reconcile_tasks(runtime, job, live, None).await? {
+    if let Some(change) = reconcile_tasks(runtime, job, live, None, None).await? {
         mark_running(runtime, job, change).await?;
     }
     Ok(())
 }
 
 /// [`reconcile_job`] for a job just started, with its new generation's tasks as stored (not read
-/// again).
+/// again) and its recent checkpoint records, newest first, as read with other jobs'
+/// ([`RESUME_CANDIDATES`] at most; `None` to read them here).
 pub(super) async fn reconcile_started(
     runtime: &Runtime,
     job: &Job,
     tasks: &[Task],
+    recent: Option<&[CheckpointRecord]>,
 ) -> StoreResult<()> {
-    if let Some(change) = reconcile_tasks(runtime, job, &[], Some(tasks)).await? {
+    if let Some(change) = reconcile_tasks(runtime, job, &[], Some(tasks), recent).await? {
         mark_running(runtime, job, change).await?;
     }
     Ok(())
@@ -104,12 +106,14 @@ pub(super) async fn reconcile_started(
 
 /// [`reconcile_job`] but for the job's move to `running` when every task runs, which it returns
 /// for the caller to make with others' in one transaction. `generation`: the tasks of the job's
-/// current generation when the caller read them already (with other jobs').
+/// current generation when the caller read them already (with other jobs'); `recent`: its recent
+/// checkpoint records, likewise.
 pub(super) async fn reconcile_tasks(
     runtime: &Runtime,
     job: &Job,
     live: &[Task],
     generation: Option<&[Task]>,
+    recent: Option<&[CheckpointRecord]>,
 ) -> StoreResult<Option<StateChange>> {
     let active = is_active(job.state);
     for task in live {
@@ -142,7 +146,7 @@ pub(super) async fn reconcile_tasks(
         return Ok(None);
     }
     for task in tasks.iter().filter(|t| t.state == TaskState::Assigned) {
-        prepare_task(runtime, job, task, tasks).await?;
+        prepare_task(runtime, job, task, tasks, recent).await?;
     }
     send_starts(runtime, tasks);
     let all_running = tasks
@@ -287,6 +291,7 @@ async fn prepare_task(
     job: &Job,
     task: &Task,
     tasks: &[Task],
+    recent: Option<&[CheckpointRecord]>,
 ) -> StoreResult<()> {
     let Some(spec) = job.spec() else {
         return Ok(());
@@ -315,7 +320,7 @@ async fn prepare_task(
     };
     let num_workers = num_workers(tasks);
     // Its own last checkpoint; before it has one, the checkpoint `init_from` names.
-    let resume = match resume_point(runtime, job).await? {
+    let resume = match resume_point(runtime, job, recent).await? {
         Some(own) => Some(own),
         None => match spec.init_from() {
             None => None,
@@ -384,18 +389,27 @@ async fn prepare_task(
 }
 
 /// Recorded checkpoints a start looks through, newest first, for one that still exists.
-const RESUME_CANDIDATES: u32 = 16;
+pub(super) const RESUME_CANDIDATES: u32 = 16;
 
 /// The job's newest recorded checkpoint that still exists in the checkpoint storage: a task's
 /// retention (`keep_last`) deletes checkpoints by what is on disk, not by what the server recorded,
 /// so the newest record can name one that is gone; then the next older one is tried. Where this
 /// server cannot look (a checkpoint directory it does not see, a store that does not answer), the
-/// record is trusted.
-async fn resume_point(runtime: &Runtime, job: &Job) -> StoreResult<Option<CheckpointRecord>> {
-    let recent = runtime
-        .store
-        .recent_checkpoints(job.id, RESUME_CANDIDATES)
-        .await?;
+/// record is trusted. `known`: the job's recent records, when the caller read them already.
+async fn resume_point(
+    runtime: &Runtime,
+    job: &Job,
+    known: Option<&[CheckpointRecord]>,
+) -> StoreResult<Option<CheckpointRecord>> {
+    let recent = match known {
+        Some(records) => records.to_vec(),
+        None => {
+            runtime
+                .store
+                .recent_checkpoints(job.id, RESUME_CANDIDATES)
+                .await?
+        }
+    };
     for record in &recent {
         match runtime.checkpoint_exists(record).await {
             Some(false) => {

@@ -79,6 +79,9 @@ pub(super) struct Input {
     pub policy: Box<dyn drover_scheduler::Policy>,
     /// Each snapshot tenant's id, by index.
     pub tenants: Vec<TenantId>,
+    /// Queued jobs whose tasks are still stopping (a preemption's victims until their tasks exit):
+    /// the snapshot holds them where they ran, so the plan does not have them waiting yet.
+    pub stopping: Vec<JobId>,
 }
 
 /// The loop's side: offers, and whether the forecaster wants one.
@@ -304,7 +307,8 @@ impl Forecaster {
     }
 
     /// One forecast of the whole queue (`full`) or of its head, recorded in the store.
-    pub async fn forecast(&mut self, input: Input, full: bool) -> StoreResult<()> {
+    pub async fn forecast(&mut self, mut input: Input, full: bool) -> StoreResult<()> {
+        let stopping = std::mem::take(&mut input.stopping);
         let history = self.history().await?;
         let started = Instant::now();
         let compute = move || {
@@ -402,6 +406,18 @@ impl Forecaster {
                 _ => fresh,
             };
             entries.push(entry);
+        }
+        // A job preempted a round ago is queued, but waiting in no plan until its tasks have
+        // exited: it keeps its last prediction, after the waiting jobs, rather than drop out of
+        // the queue's answers for those seconds ("not yet considered").
+        let waiting: std::collections::HashSet<JobId> = entries.iter().map(|e| e.job).collect();
+        for job in stopping {
+            if let Some(old) = self.known.get(&job).filter(|_| !waiting.contains(&job)) {
+                entries.push(QueueEntry {
+                    position: entries.len() as u32 + 1,
+                    ..old.clone()
+                });
+            }
         }
         self.known = entries.iter().map(|e| (e.job, e.clone())).collect();
         let finishing: BTreeMap<JobId, DateTime<Utc>> = forecast

@@ -43,7 +43,14 @@ struct Executor {
     /// The executor process of the session (random at each start of it) and where it connects from.
     incarnation: String,
     peer: String,
+    /// The tasks its heartbeats named (a digest) when the store last expected them all, and when.
+    tasks_checked: Option<(u64, Instant)>,
 }
+
+/// A heartbeat naming the same tasks as the last one the store was read for is checked again
+/// after this long at the latest (the store's side may change without the executor's: a server
+/// that lost a task's record).
+pub const TASKS_RECHECKED_EVERY: Duration = Duration::from_secs(30);
 
 /// Another executor process holds the node's live session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,6 +206,7 @@ impl Hub {
                 tasks: HashMap::new(),
                 incarnation: incarnation.to_owned(),
                 peer,
+                tasks_checked: None,
             },
         );
         Ok(session)
@@ -275,6 +283,7 @@ impl Hub {
                 tasks: HashMap::new(),
                 incarnation: String::new(),
                 peer: String::new(),
+                tasks_checked: None,
             });
     }
 
@@ -309,6 +318,22 @@ impl Hub {
                 due(name, heard).then(|| (name.clone(), heard))
             })
             .collect()
+    }
+
+    /// Whether the tasks a heartbeat names (`digest`) are those the store last expected of `node`,
+    /// less than [`TASKS_RECHECKED_EVERY`] ago: then there is nothing to read again.
+    pub fn tasks_checked(&self, node: &str, digest: u64) -> bool {
+        self.executors()
+            .get(node)
+            .and_then(|e| e.tasks_checked)
+            .is_some_and(|(last, at)| last == digest && at.elapsed() < TASKS_RECHECKED_EVERY)
+    }
+
+    /// The store expected every task a heartbeat of `node` named (`digest`).
+    pub fn set_tasks_checked(&self, node: &str, digest: u64) {
+        if let Some(executor) = self.executors().get_mut(node) {
+            executor.tasks_checked = Some((digest, Instant::now()));
+        }
     }
 
     /// Records what the executor's last heartbeat said about its GPUs and its host, and adds a

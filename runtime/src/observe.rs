@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use drover_core::JobId;
 use drover_scheduler::Shape;
 use drover_scheduler::cluster::GpuModelTag;
-use drover_scheduler::snapshot::{Observations, StepStats};
+use drover_scheduler::snapshot::{LossSamples, Observations, StepStats};
 use drover_store::{MetricFilter, MetricSample, Scope, Store, StoreResult, TaskRole};
 use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -78,7 +78,7 @@ struct Tracked {
     /// workers on several nodes and their sum.
     shapes: BTreeMap<(Shape, GpuModelTag), Measured>,
     generations: BTreeMap<u64, Span>,
-    losses: Vec<(u64, f64)>,
+    losses: LossSamples,
     /// Keep one loss sample in this many.
     loss_stride: u64,
     losses_seen: u64,
@@ -101,7 +101,8 @@ struct Span {
 pub struct Observed {
     pub steps_done: u64,
     pub step_stats: Vec<StepStats>,
-    pub loss_samples: Vec<(u64, f64)>,
+    /// Shared with the tracker: a copy per job a round was most of reading thousands of jobs.
+    pub loss_samples: LossSamples,
     /// Seconds between the first and last reports of every generation, summed.
     pub executed_s: f64,
     /// The same, each generation's span times its workers.
@@ -268,17 +269,19 @@ impl Tracked {
             LOSS if sample.value.is_finite() => {
                 let stride = self.loss_stride.max(1);
                 if self.losses_seen.is_multiple_of(stride) {
-                    self.losses.push((sample.step, sample.value));
+                    // Copied only when a snapshot still holds the samples as they were.
+                    let losses = std::sync::Arc::make_mut(&mut self.losses);
+                    losses.push((sample.step, sample.value));
+                    if losses.len() > MAX_LOSS_SAMPLES {
+                        let mut i = 0;
+                        losses.retain(|_| {
+                            i += 1;
+                            i % 2 == 1
+                        });
+                        self.loss_stride = stride * 2;
+                    }
                 }
                 self.losses_seen += 1;
-                if self.losses.len() > MAX_LOSS_SAMPLES {
-                    let mut i = 0;
-                    self.losses.retain(|_| {
-                        i += 1;
-                        i % 2 == 1
-                    });
-                    self.loss_stride = stride * 2;
-                }
             }
             _ => {}
         }

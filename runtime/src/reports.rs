@@ -189,13 +189,38 @@ async fn owned(runtime: &Runtime, node: &str, key: TaskKey) -> StoreResult<Optio
 }
 
 /// Stops tasks an executor runs that the store does not expect there (a lost stop command, a
-/// task from before a server restart).
+/// task from before a server restart). The store is read when the heartbeat names other tasks
+/// than the last one checked, and every [`crate::hub::TASKS_RECHECKED_EVERY`] besides: a
+/// thousand nodes' heartbeats each reading their node's tasks were a tenth of the server's work.
 async fn on_heartbeat(
     runtime: &Runtime,
     node: &str,
     reported: &[pb::TaskStatus],
 ) -> StoreResult<()> {
-    if reported.is_empty() {
+    let mut running: Vec<(&str, u64, &str, u32)> = reported
+        .iter()
+        .filter(|status| status.phase != pb::TaskPhase::Exited as i32)
+        .filter_map(|status| {
+            let key = status.task.as_ref()?;
+            Some((
+                key.job_id.as_str(),
+                key.generation,
+                key.role.as_str(),
+                key.index,
+            ))
+        })
+        .collect();
+    if running.is_empty() {
+        return Ok(());
+    }
+    running.sort_unstable();
+    let digest = {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        running.hash(&mut hasher);
+        hasher.finish()
+    };
+    if runtime.hub.tasks_checked(node, digest) {
         return Ok(());
     }
     let live: std::collections::HashSet<TaskKey> = runtime
@@ -205,6 +230,7 @@ async fn on_heartbeat(
         .into_iter()
         .map(|t| t.key)
         .collect();
+    let mut all_expected = true;
     for status in reported {
         if status.phase == pb::TaskPhase::Exited as i32 {
             continue;
@@ -214,7 +240,11 @@ async fn on_heartbeat(
         {
             tracing::warn!(task = %key, node.name = node, "executor runs a task that is not expected there; stopping it");
             refuse_task(runtime, node, key, "this task is not expected on this node");
+            all_expected = false;
         }
+    }
+    if all_expected {
+        runtime.hub.set_tasks_checked(node, digest);
     }
     Ok(())
 }

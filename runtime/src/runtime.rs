@@ -90,20 +90,17 @@ pub struct Runtime {
     pub search_hints: SearchHints,
     /// Whether this replica leads (runs the loop and the executors' sessions).
     pub leader: tokio::sync::watch::Receiver<bool>,
-    /// The documents of active jobs as last read, with the `updated_at` they were read at: a round
-    /// reads only those of jobs that are new or changed.
+    /// The documents of active jobs as last read, with their versions: a round reads only those of
+    /// jobs that are new or whose document changed (a resize), not of every job whose state did.
     documents: std::sync::Mutex<std::collections::HashMap<drover_core::JobId, CachedDocument>>,
     /// How long each scheduling round took, whole (store reads, planning, writes, dispatch), served
     /// with the server's metrics as `drover_scheduling_round_seconds`.
     pub round_seconds: prometheus_client::metrics::histogram::Histogram,
 }
 
-/// A job's document as read at `updated_at`, and its spec parsed once (with its program).
-type CachedDocument = (
-    chrono::DateTime<chrono::Utc>,
-    Arc<serde_json::Value>,
-    Option<ParsedSpec>,
-);
+/// A job's document at a version ([`drover_store::Job::document_version`]), and its spec parsed
+/// once (with its program).
+type CachedDocument = (u64, Arc<serde_json::Value>, Option<ParsedSpec>);
 
 impl Runtime {
     /// A runtime that always leads (one server).
@@ -155,7 +152,7 @@ impl Runtime {
                 .filter(|j| {
                     cache
                         .get(&j.id)
-                        .is_none_or(|(at, _, _)| *at != j.updated_at)
+                        .is_none_or(|(version, _, _)| *version != j.document_version)
                 })
                 .map(|j| j.id)
                 .collect()
@@ -168,11 +165,11 @@ impl Runtime {
         let tenants: std::collections::HashMap<drover_core::JobId, drover_core::TenantId> =
             jobs.iter().map(|j| (j.id, j.tenant_id)).collect();
         let mut cache = self.cached_documents();
-        for (id, at, document) in fetched {
+        for (id, version, document) in fetched {
             let spec = drover_store::spec_of(&document)
                 .zip(tenants.get(&id))
                 .map(|(spec, tenant)| ParsedSpec::of(spec, *tenant));
-            cache.insert(id, (at, Arc::new(document), spec));
+            cache.insert(id, (version, Arc::new(document), spec));
         }
         for job in jobs {
             job.document = cache.get(&job.id).map(|(_, document, _)| document.clone());
@@ -196,7 +193,7 @@ impl Runtime {
             .filter_map(|job| {
                 let cached = cache
                     .get(&job.id)
-                    .filter(|(at, _, _)| *at == job.updated_at)
+                    .filter(|(version, _, _)| *version == job.document_version)
                     .and_then(|(_, _, spec)| spec.clone());
                 let spec = cached.or_else(|| Some(ParsedSpec::of(job.spec()?, job.tenant_id)))?;
                 Some((job.id, spec))

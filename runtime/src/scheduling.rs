@@ -238,6 +238,17 @@ impl SchedulingLoop {
                 plan: plan.clone(),
                 policy,
                 tenants: tenants.iter().map(|t| t.id).collect(),
+                stopping: built
+                    .held
+                    .iter()
+                    .filter(|id| {
+                        built
+                            .jobs
+                            .get(id)
+                            .is_some_and(|j| j.state == JobState::Queued)
+                    })
+                    .copied()
+                    .collect(),
             });
         }
         self.previous = plan;
@@ -550,7 +561,7 @@ async fn reconcile_all(runtime: &Runtime, jobs: &[Job], live: &[Task]) -> StoreR
             let generation = generations.get(&job.id).map(Vec::as_slice);
             async move {
                 if let Some(change) =
-                    crate::dispatch::reconcile_tasks(runtime, &job, tasks, generation).await?
+                    crate::dispatch::reconcile_tasks(runtime, &job, tasks, generation, None).await?
                 {
                     running
                         .lock()

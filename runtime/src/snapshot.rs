@@ -135,7 +135,7 @@ pub(super) fn build<'a>(
         let mut placed = Vec::with_capacity(tasks.len());
         for task in tasks {
             let node = *node_index.get(task.node_name.as_str())?;
-            let positions = &gpu_indices_lookup(&included, node);
+            let positions: &Vec<u32> = &gpu_indices[node as usize];
             let gpus = task
                 .gpus
                 .iter()
@@ -294,12 +294,6 @@ pub(super) fn build<'a>(
         held,
         jobs: jobs_by_id,
     }
-}
-
-fn gpu_indices_lookup(nodes: &[&Node], node: u32) -> Vec<u32> {
-    let mut indices: Vec<u32> = nodes[node as usize].gpus.iter().map(|g| g.index).collect();
-    indices.sort_unstable();
-    indices
 }
 
 /// A rescaling job's new placement plus its old workers still exiting on GPUs the new one does not

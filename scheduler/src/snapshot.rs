@@ -55,6 +55,10 @@ pub struct StepStats {
     pub gpu: crate::cluster::GpuModelTag,
 }
 
+/// A job's (step, loss) samples ([`Observations::loss_samples`]); changed through
+/// [`Arc::make_mut`](std::sync::Arc::make_mut), which copies them only while another holds them.
+pub type LossSamples = std::sync::Arc<Vec<(u64, f64)>>;
+
 /// What has been observed of a job (and what it declared that the observations are read with: its
 /// step budget, its program); never its true speed or length.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -69,8 +73,9 @@ pub struct Observations {
     pub last_state_change_s: f64,
     pub steps_done: u64,
     pub step_stats: Vec<StepStats>,
-    /// (step, loss) samples, oldest first, thinned to a bounded count.
-    pub loss_samples: Vec<(u64, f64)>,
+    /// (step, loss) samples, oldest first, thinned to a bounded count; shared, not copied, by the
+    /// snapshots of a server's rounds (a job keeps hundreds, and a round sees every job).
+    pub loss_samples: LossSamples,
     /// When the last checkpoint was committed.
     pub last_checkpoint_s: Option<f64>,
     pub restarts: u32,

@@ -402,11 +402,11 @@ pub trait ExecStore: Send + Sync {
     // Jobs and tasks, for the scheduling loop.
     /// Jobs in `queued`, `starting`, `running` or `rescaling`, oldest first, with documents.
     async fn active_jobs(&self) -> StoreResult<Vec<Job>>;
-    /// The documents of these jobs, with the `updated_at` they were read at.
+    /// The documents of these jobs, with their [`Job::document_version`]s.
     async fn job_documents(
         &self,
         ids: &[JobId],
-    ) -> StoreResult<Vec<(JobId, DateTime<Utc>, serde_json::Value)>>;
+    ) -> StoreResult<Vec<(JobId, u64, serde_json::Value)>>;
     /// The last step each of these jobs reported a `loss` at (jobs that reported none are left out).
     async fn last_steps(&self, ids: &[JobId]) -> StoreResult<Vec<(JobId, u64)>>;
     /// Every task not yet `exited` or `lost`, of any job and generation.
@@ -584,6 +584,14 @@ pub trait ExecStore: Send + Sync {
     async fn recent_checkpoints(
         &self,
         job: JobId,
+        limit: u32,
+    ) -> StoreResult<Vec<CheckpointRecord>>;
+    /// [`Self::recent_checkpoints`] of each of `jobs` that has any, in one query (a few hundred
+    /// jobs a query): the records of one job together, in that order. A round that starts
+    /// thousands of jobs reads where each resumes from at once, not one job at a time.
+    async fn recent_checkpoints_of(
+        &self,
+        jobs: &[JobId],
         limit: u32,
     ) -> StoreResult<Vec<CheckpointRecord>>;
     /// At most `limit` of the job's log lines that pass `filter`, from `window`, in id order.

@@ -315,11 +315,11 @@ macro_rules! impl_exec_store {
             async fn job_documents(
                 &self,
                 ids: &[JobId],
-            ) -> StoreResult<Vec<(JobId, DateTime<Utc>, serde_json::Value)>> {
+            ) -> StoreResult<Vec<(JobId, u64, serde_json::Value)>> {
                 let mut documents = Vec::with_capacity(ids.len());
                 for chunk in ids.chunks(500) {
                     let mut query =
-                        sqlx::QueryBuilder::<$db>::new("SELECT id, updated_at, document FROM jobs WHERE id IN (");
+                        sqlx::QueryBuilder::<$db>::new("SELECT id, document_version, document FROM jobs WHERE id IN (");
                     let mut separated = query.separated(", ");
                     for id in chunk {
                         separated.push_bind(id.0);
@@ -328,7 +328,8 @@ macro_rules! impl_exec_store {
                     let rows = query.build().fetch_all(&self.pool).await?;
                     for row in &rows {
                         let Json(document): Json<serde_json::Value> = row.try_get("document")?;
-                        documents.push((JobId(row.try_get("id")?), row.try_get("updated_at")?, document));
+                        let version = u64_column(row.try_get("document_version")?, "document_version")?;
+                        documents.push((JobId(row.try_get("id")?), version, document));
                     }
                 }
                 Ok(documents)
@@ -397,7 +398,8 @@ macro_rules! impl_exec_store {
                     });
                 }
                 let now = Utc::now();
-                sqlx::query("UPDATE jobs SET document = $1, max_gpus = $2, updated_at = $3 WHERE id = $4 AND state = $5")
+                sqlx::query("UPDATE jobs SET document = $1, max_gpus = $2, updated_at = $3, \
+                     document_version = document_version + 1 WHERE id = $4 AND state = $5")
                     .bind(sqlx::types::Json(document))
                     .bind(max_gpus)
                     .bind(now)
@@ -634,6 +636,34 @@ macro_rules! impl_exec_store {
                 .fetch_all(&self.pool)
                 .await?;
                 rows.iter().map(checkpoint_from_row).collect()
+            }
+
+            async fn recent_checkpoints_of(
+                &self,
+                jobs: &[JobId],
+                limit: u32,
+            ) -> StoreResult<Vec<CheckpointRecord>> {
+                let mut records = Vec::new();
+                for chunk in jobs.chunks(500) {
+                    // Each job's first `limit` in `recent_checkpoints`' order.
+                    let mut query = sqlx::QueryBuilder::<$db>::new(
+                        "SELECT id, job_id, generation, step, path, size_bytes, created_at FROM \
+                         (SELECT *, ROW_NUMBER() OVER (PARTITION BY job_id ORDER BY step DESC, \
+                         created_at DESC) AS n FROM checkpoints WHERE job_id IN (",
+                    );
+                    let mut ids = query.separated(", ");
+                    for job in chunk {
+                        ids.push_bind(job.0);
+                    }
+                    query
+                        .push(")) recent WHERE n <= ")
+                        .push_bind(i64::from(limit))
+                        .push(" ORDER BY job_id, n");
+                    for row in query.build().fetch_all(&self.pool).await? {
+                        records.push(checkpoint_from_row(&row)?);
+                    }
+                }
+                Ok(records)
             }
 
             async fn append_logs(&self, key: &TaskKey, lines: &[NewLogLine]) -> StoreResult<()> {

@@ -143,6 +143,7 @@ impl NewJob {
             updated_at: self.created_at,
             generation: 0,
             restarts: 0,
+            document_version: 0,
         }
     }
 }
@@ -182,6 +183,9 @@ pub struct Job {
     pub generation: u64,
     /// Restarts after task failures so far.
     pub restarts: u32,
+    /// Moves when the document changes (a resize), not with the job's state: what a parsed
+    /// document is kept by.
+    pub document_version: u64,
 }
 
 impl Job {

@@ -45,7 +45,8 @@ macro_rules! token_columns {
 macro_rules! job_columns {
     () => {
         "j.id, j.tenant_id, t.name AS tenant_name, j.name, j.job_type, j.state, j.reason, j.message, \
-         j.priority, j.max_gpus, j.labels, j.submitted_by, j.created_at, j.updated_at, j.generation, j.restarts"
+         j.priority, j.max_gpus, j.labels, j.submitted_by, j.created_at, j.updated_at, j.generation, j.restarts, \
+         j.document_version"
     };
 }
 macro_rules! event_columns {
@@ -295,6 +296,7 @@ macro_rules! impl_store {
                 updated_at: row.try_get("updated_at")?,
                 generation: u64_column(row.try_get("generation")?, "generation")?,
                 restarts: u32_column(row.try_get::<i32, _>("restarts")?.into(), "restarts")?,
+                document_version: u64_column(row.try_get("document_version")?, "document_version")?,
             })
         }
 

@@ -8,7 +8,7 @@ use crate::snapshot::Built;
 use crate::wording::in_words;
 use drover_core::{JobId, JobState, ReasonCode};
 use drover_scheduler::{JobPlan, Plan, Role, WaitReason};
-use drover_store::{NewTask, Scope, StateChange, StoreResult, Task, TaskRole};
+use drover_store::{CheckpointRecord, NewTask, Scope, StateChange, StoreResult, Task, TaskRole};
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
 
@@ -141,13 +141,27 @@ pub(super) async fn apply(
         }
     }
     for batch in starts.chunks(STARTS_A_BATCH) {
+        let stored_since = std::time::Instant::now();
         let started = runtime.store.start_generations(batch).await?;
+        // Where each resumes from, read for the whole batch at once (one query per job took most
+        // of a burst's round).
+        let ids: Vec<JobId> = started.iter().map(|(id, _, _)| *id).collect();
+        let mut recent: HashMap<JobId, Vec<CheckpointRecord>> = HashMap::new();
+        for record in runtime
+            .store
+            .recent_checkpoints_of(&ids, crate::dispatch::RESUME_CANDIDATES)
+            .await?
+        {
+            recent.entry(record.job_id).or_default().push(record);
+        }
+        let stored = stored_since.elapsed();
         let changes: HashMap<JobId, &StateChange> =
             batch.iter().map(|(id, _, change)| (*id, change)).collect();
         futures::stream::iter(started)
             .map(Ok)
             .try_for_each_concurrent(STARTS_AT_ONCE, |(id, generation, tasks)| {
                 let change = changes.get(&id).copied();
+                let recent = recent.get(&id).map_or(&[][..], Vec::as_slice);
                 async move {
                     tracing::info!(job.id = %id, generation, "job allocated");
                     // The job as the start left it, without reading it back.
@@ -160,10 +174,16 @@ pub(super) async fn apply(
                         job.reason = change.reason;
                         job.message.clone_from(&change.message);
                     }
-                    crate::dispatch::reconcile_started(runtime, &job, &tasks).await
+                    crate::dispatch::reconcile_started(runtime, &job, &tasks, Some(recent)).await
                 }
             })
             .await?;
+        tracing::debug!(
+            jobs = batch.len(),
+            stored_ms = stored.as_millis() as u64,
+            prepared_ms = (stored_since.elapsed() - stored).as_millis() as u64,
+            "a batch of starts applied"
+        );
     }
     Ok(())
 }

@@ -60,8 +60,19 @@ pub fn build_with(
     queued: usize,
     running_sizes: &[u32],
 ) -> ClusterSnapshot {
+    build_sized(gpus, running, queued, running_sizes, SIZES)
+}
+
+/// [`build_with`], the queued jobs' GPU counts drawn from `queued_sizes`.
+pub fn build_sized(
+    gpus: u32,
+    running: usize,
+    queued: usize,
+    running_sizes: &[u32],
+    queued_sizes: &[u32],
+) -> ClusterSnapshot {
     let mut rng = ChaCha8Rng::seed_from_u64(42);
-    let sizes = SIZES;
+    let sizes = queued_sizes;
     let mut snapshot = ClusterSnapshot {
         now_s: 1e6,
         nodes: uniform_cluster(gpus / 8, 8, 96, 32),
@@ -87,9 +98,11 @@ pub fn build_with(
     // Running jobs have history: a decaying loss and step times at three shapes.
     for job in &mut snapshot.jobs {
         let scale = rng.random_range(0.05..0.5);
-        job.observed.loss_samples = (0..64u64)
-            .map(|k| (k * 50, 2.0 / (1.0 + 0.01 * (k * 50) as f64) + 0.3))
-            .collect();
+        job.observed.loss_samples = std::sync::Arc::new(
+            (0..64u64)
+                .map(|k| (k * 50, 2.0 / (1.0 + 0.01 * (k * 50) as f64) + 0.3))
+                .collect(),
+        );
         job.observed.steps_done = 3200;
         job.observed.step_stats = [(1, 1), (1, 2), (2, 2)]
             .into_iter()

@@ -111,11 +111,13 @@ impl DroverPolicy {
     fn order(&mut self, snapshot: &ClusterSnapshot) -> (Vec<usize>, Vec<bool>) {
         self.las.update_queues(snapshot);
         let mut order: Vec<usize> = (0..snapshot.jobs.len()).collect();
-        let key = |i: usize| {
-            let job = &snapshot.jobs[i];
-            (std::cmp::Reverse(job.priority), self.las.queue_key(job.id))
-        };
-        order.sort_by_key(|&i| key(i));
+        // Each job's key looked up once, not at every comparison of the sort.
+        let keys: Vec<(std::cmp::Reverse<i32>, (u8, u64))> = snapshot
+            .jobs
+            .iter()
+            .map(|job| (std::cmp::Reverse(job.priority), self.las.queue_key(job.id)))
+            .collect();
+        order.sort_by_key(|&i| keys[i]);
         let mut within = vec![false; snapshot.jobs.len()];
         if !self.quotas {
             return (self.with_hints(snapshot, order), within);
@@ -145,7 +147,7 @@ impl DroverPolicy {
                 borrowing.push(i);
             }
         }
-        let borrowing = self.fair_borrowing(snapshot, &capacity, borrowing, used);
+        let borrowing = self.fair_borrowing(snapshot, &keys, &capacity, borrowing, used);
         guaranteed.extend(borrowing);
         let order = self.with_hints(snapshot, guaranteed);
         let order = self.cheapest_victims_last(snapshot, order, &within);
@@ -161,17 +163,13 @@ impl DroverPolicy {
     fn fair_borrowing(
         &self,
         snapshot: &ClusterSnapshot,
+        keys: &[(std::cmp::Reverse<i32>, (u8, u64))],
         capacity: &Capacity,
         borrowing: Vec<usize>,
         mut used: BTreeMap<u32, u64>,
     ) -> Vec<usize> {
-        let key = |i: usize| {
-            let job = &snapshot.jobs[i];
-            (
-                std::cmp::Reverse(job.priority),
-                self.las.queue_key(job.id).0,
-            )
-        };
+        // (priority, LAS queue) of each job, from `order`'s keys.
+        let key = |i: usize| (keys[i].0, keys[i].1.0);
         let weight = |tenant: u32| {
             snapshot
                 .tenants

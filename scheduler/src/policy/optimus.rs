@@ -35,15 +35,15 @@ struct CachedModels {
 impl ModelCache {
     /// Every job's [`Estimate`], in snapshot order.
     pub(crate) fn estimates(&mut self, snapshot: &ClusterSnapshot) -> Vec<Estimate> {
-        let live: std::collections::BTreeSet<JobId> = snapshot.jobs.iter().map(|j| j.id).collect();
-        self.entries.retain(|id, _| live.contains(id));
         // Which models of which jobs to (re)fit: a curve when its samples have grown by a quarter,
-        // a speed model when its step times changed (fits are the costly part).
+        // a speed model when its step times changed (fits are the costly part). Each job's entry
+        // is looked up once, and copied here.
         let mut refits: Vec<Refit> = Vec::new();
+        let mut models: Vec<CachedModels> = Vec::with_capacity(snapshot.jobs.len());
         for (i, job) in snapshot.jobs.iter().enumerate() {
             let observed = &job.observed;
             let step_samples: u32 = observed.step_stats.iter().map(|s| s.samples).sum();
-            let entry = self.entries.entry(job.id).or_insert(CachedModels {
+            let entry = self.entries.entry(job.id).or_insert_with(|| CachedModels {
                 loss_samples: usize::MAX,
                 step_samples: u32::MAX,
                 convergence: None,
@@ -63,34 +63,36 @@ impl ModelCache {
                     step_samples,
                 });
             }
+            models.push(*entry);
+        }
+        // Jobs gone since the last call leave (a set of every job only when some have).
+        if self.entries.len() > snapshot.jobs.len() {
+            let live: std::collections::HashSet<JobId> =
+                snapshot.jobs.iter().map(|j| j.id).collect();
+            self.entries.retain(|id, _| live.contains(id));
         }
         let fitted = fit_all(snapshot, &refits);
         for (refit, (convergence, speed)) in refits.iter().zip(fitted) {
             let job = &snapshot.jobs[refit.job];
-            let Some(entry) = self.entries.get_mut(&job.id) else {
-                continue;
-            };
+            let model = &mut models[refit.job];
             if let Some(convergence) = convergence {
-                entry.convergence = convergence;
-                entry.loss_samples = job.observed.loss_samples.len();
+                model.convergence = convergence;
+                model.loss_samples = job.observed.loss_samples.len();
             }
             if let Some(speed) = speed {
-                entry.speed = speed;
-                entry.step_samples = refit.step_samples;
+                model.speed = speed;
+                model.step_samples = refit.step_samples;
+            }
+            if let Some(entry) = self.entries.get_mut(&job.id) {
+                *entry = *model;
             }
         }
         snapshot
             .jobs
             .iter()
-            .map(|job| {
+            .zip(models)
+            .map(|(job, entry)| {
                 let observed = &job.observed;
-                // Every live job has an entry (made above).
-                let entry = self.entries.get(&job.id).copied().unwrap_or(CachedModels {
-                    loss_samples: 0,
-                    step_samples: 0,
-                    convergence: None,
-                    speed: SpeedModel::of_job(job, &[]),
-                });
                 let done = observed.steps_done as f64;
                 let mut remaining = entry
                     .convergence
@@ -338,7 +340,7 @@ mod tests {
             placement: None,
             observed: Observations {
                 steps_done: 400,
-                loss_samples: loss,
+                loss_samples: loss.into(),
                 step_stats: (1..=3)
                     .map(|w| StepStats {
                         shape: Shape { ps: 1, workers: w },

@@ -7,7 +7,7 @@ use crate::place::FreeResources;
 use crate::plan::{JobPlan, Placement, Plan, Role, RunReason, TaskPlacement, WaitReason};
 use crate::snapshot::ClusterSnapshot;
 use drover_core::JobId;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The worker of a single-GPU job.
 fn single_gpu_worker(placement: &Placement) -> Option<&TaskPlacement> {
@@ -16,20 +16,45 @@ fn single_gpu_worker(placement: &Placement) -> Option<&TaskPlacement> {
     (workers.next().is_none() && worker.gpus.len() == 1).then_some(worker)
 }
 
-/// How many jobs the plan runs on each GPU.
-fn gpu_users(plan: &Plan) -> BTreeMap<(crate::NodeId, u16), u32> {
-    let mut users = BTreeMap::new();
-    for decision in plan.jobs.values() {
-        let JobPlan::Run { placement, .. } = decision else {
-            continue;
-        };
-        for task in &placement.tasks {
-            for &gpu in &task.gpus {
-                *users.entry((task.node, gpu)).or_insert(0) += 1;
+/// How many jobs the plan runs on each GPU, by node and GPU position.
+struct GpuUsers(Vec<Vec<u32>>);
+
+impl GpuUsers {
+    fn of(snapshot: &ClusterSnapshot, plan: &Plan) -> Self {
+        let mut users: Vec<Vec<u32>> = snapshot
+            .nodes
+            .iter()
+            .map(|n| vec![0; n.gpus.len()])
+            .collect();
+        for decision in plan.jobs.values() {
+            let JobPlan::Run { placement, .. } = decision else {
+                continue;
+            };
+            for task in &placement.tasks {
+                let node = task.node.0 as usize;
+                if users.len() <= node {
+                    users.resize_with(node + 1, Vec::new);
+                }
+                let gpus = &mut users[node];
+                for &gpu in &task.gpus {
+                    let gpu = usize::from(gpu);
+                    if gpus.len() <= gpu {
+                        gpus.resize(gpu + 1, 0);
+                    }
+                    gpus[gpu] += 1;
+                }
             }
         }
+        GpuUsers(users)
     }
-    users
+
+    fn get(&self, node: crate::NodeId, gpu: u16) -> u32 {
+        self.0
+            .get(node.0 as usize)
+            .and_then(|gpus| gpus.get(usize::from(gpu)))
+            .copied()
+            .unwrap_or(0)
+    }
 }
 
 /// Packs waiting single-GPU jobs, in order, next to running single-GPU jobs whose GPU has memory for
@@ -42,14 +67,16 @@ pub(super) fn pack(
     free: &mut FreeResources,
     exclude: &BTreeSet<JobId>,
 ) {
-    let positions: BTreeMap<JobId, usize> = snapshot
+    let positions: HashMap<JobId, usize> = snapshot
         .jobs
         .iter()
         .enumerate()
         .map(|(i, j)| (j.id, i))
         .collect();
+    // Most rounds exclude no job: no lookup then.
+    let excluded = |id: &JobId| !exclude.is_empty() && exclude.contains(id);
     // (node, gpu) -> (job, its GPU memory need), for GPUs used by exactly one single-GPU job.
-    let users = gpu_users(plan);
+    let users = GpuUsers::of(snapshot, plan);
     // GPUs each tenant holds in the plan, so packing never takes a tenant past its maximum.
     let mut tenant_gpus: BTreeMap<u32, u32> = BTreeMap::new();
     for (id, decision) in &plan.jobs {
@@ -66,7 +93,7 @@ pub(super) fn pack(
     };
     let mut hosts: Vec<(crate::NodeId, u16, JobId, f64)> = Vec::new();
     for (id, decision) in &plan.jobs {
-        if exclude.contains(id) {
+        if excluded(id) {
             continue;
         }
         let JobPlan::Run { placement, .. } = decision else {
@@ -75,7 +102,7 @@ pub(super) fn pack(
         let Some(worker) = single_gpu_worker(placement) else {
             continue;
         };
-        if users.get(&(worker.node, worker.gpus[0])) != Some(&1) {
+        if users.get(worker.node, worker.gpus[0]) != 1 {
             continue;
         }
         let Some(memory) = positions
@@ -90,7 +117,7 @@ pub(super) fn pack(
     // re-packing them elsewhere every round would only pay restarts.
     for &i in order {
         let job = &snapshot.jobs[i];
-        if exclude.contains(&job.id) {
+        if excluded(&job.id) {
             continue;
         }
         let Some(current) = &job.placement else {
@@ -140,7 +167,7 @@ pub(super) fn pack(
             break;
         }
         let job = &snapshot.jobs[i];
-        if exclude.contains(&job.id) {
+        if excluded(&job.id) {
             continue;
         }
         let waiting = matches!(plan.jobs.get(&job.id), Some(JobPlan::Wait { reason }) if *reason != WaitReason::NeverFits);
@@ -200,18 +227,13 @@ pub(super) fn pack(
         *tenant_gpus.entry(job.tenant).or_default() += 1;
     }
     // A job whose partner left runs alone again: clear its packing mark.
-    let users = gpu_users(plan);
+    let users = GpuUsers::of(snapshot, plan);
     for decision in plan.jobs.values_mut() {
         let JobPlan::Run { placement, .. } = decision else {
             continue;
         };
         for task in &mut placement.tasks {
-            if task.packed
-                && task
-                    .gpus
-                    .iter()
-                    .all(|&g| users.get(&(task.node, g)) == Some(&1))
-            {
+            if task.packed && task.gpus.iter().all(|&g| users.get(task.node, g) == 1) {
                 task.packed = false;
             }
         }

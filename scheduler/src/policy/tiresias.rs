@@ -81,15 +81,17 @@ impl Tiresias {
 
     /// Brings every job's queue up to date with what the snapshot shows.
     pub(crate) fn update_queues(&mut self, snapshot: &ClusterSnapshot) {
-        // Jobs gone since the last call leave (only when some have: an arrival placed between rounds,
-        // and a round where no job ended, pay no pass building a set of every job).
-        let fresh = snapshot
-            .jobs
-            .iter()
-            .filter(|j| !self.entries.contains_key(&j.id))
-            .count();
         let now = snapshot.now_s;
-        if self.entries.len() + fresh > snapshot.jobs.len() {
+        // Entries missing for too long go first (the ones that go missing below, as of now, stay).
+        if !self.absent.is_empty() {
+            self.absent
+                .retain(|_, (since, _)| now - *since < ABSENT_KEPT_S);
+        }
+        // One lookup a job; the jobs gone since the last call leave after (only when some have: an
+        // arrival placed between rounds, and a round where no job ended, pay no pass building a
+        // set of every job).
+        self.update_entries(snapshot);
+        if self.entries.len() > snapshot.jobs.len() {
             let live: std::collections::HashSet<JobId> =
                 snapshot.jobs.iter().map(|j| j.id).collect();
             let absent = &mut self.absent;
@@ -101,10 +103,11 @@ impl Tiresias {
                 kept
             });
         }
-        if !self.absent.is_empty() {
-            self.absent
-                .retain(|_, (since, _)| now - *since < ABSENT_KEPT_S);
-        }
+    }
+
+    /// Each job's entry: made (or taken back from the missing) for a new one, moved down a queue
+    /// past its threshold, promoted back to the first after waiting long enough.
+    fn update_entries(&mut self, snapshot: &ClusterSnapshot) {
         for job in &snapshot.jobs {
             let observed = &job.observed;
             let entry = self.entries.entry(job.id).or_insert_with(|| {

@@ -284,7 +284,7 @@ impl Experiments {
             let Some(trial) = experiment.trials.get_mut(segment.trial as usize) else {
                 continue;
             };
-            for &(step, loss) in &job.observed.loss_samples {
+            for &(step, loss) in job.observed.loss_samples.iter() {
                 if step > segment.seen {
                     trial.curve.push((segment.start + step, loss));
                     segment.seen = step;

@@ -735,6 +735,75 @@ pub(crate) async fn new_samples_of_many_jobs_come_in_one_query(db: &TestDb) {
     );
 }
 
+/// Each job's newest records as `recent_checkpoints` gives them (highest step first, the later of
+/// equal steps first), at most `limit` a job, in one call; none for a job without any.
+pub(crate) async fn recent_checkpoints_of_many_jobs_come_in_one_query(db: &TestDb) {
+    let store = db.store.as_ref();
+    let keys = three_running_jobs(store).await;
+    // The first job: four records, two of one step; the second none; the third one.
+    for (key, step) in [
+        (keys[0], 30),
+        (keys[0], 10),
+        (keys[0], 20),
+        (keys[0], 30),
+        (keys[2], 5),
+    ] {
+        store
+            .record_checkpoint(
+                &key,
+                step,
+                &format!("/ckpt/{}/step-{step}", key.job_id),
+                100,
+            )
+            .await
+            .unwrap();
+        // Records of one step apart in time, so that their order is the store's to keep.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let ids: Vec<JobId> = keys.iter().map(|k| k.job_id).collect();
+    for limit in [1, 3, 10] {
+        let got = store.recent_checkpoints_of(&ids, limit).await.unwrap();
+        let mut expected = Vec::new();
+        for id in &ids {
+            expected.extend(store.recent_checkpoints(*id, limit).await.unwrap());
+        }
+        // Grouped by job, each job's in `recent_checkpoints`' order.
+        let mut by_job: BTreeMap<JobId, Vec<uuid::Uuid>> = BTreeMap::new();
+        for record in &got {
+            by_job.entry(record.job_id).or_default().push(record.id);
+        }
+        let mut wanted: BTreeMap<JobId, Vec<uuid::Uuid>> = BTreeMap::new();
+        for record in &expected {
+            wanted.entry(record.job_id).or_default().push(record.id);
+        }
+        assert_eq!(by_job, wanted, "limit {limit}");
+        assert_eq!(got.len(), expected.len(), "limit {limit}");
+        // One job's records together: the job changes once between each two jobs.
+        let changes = got
+            .windows(2)
+            .filter(|w| w[0].job_id != w[1].job_id)
+            .count();
+        assert_eq!(changes + 1, by_job.len(), "limit {limit}");
+    }
+    let first = store.recent_checkpoints_of(&ids[..1], 2).await.unwrap();
+    assert_eq!(
+        first.iter().map(|r| r.step).collect::<Vec<_>>(),
+        [30, 30],
+        "the highest step first"
+    );
+    assert!(
+        first[0].created_at >= first[1].created_at,
+        "the later of one step first"
+    );
+    assert!(
+        store
+            .recent_checkpoints_of(&[], 3)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 /// The scheduling loop's read of many jobs' latest checkpoints: per job the record
 /// `latest_checkpoint` picks (the highest step, not the last recorded), none for a job without
 /// one, in one call.
@@ -771,4 +840,58 @@ pub(crate) async fn latest_checkpoints_of_many_jobs_come_in_one_query(db: &TestD
     );
     assert_eq!(times, expected);
     assert!(store.latest_checkpoint_times(&[]).await.unwrap().is_empty());
+}
+
+/// A job's document version (what the leader keeps a parsed document by) moves with its document
+/// (a resize) and not with its state, and `job_documents` reads it with the document.
+pub(crate) async fn a_document_change_moves_its_version_and_a_state_change_does_not(db: &TestDb) {
+    let store = db.store.as_ref();
+    let (tenant, alice) = fixture(store, "vision").await;
+    let job = store
+        .create_job(&new_job(&tenant, alice.id, "versioned", &[]))
+        .await
+        .unwrap()
+        .value;
+    assert_eq!(job.document_version, 0);
+    let version = |id| async move {
+        let read = store.get_job(Scope::Cluster, id).await.unwrap();
+        let (_, listed, _) = store.job_documents(&[id]).await.unwrap().remove(0);
+        assert_eq!(
+            read.document_version, listed,
+            "the job row and its document agree"
+        );
+        listed
+    };
+    assert_eq!(version(job.id).await, 0);
+    store
+        .start_generation(
+            job.id,
+            &[worker("a")],
+            &change(JobState::Starting, ReasonCode::Allocated),
+        )
+        .await
+        .unwrap();
+    assert_eq!(version(job.id).await, 0, "a state change leaves it");
+    let mut document = (*store
+        .get_job(Scope::Cluster, job.id)
+        .await
+        .unwrap()
+        .document
+        .unwrap())
+    .clone();
+    document["spec"]["resources"]["workers"] = serde_json::json!({"min": 1, "max": 2});
+    let event = StateChange {
+        to: JobState::Starting,
+        reason: ReasonCode::Resized,
+        message: "resources changed".to_owned(),
+        actor: None,
+    };
+    let resized = store
+        .update_job_document(Scope::Cluster, job.id, &document, 2, &event)
+        .await
+        .unwrap();
+    assert_eq!(resized.document_version, 1);
+    assert_eq!(version(job.id).await, 1, "a document change moves it");
+    let (_, _, stored) = store.job_documents(&[job.id]).await.unwrap().remove(0);
+    assert_eq!(stored["spec"]["resources"]["workers"]["max"], 2);
 }

@@ -77,6 +77,8 @@ conformance!(
     executors_register_and_lose_tasks,
     new_samples_of_many_jobs_come_in_one_query,
     latest_checkpoints_of_many_jobs_come_in_one_query,
+    recent_checkpoints_of_many_jobs_come_in_one_query,
+    a_document_change_moves_its_version_and_a_state_change_does_not,
     changes_since_a_cursor_carry_every_write,
     jobs_with_ended_tasks_are_finishing,
     running_jobs_rescale_under_a_new_generation,

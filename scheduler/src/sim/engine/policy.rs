@@ -67,11 +67,12 @@ impl Engine {
             // a gang over nodes, so only noise could set it).
             job.consolidate = job.observed.prefers_one_node();
             let loss = noisy(&mut self.rng, truth.loss_at(live.steps), 0.05);
-            job.observed.loss_samples.push((live.steps as u64, loss));
-            if job.observed.loss_samples.len() > 256 {
+            let losses = Arc::make_mut(&mut job.observed.loss_samples);
+            losses.push((live.steps as u64, loss));
+            if losses.len() > 256 {
                 // Keep a bounded, evenly thinned history.
                 let mut keep = false;
-                job.observed.loss_samples.retain(|_| {
+                losses.retain(|_| {
                     keep = !keep;
                     keep
                 });
