@@ -398,8 +398,8 @@ macro_rules! impl_exec_store {
                     });
                 }
                 let now = Utc::now();
-                sqlx::query("UPDATE jobs SET document = $1, max_gpus = $2, updated_at = $3, \
-                     document_version = document_version + 1 WHERE id = $4 AND state = $5")
+                // `document_version` moves by a trigger on any write of the document (0028).
+                sqlx::query("UPDATE jobs SET document = $1, max_gpus = $2, updated_at = $3 WHERE id = $4 AND state = $5")
                     .bind(sqlx::types::Json(document))
                     .bind(max_gpus)
                     .bind(now)

@@ -183,8 +183,8 @@ pub struct Job {
     pub generation: u64,
     /// Restarts after task failures so far.
     pub restarts: u32,
-    /// Moves when the document changes (a resize), not with the job's state: what a parsed
-    /// document is kept by.
+    /// Moves when the document is written (a resize; a trigger moves it, whichever binary
+    /// writes), not with the job's state: what a parsed document is kept by.
     pub document_version: u64,
 }
 
