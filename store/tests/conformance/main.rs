@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 mod batches;
 mod changes;
+mod checkpoints;
 mod execution;
 mod experiments;
 mod generations;
@@ -22,6 +23,7 @@ mod transitions;
 mod trust;
 use batches::*;
 use changes::*;
+use checkpoints::*;
 use execution::*;
 use experiments::*;
 use generations::*;
