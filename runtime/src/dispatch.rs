@@ -293,6 +293,17 @@ async fn prepare_task(
     tasks: &[Task],
     recent: Option<&[CheckpointRecord]>,
 ) -> StoreResult<()> {
+    // Sent in this session already (the job was started by an earlier round, and its task has not
+    // answered yet): nothing to read or build again (a resume point read a job, for thousands of
+    // jobs after a burst of starts). What the sent message was built from stands until the task
+    // answers: a secret deleted meanwhile does not fail the job here (the task reads its
+    // environment from the message it was sent).
+    if runtime
+        .hub
+        .was_sent(&task.node_name, task.key, Command::Prepare)
+    {
+        return Ok(());
+    }
     let Some(spec) = job.spec() else {
         return Ok(());
     };

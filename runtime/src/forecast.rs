@@ -2,9 +2,10 @@
 //! its snapshot and plan (cloned only when the forecaster is free to take them); the forecaster
 //! predicts the head of the queue from every offer it takes and the whole queue at most every
 //! [`FULL_EVERY`] (at once when the cluster's nodes change), on a thread of its own, and records the
-//! result for any replica to serve. It uses at most a quarter of the machine's cores (after each
-//! forecast it rests in proportion), and its thread runs at a lower OS priority than the server's
-//! others: requests and rounds preempt it when the cores are busy.
+//! result for any replica to serve. It uses at most a quarter of the machine's cores (between the
+//! replay's rounds it rests in proportion to the CPU time it used, so a forecast of minutes keeps
+//! to it too), and its thread runs at a lower OS priority than the server's others: requests and
+//! rounds preempt it when the cores are busy.
 
 use crate::wording::serde_name;
 use chrono::{DateTime, Utc};
@@ -28,12 +29,52 @@ const CORE_SHARE: f64 = 0.25;
 /// tenth of a core a busy thread at 0 (the server's others) leaves it, and all of an idle one.
 const NICE: i32 = 10;
 
-/// After a forecast that took `t`, the forecaster rests `rest_factor() · t` before it takes the next
-/// offer, so that its one thread is busy at most `CORE_SHARE · cores` of the time.
-fn rest_factor() -> f64 {
-    let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
-    let duty = (CORE_SHARE * cores).min(1.0);
-    1.0 / duty - 1.0
+/// The share of its time the forecaster's one thread may compute: `CORE_SHARE · cores` of a core
+/// (all of it from four cores on). The cores are read once (on Linux, from the cgroup's files).
+fn duty() -> f64 {
+    static DUTY: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *DUTY.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+        (CORE_SHARE * cores).min(1.0)
+    })
+}
+
+thread_local! {
+    /// When the forecast computing on this thread began, and the thread's CPU time then.
+    static PACED_SINCE: std::cell::Cell<Option<(Instant, Duration)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Paces the calling thread's work between the replay's rounds ([`pace`]) while it lives: set when
+/// a forecast starts computing, cleared when it ends, however it ends.
+struct Paced;
+
+impl Paced {
+    fn start() -> Self {
+        PACED_SINCE.set(Some((Instant::now(), thread_cpu())));
+        Paced
+    }
+}
+
+impl Drop for Paced {
+    fn drop(&mut self) {
+        PACED_SINCE.set(None);
+    }
+}
+
+/// Between the replay's rounds: rests the forecaster's thread until the CPU time it used since the
+/// forecast began is within [`duty`] of the time that has passed (a whole-queue forecast of 12,000
+/// jobs took minutes, and kept a core busy throughout, before it rested after). What it counts is
+/// this thread's time: the threads a policy starts for itself (the model cache's fits, split over
+/// the cores when a hundred jobs or more want one) are not counted.
+fn pace() {
+    let Some((wall, cpu)) = PACED_SINCE.get() else {
+        return;
+    };
+    let used = thread_cpu().saturating_sub(cpu);
+    let owed = used.div_f64(duty()).saturating_sub(wall.elapsed());
+    if !owed.is_zero() {
+        std::thread::sleep(owed);
+    }
 }
 
 /// Finished jobs as history, by job: (tenant, GPUs of the preferred shape, GPU-seconds per such
@@ -202,6 +243,15 @@ pub(super) struct Forecaster {
     history: Option<HistoryCache>,
     /// `None` where no thread could be started: forecasts then run on the blocking pool.
     worker: Option<Worker>,
+    /// The CPU time the last forecast's computing took.
+    used: Duration,
+}
+
+/// The CPU time the calling thread has used (the forecaster's budget is kept by it; the
+/// scheduling loop's debug line times its planning with it).
+pub(crate) fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
 fn time_of(seconds: Option<f64>) -> Option<DateTime<Utc>> {
@@ -223,6 +273,7 @@ impl Forecaster {
                     tracing::warn!(error = %err, "no thread of its own for the forecaster: it shares the blocking pool");
                 })
                 .ok(),
+            used: Duration::ZERO,
         }
     }
 
@@ -247,9 +298,10 @@ impl Forecaster {
                 Err(err) => tracing::warn!(error = %err, "the queue forecast failed"),
             }
             // A budget: the forecast is a convenience, so it takes at most a quarter of the
-            // machine's cores however long the queue (it runs on one: on two cores it rests as long
-            // as it worked, from four on it does not rest). A cheap one still follows every round.
-            let rest = started.elapsed().mul_f64(rest_factor());
+            // machine's cores however long the queue (it runs on one: on two cores half its time,
+            // from four on all of it). The replay rested as it went; what is still owed (the work
+            // before and after it) is rested here. A cheap one still follows every round.
+            let rest = self.used.div_f64(duty()).saturating_sub(started.elapsed());
             tokio::select! {
                 () = tokio::time::sleep(rest) => {}
                 () = &mut stop => return,
@@ -308,10 +360,14 @@ impl Forecaster {
 
     /// One forecast of the whole queue (`full`) or of its head, recorded in the store.
     pub async fn forecast(&mut self, mut input: Input, full: bool) -> StoreResult<()> {
+        // Nothing computed yet: a forecast that fails before it computes owes no rest.
+        self.used = Duration::ZERO;
         let stopping = std::mem::take(&mut input.stopping);
         let history = self.history().await?;
         let started = Instant::now();
         let compute = move || {
+            let cpu_started = thread_cpu();
+            let paced = Paced::start();
             let index: HashMap<TenantId, u32> = input
                 .tenants
                 .iter()
@@ -339,6 +395,7 @@ impl Forecaster {
             let config = ForecastConfig {
                 head: (!full).then_some(HEAD),
                 round_s: 60.0,
+                between_rounds: Some(forecast::BetweenRounds(pace)),
                 ..ForecastConfig::default()
             };
             let result = forecast::forecast(
@@ -349,7 +406,10 @@ impl Forecaster {
                 &config,
                 &[],
             );
-            (input.policy.name().to_owned(), result)
+            drop(paced);
+            let name = input.policy.name().to_owned();
+            drop(input);
+            (name, result, thread_cpu().saturating_sub(cpu_started))
         };
         let computed = match &self.worker {
             Some(worker) => worker.run(compute).await,
@@ -357,13 +417,16 @@ impl Forecaster {
                 .await
                 .map_err(|err| err.to_string()),
         };
-        let (policy, result) = match computed {
+        let (policy, result, cpu) = match computed {
             Ok(done) => done,
             Err(err) => {
                 tracing::error!(error = %err, "the queue forecast panicked");
+                // How long it computed is not known: rest as if all of it were.
+                self.used = started.elapsed();
                 return Ok(());
             }
         };
+        self.used = cpu;
         let forecast = match result {
             Ok(forecast) => forecast,
             Err(err) => {
@@ -379,6 +442,7 @@ impl Forecaster {
             waiting = forecast.waiting.len(),
             rounds = forecast.rounds,
             took_ms = started.elapsed().as_millis() as u64,
+            cpu_ms = cpu.as_millis() as u64,
             "queue forecast"
         );
         let head = if full { usize::MAX } else { HEAD };
@@ -462,5 +526,32 @@ mod tests {
         assert!(whole_due(just, Some(joined), Capacity::of(&snapshot)));
         let long_ago = Instant::now().checked_sub(FULL_EVERY);
         assert!(long_ago.is_none() || whole_due(long_ago, Some(before), before));
+    }
+
+    /// Work paced between the replay's rounds keeps to the forecaster's share of a core: its CPU
+    /// time over the time that passed is at most [`duty`] (all of a core from four cores on).
+    #[test]
+    fn paced_work_keeps_to_its_share_of_a_core() {
+        let began = (Instant::now(), thread_cpu());
+        let paced = Paced::start();
+        let mut spun = 0u64;
+        while thread_cpu().saturating_sub(began.1) < Duration::from_millis(300) {
+            for i in 0..100_000u64 {
+                spun = std::hint::black_box(spun.wrapping_add(i));
+            }
+            pace();
+        }
+        drop(paced);
+        let used = thread_cpu().saturating_sub(began.1);
+        let took = began.0.elapsed();
+        assert!(
+            took.as_secs_f64() >= used.as_secs_f64() / duty() * 0.95,
+            "{used:?} of CPU in {took:?}, more than {} of a core",
+            duty()
+        );
+        // Not paced outside a forecast.
+        let before = Instant::now();
+        pace();
+        assert!(before.elapsed() < Duration::from_millis(50));
     }
 }

@@ -458,6 +458,14 @@ impl Hub {
         expired
     }
 
+    /// Whether `command` for `task` was already sent to `node` in its current session: a caller
+    /// that would only [`Hub::send_once`] it again need not build the message.
+    pub fn was_sent(&self, node: &str, task: TaskKey, command: Command) -> bool {
+        self.executors()
+            .get(node)
+            .is_some_and(|e| e.commands.is_some() && e.sent.contains(&(task, command)))
+    }
+
     /// Sends `message` to `node` unless `command` for `task` was already sent in the current session.
     /// Returns whether it was sent. A full queue disconnects the executor; it resynchronises when it
     /// reconnects.
@@ -571,6 +579,22 @@ mod tests {
         }
     }
 
+    /// `node` connected to `hub`: its session and the receiving end of its commands.
+    fn connect(hub: &Hub, node: &str) -> (u64, mpsc::Receiver<Result<ServerMessage, Status>>) {
+        let (tx, rx) = mpsc::channel(4);
+        let session = hub
+            .connect(
+                node,
+                tx,
+                String::new(),
+                "i",
+                String::new(),
+                Duration::from_secs(30),
+            )
+            .unwrap();
+        (session, rx)
+    }
+
     /// Moves the node's moments back, as if `by` had passed since its last point.
     fn age(hub: &Hub, node: &str, by: chrono::Duration) {
         let mut executors = hub.executors();
@@ -588,17 +612,7 @@ mod tests {
     #[test]
     fn a_tasks_use_gains_a_point_at_the_nodes_moments_and_goes_with_the_task() {
         let hub = Hub::new();
-        let (tx, _rx) = mpsc::channel(4);
-        let session = hub
-            .connect(
-                "n",
-                tx,
-                String::new(),
-                "i",
-                String::new(),
-                Duration::from_secs(30),
-            )
-            .unwrap();
+        let (session, _commands) = connect(&hub, "n");
         let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
         let (a_text, b_text) = (a.to_string(), b.to_string());
         hub.set_usage("n", session, &beat(&[(&a_text, 1.0)]));
@@ -629,5 +643,23 @@ mod tests {
             hub.task_usage("n", &key(b)).unwrap().1.len(),
             HISTORY_POINTS
         );
+    }
+
+    /// `was_sent` answers what `send_once` would refuse: this command for this task, sent in this
+    /// session; not another command, not another task, not after the session is gone.
+    #[test]
+    fn a_command_sent_once_is_known_as_sent_in_its_session() {
+        let hub = Hub::new();
+        let _commands = connect(&hub, "n");
+        let (a, b) = (key(uuid::Uuid::new_v4()), key(uuid::Uuid::new_v4()));
+        assert!(!hub.was_sent("n", a, Command::Prepare));
+        assert!(hub.send_once("n", a, Command::Prepare, ServerMessage { body: None }));
+        assert!(hub.was_sent("n", a, Command::Prepare));
+        assert!(!hub.was_sent("n", a, Command::Start));
+        assert!(!hub.was_sent("n", b, Command::Prepare));
+        assert!(!hub.was_sent("m", a, Command::Prepare));
+        assert!(!hub.send_once("n", a, Command::Prepare, ServerMessage { body: None }));
+        hub.disconnect_all();
+        assert!(!hub.was_sent("n", a, Command::Prepare));
     }
 }

@@ -33,8 +33,9 @@ pub struct SchedulingLoop {
     sampled_at: Option<tokio::time::Instant>,
     /// Rounds handed to the queue forecaster.
     offers: Arc<Offers>,
-    /// What the last round spent carrying out its plan (starting, stopping and moving jobs).
-    applying: std::time::Duration,
+    /// What the last round spent building its snapshot and planning: the CPU work that grows with
+    /// the queue, which the gap before the next round is scaled by.
+    planning: std::time::Duration,
     /// The policy's state as last saved to the store; `None` until restored from it this term.
     saved: Option<saved::Saved>,
     /// The generations with live tasks at the last round, and when the ledger's open allocations
@@ -57,7 +58,7 @@ impl SchedulingLoop {
             previous: Plan::default(),
             sampled_at: None,
             offers: Arc::new(Offers::default()),
-            applying: std::time::Duration::ZERO,
+            planning: std::time::Duration::ZERO,
             saved: None,
             live_generations: HashSet::new(),
             ledger_checked: None,
@@ -99,19 +100,23 @@ impl SchedulingLoop {
                 let started = tokio::time::Instant::now();
                 if let Err(err) = self.round().await {
                     tracing::error!(error = %err, "scheduling round failed");
+                    // Spaced like a round that planned all that time: a store that fails (each
+                    // retry reads the view whole) is not asked again four times a second.
+                    self.planning = started.elapsed();
                 }
                 // Wake-ups come with every submission: under a burst the rounds still leave a gap
-                // (a quarter tick, at most 250 ms, and three times what the round took), so the loop
-                // batches the burst instead of competing with it, however long the queue grows.
-                // Rounds come at least every tick while they take under a third of it; a round that
-                // takes longer is followed by three times its length, not by the tick, or a long
-                // queue would keep the loop busy most of the time. Carrying out the plan is not
-                // counted: it is work done once (thousands of jobs started after a burst took
-                // seconds, and three times that again held back the next burst's starts).
+                // (a quarter tick, at most 250 ms, or three times what the round spent building its
+                // snapshot and planning, whichever is longer), so the loop batches the burst instead
+                // of competing with it, however long the queue grows: rounds come at least every
+                // tick while planning takes under a third of it, and a queue long enough to take
+                // longer is planned at most a third of the time. The rest of a round (reading what
+                // changed, marking started jobs running, storing the starts) is work in proportion
+                // to what changed, done once: a round after a burst of thousands of starts took
+                // seconds of it, and three times that again held back the next burst's starts.
                 let tick = self.runtime.config.tick;
                 let gap = (tick / 4)
                     .min(std::time::Duration::from_millis(250))
-                    .max(started.elapsed().saturating_sub(self.applying) * 3)
+                    .max(self.planning * 3)
                     .max(std::time::Duration::from_millis(50));
                 let mut moved = tokio::select! {
                     () = tokio::time::sleep_until(started + gap) => false,
@@ -147,7 +152,7 @@ impl SchedulingLoop {
     pub async fn round(&mut self) -> StoreResult<()> {
         let started = tokio::time::Instant::now();
         let runtime = self.runtime.clone();
-        self.applying = std::time::Duration::ZERO;
+        self.planning = std::time::Duration::ZERO;
         let mut laps = Laps::new(started);
         if self.saved.is_none() {
             let (policy, saved) = saved::restore(&runtime).await?;
@@ -171,12 +176,15 @@ impl SchedulingLoop {
         // What reconciling wrote, and whatever else changed meanwhile, in one snapshot: a cordon (or drain) stored before a job was submitted is always seen by the
         // round that places that job.
         view.refresh(&runtime).await?;
+        let refreshing = laps.0.elapsed().as_millis() as u64;
         let (jobs, live, nodes) = (view.jobs(), view.live(), view.nodes());
         self.close_allocations(live).await?;
         let finishing: HashSet<JobId> = runtime.store.finishing_jobs().await?.into_iter().collect();
         let tenants = runtime.store.list_tenants().await?;
         let connected = runtime.hub.connected();
+        let observing_since = tokio::time::Instant::now();
         let seen = observe(&runtime, jobs).await?;
+        let observing = observing_since.elapsed().as_millis() as u64;
         let specs = runtime.specs(jobs);
         let reading = laps.lap();
         // Building the snapshot and planning are CPU work that grows with the queue (tens of
@@ -184,7 +192,8 @@ impl SchedulingLoop {
         // held up behind them.
         let policy = &mut self.policy;
         let previous = &self.previous;
-        let (built, plan, state) = cpu_bound(|| {
+        let (built, plan, state, cpu) = cpu_bound(|| {
+            let cpu_started = crate::forecast::thread_cpu();
             let mut built = snapshot::build(
                 Utc::now(),
                 nodes,
@@ -201,20 +210,27 @@ impl SchedulingLoop {
             // A job some of whose tasks have ended (workers done before the leader, or one failed)
             // is not resized for the tasks it no longer has: it is left alone until it is settled.
             built.held.extend(finishing);
+            let built_at = crate::forecast::thread_cpu();
             let plan = policy.schedule(&built.snapshot, previous);
+            let planned_at = crate::forecast::thread_cpu();
             let state = policy.save();
-            (built, plan, state)
+            let cpu = [
+                built_at.saturating_sub(cpu_started),
+                planned_at.saturating_sub(built_at),
+                crate::forecast::thread_cpu().saturating_sub(planned_at),
+            ]
+            .map(|d| d.as_millis() as u64);
+            (built, plan, state, cpu)
         });
         let planning = laps.lap();
+        self.planning = std::time::Duration::from_millis(planning);
         // Saved before the plan is carried out: a leader that dies while starting it leaves the
         // next one the queue this plan was made from.
         if let Some(saved) = &mut self.saved {
             saved.save(&runtime, state).await;
         }
         let saving = laps.lap();
-        let applying_since = tokio::time::Instant::now();
         apply(&runtime, self.policy.name(), &built, &plan, live).await?;
-        self.applying = applying_since.elapsed();
         let applying = laps.lap();
         report::record_round(
             &self.runtime,
@@ -264,7 +280,12 @@ impl SchedulingLoop {
             housekeeping_ms = housekeeping,
             reconciling_ms = reconciling,
             reading_ms = reading,
+            refreshing_ms = refreshing,
+            observing_ms = observing,
             planning_ms = planning,
+            building_cpu_ms = cpu[0],
+            policy_cpu_ms = cpu[1],
+            policy_saving_cpu_ms = cpu[2],
             saving_ms = saving,
             applying_ms = applying,
             recording_ms = recording,
@@ -539,6 +560,7 @@ async fn reconcile_all(runtime: &Runtime, jobs: &[Job], live: &[Task]) -> StoreR
     let count = unsettled.len();
     // Their current generations' tasks, read together (a query each held up the round after a
     // burst of starts for seconds).
+    let timed = tokio::time::Instant::now();
     let mut generations: HashMap<JobId, Vec<Task>> = HashMap::new();
     let wanted: Vec<(JobId, u64)> = unsettled
         .iter()
@@ -553,6 +575,7 @@ async fn reconcile_all(runtime: &Runtime, jobs: &[Job], live: &[Task]) -> StoreR
             generations.entry(task.key.job_id).or_default().push(task);
         }
     }
+    let read_ms = timed.elapsed().as_millis() as u64;
     let running = std::sync::Mutex::new(Vec::new());
     futures::stream::iter(unsettled)
         .map(Ok)
@@ -575,8 +598,19 @@ async fn reconcile_all(runtime: &Runtime, jobs: &[Job], live: &[Task]) -> StoreR
     let running = running
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let reconciled_ms = timed.elapsed().as_millis() as u64 - read_ms;
     for batch in running.chunks(RUNNING_AT_ONCE) {
         crate::dispatch::mark_many_running(runtime, batch).await?;
+    }
+    if count > 0 {
+        tracing::debug!(
+            jobs = count,
+            running = running.len(),
+            read_ms,
+            reconciled_ms,
+            marked_ms = timed.elapsed().as_millis() as u64 - read_ms - reconciled_ms,
+            "jobs with live tasks reconciled"
+        );
     }
     // Active jobs with no live task left: their outcome was not recorded (a failed write, a crash
     // between a task's exit and the job's transition). Decide it now.

@@ -564,31 +564,62 @@ macro_rules! impl_exec_store {
             }
 
             async fn record_metrics(&self, metrics: &NewMetrics) -> StoreResult<()> {
-                let key = &metrics.key;
-                let mut tx = self.begin_fenced(key).await?;
-                for (name, value) in &metrics.values {
-                    sqlx::query(
-                        "INSERT INTO metric_samples (job_id, generation, role, idx, num_ps, num_workers, worker_nodes, \
-                         gpu_model, step, name, value, recorded_at) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-                    )
-                    .bind(key.job_id.0)
-                    .bind(i64_of(key.generation, "generation")?)
-                    .bind(key.role.as_str())
-                    .bind(key.index as i32)
-                    .bind(metrics.num_ps as i32)
-                    .bind(metrics.num_workers as i32)
-                    .bind(metrics.worker_nodes as i32)
-                    .bind(&metrics.gpu_model)
-                    .bind(i64_of(metrics.step, "step")?)
-                    .bind(name)
-                    .bind(*value)
-                    .bind(metrics.recorded_at)
-                    .execute(&mut *tx)
-                    .await?;
+                if metrics.values.is_empty() {
+                    return Ok(());
                 }
-                tx.commit().await?;
-                Ok(())
+                // One statement, fenced like `begin_fenced` (the job's row held shared while it
+                // inserts): a report is the commonest write of a busy cluster, and a transaction of
+                // its own took five round trips.
+                let key = &metrics.key;
+                let generation = i64_of(key.generation, "generation")?;
+                let mut query = sqlx::QueryBuilder::<$db>::new("WITH v (vname, vvalue) AS (VALUES ");
+                let mut rows = query.separated(", ");
+                for (name, value) in &metrics.values {
+                    rows.push("(");
+                    rows.push_bind_unseparated(name);
+                    rows.push_unseparated(", ");
+                    rows.push_bind_unseparated(*value);
+                    rows.push_unseparated(")");
+                }
+                query.push(
+                    ") INSERT INTO metric_samples (job_id, generation, role, idx, num_ps, num_workers, \
+                     worker_nodes, gpu_model, step, name, value, recorded_at) SELECT ",
+                );
+                let mut columns = query.separated(", ");
+                columns.push_bind(key.job_id.0);
+                columns.push_bind(generation);
+                columns.push_bind(key.role.as_str());
+                columns.push_bind(key.index as i32);
+                columns.push_bind(metrics.num_ps as i32);
+                columns.push_bind(metrics.num_workers as i32);
+                columns.push_bind(metrics.worker_nodes as i32);
+                columns.push_bind(&metrics.gpu_model);
+                columns.push_bind(i64_of(metrics.step, "step")?);
+                columns.push("vname");
+                columns.push("vvalue");
+                columns.push_bind(metrics.recorded_at);
+                query
+                    .push(" FROM v WHERE EXISTS (SELECT 1 FROM jobs WHERE id = ")
+                    .push_bind(key.job_id.0)
+                    .push(" AND (generation = ")
+                    .push_bind(generation)
+                    .push(" OR (state = ")
+                    .push_bind(JobState::Rescaling.as_str())
+                    .push(" AND generation = ")
+                    .push_bind(generation + 1)
+                    .push("))")
+                    .push(Self::LOCK_ROW)
+                    .push(")");
+                if query.build().execute(&self.pool).await?.rows_affected() > 0 {
+                    return Ok(());
+                }
+                // Nothing stored: say why, as `begin_fenced` would have.
+                let row: Option<(i64,)> = sqlx::query_as("SELECT generation FROM jobs WHERE id = $1")
+                    .bind(key.job_id.0)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                let (current,) = row.ok_or(StoreError::NotFound)?;
+                Err(StoreError::Fenced { current: u64_column(current, "generation")?, reported: key.generation })
             }
 
             async fn record_checkpoint(

@@ -384,13 +384,20 @@ async fn on_kubernetes_each_task_is_a_pod_of_its_own() {
         "RuntimeDefault"
     );
     let service_name = format!("drover-{id}");
-    let service = fake
-        .get("services", Some(NAMESPACE), &service_name)
-        .unwrap();
+    // Made by the executor after the Pod (they are owned by it): waited for, not read at once.
+    let (service, policy) = cluster
+        .wait_until(
+            "the job's Service and NetworkPolicy",
+            Duration::from_secs(30),
+            async |_| {
+                Some((
+                    fake.get("services", Some(NAMESPACE), &service_name)?,
+                    fake.get("networkpolicies", Some(NAMESPACE), &service_name)?,
+                ))
+            },
+        )
+        .await;
     assert_eq!(service["spec"]["clusterIP"], "None");
-    let policy = fake
-        .get("networkpolicies", Some(NAMESPACE), &service_name)
-        .unwrap();
     assert_eq!(
         policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["drover.dev/job"],
         id.as_str()

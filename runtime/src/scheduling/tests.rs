@@ -149,24 +149,22 @@ async fn a_new_leader_keeps_the_queue_on_postgres() {
     a_new_leader_keeps_the_queue_the_last_one_had(TestDb::postgres().await).await;
 }
 
-/// The view brought up to date from what changed is what a whole read would give: starts, exits,
-/// requeues, cancels, new jobs (with their documents) and nodes registered and lost all land.
-async fn the_view_kept_up_to_date_matches_a_whole_read(db: TestDb) {
+/// A runtime on `db`'s store (its checkpoint directory with it) and six queued jobs.
+async fn with_jobs(db: &TestDb) -> (Arc<dyn Store>, tempfile::TempDir, Arc<Runtime>, Vec<JobId>) {
     let store = db.store.clone();
     let dir = tempfile::tempdir().unwrap();
     let config = RuntimeConfig::new("drover", dir.path().to_path_buf());
     let runtime = Runtime::new(store.clone(), config);
     let jobs = jobs(store.as_ref()).await;
-    let mut view = super::ActiveView::default();
-    assert!(view.refresh(&runtime).await.unwrap());
-    assert_eq!(view.jobs().len(), 6);
-    crate::ingest::tests::started(store.as_ref(), jobs[0], "a").await;
-    ran_an_hour(store.as_ref(), jobs[1]).await;
-    crate::ingest::tests::started(store.as_ref(), jobs[2], "b").await;
+    (store, dir, runtime, jobs)
+}
+
+/// The user cancelled the job.
+async fn cancel(store: &dyn Store, job: JobId) {
     store
         .transition_job(
             Scope::Cluster,
-            jobs[3],
+            job,
             &StateChange {
                 to: JobState::Cancelled,
                 reason: ReasonCode::CancelledByUser,
@@ -176,6 +174,28 @@ async fn the_view_kept_up_to_date_matches_a_whole_read(db: TestDb) {
         )
         .await
         .unwrap();
+}
+
+/// What a view's jobs and a whole read's are compared by.
+fn summary(
+    jobs: &[drover_store::Job],
+) -> Vec<(JobId, JobState, u64, Option<Arc<serde_json::Value>>)> {
+    jobs.iter()
+        .map(|j| (j.id, j.state, j.generation, j.document.clone()))
+        .collect()
+}
+
+/// The view brought up to date from what changed is what a whole read would give: starts, exits,
+/// requeues, cancels, new jobs (with their documents) and nodes registered and lost all land.
+async fn the_view_kept_up_to_date_matches_a_whole_read(db: TestDb) {
+    let (store, _dir, runtime, jobs) = with_jobs(&db).await;
+    let mut view = super::ActiveView::default();
+    assert!(view.refresh(&runtime).await.unwrap());
+    assert_eq!(view.jobs().len(), 6);
+    crate::ingest::tests::started(store.as_ref(), jobs[0], "a").await;
+    ran_an_hour(store.as_ref(), jobs[1]).await;
+    crate::ingest::tests::started(store.as_ref(), jobs[2], "b").await;
+    cancel(store.as_ref(), jobs[3]).await;
     let more = jobs_of(store.as_ref(), "u").await;
     let now = Utc::now();
     for name in ["n2", "n1"] {
@@ -203,11 +223,6 @@ async fn the_view_kept_up_to_date_matches_a_whole_read(db: TestDb) {
     store.set_node_health("n2", "lost", now).await.unwrap();
     assert!(view.refresh(&runtime).await.unwrap());
     let whole = store.active_jobs().await.unwrap();
-    let summary = |jobs: &[drover_store::Job]| -> Vec<_> {
-        jobs.iter()
-            .map(|j| (j.id, j.state, j.generation, j.document.clone()))
-            .collect()
-    };
     assert_eq!(summary(view.jobs()), summary(&whole));
     assert_eq!(view.jobs().len(), 11);
     assert!(view.jobs().iter().any(|j| j.id == more[0]));
@@ -242,4 +257,93 @@ async fn the_view_matches_a_whole_read_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_view_matches_a_whole_read_on_postgres() {
     the_view_kept_up_to_date_matches_a_whole_read(TestDb::postgres().await).await;
+}
+
+/// A whole read made beside the rounds is taken by the first refresh after it ends and brought up
+/// to date from where it was read: what was written after it (a start, a cancel, new jobs) is in
+/// the view the round gets.
+async fn a_whole_read_beside_the_rounds_is_brought_up_to_date(db: TestDb) {
+    let (store, _dir, runtime, jobs) = with_jobs(&db).await;
+    let mut view = super::ActiveView::rereading_every(std::time::Duration::ZERO);
+    assert!(view.refresh(&runtime).await.unwrap());
+    assert_eq!(
+        view.rereading(),
+        None,
+        "the first read is whole, in the round"
+    );
+    crate::ingest::tests::started(store.as_ref(), jobs[0], "a").await;
+    view.refresh(&runtime).await.unwrap();
+    assert!(
+        view.rereading().is_some(),
+        "a whole read began beside the round"
+    );
+    for _ in 0..200 {
+        if view.rereading() == Some(true) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(view.rereading(), Some(true), "the whole read did not end");
+    // Written after the whole read ended: only a read of the changes since it brings these.
+    crate::ingest::tests::started(store.as_ref(), jobs[1], "b").await;
+    cancel(store.as_ref(), jobs[2]).await;
+    let more = jobs_of(store.as_ref(), "u").await;
+    assert!(view.refresh(&runtime).await.unwrap());
+    assert_eq!(view.rereading(), None, "the whole read was taken");
+    let whole = store.active_jobs().await.unwrap();
+    assert_eq!(summary(view.jobs()), summary(&whole));
+    assert_eq!(view.jobs().len(), 11);
+    assert!(view.jobs().iter().any(|j| j.id == more[5]));
+    assert!(!view.jobs().iter().any(|j| j.id == jobs[2]));
+    assert_eq!(view.live(), store.live_tasks().await.unwrap().as_slice());
+    assert_eq!(view.live().len(), 2);
+    assert_eq!(view.nodes(), store.list_nodes().await.unwrap().as_slice());
+}
+
+/// A whole read taken while the view went on reading changes is older than the view: rows the
+/// view already merged after that read (a start, a cancel) come again from where it was read, and
+/// none is lost or goes back to what the whole read saw.
+async fn an_older_whole_read_loses_nothing_the_view_had(db: TestDb) {
+    let (store, _dir, runtime, jobs) = with_jobs(&db).await;
+    let mut view = super::ActiveView::rereading_every(std::time::Duration::from_secs(3600));
+    view.refresh(&runtime).await.unwrap();
+    let earlier = super::view::read_whole(&runtime).await.unwrap();
+    // After the whole read: merged into the view by a read of the changes.
+    crate::ingest::tests::started(store.as_ref(), jobs[0], "a").await;
+    cancel(store.as_ref(), jobs[1]).await;
+    assert!(view.refresh(&runtime).await.unwrap());
+    assert_eq!(view.live().len(), 1);
+    view.hand_over(earlier);
+    while view.rereading() != Some(true) {
+        tokio::task::yield_now().await;
+    }
+    // And one more after the view's own last read.
+    cancel(store.as_ref(), jobs[2]).await;
+    assert!(view.refresh(&runtime).await.unwrap());
+    assert_eq!(view.rereading(), None, "the whole read was taken");
+    let whole = store.active_jobs().await.unwrap();
+    assert_eq!(summary(view.jobs()), summary(&whole));
+    assert_eq!(view.jobs().len(), 4);
+    assert_eq!(view.live(), store.live_tasks().await.unwrap().as_slice());
+    assert_eq!(view.live().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_whole_read_on_sqlite() {
+    an_older_whole_read_loses_nothing_the_view_had(TestDb::sqlite().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_whole_read_on_postgres() {
+    an_older_whole_read_loses_nothing_the_view_had(TestDb::postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_read_beside_the_rounds_on_sqlite() {
+    a_whole_read_beside_the_rounds_is_brought_up_to_date(TestDb::sqlite().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_read_beside_the_rounds_on_postgres() {
+    a_whole_read_beside_the_rounds_is_brought_up_to_date(TestDb::postgres().await).await;
 }

@@ -25,6 +25,27 @@ pub struct ForecastConfig {
     pub samples: u32,
     pub costs: Costs,
     pub packing_slowdown: f64,
+    /// Called between the replay's rounds (the server's forecaster rests there, to keep within its
+    /// share of the cores through a forecast of minutes); `None` to go straight on.
+    #[serde(skip)]
+    pub between_rounds: Option<BetweenRounds>,
+}
+
+/// A function the replay calls between its rounds. It changes nothing the forecast computes:
+/// configurations that differ only in it are equal.
+#[derive(Clone, Copy)]
+pub struct BetweenRounds(pub fn());
+
+impl std::fmt::Debug for BetweenRounds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BetweenRounds")
+    }
+}
+
+impl PartialEq for BetweenRounds {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl Default for ForecastConfig {
@@ -37,6 +58,7 @@ impl Default for ForecastConfig {
             samples: 9,
             costs: Costs::default(),
             packing_slowdown: PACKING_SLOWDOWN,
+            between_rounds: None,
         }
     }
 }

@@ -26,7 +26,7 @@ mod starts;
 
 pub use arrivals::{Arrival, recent_arrivals};
 pub use cohort::{COHORT_GAP_S, COHORT_SPAN_S, Cohorts};
-pub use config::{ForecastConfig, PACKING_SLOWDOWN};
+pub use config::{BetweenRounds, ForecastConfig, PACKING_SLOWDOWN};
 pub use estimate::{NO_HISTORY, Priors, estimate, size_class, work_done_s};
 pub use history::{Finished, TENANT_HISTORY_MIN};
 pub use lengths::{Lengths, Quantiles};

@@ -375,6 +375,9 @@ impl<'a> Replay<'a> {
             .collect();
         let mut last_round = now;
         while !pending.is_empty() && outcome.rounds < self.config.max_rounds {
+            if let Some(between) = self.config.between_rounds {
+                (between.0)();
+            }
             let completion = self
                 .snapshot
                 .jobs

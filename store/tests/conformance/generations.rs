@@ -85,6 +85,8 @@ pub(crate) async fn running_jobs_rescale_under_a_new_generation(db: &TestDb) {
         .record_checkpoint(&old, 40, "/ckpt/g1/step-40", 100)
         .await
         .unwrap();
+    // Its last reports land too, in its own generation.
+    store.record_metrics(&metrics(old, 40, 0.25)).await.unwrap();
     assert_eq!(
         store.latest_checkpoint(job.id).await.unwrap().unwrap().step,
         40
@@ -102,6 +104,34 @@ pub(crate) async fn running_jobs_rescale_under_a_new_generation(db: &TestDb) {
             current: 2,
             reported: 1
         })
+    ));
+    assert!(matches!(
+        store.record_metrics(&metrics(old, 50, 0.2)).await,
+        Err(StoreError::Fenced {
+            current: 2,
+            reported: 1
+        })
+    ));
+    let filter = MetricFilter {
+        names: vec!["loss".into()],
+        limit: 100,
+        ..Default::default()
+    };
+    let steps: Vec<u64> = store
+        .list_metrics(Scope::Cluster, job.id, &filter)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.step)
+        .collect();
+    assert_eq!(steps, [40], "the fenced report stored nothing");
+    let nobody = TaskKey {
+        job_id: JobId::new(),
+        ..old
+    };
+    assert!(matches!(
+        store.record_metrics(&metrics(nobody, 1, 1.0)).await,
+        Err(StoreError::NotFound)
     ));
 }
 
