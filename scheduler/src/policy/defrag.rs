@@ -14,6 +14,9 @@
 //! model, so that the waiting job — a consolidated one, or one whose workers each need more GPUs than
 //! any node has free — runs there. A move costs the moved job a checkpoint and a restart, nothing
 //! of its share; a job is moved only once it has run a while where it is.
+//!
+//! A job can also find GPUs free only on nodes whose CPUs later jobs' PS shards hold: those jobs give
+//! shards back ([`make_cpu_room`]).
 
 use super::common::min_shape;
 use super::tiresias::Tiresias;
@@ -36,10 +39,7 @@ pub fn make_room(
     plan: &Plan,
     free: &FreeResources,
 ) -> bool {
-    let mut rank = vec![usize::MAX; snapshot.jobs.len()];
-    for (position, &i) in order.iter().enumerate() {
-        rank[i] = position;
-    }
+    let rank = ranks(order, snapshot.jobs.len());
     let max_node_gpus = snapshot
         .nodes
         .iter()
@@ -442,4 +442,118 @@ fn compaction_for(
             free: trial,
         })
     })
+}
+
+/// Gives an admitted job that waits with [`WaitReason::Fragmented`] the CPUs it lacks on a node where
+/// GPUs are free for it: jobs later in the order give back parameter-server shards they hold there
+/// (down to their smallest PS count), and are placed again after it. GPUs free up where a job ends,
+/// but the CPUs beside them may be held by other jobs' shards, placed when those GPUs were busy; the
+/// job first in the order then waited for CPUs on such nodes: on week 40 (32×8, seed 1) a light
+/// tenant's one-GPU job waited 664 s, first in the order, beside two free GPUs whose nodes had no CPU
+/// left. Returns whether any target changed; one node serves one waiting job.
+pub fn make_cpu_room(
+    snapshot: &ClusterSnapshot,
+    order: &[usize],
+    targets: &mut [Option<Shape>],
+    plan: &Plan,
+    free: &FreeResources,
+) -> bool {
+    let rank = ranks(order, snapshot.jobs.len());
+    let mut claimed: Vec<NodeId> = Vec::new();
+    let mut changed = false;
+    for &s in order {
+        let job = &snapshot.jobs[s];
+        let Some(target) = targets[s] else {
+            continue;
+        };
+        let stuck = job.placement.is_none()
+            && matches!(
+                plan.jobs.get(&job.id),
+                Some(JobPlan::Wait {
+                    reason: WaitReason::Fragmented
+                })
+            );
+        let (gpus, cpus) = (job.gpus_at(target), job.cpus_at(target));
+        if !stuck || gpus == 0 {
+            continue;
+        }
+        // Shards that jobs later in the order, running at their targets, could give back: per node,
+        // (job, shards there, CPUs they hold there), latest in the order first.
+        let mut holders: BTreeMap<NodeId, Vec<(usize, u32, u32)>> = BTreeMap::new();
+        for &j in order.iter().rev() {
+            if rank[j] <= rank[s] {
+                break;
+            }
+            let other = &snapshot.jobs[j];
+            let (Some(placement), Some(shape)) = (&other.placement, targets[j]) else {
+                continue;
+            };
+            if shape != placement.shape() || shape.ps <= other.ps.min || !other.preemptible {
+                continue;
+            }
+            for task in placement.tasks.iter().filter(|t| t.gpus.is_empty()) {
+                let on_node = holders.entry(task.node).or_default();
+                match on_node.iter_mut().find(|(other, _, _)| *other == j) {
+                    Some((_, shards, held)) => {
+                        *shards += 1;
+                        *held += task.cpus;
+                    }
+                    None => on_node.push((j, 1, task.cpus)),
+                }
+            }
+        }
+        // The node where the fewest jobs give shards back.
+        let mut best: Option<(NodeId, Vec<(usize, u32)>)> = None;
+        for (&node, holders) in &holders {
+            let usable = snapshot
+                .nodes
+                .get(node.0 as usize)
+                .is_some_and(|n| n.schedulable && job.may_run_on(n));
+            if !usable || claimed.contains(&node) || free.free_gpus_on(node) < gpus {
+                continue;
+            }
+            let mut short = cpus.saturating_sub(free.free_cpus_on(node));
+            if short == 0 {
+                continue;
+            }
+            let mut give = Vec::new();
+            for &(j, shards, held) in holders {
+                let other = &snapshot.jobs[j];
+                let spare = targets[j].map_or(0, |t| t.ps - other.ps.min).min(shards);
+                let per = held / shards.max(1);
+                if spare == 0 || per == 0 {
+                    continue;
+                }
+                let n = spare.min(short.div_ceil(per));
+                give.push((j, n));
+                short = short.saturating_sub(n * per);
+                if short == 0 {
+                    break;
+                }
+            }
+            if short == 0 && best.as_ref().is_none_or(|(_, b)| give.len() < b.len()) {
+                best = Some((node, give));
+            }
+        }
+        let Some((node, give)) = best else {
+            continue;
+        };
+        claimed.push(node);
+        for (j, n) in give {
+            if let Some(target) = targets[j].as_mut() {
+                target.ps -= n;
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
+/// Each job's position in `order` (by index; `usize::MAX` for a job not in it).
+fn ranks(order: &[usize], jobs: usize) -> Vec<usize> {
+    let mut rank = vec![usize::MAX; jobs];
+    for (position, &i) in order.iter().enumerate() {
+        rank[i] = position;
+    }
+    rank
 }

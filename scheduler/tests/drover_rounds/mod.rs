@@ -1,6 +1,7 @@
 //! Drover's policy round by round on small clusters: resizing a job up to its guarantee only when
 //! it pays back, making room on one node for a consolidated job, preempting only for GPUs someone
-//! takes, lending spare GPUs max-min fairly, and an arrival's extra PS shard.
+//! takes, lending spare GPUs max-min fairly, an arrival's extra PS shard, a guaranteed job's shape at
+//! its arrival and in the round, and the CPUs beside a free GPU.
 
 use super::*;
 
@@ -415,4 +416,146 @@ fn host_memory_is_a_resource_every_policy_respects() {
             "{name}"
         );
     }
+}
+
+/// Tenant b's seven 1-GPU jobs on the 8-GPU node, three of them borrowing from a's guarantee of 4,
+/// and a's elastic job (1-8 workers) arriving with `asked` workers.
+fn a_arrives_against_seven_of_b(asked: u32) -> drover_scheduler::ClusterSnapshot {
+    let mut jobs: Vec<_> = (1..8u128)
+        .map(|k| {
+            let mut j = job(k, 1, k as f64);
+            j.tenant = 1;
+            j.gpu_memory_gb = Some(24.0); // no packing
+            j
+        })
+        .collect();
+    let mut snap = snapshot(1, 8, jobs.clone());
+    for tenant in &mut snap.tenants {
+        tenant.guaranteed_gpus = 4;
+    }
+    let plan = checked_drover_round(&snap);
+    apply(&mut snap, &plan);
+    let mut a = elastic(0, 8, 10.0);
+    a.preferred = drover_scheduler::Shape {
+        ps: 1,
+        workers: asked,
+    };
+    a.gpu_memory_gb = Some(24.0);
+    jobs = std::mem::take(&mut snap.jobs);
+    jobs.push(a);
+    snap.jobs = jobs;
+    snap
+}
+
+/// A job within its tenant's guarantee that does not fit at its shape when it arrives waits for the
+/// round, which takes back what its tenant lent, rather than starting smaller and keeping that shape
+/// until a resize pays back (an 8-GPU job ran 446 s at one worker that way). A borrower still starts
+/// in what is free.
+#[test]
+fn drover_keeps_a_guaranteed_arrival_for_the_round_rather_than_starting_it_small() {
+    use drover_scheduler::plan::JobPlan;
+    let snap = a_arrives_against_seven_of_b(4);
+    let arriving = snap.jobs.last().unwrap().clone();
+    let mut drover = build_policy("drover", None).unwrap();
+    let decision = drover.place_arrival(&snap, &arriving);
+    assert!(
+        matches!(decision, JobPlan::Wait { .. }),
+        "started in the one free GPU: {decision:?}"
+    );
+    let plan = checked_drover_round(&snap);
+    let shape = plan
+        .placement(arriving.id)
+        .expect("the round runs it")
+        .shape();
+    assert!(shape.workers >= 4, "the round runs it at {shape:?}");
+    // Asking for more than its guarantee, it borrows: it starts in the free GPU.
+    let snap = a_arrives_against_seven_of_b(6);
+    let arriving = snap.jobs.last().unwrap().clone();
+    let decision = build_policy("drover", None)
+        .unwrap()
+        .place_arrival(&snap, &arriving);
+    assert!(
+        matches!(decision, JobPlan::Run { .. }),
+        "a borrower waits beside a free GPU: {decision:?}"
+    );
+}
+
+/// A tenant that asks for more than its guarantee (so not light) still has the jobs its guarantee
+/// covers admitted at the shapes they asked for while they are short (not yet in the last LAS
+/// queue), not at their smallest with growth to share with every borrower: tenant a's first job asks
+/// for 4 workers, its second for 4 more; tenant b queued seven 1-GPU jobs.
+#[test]
+fn drover_admits_a_guaranteed_job_at_its_shape_when_its_tenant_asks_for_more() {
+    let mut first = elastic(0, 8, 0.0);
+    first.preferred = drover_scheduler::Shape { ps: 1, workers: 4 };
+    first.gpu_memory_gb = Some(24.0);
+    let mut second = elastic(8, 8, 1.0);
+    second.preferred = drover_scheduler::Shape { ps: 1, workers: 4 };
+    second.gpu_memory_gb = Some(24.0);
+    let mut jobs = vec![first, second];
+    for k in 1..8u128 {
+        let mut j = job(k, 1, 1.0 + k as f64);
+        j.tenant = 1;
+        j.gpu_memory_gb = Some(24.0);
+        jobs.push(j);
+    }
+    let mut snap = snapshot(1, 8, jobs);
+    for tenant in &mut snap.tenants {
+        tenant.guaranteed_gpus = 4;
+    }
+    let plan = checked_drover_round(&snap);
+    let shape = plan.placement(id(0)).expect("a's first job runs").shape();
+    assert_eq!(shape.workers, 4, "a's guaranteed job runs at {shape:?}");
+    let b = (1..8).filter(|&k| plan.placement(id(k)).is_some()).count();
+    assert_eq!(b, 4, "b runs its guaranteed four");
+}
+
+/// GPUs free up where jobs end, but the CPUs beside them may be held by a later job's PS shards: the
+/// job first in the order then gets them back (the shards' job gives shards back and is placed
+/// again), rather than waiting beside a free GPU with `Fragmented` (664 s on week 40, 32x8).
+#[test]
+fn drover_takes_back_ps_shards_holding_the_cpus_beside_a_free_gpu() {
+    use drover_scheduler::NodeId;
+    use drover_scheduler::plan::{Placement, Role, TaskPlacement};
+    let task = |role, index, node, gpus: Vec<u16>| TaskPlacement {
+        role,
+        index,
+        node: NodeId(node),
+        gpus,
+        cpus: 1,
+        memory_gb: 0,
+        packed: false,
+    };
+    // Two nodes of 2 GPUs and 8 CPUs. Tenant b's elastic job runs one worker on node 0 with seven PS
+    // shards there (all 8 CPUs); b's two 1-GPU jobs fill node 1's GPUs (4 CPUs). Node 0 has a GPU
+    // free and no CPU; node 1 four CPUs and no GPU.
+    let mut grown = elastic(0, 1, 0.0);
+    grown.tenant = 1;
+    grown.ps = Range { min: 1, max: 7 };
+    grown.gpu_memory_gb = Some(24.0);
+    let mut tasks = vec![task(Role::Worker, 0, 0, vec![0])];
+    tasks.extend((0..7).map(|k| task(Role::Ps, k, 0, vec![])));
+    grown.placement = Some(Placement { tasks });
+    let mut jobs = vec![grown];
+    for (k, gpu) in [(1u128, 0u16), (2, 1)] {
+        let mut j = running_1_gpu(k, 1, gpu);
+        j.submit_s = 0.0;
+        jobs.push(j);
+    }
+    // Tenant a's 1-GPU job (a worker and a PS: 2 CPUs), at a higher priority.
+    let mut waiting = job(3, 1, 5.0);
+    waiting.priority = 1;
+    waiting.gpu_memory_gb = Some(24.0);
+    jobs.push(waiting);
+    let mut snap = snapshot(1, 2, jobs);
+    snap.nodes = drover_scheduler::cluster::uniform_cluster(2, 2, 8, 32);
+    snap.tenants[0].guaranteed_gpus = 1;
+    snap.tenants[1].guaranteed_gpus = 3;
+    let plan = checked_drover_round(&snap);
+    let placed = plan
+        .placement(id(3))
+        .expect("a's job waits beside the free GPU");
+    assert_eq!(placed.worker_nodes(), vec![NodeId(0)]);
+    let shards = plan.placement(id(0)).expect("b's job runs on").shape().ps;
+    assert!(shards < 7, "b's job keeps its {shards} shards");
 }
