@@ -356,7 +356,7 @@ fn time_arg(value: &Option<String>, flag: &str) -> anyhow::Result<Option<f64>> {
 pub(crate) fn print_settings(config: &SimConfig, args: &WorkloadArgs) {
     let c = config.costs;
     eprintln!(
-        "costs: checkpoint every {}s ({}s each), restart {}s, suspend/resume {}s, migration {}s; rounds every {}s",
+        "costs: checkpoint every {}s ({}s each), restart {}s, suspend/resume {}s, migration {}s; rounds every {}s, after completions and after arrivals left waiting",
         c.checkpoint_every_s,
         c.checkpoint_s,
         c.restart_s,
